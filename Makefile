@@ -1,0 +1,124 @@
+# Inventory service: one Makefile for the daemon, its tests, the load test and the fuzzer.
+#
+#   make                  build build/inventoryd
+#   make run              install missing packages, start redis-server if none answers, run
+#   make test             every unit and integration test (starts its own redis-server)
+#   make loadtest         the full load test (loadtest/run.sh --help for options)
+#   make fuzz             build and run the request-parsing fuzzer for FUZZ_SECONDS
+#   make SANITIZER=address|undefined|thread   sanitized build under build/<sanitizer>/
+#   make format / make format-check / make clean
+
+PKGS      := libmicrohttpd hiredis jansson
+DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
+             libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
+             libclang-rt-14-dev valgrind procps
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+CC        ?= cc
+OPT       ?= -O2
+WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wwrite-strings -Werror
+# Recursive (=) so pkg-config runs only once the packages are installed by `deps`.
+CFLAGS    = -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -MMD -MP -I. \
+            $(shell pkg-config --cflags $(PKGS)) $(SAN_FLAGS)
+LDFLAGS   = $(SAN_FLAGS)
+LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+TEST_LIBS = $(shell pkg-config --libs cmocka)
+
+SANITIZER ?=
+ifeq ($(SANITIZER),)
+BUILD     := build
+else ifeq ($(SANITIZER),address)
+BUILD     := build/address
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+else ifeq ($(SANITIZER),undefined)
+BUILD     := build/undefined
+SAN_FLAGS := -fsanitize=undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+else ifeq ($(SANITIZER),thread)
+BUILD     := build/thread
+SAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+else
+$(error SANITIZER must be address, undefined or thread)
+endif
+
+LIB_SRC   := $(wildcard segments/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+BIN       := $(BUILD)/inventoryd
+
+UNIT_SRC  := $(wildcard tests/test_*.c)
+UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
+IT_SRC    := $(wildcard tests/it_*.c)
+IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
+HARNESS   := $(BUILD)/tests/harness.o
+
+.PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check clean
+
+all: $(BIN)
+
+$(BIN): $(BUILD)/service/main.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
+
+$(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
+
+# Installs whatever of DEB_PKGS is missing; a no-op when all are present.
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' \
+	    || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing" $$missing; \
+	    $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@service/run.sh $(BIN) $(ARGS)
+
+test: deps
+	@$(MAKE) --no-print-directory $(BIN) $(UNIT_BIN) $(IT_BIN)
+	@tests/run.sh $(BUILD)
+
+unit: deps
+	@$(MAKE) --no-print-directory $(UNIT_BIN)
+	@tests/run.sh --unit $(BUILD)
+
+integration: deps
+	@$(MAKE) --no-print-directory $(BIN) $(IT_BIN)
+	@tests/run.sh --integration $(BUILD)
+
+loadtest: deps
+	@$(MAKE) --no-print-directory all
+	@loadtest/run.sh --bin $(BIN) $(ARGS)
+
+loadtest-quick: deps
+	@$(MAKE) --no-print-directory all
+	@loadtest/run.sh --bin $(BIN) --quick $(ARGS)
+
+FUZZ_SECONDS ?= 20
+FUZZ_SRC := api/parse.c segments/keys.c
+fuzz: deps
+	@mkdir -p build/fuzz tests/fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \
+	    $(shell pkg-config --cflags jansson) -o build/fuzz/fuzz_parse tests/fuzz/fuzz_parse.c \
+	    $(FUZZ_SRC) $(shell pkg-config --libs jansson)
+	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	    -artifact_prefix=tests/fuzz/ tests/fuzz/corpus
+
+FORMAT_SRC = $(wildcard service/*.[ch] segments/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -maxdepth 3 -name "*.d" 2>/dev/null)

@@ -1,0 +1,62 @@
+/* inventory.h -- the domain handle: one per process, shared by every worker.
+ *
+ * An `inv` owns what the whole process shares: the options, the counters
+ * (stats.h), the in-process table of SKUs (skutab.h) and the lease watchdog
+ * (watchdog.h). An `inv_conn` is one worker's Redis connection; it belongs to
+ * exactly one thread at a time and is never shared. Every domain call (order.h,
+ * sku.h) takes an `inv_conn`.
+ *
+ * Errors: every domain call returns an `inv_status`. INV_UNAVAILABLE means Redis
+ * did not answer (refused, reset, timed out); the connection is dropped and the
+ * next call on the same `inv_conn` reconnects, so Redis coming back needs no
+ * restart. Nothing is reported as done unless Redis acknowledged it.
+ */
+#ifndef INVENTORY_H
+#define INVENTORY_H
+
+#include <stddef.h>
+
+typedef struct inv inv;
+typedef struct inv_conn inv_conn;
+
+typedef enum inv_status {
+    INV_OK = 0,          /* done */
+    INV_REPLAYED,        /* order_id already confirmed: same record, nothing deducted */
+    INV_SOLD_OUT,        /* every segment is empty */
+    INV_INSUFFICIENT,    /* stock remains, but no segment holds qty */
+    INV_UNKNOWN_SKU,     /* no such SKU */
+    INV_NOT_FOUND,       /* no such order */
+    INV_CONFLICT,        /* order_id already used for a different sku or qty */
+    INV_BUSY,            /* no segment lock could be had within lock_wait_ms */
+    INV_UNAVAILABLE,     /* Redis unreachable, hung or failing */
+    INV_INVALID,         /* argument out of the documented range */
+} inv_status;
+
+/* Options the domain needs; service/ fills them from the configuration. */
+struct inv_options {
+    const char *redis_host;  /* borrowed; copied by inv_create */
+    int redis_port;
+    int redis_timeout_ms;    /* connect and per-command timeout (a hung Redis -> 503) */
+    int lock_ttl_ms;         /* lease of a segment lock; renewed every ttl/3 while held */
+    int lock_wait_ms;        /* how long an order waits for a free segment before BUSY */
+    int meta_cache_ms;       /* how long a SKU's settings are trusted without re-reading */
+};
+
+/* Create the process-wide handle and start the lease watchdog thread.
+ * Returns NULL and fills `err` when a thread cannot be started. Redis need not
+ * be up: connections are made lazily and retried. Free with inv_free(). */
+inv *inv_create(const struct inv_options *opt, char *err, size_t errlen);
+void inv_free(inv *v);
+
+/* A worker's connection; connects on first use. Free with inv_conn_free()
+ * from the thread that used it. Never returns NULL (aborts on OOM). */
+inv_conn *inv_conn_create(inv *v);
+void inv_conn_free(inv_conn *c);
+
+/* PING Redis: INV_OK or INV_UNAVAILABLE. */
+inv_status inv_ping(inv_conn *c);
+
+/* Short stable name of a status, e.g. "sold_out"; used in logs and JSON. */
+const char *inv_status_name(inv_status s);
+
+#endif

@@ -1,0 +1,41 @@
+/* keys.h -- Redis key names and name validation; the only place key names are built.
+ *
+ * Key schema (the hash tag `{sku:i}` puts a segment's keys in one cluster slot):
+ *   inv:skus                    set of SKU names
+ *   inv:sku:{sku}               hash: segments, mode, hold_ms, initial, gen
+ *   inv:{sku:i}:stock           integer stock left in segment i
+ *   inv:{sku:i}:sold            integer units sold from segment i
+ *   inv:{sku:i}:lock            segment i's lock: a random token, PX lease
+ *   inv:{sku:i}:orders          hash order_id -> qty, one field per sale from segment i
+ *   inv:order:{id}              the order record (JSON), written in the same script as
+ *                               the deduction; unique per order_id (idempotency)
+ *   inv:events                  pub/sub channel: SKU settings changed (name as message)
+ *
+ * SKU and order ids are 1..SEG_NAME_MAX characters of [A-Za-z0-9_.-], so a name can
+ * never carry a hash-tag brace, a glob character or whitespace into a key.
+ */
+#ifndef SEG_KEYS_H
+#define SEG_KEYS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define SEG_NAME_MAX 64
+#define SEG_KEY_MAX 128
+#define SEG_MAX_SEGMENTS 1024
+
+/* True when `s` is a valid SKU or order id (see above). NULL is not valid. */
+bool seg_valid_name(const char *s);
+
+/* Each writes a NUL-terminated key into `buf` (at least SEG_KEY_MAX bytes) and
+ * returns it. `sku`/`id` must be valid names; `i` is 0-based. */
+char *seg_key_skus(char *buf);
+char *seg_key_meta(char *buf, const char *sku);
+char *seg_key_stock(char *buf, const char *sku, int i);
+char *seg_key_sold(char *buf, const char *sku, int i);
+char *seg_key_lock(char *buf, const char *sku, int i);
+char *seg_key_orders(char *buf, const char *sku, int i);
+char *seg_key_order(char *buf, const char *id);
+const char *seg_key_events(void);
+
+#endif

@@ -1,0 +1,45 @@
+/* order.h -- the order path: pick a random segment, walk the ring, deduct under its lock.
+ *
+ * Mode `lock`, per segment: one script checks the order id, reads the stock and, when
+ * there is enough, takes the segment lock (SET NX PX with a fresh token); another
+ * script, after the hold_ms work, checks the token still owns the lock, deducts, writes
+ * the order record and the sold count and releases the lock -- all or nothing. A holder
+ * whose lease lapsed (a stall, a lost connection) writes nothing and moves on. Mode
+ * `atomic` does the check-and-deduct in one script per segment with no lock.
+ *
+ * Invariants kept in Redis, per segment: stock >= 0, stock + sold = its initial share,
+ * sold = sum of the qty fields of its orders hash; one record per order_id.
+ */
+#ifndef SEG_ORDER_H
+#define SEG_ORDER_H
+
+#include "segments/inventory.h"
+#include "segments/keys.h"
+
+#define ORDER_QTY_MAX 1000000
+
+struct order_request {
+    const char *sku;       /* valid name (keys.h); borrowed */
+    long long qty;         /* 1..ORDER_QTY_MAX */
+    const char *order_id;  /* valid name, or NULL/"" to have one generated; borrowed */
+};
+
+struct order_result {
+    inv_status status;     /* INV_OK (201), INV_REPLAYED (200) or the reason it failed */
+    char order_id[SEG_NAME_MAX + 1];
+    int segment;           /* segment the stock came from, -1 when none */
+    char *record;          /* INV_OK/INV_REPLAYED: the order as JSON text, caller frees */
+};
+
+/* Place an order. Always fills `res` (record NULL unless OK/REPLAYED) and returns
+ * res->status. Blocks for the SKU's hold_ms and at most about lock_wait_ms waiting. */
+inv_status order_place(inv_conn *c, const struct order_request *req, struct order_result *res);
+
+/* Look an order up: INV_OK with *record (JSON text, caller frees), INV_NOT_FOUND or
+ * INV_UNAVAILABLE. `id` must be a valid name. */
+inv_status order_get(inv_conn *c, const char *id, char **record);
+
+/* Free the record a result carries (safe on an empty result). */
+void order_result_clear(struct order_result *res);
+
+#endif

@@ -1,0 +1,55 @@
+/* sku.h -- SKU administration: create/reset, inspect, list, delete.
+ *
+ * A reset spreads `stock` evenly over `segments` (the first stock % segments get one
+ * more), zeroes the sold counts, drops every lock and the SKU's order records, and
+ * bumps the SKU's generation so every instance re-reads its settings. A holder of a
+ * dropped lock fails its fenced write, so a reset during a sale cannot oversell.
+ */
+#ifndef SEG_SKU_H
+#define SEG_SKU_H
+
+#include "segments/inventory.h"
+#include "segments/keys.h"
+
+#define SKU_STOCK_MAX 9007199254740991LL /* 2^53 - 1: exact in a JSON number */
+#define SKU_HOLD_MAX_MS 10000
+
+typedef enum sku_mode { SKU_MODE_LOCK = 0, SKU_MODE_ATOMIC = 1 } sku_mode;
+
+struct sku_config {
+    long long stock;   /* 0..SKU_STOCK_MAX */
+    int segments;      /* 1..SEG_MAX_SEGMENTS */
+    sku_mode mode;
+    int hold_ms;       /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
+};
+
+struct sku_status {
+    char sku[SEG_NAME_MAX + 1];
+    struct sku_config cfg;      /* cfg.stock is the initial stock */
+    long long remaining;        /* sum of segment stock */
+    long long sold;             /* sum of segment sold counts */
+    long long orders;           /* number of order records (one per sale) */
+    long long segment_stock[SEG_MAX_SEGMENTS];
+    long long segment_sold[SEG_MAX_SEGMENTS];
+    int locks_held;             /* segment locks held right now (any instance) */
+};
+
+/* "lock" / "atomic" and back; sku_mode_parse returns -1 for anything else. */
+const char *sku_mode_name(sku_mode m);
+int sku_mode_parse(const char *s, sku_mode *out);
+
+/* Create or reset `sku`. INV_OK, INV_INVALID (cfg out of range) or INV_UNAVAILABLE. */
+inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg);
+
+/* Fill `st` (caller-owned). INV_OK, INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
+inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
+
+/* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU, INV_UNAVAILABLE. */
+inv_status sku_delete(inv_conn *c, const char *sku);
+
+/* All SKU names, sorted. On INV_OK *names is a malloc'd array of *n malloc'd
+ * strings; free with sku_list_free. */
+inv_status sku_list(inv_conn *c, char ***names, size_t *n);
+void sku_list_free(char **names, size_t n);
+
+#endif
