@@ -1,0 +1,421 @@
+/* config.c -- load and validate the configuration from defaults, file, env and flags. */
+#include "service/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How a setting's text or JSON value is checked and stored. */
+enum kind {
+    K_INT,   /* int field, range-checked */
+    K_STR,   /* char[] field of `cap` bytes */
+    K_TOKEN, /* like K_STR, restricted to visible ASCII (it travels in a header) */
+    K_BIND,  /* numeric IPv4/IPv6 address */
+    K_REDIS, /* "host:port" into redis_host and redis_port */
+};
+
+struct setting {
+    const char *key;  /* JSON key */
+    const char *env;  /* environment variable, or NULL */
+    const char *flag; /* long option, or NULL */
+    enum kind kind;
+    size_t off; /* offset of the field in struct cfg */
+    size_t cap; /* K_STR/K_TOKEN/K_BIND: size of the field */
+    long min, max;
+};
+
+#define INT_SETTING(k, e, f, field, lo, hi)                                              \
+    {k, e, f, K_INT, offsetof(struct cfg, field), 0, lo, hi}
+#define STR_SETTING(k, e, f, kind, field)                                                \
+    {k, e, f, kind, offsetof(struct cfg, field), sizeof(((struct cfg *)0)->field), 0, 0}
+
+static const struct setting settings[] = {
+    INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
+    STR_SETTING("bind", "INVENTORY_BIND", "--bind", K_BIND, bind),
+    STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
+    INT_SETTING("threads", "INVENTORY_THREADS", "--threads", threads, 1, 1024),
+    INT_SETTING("lock_ttl_ms", "INVENTORY_LOCK_TTL_MS", "--lock-ttl-ms", lock_ttl_ms, 100,
+                600000),
+    INT_SETTING("lock_wait_ms", "INVENTORY_LOCK_WAIT_MS", "--lock-wait-ms", lock_wait_ms, 0,
+                600000),
+    INT_SETTING("redis_timeout_ms", "INVENTORY_REDIS_TIMEOUT_MS", "--redis-timeout-ms",
+                redis_timeout_ms, 10, 600000),
+    INT_SETTING("meta_cache_ms", NULL, NULL, meta_cache_ms, 0, 60000),
+    STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
+                admin_token),
+    INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
+    INT_SETTING("connection_timeout_s", NULL, NULL, connection_timeout_s, 0, 86400),
+    INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
+};
+#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (errlen > 0)
+        vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void cfg_defaults(struct cfg *out)
+{
+    memset(out, 0, sizeof(*out));
+    strcpy(out->bind, "127.0.0.1");
+    out->port = 8080;
+    strcpy(out->redis_host, "127.0.0.1");
+    out->redis_port = 6379;
+    out->threads = 64;
+    out->lock_ttl_ms = 3000;
+    out->lock_wait_ms = 2000;
+    out->redis_timeout_ms = 1000;
+    out->meta_cache_ms = 100;
+    out->max_connections = 10000;
+    out->connection_timeout_s = 30;
+    out->max_body_bytes = 65536;
+}
+
+static int set_int(const struct setting *s, long long v, const char *where, struct cfg *c,
+                   char *err, size_t errlen)
+{
+    if (v < s->min || v > s->max)
+        return fail(err, errlen, "%s: must be an integer in %ld..%ld, got %lld", where,
+                    s->min, s->max, v);
+    *(int *)((char *)c + s->off) = (int)v;
+    return 0;
+}
+
+/* Parse a whole decimal integer: no blanks, no trailing text, no overflow. */
+static int parse_ll(const char *text, long long *out)
+{
+    if (text[0] == '\0' || !(text[0] == '-' || (text[0] >= '0' && text[0] <= '9')))
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int set_redis(const char *text, const char *where, struct cfg *c, char *err,
+                     size_t errlen)
+{
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL || colon == text)
+        return fail(err, errlen, "%s: must be HOST:PORT, got '%s'", where, text);
+    const char *host = text;
+    size_t hlen = (size_t)(colon - text);
+    if (host[0] == '[' && hlen >= 2 && host[hlen - 1] == ']') { /* [::1]:6379 */
+        host++;
+        hlen -= 2;
+    }
+    if (hlen == 0 || hlen > CFG_HOST_MAX)
+        return fail(err, errlen, "%s: host must be 1..%d characters, got '%s'", where,
+                    CFG_HOST_MAX, text);
+    for (size_t i = 0; i < hlen; i++)
+        if (host[i] <= ' ' || host[i] == 0x7f || host[i] == '/')
+            return fail(err, errlen, "%s: bad character in host, got '%s'", where, text);
+    long long port;
+    if (parse_ll(colon + 1, &port) != 0 || port < 1 || port > 65535)
+        return fail(err, errlen, "%s: port must be an integer in 1..65535, got '%s'", where,
+                    text);
+    memcpy(c->redis_host, host, hlen);
+    c->redis_host[hlen] = '\0';
+    c->redis_port = (int)port;
+    return 0;
+}
+
+/* Store `text` into setting `s`; `where` names the source for error messages. */
+static int set_text(const struct setting *s, const char *text, const char *where,
+                    struct cfg *c, char *err, size_t errlen)
+{
+    char *field = (char *)c + s->off;
+    size_t len = strlen(text);
+    switch (s->kind) {
+    case K_INT: {
+        long long v;
+        if (parse_ll(text, &v) != 0)
+            return fail(err, errlen, "%s: must be an integer in %ld..%ld, got '%s'", where,
+                        s->min, s->max, text);
+        return set_int(s, v, where, c, err, errlen);
+    }
+    case K_REDIS:
+        return set_redis(text, where, c, err, errlen);
+    case K_BIND: {
+        unsigned char addr[sizeof(struct in6_addr)];
+        if (len >= s->cap || (inet_pton(AF_INET, text, addr) != 1 &&
+                              inet_pton(AF_INET6, text, addr) != 1))
+            return fail(err, errlen, "%s: must be a numeric IPv4 or IPv6 address, got '%s'",
+                        where, text);
+        memcpy(field, text, len + 1);
+        return 0;
+    }
+    case K_TOKEN:
+        for (size_t i = 0; i < len; i++)
+            if (text[i] <= ' ' || text[i] >= 0x7f)
+                return fail(err, errlen,
+                            "%s: must be visible ASCII characters without spaces", where);
+        /* fall through */
+    case K_STR:
+        if (len >= s->cap)
+            return fail(err, errlen, "%s: longer than %zu characters", where, s->cap - 1);
+        memcpy(field, text, len + 1);
+        return 0;
+    }
+    return fail(err, errlen, "%s: unsupported setting", where);
+}
+
+static const char *type_name(const struct setting *s)
+{
+    return s->kind == K_INT ? "an integer" : "a string";
+}
+
+static int load_file(const char *path, bool explicit, struct cfg *c, char *err,
+                     size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        if (errno == ENOENT && !explicit)
+            return 0;
+        return fail(err, errlen, "config file %s: %s", path, strerror(errno));
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (root == NULL)
+        return fail(err, errlen, "config file %s:%d:%d: %s", path, jerr.line, jerr.column,
+                    jerr.text);
+    if (strlen(path) >= sizeof(c->config_path)) {
+        json_decref(root);
+        return fail(err, errlen, "config file %s: path too long", path);
+    }
+    strcpy(c->config_path, path);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return fail(err, errlen, "config file %s: must hold a JSON object", path);
+    }
+
+    int rc = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        const struct setting *s = NULL;
+        for (size_t i = 0; i < NSETTINGS; i++)
+            if (strcmp(settings[i].key, key) == 0)
+                s = &settings[i];
+        char where[CFG_PATH_MAX + 96];
+        snprintf(where, sizeof(where), "config file %s: %.64s", path, key);
+        if (s == NULL) {
+            rc = fail(err, errlen, "%s: unknown key", where);
+        } else if (s->kind == K_INT) {
+            rc = json_is_integer(val)
+                     ? set_int(s, json_integer_value(val), where, c, err, errlen)
+                     : fail(err, errlen, "%s: must be %s", where, type_name(s));
+        } else {
+            rc = json_is_string(val) && strlen(json_string_value(val)) ==
+                                            json_string_length(val)
+                     ? set_text(s, json_string_value(val), where, c, err, errlen)
+                     : fail(err, errlen, "%s: must be %s", where, type_name(s));
+        }
+        if (rc != 0)
+            break;
+    }
+    json_decref(root);
+    return rc;
+}
+
+static const char *env_get(char *const envp[], const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++)
+        if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=')
+            return envp[i] + n + 1;
+    return NULL;
+}
+
+/* One parsed command-line option. */
+struct opt {
+    const char *name;  /* "--port" (without any "=value") */
+    size_t namelen;
+    const char *value; /* NULL for --help/--version */
+};
+
+/* Split argv into options, checking names and that each flag has a value.
+ * Returns the number of options stored in `opts` (room for argc), or -1. */
+static int scan_args(int argc, char *const argv[], struct opt *opts, char *err,
+                     size_t errlen)
+{
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0)
+            a = "--help";
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+            return fail(err, errlen, "unexpected argument '%s' (see --help)", a);
+        const char *eq = strchr(a, '=');
+        size_t namelen = eq != NULL ? (size_t)(eq - a) : strlen(a);
+        struct opt o = {a, namelen, NULL};
+        bool takes_value = true;
+        if ((namelen == 6 && strncmp(a, "--help", 6) == 0) ||
+            (namelen == 9 && strncmp(a, "--version", 9) == 0)) {
+            takes_value = false;
+        } else {
+            bool known = namelen == 8 && strncmp(a, "--config", 8) == 0;
+            for (size_t k = 0; !known && k < NSETTINGS; k++)
+                known = settings[k].flag != NULL && strlen(settings[k].flag) == namelen &&
+                        strncmp(settings[k].flag, a, namelen) == 0;
+            if (!known)
+                return fail(err, errlen, "unknown option '%.*s' (see --help)",
+                            (int)namelen, a);
+        }
+        if (!takes_value) {
+            if (eq != NULL)
+                return fail(err, errlen, "%.*s: takes no value", (int)namelen, a);
+        } else if (eq != NULL) {
+            o.value = eq + 1;
+        } else if (i + 1 < argc) {
+            o.value = argv[++i];
+        } else {
+            return fail(err, errlen, "%s: missing value", a);
+        }
+        opts[n++] = o;
+    }
+    return n;
+}
+
+static bool opt_is(const struct opt *o, const char *name)
+{
+    return strlen(name) == o->namelen && strncmp(o->name, name, o->namelen) == 0;
+}
+
+int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, char *err,
+             size_t errlen)
+{
+    cfg_defaults(out);
+    if (errlen > 0)
+        err[0] = '\0';
+
+    struct opt *opts = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*opts));
+    if (opts == NULL)
+        return fail(err, errlen, "out of memory");
+    int rc = -1;
+    int nopts = scan_args(argc, argv, opts, err, errlen);
+    if (nopts < 0)
+        goto done;
+
+    const char *path = CFG_DEFAULT_PATH;
+    bool explicit = false;
+    const char *env_path = env_get(envp, "INVENTORY_CONFIG");
+    if (env_path != NULL) {
+        if (env_path[0] == '\0') {
+            fail(err, errlen, "INVENTORY_CONFIG: empty path");
+            goto done;
+        }
+        path = env_path;
+        explicit = true;
+    }
+    for (int i = 0; i < nopts; i++) {
+        if (opt_is(&opts[i], "--help"))
+            out->help = true;
+        else if (opt_is(&opts[i], "--version"))
+            out->version = true;
+        else if (opt_is(&opts[i], "--config")) {
+            if (opts[i].value[0] == '\0') {
+                fail(err, errlen, "--config: empty path");
+                goto done;
+            }
+            path = opts[i].value;
+            explicit = true;
+        }
+    }
+    if (out->help || out->version) {
+        rc = 0;
+        goto done;
+    }
+
+    if (load_file(path, explicit, out, err, errlen) != 0)
+        goto done;
+
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        const char *v = settings[k].env ? env_get(envp, settings[k].env) : NULL;
+        if (v != NULL && set_text(&settings[k], v, settings[k].env, out, err, errlen) != 0)
+            goto done;
+    }
+
+    for (int i = 0; i < nopts; i++) {
+        for (size_t k = 0; k < NSETTINGS; k++) {
+            if (settings[k].flag == NULL || !opt_is(&opts[i], settings[k].flag))
+                continue;
+            if (set_text(&settings[k], opts[i].value, settings[k].flag, out, err,
+                         errlen) != 0)
+                goto done;
+        }
+    }
+
+    if (!cfg_bind_is_loopback(out) && out->admin_token[0] == '\0') {
+        fail(err, errlen,
+             "bind: %s is not a loopback address and no admin token is set; set "
+             "--admin-token (INVENTORY_ADMIN_TOKEN, admin_token) or bind 127.0.0.1",
+             out->bind);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(opts);
+    return rc;
+}
+
+bool cfg_bind_is_loopback(const struct cfg *c)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, c->bind, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, c->bind, &a6) == 1) {
+        if (IN6_IS_ADDR_LOOPBACK(&a6))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+    }
+    return false;
+}
+
+void cfg_usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT]\n"
+            "          [--threads N] [--lock-ttl-ms N] [--lock-wait-ms N]\n"
+            "          [--redis-timeout-ms N] [--admin-token T] [--help] [--version]\n"
+            "\n"
+            "Settings, each overriding the one before: built-in defaults, the JSON file\n"
+            "(--config, else $INVENTORY_CONFIG, else %s if present),\n"
+            "INVENTORY_* environment variables, then flags.\n"
+            "\n"
+            "  file key          env variable                flag                default\n"
+            "  bind              INVENTORY_BIND              --bind              127.0.0.1\n"
+            "  port              INVENTORY_PORT              --port              8080\n"
+            "  redis             INVENTORY_REDIS             --redis             "
+            "127.0.0.1:6379\n"
+            "  threads           INVENTORY_THREADS           --threads           64\n"
+            "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
+            "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
+            "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
+            "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
+            "  meta_cache_ms     -                           -                   100\n"
+            "  max_connections   -                           -                   10000\n"
+            "  connection_timeout_s -                        -                   30\n"
+            "  max_body_bytes    -                           -                   65536\n"
+            "\n"
+            "A non-loopback --bind requires an admin token. Exit status 2 on a bad setting.\n",
+            prog, CFG_DEFAULT_PATH);
+}

@@ -1,0 +1,65 @@
+/* config.h -- the service configuration: defaults < JSON file < INVENTORY_* env < flags.
+ *
+ * cfg_load() builds one `struct cfg` from, in increasing precedence:
+ *   1. built-in defaults (below);
+ *   2. a JSON object file: --config FILE, else $INVENTORY_CONFIG, else
+ *      CFG_DEFAULT_PATH. Only a missing file at the default path is tolerated.
+ *      Keys are the snake_case field names; unknown keys and wrong types are errors;
+ *   3. INVENTORY_* environment variables (see cfg_usage());
+ *   4. command-line flags, as "--flag value" or "--flag=value".
+ * Every value is range-checked wherever it comes from. A non-loopback bind address
+ * with no admin token is refused: the admin API would be open to the network.
+ *
+ * Errors: cfg_load() returns -1 with exactly one line in `err` naming the flag,
+ * variable or file key at fault; it never prints and never exits. The struct is a
+ * plain value (fixed buffers, nothing to free).
+ */
+#ifndef SERVICE_CONFIG_H
+#define SERVICE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define CFG_DEFAULT_PATH "config/inventoryd.json"
+#define CFG_BIND_MAX 46   /* INET6_ADDRSTRLEN */
+#define CFG_HOST_MAX 255
+#define CFG_TOKEN_MAX 255
+#define CFG_PATH_MAX 1024
+
+struct cfg {
+    char bind[CFG_BIND_MAX];        /* numeric IPv4 or IPv6 address; 127.0.0.1 */
+    int port;                       /* 1..65535; 8080 */
+    char redis_host[CFG_HOST_MAX + 1]; /* 127.0.0.1 */
+    int redis_port;                 /* 6379 */
+    int threads;                    /* worker pool size, 1..1024; 64 */
+    int lock_ttl_ms;                /* 100..600000; 3000 */
+    int lock_wait_ms;               /* 0..600000; 2000 */
+    int redis_timeout_ms;           /* 10..600000; 1000 */
+    int meta_cache_ms;              /* 0..60000; 100 */
+    char admin_token[CFG_TOKEN_MAX + 1]; /* "" = none: the admin API is open (loopback only) */
+    int max_connections;            /* 1..1000000; 10000 */
+    int connection_timeout_s;       /* idle timeout, 0 (none)..86400; 30 */
+    int max_body_bytes;             /* 64..16777216; 65536 */
+    char config_path[CFG_PATH_MAX]; /* file actually read, "" when none */
+    bool help;                      /* --help given: print cfg_usage(), run nothing */
+    bool version;                   /* --version given */
+};
+
+/* Fill `out` with the built-in defaults. */
+void cfg_defaults(struct cfg *out);
+
+/* Load the configuration. `argv` holds `argc` arguments, argv[0] the program name.
+ * `envp` is a NULL-terminated "NAME=value" array (pass `environ`), or NULL for an
+ * empty environment. Returns 0 with `out` filled (check out->help/out->version),
+ * or -1 with a one-line reason in `err` (`out` then holds partial values). */
+int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, char *err,
+             size_t errlen);
+
+/* True when out->bind is a loopback address (127.0.0.0/8, ::1). */
+bool cfg_bind_is_loopback(const struct cfg *c);
+
+/* Print the usage text (flags, environment variables, defaults). */
+void cfg_usage(FILE *f, const char *prog);
+
+#endif
