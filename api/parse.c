@@ -1,0 +1,204 @@
+/* parse.c -- turn request bodies, path names and headers into validated values. */
+#include "api/parse.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static int fail(struct api_parse_error *err, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct api_parse_error *err, const char *code, const char *fmt, ...)
+{
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->detail, sizeof(err->detail), fmt, ap);
+    va_end(ap);
+    /* Details may quote client bytes; keep them printable ASCII (valid JSON text). */
+    for (char *p = err->detail; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            *p = '?';
+    return -1;
+}
+
+/* Parse `body` as a JSON object; the caller owns the result. */
+static json_t *load_object(const char *body, size_t len, struct api_parse_error *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body != NULL ? body : "", body != NULL ? len : 0,
+                              JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        fail(err, "bad_json", "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        fail(err, "bad_json", "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* Reject any key of `obj` not in the NULL-terminated `known`. */
+static int check_fields(json_t *obj, const char *const known[], struct api_parse_error *err)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val)
+    {
+        (void)val;
+        bool ok = false;
+        for (size_t i = 0; known[i] != NULL && !ok; i++)
+            ok = strcmp(key, known[i]) == 0;
+        if (!ok)
+            return fail(err, "invalid_field", "%.40s: unknown field", key);
+    }
+    return 0;
+}
+
+/* Read optional integer field `name` in lo..hi; `*out` keeps its default when absent. */
+static int get_int(json_t *obj, const char *name, bool required, long long lo, long long hi,
+                   long long *out, struct api_parse_error *err)
+{
+    json_t *v = json_object_get(obj, name);
+    if (v == NULL) {
+        if (required)
+            return fail(err, "invalid_field", "%s: required", name);
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return fail(err, "invalid_field", "%s: must be an integer in %lld..%lld", name, lo,
+                    hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* Field `name` when it is a string; NULL with *rc = 0 when absent and optional,
+ * NULL with *rc = -1 (and `err` filled) when missing but required or not a string. */
+static json_t *get_string(json_t *obj, const char *name, bool required,
+                          struct api_parse_error *err, int *rc)
+{
+    *rc = 0;
+    json_t *v = json_object_get(obj, name);
+    if (v == NULL) {
+        if (required)
+            *rc = fail(err, "invalid_field", "%s: required", name);
+        return NULL;
+    }
+    if (!json_is_string(v)) {
+        *rc = fail(err, "invalid_field", "%s: must be a string", name);
+        return NULL;
+    }
+    return v;
+}
+
+/* Copy a valid name from JSON string `v` into `out` (SEG_NAME_MAX + 1 bytes). */
+static int get_name(json_t *obj, const char *name, bool required, char *out,
+                    struct api_parse_error *err)
+{
+    int rc;
+    json_t *v = get_string(obj, name, required, err, &rc);
+    out[0] = '\0';
+    if (v == NULL)
+        return rc;
+    const char *s = json_string_value(v);
+    if (json_string_length(v) != strlen(s) || !seg_valid_name(s))
+        return fail(err, "invalid_field", "%s: must be 1-%d characters of [A-Za-z0-9_.-]",
+                    name, SEG_NAME_MAX);
+    memcpy(out, s, strlen(s) + 1);
+    return 0;
+}
+
+int api_parse_order(const char *body, size_t len, struct api_order_body *out,
+                    struct api_parse_error *err)
+{
+    static const char *const known[] = {"sku", "qty", "order_id", NULL};
+    json_t *root = load_object(body, len, err);
+    if (root == NULL)
+        return -1;
+    out->qty = 1;
+    int rc = check_fields(root, known, err);
+    if (rc == 0)
+        rc = get_name(root, "sku", true, out->sku, err);
+    if (rc == 0)
+        rc = get_int(root, "qty", false, 1, ORDER_QTY_MAX, &out->qty, err);
+    if (rc == 0)
+        rc = get_name(root, "order_id", false, out->order_id, err);
+    json_decref(root);
+    return rc;
+}
+
+int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
+                         struct api_parse_error *err)
+{
+    static const char *const known[] = {"stock", "segments", "mode", "hold_ms", NULL};
+    json_t *root = load_object(body, len, err);
+    if (root == NULL)
+        return -1;
+    long long stock = 0, segments = 20, hold_ms = 0;
+    int rc = check_fields(root, known, err);
+    if (rc == 0)
+        rc = get_int(root, "stock", true, 0, SKU_STOCK_MAX, &stock, err);
+    if (rc == 0)
+        rc = get_int(root, "segments", false, 1, SEG_MAX_SEGMENTS, &segments, err);
+    if (rc == 0)
+        rc = get_int(root, "hold_ms", false, 0, SKU_HOLD_MAX_MS, &hold_ms, err);
+    out->mode = SKU_MODE_LOCK;
+    if (rc == 0) {
+        json_t *v = get_string(root, "mode", false, err, &rc);
+        if (v != NULL && strcmp(json_string_value(v), "lock") == 0)
+            out->mode = SKU_MODE_LOCK;
+        else if (v != NULL && strcmp(json_string_value(v), "atomic") == 0)
+            out->mode = SKU_MODE_ATOMIC;
+        else if (v != NULL)
+            rc = fail(err, "invalid_field", "mode: must be \"lock\" or \"atomic\"");
+    }
+    out->stock = stock;
+    out->segments = (int)segments;
+    out->hold_ms = (int)hold_ms;
+    json_decref(root);
+    return rc;
+}
+
+int api_parse_name(const char *field, const char *s, struct api_parse_error *err)
+{
+    if (!seg_valid_name(s))
+        return fail(err, "invalid_field", "%s: must be 1-%d characters of [A-Za-z0-9_.-]",
+                    field, SEG_NAME_MAX);
+    return 0;
+}
+
+bool api_is_json_content_type(const char *ct)
+{
+    static const char want[] = "application/json";
+    if (ct == NULL)
+        return false;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    if (strncasecmp(ct, want, sizeof(want) - 1) != 0)
+        return false;
+    ct += sizeof(want) - 1;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    return *ct == '\0' || *ct == ';';
+}
+
+bool api_bearer_matches(const char *authorization, const char *token)
+{
+    static const char scheme[] = "Bearer ";
+    if (authorization == NULL || token == NULL || token[0] == '\0')
+        return false;
+    if (strncasecmp(authorization, scheme, sizeof(scheme) - 1) != 0)
+        return false;
+    const char *given = authorization + sizeof(scheme) - 1;
+    size_t glen = strlen(given), tlen = strlen(token);
+    /* Touch every byte of the secret whatever the input, so the time taken says
+     * nothing about how much of it matched. */
+    unsigned char diff = glen != tlen;
+    for (size_t i = 0; i < tlen; i++)
+        diff |= (unsigned char)token[i] ^ (unsigned char)(i < glen ? given[i] : 0);
+    return diff == 0;
+}

@@ -1,0 +1,58 @@
+/* parse.h -- request validation: bodies, path names and headers into plain values.
+ *
+ * Pure functions with no HTTP or Redis in them: they depend only on jansson and the
+ * limits in segments/keys.h, order.h and sku.h, so the fuzzer links this file and
+ * segments/keys.c alone. Bodies are parsed whole with duplicate keys rejected; a
+ * body that is not a JSON object is `bad_json`; a missing, unknown, wrongly typed or
+ * out-of-range field is `invalid_field` with a detail that starts with the field
+ * name. Numbers must be JSON integers (no reals, strings or booleans).
+ *
+ * Every parse function returns 0 with `out` filled, or -1 with `err` filled (then
+ * `out` is unspecified). Nothing is allocated that the caller must free.
+ */
+#ifndef API_PARSE_H
+#define API_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "segments/keys.h"
+#include "segments/order.h"
+#include "segments/sku.h"
+
+#define API_DETAIL_MAX 160
+
+struct api_parse_error {
+    const char *code;            /* "bad_json" or "invalid_field" (static) */
+    char detail[API_DETAIL_MAX]; /* printable ASCII, safe to echo */
+};
+
+/* POST /orders: {"sku": name, "qty": 1..ORDER_QTY_MAX = 1, "order_id": name}. */
+struct api_order_body {
+    char sku[SEG_NAME_MAX + 1];
+    long long qty;
+    char order_id[SEG_NAME_MAX + 1]; /* "" when absent: the domain generates one */
+};
+
+int api_parse_order(const char *body, size_t len, struct api_order_body *out,
+                    struct api_parse_error *err);
+
+/* PUT /admin/skus/{sku}: {"stock": 0..SKU_STOCK_MAX, "segments": 1..SEG_MAX_SEGMENTS
+ * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0}. */
+int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
+                         struct api_parse_error *err);
+
+/* A SKU or order id taken from the path; `field` ("sku", "order_id") names it in
+ * the error. */
+int api_parse_name(const char *field, const char *s, struct api_parse_error *err);
+
+/* True for "application/json", any case, optionally followed by parameters such
+ * as "; charset=utf-8". NULL is false. */
+bool api_is_json_content_type(const char *content_type);
+
+/* True when `authorization` is "Bearer <token>" (scheme in any case). The token
+ * bytes are compared in time independent of where they differ. An empty `token`
+ * never matches. */
+bool api_bearer_matches(const char *authorization, const char *token);
+
+#endif

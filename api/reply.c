@@ -1,0 +1,143 @@
+/* reply.c -- build JSON replies and map domain statuses to HTTP. */
+#include "api/reply.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *must(void *p)
+{
+    if (p == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    return p;
+}
+
+void api_reply_init(struct api_reply *r)
+{
+    memset(r, 0, sizeof(*r));
+}
+
+void api_reply_clear(struct api_reply *r)
+{
+    free(r->body);
+    api_reply_init(r);
+}
+
+void api_reply_header(struct api_reply *r, const char *name, const char *value)
+{
+    if (r->nheaders >= API_REPLY_HEADERS_MAX)
+        return;
+    struct api_header *h = &r->headers[r->nheaders++];
+    h->name = name;
+    snprintf(h->value, sizeof(h->value), "%s", value);
+}
+
+static void set_body(struct api_reply *r, int status, char *body, size_t len)
+{
+    free(r->body);
+    r->status = status;
+    r->body = body;
+    r->body_len = len;
+}
+
+void api_reply_json(struct api_reply *r, int status, json_t *body)
+{
+    char *text = must(json_dumps(must(body), JSON_COMPACT));
+    json_decref(body);
+    set_body(r, status, text, strlen(text));
+}
+
+void api_reply_text(struct api_reply *r, int status, const char *text, size_t len)
+{
+    char *copy = must(malloc(len + 1));
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    set_body(r, status, copy, len);
+}
+
+static void reply_errorv(struct api_reply *r, int status, const char *code, const char *fmt,
+                         va_list ap) __attribute__((format(printf, 4, 0)));
+
+static void reply_errorv(struct api_reply *r, int status, const char *code, const char *fmt,
+                         va_list ap)
+{
+    char detail[256];
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    for (char *p = detail; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            *p = '?';
+    json_t *o = must(json_object());
+    json_object_set_new(o, "error", must(json_string(code)));
+    json_object_set_new(o, "detail", must(json_string(detail)));
+    api_reply_json(r, status, o);
+}
+
+void api_reply_error(struct api_reply *r, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_errorv(r, status, code, fmt, ap);
+    va_end(ap);
+}
+
+void api_reply_status(struct api_reply *r, inv_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const char *code = api_status_code(s);
+    reply_errorv(r, api_status_http(s), code != NULL ? code : "internal", fmt, ap);
+    va_end(ap);
+    if (s == INV_BUSY || s == INV_UNAVAILABLE)
+        api_reply_header(r, "Retry-After", "1");
+}
+
+int api_status_http(inv_status s)
+{
+    switch (s) {
+    case INV_OK:
+    case INV_REPLAYED:
+        return 200;
+    case INV_SOLD_OUT:
+    case INV_INSUFFICIENT:
+    case INV_CONFLICT:
+        return 409;
+    case INV_UNKNOWN_SKU:
+    case INV_NOT_FOUND:
+        return 404;
+    case INV_BUSY:
+    case INV_UNAVAILABLE:
+        return 503;
+    case INV_INVALID:
+        return 400;
+    }
+    return 500;
+}
+
+const char *api_status_code(inv_status s)
+{
+    switch (s) {
+    case INV_OK:
+    case INV_REPLAYED:
+        return NULL;
+    case INV_SOLD_OUT:
+        return "sold_out";
+    case INV_INSUFFICIENT:
+        return "insufficient_stock";
+    case INV_CONFLICT:
+        return "order_id_conflict";
+    case INV_UNKNOWN_SKU:
+        return "unknown_sku";
+    case INV_NOT_FOUND:
+        return "not_found";
+    case INV_BUSY:
+        return "busy";
+    case INV_UNAVAILABLE:
+        return "backend_unavailable";
+    case INV_INVALID:
+        return "invalid_field";
+    }
+    return "internal";
+}
