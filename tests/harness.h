@@ -1,0 +1,218 @@
+/* harness.h -- integration-test harness: real redis-server and inventoryd children,
+ * a tiny blocking HTTP/1.1 client, a SKU audit and direct Redis access.
+ *
+ * Processes. Every child (redis-server, inventoryd, a one-shot command) is put in a
+ * process registry the moment it is forked. The registry is emptied by an atexit
+ * handler and by handlers for SIGINT, SIGTERM, SIGABRT and SIGALRM (h_deadline), and
+ * each child also gets PR_SET_PDEATHSIG=SIGKILL, so a failing, crashing or killed
+ * test leaves no redis-server or inventoryd behind. Temp dirs (mkdtemp under $TMPDIR,
+ * default /tmp) are removed by the matching _free and at exit.
+ *
+ * Servers listen on 127.0.0.1 only, on a port found free by binding port 0.
+ *
+ * HTTP. Each h_http call opens its own socket (no shared state), so the client is
+ * safe to call from many threads at once. Requests carry `Connection: close`; the
+ * reply is read until Content-Length (or the chunked terminator, or EOF), with a
+ * receive timeout.
+ *
+ * Errors: functions return 0/-1 or pointer/NULL and print the reason to stderr with
+ * a "harness:" prefix, so a failing assert in a test has its cause just above it.
+ * None of them calls cmocka's asserts: they may run on any thread.
+ */
+#ifndef TESTS_HARNESS_H
+#define TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+/* ---- processes ---------------------------------------------------------------- */
+
+/* Arm a watchdog for the running test: after `seconds` the process prints which
+ * limit was hit, kills every registered child and exits 1. 0 disarms it. */
+void h_deadline(unsigned seconds);
+
+/* A loopback TCP port that was free a moment ago (0 on failure). */
+int h_free_port(void);
+
+/* Make a fresh directory under $TMPDIR (or /tmp), removed at exit if still there.
+ * Returns a malloc'd path, caller frees (h_rmtree removes it). NULL on failure. */
+char *h_tempdir(const char *tag);
+
+/* Remove a directory tree. Returns 0 or -1. */
+int h_rmtree(const char *path);
+
+/* Run a command to completion with extra environment entries ("NAME=value",
+ * NULL-terminated, may be NULL; INVENTORY_* from our own environment is never passed
+ * on). stdout and stderr are captured into malloc'd strings (caller frees; either
+ * pointer may be NULL to discard). Returns the exit status, 128+signal when it died
+ * of a signal, or -1 when it had to be killed after `timeout_ms` or could not run. */
+int h_run_cmd(const char *const argv[], const char *const env[], int timeout_ms,
+              char **out, char **err);
+
+/* ---- redis-server ------------------------------------------------------------- */
+
+/* A redis-server child: 127.0.0.1, own temp dir, AOF on (everysec), no RDB. */
+typedef struct h_redis h_redis;
+
+/* Start one on a free port and wait until it answers PING. NULL on failure. The
+ * binary is $REDIS_SERVER or redis-server from PATH. Free with h_redis_free(). */
+h_redis *h_redis_start(void);
+
+/* Stop gracefully (SIGCONT, SIGTERM, wait; SIGKILL after 10 s): AOF is flushed. */
+int h_redis_stop(h_redis *r);
+
+/* SIGKILL and reap: whatever the last everysec fsync missed is lost. */
+int h_redis_kill(h_redis *r);
+
+/* SIGSTOP / SIGCONT: a hung Redis that keeps its connections open. */
+int h_redis_pause(h_redis *r);
+int h_redis_resume(h_redis *r);
+
+/* Start again on the same port and dir (the AOF is replayed) and wait for PING.
+ * Stops the running one first if there is one. */
+int h_redis_restart(h_redis *r);
+
+/* Stop if running, remove the temp dir, free. NULL is fine. */
+void h_redis_free(h_redis *r);
+
+int h_redis_port(const h_redis *r);
+
+/* "127.0.0.1:PORT", valid as long as `r` is. */
+const char *h_redis_addr(const h_redis *r);
+
+/* A new hiredis connection to `r` (2 s timeouts), caller redisFree()s. NULL on error. */
+redisContext *h_redis_connect(const h_redis *r);
+
+/* Key of segment `seg`'s lock, as segments/keys.h builds it: inv:{SKU:SEG}:lock.
+ * `buf` must hold 160 bytes. */
+char *h_key_lock(char *buf, const char *sku, int seg);
+
+/* SET `key` `value` PX `px_ms` (NX when `nx`). Returns 0 when set, -1 otherwise. */
+int h_redis_set_px(const h_redis *r, const char *key, const char *value, long px_ms,
+                   bool nx);
+
+/* GET `key` into `buf` (""/1 when the key does not exist). Returns 1 when it exists,
+ * 0 when not, -1 on error. */
+int h_redis_get(const h_redis *r, const char *key, char *buf, size_t len);
+
+/* ---- inventoryd --------------------------------------------------------------- */
+
+typedef struct h_svc h_svc;
+
+struct h_svc_opts {
+    const char *config_json;     /* contents of the --config file; NULL: "{}" */
+    const char *const *args;     /* extra arguments, NULL-terminated; may be NULL */
+    const char *const *env;      /* extra "NAME=value" entries, NULL-terminated */
+    int port;                    /* port to wait on; 0: pick a free one */
+    bool no_port_flag;           /* do not pass --port (config/env decide; set .port) */
+    bool no_redis_flag;          /* do not pass --redis */
+    int start_timeout_ms;        /* how long to wait for /livez 200; 0: 15000 */
+};
+
+/* Start $INVENTORYD (default build/inventoryd) with
+ *   --config FILE [--port P] --bind 127.0.0.1 [--redis 127.0.0.1:RPORT] <args...>
+ * and wait until GET /livez answers 200. `r` may be NULL (no --redis). stdout and
+ * stderr go to a log file in the service's temp dir (h_svc_dump_log). NULL on
+ * failure, after printing the log. Free with h_svc_free(). */
+h_svc *h_svc_start(const h_redis *r, const struct h_svc_opts *opts);
+
+/* Shorthand: default options plus `args` (NULL-terminated, may be NULL). */
+h_svc *h_svc_start_args(const h_redis *r, const char *const *args);
+
+int h_svc_port(const h_svc *s);
+
+/* SIGTERM and wait up to 10 s, then SIGKILL. Returns the exit status as h_run_cmd. */
+int h_svc_stop(h_svc *s);
+int h_svc_kill(h_svc *s);
+int h_svc_pause(h_svc *s);
+int h_svc_resume(h_svc *s);
+
+/* True while the child has not exited (waitpid WNOHANG; reaps it if it has). */
+bool h_svc_alive(h_svc *s);
+
+/* Print the last `max_bytes` of the service's log to stderr. */
+void h_svc_dump_log(const h_svc *s, size_t max_bytes);
+
+/* Stop if running, remove its temp dir, free. NULL is fine. */
+void h_svc_free(h_svc *s);
+
+/* ---- HTTP client -------------------------------------------------------------- */
+
+struct h_resp {
+    int status;              /* HTTP status; -1 when no response could be read */
+    char *headers;           /* raw header block (after the status line), malloc'd */
+    char *body;              /* body, NUL-terminated, malloc'd ("" when none) */
+    size_t body_len;
+    char content_type[128];  /* header values, "" when absent */
+    char retry_after[64];
+    char allow[128];
+    char err[160];           /* why status is -1 */
+};
+
+/* Receive/send timeout of every request, default 30000 ms. Set before threads start. */
+void h_http_set_timeout(int ms);
+
+/* Send one request to 127.0.0.1:port. `headers` is "Name: value\r\n" lines or NULL;
+ * Host, Connection: close and (when body != NULL) Content-Length are added. Always
+ * fills `out` (free with h_resp_free) and returns out->status. */
+int h_http(int port, const char *method, const char *path, const char *headers,
+           const char *body, size_t body_len, struct h_resp *out);
+
+/* Like h_http with a JSON body: adds Content-Type: application/json when `json` is
+ * not NULL and Authorization: Bearer `token` when `token` is not NULL. */
+int h_req(int port, const char *method, const char *path, const char *token,
+          const char *json, struct h_resp *out);
+
+/* Send raw bytes as they are, optionally half-close, and read whatever comes back.
+ * Returns out->status (-1 when the server just closed). */
+int h_http_raw(int port, const void *bytes, size_t len, bool shut_wr, struct h_resp *out);
+
+void h_resp_free(struct h_resp *r);
+
+/* Parse the body; new reference or NULL (with the reason printed). */
+json_t *h_resp_json(const struct h_resp *r);
+
+/* 0 when `r` is status `status` with Content-Type application/json and a body that
+ * is exactly {"error": <string>, "detail": <string>} with error == `code` (any
+ * non-empty code when NULL); else prints what differs and returns -1. */
+int h_expect_error(const struct h_resp *r, int status, const char *code);
+
+/* ---- domain helpers ----------------------------------------------------------- */
+
+/* PUT /admin/skus/SKU {"stock","segments","mode","hold_ms"}; 0 on 200. */
+int h_put_sku(int port, const char *token, const char *sku, long long stock,
+              int segments, const char *mode, int hold_ms);
+
+/* GET /admin/skus/SKU parsed; new reference or NULL. */
+json_t *h_get_sku(int port, const char *token, const char *sku);
+
+/* GET /admin/stats and return counter `name` (-1 on error or when absent). */
+long long h_stat(int port, const char *token, const char *name);
+
+/* POST /orders {"sku","qty"[,"order_id"]} (order_id NULL: omitted). Returns the
+ * status; `out` may be NULL. */
+int h_order(int port, const char *sku, long long qty, const char *order_id,
+            struct h_resp *out);
+
+/* Audit a SKU through GET /admin/skus/SKU: remaining + sold == initial, every
+ * segment_stock >= 0, sum(segment_stock) == remaining, sum(segment_sold) == sold
+ * (when present), both arrays have `segments` entries, and -- when every order was
+ * qty 1 (`unit_orders`) -- orders == sold. When `initial` >= 0 it must match too.
+ * Returns 0, or -1 after printing each violation. */
+int h_audit(int port, const char *token, const char *sku, long long initial,
+            bool unit_orders);
+
+/* Run fn(idx, ctx) on `n` threads released together by a barrier; join them all.
+ * Returns 0, or -1 when the threads could not be started. */
+int h_parallel(int n, void (*fn)(int idx, void *ctx), void *ctx);
+
+/* Sleep for `ms` milliseconds. */
+void h_sleep_ms(long ms);
+
+/* Monotonic milliseconds. */
+long long h_now_ms(void);
+
+#endif
