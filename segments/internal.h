@@ -1,0 +1,47 @@
+/* internal.h -- the layout of `inv` and `inv_conn`, private to segments/.
+ *
+ * Nothing outside segments/ includes this file; api/ and service/ see only the
+ * opaque handles of inventory.h.
+ */
+#ifndef SEG_INTERNAL_H
+#define SEG_INTERNAL_H
+
+#include <hiredis/hiredis.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "segments/inventory.h"
+#include "segments/scripts.h"
+#include "segments/stats.h"
+
+typedef struct skutab skutab;
+typedef struct watchdog watchdog;
+
+struct inv {
+    struct inv_options opt;     /* opt.redis_host points at `host` */
+    char *host;
+    _Atomic long long stats[STAT__COUNT];
+    skutab *tab;                /* in-process state per SKU (skutab.h) */
+    watchdog *wd;               /* renews the leases of held locks (watchdog.h) */
+};
+
+struct inv_conn {
+    inv *v;
+    redisContext *rc;           /* NULL until connected, and again after an error */
+    char sha[SCRIPT__COUNT][41];/* SCRIPT LOAD results for this connection */
+    uint64_t rng;               /* xorshift state: ring start and backoff jitter */
+    uint64_t token_id;          /* random per connection: prefix of every lock token */
+    uint64_t token_seq;         /* counter: suffix of every lock token */
+    char errstr[128];           /* last Redis error, for logs */
+};
+
+/* Milliseconds on the monotonic clock. */
+int64_t inv_now_ms(void);
+
+/* A uniformly random integer in [0, n) from the connection's generator; n > 0. */
+uint32_t inv_rand(inv_conn *c, uint32_t n);
+
+/* Fill `out` (33 bytes) with 32 hex digits of fresh randomness from the kernel. */
+void inv_random_hex(char out[33]);
+
+#endif

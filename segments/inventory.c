@@ -1,0 +1,142 @@
+/* inventory.c -- the process-wide domain handle and per-worker connections. */
+#include "segments/inventory.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "segments/internal.h"
+#include "segments/skutab.h"
+#include "segments/store.h"
+#include "segments/watchdog.h"
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n, size);
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+static void fill_random(void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0) {
+            perror("getrandom");
+            abort();
+        }
+        p += got;
+        n -= (size_t)got;
+    }
+}
+
+inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
+{
+    inv *v = xcalloc(1, sizeof *v);
+    v->opt = *opt;
+    v->host = strdup(opt->redis_host ? opt->redis_host : "127.0.0.1");
+    if (v->host == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    v->opt.redis_host = v->host;
+    for (int i = 0; i < STAT__COUNT; i++)
+        atomic_init(&v->stats[i], 0);
+    v->tab = skutab_create();
+    v->wd = watchdog_create(v, err, errlen);
+    if (v->wd == NULL) {
+        inv_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+void inv_free(inv *v)
+{
+    if (v == NULL)
+        return;
+    watchdog_free(v->wd);
+    skutab_free(v->tab);
+    free(v->host);
+    free(v);
+}
+
+inv_conn *inv_conn_create(inv *v)
+{
+    inv_conn *c = xcalloc(1, sizeof *c);
+    c->v = v;
+    fill_random(&c->rng, sizeof c->rng);
+    c->rng |= 1; /* xorshift must not start at 0 */
+    fill_random(&c->token_id, sizeof c->token_id);
+    return c;
+}
+
+void inv_conn_free(inv_conn *c)
+{
+    if (c == NULL)
+        return;
+    store_drop(c);
+    free(c);
+}
+
+inv_status inv_ping(inv_conn *c)
+{
+    redisReply *r = store_command(c, "PING");
+    if (r == NULL)
+        return INV_UNAVAILABLE;
+    freeReplyObject(r);
+    return INV_OK;
+}
+
+const char *inv_status_name(inv_status s)
+{
+    switch (s) {
+    case INV_OK: return "ok";
+    case INV_REPLAYED: return "replayed";
+    case INV_SOLD_OUT: return "sold_out";
+    case INV_INSUFFICIENT: return "insufficient_stock";
+    case INV_UNKNOWN_SKU: return "unknown_sku";
+    case INV_NOT_FOUND: return "not_found";
+    case INV_CONFLICT: return "order_id_conflict";
+    case INV_BUSY: return "busy";
+    case INV_UNAVAILABLE: return "backend_unavailable";
+    case INV_INVALID: return "invalid_field";
+    }
+    return "unknown";
+}
+
+int64_t inv_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint32_t inv_rand(inv_conn *c, uint32_t n)
+{
+    /* xorshift64*: plenty for picking a segment and jittering a wait. */
+    uint64_t x = c->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    c->rng = x;
+    return (uint32_t)(((x * 2685821657736338717ULL) >> 32) % n);
+}
+
+void inv_random_hex(char out[33])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char b[16];
+    fill_random(b, sizeof b);
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[32] = '\0';
+}

@@ -1,0 +1,70 @@
+/* keys.c -- Redis key names and name validation (schema in keys.h). */
+#include "segments/keys.h"
+
+#include <stdio.h>
+#include <string.h>
+
+bool seg_valid_name(const char *s)
+{
+    if (s == NULL)
+        return false;
+    size_t n = 0;
+    for (; s[n] != '\0'; n++) {
+        unsigned char ch = (unsigned char)s[n];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
+        if (!ok || n >= SEG_NAME_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
+char *seg_key_skus(char *buf)
+{
+    snprintf(buf, SEG_KEY_MAX, "inv:skus");
+    return buf;
+}
+
+char *seg_key_meta(char *buf, const char *sku)
+{
+    snprintf(buf, SEG_KEY_MAX, "inv:sku:{%s}", sku);
+    return buf;
+}
+
+/* Every per-segment key shares the hash tag {sku:i}, so one segment is one slot. */
+static char *segment_key(char *buf, const char *sku, int i, const char *what)
+{
+    snprintf(buf, SEG_KEY_MAX, "inv:{%s:%d}:%s", sku, i, what);
+    return buf;
+}
+
+char *seg_key_stock(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "stock");
+}
+
+char *seg_key_sold(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "sold");
+}
+
+char *seg_key_lock(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "lock");
+}
+
+char *seg_key_orders(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "orders");
+}
+
+char *seg_key_order(char *buf, const char *id)
+{
+    snprintf(buf, SEG_KEY_MAX, "inv:order:{%s}", id);
+    return buf;
+}
+
+const char *seg_key_events(void)
+{
+    return "inv:events";
+}

@@ -1,0 +1,36 @@
+/* lock.h -- one segment's lock: acquire (with the stock read), fenced deduct, release.
+ *
+ * A lock is the key inv:{sku:i}:lock holding a token unique to one attempt
+ * (connection id + counter), set with NX and a PX lease. Only the token's owner
+ * can release or renew it (compare in Lua), and the deduction runs in the same
+ * script as the token check, so a holder whose lease lapsed writes nothing.
+ * Each call returns 0 with `out` filled, or -1 when Redis gave no usable answer.
+ */
+#ifndef SEG_LOCK_H
+#define SEG_LOCK_H
+
+#include "segments/internal.h"
+
+struct lock_reply {
+    enum script_reply code;
+    long long stock;    /* OK/BUSY/SHORT: stock seen (DEDUCT OK: stock left) */
+    char *record;       /* EXISTS: the existing order record; caller frees */
+};
+
+/* A fresh token, unique to this attempt across every connection and instance. */
+void lock_new_token(inv_conn *c, char token[33]);
+
+/* Check order `id`, read segment i's stock and, when it holds `qty`, take its lock
+ * with `token`. Codes: OK (taken), BUSY, SHORT, EXISTS, MISSING. */
+int lock_acquire(inv_conn *c, const char *sku, int i, const char *id, long long qty,
+                 const char *token, struct lock_reply *out);
+
+/* Fenced deduct of `qty` from segment i recording `record` under order `id`, then
+ * release. token "" = no lock (mode atomic). Codes: OK, FENCED, EXISTS, SHORT, MISSING. */
+int lock_deduct(inv_conn *c, const char *sku, int i, const char *token, const char *id,
+                long long qty, const char *record, struct lock_reply *out);
+
+/* Release segment i's lock if `token` still owns it. 1 released, 0 not ours, -1 error. */
+int lock_release(inv_conn *c, const char *sku, int i, const char *token);
+
+#endif

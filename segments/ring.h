@@ -1,0 +1,24 @@
+/* ring.h -- the order in which an order visits segments, and how long it waits.
+ *
+ * An order starts at a random segment and walks the ring once per round, so load
+ * spreads evenly and no segment is everyone's first choice. After a round that
+ * found every candidate busy it waits a jittered, exponentially growing time
+ * (no hot spinning, no herd), never past the caller's deadline.
+ */
+#ifndef SEG_RING_H
+#define SEG_RING_H
+
+#include <stdint.h>
+
+#define RING_BACKOFF_MIN_MS 1
+#define RING_BACKOFF_MAX_MS 32
+
+/* The k-th segment visited (0 <= k < n) by a round starting at `start` (0 <= start < n). */
+int ring_segment(int start, int k, int n);
+
+/* Wait before round `round` + 1 (round >= 0): uniformly in [b/2, b] where
+ * b = min(MIN << round, MAX), chosen by `rnd`; at most `remaining_ms`, at least 1
+ * when remaining_ms >= 1, 0 when remaining_ms <= 0. */
+int ring_backoff_ms(int round, uint32_t rnd, int remaining_ms);
+
+#endif

@@ -1,0 +1,194 @@
+/* sku.c -- SKU administration (see sku.h). */
+#include "segments/sku.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/internal.h"
+#include "segments/skutab.h"
+#include "segments/store.h"
+
+const char *sku_mode_name(sku_mode m)
+{
+    return m == SKU_MODE_ATOMIC ? "atomic" : "lock";
+}
+
+int sku_mode_parse(const char *s, sku_mode *out)
+{
+    if (s != NULL && strcmp(s, "lock") == 0)
+        *out = SKU_MODE_LOCK;
+    else if (s != NULL && strcmp(s, "atomic") == 0)
+        *out = SKU_MODE_ATOMIC;
+    else
+        return -1;
+    return 0;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+/* Run RESET over `old` existing segments, writing `cfg` (NULL: delete the SKU). */
+static inv_status reset(inv_conn *c, const char *sku, int old, const struct sku_config *cfg)
+{
+    int n = cfg ? cfg->segments : 0;
+    int m = old > n ? old : n;
+    int nkeys = 2 + 4 * m;
+    char (*names)[SEG_KEY_MAX] = xmalloc(sizeof *names * (size_t)nkeys);
+    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
+    keys[0] = seg_key_meta(names[0], sku);
+    keys[1] = seg_key_skus(names[1]);
+    for (int i = 0; i < m; i++) {
+        int b = 2 + 4 * i;
+        keys[b] = seg_key_stock(names[b], sku, i);
+        keys[b + 1] = seg_key_sold(names[b + 1], sku, i);
+        keys[b + 2] = seg_key_lock(names[b + 2], sku, i);
+        keys[b + 3] = seg_key_orders(names[b + 3], sku, i);
+    }
+    /* Order keys are "<prefix><id><suffix>": split a key built around an empty id. */
+    char order_key[SEG_KEY_MAX], prefix[SEG_KEY_MAX];
+    seg_key_order(order_key, "");
+    const char *suffix = strchr(order_key, '}');
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(suffix - order_key), order_key);
+
+    char segs[16], hold[16], initial[24], more[24], share[24], extra[16];
+    long long stock = cfg ? cfg->stock : 0;
+    snprintf(segs, sizeof segs, "%d", n);
+    snprintf(hold, sizeof hold, "%d", cfg ? cfg->hold_ms : 0);
+    snprintf(initial, sizeof initial, "%lld", stock);
+    snprintf(share, sizeof share, "%lld", n ? stock / n : 0);
+    snprintf(more, sizeof more, "%lld", n ? stock / n + 1 : 0);
+    snprintf(extra, sizeof extra, "%lld", n ? stock % n : 0);
+    const char *args[] = {sku,  prefix, suffix,  segs, sku_mode_name(cfg ? cfg->mode : 0),
+                          hold, initial, more, share, extra};
+
+    redisReply *r = store_eval(c, SCRIPT_RESET, nkeys, keys, 10, args);
+    free(keys);
+    free(names);
+    skutab_invalidate(c->v, sku);
+    if (r == NULL)
+        return INV_UNAVAILABLE;
+    freeReplyObject(r);
+    return INV_OK;
+}
+
+/* Segment count of `sku` in Redis: >= 1, 0 when unknown, -1 when unavailable. */
+static int current_segments(inv_conn *c, const char *sku)
+{
+    struct sku_view view;
+    inv_status st = skutab_read(c, sku, &view);
+    return st == INV_OK ? view.cfg.segments : st == INV_UNKNOWN_SKU ? 0 : -1;
+}
+
+inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg)
+{
+    if (!seg_valid_name(sku) || cfg->segments < 1 || cfg->segments > SEG_MAX_SEGMENTS ||
+        cfg->stock < 0 || cfg->stock > SKU_STOCK_MAX || cfg->hold_ms < 0 ||
+        cfg->hold_ms > SKU_HOLD_MAX_MS ||
+        (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC))
+        return INV_INVALID;
+    int old = current_segments(c, sku);
+    return old < 0 ? INV_UNAVAILABLE : reset(c, sku, old, cfg);
+}
+
+inv_status sku_delete(inv_conn *c, const char *sku)
+{
+    if (!seg_valid_name(sku))
+        return INV_INVALID;
+    int old = current_segments(c, sku);
+    return old < 0 ? INV_UNAVAILABLE : old == 0 ? INV_UNKNOWN_SKU : reset(c, sku, old, NULL);
+}
+
+struct status_cmds {
+    const char *sku;
+    int n;
+};
+
+static void append_status(redisContext *rc, void *arg)
+{
+    const struct status_cmds *s = arg;
+    char key[SEG_KEY_MAX];
+    for (int i = 0; i < s->n; i++) {
+        redisAppendCommand(rc, "GET %s", seg_key_stock(key, s->sku, i));
+        redisAppendCommand(rc, "GET %s", seg_key_sold(key, s->sku, i));
+        redisAppendCommand(rc, "HLEN %s", seg_key_orders(key, s->sku, i));
+        redisAppendCommand(rc, "EXISTS %s", seg_key_lock(key, s->sku, i));
+    }
+}
+
+inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
+{
+    if (!seg_valid_name(sku))
+        return INV_INVALID;
+    struct sku_view view;
+    inv_status rc = skutab_read(c, sku, &view);
+    if (rc != INV_OK)
+        return rc;
+    memset(st, 0, sizeof *st);
+    snprintf(st->sku, sizeof st->sku, "%s", sku);
+    st->cfg = view.cfg;
+
+    int n = view.cfg.segments;
+    redisReply **r = xmalloc(sizeof *r * (size_t)(4 * n));
+    struct status_cmds cmds = {sku, n};
+    if (store_pipeline(c, 4 * n, append_status, &cmds, r) != 0) {
+        free(r);
+        return INV_UNAVAILABLE;
+    }
+    for (int i = 0; i < n; i++) {
+        st->segment_stock[i] = store_integer(r[4 * i], 0);
+        st->segment_sold[i] = store_integer(r[4 * i + 1], 0);
+        st->remaining += st->segment_stock[i];
+        st->sold += st->segment_sold[i];
+        st->orders += store_integer(r[4 * i + 2], 0);
+        st->locks_held += store_integer(r[4 * i + 3], 0) > 0;
+    }
+    for (int i = 0; i < 4 * n; i++)
+        freeReplyObject(r[i]);
+    free(r);
+    return INV_OK;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+inv_status sku_list(inv_conn *c, char ***names, size_t *n)
+{
+    *names = NULL;
+    *n = 0;
+    char key[SEG_KEY_MAX];
+    redisReply *r = store_command(c, "SMEMBERS %s", seg_key_skus(key));
+    if (r == NULL)
+        return INV_UNAVAILABLE;
+    char **out = xmalloc(sizeof *out * (r->elements + 1));
+    size_t k = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        if (r->element[i]->type != REDIS_REPLY_STRING)
+            continue;
+        if ((out[k++] = strdup(r->element[i]->str)) == NULL) {
+            fprintf(stderr, "out of memory\n");
+            abort();
+        }
+    }
+    freeReplyObject(r);
+    qsort(out, k, sizeof *out, compare_names);
+    *names = out;
+    *n = k;
+    return INV_OK;
+}
+
+void sku_list_free(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}

@@ -1,0 +1,251 @@
+/* skutab.c -- the in-process table of SKUs (see skutab.h). */
+#include "segments/skutab.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "segments/keys.h"
+#include "segments/store.h"
+
+#define BUCKETS 256
+
+struct sku_local {
+    char name[SEG_NAME_MAX + 1];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;              /* signalled when a claim is given back */
+    bool valid;                     /* settings known */
+    bool refreshing;                /* a worker is re-reading them */
+    struct sku_view view;
+    int64_t fetched_ms;
+    int waiters;
+    int empty_count;
+    unsigned char claimed[SEG_MAX_SEGMENTS];
+    unsigned char empty[SEG_MAX_SEGMENTS];
+    sku_local *next;
+};
+
+struct skutab {
+    pthread_rwlock_t lock;          /* guards the buckets, not the entries */
+    sku_local *bucket[BUCKETS];
+};
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n, size);
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+static unsigned hash(const char *s)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % BUCKETS;
+}
+
+skutab *skutab_create(void)
+{
+    skutab *t = xcalloc(1, sizeof *t);
+    pthread_rwlock_init(&t->lock, NULL);
+    return t;
+}
+
+void skutab_free(skutab *t)
+{
+    if (t == NULL)
+        return;
+    for (int b = 0; b < BUCKETS; b++) {
+        for (sku_local *e = t->bucket[b], *next; e != NULL; e = next) {
+            next = e->next;
+            pthread_mutex_destroy(&e->mu);
+            pthread_cond_destroy(&e->cv);
+            free(e);
+        }
+    }
+    pthread_rwlock_destroy(&t->lock);
+    free(t);
+}
+
+static sku_local *find(skutab *t, const char *sku)
+{
+    for (sku_local *e = t->bucket[hash(sku)]; e != NULL; e = e->next)
+        if (strcmp(e->name, sku) == 0)
+            return e;
+    return NULL;
+}
+
+static sku_local *find_or_add(skutab *t, const char *sku)
+{
+    pthread_rwlock_rdlock(&t->lock);
+    sku_local *e = find(t, sku);
+    pthread_rwlock_unlock(&t->lock);
+    if (e != NULL)
+        return e;
+
+    pthread_rwlock_wrlock(&t->lock);
+    if ((e = find(t, sku)) == NULL) {
+        e = xcalloc(1, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", sku);
+        pthread_mutex_init(&e->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&e->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        unsigned b = hash(sku);
+        e->next = t->bucket[b];
+        t->bucket[b] = e;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    return e;
+}
+
+inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
+{
+    char key[SEG_KEY_MAX];
+    redisReply *r = store_command(c, "HMGET %s segments mode hold_ms initial gen",
+                                  seg_key_meta(key, sku));
+    if (r == NULL)
+        return INV_UNAVAILABLE;
+    inv_status st = INV_UNKNOWN_SKU;
+    if (store_is_array(r, 5) && r->element[0]->type == REDIS_REPLY_STRING) {
+        out->cfg.segments = (int)store_integer(r->element[0], 0);
+        out->cfg.hold_ms = (int)store_integer(r->element[2], 0);
+        out->cfg.stock = store_integer(r->element[3], 0);
+        out->gen = store_integer(r->element[4], 0);
+        const char *mode = r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
+        if (sku_mode_parse(mode, &out->cfg.mode) == 0 && out->cfg.segments >= 1 &&
+            out->cfg.segments <= SEG_MAX_SEGMENTS)
+            st = INV_OK;
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out, struct sku_view *view)
+{
+    skutab *t = c->v->tab;
+    pthread_rwlock_rdlock(&t->lock);
+    sku_local *e = find(t, sku);
+    pthread_rwlock_unlock(&t->lock);
+
+    int64_t now = inv_now_ms();
+    if (e != NULL) {
+        pthread_mutex_lock(&e->mu);
+        bool fresh = e->valid && now - e->fetched_ms < c->v->opt.meta_cache_ms;
+        if (fresh || (e->valid && e->refreshing)) {
+            *view = e->view;
+            pthread_mutex_unlock(&e->mu);
+            *out = e;
+            return INV_OK;
+        }
+        e->refreshing = true;
+        pthread_mutex_unlock(&e->mu);
+    }
+
+    struct sku_view fetched;
+    inv_status st = skutab_read(c, sku, &fetched);
+    if (st == INV_OK && e == NULL)
+        e = find_or_add(t, sku);
+    if (e == NULL)
+        return st;
+
+    pthread_mutex_lock(&e->mu);
+    e->refreshing = false;
+    if (st == INV_OK) {
+        if (!e->valid || e->view.gen != fetched.gen) {
+            memset(e->empty, 0, sizeof e->empty);
+            e->empty_count = 0;
+        }
+        e->view = fetched;
+        e->valid = true;
+        e->fetched_ms = now;
+        *view = fetched;
+    } else if (st == INV_UNKNOWN_SKU) {
+        e->valid = false;
+    }
+    pthread_mutex_unlock(&e->mu);
+    *out = e;
+    return st;
+}
+
+void skutab_invalidate(inv *v, const char *sku)
+{
+    pthread_rwlock_rdlock(&v->tab->lock);
+    sku_local *e = find(v->tab, sku);
+    pthread_rwlock_unlock(&v->tab->lock);
+    if (e == NULL)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->valid = false;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+bool skutab_claim(sku_local *e, int i)
+{
+    pthread_mutex_lock(&e->mu);
+    bool ok = !e->claimed[i];
+    e->claimed[i] = 1;
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+void skutab_unclaim(sku_local *e, int i)
+{
+    pthread_mutex_lock(&e->mu);
+    e->claimed[i] = 0;
+    if (e->waiters > 0)
+        pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void skutab_mark_empty(sku_local *e, long long gen, int i)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->valid && e->view.gen == gen && !e->empty[i]) {
+        e->empty[i] = 1;
+        e->empty_count++;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+bool skutab_is_empty(sku_local *e, int i)
+{
+    pthread_mutex_lock(&e->mu);
+    bool empty = e->empty[i];
+    pthread_mutex_unlock(&e->mu);
+    return empty;
+}
+
+bool skutab_sold_out(sku_local *e, long long gen)
+{
+    pthread_mutex_lock(&e->mu);
+    bool out = e->valid && e->view.gen == gen && e->empty_count >= e->view.cfg.segments;
+    pthread_mutex_unlock(&e->mu);
+    return out;
+}
+
+void skutab_wait(sku_local *e, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->waiters++;
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    e->waiters--;
+    pthread_mutex_unlock(&e->mu);
+}

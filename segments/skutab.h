@@ -1,0 +1,58 @@
+/* skutab.h -- what this process knows of each SKU between Redis calls.
+ *
+ * Redis is the truth; this table only saves round trips and wake-ups:
+ *  - settings (segments, mode, hold_ms) cached for meta_cache_ms, tagged with the
+ *    SKU's generation; a reset anywhere bumps the generation, so every instance
+ *    sees it within meta_cache_ms (at once on the instance that did it);
+ *  - `claimed`: segments a worker of this process is locking or holding; other
+ *    local workers skip them without asking Redis, and wait on a condition
+ *    variable that a release signals, instead of polling;
+ *  - `empty`: segments seen at 0 stock in the current generation (stock only
+ *    grows by a reset, which changes the generation), so a sold-out SKU is
+ *    answered without Redis.
+ * Entries live until skutab_free; SKUs unknown to Redis get none.
+ */
+#ifndef SEG_SKUTAB_H
+#define SEG_SKUTAB_H
+
+#include <stdbool.h>
+
+#include "segments/internal.h"
+#include "segments/sku.h"
+
+typedef struct sku_local sku_local;
+
+struct sku_view {
+    struct sku_config cfg;   /* cfg.stock is the initial stock */
+    long long gen;
+};
+
+skutab *skutab_create(void);
+void skutab_free(skutab *t);
+
+/* The entry of `sku` with its settings, re-read from Redis when older than
+ * meta_cache_ms. INV_OK (*e, *view set), INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
+inv_status skutab_get(inv_conn *c, const char *sku, sku_local **e, struct sku_view *view);
+
+/* Read the settings of `sku` from Redis, bypassing the cache: INV_OK,
+ * INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
+inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *view);
+
+/* Forget the cached settings of `sku` (after a local reset or delete). */
+void skutab_invalidate(inv *v, const char *sku);
+
+/* Claim segment i for this worker: false when another local worker has it. */
+bool skutab_claim(sku_local *e, int i);
+/* Give a claim back and wake one waiter. */
+void skutab_unclaim(sku_local *e, int i);
+
+/* Record that segment i held 0 stock in generation `gen` (ignored if stale). */
+void skutab_mark_empty(sku_local *e, long long gen, int i);
+bool skutab_is_empty(sku_local *e, int i);
+/* True when every one of the SKU's segments is known empty in `gen`. */
+bool skutab_sold_out(sku_local *e, long long gen);
+
+/* Sleep until a local release or `ms` milliseconds, whichever is first. */
+void skutab_wait(sku_local *e, int ms);
+
+#endif

@@ -1,0 +1,174 @@
+/* store.c -- a worker's Redis connection (see store.h). */
+#include "segments/store.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+static void set_error(inv_conn *c, const char *what, const char *detail)
+{
+    snprintf(c->errstr, sizeof c->errstr, "%s: %.100s", what, detail);
+    stat_add(c->v, STAT_REDIS_ERRORS, 1);
+}
+
+/* Judge a reply: keep it when usable; otherwise record why, drop the connection on
+ * I/O errors, free the reply and return NULL. */
+static redisReply *checked(inv_conn *c, redisReply *r)
+{
+    if (r == NULL) {
+        set_error(c, "redis", c->rc && c->rc->errstr[0] ? c->rc->errstr : "no reply");
+        store_drop(c);
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        set_error(c, "redis error", r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int load_scripts(inv_conn *c)
+{
+    for (int i = 0; i < SCRIPT__COUNT; i++)
+        redisAppendCommand(c->rc, "SCRIPT LOAD %s", script_source((enum script_id)i));
+    int rc = 0;
+    for (int i = 0; i < SCRIPT__COUNT; i++) {
+        void *p = NULL;
+        if (redisGetReply(c->rc, &p) != REDIS_OK) {
+            set_error(c, "script load", c->rc->errstr);
+            return -1;
+        }
+        redisReply *r = p;
+        if (r->type == REDIS_REPLY_STRING && r->len == 40)
+            memcpy(c->sha[i], r->str, 41);
+        else {
+            set_error(c, "script load", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+            rc = -1;
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+int store_connect(inv_conn *c)
+{
+    if (c->rc != NULL)
+        return 0;
+    int ms = c->v->opt.redis_timeout_ms;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    c->rc = redisConnectWithTimeout(c->v->opt.redis_host, c->v->opt.redis_port, tv);
+    if (c->rc == NULL) {
+        set_error(c, "connect", "out of memory");
+        return -1;
+    }
+    if (c->rc->err) {
+        set_error(c, "connect", c->rc->errstr);
+        store_drop(c);
+        return -1;
+    }
+    if (redisSetTimeout(c->rc, tv) != REDIS_OK || load_scripts(c) != 0) {
+        if (c->rc && c->rc->err)
+            set_error(c, "connect", c->rc->errstr);
+        store_drop(c);
+        return -1;
+    }
+    return 0;
+}
+
+void store_drop(inv_conn *c)
+{
+    if (c->rc != NULL) {
+        redisFree(c->rc);
+        c->rc = NULL;
+    }
+}
+
+redisReply *store_command(inv_conn *c, const char *fmt, ...)
+{
+    if (store_connect(c) != 0)
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c->rc, fmt, ap);
+    va_end(ap);
+    return checked(c, r);
+}
+
+redisReply *store_eval(inv_conn *c, enum script_id id, int nkeys, const char *const *keys,
+                       int nargs, const char *const *args)
+{
+    if (store_connect(c) != 0)
+        return NULL;
+    char nk[16];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int argc = 3 + nkeys + nargs;
+    const char *small[32];
+    const char **argv = argc <= 32 ? small : malloc(sizeof *argv * (size_t)argc);
+    if (argv == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    argv[0] = "EVALSHA";
+    argv[1] = c->sha[id];
+    argv[2] = nk;
+    memcpy(argv + 3, keys, sizeof *keys * (size_t)nkeys);
+    memcpy(argv + 3 + nkeys, args, sizeof *args * (size_t)nargs);
+
+    redisReply *r = redisCommandArgv(c->rc, argc, argv, NULL);
+    if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        /* Redis restarted or flushed its scripts: EVAL sends the source and caches it. */
+        freeReplyObject(r);
+        argv[0] = "EVAL";
+        argv[1] = script_source(id);
+        r = redisCommandArgv(c->rc, argc, argv, NULL);
+    }
+    if (argv != small)
+        free(argv);
+    return checked(c, r);
+}
+
+int store_pipeline(inv_conn *c, int n, void (*append)(redisContext *rc, void *arg),
+                   void *arg, redisReply **out)
+{
+    if (store_connect(c) != 0)
+        return -1;
+    append(c->rc, arg);
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        if (redisGetReply(c->rc, &p) != REDIS_OK)
+            p = NULL;
+        if ((out[i] = checked(c, p)) == NULL) {
+            for (int j = 0; j < i; j++)
+                freeReplyObject(out[j]);
+            /* Replies still in flight would answer the next caller's command. */
+            store_drop(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int store_is_array(const redisReply *r, size_t n)
+{
+    return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= n;
+}
+
+long long store_integer(const redisReply *r, long long dflt)
+{
+    if (r == NULL)
+        return dflt;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(r->str, &end, 10);
+        if (errno == 0 && end != r->str && *end == '\0')
+            return v;
+    }
+    return dflt;
+}

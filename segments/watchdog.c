@@ -1,0 +1,174 @@
+/* watchdog.c -- lease renewal thread (see watchdog.h). */
+#include "segments/watchdog.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "segments/store.h"
+
+#define BATCH 64
+
+struct watchdog {
+    inv *v;
+    inv_conn *conn;             /* used by the watchdog thread only */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    uint64_t next_id;
+    struct lease head;          /* sentinel of the circular list */
+};
+
+struct due {
+    uint64_t id;
+    char key[SEG_KEY_MAX];
+    char token[33];
+};
+
+static int tick_ms(const inv *v)
+{
+    int t = v->opt.lock_ttl_ms / 10;
+    return t < 5 ? 5 : t > 250 ? 250 : t;
+}
+
+static struct lease *find(watchdog *w, uint64_t id)
+{
+    for (struct lease *l = w->head.next; l != &w->head; l = l->next)
+        if (l->id == id)
+            return l;
+    return NULL;
+}
+
+/* Renew one lease: 1 renewed, 0 no longer ours, -1 Redis did not answer. */
+static int renew(watchdog *w, const struct due *d)
+{
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", w->v->opt.lock_ttl_ms);
+    const char *keys[] = {d->key};
+    const char *args[] = {d->token, ttl};
+    redisReply *r = store_eval(w->conn, SCRIPT_RENEW, 1, keys, 2, args);
+    if (r == NULL)
+        return -1;
+    int ok = store_integer(r, 0) == 1;
+    freeReplyObject(r);
+    return ok;
+}
+
+static void *run(void *arg)
+{
+    watchdog *w = arg;
+    const int every = w->v->opt.lock_ttl_ms / 3;
+    struct due due[BATCH];
+
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long ns = ts.tv_nsec + (long)tick_ms(w->v) * 1000000L;
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+
+        int64_t now = inv_now_ms();
+        int n = 0;
+        for (struct lease *l = w->head.next; l != &w->head && n < BATCH; l = l->next) {
+            if (l->lost || now - l->renewed_ms < every)
+                continue;
+            due[n].id = l->id;
+            memcpy(due[n].key, l->key, sizeof due[n].key);
+            memcpy(due[n].token, l->token, sizeof due[n].token);
+            n++;
+        }
+        /* Renew without the mutex, so workers never wait on Redis through it. */
+        pthread_mutex_unlock(&w->mu);
+        int result[BATCH];
+        for (int i = 0; i < n; i++)
+            result[i] = renew(w, &due[i]);
+        pthread_mutex_lock(&w->mu);
+
+        for (int i = 0; i < n; i++) {
+            struct lease *l = find(w, due[i].id);
+            if (result[i] == 1) {
+                stat_add(w->v, STAT_LEASE_RENEWALS, 1);
+                if (l != NULL)
+                    l->renewed_ms = now;
+            } else if (result[i] == 0) {
+                stat_add(w->v, STAT_LEASE_LOST, 1);
+                if (l != NULL)
+                    l->lost = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+watchdog *watchdog_create(inv *v, char *err, size_t errlen)
+{
+    watchdog *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    w->v = v;
+    w->conn = inv_conn_create(v);
+    w->head.next = w->head.prev = &w->head;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = pthread_create(&w->thread, NULL, run, w);
+    if (rc != 0) {
+        snprintf(err, errlen, "watchdog thread: %s", strerror(rc));
+        inv_conn_free(w->conn);
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void watchdog_free(watchdog *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    inv_conn_free(w->conn);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
+void watchdog_add(watchdog *w, struct lease *l)
+{
+    pthread_mutex_lock(&w->mu);
+    l->id = ++w->next_id;
+    l->renewed_ms = inv_now_ms();
+    l->lost = false;
+    l->next = &w->head;
+    l->prev = w->head.prev;
+    w->head.prev->next = l;
+    w->head.prev = l;
+    pthread_mutex_unlock(&w->mu);
+}
+
+bool watchdog_remove(watchdog *w, struct lease *l)
+{
+    pthread_mutex_lock(&w->mu);
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->next = l->prev = NULL;
+    bool lost = l->lost;
+    pthread_mutex_unlock(&w->mu);
+    return lost;
+}

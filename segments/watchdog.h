@@ -1,0 +1,42 @@
+/* watchdog.h -- renews the leases of held segment locks from one background thread.
+ *
+ * A worker registers a lease when it takes a segment lock and removes it before it
+ * returns; in between, the watchdog renews the lease (compare-and-pexpire on its own
+ * Redis connection) every ttl/3, so work longer than the TTL keeps the lock, while a
+ * holder that stalls -- the whole process stopped, Redis unreachable -- lets it lapse.
+ * A renewal that finds the token gone marks the lease lost; the fenced write would
+ * refuse it anyway, the flag only saves the round trip. Redis errors are retried at
+ * the next tick on a fresh connection.
+ */
+#ifndef SEG_WATCHDOG_H
+#define SEG_WATCHDOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "segments/internal.h"
+#include "segments/keys.h"
+
+struct lease {
+    char key[SEG_KEY_MAX];      /* the lock key */
+    char token[33];
+    /* owned by the watchdog while registered: */
+    uint64_t id;
+    int64_t renewed_ms;
+    bool lost;
+    struct lease *prev, *next;
+};
+
+/* Start the thread. NULL with `err` filled when it cannot be started. */
+watchdog *watchdog_create(inv *v, char *err, size_t errlen);
+/* Stop the thread and free; leases still registered are forgotten, not released. */
+void watchdog_free(watchdog *w);
+
+/* Register `l` (key and token filled, lock just taken); it must stay valid until
+ * watchdog_remove. */
+void watchdog_add(watchdog *w, struct lease *l);
+/* Unregister `l`; returns true when a renewal found the lock no longer ours. */
+bool watchdog_remove(watchdog *w, struct lease *l);
+
+#endif
