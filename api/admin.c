@@ -1,0 +1,164 @@
+/* admin.c -- SKU administration, counters and health: domain calls to JSON. */
+#include "api/admin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "segments/sku.h"
+#include "segments/stats.h"
+
+static json_t *must(json_t *j)
+{
+    if (j == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    return j;
+}
+
+static void set(json_t *obj, const char *key, json_t *val)
+{
+    if (json_object_set_new(obj, key, must(val)) != 0) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+}
+
+int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
+{
+    return api_parse_sku_config(req->body, req->body_len, &req->in.sku, err);
+}
+
+static json_t *int_array(const long long *v, int n)
+{
+    json_t *a = must(json_array());
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, must(json_integer(v[i])));
+    return a;
+}
+
+/* Answer GET /admin/skus/{sku} for req->name. */
+static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep)
+{
+    struct sku_status *st = calloc(1, sizeof(*st)); /* ~16 KiB: keep it off the stack */
+    if (st == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    inv_status s = sku_get(ctx->conn, req->name, st);
+    if (s != INV_OK) {
+        api_reply_status(rep, s, "%s %s", s == INV_UNKNOWN_SKU ? "no sku" : "cannot read sku",
+                         req->name);
+        free(st);
+        return;
+    }
+    int n = st->cfg.segments;
+    if (n < 0 || n > SEG_MAX_SEGMENTS)
+        n = n < 0 ? 0 : SEG_MAX_SEGMENTS;
+    json_t *o = must(json_object());
+    set(o, "sku", json_string(req->name));
+    set(o, "segments", json_integer(st->cfg.segments));
+    set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
+    set(o, "hold_ms", json_integer(st->cfg.hold_ms));
+    set(o, "initial", json_integer(st->cfg.stock));
+    set(o, "remaining", json_integer(st->remaining));
+    set(o, "sold", json_integer(st->sold));
+    set(o, "orders", json_integer(st->orders));
+    set(o, "segment_stock", int_array(st->segment_stock, n));
+    set(o, "segment_sold", int_array(st->segment_sold, n));
+    set(o, "locks_held", json_integer(st->locks_held));
+    api_reply_json(rep, 200, o);
+    free(st);
+}
+
+void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
+                       struct api_reply *rep)
+{
+    inv_status s = sku_put(ctx->conn, req->name, &req->in.sku);
+    if (s != INV_OK) {
+        api_reply_status(rep, s, "cannot create sku %s", req->name);
+        return;
+    }
+    reply_sku(ctx, req, rep);
+}
+
+void api_admin_sku_get(const struct api_ctx *ctx, struct api_request *req,
+                       struct api_reply *rep)
+{
+    reply_sku(ctx, req, rep);
+}
+
+void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
+                          struct api_reply *rep)
+{
+    inv_status s = sku_delete(ctx->conn, req->name);
+    if (s != INV_OK) {
+        api_reply_status(rep, s, "%s %s", s == INV_UNKNOWN_SKU ? "no sku" : "cannot delete sku",
+                         req->name);
+        return;
+    }
+    json_t *o = must(json_object());
+    set(o, "sku", json_string(req->name));
+    set(o, "deleted", json_true());
+    api_reply_json(rep, 200, o);
+}
+
+void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
+                        struct api_reply *rep)
+{
+    (void)req;
+    char **names = NULL;
+    size_t n = 0;
+    inv_status s = sku_list(ctx->conn, &names, &n);
+    if (s != INV_OK) {
+        api_reply_status(rep, s, "cannot list skus");
+        return;
+    }
+    json_t *a = must(json_array());
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, must(json_string(names[i])));
+    sku_list_free(names, n);
+    json_t *o = must(json_object());
+    set(o, "skus", a);
+    api_reply_json(rep, 200, o);
+}
+
+void api_admin_stats(const struct api_ctx *ctx, struct api_request *req,
+                     struct api_reply *rep)
+{
+    (void)req;
+    long long counters[STAT__COUNT];
+    stat_snapshot(ctx->inv, counters);
+    json_t *o = must(json_object());
+    for (int i = 0; i < STAT__COUNT; i++)
+        set(o, stat_name((enum stat_id)i), json_integer(counters[i]));
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    set(o, "uptime_s", json_integer((json_int_t)(now.tv_sec - ctx->started.tv_sec)));
+    api_reply_json(rep, 200, o);
+}
+
+void api_livez(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep)
+{
+    (void)ctx;
+    (void)req;
+    static const char ok[] = "{\"status\":\"ok\"}";
+    api_reply_text(rep, 200, ok, sizeof(ok) - 1);
+}
+
+void api_healthz(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep)
+{
+    (void)req;
+    static const char up[] = "{\"status\":\"ok\",\"redis\":\"up\"}";
+    if (inv_ping(ctx->conn) == INV_OK) {
+        api_reply_text(rep, 200, up, sizeof(up) - 1);
+        return;
+    }
+    json_t *o = must(json_object());
+    set(o, "status", json_string("degraded"));
+    set(o, "redis", json_string("down"));
+    set(o, "error", json_string("backend_unavailable"));
+    set(o, "detail", json_string("redis did not answer PING"));
+    api_reply_json(rep, 503, o);
+}

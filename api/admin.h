@@ -1,0 +1,36 @@
+/* admin.h -- SKU administration, counters and health endpoints.
+ *
+ *   PUT    /admin/skus/{sku}  create/reset (sku_put), then answer as GET does
+ *   GET    /admin/skus/{sku}  {"sku","segments","mode","hold_ms","initial",
+ *                             "remaining","sold","orders","segment_stock",
+ *                             "segment_sold","locks_held"}; 404 unknown_sku
+ *   DELETE /admin/skus/{sku}  {"sku": name, "deleted": true}; 404 unknown_sku
+ *   GET    /admin/skus        {"skus": [names, sorted]}
+ *   GET    /admin/stats       every stats.h counter by stat_name(), plus uptime_s
+ *   GET    /livez             {"status":"ok"}, never touches Redis
+ *   GET    /healthz           PING: 200 {"status":"ok","redis":"up"} or 503
+ *                             {"status":"degraded","redis":"down","error":...}
+ * /admin/stats and /livez run inline; the rest on a pool worker.
+ */
+#ifndef API_ADMIN_H
+#define API_ADMIN_H
+
+#include "api/routes.h"
+
+/* Body parser for PUT /admin/skus/{sku}: fills req->in.sku. */
+int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err);
+
+void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
+                       struct api_reply *rep);
+void api_admin_sku_get(const struct api_ctx *ctx, struct api_request *req,
+                       struct api_reply *rep);
+void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
+                          struct api_reply *rep);
+void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
+                        struct api_reply *rep);
+void api_admin_stats(const struct api_ctx *ctx, struct api_request *req,
+                     struct api_reply *rep);
+void api_livez(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep);
+void api_healthz(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep);
+
+#endif

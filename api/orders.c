@@ -1,0 +1,79 @@
+/* orders.c -- the order endpoints: call the order path, pass its record through. */
+#include "api/orders.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/order.h"
+
+int api_orders_parse(struct api_request *req, struct api_parse_error *err)
+{
+    return api_parse_order(req->body, req->body_len, &req->in.order, err);
+}
+
+void api_orders_place(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep)
+{
+    const struct api_order_body *b = &req->in.order;
+    struct order_request oreq = {
+        .sku = b->sku,
+        .qty = b->qty,
+        .order_id = b->order_id[0] != '\0' ? b->order_id : NULL,
+    };
+    struct order_result res;
+    memset(&res, 0, sizeof(res));
+    inv_status s = order_place(ctx->conn, &oreq, &res);
+
+    if ((s == INV_OK || s == INV_REPLAYED) && res.record != NULL) {
+        api_reply_text(rep, s == INV_OK ? 201 : 200, res.record, strlen(res.record));
+    } else {
+        switch (s) {
+        case INV_OK:
+        case INV_REPLAYED:
+            api_reply_error(rep, 500, "internal", "order %s placed but no record returned",
+                            res.order_id);
+            break;
+        case INV_SOLD_OUT:
+            api_reply_status(rep, s, "sku %s is sold out", b->sku);
+            break;
+        case INV_INSUFFICIENT:
+            api_reply_status(rep, s, "no segment of sku %s holds %lld units", b->sku,
+                             b->qty);
+            break;
+        case INV_CONFLICT:
+            api_reply_status(rep, s, "order_id %s was used for a different sku or qty",
+                             res.order_id[0] ? res.order_id : b->order_id);
+            break;
+        case INV_UNKNOWN_SKU:
+            api_reply_status(rep, s, "no sku %s", b->sku);
+            break;
+        case INV_BUSY:
+            api_reply_status(rep, s, "no segment lock of sku %s could be had in time",
+                             b->sku);
+            break;
+        case INV_UNAVAILABLE:
+            api_reply_status(rep, s, "the backend did not answer");
+            break;
+        default:
+            api_reply_status(rep, s, "order rejected: %s", inv_status_name(s));
+            break;
+        }
+    }
+    order_result_clear(&res);
+}
+
+void api_orders_get(const struct api_ctx *ctx, struct api_request *req,
+                    struct api_reply *rep)
+{
+    char *record = NULL;
+    inv_status s = order_get(ctx->conn, req->name, &record);
+    if (s == INV_OK && record != NULL)
+        api_reply_text(rep, 200, record, strlen(record));
+    else if (s == INV_OK || s == INV_NOT_FOUND)
+        api_reply_error(rep, 404, "not_found", "no order %s", req->name);
+    else if (s == INV_UNAVAILABLE)
+        api_reply_status(rep, s, "the backend did not answer");
+    else
+        api_reply_status(rep, s, "order lookup failed: %s", inv_status_name(s));
+    free(record);
+}

@@ -1,0 +1,21 @@
+/* orders.h -- POST /orders and GET /orders/{id}.
+ *
+ * POST /orders places an order (order_place) and answers 201 with the stored order
+ * record verbatim, 200 with the same record for a replayed order_id, or the error
+ * for the domain status (reply.h). GET /orders/{id} answers the record or 404
+ * `not_found`. Both run on a pool worker (they block on Redis).
+ */
+#ifndef API_ORDERS_H
+#define API_ORDERS_H
+
+#include "api/routes.h"
+
+/* Body parser for POST /orders: fills req->in.order. */
+int api_orders_parse(struct api_request *req, struct api_parse_error *err);
+
+void api_orders_place(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep);
+void api_orders_get(const struct api_ctx *ctx, struct api_request *req,
+                    struct api_reply *rep);
+
+#endif

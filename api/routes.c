@@ -1,0 +1,100 @@
+/* routes.c -- the route table; matching, auth and validation before any Redis call. */
+#include "api/routes.h"
+
+#include <string.h>
+
+#include "api/admin.h"
+#include "api/orders.h"
+
+#define B API_ROUTE_BACKEND
+#define A API_ROUTE_ADMIN
+
+static const struct api_route routes[] = {
+    {"POST", "/orders", NULL, B, api_orders_parse, api_orders_place},
+    {"GET", "/orders/{}", "order_id", B, NULL, api_orders_get},
+    {"GET", "/admin/skus", NULL, A | B, NULL, api_admin_sku_list},
+    {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get},
+    {"PUT", "/admin/skus/{}", "sku", A | B, api_admin_parse_sku, api_admin_sku_put},
+    {"DELETE", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_delete},
+    {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats},
+    {"GET", "/livez", NULL, 0, NULL, api_livez},
+    {"GET", "/healthz", NULL, B, NULL, api_healthz},
+};
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+/* Match `path` against `pattern`; on a match copy the "{}" segment (at most
+ * `cap` - 1 bytes; a longer one is cut, which makes it an invalid name). */
+static bool match(const char *pattern, const char *path, char *name, size_t cap)
+{
+    name[0] = '\0';
+    while (*pattern != '\0') {
+        if (pattern[0] == '{' && pattern[1] == '}') {
+            size_t n = strcspn(path, "/");
+            if (n == 0)
+                return false;
+            size_t k = n < cap - 1 ? n : cap - 1;
+            memcpy(name, path, k);
+            name[k] = '\0';
+            path += n;
+            pattern += 2;
+        } else if (*pattern++ != *path++) {
+            return false;
+        }
+    }
+    return *path == '\0';
+}
+
+const struct api_route *api_route_prepare(struct api_request *req, const char *admin_token,
+                                          struct api_reply *rep)
+{
+    const struct api_route *route = NULL;
+    char allow[API_HEADER_VALUE_MAX] = "";
+    for (size_t i = 0; i < NROUTES && route == NULL; i++) {
+        if (!match(routes[i].pattern, req->path, req->name, sizeof(req->name)))
+            continue;
+        if (strcmp(routes[i].method, req->method) == 0) {
+            route = &routes[i];
+        } else if (strlen(allow) + strlen(routes[i].method) + 3 < sizeof(allow)) {
+            if (allow[0] != '\0')
+                strcat(allow, ", ");
+            strcat(allow, routes[i].method);
+        }
+    }
+    if (route == NULL && allow[0] == '\0') {
+        api_reply_error(rep, 404, "not_found", "no such resource: %.100s", req->path);
+        return NULL;
+    }
+    if (route == NULL) {
+        api_reply_error(rep, 405, "method_not_allowed", "%.16s is not allowed here; use %s",
+                        req->method, allow);
+        api_reply_header(rep, "Allow", allow);
+        return NULL;
+    }
+
+    if ((route->flags & API_ROUTE_ADMIN) && admin_token != NULL && admin_token[0] != '\0' &&
+        !api_bearer_matches(req->authorization, admin_token)) {
+        api_reply_error(rep, 401, "unauthorized",
+                        "the admin API needs Authorization: Bearer <token>");
+        api_reply_header(rep, "WWW-Authenticate", "Bearer");
+        return NULL;
+    }
+
+    struct api_parse_error perr;
+    if (route->name != NULL && api_parse_name(route->name, req->name, &perr) != 0) {
+        api_reply_error(rep, 400, perr.code, "%s", perr.detail);
+        return NULL;
+    }
+
+    if (route->parse != NULL) {
+        if (!api_is_json_content_type(req->content_type)) {
+            api_reply_error(rep, 415, "unsupported_media_type",
+                            "the body must be JSON with Content-Type: application/json");
+            return NULL;
+        }
+        if (route->parse(req, &perr) != 0) {
+            api_reply_error(rep, 400, perr.code, "%s", perr.detail);
+            return NULL;
+        }
+    }
+    return route;
+}

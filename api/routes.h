@@ -1,0 +1,71 @@
+/* routes.h -- the route table and the inline (no Redis) part of every request.
+ *
+ * A route is a method plus a path pattern, where "{}" stands for one non-empty path
+ * segment (a SKU or order id), as in "/orders/{}". api_route_prepare() does everything that needs no
+ * Redis, in this order: find the route (unknown path 404 `not_found`, known path
+ * with another method 405 `method_not_allowed` plus Allow), check the admin token
+ * (401 `unauthorized` plus WWW-Authenticate), validate the path name (400
+ * `invalid_field`), check the Content-Type of a body (415 `unsupported_media_type`)
+ * and parse the body (400 `bad_json`/`invalid_field`). The server then runs
+ * route->handle: on a pool worker with its own inv_conn when the route has
+ * API_ROUTE_BACKEND, inline otherwise.
+ */
+#ifndef API_ROUTES_H
+#define API_ROUTES_H
+
+#include <stddef.h>
+#include <time.h>
+
+#include "api/parse.h"
+#include "api/reply.h"
+#include "segments/inventory.h"
+#include "segments/sku.h"
+
+/* What a handler may use. */
+struct api_ctx {
+    inv *inv;               /* process-wide domain handle (stats) */
+    inv_conn *conn;         /* the worker's connection; NULL for inline routes */
+    struct timespec started; /* CLOCK_MONOTONIC at server start (uptime) */
+};
+
+/* One request as the handlers see it. The server fills the first group (all
+ * borrowed, valid until the reply is sent); api_route_prepare() the rest. */
+struct api_request {
+    const char *method;
+    const char *path;          /* decoded path, no query string */
+    const char *content_type;  /* NULL when absent */
+    const char *authorization; /* NULL when absent */
+    const char *body;          /* NULL or body_len bytes, not NUL-terminated */
+    size_t body_len;
+
+    char name[SEG_NAME_MAX + 2]; /* the "{}" path segment, validated; "" when none */
+    union {
+        struct api_order_body order; /* POST /orders */
+        struct sku_config sku;       /* PUT /admin/skus/{sku} */
+    } in;
+};
+
+enum api_route_flags {
+    API_ROUTE_BACKEND = 1, /* needs Redis: run on a pool worker */
+    API_ROUTE_ADMIN = 2,   /* needs the admin token when one is configured */
+};
+
+typedef int (*api_parse_fn)(struct api_request *req, struct api_parse_error *err);
+typedef void (*api_handler_fn)(const struct api_ctx *ctx, struct api_request *req,
+                               struct api_reply *rep);
+
+struct api_route {
+    const char *method;
+    const char *pattern; /* e.g. "/admin/skus/{}" */
+    const char *name;    /* field name of the "{}" segment for errors, or NULL */
+    unsigned flags;
+    api_parse_fn parse;  /* body parser (POST/PUT), or NULL: body ignored */
+    api_handler_fn handle;
+};
+
+/* Run the inline checks above on `req`. Returns the route to run, or NULL with the
+ * error reply in `rep`. `admin_token` "" (or NULL) means the admin API is open. */
+const struct api_route *api_route_prepare(struct api_request *req, const char *admin_token,
+                                          struct api_reply *rep);
+
+#endif

@@ -1,0 +1,283 @@
+/* server.c -- libmicrohttpd glue: bodies, suspend/resume around the worker pool. */
+#include "api/server.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/routes.h"
+#include "service/log.h"
+#include "service/pool.h"
+
+#define LISTEN_BACKLOG 4096
+
+struct api_server {
+    const struct cfg *cfg;
+    inv *inv;
+    struct pool *pool;
+    struct MHD_Daemon *daemon;
+    struct timespec started;
+};
+
+/* One request's state, in *con_cls from the first call to the completed callback. */
+struct request {
+    struct api_server *srv;
+    struct MHD_Connection *conn;
+    char *body; /* accumulated upload; NULL when none */
+    size_t len, cap;
+    bool too_large;
+    bool replied;            /* a response was queued already */
+    atomic_bool done;        /* the worker stored the reply (release/acquire) */
+    const struct api_route *route;
+    struct api_request req;
+    struct api_reply rep;
+};
+
+static void oom(void)
+{
+    fputs("inventoryd: out of memory\n", stderr);
+    abort();
+}
+
+static enum MHD_Result send_reply(struct request *r)
+{
+    struct api_reply *rep = &r->rep;
+    if (rep->body == NULL)
+        api_reply_error(rep, 500, "internal", "no reply was produced");
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(rep->body_len, rep->body, MHD_RESPMEM_MUST_COPY);
+    if (resp == NULL)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    for (int i = 0; i < rep->nheaders; i++)
+        MHD_add_response_header(resp, rep->headers[i].name, rep->headers[i].value);
+    enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)rep->status, resp);
+    MHD_destroy_response(resp);
+    r->replied = true;
+    return rc;
+}
+
+/* Runs on a pool worker: `state` is the worker's inv_conn. */
+static void run_job(void *state, void *arg)
+{
+    struct request *r = arg;
+    struct api_ctx ctx = {r->srv->inv, state, r->srv->started};
+    r->route->handle(&ctx, &r->req, &r->rep);
+    atomic_store_explicit(&r->done, true, memory_order_release);
+    MHD_resume_connection(r->conn);
+}
+
+static void *worker_init(void *arg)
+{
+    return inv_conn_create(arg);
+}
+
+static void worker_fini(void *state, void *arg)
+{
+    (void)arg;
+    inv_conn_free(state);
+}
+
+/* Append an upload chunk; past max_body_bytes the body is dropped and flagged. */
+static void append_body(struct request *r, const char *data, size_t n)
+{
+    size_t max = (size_t)r->srv->cfg->max_body_bytes;
+    if (r->too_large)
+        return;
+    if (n > max - r->len) {
+        r->too_large = true;
+        free(r->body);
+        r->body = NULL;
+        r->len = r->cap = 0;
+        return;
+    }
+    if (r->len + n > r->cap) {
+        size_t cap = r->cap ? r->cap : 1024;
+        while (cap < r->len + n)
+            cap *= 2;
+        if (cap > max)
+            cap = max;
+        char *b = realloc(r->body, cap);
+        if (b == NULL)
+            oom();
+        r->body = b;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+}
+
+static enum MHD_Result reply_too_large(struct request *r)
+{
+    api_reply_error(&r->rep, 413, "payload_too_large", "the body exceeds %d bytes",
+                    r->srv->cfg->max_body_bytes);
+    return send_reply(r);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    struct api_server *s = cls;
+    struct request *r = *con_cls;
+    (void)version;
+
+    if (r == NULL) { /* headers are in; the body (if any) comes next */
+        r = calloc(1, sizeof(*r));
+        if (r == NULL)
+            oom();
+        r->srv = s;
+        r->conn = conn;
+        api_reply_init(&r->rep);
+        *con_cls = r;
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes) {
+            /* Refuse before reading (and before any 100 Continue); MHD then closes. */
+            r->too_large = true;
+            return reply_too_large(r);
+        }
+        return MHD_YES;
+    }
+    if (r->replied) { /* an early reply: ignore whatever else arrives */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        append_body(r, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (atomic_load_explicit(&r->done, memory_order_acquire))
+        return send_reply(r); /* resumed after the worker ran */
+    if (r->too_large)
+        return reply_too_large(r);
+
+    struct api_request *req = &r->req;
+    req->method = method;
+    req->path = url;
+    req->content_type =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    req->authorization =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    req->body = r->body;
+    req->body_len = r->len;
+    r->route = api_route_prepare(req, s->cfg->admin_token, &r->rep);
+    if (r->route == NULL)
+        return send_reply(r);
+    if (!(r->route->flags & API_ROUTE_BACKEND)) {
+        struct api_ctx ctx = {s->inv, NULL, s->started};
+        r->route->handle(&ctx, req, &r->rep);
+        return send_reply(r);
+    }
+
+    /* Suspend before handing off: the worker may resume before we return. */
+    MHD_suspend_connection(conn);
+    if (pool_submit(s->pool, run_job, r) != 0) {
+        api_reply_error(&r->rep, 503, "shutting_down", "the server is shutting down");
+        api_reply_header(&r->rep, "Retry-After", "1");
+        atomic_store_explicit(&r->done, true, memory_order_release);
+        MHD_resume_connection(conn);
+    }
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    struct request *r = *con_cls;
+    if (r == NULL)
+        return;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK &&
+        toe != MHD_REQUEST_TERMINATED_CLIENT_ABORT && r->req.path != NULL)
+        log_debug("request %s %s ended early (code %d)", r->req.method, r->req.path,
+                  (int)toe);
+    free(r->body);
+    api_reply_clear(&r->rep);
+    free(r);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    log_warn("http: %s", line);
+}
+
+struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err, size_t errlen)
+{
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof(addr));
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
+    if (inet_pton(AF_INET, cfg->bind, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->port);
+    } else if (inet_pton(AF_INET6, cfg->bind, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        snprintf(err, errlen, "bind: not a numeric address: %s", cfg->bind);
+        return NULL;
+    }
+
+    struct api_server *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        oom();
+    s->cfg = cfg;
+    s->inv = v;
+    clock_gettime(CLOCK_MONOTONIC, &s->started);
+    s->pool = pool_create(cfg->threads, worker_init, worker_fini, v, err, errlen);
+    if (s->pool == NULL) {
+        free(s);
+        return NULL;
+    }
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)LISTEN_BACKLOG,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, s, MHD_OPTION_END);
+    if (s->daemon == NULL) {
+        snprintf(err, errlen, "cannot listen on %s port %d (in use, or not a local address?)",
+                 cfg->bind, cfg->port);
+        pool_free(s->pool);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void api_server_stop(struct api_server *s)
+{
+    if (s == NULL)
+        return;
+    MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
+    pool_drain(s->pool);
+    MHD_stop_daemon(s->daemon);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    pool_free(s->pool);
+    free(s);
+}
