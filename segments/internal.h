@@ -35,6 +35,9 @@ struct inv_conn {
     char errstr[128];           /* last Redis error, for logs */
 };
 
+/* The handle's lease watchdog (for tests that drive leases by hand). */
+watchdog *inv_watchdog(inv *v);
+
 /* Milliseconds on the monotonic clock. */
 int64_t inv_now_ms(void);
 

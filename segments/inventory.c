@@ -111,6 +111,11 @@ const char *inv_status_name(inv_status s)
     return "unknown";
 }
 
+watchdog *inv_watchdog(inv *v)
+{
+    return v->wd;
+}
+
 int64_t inv_now_ms(void)
 {
     struct timespec ts;

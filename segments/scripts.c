@@ -9,7 +9,9 @@
  * KEYS: order record, segment stock, segment lock.  ARGV: qty, token, ttl_ms.
  * Reply: {EXISTS, record} | {MISSING} | {SHORT, stock} | {BUSY, stock} | {OK, stock}.
  * The stock is read before the lock is tried, so an empty segment is skipped
- * without ever being locked; stock only rises under a lock, so "short" stays true. */
+ * without ever being locked; stock only rises under a lock, so "short" stays true.
+ * Taking a lock the same token already holds is OK, so a retry after a lost reply
+ * is safe. */
 static const char acquire_lua[] =
     "local rec = redis.call('GET', KEYS[1])\n"
     "if rec then return {3, rec} end\n"
@@ -17,7 +19,8 @@ static const char acquire_lua[] =
     "if not s then return {4} end\n"
     "s = tonumber(s)\n"
     "if s < tonumber(ARGV[1]) then return {2, s} end\n"
-    "if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then\n"
+    "if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3])\n"
+    "   and redis.call('GET', KEYS[3]) ~= ARGV[2] then\n"
     "  return {1, s}\n"
     "end\n"
     "return {0, s}\n";

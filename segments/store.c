@@ -2,6 +2,7 @@
 #include "segments/store.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,14 +88,30 @@ void store_drop(inv_conn *c)
     }
 }
 
+/* True when the server closed the connection under us (a restart, CLIENT KILL): a
+ * command sent on it never ran or, for the scripts, is safe to send again. A timeout
+ * is not such a case: retrying would only double the wait on a hung Redis. */
+static bool closed_by_peer(const redisContext *rc, int err)
+{
+    return rc->err == REDIS_ERR_EOF ||
+           (rc->err == REDIS_ERR_IO && (err == ECONNRESET || err == EPIPE));
+}
+
 redisReply *store_command(inv_conn *c, const char *fmt, ...)
 {
-    if (store_connect(c) != 0)
-        return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c->rc, fmt, ap);
-    va_end(ap);
+    redisReply *r = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (store_connect(c) != 0)
+            return NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        r = redisvCommand(c->rc, fmt, ap);
+        int err = errno;
+        va_end(ap);
+        if (r != NULL || !closed_by_peer(c->rc, err))
+            break;
+        store_drop(c);
+    }
     return checked(c, r);
 }
 
@@ -119,6 +136,13 @@ redisReply *store_eval(inv_conn *c, enum script_id id, int nkeys, const char *co
     memcpy(argv + 3 + nkeys, args, sizeof *args * (size_t)nargs);
 
     redisReply *r = redisCommandArgv(c->rc, argc, argv, NULL);
+    if (r == NULL && closed_by_peer(c->rc, errno)) {
+        store_drop(c);
+        if (store_connect(c) == 0) {
+            argv[1] = c->sha[id];
+            r = redisCommandArgv(c->rc, argc, argv, NULL);
+        }
+    }
     if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
         /* Redis restarted or flushed its scripts: EVAL sends the source and caches it. */
         freeReplyObject(r);

@@ -1,0 +1,269 @@
+/* test_lock.c -- segment locks, fenced writes, the watchdog and the order path,
+ * called directly against a real redis-server (segments/lock.c, watchdog.c, order.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "segments/inventory.h"
+#include "segments/lock.h"
+#include "segments/order.h"
+#include "segments/sku.h"
+#include "segments/stats.h"
+#include "segments/watchdog.h"
+#include "tests/harness.h"
+
+#define TTL_MS 300
+
+struct fixture {
+    h_redis *redis;
+    inv *v;
+    inv_conn *c;
+};
+
+static int setup(void **state)
+{
+    static struct fixture f;
+    f.redis = h_redis_start();
+    if (f.redis == NULL)
+        return -1;
+    struct inv_options opt = {.redis_host = "127.0.0.1",
+                              .redis_port = h_redis_port(f.redis),
+                              .redis_timeout_ms = 2000,
+                              .lock_ttl_ms = TTL_MS,
+                              .lock_wait_ms = 200,
+                              .meta_cache_ms = 100};
+    char err[128];
+    f.v = inv_create(&opt, err, sizeof err);
+    if (f.v == NULL)
+        return -1;
+    f.c = inv_conn_create(f.v);
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    inv_conn_free(f->c);
+    inv_free(f->v);
+    h_redis_free(f->redis);
+    return 0;
+}
+
+static void put(struct fixture *f, const char *sku, long long stock, int segments)
+{
+    struct sku_config cfg = {.stock = stock, .segments = segments, .mode = SKU_MODE_LOCK};
+    assert_int_equal(sku_put(f->c, sku, &cfg), INV_OK);
+}
+
+static long long counter(struct fixture *f, enum stat_id id)
+{
+    long long s[STAT__COUNT];
+    stat_snapshot(f->v, s);
+    return s[id];
+}
+
+static void lock_is_exclusive_and_released_by_owner_only(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "ex", 10, 1);
+    char t1[33], t2[33];
+    lock_new_token(f->c, t1);
+    lock_new_token(f->c, t2);
+    assert_string_not_equal(t1, t2);
+    struct lock_reply r;
+    assert_int_equal(lock_acquire(f->c, "ex", 0, "o-ex", 1, t1, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+    assert_int_equal(r.stock, 10);
+    assert_int_equal(lock_acquire(f->c, "ex", 0, "o-ex", 1, t2, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_BUSY);
+    assert_int_equal(lock_release(f->c, "ex", 0, t2), 0);
+    assert_int_equal(lock_release(f->c, "ex", 0, t1), 1);
+    assert_int_equal(lock_acquire(f->c, "ex", 0, "o-ex", 1, t2, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+    assert_int_equal(lock_release(f->c, "ex", 0, t2), 1);
+}
+
+static void stalled_holder_is_fenced(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "fence", 1, 1);
+    char stale[33], fresh[33];
+    lock_new_token(f->c, stale);
+    lock_new_token(f->c, fresh);
+    struct lock_reply r;
+    assert_int_equal(lock_acquire(f->c, "fence", 0, "o-stale", 1, stale, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+    usleep((TTL_MS + 100) * 1000); /* stalled past the lease, no watchdog */
+    assert_int_equal(lock_acquire(f->c, "fence", 0, "o-fresh", 1, fresh, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+    assert_int_equal(lock_deduct(f->c, "fence", 0, stale, "o-stale", 1, "{}", &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_FENCED);
+    assert_int_equal(lock_deduct(f->c, "fence", 0, fresh, "o-fresh", 1, "{}", &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+    assert_int_equal(r.stock, 0);
+
+    struct sku_status st;
+    assert_int_equal(sku_get(f->c, "fence", &st), INV_OK);
+    assert_int_equal(st.remaining, 0);
+    assert_int_equal(st.sold, 1);
+    assert_int_equal(st.orders, 1);
+    assert_int_equal(st.locks_held, 0);
+    char *rec;
+    assert_int_equal(order_get(f->c, "o-stale", &rec), INV_NOT_FOUND);
+}
+
+/* Hold a lock for three leases under the watchdog; `between` runs after one lease. */
+static void hold_with_watchdog(struct fixture *f, const char *sku, void (*between)(void))
+{
+    put(f, sku, 1, 1);
+    struct lease l;
+    lock_new_token(f->c, l.token);
+    struct lock_reply r;
+    assert_int_equal(lock_acquire(f->c, sku, 0, "o-wd", 1, l.token, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+    seg_key_lock(l.key, sku, 0);
+    long long before = counter(f, STAT_LEASE_RENEWALS);
+    watchdog *wd = inv_watchdog(f->v);
+    watchdog_add(wd, &l);
+    usleep(TTL_MS * 1000);
+    if (between)
+        between();
+    usleep(2 * TTL_MS * 1000);
+    assert_false(watchdog_remove(wd, &l));
+    assert_true(counter(f, STAT_LEASE_RENEWALS) >= before + 3);
+    char other[33];
+    lock_new_token(f->c, other);
+    assert_int_equal(lock_acquire(f->c, sku, 0, "o-wd2", 1, other, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_BUSY);
+    assert_int_equal(lock_release(f->c, sku, 0, l.token), 1);
+}
+
+static void watchdog_renews_past_the_ttl(void **state)
+{
+    hold_with_watchdog(*state, "wd", NULL);
+}
+
+static h_redis *killer_target;
+
+static void kill_all_clients(void)
+{
+    redisContext *rc = h_redis_connect(killer_target);
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "CLIENT KILL TYPE normal SKIPME yes");
+    assert_non_null(r);
+    assert_true(r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
+    freeReplyObject(r);
+    redisFree(rc);
+}
+
+static void watchdog_renews_after_reconnect(void **state)
+{
+    struct fixture *f = *state;
+    killer_target = f->redis;
+    hold_with_watchdog(f, "wdre", kill_all_clients);
+}
+
+static void order_falls_through_to_every_unit(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "few", 3, 20);
+    struct order_request req = {.sku = "few", .qty = 1};
+    struct order_result res;
+    int seen[20] = {0};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(order_place(f->c, &req, &res), INV_OK);
+        assert_in_range(res.segment, 0, 2); /* 3 over 20: segments 0..2 hold one each */
+        assert_int_equal(seen[res.segment]++, 0);
+        order_result_clear(&res);
+    }
+    assert_int_equal(order_place(f->c, &req, &res), INV_SOLD_OUT);
+    assert_null(res.record);
+    assert_true(counter(f, STAT_FALL_THROUGHS) > 0);
+}
+
+static void order_replay_conflict_and_insufficient(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "rep", 10, 5); /* 2 per segment */
+    struct order_request req = {.sku = "rep", .qty = 2, .order_id = "same-1"};
+    struct order_result a, b;
+    assert_int_equal(order_place(f->c, &req, &a), INV_OK);
+    assert_int_equal(order_place(f->c, &req, &b), INV_REPLAYED);
+    assert_string_equal(a.record, b.record);
+    char *rec;
+    assert_int_equal(order_get(f->c, "same-1", &rec), INV_OK);
+    assert_string_equal(rec, a.record);
+    free(rec);
+    order_result_clear(&a);
+    order_result_clear(&b);
+
+    struct order_request other = {.sku = "rep", .qty = 1, .order_id = "same-1"};
+    assert_int_equal(order_place(f->c, &other, &b), INV_CONFLICT);
+    struct order_request big = {.sku = "rep", .qty = 3};
+    assert_int_equal(order_place(f->c, &big, &b), INV_INSUFFICIENT);
+    struct order_request bad = {.sku = "rep", .qty = 0};
+    assert_int_equal(order_place(f->c, &bad, &b), INV_INVALID);
+    struct order_request none = {.sku = "nope", .qty = 1};
+    assert_int_equal(order_place(f->c, &none, &b), INV_UNKNOWN_SKU);
+
+    struct sku_status st;
+    assert_int_equal(sku_get(f->c, "rep", &st), INV_OK);
+    assert_int_equal(st.sold, 2);
+    assert_int_equal(st.remaining, 8);
+    assert_int_equal(st.orders, 1);
+}
+
+static void reset_and_delete_drop_records(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "rs", 4, 2);
+    struct order_request req = {.sku = "rs", .qty = 1, .order_id = "rs-1"};
+    struct order_result res;
+    assert_int_equal(order_place(f->c, &req, &res), INV_OK);
+    order_result_clear(&res);
+    put(f, "rs", 7, 3);
+    struct sku_status st;
+    assert_int_equal(sku_get(f->c, "rs", &st), INV_OK);
+    assert_int_equal(st.cfg.stock, 7);
+    assert_int_equal(st.remaining, 7);
+    assert_int_equal(st.segment_stock[0], 3);
+    assert_int_equal(st.segment_stock[2], 2);
+    char *rec;
+    assert_int_equal(order_get(f->c, "rs-1", &rec), INV_NOT_FOUND);
+    assert_int_equal(sku_delete(f->c, "rs"), INV_OK);
+    assert_int_equal(sku_get(f->c, "rs", &st), INV_UNKNOWN_SKU);
+    assert_int_equal(sku_delete(f->c, "rs"), INV_UNKNOWN_SKU);
+}
+
+static void stock_near_2_pow_53_is_exact(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "huge", SKU_STOCK_MAX, 2);
+    struct sku_status st;
+    assert_int_equal(sku_get(f->c, "huge", &st), INV_OK);
+    assert_int_equal(st.remaining, SKU_STOCK_MAX);
+    assert_int_equal(st.segment_stock[0], SKU_STOCK_MAX / 2 + 1);
+    assert_int_equal(st.segment_stock[1], SKU_STOCK_MAX / 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lock_is_exclusive_and_released_by_owner_only),
+        cmocka_unit_test(stalled_holder_is_fenced),
+        cmocka_unit_test(watchdog_renews_past_the_ttl),
+        cmocka_unit_test(watchdog_renews_after_reconnect),
+        cmocka_unit_test(order_falls_through_to_every_unit),
+        cmocka_unit_test(order_replay_conflict_and_insufficient),
+        cmocka_unit_test(reset_and_delete_drop_records),
+        cmocka_unit_test(stock_near_2_pow_53_is_exact),
+    };
+    h_deadline(120);
+    return cmocka_run_group_tests_name("lock", tests, setup, teardown);
+}
