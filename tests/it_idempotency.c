@@ -1,0 +1,229 @@
+/* it_idempotency.c -- order_id replays: sequential, concurrent, conflicting. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness.h"
+
+struct env {
+    h_redis *redis;
+    h_svc *svc;
+    int port;
+};
+
+static int group_setup(void **state)
+{
+    struct env *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return -1;
+    *state = e;
+    e->redis = h_redis_start();
+    if (e->redis == NULL)
+        return -1;
+    e->svc = h_svc_start_args(e->redis, NULL);
+    if (e->svc == NULL)
+        return -1;
+    e->port = h_svc_port(e->svc);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    struct env *e = *state;
+    if (e == NULL)
+        return 0;
+    if (e->svc != NULL && !h_svc_alive(e->svc))
+        h_svc_dump_log(e->svc, 4000);
+    h_svc_free(e->svc);
+    h_redis_free(e->redis);
+    free(e);
+    return 0;
+}
+
+static long long sold_of(int port, const char *sku)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    long long sold = json_integer_value(json_object_get(j, "sold"));
+    json_decref(j);
+    return sold;
+}
+
+static void test_sequential_replay(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-seq", 10, 4, "lock", 0), 0);
+    struct h_resp first, again;
+    assert_int_equal(h_order(e->port, "idem-seq", 1, "replay-1", &first), 201);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(h_order(e->port, "idem-seq", 1, "replay-1", &again), 200);
+        assert_int_equal(again.body_len, first.body_len);
+        assert_memory_equal(again.body, first.body, first.body_len);
+        h_resp_free(&again);
+    }
+    assert_int_equal(sold_of(e->port, "idem-seq"), 1);
+
+    /* A second id is a second sale; replaying either changes nothing. */
+    assert_int_equal(h_order(e->port, "idem-seq", 1, "replay-2", NULL), 201);
+    assert_int_equal(h_order(e->port, "idem-seq", 1, "replay-1", NULL), 200);
+    assert_int_equal(sold_of(e->port, "idem-seq"), 2);
+    assert_int_equal(h_audit(e->port, NULL, "idem-seq", 10, true), 0);
+    h_resp_free(&first);
+}
+
+/* A replay of a confirmed order is answered even when nothing is left to sell. */
+static void test_replay_after_sold_out(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-last", 1, 1, "lock", 0), 0);
+    struct h_resp first, again;
+    assert_int_equal(h_order(e->port, "idem-last", 1, "the-last-one", &first), 201);
+    assert_int_equal(h_order(e->port, "idem-last", 1, "the-last-one", &again), 200);
+    assert_string_equal(again.body, first.body);
+    h_resp_free(&again);
+    h_order(e->port, "idem-last", 1, "someone-else", &again);
+    assert_int_equal(h_expect_error(&again, 409, "sold_out"), 0);
+    h_resp_free(&again);
+    h_resp_free(&first);
+    assert_int_equal(h_audit(e->port, NULL, "idem-last", 1, true), 0);
+}
+
+struct dup {
+    int port;
+    const char *sku;
+    const char *order_id;
+    const char *mode;
+    pthread_mutex_t mu;
+    int n201, n200, other;
+    char first_body[1024];
+    int bodies_differ;
+    char other_example[400];
+};
+
+static void dup_worker(int idx, void *ctx)
+{
+    (void)idx;
+    struct dup *d = ctx;
+    struct h_resp r;
+    int st = h_order(d->port, d->sku, 1, d->order_id, &r);
+    pthread_mutex_lock(&d->mu);
+    if (st == 201 || st == 200) {
+        if (st == 201)
+            d->n201++;
+        else
+            d->n200++;
+        if (d->first_body[0] == '\0')
+            snprintf(d->first_body, sizeof d->first_body, "%s", r.body);
+        else if (strcmp(d->first_body, r.body) != 0)
+            d->bodies_differ++;
+    } else {
+        d->other++;
+        if (d->other_example[0] == '\0')
+            snprintf(d->other_example, sizeof d->other_example, "%d %.300s", st, r.body);
+    }
+    pthread_mutex_unlock(&d->mu);
+    h_resp_free(&r);
+}
+
+static void concurrent_duplicates(int port, const char *sku, const char *mode, int hold_ms)
+{
+    assert_int_equal(h_put_sku(port, NULL, sku, 50, 5, mode, hold_ms), 0);
+    struct dup d;
+    memset(&d, 0, sizeof d);
+    d.port = port;
+    d.sku = sku;
+    d.order_id = "same-id-everywhere";
+    pthread_mutex_init(&d.mu, NULL);
+    assert_int_equal(h_parallel(20, dup_worker, &d), 0);
+    if (d.other_example[0] != '\0')
+        fprintf(stderr, "unexpected reply: %s\n", d.other_example);
+    if (d.bodies_differ)
+        fprintf(stderr, "%d replies differ from %s\n", d.bodies_differ, d.first_body);
+    fprintf(stderr, "%s: %d x 201, %d x 200, %d other\n", sku, d.n201, d.n200, d.other);
+    assert_int_equal(d.other, 0);
+    assert_int_equal(d.n201, 1);
+    assert_int_equal(d.n200, 19);
+    assert_int_equal(d.bodies_differ, 0);
+    assert_int_equal(sold_of(port, sku), 1);
+    assert_int_equal(h_audit(port, NULL, sku, 50, true), 0);
+    pthread_mutex_destroy(&d.mu);
+}
+
+/* 20 copies at once: the duplicates race for different segments, only one sells. */
+static void test_concurrent_replay(void **state)
+{
+    struct env *e = *state;
+    h_deadline(120);
+    concurrent_duplicates(e->port, "idem-par", "lock", 0);
+}
+
+/* Same, with the lock held a while so duplicates overlap the first one's hold. */
+static void test_concurrent_replay_with_hold(void **state)
+{
+    struct env *e = *state;
+    h_deadline(120);
+    concurrent_duplicates(e->port, "idem-hold", "lock", 50);
+}
+
+static void test_concurrent_replay_atomic(void **state)
+{
+    struct env *e = *state;
+    h_deadline(120);
+    concurrent_duplicates(e->port, "idem-atomic", "atomic", 0);
+}
+
+static void test_conflicting_reuse(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-a", 10, 2, "lock", 0), 0);
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-b", 10, 2, "lock", 0), 0);
+    struct h_resp first, r;
+    assert_int_equal(h_order(e->port, "idem-a", 1, "conflicted", &first), 201);
+
+    h_order(e->port, "idem-b", 1, "conflicted", &r);
+    assert_int_equal(h_expect_error(&r, 409, "order_id_conflict"), 0);
+    h_resp_free(&r);
+    h_order(e->port, "idem-a", 2, "conflicted", &r);
+    assert_int_equal(h_expect_error(&r, 409, "order_id_conflict"), 0);
+    h_resp_free(&r);
+
+    /* Nothing moved, and the original record is intact. */
+    assert_int_equal(sold_of(e->port, "idem-a"), 1);
+    assert_int_equal(sold_of(e->port, "idem-b"), 0);
+    assert_int_equal(h_req(e->port, "GET", "/orders/conflicted", NULL, NULL, &r), 200);
+    json_t *j = h_resp_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "sku")), "idem-a");
+    assert_int_equal(json_integer_value(json_object_get(j, "qty")), 1);
+    json_decref(j);
+    h_resp_free(&r);
+    assert_int_equal(h_order(e->port, "idem-a", 1, "conflicted", &r), 200);
+    assert_string_equal(r.body, first.body);
+    h_resp_free(&r);
+    h_resp_free(&first);
+    assert_int_equal(h_audit(e->port, NULL, "idem-a", 10, true), 0);
+    assert_int_equal(h_audit(e->port, NULL, "idem-b", 10, true), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sequential_replay),
+        cmocka_unit_test(test_replay_after_sold_out),
+        cmocka_unit_test(test_concurrent_replay),
+        cmocka_unit_test(test_concurrent_replay_with_hold),
+        cmocka_unit_test(test_concurrent_replay_atomic),
+        cmocka_unit_test(test_conflicting_reuse),
+    };
+    return cmocka_run_group_tests_name("idempotency", tests, group_setup, group_teardown);
+}
