@@ -186,6 +186,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (pool_submit(s->pool, run_job, r) != 0) {
         api_reply_error(&r->rep, 503, "shutting_down", "the server is shutting down");
         api_reply_header(&r->rep, "Retry-After", "1");
+        api_reply_header(&r->rep, "Connection", "close");
         atomic_store_explicit(&r->done, true, memory_order_release);
         MHD_resume_connection(conn);
     }
@@ -252,13 +253,14 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err, si
         free(s);
         return NULL;
     }
+    /* The logger goes first so that MHD reports option errors through it. */
     s->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)LISTEN_BACKLOG,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, s, MHD_OPTION_END);
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, s, MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->connection_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+        (unsigned)LISTEN_BACKLOG, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_END);
     if (s->daemon == NULL) {
         snprintf(err, errlen, "cannot listen on %s port %d (in use, or not a local address?)",
                  cfg->bind, cfg->port);

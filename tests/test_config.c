@@ -1,0 +1,357 @@
+/* test_config.c -- configuration precedence (defaults < file < env < flags) and errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "service/config.h"
+
+/* Each test runs in a fresh temporary directory, so the default config path
+ * (config/inventoryd.json, relative) is absent unless a test writes it. */
+struct fixture {
+    char olddir[1024];
+    char dir[64];
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_non_null(getcwd(f->olddir, sizeof(f->olddir)));
+    strcpy(f->dir, "/tmp/test_config.XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    assert_int_equal(chdir(f->dir), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    unlink("config/inventoryd.json");
+    rmdir("config");
+    unlink("c.json");
+    unlink("d.json");
+    assert_int_equal(chdir(f->olddir), 0);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+/* Load with a NULL-terminated list of arguments after argv[0]. */
+#define LOAD(envp, c, err, ...)                                                           \
+    load((const char *const[]){"inventoryd", __VA_ARGS__}, envp, c, err)
+static int load(const char *const *args, const char *const *envp, struct cfg *c, char *err)
+{
+    int argc = 0;
+    while (args[argc] != NULL)
+        argc++;
+    /* cfg_load takes main()'s types; it never writes through them. */
+    return cfg_load(argc, (char *const *)args, (char *const *)envp, c, err, 512);
+}
+
+/* Expect a load error whose message contains `needle`. */
+static void expect_error(const char *const *args, const char *const *envp,
+                         const char *needle)
+{
+    struct cfg c;
+    char err[512];
+    assert_int_equal(load(args, envp, &c, err), -1);
+    if (strstr(err, needle) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err, needle);
+    assert_null(strchr(err, '\n'));
+}
+
+static void defaults_without_a_file(void **state)
+{
+    (void)state;
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    assert_string_equal(c.bind, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_string_equal(c.redis_host, "127.0.0.1");
+    assert_int_equal(c.redis_port, 6379);
+    assert_int_equal(c.threads, 64);
+    assert_int_equal(c.lock_ttl_ms, 3000);
+    assert_int_equal(c.lock_wait_ms, 2000);
+    assert_int_equal(c.redis_timeout_ms, 1000);
+    assert_int_equal(c.meta_cache_ms, 100);
+    assert_int_equal(c.max_connections, 10000);
+    assert_int_equal(c.connection_timeout_s, 30);
+    assert_int_equal(c.max_body_bytes, 65536);
+    assert_string_equal(c.admin_token, "");
+    assert_string_equal(c.config_path, "");
+    assert_false(c.help);
+    assert_false(c.version);
+}
+
+static void default_file_is_read_when_present(void **state)
+{
+    (void)state;
+    assert_int_equal(system("mkdir -p config"), 0);
+    write_file("config/inventoryd.json", "{\"port\": 9000, \"threads\": 8}");
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    assert_int_equal(c.port, 9000);
+    assert_int_equal(c.threads, 8);
+    assert_string_equal(c.config_path, CFG_DEFAULT_PATH);
+}
+
+static void file_then_env_then_flag(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"port\": 9001, \"lock_ttl_ms\": 5000, \"redis\": \"r1:1\","
+                         " \"bind\": \"127.0.0.2\", \"admin_token\": \"file\"}");
+    const char *env[] = {"INVENTORY_PORT=9002", "INVENTORY_REDIS=r2:2", "INVENTORY_ADMIN_TOKEN=env",
+                   "UNRELATED=1", NULL};
+    struct cfg c;
+    char err[512];
+
+    assert_int_equal(LOAD(NULL, &c, err, "--config", "c.json", NULL), 0);
+    assert_int_equal(c.port, 9001);
+    assert_int_equal(c.lock_ttl_ms, 5000);
+    assert_string_equal(c.redis_host, "r1");
+    assert_int_equal(c.redis_port, 1);
+    assert_string_equal(c.bind, "127.0.0.2");
+    assert_string_equal(c.admin_token, "file");
+    assert_string_equal(c.config_path, "c.json");
+
+    assert_int_equal(LOAD(env, &c, err, "--config", "c.json", NULL), 0);
+    assert_int_equal(c.port, 9002);
+    assert_int_equal(c.lock_ttl_ms, 5000); /* not overridden: the file's value stays */
+    assert_string_equal(c.redis_host, "r2");
+    assert_string_equal(c.admin_token, "env");
+
+    assert_int_equal(LOAD(env, &c, err, "--config", "c.json", "--port", "9003",
+                          "--redis=r3:3", "--admin-token", "flag", NULL),
+                     0);
+    assert_int_equal(c.port, 9003);
+    assert_string_equal(c.redis_host, "r3");
+    assert_int_equal(c.redis_port, 3);
+    assert_string_equal(c.admin_token, "flag");
+}
+
+static void every_flag_and_env_var(void **state)
+{
+    (void)state;
+    const char *env[] = {"INVENTORY_BIND=::1", "INVENTORY_THREADS=3", "INVENTORY_LOCK_TTL_MS=400",
+                   "INVENTORY_LOCK_WAIT_MS=0", "INVENTORY_REDIS_TIMEOUT_MS=250", NULL};
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(env, &c, err, NULL), 0);
+    assert_string_equal(c.bind, "::1");
+    assert_true(cfg_bind_is_loopback(&c));
+    assert_int_equal(c.threads, 3);
+    assert_int_equal(c.lock_ttl_ms, 400);
+    assert_int_equal(c.lock_wait_ms, 0);
+    assert_int_equal(c.redis_timeout_ms, 250);
+
+    assert_int_equal(LOAD(env, &c, err, "--bind", "127.0.0.1", "--threads", "1024",
+                          "--lock-ttl-ms", "600000", "--lock-wait-ms=600000",
+                          "--redis-timeout-ms", "10", "--redis", "[::1]:7000", NULL),
+                     0);
+    assert_string_equal(c.bind, "127.0.0.1");
+    assert_int_equal(c.threads, 1024);
+    assert_int_equal(c.lock_ttl_ms, 600000);
+    assert_int_equal(c.lock_wait_ms, 600000);
+    assert_int_equal(c.redis_timeout_ms, 10);
+    assert_string_equal(c.redis_host, "::1");
+    assert_int_equal(c.redis_port, 7000);
+}
+
+static void file_only_keys(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"meta_cache_ms\": 0, \"max_connections\": 20000,"
+                         " \"connection_timeout_s\": 0, \"max_body_bytes\": 1024,"
+                         " \"redis_timeout_ms\": 50}");
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, "--config", "c.json", NULL), 0);
+    assert_int_equal(c.meta_cache_ms, 0);
+    assert_int_equal(c.max_connections, 20000);
+    assert_int_equal(c.connection_timeout_s, 0);
+    assert_int_equal(c.max_body_bytes, 1024);
+    assert_int_equal(c.redis_timeout_ms, 50);
+}
+
+static void config_path_from_env_and_flag(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"port\": 7001}");
+    write_file("d.json", "{\"port\": 7002}");
+    const char *env[] = {"INVENTORY_CONFIG=c.json", NULL};
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(env, &c, err, NULL), 0);
+    assert_int_equal(c.port, 7001);
+    assert_int_equal(LOAD(env, &c, err, "--config", "d.json", NULL), 0);
+    assert_int_equal(c.port, 7002);
+    assert_string_equal(c.config_path, "d.json");
+}
+
+static void missing_explicit_file_is_an_error(void **state)
+{
+    (void)state;
+    expect_error((const char *const[]){"inventoryd", "--config", "nope.json", NULL}, NULL,
+                 "nope.json");
+    const char *env[] = {"INVENTORY_CONFIG=gone.json", NULL};
+    expect_error((const char *const[]){"inventoryd", NULL}, env, "gone.json");
+    const char *empty[] = {"INVENTORY_CONFIG=", NULL};
+    expect_error((const char *const[]){"inventoryd", NULL}, empty, "INVENTORY_CONFIG");
+}
+
+static void file_errors_name_the_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"{\"prot\": 1}", "prot: unknown key"},
+        {"{\"port\": \"80\"}", "port: must be an integer"},
+        {"{\"port\": 80.0}", "port: must be an integer"},
+        {"{\"port\": 0}", "port: must be an integer in 1..65535"},
+        {"{\"port\": 65536}", "port"},
+        {"{\"threads\": 0}", "threads"},
+        {"{\"threads\": 1025}", "threads"},
+        {"{\"lock_ttl_ms\": 99}", "lock_ttl_ms"},
+        {"{\"lock_wait_ms\": -1}", "lock_wait_ms"},
+        {"{\"redis_timeout_ms\": 0}", "redis_timeout_ms"},
+        {"{\"meta_cache_ms\": 60001}", "meta_cache_ms"},
+        {"{\"max_connections\": 0}", "max_connections"},
+        {"{\"connection_timeout_s\": -1}", "connection_timeout_s"},
+        {"{\"max_body_bytes\": 1}", "max_body_bytes"},
+        {"{\"bind\": 127}", "bind: must be a string"},
+        {"{\"bind\": \"localhost\"}", "bind: must be a numeric"},
+        {"{\"redis\": \"host\"}", "redis: must be HOST:PORT"},
+        {"{\"redis\": \"host:0\"}", "redis: port"},
+        {"{\"redis\": \":6379\"}", "redis"},
+        {"{\"admin_token\": \"a b\"}", "admin_token"},
+        {"{\"admin_token\": null}", "admin_token: must be a string"},
+        {"{\"port\": 1, \"port\": 2}", "c.json"},
+        {"{\"port\": 1", "c.json:1"},
+        {"[1]", "must hold a JSON object"},
+        {"", "c.json"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_file("c.json", cases[i].text);
+        expect_error((const char *const[]){"inventoryd", "--config", "c.json", NULL}, NULL,
+                     cases[i].needle);
+    }
+}
+
+static void env_errors_name_the_variable(void **state)
+{
+    (void)state;
+    static const char *const cases[] = {
+        "INVENTORY_PORT=abc",          "INVENTORY_PORT=",
+        "INVENTORY_PORT= 80",          "INVENTORY_PORT=80x",
+        "INVENTORY_PORT=99999999999999999999",
+        "INVENTORY_BIND=nowhere",      "INVENTORY_REDIS=h:p",
+        "INVENTORY_THREADS=0",         "INVENTORY_LOCK_TTL_MS=600001",
+        "INVENTORY_LOCK_WAIT_MS=-5",   "INVENTORY_REDIS_TIMEOUT_MS=x",
+        "INVENTORY_ADMIN_TOKEN=has space",
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(cases[i], "="), cases[i]);
+        const char *env[] = {(char *)cases[i], NULL};
+        expect_error((const char *const[]){"inventoryd", NULL}, env, name);
+    }
+}
+
+static void flag_errors_name_the_flag(void **state)
+{
+    (void)state;
+    expect_error((const char *const[]){"inventoryd", "--port", "x", NULL}, NULL, "--port");
+    expect_error((const char *const[]){"inventoryd", "--port", NULL}, NULL, "--port: missing value");
+    expect_error((const char *const[]){"inventoryd", "--threads=0", NULL}, NULL, "--threads");
+    expect_error((const char *const[]){"inventoryd", "--lock-ttl-ms", "50", NULL}, NULL,
+                 "--lock-ttl-ms");
+    expect_error((const char *const[]){"inventoryd", "--lock-wait-ms", "600001", NULL}, NULL,
+                 "--lock-wait-ms");
+    expect_error((const char *const[]){"inventoryd", "--redis", "nocolon", NULL}, NULL, "--redis");
+    expect_error((const char *const[]){"inventoryd", "--bind", "1.2.3", NULL}, NULL, "--bind");
+    expect_error((const char *const[]){"inventoryd", "--redis-timeout-ms", "0", NULL}, NULL,
+                 "--redis-timeout-ms");
+    expect_error((const char *const[]){"inventoryd", "--frobnicate", NULL}, NULL, "--frobnicate");
+    expect_error((const char *const[]){"inventoryd", "stray", NULL}, NULL, "stray");
+    expect_error((const char *const[]){"inventoryd", "--help=yes", NULL}, NULL, "--help");
+}
+
+static void flag_beats_bad_env_only_when_valid(void **state)
+{
+    (void)state;
+    /* A bad env value is an error even when a flag would override it: a bad value
+     * anywhere is reported. */
+    const char *env[] = {"INVENTORY_PORT=bad", NULL};
+    expect_error((const char *const[]){"inventoryd", "--port", "8081", NULL}, env,
+                 "INVENTORY_PORT");
+}
+
+static void non_loopback_needs_a_token(void **state)
+{
+    (void)state;
+    expect_error((const char *const[]){"inventoryd", "--bind", "0.0.0.0", NULL}, NULL, "bind");
+    expect_error((const char *const[]){"inventoryd", "--bind", "::", NULL}, NULL, "admin");
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, "--bind", "0.0.0.0", "--admin-token", "s3cret", NULL),
+                     0);
+    assert_false(cfg_bind_is_loopback(&c));
+    assert_int_equal(LOAD(NULL, &c, err, "--bind", "127.8.9.10", NULL), 0);
+    assert_true(cfg_bind_is_loopback(&c));
+}
+
+static void help_and_version(void **state)
+{
+    (void)state;
+    const char *env[] = {"INVENTORY_PORT=bad", NULL}; /* not even looked at */
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(env, &c, err, "--help", NULL), 0);
+    assert_true(c.help);
+    assert_int_equal(LOAD(env, &c, err, "-h", NULL), 0);
+    assert_true(c.help);
+    assert_int_equal(LOAD(env, &c, err, "--version", NULL), 0);
+    assert_true(c.version);
+    assert_false(c.help);
+    FILE *devnull = fopen("/dev/null", "w");
+    assert_non_null(devnull);
+    cfg_usage(devnull, "inventoryd");
+    fclose(devnull);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(defaults_without_a_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(default_file_is_read_when_present, setup, teardown),
+        cmocka_unit_test_setup_teardown(file_then_env_then_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(every_flag_and_env_var, setup, teardown),
+        cmocka_unit_test_setup_teardown(file_only_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(config_path_from_env_and_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(missing_explicit_file_is_an_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(file_errors_name_the_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(env_errors_name_the_variable, setup, teardown),
+        cmocka_unit_test_setup_teardown(flag_errors_name_the_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(flag_beats_bad_env_only_when_valid, setup, teardown),
+        cmocka_unit_test_setup_teardown(non_loopback_needs_a_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(help_and_version, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
