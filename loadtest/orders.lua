@@ -1,0 +1,174 @@
+-- orders.lua -- wrk script: POST /orders with unique order ids; status counts summed in done().
+--
+-- Script arguments (after `--`), key=value, all optional:
+--   sku=NAME       SKU to order (default "bench")
+--   qty=N          units per order (default 1)
+--   nonce=STR      run nonce; ids are "<nonce>-t<thread>-<n>", unique across threads
+--                  and, with a fresh nonce per run, across runs (default: time + random)
+--   threads=N      wrk's -t, needed to split `requests` over the threads (default 2)
+--   active=SEC     send orders for SEC seconds, then stop sending and let the orders in
+--                  flight finish (the "drain"), so every order the service saw has its
+--                  response counted here. Set wrk's -d longer than this.
+--   requests=N     instead of `active`: send exactly N orders in all, then drain.
+--   donedir=DIR    when a thread has sent its last order and has every answer, it
+--                  creates DIR/done-<thread>; the driver then ends wrk with SIGINT
+--                  instead of waiting out -d.
+--   samples=N      order ids of 201s kept per thread for the driver's audit (default 8)
+--
+-- done() prints one line, `LOADTEST_RESULT {json}`: counts of 201, 200, 409, 503 and
+-- other statuses, orders sent and answered, the send window, latency p50/p99/max in
+-- microseconds (wrk's histogram, all requests) and the sampled order ids.
+--
+-- Every request goes through delay() first (wrk calls it before each request on a
+-- connection), so the budget and the clock are checked before an order is sent: an
+-- order is only ever sent when it was granted, and none is sent after the window.
+
+local ffi = require("ffi")
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } lt_timespec;
+int clock_gettime(int clk, lt_timespec *ts);
+]]
+local ts = ffi.new("lt_timespec")
+local function now_ms()
+    ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC: one clock for every thread
+    return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+end
+
+local FOREVER_MS = 3600 * 1000
+
+-- Main state: thread handles for done(). Thread states: their own counters (globals,
+-- so thread:get() can read them).
+local threads = {}
+local next_tid = 0
+
+function setup(thread)
+    thread:set("tid", next_tid)
+    next_tid = next_tid + 1
+    table.insert(threads, thread)
+end
+
+local cfg = { sku = "bench", qty = 1, threads = 2, samples = 8 }
+local budget, t_end, prefix, path_done, headers
+local granted, marker_written = 0, false
+
+-- Counters read by done(); plain numbers/strings only.
+c201, c200, c409, c503, c404, c4xx, c5xx, cother = 0, 0, 0, 0, 0, 0, 0, 0
+sent, answered = 0, 0
+t_first, t_last = -1, -1
+ids = ""
+local nsamples = 0
+
+function init(args)
+    for _, a in pairs(args) do
+        local k, v = tostring(a):match("^([%w_]+)=(.*)$")
+        if k then cfg[k] = v end
+    end
+    cfg.qty = tonumber(cfg.qty)
+    cfg.threads = tonumber(cfg.threads)
+    cfg.samples = tonumber(cfg.samples)
+    if not cfg.nonce then
+        math.randomseed(os.time() + tid)
+        cfg.nonce = string.format("lt%x%04x", os.time(), math.random(0, 65535))
+    end
+    prefix = string.format("%s-t%d-", cfg.nonce, tid)
+    if cfg.requests then
+        local total = tonumber(cfg.requests)
+        budget = math.floor(total / cfg.threads)
+        if tid < total % cfg.threads then budget = budget + 1 end
+    end
+    if cfg.active then t_end = now_ms() + tonumber(cfg.active) * 1000 end
+    if cfg.donedir then path_done = string.format("%s/done-%d", cfg.donedir, tid) end
+    headers = { ["Content-Type"] = "application/json" }
+end
+
+local function window_closed()
+    if budget and granted >= budget then return true end
+    if t_end and now_ms() >= t_end then return true end
+    return false
+end
+
+local function maybe_mark_done()
+    if marker_written or answered < granted or not window_closed() then return end
+    marker_written = true
+    if path_done then
+        local f = io.open(path_done, "w")
+        if f then f:write(tostring(answered), "\n"); f:close() end
+    end
+end
+
+function delay()
+    if window_closed() then
+        maybe_mark_done()
+        return FOREVER_MS
+    end
+    granted = granted + 1
+    return 0
+end
+
+function request()
+    -- wrk calls request() once before the run to check the script (thread 0): that
+    -- request is never sent, so it is not counted and uses no id.
+    if granted == 0 then
+        return wrk.format("POST", "/orders", headers, "{}")
+    end
+    sent = sent + 1
+    -- After a broken connection wrk reconnects and sends without asking delay():
+    -- count that order as granted too, so the drain waits for its answer.
+    if sent > granted then granted = sent end
+    if t_first < 0 then t_first = now_ms() end
+    local body = string.format('{"sku":"%s","qty":%d,"order_id":"%s%d"}',
+                               cfg.sku, cfg.qty, prefix, sent)
+    return wrk.format("POST", "/orders", headers, body)
+end
+
+function response(status, hdrs, body)
+    answered = answered + 1
+    t_last = now_ms()
+    if status == 201 then
+        c201 = c201 + 1
+        if nsamples < cfg.samples then
+            local id = body:match('"order_id"%s*:%s*"([^"]+)"')
+            if id then
+                ids = ids == "" and id or (ids .. "," .. id)
+                nsamples = nsamples + 1
+            end
+        end
+    elseif status == 200 then c200 = c200 + 1
+    elseif status == 409 then c409 = c409 + 1
+    elseif status == 503 then c503 = c503 + 1
+    elseif status == 404 then c404 = c404 + 1
+    elseif status >= 400 and status < 500 then c4xx = c4xx + 1
+    elseif status >= 500 then c5xx = c5xx + 1
+    else cother = cother + 1 end
+    maybe_mark_done()
+end
+
+function done(summary, latency, requests)
+    local keys = { "c201", "c200", "c409", "c503", "c404", "c4xx", "c5xx", "cother",
+                   "sent", "answered" }
+    local sum = {}
+    for _, k in ipairs(keys) do sum[k] = 0 end
+    local first, last, all_ids = nil, nil, {}
+    for _, t in ipairs(threads) do
+        for _, k in ipairs(keys) do sum[k] = sum[k] + (t:get(k) or 0) end
+        local f, l = t:get("t_first"), t:get("t_last")
+        if f and f >= 0 and (not first or f < first) then first = f end
+        if l and l >= 0 and (not last or l > last) then last = l end
+        local s = t:get("ids")
+        if s and s ~= "" then
+            for id in s:gmatch("[^,]+") do table.insert(all_ids, '"' .. id .. '"') end
+        end
+    end
+    local e = summary.errors
+    local window = (first and last) and (last - first) / 1000 or 0
+    io.write(string.format(
+        'LOADTEST_RESULT {"c201":%d,"c200":%d,"c409":%d,"c503":%d,"c404":%d,' ..
+        '"c4xx":%d,"c5xx":%d,"cother":%d,"sent":%d,"answered":%d,"window_s":%.4f,' ..
+        '"p50_us":%d,"p99_us":%d,"max_us":%d,"wrk_requests":%d,"wrk_duration_us":%d,' ..
+        '"errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d},"ids":[%s]}\n',
+        sum.c201, sum.c200, sum.c409, sum.c503, sum.c404, sum.c4xx, sum.c5xx, sum.cother,
+        sum.sent, sum.answered, window,
+        latency:percentile(50), latency:percentile(99), latency.max,
+        summary.requests, summary.duration,
+        e.connect, e.read, e.write, e.timeout, table.concat(all_ids, ",")))
+end

@@ -1,0 +1,734 @@
+#!/usr/bin/env bash
+# run.sh -- the load test: lock strategies side by side, every run audited, then plotted.
+#
+# Starts its own redis-server and inventoryd (unless --url), runs each scenario with wrk,
+# audits the SKU through the admin API after every run, prints a markdown table and the
+# target ratios, and writes loadtest/results/<timestamp>.{md,json} and two PNG plots.
+# Exit status: 0 when every audit passed, 1 when any failed, 2 on a setup error.
+
+set -u -o pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "$0")" && pwd)
+
+usage() {
+    cat <<'EOF'
+Usage: loadtest/run.sh [options]
+
+Runs the inventory load test: for each scenario a fresh SKU, a wrk run of fixed length
+and connection count, then an audit through the admin API (remaining + sold = initial,
+no segment below 0, sold = the 201s wrk saw, orders = sold, sampled order ids readable).
+A failed audit prints FAILED and makes the exit status 1.
+
+Scenarios
+  curve     lock mode, hold 20 ms, segments 1 2 4 8 16 20 32 64 (1 and 20 are the seed's
+            comparison; --quick: 1 4 20 64)
+  hold0     hold 0 ms: global lock (1 segment), lock with 20 segments, atomic (20 segments)
+  flash     flash sale: 1000 stock over 20 segments, a fixed number of orders (100000;
+            --quick: 20000): exactly 1000 x 201, the rest 409
+  soldout   sold-out storm: orders against a SKU with 0 stock, every answer 409
+  livez     GET /livez: the HTTP ceiling
+  redis     redis-benchmark -c <connections> running the same deduction Lua: the Redis ceiling
+
+Options
+  --bin PATH           service binary to start (default build/inventoryd)
+  --url URL            use a running service instead of starting redis-server and one
+  --redis HOST:PORT    with --url: the Redis to run redis-benchmark against (else skipped)
+  --admin-token T      send "Authorization: Bearer T" to /admin/* (and start the service
+                       with it)
+  --connections N      wrk connections, also redis-benchmark -c (default 100)
+  --wrk-threads N      wrk threads (default 2)
+  --service-threads N  --threads for the service we start (default: the service's own)
+  --duration S         seconds of orders per timed scenario (default 10; --quick 3)
+  --flash-requests N   orders sent in the flash sale (default 100000; --quick 20000)
+  --only LIST          comma-separated scenario groups to run (default: all)
+  --quick              short runs and fewer curve points: everything in under 60 s
+  --out DIR            where results go (default loadtest/results)
+  --keep               keep the temp dir (logs, raw wrk output) and print its path
+  -h, --help           this text
+
+Environment: NO_COLOR=1 turns off the red/green.
+EOF
+}
+
+# ---------------------------------------------------------------------------- options
+BIN=build/inventoryd
+URL=
+REDIS_ADDR=
+ADMIN_TOKEN=
+CONNS=100
+WRK_THREADS=2
+SVC_THREADS=
+DURATION=
+FLASH_REQUESTS=
+ONLY=curve,hold0,flash,soldout,livez,redis
+QUICK=0
+OUT_DIR=$SCRIPT_DIR/results
+KEEP=0
+ARGV_ORIG="$*"
+
+die() { echo "run.sh: $*" >&2; exit 2; }
+need_val() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (see --help)"; }
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --bin) need_val "$@"; BIN=$2; shift 2 ;;
+        --url) need_val "$@"; URL=${2%/}; shift 2 ;;
+        --redis) need_val "$@"; REDIS_ADDR=$2; shift 2 ;;
+        --admin-token) need_val "$@"; ADMIN_TOKEN=$2; shift 2 ;;
+        --connections) need_val "$@"; CONNS=$2; shift 2 ;;
+        --wrk-threads) need_val "$@"; WRK_THREADS=$2; shift 2 ;;
+        --service-threads) need_val "$@"; SVC_THREADS=$2; shift 2 ;;
+        --duration) need_val "$@"; DURATION=$2; shift 2 ;;
+        --flash-requests) need_val "$@"; FLASH_REQUESTS=$2; shift 2 ;;
+        --only) need_val "$@"; ONLY=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --out) need_val "$@"; OUT_DIR=$2; shift 2 ;;
+        --keep) KEEP=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) die "unknown option '$1' (see --help)" ;;
+    esac
+done
+
+if [ "$QUICK" = 1 ]; then
+    : "${DURATION:=3}"
+    : "${FLASH_REQUESTS:=20000}"
+    CURVE_SEGMENTS="1 4 20 64"
+    SOLDOUT_SECS=2
+    LIVEZ_SECS=2
+    REDIS_BENCH_N=60000
+else
+    : "${DURATION:=10}"
+    : "${FLASH_REQUESTS:=100000}"
+    CURVE_SEGMENTS="1 2 4 8 16 20 32 64"
+    SOLDOUT_SECS=5
+    LIVEZ_SECS=10
+    REDIS_BENCH_N=500000
+fi
+
+for v in CONNS WRK_THREADS DURATION FLASH_REQUESTS; do
+    is_uint "${!v}" && [ "${!v}" -gt 0 ] || die "bad value for $v: '${!v}'"
+done
+[ -z "$SVC_THREADS" ] || is_uint "$SVC_THREADS" || die "bad --service-threads '$SVC_THREADS'"
+[ "$CONNS" -ge "$WRK_THREADS" ] || die "--connections must be >= --wrk-threads"
+[ "$FLASH_REQUESTS" -ge 1000 ] || die "--flash-requests must be >= 1000 (the stock)"
+for g in ${ONLY//,/ }; do
+    case $g in curve|hold0|flash|soldout|livez|redis) ;; *) die "unknown scenario '$g'" ;; esac
+done
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+for tool in wrk jq curl gnuplot; do
+    command -v "$tool" >/dev/null || die "$tool not found (make deps installs it)"
+done
+if [ -z "$URL" ]; then
+    command -v redis-server >/dev/null || die "redis-server not found (make deps)"
+    [ -x "$BIN" ] || die "service binary '$BIN' not found or not executable (run make)"
+fi
+
+if [ -z "${NO_COLOR:-}" ]; then
+    RED=$'\033[31m' GREEN=$'\033[32m' YELLOW=$'\033[33m' BOLD=$'\033[1m' RESET=$'\033[0m'
+else
+    RED= GREEN= YELLOW= BOLD= RESET=
+fi
+
+# ---------------------------------------------------------------------------- processes
+TMP=$(mktemp -d /tmp/loadtest.XXXXXX) || die "mktemp failed"
+REDIS_PID= SVC_PID= WRK_PID= BENCH_PID=
+
+stop_pid() { # pid [grace seconds]: TERM, wait, then KILL
+    local pid=$1 grace=${2:-5} i
+    [ -n "$pid" ] || return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null
+    for ((i = 0; i < grace * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return 0
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    stop_pid "$WRK_PID" 2
+    stop_pid "$BENCH_PID" 2
+    stop_pid "$SVC_PID" 5
+    stop_pid "$REDIS_PID" 5
+    if [ "$KEEP" = 1 ]; then
+        echo "run.sh: kept $TMP"
+    else
+        rm -rf "$TMP"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
+
+# A loopback port nothing listens on (random, so parallel runs rarely collide).
+free_port() {
+    local p i
+    for ((i = 0; i < 100; i++)); do
+        p=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Poll `cmd...` every 0.1 s for up to $1 seconds; 0 once it succeeds.
+wait_for() {
+    local secs=$1 i
+    shift
+    for ((i = 0; i < secs * 10; i++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+start_redis() {
+    REDIS_PORT=$(free_port) || die "no free port for redis-server"
+    mkdir -p "$TMP/redis"
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$TMP/redis" \
+        --save '' --appendonly no --daemonize no --maxclients 10000 \
+        >"$TMP/redis.log" 2>&1 &
+    REDIS_PID=$!
+    wait_for 10 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping ||
+        { tail -n 20 "$TMP/redis.log" >&2; die "redis-server did not start"; }
+    REDIS_ADDR=127.0.0.1:$REDIS_PORT
+}
+
+start_service() {
+    local port args
+    port=$(free_port) || die "no free port for the service"
+    args=(--port "$port" --bind 127.0.0.1 --redis "$REDIS_ADDR")
+    [ -z "$SVC_THREADS" ] || args+=(--threads "$SVC_THREADS")
+    [ -z "$ADMIN_TOKEN" ] || args+=(--admin-token "$ADMIN_TOKEN")
+    echo "service: $BIN ${args[*]}"
+    "$BIN" "${args[@]}" >"$TMP/inventoryd.log" 2>&1 &
+    SVC_PID=$!
+    URL=http://127.0.0.1:$port
+    if ! wait_for 15 curl -fsS -o /dev/null "$URL/livez"; then
+        tail -n 30 "$TMP/inventoryd.log" >&2
+        die "the service did not answer GET /livez within 15 s"
+    fi
+}
+
+service_alive() {
+    [ -z "$SVC_PID" ] || kill -0 "$SVC_PID" 2>/dev/null
+}
+
+# ---------------------------------------------------------------------------- HTTP
+# api METHOD PATH [BODY]: the body goes to $TMP/resp, the status code to stdout.
+api() {
+    local auth=()
+    [ -z "$ADMIN_TOKEN" ] || auth=(-H "Authorization: Bearer $ADMIN_TOKEN")
+    if [ $# -ge 3 ]; then
+        curl -sS -m 30 -o "$TMP/resp" -w '%{http_code}' -X "$1" "${auth[@]}" \
+            -H 'Content-Type: application/json' --data-binary "$3" "$URL$2" 2>>"$TMP/curl.log"
+    else
+        curl -sS -m 30 -o "$TMP/resp" -w '%{http_code}' -X "$1" "${auth[@]}" \
+            "$URL$2" 2>>"$TMP/curl.log"
+    fi
+}
+
+# ---------------------------------------------------------------------------- scenarios
+NONCE=$(printf 'lt%x%04x' "$(date +%s)" $((RANDOM)))
+ROWS=$TMP/rows.jsonl
+: >"$ROWS"
+FAILED_COUNT=0
+SCEN_INDEX=0
+
+# Runs wrk in the background; with a done-dir, sends SIGINT once every thread has put
+# its marker there (all its orders answered) instead of waiting out the -d cap.
+# run_wrk SCRIPT OUTFILE CAP_SECONDS DONEDIR [script args...]
+run_wrk() {
+    local script=$1 out=$2 cap=$3 donedir=$4 n
+    shift 4
+    wrk -t "$WRK_THREADS" -c "$CONNS" -d "${cap}s" --timeout 30s -s "$script" "$URL" \
+        -- "$@" >"$out" 2>&1 &
+    WRK_PID=$!
+    if [ -n "$donedir" ]; then
+        while kill -0 "$WRK_PID" 2>/dev/null; do
+            n=$(find "$donedir" -name 'done-*' | wc -l)
+            if [ "$n" -ge "$WRK_THREADS" ]; then
+                kill -INT "$WRK_PID" 2>/dev/null
+                break
+            fi
+            sleep 0.05
+        done
+    fi
+    wait "$WRK_PID"
+    local rc=$?
+    WRK_PID=
+    return $rc
+}
+
+# Prints the LOADTEST_RESULT json of a wrk output file, or nothing.
+wrk_result() {
+    sed -n 's/^LOADTEST_RESULT //p' "$1" | tail -n 1
+}
+
+# Waits (up to 5 s) for the SKU's locks to be released, then leaves its status in
+# $TMP/resp; prints the HTTP status.
+sku_status() {
+    local sku=$1 code i
+    for ((i = 0; i < 50; i++)); do
+        code=$(api GET "/admin/skus/$sku")
+        [ "$code" = 200 ] || break
+        [ "$(jq -r '.locks_held // 0' "$TMP/resp" 2>/dev/null)" = 0 ] && break
+        sleep 0.1
+    done
+    echo "$code"
+}
+
+# Audit of one order scenario. Prints a JSON array of failure messages.
+# audit SKU RESULT_JSON EXPECT_JSON
+audit() {
+    local sku=$1 result=$2 expect=$3 code status fails id ocode
+    code=$(sku_status "$sku")
+    if [ "$code" != 200 ]; then
+        jq -cn --arg c "$code" '["GET /admin/skus answered \($c)"]'
+        return
+    fi
+    status=$(cat "$TMP/resp")
+    echo "$status" >"$TMP/status-$sku.json"
+    fails=$(jq -cn --argjson r "$result" --argjson s "$status" --argjson e "$expect" '
+        def chk(c; msg): if c then [] else [msg] end;
+        ($s.segment_stock // []) as $ss | ($s.segment_sold // null) as $sd |
+        ($r.c201 * $e.qty) as $units |
+          chk($s.initial == $e.stock; "initial \($s.initial) != stock set \($e.stock)")
+        + chk($s.remaining + $s.sold == $s.initial;
+              "remaining \($s.remaining) + sold \($s.sold) != initial \($s.initial)")
+        + chk(($ss | length) == $e.segments;
+              "segment_stock has \($ss | length) entries, want \($e.segments)")
+        + chk(([$ss[] | select(. < 0)] | length) == 0;
+              "segment below 0: \([$ss[] | select(. < 0)])")
+        + chk(($ss | add // 0) == $s.remaining;
+              "sum(segment_stock) \($ss | add) != remaining \($s.remaining)")
+        + chk($sd == null or (($sd | add // 0) == $s.sold);
+              "sum(segment_sold) != sold \($s.sold)")
+        + chk($s.sold == $units; "sold \($s.sold) != units in the 201s wrk saw \($units)")
+        + chk($s.orders == $r.c201; "orders \($s.orders) != 201s wrk saw \($r.c201)")
+        + chk(($s.locks_held // 0) == 0; "locks_held \($s.locks_held) after the run")
+        + chk($r.sent == $r.answered;
+              "\($r.sent - $r.answered) orders sent but never answered")
+        + chk($r.c200 == 0; "\($r.c200) x 200 (replays) with unique order ids")
+        + chk($r.c404 + $r.c4xx + $r.c5xx + $r.cother == 0;
+              "unexpected statuses: 404 \($r.c404), 4xx \($r.c4xx), 5xx \($r.c5xx), other \($r.cother)")
+        + chk($e.mode == "lock" or $r.c503 == 0; "\($r.c503) x 503 in mode \($e.mode)")
+        + chk(($r.errors | .connect + .read + .write + .timeout) == 0;
+              "wrk socket errors \($r.errors)")
+        + chk($e.requests == null or $r.sent == $e.requests;
+              "sent \($r.sent) orders, want \($e.requests)")
+        + chk($e.sold == null or ($s.sold == $e.sold and $r.c201 == $e.sold);
+              "sold \($s.sold) / 201s \($r.c201), want exactly \($e.sold)")
+        + chk($e.sold == null or $s.remaining == 0; "remaining \($s.remaining), want 0")
+        + chk($e.all_409 != true or $r.c409 == $r.answered - $r.c201;
+              "\($r.answered - $r.c201 - $r.c409) answers neither 201 nor 409")
+        + chk($r.c201 == 0 or ($r.ids | length) > 0; "no order ids sampled")
+    ')
+    # One order record per sale, sampled: every sampled 201 id must be readable.
+    for id in $(jq -r '.ids[]' <<<"$result"); do
+        ocode=$(api GET "/orders/$id")
+        if [ "$ocode" != 200 ]; then
+            fails=$(jq -c --arg m "GET /orders/$id answered $ocode" '. + [$m]' <<<"$fails")
+        elif ! jq -e --arg id "$id" --arg sku "$sku" \
+            '.order_id == $id and .sku == $sku' "$TMP/resp" >/dev/null 2>&1; then
+            fails=$(jq -c --arg m "GET /orders/$id: record $(head -c 200 "$TMP/resp")" \
+                '. + [$m]' <<<"$fails")
+        fi
+    done
+    echo "$fails"
+}
+
+# Appends a table row. add_row JSON
+add_row() { echo "$1" >>"$ROWS"; }
+
+report_row() { # name fails_json extra_text
+    local name=$1 fails=$2 n
+    n=$(jq 'length' <<<"$fails")
+    if [ "$n" -gt 0 ]; then
+        FAILED_COUNT=$((FAILED_COUNT + 1))
+        echo "  ${RED}${BOLD}FAILED${RESET} $name"
+        jq -r '.[] | "    - " + .' <<<"$fails"
+    else
+        echo "  ${GREEN}ok${RESET} $name $3"
+    fi
+}
+
+# run_orders NAME STRATEGY MODE SEGMENTS HOLD_MS STOCK (active SECS | requests N) [sold N]
+run_orders() {
+    local name=$1 strategy=$2 mode=$3 segs=$4 hold=$5 stock=$6 how=$7 amount=$8
+    local expect_sold=${10:-} sku code donedir out result cap fails expect row
+    SCEN_INDEX=$((SCEN_INDEX + 1))
+    sku="$NONCE-$SCEN_INDEX-$name"
+    echo "${BOLD}[$name]${RESET} $strategy: mode $mode, $segs segments, hold $hold ms," \
+        "stock $stock, $how $amount"
+    code=$(api PUT "/admin/skus/$sku" \
+        "{\"stock\":$stock,\"segments\":$segs,\"mode\":\"$mode\",\"hold_ms\":$hold}")
+    case $code in
+        200|201|204) ;;
+        *)
+            fails=$(jq -cn --arg m "PUT /admin/skus/$sku answered $code: $(head -c 200 "$TMP/resp")" '[$m]')
+            report_row "$name" "$fails"
+            add_row "$(jq -cn --arg n "$name" --arg st "$strategy" --arg m "$mode" \
+                --argjson seg "$segs" --argjson h "$hold" --argjson f "$fails" \
+                '{name:$n,strategy:$st,mode:$m,segments:$seg,hold_ms:$h,orders_s:null,
+                  req_s:null,p50_ms:null,p99_ms:null,c201:null,c409:null,c503:null,
+                  audit:"FAILED",failures:$f}')"
+            return
+            ;;
+    esac
+    donedir=$TMP/done-$SCEN_INDEX
+    mkdir -p "$donedir"
+    out=$TMP/wrk-$SCEN_INDEX-$name.txt
+    # The -d cap: the window plus room for the slowest order (lock wait + hold) to be
+    # answered; the driver normally stops wrk much earlier, when the threads are done.
+    if [ "$how" = active ]; then
+        cap=$((amount + 10 + hold / 100))
+        run_wrk "$SCRIPT_DIR/orders.lua" "$out" "$cap" "$donedir" \
+            "sku=$sku" qty=1 "nonce=$NONCE-$SCEN_INDEX" "threads=$WRK_THREADS" \
+            "active=$amount" "donedir=$donedir"
+    else
+        cap=$((60 + amount / 1000))
+        run_wrk "$SCRIPT_DIR/orders.lua" "$out" "$cap" "$donedir" \
+            "sku=$sku" qty=1 "nonce=$NONCE-$SCEN_INDEX" "threads=$WRK_THREADS" \
+            "requests=$amount" "donedir=$donedir"
+    fi
+    result=$(wrk_result "$out")
+    if [ -z "$result" ]; then
+        tail -n 20 "$out" >&2
+        fails='["wrk printed no LOADTEST_RESULT line"]'
+        result='{"c201":0,"c200":0,"c409":0,"c503":0,"p50_us":0,"p99_us":0,"window_s":0,"answered":0}'
+    else
+        expect=$(jq -cn --arg m "$mode" --argjson seg "$segs" --argjson st "$stock" \
+            --arg how "$how" --argjson amt "$amount" --arg sold "$expect_sold" '
+            {mode:$m, segments:$seg, stock:$st, qty:1,
+             requests: (if $how == "requests" then $amt else null end),
+             sold: (if $sold == "" then null else ($sold | tonumber) end),
+             all_409: ($sold != "")}')
+        fails=$(audit "$sku" "$result" "$expect")
+    fi
+    service_alive || fails=$(jq -c '. + ["the service process died"]' <<<"$fails")
+    row=$(jq -cn --arg n "$name" --arg st "$strategy" --arg m "$mode" --arg sku "$sku" \
+        --argjson seg "$segs" --argjson h "$hold" --argjson r "$result" \
+        --argjson f "$fails" --argjson stock "$stock" '
+        ($r.window_s) as $w |
+        {name:$n, strategy:$st, mode:$m, sku:$sku, segments:$seg, hold_ms:$h, stock:$stock,
+         orders_s: (if $w > 0 then $r.c201 / $w else 0 end),
+         req_s: (if $w > 0 then $r.answered / $w else 0 end),
+         p50_ms: ($r.p50_us / 1000), p99_ms: ($r.p99_us / 1000),
+         c201:$r.c201, c409:$r.c409, c503:$r.c503, sent:$r.sent, window_s:$w,
+         audit: (if ($f | length) == 0 then "ok" else "FAILED" end), failures:$f, wrk:$r}')
+    add_row "$row"
+    report_row "$name" "$fails" "$(jq -r '"\(.orders_s | floor) orders/s, \(.req_s | floor) req/s, p50 \(.p50_ms) ms, p99 \(.p99_ms) ms, 201 \(.c201), 409 \(.c409), 503 \(.c503)"' <<<"$row")"
+}
+
+run_soldout() {
+    local name=soldout sku code out result fails row
+    SCEN_INDEX=$((SCEN_INDEX + 1))
+    sku="$NONCE-$SCEN_INDEX-$name"
+    echo "${BOLD}[$name]${RESET} sold-out storm: 0 stock, 20 segments, lock, ${SOLDOUT_SECS}s"
+    code=$(api PUT "/admin/skus/$sku" '{"stock":0,"segments":20,"mode":"lock","hold_ms":0}')
+    out=$TMP/wrk-$SCEN_INDEX-$name.txt
+    if [[ $code != 20? ]]; then
+        fails=$(jq -cn --arg m "PUT /admin/skus/$sku answered $code" '[$m]')
+        result='{"c201":0,"c200":0,"c409":0,"c503":0,"p50_us":0,"p99_us":0,"window_s":0,"answered":0}'
+    else
+        run_wrk "$SCRIPT_DIR/soldout.lua" "$out" "$SOLDOUT_SECS" "" "sku=$sku" qty=1
+        result=$(wrk_result "$out")
+        if [ -z "$result" ]; then
+            fails='["wrk printed no LOADTEST_RESULT line"]'
+            result='{"c201":0,"c200":0,"c409":0,"c503":0,"p50_us":0,"p99_us":0,"window_s":0,"answered":0}'
+        else
+            code=$(sku_status "$sku")
+            local status
+            status=$(cat "$TMP/resp")
+            # wrk stops mid-flight here (no drain), which is fine: nothing can be sold.
+            fails=$(jq -cn --argjson r "$result" --argjson s "$status" --arg c "$code" '
+                def chk(c; msg): if c then [] else [msg] end;
+                  chk($c == "200"; "GET /admin/skus answered \($c)")
+                + chk($s.sold == 0 and $s.remaining == 0 and $s.initial == 0;
+                      "sold \($s.sold), remaining \($s.remaining), initial \($s.initial)")
+                + chk(($s.orders // 0) == 0; "orders \($s.orders), want 0")
+                + chk([($s.segment_stock // [])[] | select(. != 0)] | length == 0;
+                      "segment_stock not all 0")
+                + chk($r.c201 == 0 and $r.c200 == 0; "\($r.c201 + $r.c200) orders succeeded")
+                + chk($r.c409 == $r.answered; "\($r.answered - $r.c409) answers were not 409")
+                + chk(($r.errors | .connect + .read + .write) == 0;
+                      "wrk socket errors \($r.errors)")')
+        fi
+    fi
+    service_alive || fails=$(jq -c '. + ["the service process died"]' <<<"$fails")
+    row=$(jq -cn --arg sku "$sku" --argjson r "$result" --argjson f "$fails" '
+        ($r.window_s) as $w |
+        {name:"soldout", strategy:"sold-out storm", mode:"lock", sku:$sku, segments:20,
+         hold_ms:0, stock:0, orders_s:0,
+         req_s: (if $w > 0 then $r.answered / $w else 0 end),
+         p50_ms: ($r.p50_us / 1000), p99_ms: ($r.p99_us / 1000),
+         c201:$r.c201, c409:$r.c409, c503:$r.c503, sent:$r.answered, window_s:$w,
+         audit: (if ($f | length) == 0 then "ok" else "FAILED" end), failures:$f, wrk:$r}')
+    add_row "$row"
+    report_row "$name" "$fails" "$(jq -r '"\(.req_s | floor) req/s (all 409), p50 \(.p50_ms) ms, p99 \(.p99_ms) ms"' <<<"$row")"
+}
+
+run_livez() {
+    local out result fails row
+    SCEN_INDEX=$((SCEN_INDEX + 1))
+    echo "${BOLD}[livez]${RESET} GET /livez, ${LIVEZ_SECS}s: the HTTP ceiling"
+    out=$TMP/wrk-$SCEN_INDEX-livez.txt
+    run_wrk "$SCRIPT_DIR/livez.lua" "$out" "$LIVEZ_SECS" ""
+    result=$(wrk_result "$out")
+    if [ -z "$result" ]; then
+        fails='["wrk printed no LOADTEST_RESULT line"]'
+        result='{"c200":0,"c409":0,"c503":0,"p50_us":0,"p99_us":0,"window_s":0,"answered":0,"cother":0}'
+    else
+        fails=$(jq -c 'if .cother == 0 and (.errors | .connect + .read + .write) == 0
+            then [] else ["\(.cother) non-200 answers, socket errors \(.errors)"] end' \
+            <<<"$result")
+    fi
+    row=$(jq -cn --argjson r "$result" --argjson f "$fails" '
+        ($r.window_s) as $w |
+        {name:"livez", strategy:"GET /livez (HTTP ceiling)", mode:"-", segments:null,
+         hold_ms:null, orders_s:null,
+         req_s: (if $w > 0 then $r.c200 / $w else 0 end),
+         p50_ms: ($r.p50_us / 1000), p99_ms: ($r.p99_us / 1000),
+         c201:null, c409:null, c503:null, window_s:$w,
+         audit: (if ($f | length) == 0 then "ok" else "FAILED" end), failures:$f, wrk:$r}')
+    add_row "$row"
+    report_row livez "$fails" "$(jq -r '"\(.req_s | floor) req/s, p50 \(.p50_ms) ms, p99 \(.p99_ms) ms"' <<<"$row")"
+}
+
+# The Redis ceiling: the same check-and-deduct Lua, straight from redis-benchmark.
+DEDUCT_LUA="local s=tonumber(redis.call('GET',KEYS[1]) or '0') if s>=1 then redis.call('DECRBY',KEYS[1],1) redis.call('INCRBY',KEYS[2],1) return 1 end return 0"
+run_redis_bench() {
+    local host=${REDIS_ADDR%:*} port=${REDIS_ADDR##*:} out fails row initial=1000000000
+    local k_stock="loadtest:$NONCE:stock" k_sold="loadtest:$NONCE:sold" csv stock sold
+    echo "${BOLD}[redis]${RESET} redis-benchmark -c $CONNS -n $REDIS_BENCH_N EVAL <deduct> on $REDIS_ADDR"
+    out=$TMP/redis-benchmark.csv
+    redis-cli -h "$host" -p "$port" SET "$k_stock" "$initial" >/dev/null &&
+        redis-cli -h "$host" -p "$port" SET "$k_sold" 0 >/dev/null ||
+        { fails='["cannot SET the benchmark keys"]'; }
+    redis-benchmark -h "$host" -p "$port" -c "$CONNS" -n "$REDIS_BENCH_N" --csv \
+        EVAL "$DEDUCT_LUA" 2 "$k_stock" "$k_sold" >"$out" 2>&1 &
+    BENCH_PID=$!
+    wait "$BENCH_PID"
+    BENCH_PID=
+    csv=$(grep '^"EVAL' "$out" | tail -n 1)
+    stock=$(redis-cli -h "$host" -p "$port" GET "$k_stock")
+    sold=$(redis-cli -h "$host" -p "$port" GET "$k_sold")
+    redis-cli -h "$host" -p "$port" DEL "$k_stock" "$k_sold" >/dev/null
+    row=$(jq -cn --arg csv "$csv" --arg stock "$stock" --arg sold "$sold" \
+        --argjson n "$REDIS_BENCH_N" --argjson init "$initial" '
+        def chk(c; msg): if c then [] else [msg] end;
+        ($csv | [scan("\"([^\"]*)\"")[0]]) as $f |
+        (if ($f | length) >= 7 then
+            {rps: ($f[1] | tonumber), p50: ($f[4] | tonumber), p99: ($f[6] | tonumber)}
+         else null end) as $b |
+        (  chk($b != null; "no CSV result from redis-benchmark")
+         + chk(($sold | tonumber? // -1) == $n; "sold \($sold), want \($n) (one per EVAL)")
+         + chk(($stock | tonumber? // -1) + ($sold | tonumber? // 0) == $init;
+               "stock \($stock) + sold \($sold) != \($init)")) as $fails |
+        {name:"redis", strategy:"redis-benchmark EVAL (Redis ceiling)", mode:"-",
+         segments:null, hold_ms:null, orders_s: (if $b then $b.rps else null end),
+         req_s: (if $b then $b.rps else null end),
+         p50_ms: (if $b then $b.p50 else null end), p99_ms: (if $b then $b.p99 else null end),
+         c201:null, c409:null, c503:null,
+         audit: (if ($fails | length) == 0 then "ok" else "FAILED" end), failures:$fails}')
+    [ -z "${fails:-}" ] || row=$(jq -c --argjson f "$fails" '.failures += $f | .audit = "FAILED"' <<<"$row")
+    add_row "$row"
+    report_row redis "$(jq -c .failures <<<"$row")" "$(jq -r '"\(.orders_s) EVAL/s, p50 \(.p50_ms) ms, p99 \(.p99_ms) ms"' <<<"$row")"
+}
+
+# ---------------------------------------------------------------------------- run
+STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+STAMP=$(date -u +%Y%m%d-%H%M%S)
+mkdir -p "$OUT_DIR" || die "cannot create $OUT_DIR"
+
+if [ -z "$URL" ]; then
+    start_redis
+    echo "redis-server: $REDIS_ADDR (pid $REDIS_PID, no persistence)"
+    start_service
+    echo "service: $URL (pid $SVC_PID)"
+else
+    curl -fsS -o /dev/null "$URL/livez" || die "no answer from $URL/livez"
+    echo "service: $URL (already running)"
+fi
+echo "wrk: $WRK_THREADS threads, $CONNS connections, ${DURATION}s per timed scenario," \
+    "run nonce $NONCE"
+
+BIG_STOCK=100000000 # never sells out in a timed run
+if wants curve; then
+    for s in $CURVE_SEGMENTS; do
+        run_orders "curve-$s" "lock" lock "$s" 20 "$BIG_STOCK" active "$DURATION"
+    done
+fi
+if wants hold0; then
+    run_orders "global-h0" "global lock" lock 1 0 "$BIG_STOCK" active "$DURATION"
+    run_orders "lock20-h0" "segment locks" lock 20 0 "$BIG_STOCK" active "$DURATION"
+    run_orders "atomic-h0" "atomic" atomic 20 0 "$BIG_STOCK" active "$DURATION"
+fi
+if wants flash; then
+    run_orders "flash" "flash sale" lock 20 0 1000 requests "$FLASH_REQUESTS" sold 1000
+fi
+wants soldout && run_soldout
+wants livez && run_livez
+if wants redis; then
+    if [ -n "$REDIS_ADDR" ] && command -v redis-benchmark >/dev/null; then
+        run_redis_bench
+    else
+        echo "[redis] skipped: no --redis address (or no redis-benchmark)"
+    fi
+fi
+
+# ---------------------------------------------------------------------------- report
+# Rows keyed by name; ratios from this one run.
+ALL=$(jq -cs '.' "$ROWS")
+RATIOS=$(jq -c '
+    (map({(.name): .}) | add // {}) as $r |
+    def val(n; f): ($r[n] // {}) | f;
+    def ratio(a; b): if a != null and b != null and b > 0 then a / b else null end;
+    [ {name: "20 segments / 1 segment, hold 20 ms", target: ">= 19", min: 19,
+       value: ratio(val("curve-20"; .orders_s); val("curve-1"; .orders_s))},
+      {name: "lock 20 segments / atomic, hold 0 ms", target: ">= 0.6", min: 0.6,
+       value: ratio(val("lock20-h0"; .orders_s); val("atomic-h0"; .orders_s))},
+      {name: "atomic / redis-benchmark EVAL", target: ">= 0.35", min: 0.35,
+       value: ratio(val("atomic-h0"; .orders_s); val("redis"; .orders_s))},
+      {name: "p99 ms, lock 20 segments, hold 0 ms", target: "<= 10 ms", max: 10,
+       value: val("lock20-h0"; .p99_ms)}
+    ] | map(. + {met: (if .value == null then null
+                       elif .min then .value >= .min else .value <= .max end)})' <<<"$ALL")
+
+fmt_table() { # markdown table of all rows
+    jq -r '
+        def n(x; d): if x == null then "-" else (x * pow(10; d) | round / pow(10; d) | tostring) end;
+        "| scenario | strategy | segments | hold_ms | orders/s | req/s | p50 ms | p99 ms | 201s | 409s | 503s | audit |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        (.[] | "| \(.name) | \(.strategy) | \(.segments // "-") | \(.hold_ms // "-") | \(n(.orders_s; 0)) | \(n(.req_s; 0)) | \(n(.p50_ms; 2)) | \(n(.p99_ms; 2)) | \(.c201 // "-") | \(.c409 // "-") | \(.c503 // "-") | \(.audit) |")
+    ' <<<"$ALL"
+}
+fmt_ratios() {
+    jq -r '
+        "| target | value | goal | met |", "|---|---:|---|---|",
+        (.[] | "| \(.name) | \(if .value == null then "n/a" else (.value * 100 | round / 100 | tostring) end) | \(.target) | \(if .met == null then "n/a" elif .met then "yes" else "NO" end) |")
+    ' <<<"$RATIOS"
+}
+
+MD=$OUT_DIR/$STAMP.md
+JSON=$OUT_DIR/$STAMP.json
+PNG_SCALING=$OUT_DIR/$STAMP-scaling.png
+PNG_HOLD0=$OUT_DIR/$STAMP-hold0.png
+MACHINE=$(jq -cn --arg nproc "$(nproc)" \
+    --arg model "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
+    --arg mem "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)" \
+    --arg kernel "$(uname -sr)" \
+    '{nproc: ($nproc | tonumber), cpu: $model, memory: $mem, kernel: $kernel}')
+COMMAND="loadtest/run.sh $ARGV_ORIG"
+
+{
+    echo "# Load test $STARTED ($([ "$QUICK" = 1 ] && echo quick || echo full))"
+    echo
+    echo "Command: \`$COMMAND\`; wrk $WRK_THREADS threads, $CONNS connections," \
+        "${DURATION}s per timed scenario."
+    echo "Machine: $(jq -r '"\(.nproc) CPUs, \(.cpu), \(.memory) RAM, \(.kernel)"' <<<"$MACHINE")"
+    echo
+    fmt_table
+    echo
+    fmt_ratios
+    if [ "$FAILED_COUNT" -gt 0 ]; then
+        echo
+        echo "## Audit failures"
+        jq -r '.[] | select(.audit != "ok") | "- \(.name): \(.failures | join("; "))"' <<<"$ALL"
+    fi
+} >"$MD"
+
+jq -n --arg started "$STARTED" --arg cmd "$COMMAND" --argjson quick "$QUICK" \
+    --argjson machine "$MACHINE" --argjson rows "$ALL" --argjson ratios "$RATIOS" \
+    --argjson conns "$CONNS" --argjson wt "$WRK_THREADS" --argjson dur "$DURATION" \
+    --argjson failed "$FAILED_COUNT" --arg url "$URL" \
+    '{started: $started, command: $cmd, quick: ($quick == 1), url: $url, machine: $machine,
+      wrk: {threads: $wt, connections: $conns, duration_s: $dur},
+      scenarios: $rows, ratios: $ratios, audits_failed: $failed}' >"$JSON"
+
+# ---------------------------------------------------------------------------- plots
+if gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1; then
+    TERM_PNG="pngcairo size 900,560 font 'sans,10'"
+else
+    TERM_PNG="png size 900,560"
+fi
+
+jq -r '.[] | select(.name | startswith("curve-")) | select(.orders_s != null)
+       | "\(.segments) \(.orders_s)"' <<<"$ALL" | sort -n >"$TMP/curve.dat"
+if [ -s "$TMP/curve.dat" ]; then
+    gnuplot <<EOF 2>>"$TMP/gnuplot.log" || echo "run.sh: gnuplot failed (scaling plot)" >&2
+set terminal $TERM_PNG
+set output '$PNG_SCALING'
+set termoption noenhanced
+set title "Orders/s against segments, lock mode, hold 20 ms, $CONNS connections"
+set xlabel 'segments'
+set ylabel 'orders/s (201s)'
+set logscale xy 2
+set xrange [0.8:80]
+set xtics (1, 2, 4, 8, 16, 20, 32, 64)
+set yrange [20:*]
+set grid
+set key top left
+ideal(x) = 1000.0 / 20 * x
+plot ideal(x) with lines dashtype 2 lw 2 lc rgb '#888888' title 'ideal: (1000 / 20 ms) x segments = 50/s per segment', \
+     '$TMP/curve.dat' using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' title 'measured', \
+     '$TMP/curve.dat' using 1:2:(sprintf('%.0f', \$2)) with labels offset 0,1.2 notitle
+EOF
+fi
+
+jq -r '.[] | select(.name == "global-h0" or .name == "lock20-h0" or .name == "atomic-h0"
+                    or .name == "livez" or .name == "redis")
+       | select(.req_s != null)
+       | [ (if .name == "global-h0" then "global lock\\n(1 segment)"
+            elif .name == "lock20-h0" then "segment locks\\n(20 segments)"
+            elif .name == "atomic-h0" then "atomic\\n(20 segments)"
+            elif .name == "livez" then "GET /livez\\n(HTTP ceiling)"
+            else "redis-benchmark EVAL\\n(Redis ceiling)" end),
+           (if .name == "livez" then .req_s else .orders_s end),
+           (if .name == "livez" or .name == "redis" then 1 else 0 end) ]
+       | "\"\(.[0])\" \(.[1]) \(.[2])"' <<<"$ALL" >"$TMP/hold0.dat"
+if [ -s "$TMP/hold0.dat" ]; then
+    gnuplot <<EOF 2>>"$TMP/gnuplot.log" || echo "run.sh: gnuplot failed (hold 0 plot)" >&2
+set terminal $TERM_PNG
+set output '$PNG_HOLD0'
+set termoption noenhanced
+set bmargin 5
+set title "Strategies at hold 0 ms, $CONNS connections (grey: reference ceilings)"
+set ylabel 'orders/s (201s); ceilings: requests/s'
+set style fill solid 0.8 border -1
+set boxwidth 0.6
+set yrange [0:*]
+set offsets 0, 0, graph 0.08, 0
+set grid ytics
+set xtics nomirror
+unset key
+plot '$TMP/hold0.dat' using 0:2:(\$3 > 0 ? 0xaaaaaa : 0x1f77b4):xtic(1) with boxes lc rgb variable, \
+     '' using 0:2:(sprintf('%.0f', \$2)) with labels offset 0,0.8
+EOF
+fi
+
+# ---------------------------------------------------------------------------- summary
+echo
+fmt_table | sed "s/| FAILED |/| ${RED}FAILED${RESET} |/"
+echo
+fmt_ratios
+echo
+echo "results: $MD"
+echo "         $JSON"
+[ -f "$PNG_SCALING" ] && echo "         $PNG_SCALING"
+[ -f "$PNG_HOLD0" ] && echo "         $PNG_HOLD0"
+if [ "$FAILED_COUNT" -gt 0 ]; then
+    echo "${RED}${BOLD}FAILED${RESET}: $FAILED_COUNT scenario(s) failed their audit"
+    exit 1
+fi
+echo "${GREEN}all audits passed${RESET}"
+exit 0
