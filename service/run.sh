@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# run.sh -- what `make run` runs: the service, with a redis-server of its own when no
+# Redis answers at the configured address. Ctrl-C stops both.
+#
+#   service/run.sh BIN [inventoryd flags...]
+#
+# The Redis address and HTTP port are found the way inventoryd finds them: a flag,
+# else INVENTORY_REDIS / INVENTORY_PORT, else the config file, else the defaults.
+set -euo pipefail
+
+bin=$1
+shift
+config=${INVENTORY_CONFIG:-config/inventoryd.json}
+redis_addr=${INVENTORY_REDIS:-}
+port=${INVENTORY_PORT:-}
+bind=${INVENTORY_BIND:-}
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case ${args[i]} in
+    --config) config=${args[i + 1]:-} ;;
+    --redis) redis_addr=${args[i + 1]:-} ;;
+    --port) port=${args[i + 1]:-} ;;
+    --bind) bind=${args[i + 1]:-} ;;
+    esac
+done
+from_config() { [ -r "$config" ] && jq -r ".$1 // empty" "$config" 2>/dev/null || true; }
+redis_addr=${redis_addr:-$(from_config redis)}
+redis_addr=${redis_addr:-127.0.0.1:6379}
+port=${port:-$(from_config port)}
+port=${port:-8080}
+bind=${bind:-$(from_config bind)}
+bind=${bind:-127.0.0.1}
+redis_host=${redis_addr%:*}
+redis_port=${redis_addr##*:}
+
+redis_pid=
+svc_pid=
+cleanup() {
+    trap - EXIT INT TERM
+    [ -n "$svc_pid" ] && kill -TERM "$svc_pid" 2>/dev/null && wait "$svc_pid" 2>/dev/null
+    if [ -n "$redis_pid" ]; then
+        kill -TERM "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+        echo "run: stopped redis-server (data kept in var/redis)"
+    fi
+    exit 0
+}
+trap cleanup EXIT INT TERM
+
+if redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null 2>&1; then
+    echo "run: using the Redis that answers at $redis_addr"
+else
+    case $redis_host in
+    127.* | localhost) ;;
+    *)
+        echo "run: no Redis answers at $redis_addr, and it is not this machine's to start" >&2
+        exit 1
+        ;;
+    esac
+    mkdir -p var/redis
+    echo "run: no Redis at $redis_addr; starting redis-server (AOF everysec, data in var/redis)"
+    redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$PWD/var/redis" \
+        --appendonly yes --appendfsync everysec --save '' \
+        --logfile "$PWD/var/redis/redis.log" --daemonize no &
+    redis_pid=$!
+    for _ in $(seq 100); do
+        redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null 2>&1 && break
+        kill -0 "$redis_pid" 2>/dev/null || { echo "run: redis-server failed; see var/redis/redis.log" >&2; exit 1; }
+        sleep 0.1
+    done
+fi
+
+url="http://$bind:$port"
+cat <<MSG
+run: starting $bin on $url (Ctrl-C stops it)
+  try:  curl -s -X PUT $url/admin/skus/tv -H 'Content-Type: application/json' \\
+             -d '{"stock": 1000, "segments": 20, "hold_ms": 20}'
+        curl -s -X POST $url/orders -H 'Content-Type: application/json' -d '{"sku": "tv"}'
+  load: make loadtest-quick   (or wrk -t2 -c100 -d10s -s loadtest/orders.lua $url/orders -- sku=tv)
+MSG
+"$bin" "$@" &
+svc_pid=$!
+wait "$svc_pid"
