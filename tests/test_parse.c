@@ -1,0 +1,262 @@
+/* test_parse.c -- request validation (api/parse.c): bodies, names, headers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/parse.h"
+
+/* One body and what parsing it must give: code NULL means accepted. */
+struct body_case {
+    const char *body;
+    const char *code;   /* "bad_json" / "invalid_field" / NULL */
+    const char *detail; /* prefix of the detail (names the field), or NULL */
+};
+
+static void check_prefix(const char *body, const struct api_parse_error *err,
+                         const char *prefix)
+{
+    if (prefix != NULL && strncmp(err->detail, prefix, strlen(prefix)) != 0)
+        fail_msg("body %s: detail '%s' does not start with '%s'", body, err->detail,
+                 prefix);
+}
+
+static void run_order_case(const struct body_case *c)
+{
+    struct api_order_body out;
+    struct api_parse_error err = {NULL, ""};
+    int rc = api_parse_order(c->body, strlen(c->body), &out, &err);
+    if (c->code == NULL) {
+        if (rc != 0)
+            fail_msg("body %s rejected: %s %s", c->body, err.code, err.detail);
+        return;
+    }
+    if (rc != -1 || err.code == NULL || strcmp(err.code, c->code) != 0)
+        fail_msg("body %s: want %s, got rc %d code %s", c->body, c->code, rc,
+                 err.code ? err.code : "(none)");
+    check_prefix(c->body, &err, c->detail);
+}
+
+static void order_validation_table(void **state)
+{
+    (void)state;
+    static const struct body_case cases[] = {
+        {"{\"sku\":\"tv\"}", NULL, NULL},
+        {"{\"sku\":\"tv\",\"qty\":1000000,\"order_id\":\"A-1.b_2\"}", NULL, NULL},
+        {" {\"qty\": 3, \"sku\": \"tv\"} ", NULL, NULL},
+        {"", "bad_json", NULL},
+        {"{", "bad_json", NULL},
+        {"{\"sku\":\"tv\"} x", "bad_json", NULL},
+        {"[]", "bad_json", NULL},
+        {"\"tv\"", "bad_json", NULL},
+        {"null", "bad_json", NULL},
+        {"{\"sku\":\"tv\",\"sku\":\"tv\"}", "bad_json", NULL},
+        {"{\"qty\":1}", "invalid_field", "sku"},
+        {"{\"sku\":null}", "invalid_field", "sku"},
+        {"{\"sku\":7}", "invalid_field", "sku"},
+        {"{\"sku\":\"\"}", "invalid_field", "sku"},
+        {"{\"sku\":\"a b\"}", "invalid_field", "sku"},
+        {"{\"sku\":\"a{b}\"}", "invalid_field", "sku"},
+        {"{\"sku\":\"a\\u0000b\"}", "bad_json", NULL},
+        {"{\"sku\":\"tv\",\"qty\":0}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":-1}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":1000001}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":1.0}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":1e2}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":\"1\"}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":true}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":null}", "invalid_field", "qty"},
+        {"{\"sku\":\"tv\",\"qty\":99999999999999999999}", "bad_json", NULL},
+        {"{\"sku\":\"tv\",\"order_id\":\"\"}", "invalid_field", "order_id"},
+        {"{\"sku\":\"tv\",\"order_id\":5}", "invalid_field", "order_id"},
+        {"{\"sku\":\"tv\",\"order_id\":\"x*\"}", "invalid_field", "order_id"},
+        {"{\"sku\":\"tv\",\"extra\":1}", "invalid_field", "extra"},
+        {"{\"sku\":\"tv\",\"Qty\":1}", "invalid_field", "Qty"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_order_case(&cases[i]);
+}
+
+static void order_values_and_defaults(void **state)
+{
+    (void)state;
+    struct api_order_body out;
+    struct api_parse_error err;
+    const char *b = "{\"sku\":\"tv\"}";
+    assert_int_equal(api_parse_order(b, strlen(b), &out, &err), 0);
+    assert_string_equal(out.sku, "tv");
+    assert_int_equal(out.qty, 1);
+    assert_string_equal(out.order_id, "");
+
+    b = "{\"sku\":\"tv-2\",\"qty\":7,\"order_id\":\"o.9\"}";
+    assert_int_equal(api_parse_order(b, strlen(b), &out, &err), 0);
+    assert_string_equal(out.sku, "tv-2");
+    assert_int_equal(out.qty, 7);
+    assert_string_equal(out.order_id, "o.9");
+
+    /* The body need not be NUL-terminated: only `len` bytes are read. */
+    char buf[32];
+    memcpy(buf, "{\"sku\":\"ab\"}GARBAGE", 20);
+    assert_int_equal(api_parse_order(buf, 12, &out, &err), 0);
+    assert_string_equal(out.sku, "ab");
+
+    assert_int_equal(api_parse_order(NULL, 0, &out, &err), -1);
+    assert_string_equal(err.code, "bad_json");
+}
+
+static void name_length_limits(void **state)
+{
+    (void)state;
+    char body[256], name[SEG_NAME_MAX + 2];
+    struct api_order_body out;
+    struct api_parse_error err;
+    memset(name, 'n', SEG_NAME_MAX);
+    name[SEG_NAME_MAX] = '\0';
+    snprintf(body, sizeof(body), "{\"sku\":\"%s\"}", name);
+    assert_int_equal(api_parse_order(body, strlen(body), &out, &err), 0);
+    assert_string_equal(out.sku, name);
+    name[SEG_NAME_MAX] = 'n';
+    name[SEG_NAME_MAX + 1] = '\0';
+    snprintf(body, sizeof(body), "{\"sku\":\"%s\"}", name);
+    assert_int_equal(api_parse_order(body, strlen(body), &out, &err), -1);
+    assert_string_equal(err.code, "invalid_field");
+}
+
+static void run_sku_case(const struct body_case *c)
+{
+    struct sku_config out;
+    struct api_parse_error err = {NULL, ""};
+    int rc = api_parse_sku_config(c->body, strlen(c->body), &out, &err);
+    if (c->code == NULL) {
+        if (rc != 0)
+            fail_msg("body %s rejected: %s %s", c->body, err.code, err.detail);
+        return;
+    }
+    if (rc != -1 || err.code == NULL || strcmp(err.code, c->code) != 0)
+        fail_msg("body %s: want %s, got rc %d code %s", c->body, c->code, rc,
+                 err.code ? err.code : "(none)");
+    check_prefix(c->body, &err, c->detail);
+}
+
+static void sku_validation_table(void **state)
+{
+    (void)state;
+    static const struct body_case cases[] = {
+        {"{\"stock\":0}", NULL, NULL},
+        {"{\"stock\":9007199254740991,\"segments\":1024,\"mode\":\"atomic\",\"hold_ms\":10000}",
+         NULL, NULL},
+        {"{\"stock\":5,\"segments\":1,\"mode\":\"lock\",\"hold_ms\":0}", NULL, NULL},
+        {"{}", "invalid_field", "stock"},
+        {"{\"stock\":-1}", "invalid_field", "stock"},
+        {"{\"stock\":9007199254740992}", "invalid_field", "stock"},
+        {"{\"stock\":1.5}", "invalid_field", "stock"},
+        {"{\"stock\":\"5\"}", "invalid_field", "stock"},
+        {"{\"stock\":5,\"segments\":0}", "invalid_field", "segments"},
+        {"{\"stock\":5,\"segments\":1025}", "invalid_field", "segments"},
+        {"{\"stock\":5,\"segments\":false}", "invalid_field", "segments"},
+        {"{\"stock\":5,\"mode\":\"LOCK\"}", "invalid_field", "mode"},
+        {"{\"stock\":5,\"mode\":\"\"}", "invalid_field", "mode"},
+        {"{\"stock\":5,\"mode\":1}", "invalid_field", "mode"},
+        {"{\"stock\":5,\"hold_ms\":-1}", "invalid_field", "hold_ms"},
+        {"{\"stock\":5,\"hold_ms\":10001}", "invalid_field", "hold_ms"},
+        {"{\"stock\":5,\"color\":\"red\"}", "invalid_field", "color"},
+        {"{\"stock\":5", "bad_json", NULL},
+        {"[{\"stock\":5}]", "bad_json", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_sku_case(&cases[i]);
+}
+
+static void sku_values_and_defaults(void **state)
+{
+    (void)state;
+    struct sku_config out;
+    struct api_parse_error err;
+    const char *b = "{\"stock\":1000}";
+    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, &err), 0);
+    assert_int_equal(out.stock, 1000);
+    assert_int_equal(out.segments, 20);
+    assert_int_equal(out.mode, SKU_MODE_LOCK);
+    assert_int_equal(out.hold_ms, 0);
+
+    b = "{\"stock\":3,\"segments\":7,\"mode\":\"atomic\",\"hold_ms\":20}";
+    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, &err), 0);
+    assert_int_equal(out.stock, 3);
+    assert_int_equal(out.segments, 7);
+    assert_int_equal(out.mode, SKU_MODE_ATOMIC);
+    assert_int_equal(out.hold_ms, 20);
+}
+
+static void details_are_printable(void **state)
+{
+    (void)state;
+    /* A client-chosen field name is echoed; control and non-ASCII bytes are masked. */
+    const char *b = "{\"a\\n\\u00e9\":1}";
+    struct api_order_body out;
+    struct api_parse_error err;
+    assert_int_equal(api_parse_order(b, strlen(b), &out, &err), -1);
+    assert_string_equal(err.code, "invalid_field");
+    for (const char *p = err.detail; *p; p++)
+        assert_true(*p >= 0x20 && *p < 0x7f);
+}
+
+static void path_names(void **state)
+{
+    (void)state;
+    struct api_parse_error err;
+    assert_int_equal(api_parse_name("sku", "tv-1", &err), 0);
+    assert_int_equal(api_parse_name("sku", "", &err), -1);
+    assert_string_equal(err.code, "invalid_field");
+    assert_int_equal(strncmp(err.detail, "sku", 3), 0);
+    assert_int_equal(api_parse_name("order_id", "a b", &err), -1);
+    assert_int_equal(strncmp(err.detail, "order_id", 8), 0);
+}
+
+static void content_types(void **state)
+{
+    (void)state;
+    assert_true(api_is_json_content_type("application/json"));
+    assert_true(api_is_json_content_type("Application/JSON"));
+    assert_true(api_is_json_content_type("application/json; charset=utf-8"));
+    assert_true(api_is_json_content_type("application/json;charset=UTF-8"));
+    assert_true(api_is_json_content_type(" application/json "));
+    assert_false(api_is_json_content_type(NULL));
+    assert_false(api_is_json_content_type(""));
+    assert_false(api_is_json_content_type("text/plain"));
+    assert_false(api_is_json_content_type("application/jsonx"));
+    assert_false(api_is_json_content_type("application/json-patch+json"));
+    assert_false(api_is_json_content_type("application/x-www-form-urlencoded"));
+}
+
+static void bearer_tokens(void **state)
+{
+    (void)state;
+    assert_true(api_bearer_matches("Bearer s3cret", "s3cret"));
+    assert_true(api_bearer_matches("bearer s3cret", "s3cret"));
+    assert_false(api_bearer_matches("Bearer s3cre", "s3cret"));
+    assert_false(api_bearer_matches("Bearer s3cretX", "s3cret"));
+    assert_false(api_bearer_matches("Bearer S3cret", "s3cret"));
+    assert_false(api_bearer_matches("Bearer ", "s3cret"));
+    assert_false(api_bearer_matches("Basic s3cret", "s3cret"));
+    assert_false(api_bearer_matches("s3cret", "s3cret"));
+    assert_false(api_bearer_matches(NULL, "s3cret"));
+    assert_false(api_bearer_matches("Bearer ", ""));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(order_validation_table),
+        cmocka_unit_test(order_values_and_defaults),
+        cmocka_unit_test(name_length_limits),
+        cmocka_unit_test(sku_validation_table),
+        cmocka_unit_test(sku_values_and_defaults),
+        cmocka_unit_test(details_are_printable),
+        cmocka_unit_test(path_names),
+        cmocka_unit_test(content_types),
+        cmocka_unit_test(bearer_tokens),
+    };
+    return cmocka_run_group_tests_name("parse", tests, NULL, NULL);
+}
