@@ -37,7 +37,7 @@ Options
                        with it)
   --connections N      wrk connections, also redis-benchmark -c (default 100)
   --wrk-threads N      wrk threads (default 2)
-  --service-threads N  --threads for the service we start (default: the service's own)
+  --service-threads N  --threads (worker pool) for the service we start (default 64)
   --duration S         seconds of orders per timed scenario (default 10; --quick 3)
   --flash-requests N   orders sent in the flash sale (default 100000; --quick 20000)
   --only LIST          comma-separated scenario groups to run (default: all)
@@ -57,7 +57,7 @@ REDIS_ADDR=
 ADMIN_TOKEN=
 CONNS=100
 WRK_THREADS=2
-SVC_THREADS=
+SVC_THREADS=64
 DURATION=
 FLASH_REQUESTS=
 ONLY=curve,hold0,flash,soldout,livez,redis
@@ -665,6 +665,9 @@ fi
 jq -r '.[] | select(.name | startswith("curve-")) | select(.orders_s != null)
        | "\(.segments) \(.orders_s)"' <<<"$ALL" | sort -n >"$TMP/curve.dat"
 if [ -s "$TMP/curve.dat" ]; then
+    # Room above the highest point (ideal or measured) for its label on the log axis.
+    CURVE_YMAX=$(awk '{ m = ($1 * 50 > m) ? $1 * 50 : m; m = ($2 > m) ? $2 : m }
+                      END { printf "%d", (m > 0 ? m : 100) * 2 }' "$TMP/curve.dat")
     gnuplot <<EOF 2>>"$TMP/gnuplot.log" || echo "run.sh: gnuplot failed (scaling plot)" >&2
 set terminal $TERM_PNG
 set output '$PNG_SCALING'
@@ -675,7 +678,7 @@ set ylabel 'orders/s (201s)'
 set logscale xy 2
 set xrange [0.8:80]
 set xtics (1, 2, 4, 8, 16, 20, 32, 64)
-set yrange [20:*]
+set yrange [20:$CURVE_YMAX]
 set grid
 set key top left
 ideal(x) = 1000.0 / 20 * x
