@@ -8,9 +8,10 @@
 
 #define B API_ROUTE_BACKEND
 #define A API_ROUTE_ADMIN
+#define S API_ROUTE_SLOW
 
 static const struct api_route routes[] = {
-    {"POST", "/orders", NULL, B, api_orders_parse, api_orders_place},
+    {"POST", "/orders", NULL, B | S, api_orders_parse, api_orders_place},
     {"GET", "/orders/{}", "order_id", B, NULL, api_orders_get},
     {"GET", "/admin/skus", NULL, A | B, NULL, api_admin_sku_list},
     {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get},

@@ -48,6 +48,9 @@ struct api_request {
 enum api_route_flags {
     API_ROUTE_BACKEND = 1, /* needs Redis: run on a pool worker */
     API_ROUTE_ADMIN = 2,   /* needs the admin token when one is configured */
+    API_ROUTE_SLOW = 4,    /* may block for hold_ms and lock waits (POST /orders): kept
+                              on its own pool so health and admin calls never queue
+                              behind a flood of orders */
 };
 
 typedef int (*api_parse_fn)(struct api_request *req, struct api_parse_error *err);

@@ -19,11 +19,13 @@
 #include "service/pool.h"
 
 #define LISTEN_BACKLOG 4096
+#define CONTROL_THREADS 4 /* workers for the quick Redis calls (health, admin, lookups) */
 
 struct api_server {
     const struct cfg *cfg;
     inv *inv;
-    struct pool *pool;
+    struct pool *orders;  /* POST /orders: cfg->threads workers */
+    struct pool *control; /* every other Redis-backed route */
     struct MHD_Daemon *daemon;
     struct timespec started;
 };
@@ -182,8 +184,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
 
     /* Suspend before handing off: the worker may resume before we return. */
+    struct pool *p = (r->route->flags & API_ROUTE_SLOW) ? s->orders : s->control;
     MHD_suspend_connection(conn);
-    if (pool_submit(s->pool, run_job, r) != 0) {
+    if (pool_submit(p, run_job, r) != 0) {
         api_reply_error(&r->rep, 503, "shutting_down", "the server is shutting down");
         api_reply_header(&r->rep, "Retry-After", "1");
         api_reply_header(&r->rep, "Connection", "close");
@@ -248,8 +251,14 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err, si
     s->cfg = cfg;
     s->inv = v;
     clock_gettime(CLOCK_MONOTONIC, &s->started);
-    s->pool = pool_create(cfg->threads, worker_init, worker_fini, v, err, errlen);
-    if (s->pool == NULL) {
+    s->orders = pool_create(cfg->threads, worker_init, worker_fini, v, err, errlen);
+    if (s->orders == NULL) {
+        free(s);
+        return NULL;
+    }
+    s->control = pool_create(CONTROL_THREADS, worker_init, worker_fini, v, err, errlen);
+    if (s->control == NULL) {
+        pool_free(s->orders);
         free(s);
         return NULL;
     }
@@ -264,7 +273,8 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err, si
     if (s->daemon == NULL) {
         snprintf(err, errlen, "cannot listen on %s port %d (in use, or not a local address?)",
                  cfg->bind, cfg->port);
-        pool_free(s->pool);
+        pool_free(s->control);
+        pool_free(s->orders);
         free(s);
         return NULL;
     }
@@ -276,10 +286,12 @@ void api_server_stop(struct api_server *s)
     if (s == NULL)
         return;
     MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
-    pool_drain(s->pool);
+    pool_drain(s->orders);
+    pool_drain(s->control);
     MHD_stop_daemon(s->daemon);
     if (lsock != MHD_INVALID_SOCKET)
         close(lsock);
-    pool_free(s->pool);
+    pool_free(s->orders);
+    pool_free(s->control);
     free(s);
 }

@@ -3,16 +3,19 @@
  * One internal epoll thread owns every connection (thousands of idle keep-alive
  * connections cost a socket each, no thread). For each request it accumulates the
  * body (at most cfg->max_body_bytes, else 413 `payload_too_large`) and runs the
- * inline checks of routes.h. A request that needs Redis is handed to the worker
- * pool and its connection suspended, so a slow order (hold_ms, lock waits) blocks
- * one worker, never the event loop; the worker runs the handler on its own
- * inv_conn, stores the reply and resumes the connection, and the event loop sends
- * it. Per-request state lives in MHD's con_cls and is freed in the
- * request-completed callback.
+ * inline checks of routes.h. A request that needs Redis is handed to a worker pool
+ * and its connection suspended, so a slow order (hold_ms, lock waits) blocks one
+ * worker, never the event loop; the worker runs the handler on its own inv_conn,
+ * stores the reply and resumes the connection, and the event loop sends it.
+ * Orders have a pool of cfg->threads workers; the quick Redis calls (healthz,
+ * admin, order lookups) a small one of their own, so they stay fast while every
+ * order worker is waiting. Per-request state lives in MHD's con_cls and is freed
+ * in the request-completed callback.
  *
- * Shutdown (api_server_stop): stop accepting connections, drain the pool (every
+ * Shutdown (api_server_stop): stop accepting connections, drain the pools (every
  * suspended connection is resumed with its reply; a request arriving meanwhile on
- * an open connection gets 503), then stop the daemon and free everything.
+ * an open connection gets 503 `shutting_down`), then stop the daemon and free
+ * everything.
  */
 #ifndef API_SERVER_H
 #define API_SERVER_H
@@ -24,7 +27,7 @@
 
 struct api_server;
 
-/* Start the pool (cfg->threads workers, one inv_conn each) and the daemon on
+/* Start the pools (one inv_conn per worker) and the daemon on
  * cfg->bind:cfg->port. `cfg` and `v` are borrowed and must outlive the server.
  * Returns NULL with `err` filled when the address cannot be bound or a thread
  * cannot be started. */
