@@ -94,9 +94,41 @@ static void kill_all_children(void)
     }
 }
 
+/* Async-signal-safe removal of the registered temp dirs: reap the killed children,
+ * then fork and exec rm -rf (nftw and free are not safe in a handler). */
+static void remove_dirs_from_handler(void)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        pid_t pid = reg_pids[i];
+        if (pid > 0)
+            waitpid(pid, NULL, 0);
+    }
+    char *argv[MAX_DIRS + 4];
+    int n = 0;
+    argv[n++] = (char *)"rm";
+    argv[n++] = (char *)"-rf";
+    argv[n++] = (char *)"--";
+    for (int i = 0; i < MAX_DIRS; i++) {
+        if (reg_dirs[i] != NULL)
+            argv[n++] = reg_dirs[i];
+    }
+    argv[n] = NULL;
+    if (n == 3)
+        return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *const envp[] = {NULL};
+        execve("/bin/rm", argv, envp);
+        _exit(127);
+    }
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+}
+
 static void on_fatal_signal(int sig)
 {
     kill_all_children();
+    remove_dirs_from_handler();
     if (sig == SIGALRM) {
         static const char msg[] = "harness: test deadline passed; killed children\n";
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
