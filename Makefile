@@ -50,6 +50,7 @@ IT_SRC    := $(wildcard tests/it_*.c)
 IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := $(BUILD)/tests/harness.o
 
+.SECONDARY:
 .PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check clean
 
 all: $(BIN)

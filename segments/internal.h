@@ -21,6 +21,8 @@ struct inv {
     struct inv_options opt;     /* opt.redis_host points at `host` */
     char *host;
     _Atomic long long stats[STAT__COUNT];
+    _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
+    _Atomic long long hist_sum_us[HIST__COUNT];
     skutab *tab;                /* in-process state per SKU (skutab.h) */
     watchdog *wd;               /* renews the leases of held locks (watchdog.h) */
 };

@@ -58,6 +58,16 @@ char *seg_key_orders(char *buf, const char *sku, int i)
     return segment_key(buf, sku, i, "orders");
 }
 
+char *seg_key_parts(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "parts");
+}
+
+char *seg_key_cancelled(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "cancelled");
+}
+
 char *seg_key_order(char *buf, const char *id)
 {
     snprintf(buf, SEG_KEY_MAX, "inv:order:{%s}", id);

@@ -2,13 +2,19 @@
  *
  * Key schema (the hash tag `{sku:i}` puts a segment's keys in one cluster slot):
  *   inv:skus                    set of SKU names
- *   inv:sku:{sku}               hash: segments, mode, hold_ms, initial, gen
+ *   inv:sku:{sku}               hash: segments, mode, hold_ms, rebalance, initial, gen
  *   inv:{sku:i}:stock           integer stock left in segment i
  *   inv:{sku:i}:sold            integer units sold from segment i
  *   inv:{sku:i}:lock            segment i's lock: a random token, PX lease
- *   inv:{sku:i}:orders          hash order_id -> qty, one field per sale from segment i
+ *   inv:{sku:i}:orders          hash order_id -> qty taken from segment i, one field per
+ *                               order whose first (or only) segment is i
+ *   inv:{sku:i}:parts           hash order_id -> qty taken from segment i by a multi-segment
+ *                               order whose first segment is another one
+ *   inv:{sku:i}:cancelled       set of cancelled order ids whose first segment is i
  *   inv:order:{id}              the order record (JSON), written in the same script as
- *                               the deduction; unique per order_id (idempotency)
+ *                               the deduction; unique per order_id (idempotency). It lives
+ *                               in its own slot: under Redis Cluster the order scripts would
+ *                               need it moved into the segment's slot (not done yet).
  *   inv:events                  pub/sub channel: SKU settings changed (name as message)
  *
  * SKU and order ids are 1..SEG_NAME_MAX characters of [A-Za-z0-9_.-], so a name can
@@ -35,6 +41,8 @@ char *seg_key_stock(char *buf, const char *sku, int i);
 char *seg_key_sold(char *buf, const char *sku, int i);
 char *seg_key_lock(char *buf, const char *sku, int i);
 char *seg_key_orders(char *buf, const char *sku, int i);
+char *seg_key_parts(char *buf, const char *sku, int i);
+char *seg_key_cancelled(char *buf, const char *sku, int i);
 char *seg_key_order(char *buf, const char *id);
 const char *seg_key_events(void);
 

@@ -1,4 +1,5 @@
-/* order.c -- the order path: ring walk, per-segment attempt, replay detection. */
+/* order.c -- the order path: ring walk, per-segment attempt, multi-segment orders,
+ * replay detection and cancel (see order.h). */
 #include "segments/order.h"
 
 #include <errno.h>
@@ -10,7 +11,9 @@
 
 #include "segments/internal.h"
 #include "segments/lock.h"
+#include "segments/lockset.h"
 #include "segments/ring.h"
+#include "segments/sku.h"
 #include "segments/skutab.h"
 #include "segments/store.h"
 #include "segments/watchdog.h"
@@ -24,14 +27,43 @@ struct walk {
     struct order_result *res;
     sku_local *e;
     struct sku_view view;
+    int64_t started_ms;
     bool stock_left;            /* some segment held stock, though less than qty */
+    long long seen[SEG_MAX_SEGMENTS]; /* stock last seen per segment, -1 unknown */
 };
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    return p;
+}
 
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+/* The order record as JSON text (malloc'd): n segments seg[] giving part[] units. */
+static char *build_record(const char *id, const char *sku, long long qty, int n,
+                          const int *seg, const long long *part, const char *status)
+{
+    size_t cap = 256 + (size_t)n * 48, len = 0;
+    char *buf = xmalloc(cap);
+    len += (size_t)snprintf(buf, cap,
+                            "{\"order_id\":\"%s\",\"sku\":\"%s\",\"qty\":%lld,"
+                            "\"segment\":%d,\"segments\":[",
+                            id, sku, qty, seg[0]);
+    for (int k = 0; k < n; k++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s{\"segment\":%d,\"qty\":%lld}",
+                                k ? "," : "", seg[k], part[k]);
+    snprintf(buf + len, cap - len, "],\"status\":\"%s\"}", status);
+    return buf;
 }
 
 /* An order id met again: the same order (REPLAYED, record kept) or a clash. */
@@ -55,6 +87,7 @@ static enum visit replayed(struct walk *w, char *record)
 static enum visit short_of_stock(struct walk *w, int i, long long stock, bool known)
 {
     stat_add(w->c->v, STAT_FALL_THROUGHS, 1);
+    w->seen[i] = known ? stock : 0;
     if (known && stock == 0)
         skutab_mark_empty(w->e, w->view.gen, i);
     if (stock > 0)
@@ -65,26 +98,24 @@ static enum visit short_of_stock(struct walk *w, int i, long long stock, bool kn
 /* Deduct from segment i (under `token`'s lock, or none when token is ""). */
 static enum visit deduct(struct walk *w, int i, const char *token)
 {
-    char record[256];
-    snprintf(record, sizeof record,
-             "{\"order_id\":\"%s\",\"sku\":\"%s\",\"qty\":%lld,\"segment\":%d,"
-             "\"status\":\"confirmed\"}",
-             w->res->order_id, w->req->sku, w->req->qty, i);
+    long long qty = w->req->qty;
+    char *record = build_record(w->res->order_id, w->req->sku, qty, 1, &i, &qty,
+                                "confirmed");
     struct lock_reply r;
-    if (lock_deduct(w->c, w->req->sku, i, token, w->res->order_id, w->req->qty, record,
-                    &r) != 0)
+    if (lock_deduct(w->c, w->req->sku, i, token, w->res->order_id, qty, record, &r) != 0) {
+        free(record);
         return V_ERROR;
-    switch (r.code) {
-    case SCRIPT_R_OK:
+    }
+    if (r.code == SCRIPT_R_OK) {
         if (r.stock == 0)
             skutab_mark_empty(w->e, w->view.gen, i);
-        if ((w->res->record = strdup(record)) == NULL) {
-            fprintf(stderr, "out of memory\n");
-            abort();
-        }
+        w->res->record = record;
         w->res->status = INV_OK;
         w->res->segment = i;
         return V_DONE;
+    }
+    free(record);
+    switch (r.code) {
     case SCRIPT_R_FENCED:
         stat_add(w->c->v, STAT_FENCED_REJECTIONS, 1);
         return V_BUSY;
@@ -115,6 +146,7 @@ static enum visit visit_locked(struct walk *w, int i)
         out = V_ERROR;
     } else if (r.code == SCRIPT_R_OK) {
         stat_add(v, STAT_LOCK_ACQUIRED, 1);
+        stat_observe(v, HIST_LOCK_WAIT, (inv_now_ms() - w->started_ms) * 1000);
         seg_key_lock(lease.key, w->req->sku, i);
         watchdog_add(v->wd, &lease);
         if (w->view.cfg.hold_ms > 0)
@@ -138,20 +170,139 @@ static enum visit visit_locked(struct walk *w, int i)
     return out;
 }
 
+static int by_stock_desc(const void *a, const void *b, void *seen)
+{
+    long long sa = ((long long *)seen)[*(const int *)a];
+    long long sb = ((long long *)seen)[*(const int *)b];
+    return sa < sb ? 1 : sa > sb ? -1 : *(const int *)a - *(const int *)b;
+}
+
+static int ascending(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* No segment holds qty: take it from several, largest first, locked in index order.
+ * Returns INV_OK/REPLAYED/CONFLICT/INSUFFICIENT/BUSY/UNAVAILABLE, or -1 to walk again. */
+static int multi_segment(struct walk *w, int64_t deadline)
+{
+    const int n = w->view.cfg.segments;
+    int order[SEG_MAX_SEGMENTS], seg[SEG_MAX_SEGMENTS], k = 0;
+    long long part[SEG_MAX_SEGMENTS], need = w->req->qty;
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, by_stock_desc, w->seen);
+    for (int j = 0; j < n && need > 0 && w->seen[order[j]] > 0; j++) {
+        seg[k++] = order[j];
+        need -= w->seen[order[j]];
+    }
+    if (need > 0)
+        return INV_INSUFFICIENT;
+    qsort(seg, (size_t)k, sizeof *seg, ascending);
+    need = w->req->qty;
+    for (int j = 0; j < k; j++) {
+        part[j] = w->seen[seg[j]] < need ? w->seen[seg[j]] : need;
+        need -= part[j];
+    }
+
+    bool locked = w->view.cfg.mode == SKU_MODE_LOCK;
+    inv_status why = INV_OK;
+    struct lockset *set = NULL;
+    if (locked && (set = lockset_take(w->c, w->e, w->req->sku, seg, k, deadline, &why)) == NULL)
+        return why;
+
+    char *record = build_record(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
+                                "confirmed");
+    int nkeys = 1 + 4 * k, nargs = 2 + 2 * k;
+    char (*keybuf)[SEG_KEY_MAX] = xmalloc(sizeof *keybuf * (size_t)nkeys);
+    char (*qbuf)[24] = xmalloc(sizeof *qbuf * (size_t)k);
+    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
+    const char **args = xmalloc(sizeof *args * (size_t)nargs);
+    keys[0] = seg_key_order(keybuf[0], w->res->order_id);
+    args[0] = w->res->order_id;
+    args[1] = record;
+    for (int j = 0; j < k; j++) {
+        const char *sku = w->req->sku;
+        keys[1 + 4 * j] = seg_key_lock(keybuf[1 + 4 * j], sku, seg[j]);
+        keys[2 + 4 * j] = seg_key_stock(keybuf[2 + 4 * j], sku, seg[j]);
+        keys[3 + 4 * j] = seg_key_sold(keybuf[3 + 4 * j], sku, seg[j]);
+        keys[4 + 4 * j] = j == 0 ? seg_key_orders(keybuf[4], sku, seg[j])
+                                 : seg_key_parts(keybuf[4 + 4 * j], sku, seg[j]);
+        snprintf(qbuf[j], sizeof qbuf[j], "%lld", part[j]);
+        args[2 + 2 * j] = locked ? lockset_token(set, j) : "";
+        args[3 + 2 * j] = qbuf[j];
+    }
+    redisReply *r = store_eval(w->c, SCRIPT_DEDUCT_MULTI, nkeys, keys, nargs, args);
+    free(keys);
+    free(args);
+    free(keybuf);
+    free(qbuf);
+
+    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
+    if (set != NULL)
+        lockset_drop(w->c, set, code < 0 || code == SCRIPT_R_FENCED);
+    int out = -1;
+    if (code == SCRIPT_R_OK) {
+        stat_add(w->c->v, STAT_MULTI_SEGMENT, 1);
+        w->res->record = record;
+        record = NULL;
+        w->res->segment = seg[0];
+        out = INV_OK;
+    } else if (code == SCRIPT_R_EXISTS && r->elements > 1 &&
+               r->element[1]->type == REDIS_REPLY_STRING) {
+        char *existing = strdup(r->element[1]->str);
+        if (existing == NULL) {
+            fprintf(stderr, "out of memory\n");
+            abort();
+        }
+        replayed(w, existing);
+        out = w->res->status;
+    } else if (code < 0) {
+        out = INV_UNAVAILABLE;
+    } else if (code == SCRIPT_R_FENCED) {
+        stat_add(w->c->v, STAT_FENCED_REJECTIONS, 1);
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    free(record);
+    return out;
+}
+
+/* Lock mode, most segments seen empty, stock left: even it out once per generation so
+ * the end of a sale keeps every segment working. */
+static void maybe_rebalance(struct walk *w)
+{
+    const int n = w->view.cfg.segments;
+    if (w->view.cfg.mode != SKU_MODE_LOCK || !w->view.cfg.rebalance || n < 2)
+        return;
+    int empty = skutab_empty_count(w->e, w->view.gen);
+    if (empty * 2 < n || empty == n || !skutab_rebalance_begin(w->e, w->view.gen))
+        return;
+    sku_rebalance(w->c, w->req->sku);
+    skutab_rebalance_done(w->e);
+    skutab_get(w->c, w->req->sku, &w->e, &w->view);
+}
+
 /* Walk the ring until the order is placed, refused, or lock_wait_ms has passed. */
 static inv_status walk_ring(struct walk *w)
 {
-    const int n = w->view.cfg.segments;
-    const int64_t deadline = inv_now_ms() + w->c->v->opt.lock_wait_ms;
+    const int64_t deadline = w->started_ms + w->c->v->opt.lock_wait_ms;
     for (int round = 0;; round++) {
-        if (skutab_sold_out(w->e, w->view.gen))
+        if (skutab_sold_out(w->e, w->view.gen)) {
+            stat_add(w->c->v, STAT_SOLD_OUT_FAST, round == 0);
             return INV_SOLD_OUT;
+        }
+        maybe_rebalance(w);
+        const int n = w->view.cfg.segments;
         int start = (int)inv_rand(w->c, (uint32_t)n), busy = 0;
         w->stock_left = false;
         for (int k = 0; k < n; k++) {
             int i = ring_segment(start, k, n);
-            if (skutab_is_empty(w->e, i))
+            w->seen[i] = -1;
+            if (skutab_is_empty(w->e, i)) {
+                w->seen[i] = 0;
                 continue;
+            }
             enum visit r = w->view.cfg.mode == SKU_MODE_LOCK ? visit_locked(w, i)
                                                               : deduct(w, i, "");
             if (r == V_DONE)
@@ -160,13 +311,20 @@ static inv_status walk_ring(struct walk *w)
                 return INV_UNAVAILABLE;
             busy += r == V_BUSY;
         }
-        if (busy == 0)
-            return w->stock_left ? INV_INSUFFICIENT : INV_SOLD_OUT;
+        if (busy == 0 && !w->stock_left)
+            return INV_SOLD_OUT;
+        if (busy == 0) {
+            int st = n > 1 ? multi_segment(w, deadline) : INV_INSUFFICIENT;
+            if (st >= 0)
+                return (inv_status)st;
+        }
         int remaining = (int)(deadline - inv_now_ms());
         if (remaining <= 0)
             return INV_BUSY;
-        stat_add(w->c->v, STAT_LOCK_WAITS, 1);
-        skutab_wait(w->e, ring_backoff_ms(round, inv_rand(w->c, UINT32_MAX), remaining));
+        if (busy > 0) {
+            stat_add(w->c->v, STAT_LOCK_WAITS, 1);
+            skutab_wait(w->e, ring_backoff_ms(round, inv_rand(w->c, UINT32_MAX), remaining));
+        }
     }
 }
 
@@ -197,24 +355,30 @@ inv_status order_place(inv_conn *c, const struct order_request *req, struct orde
     else
         inv_random_hex(res->order_id);
 
-    struct walk w = {.c = c, .req = req, .res = res};
-    inv_status st = skutab_get(c, req->sku, &w.e, &w.view);
+    struct walk *w = xmalloc(sizeof *w);
+    w->c = c;
+    w->req = req;
+    w->res = res;
+    w->started_ms = inv_now_ms();
+    inv_status st = skutab_get(c, req->sku, &w->e, &w->view);
     if (st == INV_OK)
-        st = walk_ring(&w);
+        st = walk_ring(w);
     if (st != INV_OK && st != INV_REPLAYED) {
         free(res->record);
         res->record = NULL;
     }
     res->status = st;
     stat_add(c->v, outcome_stat(st), 1);
+    if (st != INV_UNKNOWN_SKU && w->e != NULL)
+        skutab_count(w->e, outcome_stat(st));
+    stat_observe(c->v, HIST_ORDER, (inv_now_ms() - w->started_ms) * 1000);
+    free(w);
     return st;
 }
 
-inv_status order_get(inv_conn *c, const char *id, char **record)
+/* GET the record of order `id`: INV_OK (*record malloc'd), INV_NOT_FOUND, INV_UNAVAILABLE. */
+static inv_status read_record(inv_conn *c, const char *id, char **record)
 {
-    *record = NULL;
-    if (!seg_valid_name(id))
-        return INV_INVALID;
     char key[SEG_KEY_MAX];
     redisReply *r = store_command(c, "GET %s", seg_key_order(key, id));
     if (r == NULL)
@@ -229,6 +393,133 @@ inv_status order_get(inv_conn *c, const char *id, char **record)
     }
     freeReplyObject(r);
     return st;
+}
+
+inv_status order_get(inv_conn *c, const char *id, char **record)
+{
+    *record = NULL;
+    return seg_valid_name(id) ? read_record(c, id, record) : INV_INVALID;
+}
+
+/* What a record says: SKU, qty, status and the segments it took from. */
+struct parsed {
+    char sku[SEG_NAME_MAX + 1];
+    long long qty;
+    bool cancelled;
+    int n;
+    int seg[SEG_MAX_SEGMENTS];
+    long long part[SEG_MAX_SEGMENTS];
+};
+
+static int parse_record(const char *record, struct parsed *p)
+{
+    json_t *o = json_loads(record, 0, NULL), *segs = json_object_get(o, "segments");
+    const char *sku = json_string_value(json_object_get(o, "sku"));
+    const char *status = json_string_value(json_object_get(o, "status"));
+    int rc = -1;
+    if (sku && status && seg_valid_name(sku) && json_is_array(segs) &&
+        json_array_size(segs) >= 1 && json_array_size(segs) <= SEG_MAX_SEGMENTS) {
+        snprintf(p->sku, sizeof p->sku, "%s", sku);
+        p->qty = json_integer_value(json_object_get(o, "qty"));
+        p->cancelled = strcmp(status, "cancelled") == 0;
+        p->n = (int)json_array_size(segs);
+        rc = 0;
+        for (int k = 0; k < p->n; k++) {
+            json_t *e = json_array_get(segs, (size_t)k);
+            p->seg[k] = (int)json_integer_value(json_object_get(e, "segment"));
+            p->part[k] = json_integer_value(json_object_get(e, "qty"));
+            if (p->seg[k] < 0 || p->seg[k] >= SEG_MAX_SEGMENTS || (k && p->seg[k] <= p->seg[k - 1]))
+                rc = -1;
+        }
+    }
+    json_decref(o);
+    return rc;
+}
+
+/* Run CANCEL for `p` under the locks of `set`; returns the script's code or -1. */
+static int run_cancel(inv_conn *c, const char *id, const struct parsed *p,
+                      struct lockset *set, const char *cancelled)
+{
+    int nkeys = 3 + 4 * p->n, nargs = 2 + 2 * p->n;
+    char (*keybuf)[SEG_KEY_MAX] = xmalloc(sizeof *keybuf * (size_t)nkeys);
+    char (*qbuf)[24] = xmalloc(sizeof *qbuf * (size_t)p->n);
+    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
+    const char **args = xmalloc(sizeof *args * (size_t)nargs);
+    keys[0] = seg_key_order(keybuf[0], id);
+    keys[1] = seg_key_meta(keybuf[1], p->sku);
+    args[0] = id;
+    args[1] = cancelled;
+    for (int k = 0; k < p->n; k++) {
+        int b = 2 + 4 * k;
+        keys[b] = seg_key_lock(keybuf[b], p->sku, p->seg[k]);
+        keys[b + 1] = seg_key_stock(keybuf[b + 1], p->sku, p->seg[k]);
+        keys[b + 2] = seg_key_sold(keybuf[b + 2], p->sku, p->seg[k]);
+        keys[b + 3] = k == 0 ? seg_key_orders(keybuf[b + 3], p->sku, p->seg[k])
+                             : seg_key_parts(keybuf[b + 3], p->sku, p->seg[k]);
+        snprintf(qbuf[k], sizeof qbuf[k], "%lld", p->part[k]);
+        args[2 + 2 * k] = lockset_token(set, k);
+        args[3 + 2 * k] = qbuf[k];
+    }
+    keys[nkeys - 1] = seg_key_cancelled(keybuf[nkeys - 1], p->sku, p->seg[0]);
+    redisReply *r = store_eval(c, SCRIPT_CANCEL, nkeys, keys, nargs, args);
+    free(keys);
+    free(args);
+    free(keybuf);
+    free(qbuf);
+    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return code;
+}
+
+inv_status order_cancel(inv_conn *c, const char *id, char **record)
+{
+    *record = NULL;
+    if (!seg_valid_name(id))
+        return INV_INVALID;
+    char *rec = NULL;
+    inv_status st = read_record(c, id, &rec);
+    if (st != INV_OK)
+        return st;
+    struct parsed *p = xmalloc(sizeof *p);
+    if (parse_record(rec, p) != 0 || p->cancelled) {
+        free(p);
+        *record = rec; /* already cancelled: nothing to do (or nothing we can read) */
+        return INV_OK;
+    }
+    sku_local *e;
+    struct sku_view view;
+    st = skutab_get(c, p->sku, &e, &view);
+    struct lockset *set = NULL;
+    if (st == INV_OK)
+        set = lockset_take(c, e, p->sku, p->seg, p->n, inv_now_ms() + c->v->opt.lock_wait_ms,
+                           &st);
+    if (set == NULL) {
+        free(p);
+        free(rec);
+        return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
+    }
+    char *cancelled = build_record(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
+    int code = run_cancel(c, id, p, set, cancelled);
+    lockset_drop(c, set, code < 0 || code == SCRIPT_R_FENCED);
+    if (code == SCRIPT_R_OK) {
+        /* The script bumped the generation: sold-out flags here go at once. */
+        skutab_invalidate(c->v, p->sku);
+        stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
+        skutab_count(e, STAT_ORDERS_CANCELLED);
+    }
+    free(p);
+    free(rec);
+    if (code == SCRIPT_R_OK) {
+        *record = cancelled;
+        return INV_OK;
+    }
+    free(cancelled);
+    if (code == SCRIPT_R_EXISTS) /* cancelled meanwhile by another request */
+        return read_record(c, id, record);
+    return code == SCRIPT_R_MISSING ? INV_NOT_FOUND
+           : code == SCRIPT_R_FENCED ? INV_BUSY
+                                     : INV_UNAVAILABLE;
 }
 
 void order_result_clear(struct order_result *res)

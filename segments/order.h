@@ -7,8 +7,15 @@
  * whose lease lapsed (a stall, a lost connection) writes nothing and moves on. Mode
  * `atomic` does the check-and-deduct in one script per segment with no lock.
  *
- * Invariants kept in Redis, per segment: stock >= 0, stock + sold = its initial share,
- * sold = sum of the qty fields of its orders hash; one record per order_id.
+ * When no single segment holds qty but the segments together do, the order locks the
+ * segments it needs in ascending index order and deducts from all of them in one
+ * script fenced by every token, all or nothing (lockset.h). Only then is it
+ * INV_INSUFFICIENT.
+ *
+ * Invariants kept in Redis, per SKU: every segment's stock >= 0, remaining + sold =
+ * initial, sold = sum of the qty fields of the orders and parts hashes; one record per
+ * order_id. The record is JSON: {"order_id","sku","qty","segment","segments":
+ * [{"segment","qty"},...],"status":"confirmed"|"cancelled"}.
  */
 #ifndef SEG_ORDER_H
 #define SEG_ORDER_H
@@ -38,6 +45,12 @@ inv_status order_place(inv_conn *c, const struct order_request *req, struct orde
 /* Look an order up: INV_OK with *record (JSON text, caller frees), INV_NOT_FOUND or
  * INV_UNAVAILABLE. `id` must be a valid name. */
 inv_status order_get(inv_conn *c, const char *id, char **record);
+
+/* Cancel an order: its units go back to the segments they came from, under their
+ * locks; the record says "cancelled" and the sold counts go down. Idempotent: a
+ * cancelled order is INV_OK again. INV_OK with *record (caller frees), INV_NOT_FOUND,
+ * INV_BUSY, INV_UNAVAILABLE or INV_INVALID. */
+inv_status order_cancel(inv_conn *c, const char *id, char **record);
 
 /* Free the record a result carries (safe on an empty result). */
 void order_result_clear(struct order_result *res);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "segments/internal.h"
+#include "segments/lockset.h"
 #include "segments/skutab.h"
 #include "segments/store.h"
 
@@ -40,17 +41,19 @@ static inv_status reset(inv_conn *c, const char *sku, int old, const struct sku_
 {
     int n = cfg ? cfg->segments : 0;
     int m = old > n ? old : n;
-    int nkeys = 2 + 4 * m;
+    int nkeys = 2 + 6 * m;
     char (*names)[SEG_KEY_MAX] = xmalloc(sizeof *names * (size_t)nkeys);
     const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
     keys[0] = seg_key_meta(names[0], sku);
     keys[1] = seg_key_skus(names[1]);
     for (int i = 0; i < m; i++) {
-        int b = 2 + 4 * i;
+        int b = 2 + 6 * i;
         keys[b] = seg_key_stock(names[b], sku, i);
         keys[b + 1] = seg_key_sold(names[b + 1], sku, i);
         keys[b + 2] = seg_key_lock(names[b + 2], sku, i);
         keys[b + 3] = seg_key_orders(names[b + 3], sku, i);
+        keys[b + 4] = seg_key_parts(names[b + 4], sku, i);
+        keys[b + 5] = seg_key_cancelled(names[b + 5], sku, i);
     }
     /* Order keys are "<prefix><id><suffix>": split a key built around an empty id. */
     char order_key[SEG_KEY_MAX], prefix[SEG_KEY_MAX];
@@ -66,10 +69,11 @@ static inv_status reset(inv_conn *c, const char *sku, int old, const struct sku_
     snprintf(share, sizeof share, "%lld", n ? stock / n : 0);
     snprintf(more, sizeof more, "%lld", n ? stock / n + 1 : 0);
     snprintf(extra, sizeof extra, "%lld", n ? stock % n : 0);
-    const char *args[] = {sku,  prefix, suffix,  segs, sku_mode_name(cfg ? cfg->mode : 0),
-                          hold, initial, more, share, extra};
+    const char *args[] = {sku,     prefix, suffix, segs,  sku_mode_name(cfg ? cfg->mode : 0),
+                          hold,    initial, more,  share, extra,
+                          cfg && cfg->rebalance ? "1" : "0"};
 
-    redisReply *r = store_eval(c, SCRIPT_RESET, nkeys, keys, 10, args);
+    redisReply *r = store_eval(c, SCRIPT_RESET, nkeys, keys, 11, args);
     free(keys);
     free(names);
     skutab_invalidate(c->v, sku);
@@ -104,6 +108,71 @@ inv_status sku_delete(inv_conn *c, const char *sku)
         return INV_INVALID;
     int old = current_segments(c, sku);
     return old < 0 ? INV_UNAVAILABLE : old == 0 ? INV_UNKNOWN_SKU : reset(c, sku, old, NULL);
+}
+
+/* Restock (`add` units) or rebalance (add 0) every segment of `sku` under its lock. */
+static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add)
+{
+    sku_local *e;
+    struct sku_view view;
+    inv_status st = skutab_get(c, sku, &e, &view);
+    if (st != INV_OK)
+        return st;
+    if (view.cfg.stock > SKU_STOCK_MAX - add)
+        return INV_INVALID;
+    const int n = view.cfg.segments;
+    int seg[SEG_MAX_SEGMENTS];
+    for (int i = 0; i < n; i++)
+        seg[i] = i;
+    struct lockset *set = lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms,
+                                       &st);
+    if (set == NULL)
+        return st;
+
+    int nkeys = 1 + 2 * n;
+    char (*names)[SEG_KEY_MAX] = xmalloc(sizeof *names * (size_t)nkeys);
+    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
+    const char **args = xmalloc(sizeof *args * (size_t)(2 + n));
+    char amount[24];
+    snprintf(amount, sizeof amount, "%lld", add);
+    keys[0] = seg_key_meta(names[0], sku);
+    args[0] = op;
+    args[1] = amount;
+    for (int i = 0; i < n; i++) {
+        keys[1 + 2 * i] = seg_key_lock(names[1 + 2 * i], sku, i);
+        keys[2 + 2 * i] = seg_key_stock(names[2 + 2 * i], sku, i);
+        args[2 + i] = lockset_token(set, i);
+    }
+    redisReply *r = store_eval(c, SCRIPT_ADJUST, nkeys, keys, 2 + n, args);
+    free(names);
+    free(keys);
+    free(args);
+    int code = store_is_array(r, 2) ? (int)r->element[0]->integer : -1;
+    long long gen = code == SCRIPT_R_OK ? r->element[1]->integer : 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    lockset_drop(c, set, code != SCRIPT_R_OK);
+    if (code != SCRIPT_R_OK)
+        return code < 0 ? INV_UNAVAILABLE : INV_BUSY;
+    if (gen > 0) {
+        stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
+        skutab_invalidate(c->v, sku);
+    }
+    return INV_OK;
+}
+
+inv_status sku_restock(inv_conn *c, const char *sku, long long qty)
+{
+    if (!seg_valid_name(sku) || qty < 1 || qty > SKU_RESTOCK_MAX)
+        return INV_INVALID;
+    return adjust(c, sku, "restock", qty);
+}
+
+inv_status sku_rebalance(inv_conn *c, const char *sku)
+{
+    if (!seg_valid_name(sku))
+        return INV_INVALID;
+    return adjust(c, sku, "rebalance", 0);
 }
 
 struct status_cmds {

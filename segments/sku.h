@@ -8,11 +8,14 @@
 #ifndef SEG_SKU_H
 #define SEG_SKU_H
 
+#include <stdbool.h>
+
 #include "segments/inventory.h"
 #include "segments/keys.h"
 
 #define SKU_STOCK_MAX 9007199254740991LL /* 2^53 - 1: exact in a JSON number */
 #define SKU_HOLD_MAX_MS 10000
+#define SKU_RESTOCK_MAX 1000000000000LL
 
 typedef enum sku_mode { SKU_MODE_LOCK = 0, SKU_MODE_ATOMIC = 1 } sku_mode;
 
@@ -21,6 +24,8 @@ struct sku_config {
     int segments;      /* 1..SEG_MAX_SEGMENTS */
     sku_mode mode;
     int hold_ms;       /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
+    bool rebalance;    /* mode lock: rebalance automatically once half the segments are
+                          empty while stock remains (order.h) */
 };
 
 struct sku_status {
@@ -43,6 +48,17 @@ inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg);
 
 /* Fill `st` (caller-owned). INV_OK, INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
+
+/* Add `qty` (1..SKU_RESTOCK_MAX) units, spread evenly over the segments (lower ones
+ * take the remainder) under every segment's lock, raising the initial stock by as
+ * much; safe while orders run. INV_OK, INV_UNKNOWN_SKU, INV_INVALID (also when the
+ * total would pass SKU_STOCK_MAX), INV_BUSY (the locks were not had within
+ * lock_wait_ms) or INV_UNAVAILABLE. */
+inv_status sku_restock(inv_conn *c, const char *sku, long long qty);
+
+/* Even the remaining stock out over the segments, under every segment's lock taken
+ * in index order. Same statuses as sku_restock. */
+inv_status sku_rebalance(inv_conn *c, const char *sku);
 
 /* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU, INV_UNAVAILABLE. */
 inv_status sku_delete(inv_conn *c, const char *sku);

@@ -2,6 +2,7 @@
 #include "segments/skutab.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ struct sku_local {
     int64_t fetched_ms;
     int waiters;
     int empty_count;
+    bool rebalancing;
+    long long rebalanced_gen;       /* last generation a rebalance was started in */
+    _Atomic long long outcomes[SKU_OUTCOMES];
     unsigned char claimed[SEG_MAX_SEGMENTS];
     unsigned char empty[SEG_MAX_SEGMENTS];
     sku_local *next;
@@ -110,12 +114,13 @@ static sku_local *find_or_add(skutab *t, const char *sku)
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
 {
     char key[SEG_KEY_MAX];
-    redisReply *r = store_command(c, "HMGET %s segments mode hold_ms initial gen",
+    redisReply *r = store_command(c, "HMGET %s segments mode hold_ms initial gen rebalance",
                                   seg_key_meta(key, sku));
     if (r == NULL)
         return INV_UNAVAILABLE;
     inv_status st = INV_UNKNOWN_SKU;
-    if (store_is_array(r, 5) && r->element[0]->type == REDIS_REPLY_STRING) {
+    if (store_is_array(r, 6) && r->element[0]->type == REDIS_REPLY_STRING) {
+        out->cfg.rebalance = store_integer(r->element[5], 1) != 0;
         out->cfg.segments = (int)store_integer(r->element[0], 0);
         out->cfg.hold_ms = (int)store_integer(r->element[2], 0);
         out->cfg.stock = store_integer(r->element[3], 0);
@@ -248,4 +253,52 @@ void skutab_wait(sku_local *e, int ms)
     pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     e->waiters--;
     pthread_mutex_unlock(&e->mu);
+}
+
+void skutab_count(sku_local *e, enum stat_id outcome)
+{
+    if ((int)outcome < SKU_OUTCOMES)
+        atomic_fetch_add_explicit(&e->outcomes[outcome], 1, memory_order_relaxed);
+}
+
+void skutab_foreach(skutab *t, void (*fn)(const char *sku, const long long *outcomes, void *arg),
+                    void *arg)
+{
+    pthread_rwlock_rdlock(&t->lock);
+    for (int b = 0; b < BUCKETS; b++) {
+        for (sku_local *e = t->bucket[b]; e != NULL; e = e->next) {
+            long long out[SKU_OUTCOMES];
+            for (int i = 0; i < SKU_OUTCOMES; i++)
+                out[i] = atomic_load_explicit(&e->outcomes[i], memory_order_relaxed);
+            fn(e->name, out, arg);
+        }
+    }
+    pthread_rwlock_unlock(&t->lock);
+}
+
+bool skutab_rebalance_begin(sku_local *e, long long gen)
+{
+    pthread_mutex_lock(&e->mu);
+    bool go = !e->rebalancing && e->rebalanced_gen != gen;
+    if (go) {
+        e->rebalancing = true;
+        e->rebalanced_gen = gen;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return go;
+}
+
+void skutab_rebalance_done(sku_local *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->rebalancing = false;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int skutab_empty_count(sku_local *e, long long gen)
+{
+    pthread_mutex_lock(&e->mu);
+    int n = e->valid && e->view.gen == gen ? e->empty_count : 0;
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }

@@ -52,6 +52,21 @@ bool skutab_is_empty(sku_local *e, int i);
 /* True when every one of the SKU's segments is known empty in `gen`. */
 bool skutab_sold_out(sku_local *e, long long gen);
 
+/* Count an order outcome (a stat id below SKU_OUTCOMES) for the SKU. */
+void skutab_count(sku_local *e, enum stat_id outcome);
+
+/* Call fn for every entry with its outcome counters (see stat_foreach_sku). */
+void skutab_foreach(skutab *t, void (*fn)(const char *sku, const long long *outcomes, void *arg),
+                    void *arg);
+
+/* Start a rebalance of the SKU unless one is running in this process: true when
+ * the caller should do it, and then call skutab_rebalance_done. */
+bool skutab_rebalance_begin(sku_local *e, long long gen);
+void skutab_rebalance_done(sku_local *e);
+
+/* Count of segments known empty in `gen` (0 when gen is stale). */
+int skutab_empty_count(sku_local *e, long long gen);
+
 /* Sleep until a local release or `ms` milliseconds, whichever is first. */
 void skutab_wait(sku_local *e, int ms);
 

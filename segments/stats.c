@@ -1,6 +1,7 @@
 /* stats.c -- process-wide counters (see stats.h). */
 #include "segments/stats.h"
 #include "segments/internal.h"
+#include "segments/skutab.h"
 
 static const char *const names[STAT__COUNT] = {
     [STAT_ORDERS_CONFIRMED] = "orders_confirmed",
@@ -11,6 +12,7 @@ static const char *const names[STAT__COUNT] = {
     [STAT_ORDERS_CONFLICT] = "orders_conflict",
     [STAT_ORDERS_BUSY] = "orders_busy",
     [STAT_ORDERS_UNAVAILABLE] = "orders_backend_unavailable",
+    [STAT_ORDERS_CANCELLED] = "orders_cancelled",
     [STAT_LOCK_ATTEMPTS] = "lock_attempts",
     [STAT_LOCK_ACQUIRED] = "lock_acquired",
     [STAT_BUSY_SKIPS] = "busy_skips",
@@ -20,7 +22,14 @@ static const char *const names[STAT__COUNT] = {
     [STAT_LEASE_LOST] = "lease_lost",
     [STAT_FENCED_REJECTIONS] = "fenced_rejections",
     [STAT_REDIS_ERRORS] = "redis_errors",
+    [STAT_SOLD_OUT_FAST] = "sold_out_fast",
+    [STAT_MULTI_SEGMENT] = "multi_segment_orders",
+    [STAT_REBALANCES] = "rebalances",
+    [STAT_RESTOCKS] = "restocks",
 };
+
+static const double bounds[HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                            0.1,    0.25,  0.5,    1,     2.5,  5,    10};
 
 const char *stat_name(enum stat_id id)
 {
@@ -36,4 +45,40 @@ void stat_snapshot(inv *v, long long out[STAT__COUNT])
 {
     for (int i = 0; i < STAT__COUNT; i++)
         out[i] = atomic_load_explicit(&v->stats[i], memory_order_relaxed);
+}
+
+const char *hist_name(enum hist_id h)
+{
+    return h == HIST_ORDER ? "order_seconds" : "lock_wait_seconds";
+}
+
+const double *hist_bounds(void)
+{
+    return bounds;
+}
+
+void stat_observe(inv *v, enum hist_id h, long long usec)
+{
+    int b = 0;
+    while (b < HIST_BUCKETS && usec > (long long)(bounds[b] * 1e6))
+        b++;
+    atomic_fetch_add_explicit(&v->hist[h][b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&v->hist_sum_us[h], usec, memory_order_relaxed);
+}
+
+void stat_hist_snapshot(inv *v, enum hist_id h, struct hist_snapshot *out)
+{
+    out->count = 0;
+    for (int b = 0; b <= HIST_BUCKETS; b++) {
+        out->bucket[b] = atomic_load_explicit(&v->hist[h][b], memory_order_relaxed);
+        out->count += out->bucket[b];
+    }
+    out->sum = (double)atomic_load_explicit(&v->hist_sum_us[h], memory_order_relaxed) / 1e6;
+}
+
+void stat_foreach_sku(inv *v,
+                      void (*fn)(const char *sku, const long long *outcomes, void *arg),
+                      void *arg)
+{
+    skutab_foreach(v->tab, fn, arg);
 }

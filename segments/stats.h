@@ -17,6 +17,7 @@ enum stat_id {
     STAT_ORDERS_CONFLICT,
     STAT_ORDERS_BUSY,
     STAT_ORDERS_UNAVAILABLE,
+    STAT_ORDERS_CANCELLED,
     STAT_LOCK_ATTEMPTS,      /* acquire scripts sent */
     STAT_LOCK_ACQUIRED,
     STAT_BUSY_SKIPS,         /* a segment skipped because its lock was held */
@@ -26,7 +27,27 @@ enum stat_id {
     STAT_LEASE_LOST,         /* renewals that found the lock no longer ours */
     STAT_FENCED_REJECTIONS,  /* deductions refused because the token lost the lock */
     STAT_REDIS_ERRORS,
+    STAT_SOLD_OUT_FAST,      /* sold-out answers given without a Redis round trip */
+    STAT_MULTI_SEGMENT,      /* orders filled from several segments */
+    STAT_REBALANCES,         /* rebalances done (by hand or automatically) */
+    STAT_RESTOCKS,
     STAT__COUNT
+};
+
+/* Outcomes of orders, also counted per SKU: the first SKU_OUTCOMES stat ids. */
+#define SKU_OUTCOMES (STAT_ORDERS_CANCELLED + 1)
+
+enum hist_id {
+    HIST_ORDER,              /* whole order_place, seconds */
+    HIST_LOCK_WAIT,          /* order start to the segment lock taken (mode lock) */
+    HIST__COUNT
+};
+#define HIST_BUCKETS 14
+
+struct hist_snapshot {
+    long long bucket[HIST_BUCKETS + 1]; /* not cumulative; last is +Inf */
+    long long count;
+    double sum;                         /* seconds */
 };
 
 /* Name used in JSON and metrics, e.g. "orders_confirmed". */
@@ -37,5 +58,18 @@ void stat_add(inv *v, enum stat_id id, long long n);
 
 /* Copy every counter into out[STAT__COUNT]. */
 void stat_snapshot(inv *v, long long out[STAT__COUNT]);
+
+/* Histograms: name (e.g. "order_seconds"), upper bounds of the buckets in seconds,
+ * one observation in microseconds, and a snapshot. */
+const char *hist_name(enum hist_id h);
+const double *hist_bounds(void);
+void stat_observe(inv *v, enum hist_id h, long long usec);
+void stat_hist_snapshot(inv *v, enum hist_id h, struct hist_snapshot *out);
+
+/* Call fn once per SKU this process has served, with its outcome counters indexed
+ * by stat id (0 .. SKU_OUTCOMES-1). */
+void stat_foreach_sku(inv *v,
+                      void (*fn)(const char *sku, const long long *outcomes, void *arg),
+                      void *arg);
 
 #endif

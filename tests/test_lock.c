@@ -205,7 +205,7 @@ static void order_replay_conflict_and_insufficient(void **state)
 
     struct order_request other = {.sku = "rep", .qty = 1, .order_id = "same-1"};
     assert_int_equal(order_place(f->c, &other, &b), INV_CONFLICT);
-    struct order_request big = {.sku = "rep", .qty = 3};
+    struct order_request big = {.sku = "rep", .qty = 9}; /* 8 left in all */
     assert_int_equal(order_place(f->c, &big, &b), INV_INSUFFICIENT);
     struct order_request bad = {.sku = "rep", .qty = 0};
     assert_int_equal(order_place(f->c, &bad, &b), INV_INVALID);

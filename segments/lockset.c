@@ -1,0 +1,112 @@
+/* lockset.c -- several segment locks taken in ascending order (see lockset.h). */
+#include "segments/lockset.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "segments/lock.h"
+#include "segments/ring.h"
+#include "segments/store.h"
+#include "segments/watchdog.h"
+
+struct lockset {
+    sku_local *e;
+    const char *sku;
+    int n;
+    int *seg;
+    struct lease *lease;
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Lock one segment in Redis: 1 taken, 0 busy, -1 error. */
+static int try_lock(inv_conn *c, const char *key, const char *token)
+{
+    redisReply *r = store_command(c, "SET %s %s NX PX %d", key, token,
+                                  c->v->opt.lock_ttl_ms);
+    if (r == NULL)
+        return -1;
+    int taken = r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    return taken;
+}
+
+/* Claim and lock segment k of the set, waiting until the deadline. */
+static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadline)
+{
+    int i = s->seg[k];
+    struct lease *l = &s->lease[k];
+    for (int round = 0; !skutab_claim(s->e, i); round++) {
+        int left = (int)(deadline - inv_now_ms());
+        if (left <= 0)
+            return INV_BUSY;
+        skutab_wait(s->e, ring_backoff_ms(round, inv_rand(c, UINT32_MAX), left));
+    }
+    seg_key_lock(l->key, s->sku, i);
+    lock_new_token(c, l->token);
+    stat_add(c->v, STAT_LOCK_ATTEMPTS, 1);
+    for (int round = 0;; round++) {
+        int got = try_lock(c, l->key, l->token);
+        if (got == 1)
+            break;
+        int left = (int)(deadline - inv_now_ms());
+        if (got < 0 || left <= 0) {
+            skutab_unclaim(s->e, i);
+            return got < 0 ? INV_UNAVAILABLE : INV_BUSY;
+        }
+        stat_add(c->v, STAT_BUSY_SKIPS, 1);
+        sleep_ms(ring_backoff_ms(round, inv_rand(c, UINT32_MAX), left));
+    }
+    stat_add(c->v, STAT_LOCK_ACQUIRED, 1);
+    watchdog_add(c->v->wd, l);
+    return INV_OK;
+}
+
+struct lockset *lockset_take(inv_conn *c, sku_local *e, const char *sku, const int *seg,
+                             int n, int64_t deadline_ms, inv_status *why)
+{
+    struct lockset *s = calloc(1, sizeof *s);
+    int *segs = calloc((size_t)n, sizeof *segs);
+    struct lease *leases = calloc((size_t)n, sizeof *leases);
+    if (s == NULL || segs == NULL || leases == NULL) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    *s = (struct lockset){.e = e, .sku = sku, .n = 0, .seg = segs, .lease = leases};
+    for (int k = 0; k < n; k++) {
+        s->seg[k] = seg[k];
+        inv_status st = take_one(c, s, k, deadline_ms);
+        if (st != INV_OK) {
+            *why = st;
+            lockset_drop(c, s, true);
+            return NULL;
+        }
+        s->n = k + 1;
+    }
+    return s;
+}
+
+const char *lockset_token(const struct lockset *s, int k)
+{
+    return s->lease[k].token;
+}
+
+bool lockset_drop(inv_conn *c, struct lockset *s, bool release)
+{
+    bool lost = false;
+    for (int k = 0; k < s->n; k++) {
+        lost |= watchdog_remove(c->v->wd, &s->lease[k]);
+        if (release)
+            lock_release(c, s->sku, s->seg[k], s->lease[k].token);
+        skutab_unclaim(s->e, s->seg[k]);
+    }
+    free(s->seg);
+    free(s->lease);
+    free(s);
+    return lost;
+}
