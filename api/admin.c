@@ -48,8 +48,8 @@ static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
     }
     inv_status s = sku_get(ctx->conn, req->name, st);
     if (s != INV_OK) {
-        api_reply_status(rep, s, "%s %s", s == INV_UNKNOWN_SKU ? "no sku" : "cannot read sku",
-                         req->name);
+        api_reply_status(rep, s, "%s %s",
+                         s == INV_UNKNOWN_SKU ? "no sku" : "cannot read sku", req->name);
         free(st);
         return;
     }
@@ -94,7 +94,8 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
 {
     inv_status s = sku_delete(ctx->conn, req->name);
     if (s != INV_OK) {
-        api_reply_status(rep, s, "%s %s", s == INV_UNKNOWN_SKU ? "no sku" : "cannot delete sku",
+        api_reply_status(rep, s, "%s %s",
+                         s == INV_UNKNOWN_SKU ? "no sku" : "cannot delete sku",
                          req->name);
         return;
     }
@@ -147,7 +148,8 @@ void api_livez(const struct api_ctx *ctx, struct api_request *req, struct api_re
     api_reply_text(rep, 200, ok, sizeof(ok) - 1);
 }
 
-void api_healthz(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep)
+void api_healthz(const struct api_ctx *ctx, struct api_request *req,
+                 struct api_reply *rep)
 {
     (void)req;
     static const char up[] = "{\"status\":\"ok\",\"redis\":\"up\"}";

@@ -31,6 +31,7 @@ void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
 void api_admin_stats(const struct api_ctx *ctx, struct api_request *req,
                      struct api_reply *rep);
 void api_livez(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep);
-void api_healthz(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep);
+void api_healthz(const struct api_ctx *ctx, struct api_request *req,
+                 struct api_reply *rep);
 
 #endif

@@ -30,8 +30,8 @@ void api_orders_place(const struct api_ctx *ctx, struct api_request *req,
         switch (s) {
         case INV_OK:
         case INV_REPLAYED:
-            api_reply_error(rep, 500, "internal", "order %s placed but no record returned",
-                            res.order_id);
+            api_reply_error(rep, 500, "internal",
+                            "order %s placed but no record returned", res.order_id);
             break;
         case INV_SOLD_OUT:
             api_reply_status(rep, s, "sku %s is sold out", b->sku);

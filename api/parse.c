@@ -43,7 +43,8 @@ static json_t *load_object(const char *body, size_t len, struct api_parse_error 
 }
 
 /* Reject any key of `obj` not in the NULL-terminated `known`. */
-static int check_fields(json_t *obj, const char *const known[], struct api_parse_error *err)
+static int check_fields(json_t *obj, const char *const known[],
+                        struct api_parse_error *err)
 {
     const char *key;
     json_t *val;
@@ -60,8 +61,8 @@ static int check_fields(json_t *obj, const char *const known[], struct api_parse
 }
 
 /* Read optional integer field `name` in lo..hi; `*out` keeps its default when absent. */
-static int get_int(json_t *obj, const char *name, bool required, long long lo, long long hi,
-                   long long *out, struct api_parse_error *err)
+static int get_int(json_t *obj, const char *name, bool required, long long lo,
+                   long long hi, long long *out, struct api_parse_error *err)
 {
     json_t *v = json_object_get(obj, name);
     if (v == NULL) {
@@ -70,8 +71,8 @@ static int get_int(json_t *obj, const char *name, bool required, long long lo, l
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return fail(err, "invalid_field", "%s: must be an integer in %lld..%lld", name, lo,
-                    hi);
+        return fail(err, "invalid_field", "%s: must be an integer in %lld..%lld", name,
+                    lo, hi);
     *out = json_integer_value(v);
     return 0;
 }

@@ -58,11 +58,12 @@ void api_reply_text(struct api_reply *r, int status, const char *text, size_t le
     set_body(r, status, copy, len);
 }
 
-static void reply_errorv(struct api_reply *r, int status, const char *code, const char *fmt,
-                         va_list ap) __attribute__((format(printf, 4, 0)));
+static void reply_errorv(struct api_reply *r, int status, const char *code,
+                         const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
-static void reply_errorv(struct api_reply *r, int status, const char *code, const char *fmt,
-                         va_list ap)
+static void reply_errorv(struct api_reply *r, int status, const char *code,
+                         const char *fmt, va_list ap)
 {
     char detail[256];
     vsnprintf(detail, sizeof(detail), fmt, ap);
@@ -75,7 +76,8 @@ static void reply_errorv(struct api_reply *r, int status, const char *code, cons
     api_reply_json(r, status, o);
 }
 
-void api_reply_error(struct api_reply *r, int status, const char *code, const char *fmt, ...)
+void api_reply_error(struct api_reply *r, int status, const char *code, const char *fmt,
+                     ...)
 {
     va_list ap;
     va_start(ap, fmt);

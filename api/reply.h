@@ -30,8 +30,8 @@ struct api_header {
 };
 
 struct api_reply {
-    int status;    /* HTTP status; 0 until a reply is set */
-    char *body;    /* JSON text, owned; NULL until set */
+    int status; /* HTTP status; 0 until a reply is set */
+    char *body; /* JSON text, owned; NULL until set */
     size_t body_len;
     struct api_header headers[API_REPLY_HEADERS_MAX];
     int nheaders;

@@ -45,8 +45,8 @@ static bool match(const char *pattern, const char *path, char *name, size_t cap)
     return *path == '\0';
 }
 
-const struct api_route *api_route_prepare(struct api_request *req, const char *admin_token,
-                                          struct api_reply *rep)
+const struct api_route *api_route_prepare(struct api_request *req,
+                                          const char *admin_token, struct api_reply *rep)
 {
     const struct api_route *route = NULL;
     char allow[API_HEADER_VALUE_MAX] = "";
@@ -66,14 +66,14 @@ const struct api_route *api_route_prepare(struct api_request *req, const char *a
         return NULL;
     }
     if (route == NULL) {
-        api_reply_error(rep, 405, "method_not_allowed", "%.16s is not allowed here; use %s",
-                        req->method, allow);
+        api_reply_error(rep, 405, "method_not_allowed",
+                        "%.16s is not allowed here; use %s", req->method, allow);
         api_reply_header(rep, "Allow", allow);
         return NULL;
     }
 
-    if ((route->flags & API_ROUTE_ADMIN) && admin_token != NULL && admin_token[0] != '\0' &&
-        !api_bearer_matches(req->authorization, admin_token)) {
+    if ((route->flags & API_ROUTE_ADMIN) && admin_token != NULL &&
+        admin_token[0] != '\0' && !api_bearer_matches(req->authorization, admin_token)) {
         api_reply_error(rep, 401, "unauthorized",
                         "the admin API needs Authorization: Bearer <token>");
         api_reply_header(rep, "WWW-Authenticate", "Bearer");

@@ -1,9 +1,9 @@
 /* routes.h -- the route table and the inline (no Redis) part of every request.
  *
  * A route is a method plus a path pattern, where "{}" stands for one non-empty path
- * segment (a SKU or order id), as in "/orders/{}". api_route_prepare() does everything that needs no
- * Redis, in this order: find the route (unknown path 404 `not_found`, known path
- * with another method 405 `method_not_allowed` plus Allow), check the admin token
+ * segment (a SKU or order id), as in "/orders/{}". api_route_prepare() does everything
+ * that needs no Redis, in this order: find the route (unknown path 404 `not_found`, known
+ * path with another method 405 `method_not_allowed` plus Allow), check the admin token
  * (401 `unauthorized` plus WWW-Authenticate), validate the path name (400
  * `invalid_field`), check the Content-Type of a body (415 `unsupported_media_type`)
  * and parse the body (400 `bad_json`/`invalid_field`). The server then runs
@@ -23,8 +23,8 @@
 
 /* What a handler may use. */
 struct api_ctx {
-    inv *inv;               /* process-wide domain handle (stats) */
-    inv_conn *conn;         /* the worker's connection; NULL for inline routes */
+    inv *inv;                /* process-wide domain handle (stats) */
+    inv_conn *conn;          /* the worker's connection; NULL for inline routes */
     struct timespec started; /* CLOCK_MONOTONIC at server start (uptime) */
 };
 
@@ -62,13 +62,13 @@ struct api_route {
     const char *pattern; /* e.g. "/admin/skus/{}" */
     const char *name;    /* field name of the "{}" segment for errors, or NULL */
     unsigned flags;
-    api_parse_fn parse;  /* body parser (POST/PUT), or NULL: body ignored */
+    api_parse_fn parse; /* body parser (POST/PUT), or NULL: body ignored */
     api_handler_fn handle;
 };
 
 /* Run the inline checks above on `req`. Returns the route to run, or NULL with the
  * error reply in `rep`. `admin_token` "" (or NULL) means the admin API is open. */
-const struct api_route *api_route_prepare(struct api_request *req, const char *admin_token,
-                                          struct api_reply *rep);
+const struct api_route *api_route_prepare(struct api_request *req,
+                                          const char *admin_token, struct api_reply *rep);
 
 #endif

@@ -19,7 +19,8 @@
 #include "service/pool.h"
 
 #define LISTEN_BACKLOG 4096
-#define CONTROL_THREADS 4 /* workers for the quick Redis calls (health, admin, lookups) */
+/* Workers for the quick Redis calls (health, admin, order lookups). */
+#define CONTROL_THREADS 4
 
 struct api_server {
     const struct cfg *cfg;
@@ -37,8 +38,8 @@ struct request {
     char *body; /* accumulated upload; NULL when none */
     size_t len, cap;
     bool too_large;
-    bool replied;            /* a response was queued already */
-    atomic_bool done;        /* the worker stored the reply (release/acquire) */
+    bool replied;     /* a response was queued already */
+    atomic_bool done; /* the worker stored the reply (release/acquire) */
     const struct api_route *route;
     struct api_request req;
     struct api_reply rep;
@@ -142,9 +143,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->conn = conn;
         api_reply_init(&r->rep);
         *con_cls = r;
-        const char *cl =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl != NULL && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes) {
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL &&
+            strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes) {
             /* Refuse before reading (and before any 100 Continue); MHD then closes. */
             r->too_large = true;
             return reply_too_large(r);
@@ -225,7 +227,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", line);
 }
 
-struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err, size_t errlen)
+struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
+                                    size_t errlen)
 {
     struct sockaddr_storage addr;
     memset(&addr, 0, sizeof(addr));
@@ -271,7 +274,8 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err, si
         (unsigned)LISTEN_BACKLOG, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_END);
     if (s->daemon == NULL) {
-        snprintf(err, errlen, "cannot listen on %s port %d (in use, or not a local address?)",
+        snprintf(err, errlen,
+                 "cannot listen on %s port %d (in use, or not a local address?)",
                  cfg->bind, cfg->port);
         pool_free(s->control);
         pool_free(s->orders);

@@ -28,10 +28,12 @@ struct setting {
     long min, max;
 };
 
-#define INT_SETTING(k, e, f, field, lo, hi)                                              \
+/* clang-format off */
+#define INT_SETTING(k, e, f, field, lo, hi) \
     {k, e, f, K_INT, offsetof(struct cfg, field), 0, lo, hi}
-#define STR_SETTING(k, e, f, kind, field)                                                \
+#define STR_SETTING(k, e, f, kind, field) \
     {k, e, f, kind, offsetof(struct cfg, field), sizeof(((struct cfg *)0)->field), 0, 0}
+/* clang-format on */
 
 static const struct setting settings[] = {
     INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
@@ -40,8 +42,8 @@ static const struct setting settings[] = {
     INT_SETTING("threads", "INVENTORY_THREADS", "--threads", threads, 1, 1024),
     INT_SETTING("lock_ttl_ms", "INVENTORY_LOCK_TTL_MS", "--lock-ttl-ms", lock_ttl_ms, 100,
                 600000),
-    INT_SETTING("lock_wait_ms", "INVENTORY_LOCK_WAIT_MS", "--lock-wait-ms", lock_wait_ms, 0,
-                600000),
+    INT_SETTING("lock_wait_ms", "INVENTORY_LOCK_WAIT_MS", "--lock-wait-ms", lock_wait_ms,
+                0, 600000),
     INT_SETTING("redis_timeout_ms", "INVENTORY_REDIS_TIMEOUT_MS", "--redis-timeout-ms",
                 redis_timeout_ms, 10, 600000),
     INT_SETTING("meta_cache_ms", NULL, NULL, meta_cache_ms, 0, 60000),
@@ -127,8 +129,8 @@ static int set_redis(const char *text, const char *where, struct cfg *c, char *e
             return fail(err, errlen, "%s: bad character in host, got '%s'", where, text);
     long long port;
     if (parse_ll(colon + 1, &port) != 0 || port < 1 || port > 65535)
-        return fail(err, errlen, "%s: port must be an integer in 1..65535, got '%s'", where,
-                    text);
+        return fail(err, errlen, "%s: port must be an integer in 1..65535, got '%s'",
+                    where, text);
     memcpy(c->redis_host, host, hlen);
     c->redis_host[hlen] = '\0';
     c->redis_port = (int)port;
@@ -145,18 +147,19 @@ static int set_text(const struct setting *s, const char *text, const char *where
     case K_INT: {
         long long v;
         if (parse_ll(text, &v) != 0)
-            return fail(err, errlen, "%s: must be an integer in %ld..%ld, got '%s'", where,
-                        s->min, s->max, text);
+            return fail(err, errlen, "%s: must be an integer in %ld..%ld, got '%s'",
+                        where, s->min, s->max, text);
         return set_int(s, v, where, c, err, errlen);
     }
     case K_REDIS:
         return set_redis(text, where, c, err, errlen);
     case K_BIND: {
         unsigned char addr[sizeof(struct in6_addr)];
-        if (len >= s->cap || (inet_pton(AF_INET, text, addr) != 1 &&
-                              inet_pton(AF_INET6, text, addr) != 1))
-            return fail(err, errlen, "%s: must be a numeric IPv4 or IPv6 address, got '%s'",
-                        where, text);
+        if (len >= s->cap ||
+            (inet_pton(AF_INET, text, addr) != 1 && inet_pton(AF_INET6, text, addr) != 1))
+            return fail(err, errlen,
+                        "%s: must be a numeric IPv4 or IPv6 address, got '%s'", where,
+                        text);
         memcpy(field, text, len + 1);
         return 0;
     }
@@ -223,8 +226,8 @@ static int load_file(const char *path, bool explicit, struct cfg *c, char *err,
                      ? set_int(s, json_integer_value(val), where, c, err, errlen)
                      : fail(err, errlen, "%s: must be %s", where, type_name(s));
         } else {
-            rc = json_is_string(val) && strlen(json_string_value(val)) ==
-                                            json_string_length(val)
+            rc = json_is_string(val) &&
+                         strlen(json_string_value(val)) == json_string_length(val)
                      ? set_text(s, json_string_value(val), where, c, err, errlen)
                      : fail(err, errlen, "%s: must be %s", where, type_name(s));
         }
@@ -246,7 +249,7 @@ static const char *env_get(char *const envp[], const char *name)
 
 /* One parsed command-line option. */
 struct opt {
-    const char *name;  /* "--port" (without any "=value") */
+    const char *name; /* "--port" (without any "=value") */
     size_t namelen;
     const char *value; /* NULL for --help/--version */
 };
@@ -349,7 +352,8 @@ int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, 
 
     for (size_t k = 0; k < NSETTINGS; k++) {
         const char *v = settings[k].env ? env_get(envp, settings[k].env) : NULL;
-        if (v != NULL && set_text(&settings[k], v, settings[k].env, out, err, errlen) != 0)
+        if (v != NULL &&
+            set_text(&settings[k], v, settings[k].env, out, err, errlen) != 0)
             goto done;
     }
 
@@ -392,30 +396,32 @@ bool cfg_bind_is_loopback(const struct cfg *c)
 
 void cfg_usage(FILE *f, const char *prog)
 {
-    fprintf(f,
-            "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT]\n"
-            "          [--threads N] [--lock-ttl-ms N] [--lock-wait-ms N]\n"
-            "          [--redis-timeout-ms N] [--admin-token T] [--help] [--version]\n"
-            "\n"
-            "Settings, each overriding the one before: built-in defaults, the JSON file\n"
-            "(--config, else $INVENTORY_CONFIG, else %s if present),\n"
-            "INVENTORY_* environment variables, then flags.\n"
-            "\n"
-            "  file key          env variable                flag                default\n"
-            "  bind              INVENTORY_BIND              --bind              127.0.0.1\n"
-            "  port              INVENTORY_PORT              --port              8080\n"
-            "  redis             INVENTORY_REDIS             --redis             "
-            "127.0.0.1:6379\n"
-            "  threads           INVENTORY_THREADS           --threads           64\n"
-            "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
-            "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
-            "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
-            "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
-            "  meta_cache_ms     -                           -                   100\n"
-            "  max_connections   -                           -                   10000\n"
-            "  connection_timeout_s -                        -                   30\n"
-            "  max_body_bytes    -                           -                   65536\n"
-            "\n"
-            "A non-loopback --bind requires an admin token. Exit status 2 on a bad setting.\n",
-            prog, CFG_DEFAULT_PATH);
+    fprintf(
+        f,
+        "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT]\n"
+        "          [--threads N] [--lock-ttl-ms N] [--lock-wait-ms N]\n"
+        "          [--redis-timeout-ms N] [--admin-token T] [--help] [--version]\n"
+        "\n"
+        "Settings, each overriding the one before: built-in defaults, the JSON file\n"
+        "(--config, else $INVENTORY_CONFIG, else %s if present),\n"
+        "INVENTORY_* environment variables, then flags.\n"
+        "\n"
+        "  file key          env variable                flag                default\n"
+        "  bind              INVENTORY_BIND              --bind              127.0.0.1\n"
+        "  port              INVENTORY_PORT              --port              8080\n"
+        "  redis             INVENTORY_REDIS             --redis             "
+        "127.0.0.1:6379\n"
+        "  threads           INVENTORY_THREADS           --threads           64\n"
+        "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
+        "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
+        "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
+        "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
+        "  meta_cache_ms     -                           -                   100\n"
+        "  max_connections   -                           -                   10000\n"
+        "  connection_timeout_s -                        -                   30\n"
+        "  max_body_bytes    -                           -                   65536\n"
+        "\n"
+        "A non-loopback --bind requires an admin token. Exit status 2 on a bad "
+        "setting.\n",
+        prog, CFG_DEFAULT_PATH);
 }

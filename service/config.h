@@ -22,22 +22,23 @@
 #include <stdio.h>
 
 #define CFG_DEFAULT_PATH "config/inventoryd.json"
-#define CFG_BIND_MAX 46   /* INET6_ADDRSTRLEN */
+#define CFG_BIND_MAX 46 /* INET6_ADDRSTRLEN */
 #define CFG_HOST_MAX 255
 #define CFG_TOKEN_MAX 255
 #define CFG_PATH_MAX 1024
 
 struct cfg {
-    char bind[CFG_BIND_MAX];        /* numeric IPv4 or IPv6 address; 127.0.0.1 */
-    int port;                       /* 1..65535; 8080 */
+    char bind[CFG_BIND_MAX];           /* numeric IPv4 or IPv6 address; 127.0.0.1 */
+    int port;                          /* 1..65535; 8080 */
     char redis_host[CFG_HOST_MAX + 1]; /* 127.0.0.1 */
-    int redis_port;                 /* 6379 */
-    int threads;                    /* worker pool size, 1..1024; 64 */
-    int lock_ttl_ms;                /* 100..600000; 3000 */
-    int lock_wait_ms;               /* 0..600000; 2000 */
-    int redis_timeout_ms;           /* 10..600000; 1000 */
-    int meta_cache_ms;              /* 0..60000; 100 */
-    char admin_token[CFG_TOKEN_MAX + 1]; /* "" = none: the admin API is open (loopback only) */
+    int redis_port;                    /* 6379 */
+    int threads;                       /* worker pool size, 1..1024; 64 */
+    int lock_ttl_ms;                   /* 100..600000; 3000 */
+    int lock_wait_ms;                  /* 0..600000; 2000 */
+    int redis_timeout_ms;              /* 10..600000; 1000 */
+    int meta_cache_ms;                 /* 0..60000; 100 */
+    /* "" = none: the admin API is open (allowed on a loopback bind only) */
+    char admin_token[CFG_TOKEN_MAX + 1];
     int max_connections;            /* 1..1000000; 10000 */
     int connection_timeout_s;       /* idle timeout, 0 (none)..86400; 30 */
     int max_body_bytes;             /* 64..16777216; 65536 */

@@ -86,8 +86,8 @@ struct pool *pool_create(int threads, pool_init_fn init, pool_fini_fn fini, void
     for (int i = 0; i < threads; i++) {
         int rc = pthread_create(&p->threads[i], NULL, worker, p);
         if (rc != 0) {
-            snprintf(err, errlen, "pool: cannot start worker %d of %d: %s", i + 1, threads,
-                     strerror(rc));
+            snprintf(err, errlen, "pool: cannot start worker %d of %d: %s", i + 1,
+                     threads, strerror(rc));
             stop_workers(p, i);
             pthread_cond_destroy(&p->cv);
             pthread_mutex_destroy(&p->mu);

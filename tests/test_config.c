@@ -1,4 +1,5 @@
-/* test_config.c -- configuration precedence (defaults < file < env < flags) and errors. */
+/* test_config.c -- configuration precedence (defaults < file < env < flags) and errors.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,9 +52,10 @@ static void write_file(const char *path, const char *text)
 }
 
 /* Load with a NULL-terminated list of arguments after argv[0]. */
-#define LOAD(envp, c, err, ...)                                                           \
+#define LOAD(envp, c, err, ...)                                                          \
     load((const char *const[]){"inventoryd", __VA_ARGS__}, envp, c, err)
-static int load(const char *const *args, const char *const *envp, struct cfg *c, char *err)
+static int load(const char *const *args, const char *const *envp, struct cfg *c,
+                char *err)
 {
     int argc = 0;
     while (args[argc] != NULL)
@@ -116,8 +118,8 @@ static void file_then_env_then_flag(void **state)
     (void)state;
     write_file("c.json", "{\"port\": 9001, \"lock_ttl_ms\": 5000, \"redis\": \"r1:1\","
                          " \"bind\": \"127.0.0.2\", \"admin_token\": \"file\"}");
-    const char *env[] = {"INVENTORY_PORT=9002", "INVENTORY_REDIS=r2:2", "INVENTORY_ADMIN_TOKEN=env",
-                   "UNRELATED=1", NULL};
+    const char *env[] = {"INVENTORY_PORT=9002", "INVENTORY_REDIS=r2:2",
+                         "INVENTORY_ADMIN_TOKEN=env", "UNRELATED=1", NULL};
     struct cfg c;
     char err[512];
 
@@ -148,8 +150,12 @@ static void file_then_env_then_flag(void **state)
 static void every_flag_and_env_var(void **state)
 {
     (void)state;
-    const char *env[] = {"INVENTORY_BIND=::1", "INVENTORY_THREADS=3", "INVENTORY_LOCK_TTL_MS=400",
-                   "INVENTORY_LOCK_WAIT_MS=0", "INVENTORY_REDIS_TIMEOUT_MS=250", NULL};
+    const char *env[] = {"INVENTORY_BIND=::1",
+                         "INVENTORY_THREADS=3",
+                         "INVENTORY_LOCK_TTL_MS=400",
+                         "INVENTORY_LOCK_WAIT_MS=0",
+                         "INVENTORY_REDIS_TIMEOUT_MS=250",
+                         NULL};
     struct cfg c;
     char err[512];
     assert_int_equal(LOAD(env, &c, err, NULL), 0);
@@ -249,8 +255,8 @@ static void file_errors_name_the_key(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_file("c.json", cases[i].text);
-        expect_error((const char *const[]){"inventoryd", "--config", "c.json", NULL}, NULL,
-                     cases[i].needle);
+        expect_error((const char *const[]){"inventoryd", "--config", "c.json", NULL},
+                     NULL, cases[i].needle);
     }
 }
 
@@ -258,12 +264,17 @@ static void env_errors_name_the_variable(void **state)
 {
     (void)state;
     static const char *const cases[] = {
-        "INVENTORY_PORT=abc",          "INVENTORY_PORT=",
-        "INVENTORY_PORT= 80",          "INVENTORY_PORT=80x",
+        "INVENTORY_PORT=abc",
+        "INVENTORY_PORT=",
+        "INVENTORY_PORT= 80",
+        "INVENTORY_PORT=80x",
         "INVENTORY_PORT=99999999999999999999",
-        "INVENTORY_BIND=nowhere",      "INVENTORY_REDIS=h:p",
-        "INVENTORY_THREADS=0",         "INVENTORY_LOCK_TTL_MS=600001",
-        "INVENTORY_LOCK_WAIT_MS=-5",   "INVENTORY_REDIS_TIMEOUT_MS=x",
+        "INVENTORY_BIND=nowhere",
+        "INVENTORY_REDIS=h:p",
+        "INVENTORY_THREADS=0",
+        "INVENTORY_LOCK_TTL_MS=600001",
+        "INVENTORY_LOCK_WAIT_MS=-5",
+        "INVENTORY_REDIS_TIMEOUT_MS=x",
         "INVENTORY_ADMIN_TOKEN=has space",
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -277,18 +288,24 @@ static void env_errors_name_the_variable(void **state)
 static void flag_errors_name_the_flag(void **state)
 {
     (void)state;
-    expect_error((const char *const[]){"inventoryd", "--port", "x", NULL}, NULL, "--port");
-    expect_error((const char *const[]){"inventoryd", "--port", NULL}, NULL, "--port: missing value");
-    expect_error((const char *const[]){"inventoryd", "--threads=0", NULL}, NULL, "--threads");
+    expect_error((const char *const[]){"inventoryd", "--port", "x", NULL}, NULL,
+                 "--port");
+    expect_error((const char *const[]){"inventoryd", "--port", NULL}, NULL,
+                 "--port: missing value");
+    expect_error((const char *const[]){"inventoryd", "--threads=0", NULL}, NULL,
+                 "--threads");
     expect_error((const char *const[]){"inventoryd", "--lock-ttl-ms", "50", NULL}, NULL,
                  "--lock-ttl-ms");
-    expect_error((const char *const[]){"inventoryd", "--lock-wait-ms", "600001", NULL}, NULL,
-                 "--lock-wait-ms");
-    expect_error((const char *const[]){"inventoryd", "--redis", "nocolon", NULL}, NULL, "--redis");
-    expect_error((const char *const[]){"inventoryd", "--bind", "1.2.3", NULL}, NULL, "--bind");
-    expect_error((const char *const[]){"inventoryd", "--redis-timeout-ms", "0", NULL}, NULL,
-                 "--redis-timeout-ms");
-    expect_error((const char *const[]){"inventoryd", "--frobnicate", NULL}, NULL, "--frobnicate");
+    expect_error((const char *const[]){"inventoryd", "--lock-wait-ms", "600001", NULL},
+                 NULL, "--lock-wait-ms");
+    expect_error((const char *const[]){"inventoryd", "--redis", "nocolon", NULL}, NULL,
+                 "--redis");
+    expect_error((const char *const[]){"inventoryd", "--bind", "1.2.3", NULL}, NULL,
+                 "--bind");
+    expect_error((const char *const[]){"inventoryd", "--redis-timeout-ms", "0", NULL},
+                 NULL, "--redis-timeout-ms");
+    expect_error((const char *const[]){"inventoryd", "--frobnicate", NULL}, NULL,
+                 "--frobnicate");
     expect_error((const char *const[]){"inventoryd", "stray", NULL}, NULL, "stray");
     expect_error((const char *const[]){"inventoryd", "--help=yes", NULL}, NULL, "--help");
 }
@@ -306,12 +323,14 @@ static void flag_beats_bad_env_only_when_valid(void **state)
 static void non_loopback_needs_a_token(void **state)
 {
     (void)state;
-    expect_error((const char *const[]){"inventoryd", "--bind", "0.0.0.0", NULL}, NULL, "bind");
-    expect_error((const char *const[]){"inventoryd", "--bind", "::", NULL}, NULL, "admin");
+    expect_error((const char *const[]){"inventoryd", "--bind", "0.0.0.0", NULL}, NULL,
+                 "bind");
+    expect_error((const char *const[]){"inventoryd", "--bind", "::", NULL}, NULL,
+                 "admin");
     struct cfg c;
     char err[512];
-    assert_int_equal(LOAD(NULL, &c, err, "--bind", "0.0.0.0", "--admin-token", "s3cret", NULL),
-                     0);
+    assert_int_equal(
+        LOAD(NULL, &c, err, "--bind", "0.0.0.0", "--admin-token", "s3cret", NULL), 0);
     assert_false(cfg_bind_is_loopback(&c));
     assert_int_equal(LOAD(NULL, &c, err, "--bind", "127.8.9.10", NULL), 0);
     assert_true(cfg_bind_is_loopback(&c));
@@ -340,16 +359,19 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(defaults_without_a_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(default_file_is_read_when_present, setup, teardown),
+        cmocka_unit_test_setup_teardown(default_file_is_read_when_present, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(file_then_env_then_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(every_flag_and_env_var, setup, teardown),
         cmocka_unit_test_setup_teardown(file_only_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(config_path_from_env_and_flag, setup, teardown),
-        cmocka_unit_test_setup_teardown(missing_explicit_file_is_an_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(missing_explicit_file_is_an_error, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(file_errors_name_the_key, setup, teardown),
         cmocka_unit_test_setup_teardown(env_errors_name_the_variable, setup, teardown),
         cmocka_unit_test_setup_teardown(flag_errors_name_the_flag, setup, teardown),
-        cmocka_unit_test_setup_teardown(flag_beats_bad_env_only_when_valid, setup, teardown),
+        cmocka_unit_test_setup_teardown(flag_beats_bad_env_only_when_valid, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(non_loopback_needs_a_token, setup, teardown),
         cmocka_unit_test_setup_teardown(help_and_version, setup, teardown),
     };

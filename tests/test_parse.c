@@ -145,7 +145,8 @@ static void sku_validation_table(void **state)
     (void)state;
     static const struct body_case cases[] = {
         {"{\"stock\":0}", NULL, NULL},
-        {"{\"stock\":9007199254740991,\"segments\":1024,\"mode\":\"atomic\",\"hold_ms\":10000}",
+        {"{\"stock\":9007199254740991,\"segments\":1024,\"mode\":\"atomic\",\"hold_ms\":"
+         "10000}",
          NULL, NULL},
         {"{\"stock\":5,\"segments\":1,\"mode\":\"lock\",\"hold_ms\":0}", NULL, NULL},
         {"{}", "invalid_field", "stock"},

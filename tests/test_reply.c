@@ -85,7 +85,8 @@ static void error_detail_is_sanitised(void **state)
     api_reply_init(&r);
     api_reply_error(&r, 404, "not_found", "no order %s", "a\"b\n\xff");
     json_t *o = body_of(&r);
-    assert_string_equal(json_string_value(json_object_get(o, "detail")), "no order a\"b??");
+    assert_string_equal(json_string_value(json_object_get(o, "detail")),
+                        "no order a\"b??");
     json_decref(o);
     api_reply_clear(&r);
 }
@@ -107,8 +108,8 @@ static void status_replies_and_retry_after(void **state)
         json_decref(o);
         api_reply_clear(&r);
     }
-    static const inv_status plain[] = {INV_SOLD_OUT, INV_INSUFFICIENT, INV_CONFLICT,
-                                       INV_UNKNOWN_SKU, INV_NOT_FOUND, INV_INVALID};
+    static const inv_status plain[] = {INV_SOLD_OUT,    INV_INSUFFICIENT, INV_CONFLICT,
+                                       INV_UNKNOWN_SKU, INV_NOT_FOUND,    INV_INVALID};
     for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
         struct api_reply r;
         api_reply_init(&r);

@@ -28,9 +28,10 @@ static const char *header(const struct api_reply *r, const char *name)
 }
 
 /* Prepare a request; returns the route (NULL on an error reply, left in *rep). */
-static const struct api_route *prep(const char *method, const char *path, const char *ctype,
-                                    const char *body, const char *auth, const char *token,
-                                    struct api_request *req, struct api_reply *rep)
+static const struct api_route *prep(const char *method, const char *path,
+                                    const char *ctype, const char *body, const char *auth,
+                                    const char *token, struct api_request *req,
+                                    struct api_reply *rep)
 {
     memset(req, 0, sizeof(*req));
     api_reply_init(rep);
@@ -44,8 +45,8 @@ static const struct api_route *prep(const char *method, const char *path, const 
 }
 
 static void expect_error(const char *method, const char *path, const char *ctype,
-                         const char *body, const char *auth, const char *token, int status,
-                         const char *code)
+                         const char *body, const char *auth, const char *token,
+                         int status, const char *code)
 {
     struct api_request req;
     struct api_reply rep;
@@ -53,8 +54,8 @@ static void expect_error(const char *method, const char *path, const char *ctype
     if (rt != NULL)
         fail_msg("%s %s: routed, want %d %s", method, path, status, code);
     if (rep.status != status || strcmp(error_code(&rep), code) != 0)
-        fail_msg("%s %s: got %d %s, want %d %s", method, path, rep.status, rep.body, status,
-                 code);
+        fail_msg("%s %s: got %d %s, want %d %s", method, path, rep.status, rep.body,
+                 status, code);
     api_reply_clear(&rep);
 }
 
@@ -84,8 +85,8 @@ static void known_routes(void **state)
             body = "{\"sku\":\"tv\"}";
         if (strcmp(ok[i].method, "PUT") == 0)
             body = "{\"stock\":5}";
-        const struct api_route *rt =
-            prep(ok[i].method, ok[i].path, "application/json", body, NULL, "", &req, &rep);
+        const struct api_route *rt = prep(ok[i].method, ok[i].path, "application/json",
+                                          body, NULL, "", &req, &rep);
         if (rt == NULL)
             fail_msg("%s %s not routed: %s", ok[i].method, ok[i].path, rep.body);
         assert_int_equal(rt->flags, ok[i].flags);
@@ -100,14 +101,14 @@ static void parsed_bodies_reach_the_request(void **state)
     struct api_request req;
     struct api_reply rep;
     assert_non_null(prep("POST", "/orders", "application/json",
-                         "{\"sku\":\"tv\",\"qty\":4,\"order_id\":\"x\"}", NULL, NULL, &req,
-                         &rep));
+                         "{\"sku\":\"tv\",\"qty\":4,\"order_id\":\"x\"}", NULL, NULL,
+                         &req, &rep));
     assert_string_equal(req.in.order.sku, "tv");
     assert_int_equal(req.in.order.qty, 4);
     assert_string_equal(req.in.order.order_id, "x");
     assert_non_null(prep("PUT", "/admin/skus/tv", "application/json; charset=utf-8",
-                         "{\"stock\":9,\"segments\":3,\"mode\":\"atomic\"}", NULL, NULL, &req,
-                         &rep));
+                         "{\"stock\":9,\"segments\":3,\"mode\":\"atomic\"}", NULL, NULL,
+                         &req, &rep));
     assert_int_equal(req.in.sku.stock, 9);
     assert_int_equal(req.in.sku.segments, 3);
     assert_int_equal(req.in.sku.mode, SKU_MODE_ATOMIC);
@@ -153,12 +154,16 @@ static void admin_token(void **state)
     assert_string_equal(header(&rep, "WWW-Authenticate"), "Bearer");
     api_reply_clear(&rep);
 
-    expect_error("GET", "/admin/stats", NULL, NULL, "Bearer nope", "tok", 401, "unauthorized");
-    expect_error("DELETE", "/admin/skus/tv", NULL, NULL, "tok", "tok", 401, "unauthorized");
+    expect_error("GET", "/admin/stats", NULL, NULL, "Bearer nope", "tok", 401,
+                 "unauthorized");
+    expect_error("DELETE", "/admin/skus/tv", NULL, NULL, "tok", "tok", 401,
+                 "unauthorized");
     /* Auth comes before path validation: no probing of names without the token. */
-    expect_error("GET", "/admin/skus/bad name", NULL, NULL, NULL, "tok", 401, "unauthorized");
+    expect_error("GET", "/admin/skus/bad name", NULL, NULL, NULL, "tok", 401,
+                 "unauthorized");
 
-    assert_non_null(prep("GET", "/admin/skus", NULL, NULL, "Bearer tok", "tok", &req, &rep));
+    assert_non_null(
+        prep("GET", "/admin/skus", NULL, NULL, "Bearer tok", "tok", &req, &rep));
     /* Non-admin routes never need it. */
     assert_non_null(prep("GET", "/livez", NULL, NULL, NULL, "tok", &req, &rep));
     assert_non_null(prep("GET", "/orders/o1", NULL, NULL, NULL, "tok", &req, &rep));
@@ -174,20 +179,21 @@ static void validation_errors(void **state)
     longname[8 + SEG_NAME_MAX + 1] = '\0';
     expect_error("GET", longname, NULL, NULL, NULL, NULL, 400, "invalid_field");
     expect_error("GET", "/orders/a b", NULL, NULL, NULL, NULL, 400, "invalid_field");
-    expect_error("PUT", "/admin/skus/a{1}", "application/json", "{\"stock\":1}", NULL, NULL,
-                 400, "invalid_field");
+    expect_error("PUT", "/admin/skus/a{1}", "application/json", "{\"stock\":1}", NULL,
+                 NULL, 400, "invalid_field");
     expect_error("POST", "/orders", NULL, "{\"sku\":\"tv\"}", NULL, NULL, 415,
                  "unsupported_media_type");
     expect_error("POST", "/orders", "text/json", "{\"sku\":\"tv\"}", NULL, NULL, 415,
                  "unsupported_media_type");
-    expect_error("PUT", "/admin/skus/tv", "application/x-www-form-urlencoded", "stock=1", NULL,
-                 NULL, 415, "unsupported_media_type");
+    expect_error("PUT", "/admin/skus/tv", "application/x-www-form-urlencoded", "stock=1",
+                 NULL, NULL, 415, "unsupported_media_type");
     expect_error("POST", "/orders", "application/json", "{", NULL, NULL, 400, "bad_json");
-    expect_error("POST", "/orders", "application/json", NULL, NULL, NULL, 400, "bad_json");
+    expect_error("POST", "/orders", "application/json", NULL, NULL, NULL, 400,
+                 "bad_json");
     expect_error("POST", "/orders", "application/json", "{\"qty\":1}", NULL, NULL, 400,
                  "invalid_field");
-    expect_error("PUT", "/admin/skus/tv", "application/json", "{\"stock\":-1}", NULL, NULL,
-                 400, "invalid_field");
+    expect_error("PUT", "/admin/skus/tv", "application/json", "{\"stock\":-1}", NULL,
+                 NULL, 400, "invalid_field");
 }
 
 int main(void)
