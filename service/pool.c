@@ -17,7 +17,6 @@ struct pool {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* signalled when a job is queued or shutdown begins */
     struct job *head, *tail;
-    size_t pending;
     bool stopping;
     pool_init_fn init;
     pool_fini_fn fini;
@@ -42,7 +41,6 @@ static void *worker(void *vp)
         p->head = j->next;
         if (p->head == NULL)
             p->tail = NULL;
-        p->pending--;
         pthread_mutex_unlock(&p->mu);
         j->fn(state, j->arg);
         free(j);
@@ -121,18 +119,9 @@ int pool_submit(struct pool *p, pool_job_fn fn, void *arg)
     else
         p->head = j;
     p->tail = j;
-    p->pending++;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return 0;
-}
-
-size_t pool_pending(struct pool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    size_t n = p->pending;
-    pthread_mutex_unlock(&p->mu);
-    return n;
 }
 
 void pool_drain(struct pool *p)

@@ -32,10 +32,8 @@ struct pool *pool_create(int threads, pool_init_fn init, pool_fini_fn fini, void
  * begun (the job is then not run: the caller still owns `job`). */
 int pool_submit(struct pool *p, pool_job_fn fn, void *job);
 
-/* Jobs queued and not yet picked up by a worker (a snapshot, for stats). */
-size_t pool_pending(struct pool *p);
-
-/* Stop accepting jobs, run every queued job and join the workers. Idempotent. */
+/* Stop accepting jobs, run every queued job and join the workers. Idempotent;
+ * call it (and pool_free) from one thread, not from a job. */
 void pool_drain(struct pool *p);
 
 /* Drain (if not done yet) and free the pool. NULL is a no-op. */
