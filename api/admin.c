@@ -163,4 +163,5 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
     set(o, "error", json_string("backend_unavailable"));
     set(o, "detail", json_string("redis did not answer PING"));
     api_reply_json(rep, 503, o);
+    api_reply_header(rep, "Retry-After", "1");
 }
