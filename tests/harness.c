@@ -384,10 +384,10 @@ static pid_t spawn(const char *const argv[], const char *const extra_env[],
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
         int in = open("/dev/null", O_RDONLY);
-        int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND,
-                       0644);
-        int err = open(err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND,
-                       0644);
+        int out =
+            open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int err =
+            open(err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (in < 0 || out < 0 || err < 0)
             _exit(127);
         dup2(in, STDIN_FILENO);
@@ -508,7 +508,8 @@ static int ping_ok(int port)
     if (c == NULL)
         return 0;
     redisReply *rep = redisCommand(c, "PING");
-    int ok = rep != NULL && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
+    int ok =
+        rep != NULL && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
     if (rep != NULL)
         freeReplyObject(rep);
     redisFree(c);
@@ -520,8 +521,8 @@ static void dump_tail(const char *path, size_t max_bytes)
     char *text = read_file(path);
     size_t len = strlen(text);
     const char *from = len > max_bytes ? text + len - max_bytes : text;
-    fprintf(stderr, "---- %s (last %zu bytes) ----\n%s\n---- end ----\n", path,
-            max_bytes, from);
+    fprintf(stderr, "---- %s (last %zu bytes) ----\n%s\n---- end ----\n", path, max_bytes,
+            from);
     free(text);
 }
 
@@ -534,11 +535,16 @@ static int redis_launch(h_redis *r)
     const char *bin = getenv("REDIS_SERVER");
     if (bin == NULL || bin[0] == '\0')
         bin = "redis-server";
-    const char *argv[] = {bin,           "--port",        port,         "--bind",
-                          "127.0.0.1",   "--dir",         r->dir,       "--appendonly",
-                          "yes",         "--appendfsync", "everysec",   "--save",
-                          "",            "--daemonize",   "no",         "--logfile",
-                          logfile,       "--protected-mode", "yes",     NULL};
+    const char *argv[] = {bin,         "--port",
+                          port,        "--bind",
+                          "127.0.0.1", "--dir",
+                          r->dir,      "--appendonly",
+                          "yes",       "--appendfsync",
+                          "everysec",  "--save",
+                          "",          "--daemonize",
+                          "no",        "--logfile",
+                          logfile,     "--protected-mode",
+                          "yes",       NULL};
     r->pid = spawn(argv, NULL, NULL, NULL);
     if (r->pid < 0)
         return -1;
@@ -672,10 +678,13 @@ int h_redis_set_px(const h_redis *r, const char *key, const char *value, long px
         return -1;
     redisReply *rep = nx ? redisCommand(c, "SET %s %s PX %ld NX", key, value, px_ms)
                          : redisCommand(c, "SET %s %s PX %ld", key, value, px_ms);
-    int ok = rep != NULL && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "OK") == 0;
+    int ok =
+        rep != NULL && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "OK") == 0;
     if (!ok)
         say("SET %s failed (%s)", key,
-            rep == NULL ? c->errstr : rep->type == REDIS_REPLY_ERROR ? rep->str : "not set");
+            rep == NULL                      ? c->errstr
+            : rep->type == REDIS_REPLY_ERROR ? rep->str
+                                             : "not set");
     if (rep != NULL)
         freeReplyObject(rep);
     redisFree(c);
@@ -1104,7 +1113,8 @@ static int http_exchange(int port, const void *req, size_t req_len, bool shut_wr
 static int livez_ok(int port)
 {
     struct h_resp r;
-    const char req[] = "GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    const char req[] =
+        "GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     int st = http_exchange(port, req, sizeof req - 1, false, 1000, &r);
     h_resp_free(&r);
     return st == 200;
@@ -1116,7 +1126,8 @@ int h_http(int port, const char *method, const char *path, const char *headers,
     size_t hl = headers ? strlen(headers) : 0;
     size_t cap = strlen(method) + strlen(path) + hl + body_len + 256;
     char *req = xcalloc(1, cap);
-    int n = snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%sConnection: close\r\n",
+    int n = snprintf(req, cap,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%sConnection: close\r\n",
                      method, path, port, headers ? headers : "");
     if (body != NULL)
         n += snprintf(req + n, cap - (size_t)n, "Content-Length: %zu\r\n", body_len);
@@ -1192,14 +1203,14 @@ int h_expect_error(const struct h_resp *r, int status, const char *code)
 
 /* ---- domain helpers ------------------------------------------------------------- */
 
-int h_put_sku(int port, const char *token, const char *sku, long long stock,
-              int segments, const char *mode, int hold_ms)
+int h_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
+              const char *mode, int hold_ms)
 {
     char path[256], body[256];
     snprintf(path, sizeof path, "/admin/skus/%s", sku);
     snprintf(body, sizeof body,
-             "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": %d}", stock,
-             segments, mode, hold_ms);
+             "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": %d}",
+             stock, segments, mode, hold_ms);
     struct h_resp r;
     int st = h_req(port, "PUT", path, token, body, &r);
     if (st != 200)
@@ -1253,8 +1264,9 @@ int h_order(int port, const char *sku, long long qty, const char *order_id,
 {
     char body[512];
     if (order_id != NULL)
-        snprintf(body, sizeof body, "{\"sku\": \"%s\", \"qty\": %lld, \"order_id\": \"%s\"}",
-                 sku, qty, order_id);
+        snprintf(body, sizeof body,
+                 "{\"sku\": \"%s\", \"qty\": %lld, \"order_id\": \"%s\"}", sku, qty,
+                 order_id);
     else
         snprintf(body, sizeof body, "{\"sku\": \"%s\", \"qty\": %lld}", sku, qty);
     struct h_resp local;
@@ -1290,7 +1302,8 @@ static long long sum_array(json_t *j, const char *name, long long n, bool requir
         return -1;
     }
     if ((long long)json_array_size(a) != n) {
-        say("audit: \"%s\" has %zu entries, segments is %lld", name, json_array_size(a), n);
+        say("audit: \"%s\" has %zu entries, segments is %lld", name, json_array_size(a),
+            n);
         *bad = 1;
     }
     long long sum = 0;
@@ -1328,8 +1341,8 @@ int h_audit(int port, const char *token, const char *sku, long long initial,
             bad = 1;
         }
         if (remaining < 0 || sold < 0 || remaining + sold != init) {
-            say("audit %s: remaining %lld + sold %lld != initial %lld", sku, remaining, sold,
-                init);
+            say("audit %s: remaining %lld + sold %lld != initial %lld", sku, remaining,
+                sold, init);
             bad = 1;
         }
         if (stock_sum != remaining) {

@@ -103,13 +103,13 @@ int h_redis_get(const h_redis *r, const char *key, char *buf, size_t len);
 typedef struct h_svc h_svc;
 
 struct h_svc_opts {
-    const char *config_json;     /* contents of the --config file; NULL: "{}" */
-    const char *const *args;     /* extra arguments, NULL-terminated; may be NULL */
-    const char *const *env;      /* extra "NAME=value" entries, NULL-terminated */
-    int port;                    /* port to wait on; 0: pick a free one */
-    bool no_port_flag;           /* do not pass --port (config/env decide; set .port) */
-    bool no_redis_flag;          /* do not pass --redis */
-    int start_timeout_ms;        /* how long to wait for /livez 200; 0: 15000 */
+    const char *config_json; /* contents of the --config file; NULL: "{}" */
+    const char *const *args; /* extra arguments, NULL-terminated; may be NULL */
+    const char *const *env;  /* extra "NAME=value" entries, NULL-terminated */
+    int port;                /* port to wait on; 0: pick a free one */
+    bool no_port_flag;       /* do not pass --port (config/env decide; set .port) */
+    bool no_redis_flag;      /* do not pass --redis */
+    int start_timeout_ms;    /* how long to wait for /livez 200; 0: 15000 */
 };
 
 /* Start $INVENTORYD (default build/inventoryd) with
@@ -142,14 +142,14 @@ void h_svc_free(h_svc *s);
 /* ---- HTTP client -------------------------------------------------------------- */
 
 struct h_resp {
-    int status;              /* HTTP status; -1 when no response could be read */
-    char *headers;           /* raw header block (after the status line), malloc'd */
-    char *body;              /* body, NUL-terminated, malloc'd ("" when none) */
+    int status;    /* HTTP status; -1 when no response could be read */
+    char *headers; /* raw header block (after the status line), malloc'd */
+    char *body;    /* body, NUL-terminated, malloc'd ("" when none) */
     size_t body_len;
-    char content_type[128];  /* header values, "" when absent */
+    char content_type[128]; /* header values, "" when absent */
     char retry_after[64];
     char allow[128];
-    char err[160];           /* why status is -1 */
+    char err[160]; /* why status is -1 */
 };
 
 /* Receive/send timeout of every request, default 30000 ms. Set before threads start. */
@@ -183,8 +183,8 @@ int h_expect_error(const struct h_resp *r, int status, const char *code);
 /* ---- domain helpers ----------------------------------------------------------- */
 
 /* PUT /admin/skus/SKU {"stock","segments","mode","hold_ms"}; 0 on 200. */
-int h_put_sku(int port, const char *token, const char *sku, long long stock,
-              int segments, const char *mode, int hold_ms);
+int h_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
+              const char *mode, int hold_ms);
 
 /* GET /admin/skus/SKU parsed; new reference or NULL. */
 json_t *h_get_sku(int port, const char *token, const char *sku);

@@ -57,8 +57,8 @@ static const char *bin(void)
 }
 
 /* Write a config file into the group's dir; returns its path (static per call site). */
-static const char *write_cfg(struct env *e, const char *name, const char *text, char *path,
-                             size_t len)
+static const char *write_cfg(struct env *e, const char *name, const char *text,
+                             char *path, size_t len)
 {
     snprintf(path, len, "%s/%s", e->dir, name);
     FILE *f = fopen(path, "w");
@@ -148,7 +148,8 @@ static void test_bad_flags(void **state)
     char port[16];
     snprintf(port, sizeof port, "%d", h_free_port());
     /* Each run is otherwise valid, so only the named flag can be the reason. */
-#define BASE "--config", e->empty_cfg, "--bind", "127.0.0.1", "--redis", h_redis_addr(e->redis)
+#define BASE                                                                             \
+    "--config", e->empty_cfg, "--bind", "127.0.0.1", "--redis", h_redis_addr(e->redis)
     const char *a1[] = {BASE, "--port", "abc", NULL};
     expect_refused(a1, NULL, "port", NULL);
     const char *a2[] = {BASE, "--port", "70000", NULL};
@@ -195,8 +196,8 @@ static void test_bad_config_file(void **state)
         char name[32];
         snprintf(name, sizeof name, "bad%zu.json", i);
         write_cfg(e, name, cases[i].json, path, sizeof path);
-        const char *args[] = {"--config", path, "--port", port, "--bind", "127.0.0.1",
-                              NULL};
+        const char *args[] = {"--config", path,        "--port", port,
+                              "--bind",   "127.0.0.1", NULL};
         /* Without --port for the port cases, so the file's value is the one used. */
         if (strcmp(cases[i].names, "port") == 0)
             args[2] = NULL;
@@ -282,11 +283,12 @@ static void test_non_loopback_needs_token(void **state)
     h_deadline(60);
     char port[16];
     snprintf(port, sizeof port, "%d", h_free_port());
-    const char *args[] = {"--config", e->empty_cfg, "--port", port, "--redis",
-                          h_redis_addr(e->redis), "--bind", "0.0.0.0", NULL};
+    const char *args[] = {"--config", e->empty_cfg, "--port",
+                          port,       "--redis",    h_redis_addr(e->redis),
+                          "--bind",   "0.0.0.0",    NULL};
     expect_refused(args, NULL, "bind", "token");
-    const char *args2[] = {"--config", e->empty_cfg, "--port", port, "--redis",
-                           h_redis_addr(e->redis), NULL};
+    const char *args2[] = {"--config", e->empty_cfg,           "--port", port,
+                           "--redis",  h_redis_addr(e->redis), NULL};
     const char *env[] = {"INVENTORY_BIND=0.0.0.0", NULL};
     expect_refused(args2, env, "bind", "token");
     /* The loopback bind starts without a token. */

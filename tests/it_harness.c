@@ -1,4 +1,5 @@
-/* it_harness.c -- the harness itself against redis-server alone and a canned HTTP peer. */
+/* it_harness.c -- the harness itself against redis-server alone and a canned HTTP peer.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -138,8 +139,8 @@ static int listen_loopback(int *port)
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof sa;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 16) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(fd, 16) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
         return -1;
     *port = ntohs(sa.sin_port);
     return fd;

@@ -117,7 +117,8 @@ static void test_watchdog_renews_long_hold(void **state)
     assert_int_equal(h_stat(port, NULL, "fenced_rejections"), 0);
     assert_int_equal(h_audit(port, NULL, "slow", 3, true), 0);
     char key[160], buf[128];
-    assert_int_equal(h_redis_get(e->redis, h_key_lock(key, "slow", 0), buf, sizeof buf), 0);
+    assert_int_equal(h_redis_get(e->redis, h_key_lock(key, "slow", 0), buf, sizeof buf),
+                     0);
     assert_true(h_svc_alive(s));
     h_svc_free(s);
 }
@@ -154,11 +155,13 @@ static void stall_main(int idx, void *ctx)
     }
     h_svc_pause(st->svc);
     bool lapsed = wait_key(st->redis, st->key, 0, 10000);
-    int planted = lapsed ? h_redis_set_px(st->redis, st->key, "new-holder", 60000, true) : -1;
+    int planted =
+        lapsed ? h_redis_set_px(st->redis, st->key, "new-holder", 60000, true) : -1;
     h_svc_resume(st->svc);
     st->ok = lapsed && planted == 0;
     if (!st->ok)
-        fprintf(stderr, "lease did not lapse (%d) or plant failed (%d)\n", lapsed, planted);
+        fprintf(stderr, "lease did not lapse (%d) or plant failed (%d)\n", lapsed,
+                planted);
 }
 
 struct both {

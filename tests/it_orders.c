@@ -35,17 +35,28 @@ static int group_setup(void **state)
     return 0;
 }
 
+/* cmocka 1.1.5 reports a failed group teardown but still exits 0: carry it to main. */
+static int teardown_failed;
+
 static int group_teardown(void **state)
 {
     struct env *e = *state;
     if (e == NULL)
         return 0;
-    if (e->svc != NULL && !h_svc_alive(e->svc))
+    int rc = 0;
+    if (e->svc != NULL && !h_svc_alive(e->svc)) {
         h_svc_dump_log(e->svc, 4000);
+        rc = -1;
+    } else if (e->svc != NULL && h_svc_stop(e->svc) != 0) {
+        /* SIGTERM must be a clean exit (a sanitizer report makes it non-zero). */
+        h_svc_dump_log(e->svc, 8000);
+        rc = -1;
+    }
     h_svc_free(e->svc);
     h_redis_free(e->redis);
     free(e);
-    return 0;
+    teardown_failed = rc != 0;
+    return rc;
 }
 
 /* ---- a burst of concurrent single-unit orders ----------------------------------- */
@@ -63,7 +74,8 @@ struct burst {
     int *per_segment;
 };
 
-static void burst_note_other(struct burst *b, const char *fmt, int status, const char *body)
+static void burst_note_other(struct burst *b, const char *fmt, int status,
+                             const char *body)
 {
     if (b->other_example[0] == '\0')
         snprintf(b->other_example, sizeof b->other_example, fmt, status, body);
@@ -84,12 +96,12 @@ static void burst_worker(int idx, void *ctx)
             json_t *sku = json_object_get(j, "sku");
             json_t *qty = json_object_get(j, "qty");
             json_t *status = json_object_get(j, "status");
-            bool ok = json_is_string(id) && json_is_integer(seg) && json_is_string(sku) &&
-                      strcmp(json_string_value(sku), b->sku) == 0 && json_is_integer(qty) &&
-                      json_integer_value(qty) == 1 && json_is_string(status) &&
-                      strcmp(json_string_value(status), "confirmed") == 0 &&
-                      json_integer_value(seg) >= 0 &&
-                      json_integer_value(seg) < b->segments;
+            bool ok =
+                json_is_string(id) && json_is_integer(seg) && json_is_string(sku) &&
+                strcmp(json_string_value(sku), b->sku) == 0 && json_is_integer(qty) &&
+                json_integer_value(qty) == 1 && json_is_string(status) &&
+                strcmp(json_string_value(status), "confirmed") == 0 &&
+                json_integer_value(seg) >= 0 && json_integer_value(seg) < b->segments;
             if (ok) {
                 int k = b->created;
                 snprintf(b->ids[k], sizeof b->ids[k], "%s", json_string_value(id));
@@ -101,7 +113,8 @@ static void burst_worker(int idx, void *ctx)
             }
             b->created++;
         } else if (st == 409 && json_is_string(json_object_get(j, "error")) &&
-                   strcmp(json_string_value(json_object_get(j, "error")), "sold_out") == 0) {
+                   strcmp(json_string_value(json_object_get(j, "error")), "sold_out") ==
+                       0) {
             b->sold_out++;
         } else {
             b->other++;
@@ -289,8 +302,10 @@ static void test_get_order(void **state)
     assert_true(strncmp(r.content_type, "application/json", 16) == 0);
     json_t *created = h_resp_json(&r);
     assert_non_null(created);
-    assert_string_equal(json_string_value(json_object_get(created, "order_id")), "get-me-1");
-    assert_string_equal(json_string_value(json_object_get(created, "status")), "confirmed");
+    assert_string_equal(json_string_value(json_object_get(created, "order_id")),
+                        "get-me-1");
+    assert_string_equal(json_string_value(json_object_get(created, "status")),
+                        "confirmed");
     h_resp_free(&r);
 
     assert_int_equal(h_req(e->port, "GET", "/orders/get-me-1", NULL, NULL, &r), 200);
@@ -379,5 +394,7 @@ int main(void)
         cmocka_unit_test(test_reset_sku),
         cmocka_unit_test(test_service_still_up),
     };
-    return cmocka_run_group_tests_name("orders", tests, group_setup, group_teardown);
+    int failed =
+        cmocka_run_group_tests_name("orders", tests, group_setup, group_teardown);
+    return failed != 0 || teardown_failed ? 1 : 0;
 }
