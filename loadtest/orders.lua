@@ -17,7 +17,8 @@
 --
 -- done() prints one line, `LOADTEST_RESULT {json}`: counts of 201, 200, 409, 503 and
 -- other statuses, orders sent and answered, the send window, latency p50/p99/max in
--- microseconds (wrk's histogram, all requests) and the sampled order ids.
+-- microseconds (wrk's histogram, all requests), the sampled order ids and the first
+-- few bodies of answers other than 201 and 409.
 --
 -- Every request goes through delay() first (wrk calls it before each request on a
 -- connection), so the budget and the clock are checked before an order is sent: an
@@ -56,7 +57,8 @@ c201, c200, c409, c503, c404, c4xx, c5xx, cother = 0, 0, 0, 0, 0, 0, 0, 0
 sent, answered = 0, 0
 t_first, t_last = -1, -1
 ids = ""
-local nsamples = 0
+errs = ""
+local nsamples, nerrs = 0, 0
 
 function init(args)
     for _, a in pairs(args) do
@@ -140,6 +142,11 @@ function response(status, hdrs, body)
     elseif status >= 400 and status < 500 then c4xx = c4xx + 1
     elseif status >= 500 then c5xx = c5xx + 1
     else cother = cother + 1 end
+    -- Keep the first few bodies of answers other than 201/409, for the report.
+    if status ~= 201 and status ~= 409 and nerrs < 3 then
+        errs = errs .. (errs == "" and "" or "\n") .. status .. " " .. body:sub(1, 160)
+        nerrs = nerrs + 1
+    end
     maybe_mark_done()
 end
 
@@ -148,16 +155,28 @@ function done(summary, latency, requests)
                    "sent", "answered" }
     local sum = {}
     for _, k in ipairs(keys) do sum[k] = 0 end
-    local first, last, all_ids = nil, nil, {}
+    local first, last, all_ids, all_errs = nil, nil, {}, {}
     for _, t in ipairs(threads) do
         for _, k in ipairs(keys) do sum[k] = sum[k] + (t:get(k) or 0) end
         local f, l = t:get("t_first"), t:get("t_last")
         if f and f >= 0 and (not first or f < first) then first = f end
         if l and l >= 0 and (not last or l > last) then last = l end
+        local es = t:get("errs")
+        if es and es ~= "" then
+            for line in es:gmatch("[^\n]+") do table.insert(all_errs, line) end
+        end
         local s = t:get("ids")
         if s and s ~= "" then
             for id in s:gmatch("[^,]+") do table.insert(all_ids, '"' .. id .. '"') end
         end
+    end
+    local quoted = {}
+    for _, b in ipairs(all_errs) do
+        local q = b:gsub('[%c"\\]', function(ch)
+            if ch == '"' or ch == "\\" then return "\\" .. ch end
+            return " "
+        end)
+        table.insert(quoted, '"' .. q .. '"')
     end
     local e = summary.errors
     local window = (first and last) and (last - first) / 1000 or 0
@@ -165,10 +184,12 @@ function done(summary, latency, requests)
         'LOADTEST_RESULT {"c201":%d,"c200":%d,"c409":%d,"c503":%d,"c404":%d,' ..
         '"c4xx":%d,"c5xx":%d,"cother":%d,"sent":%d,"answered":%d,"window_s":%.4f,' ..
         '"p50_us":%d,"p99_us":%d,"max_us":%d,"wrk_requests":%d,"wrk_duration_us":%d,' ..
-        '"errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d},"ids":[%s]}\n',
+        '"errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d},"ids":[%s],' ..
+        '"bodies":[%s]}\n',
         sum.c201, sum.c200, sum.c409, sum.c503, sum.c404, sum.c4xx, sum.c5xx, sum.cother,
         sum.sent, sum.answered, window,
         latency:percentile(50), latency:percentile(99), latency.max,
         summary.requests, summary.duration,
-        e.connect, e.read, e.write, e.timeout, table.concat(all_ids, ",")))
+        e.connect, e.read, e.write, e.timeout, table.concat(all_ids, ","),
+        table.concat(quoted, ",")))
 end

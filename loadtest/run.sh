@@ -19,15 +19,20 @@ and connection count, then an audit through the admin API (remaining + sold = in
 no segment below 0, sold = the 201s wrk saw, orders = sold, sampled order ids readable).
 A failed audit prints FAILED and makes the exit status 1.
 
-Scenarios
-  curve     lock mode, hold 20 ms, segments 1 2 4 8 16 20 32 64 (1 and 20 are the seed's
+Scenarios, in run order (--only picks groups)
+  hold0     hold 0 ms: global lock (1 segment), segment locks (20), atomic (20 segments)
+  redis     redis-benchmark -c <connections> running the same deduction Lua: Redis ceiling
+  livez     GET /livez: the HTTP ceiling
+  curve     lock mode, hold 20 ms, segments 1 2 4 8 16 20 32 64 (1 vs 20 is the seed's
             comparison; --quick: 1 4 20 64)
-  hold0     hold 0 ms: global lock (1 segment), lock with 20 segments, atomic (20 segments)
   flash     flash sale: 1000 stock over 20 segments, a fixed number of orders (100000;
             --quick: 20000): exactly 1000 x 201, the rest 409
   soldout   sold-out storm: orders against a SKU with 0 stock, every answer 409
-  livez     GET /livez: the HTTP ceiling
-  redis     redis-benchmark -c <connections> running the same deduction Lua: the Redis ceiling
+
+Measures: orders/s is 201s per second of the send window; after the window wrk sends
+nothing more and waits for the orders in flight, so every order the service handled
+was counted. p50/p99 come from wrk's latency histogram (all requests of the run).
+Targets (ratios from this one run) are printed and saved but do not fail the run.
 
 Options
   --bin PATH           service binary to start (default build/inventoryd)
@@ -166,11 +171,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
 
-# A loopback port nothing listens on (random, so parallel runs rarely collide).
+# A loopback port nothing listens on, below the kernel's ephemeral range so that no
+# client socket (wrk's connections, other test runs) can be holding it.
 free_port() {
-    local p i
+    local lo=32768 p i
+    read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+    [ "$lo" -gt 11000 ] || lo=32768
     for ((i = 0; i < 100; i++)); do
-        p=$((20000 + RANDOM % 40000))
+        p=$((10000 + RANDOM % (lo - 10000)))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
             echo "$p"
             return 0
@@ -179,43 +187,58 @@ free_port() {
     return 1
 }
 
-# Poll `cmd...` every 0.1 s for up to $1 seconds; 0 once it succeeds.
-wait_for() {
-    local secs=$1 i
-    shift
+# Polls until `cmd...` succeeds (0), the process $2 exits (1) or $1 seconds pass (1).
+wait_up() {
+    local secs=$1 pid=$2 i
+    shift 2
     for ((i = 0; i < secs * 10; i++)); do
         "$@" >/dev/null 2>&1 && return 0
+        kill -0 "$pid" 2>/dev/null || return 1
         sleep 0.1
     done
     return 1
 }
 
+# Each start retries on a fresh port: another process may take the one we picked.
 start_redis() {
-    REDIS_PORT=$(free_port) || die "no free port for redis-server"
+    local try
     mkdir -p "$TMP/redis"
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$TMP/redis" \
-        --save '' --appendonly no --daemonize no --maxclients 10000 \
-        >"$TMP/redis.log" 2>&1 &
-    REDIS_PID=$!
-    wait_for 10 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping ||
-        { tail -n 20 "$TMP/redis.log" >&2; die "redis-server did not start"; }
-    REDIS_ADDR=127.0.0.1:$REDIS_PORT
+    for try in 1 2 3 4 5; do
+        REDIS_PORT=$(free_port) || die "no free port for redis-server"
+        redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$TMP/redis" \
+            --save '' --appendonly no --daemonize no --maxclients 10000 \
+            >"$TMP/redis.log" 2>&1 &
+        REDIS_PID=$!
+        if wait_up 10 "$REDIS_PID" redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping; then
+            REDIS_ADDR=127.0.0.1:$REDIS_PORT
+            return 0
+        fi
+        stop_pid "$REDIS_PID" 2
+        REDIS_PID=
+    done
+    tail -n 20 "$TMP/redis.log" >&2
+    die "redis-server did not start"
 }
 
 start_service() {
-    local port args
-    port=$(free_port) || die "no free port for the service"
-    args=(--port "$port" --bind 127.0.0.1 --redis "$REDIS_ADDR")
-    [ -z "$SVC_THREADS" ] || args+=(--threads "$SVC_THREADS")
-    [ -z "$ADMIN_TOKEN" ] || args+=(--admin-token "$ADMIN_TOKEN")
-    echo "service: $BIN ${args[*]}"
-    "$BIN" "${args[@]}" >"$TMP/inventoryd.log" 2>&1 &
-    SVC_PID=$!
-    URL=http://127.0.0.1:$port
-    if ! wait_for 15 curl -fsS -o /dev/null "$URL/livez"; then
-        tail -n 30 "$TMP/inventoryd.log" >&2
-        die "the service did not answer GET /livez within 15 s"
-    fi
+    local port args try
+    for try in 1 2 3 4 5; do
+        port=$(free_port) || die "no free port for the service"
+        args=(--port "$port" --bind 127.0.0.1 --redis "$REDIS_ADDR")
+        [ -z "$SVC_THREADS" ] || args+=(--threads "$SVC_THREADS")
+        [ -z "$ADMIN_TOKEN" ] || args+=(--admin-token "$ADMIN_TOKEN")
+        "$BIN" "${args[@]}" >"$TMP/inventoryd.log" 2>&1 &
+        SVC_PID=$!
+        URL=http://127.0.0.1:$port
+        if wait_up 15 "$SVC_PID" curl -fsS -o /dev/null "$URL/livez"; then
+            echo "service: $BIN ${args[*]}"
+            return 0
+        fi
+        stop_pid "$SVC_PID" 5
+        SVC_PID=
+    done
+    tail -n 30 "$TMP/inventoryd.log" >&2
+    die "the service did not answer GET /livez"
 }
 
 service_alive() {
@@ -254,7 +277,7 @@ run_wrk() {
     WRK_PID=$!
     if [ -n "$donedir" ]; then
         while kill -0 "$WRK_PID" 2>/dev/null; do
-            n=$(find "$donedir" -name 'done-*' | wc -l)
+            n=$(find "$donedir" -type f -name "done-*" | wc -l)
             if [ "$n" -ge "$WRK_THREADS" ]; then
                 kill -INT "$WRK_PID" 2>/dev/null
                 break
@@ -331,6 +354,8 @@ audit() {
         + chk($e.all_409 != true or $r.c409 == $r.answered - $r.c201;
               "\($r.answered - $r.c201 - $r.c409) answers neither 201 nor 409")
         + chk($r.c201 == 0 or ($r.ids | length) > 0; "no order ids sampled")
+        | if length > 0 and (($r.bodies // []) | length) > 0
+          then . + ["answers seen: \($r.bodies | join(" | "))"] else . end
     ')
     # One order record per sale, sampled: every sampled 201 id must be readable.
     for id in $(jq -r '.ids[]' <<<"$result"); do
@@ -384,7 +409,7 @@ run_orders() {
             return
             ;;
     esac
-    donedir=$TMP/done-$SCEN_INDEX
+    donedir=$TMP/markers-$SCEN_INDEX
     mkdir -p "$donedir"
     out=$TMP/wrk-$SCEN_INDEX-$name.txt
     # The -d cap: the window plus room for the slowest order (lock wait + hold) to be
@@ -563,21 +588,13 @@ echo "wrk: $WRK_THREADS threads, $CONNS connections, ${DURATION}s per timed scen
     "run nonce $NONCE"
 
 BIG_STOCK=100000000 # never sells out in a timed run
-if wants curve; then
-    for s in $CURVE_SEGMENTS; do
-        run_orders "curve-$s" "lock" lock "$s" 20 "$BIG_STOCK" active "$DURATION"
-    done
-fi
+# The hold-0 strategies run back to back with the two ceilings right after them, so
+# the ratios between them come from minutes-apart measurements on a noisy machine.
 if wants hold0; then
     run_orders "global-h0" "global lock" lock 1 0 "$BIG_STOCK" active "$DURATION"
     run_orders "lock20-h0" "segment locks" lock 20 0 "$BIG_STOCK" active "$DURATION"
     run_orders "atomic-h0" "atomic" atomic 20 0 "$BIG_STOCK" active "$DURATION"
 fi
-if wants flash; then
-    run_orders "flash" "flash sale" lock 20 0 1000 requests "$FLASH_REQUESTS" sold 1000
-fi
-wants soldout && run_soldout
-wants livez && run_livez
 if wants redis; then
     if [ -n "$REDIS_ADDR" ] && command -v redis-benchmark >/dev/null; then
         run_redis_bench
@@ -585,6 +602,16 @@ if wants redis; then
         echo "[redis] skipped: no --redis address (or no redis-benchmark)"
     fi
 fi
+wants livez && run_livez
+if wants curve; then
+    for s in $CURVE_SEGMENTS; do
+        run_orders "curve-$s" "lock" lock "$s" 20 "$BIG_STOCK" active "$DURATION"
+    done
+fi
+if wants flash; then
+    run_orders "flash" "flash sale" lock 20 0 1000 requests "$FLASH_REQUESTS" sold 1000
+fi
+wants soldout && run_soldout
 
 # ---------------------------------------------------------------------------- report
 # Rows keyed by name; ratios from this one run.
