@@ -61,6 +61,7 @@ static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
     set(o, "segments", json_integer(st->cfg.segments));
     set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
+    set(o, "rebalance", json_boolean(st->cfg.rebalance));
     set(o, "initial", json_integer(st->cfg.stock));
     set(o, "remaining", json_integer(st->remaining));
     set(o, "sold", json_integer(st->sold));
@@ -103,6 +104,35 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
     set(o, "sku", json_string(req->name));
     set(o, "deleted", json_true());
     api_reply_json(rep, 200, o);
+}
+
+int api_admin_parse_restock(struct api_request *req, struct api_parse_error *err)
+{
+    return api_parse_restock(req->body, req->body_len, &req->in.restock_qty, err);
+}
+
+void api_admin_restock(const struct api_ctx *ctx, struct api_request *req,
+                       struct api_reply *rep)
+{
+    inv_status s = sku_restock(ctx->conn, req->name, req->in.restock_qty);
+    if (s == INV_INVALID)
+        api_reply_error(rep, 400, "invalid_field",
+                        "qty: sku %s would hold more than %lld units", req->name,
+                        SKU_STOCK_MAX);
+    else if (s != INV_OK)
+        api_reply_status(rep, s, "cannot restock sku %s", req->name);
+    else
+        reply_sku(ctx, req, rep);
+}
+
+void api_admin_rebalance(const struct api_ctx *ctx, struct api_request *req,
+                         struct api_reply *rep)
+{
+    inv_status s = sku_rebalance(ctx->conn, req->name);
+    if (s != INV_OK)
+        api_reply_status(rep, s, "cannot rebalance sku %s", req->name);
+    else
+        reply_sku(ctx, req, rep);
 }
 
 void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,

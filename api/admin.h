@@ -1,10 +1,15 @@
 /* admin.h -- SKU administration, counters and health endpoints.
  *
  *   PUT    /admin/skus/{sku}  create/reset (sku_put), then answer as GET does
- *   GET    /admin/skus/{sku}  {"sku","segments","mode","hold_ms","initial",
+ *   GET    /admin/skus/{sku}  {"sku","segments","mode","hold_ms","rebalance","initial",
  *                             "remaining","sold","orders","segment_stock",
  *                             "segment_sold","locks_held"}; 404 unknown_sku
  *   DELETE /admin/skus/{sku}  {"sku": name, "deleted": true}; 404 unknown_sku
+ *   POST   /admin/skus/{sku}/restock   {"qty": n}: spread n more units (sku_restock),
+ *                             then answer as GET does; 503 busy when the locks
+ *                             could not be had within lock_wait_ms
+ *   POST   /admin/skus/{sku}/rebalance even the remaining stock out (sku_rebalance),
+ *                             then answer as GET does
  *   GET    /admin/skus        {"skus": [names, sorted]}
  *   GET    /admin/stats       every stats.h counter by stat_name(), plus uptime_s
  *   GET    /livez             {"status":"ok"}, never touches Redis
@@ -26,6 +31,11 @@ void api_admin_sku_get(const struct api_ctx *ctx, struct api_request *req,
                        struct api_reply *rep);
 void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
                           struct api_reply *rep);
+int api_admin_parse_restock(struct api_request *req, struct api_parse_error *err);
+void api_admin_restock(const struct api_ctx *ctx, struct api_request *req,
+                       struct api_reply *rep);
+void api_admin_rebalance(const struct api_ctx *ctx, struct api_request *req,
+                         struct api_reply *rep);
 void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
                         struct api_reply *rep);
 void api_admin_stats(const struct api_ctx *ctx, struct api_request *req,

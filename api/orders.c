@@ -62,18 +62,36 @@ void api_orders_place(const struct api_ctx *ctx, struct api_request *req,
     order_result_clear(&res);
 }
 
-void api_orders_get(const struct api_ctx *ctx, struct api_request *req,
-                    struct api_reply *rep)
+/* Answer an order lookup or cancel: the record, or the error for `s`. */
+static void reply_record(struct api_request *req, struct api_reply *rep, inv_status s,
+                         char *record)
 {
-    char *record = NULL;
-    inv_status s = order_get(ctx->conn, req->name, &record);
     if (s == INV_OK && record != NULL)
         api_reply_text(rep, 200, record, strlen(record));
     else if (s == INV_OK || s == INV_NOT_FOUND)
         api_reply_error(rep, 404, "not_found", "no order %s", req->name);
     else if (s == INV_UNAVAILABLE)
         api_reply_status(rep, s, "the backend did not answer");
+    else if (s == INV_BUSY)
+        api_reply_status(rep, s, "the segment locks of order %s could not be had in time",
+                         req->name);
     else
-        api_reply_status(rep, s, "order lookup failed: %s", inv_status_name(s));
+        api_reply_status(rep, s, "order %s: %s", req->name, inv_status_name(s));
     free(record);
+}
+
+void api_orders_get(const struct api_ctx *ctx, struct api_request *req,
+                    struct api_reply *rep)
+{
+    char *record = NULL;
+    inv_status s = order_get(ctx->conn, req->name, &record);
+    reply_record(req, rep, s, record);
+}
+
+void api_orders_cancel(const struct api_ctx *ctx, struct api_request *req,
+                       struct api_reply *rep)
+{
+    char *record = NULL;
+    inv_status s = order_cancel(ctx->conn, req->name, &record);
+    reply_record(req, rep, s, record);
 }

@@ -135,7 +135,8 @@ int api_parse_order(const char *body, size_t len, struct api_order_body *out,
 int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
                          struct api_parse_error *err)
 {
-    static const char *const known[] = {"stock", "segments", "mode", "hold_ms", NULL};
+    static const char *const known[] = {"stock",   "segments",  "mode",
+                                        "hold_ms", "rebalance", NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;
@@ -157,9 +158,31 @@ int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
         else if (v != NULL)
             rc = fail(err, "invalid_field", "mode: must be \"lock\" or \"atomic\"");
     }
+    out->rebalance = true;
+    if (rc == 0) {
+        json_t *v = json_object_get(root, "rebalance");
+        if (v != NULL && !json_is_boolean(v))
+            rc = fail(err, "invalid_field", "rebalance: must be true or false");
+        else if (v != NULL)
+            out->rebalance = json_is_true(v);
+    }
     out->stock = stock;
     out->segments = (int)segments;
     out->hold_ms = (int)hold_ms;
+    json_decref(root);
+    return rc;
+}
+
+int api_parse_restock(const char *body, size_t len, long long *qty,
+                      struct api_parse_error *err)
+{
+    static const char *const known[] = {"qty", NULL};
+    json_t *root = load_object(body, len, err);
+    if (root == NULL)
+        return -1;
+    int rc = check_fields(root, known, err);
+    if (rc == 0)
+        rc = get_int(root, "qty", true, 1, SKU_RESTOCK_MAX, qty, err);
     json_decref(root);
     return rc;
 }

@@ -38,9 +38,14 @@ int api_parse_order(const char *body, size_t len, struct api_order_body *out,
                     struct api_parse_error *err);
 
 /* PUT /admin/skus/{sku}: {"stock": 0..SKU_STOCK_MAX, "segments": 1..SEG_MAX_SEGMENTS
- * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0}. */
+ * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0,
+ * "rebalance": true|false = true}. */
 int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
                          struct api_parse_error *err);
+
+/* POST /admin/skus/{sku}/restock: {"qty": 1..SKU_RESTOCK_MAX}. */
+int api_parse_restock(const char *body, size_t len, long long *qty,
+                      struct api_parse_error *err);
 
 /* A SKU or order id taken from the path; `field` ("sku", "order_id") names it in
  * the error. */

@@ -41,6 +41,7 @@ static void set_body(struct api_reply *r, int status, char *body, size_t len)
     r->status = status;
     r->body = body;
     r->body_len = len;
+    r->content_type = NULL;
 }
 
 void api_reply_json(struct api_reply *r, int status, json_t *body)
@@ -56,6 +57,13 @@ void api_reply_text(struct api_reply *r, int status, const char *text, size_t le
     memcpy(copy, text, len);
     copy[len] = '\0';
     set_body(r, status, copy, len);
+}
+
+void api_reply_raw(struct api_reply *r, int status, const char *content_type, char *body,
+                   size_t len)
+{
+    set_body(r, status, body, len);
+    r->content_type = content_type;
 }
 
 static void reply_errorv(struct api_reply *r, int status, const char *code,

@@ -31,7 +31,8 @@ struct api_header {
 
 struct api_reply {
     int status; /* HTTP status; 0 until a reply is set */
-    char *body; /* JSON text, owned; NULL until set */
+    char *body; /* JSON text (or content_type), owned; NULL until set */
+    const char *content_type; /* static; NULL means application/json */
     size_t body_len;
     struct api_header headers[API_REPLY_HEADERS_MAX];
     int nheaders;
@@ -53,6 +54,11 @@ void api_reply_json(struct api_reply *r, int status, json_t *body);
 /* Reply `status` with a copy of `len` bytes of ready JSON text (e.g. a stored
  * order record, passed through verbatim). */
 void api_reply_text(struct api_reply *r, int status, const char *text, size_t len);
+
+/* Reply `status` with a body that is not JSON: `body` (malloc'd, `len` bytes) is
+ * taken over; `content_type` must be a static string. */
+void api_reply_raw(struct api_reply *r, int status, const char *content_type, char *body,
+                   size_t len);
 
 /* Reply `status` with {"error": code, "detail": printf(fmt, ...)}. Non-printable
  * bytes of the detail are replaced by '?'. */

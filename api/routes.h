@@ -42,6 +42,7 @@ struct api_request {
     union {
         struct api_order_body order; /* POST /orders */
         struct sku_config sku;       /* PUT /admin/skus/{sku} */
+        long long restock_qty;       /* POST /admin/skus/{sku}/restock */
     } in;
 };
 

@@ -60,7 +60,8 @@ static enum MHD_Result send_reply(struct request *r)
         MHD_create_response_from_buffer(rep->body_len, rep->body, MHD_RESPMEM_MUST_COPY);
     if (resp == NULL)
         return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            rep->content_type ? rep->content_type : "application/json");
     for (int i = 0; i < rep->nheaders; i++)
         MHD_add_response_header(resp, rep->headers[i].name, rep->headers[i].value);
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)rep->status, resp);

@@ -258,6 +258,25 @@ static void test_fall_through_finds_all(void **state)
     assert_int_equal(h_audit(e->port, NULL, "sparse", 3, true), 0);
 }
 
+/* Sum of the "qty" of a record's "segments" and their count; the count is -1 when
+ * the segments are not in ascending order (the lock order). */
+static long long segment_parts(json_t *order, int *count)
+{
+    json_t *segs = json_object_get(order, "segments");
+    long long sum = 0;
+    int prev = -1;
+    *count = (int)json_array_size(segs);
+    for (size_t k = 0; k < json_array_size(segs); k++) {
+        json_t *p = json_array_get(segs, k);
+        int seg = (int)json_integer_value(json_object_get(p, "segment"));
+        if (seg <= prev)
+            *count = -1;
+        prev = seg;
+        sum += json_integer_value(json_object_get(p, "qty"));
+    }
+    return sum;
+}
+
 static void test_insufficient_stock(void **state)
 {
     struct env *e = *state;
@@ -265,27 +284,36 @@ static void test_insufficient_stock(void **state)
     /* 10 over 5 segments: 2 in each. */
     assert_int_equal(h_put_sku(e->port, NULL, "thin", 10, 5, "lock", 0), 0);
     struct h_resp r;
-    h_order(e->port, "thin", 3, NULL, &r);
-    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
-    h_resp_free(&r);
     h_order(e->port, "thin", 11, NULL, &r);
     assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
     h_resp_free(&r);
 
-    assert_int_equal(h_order(e->port, "thin", 2, NULL, &r), 201);
+    /* No segment holds 3: the order takes 2 + 1 from two segments, all or nothing. */
+    assert_int_equal(h_order(e->port, "thin", 3, NULL, &r), 201);
     json_t *j = h_resp_json(&r);
-    assert_int_equal(json_integer_value(json_object_get(j, "qty")), 2);
+    int parts;
+    assert_int_equal(json_integer_value(json_object_get(j, "qty")), 3);
+    assert_int_equal(segment_parts(j, &parts), 3);
+    assert_int_equal(parts, 2);
     json_decref(j);
     h_resp_free(&r);
 
     json_t *s = h_get_sku(e->port, NULL, "thin");
     assert_non_null(s);
-    assert_int_equal(json_integer_value(json_object_get(s, "remaining")), 8);
-    assert_int_equal(json_integer_value(json_object_get(s, "sold")), 2);
+    assert_int_equal(json_integer_value(json_object_get(s, "remaining")), 7);
+    assert_int_equal(json_integer_value(json_object_get(s, "sold")), 3);
+    assert_int_equal(json_integer_value(json_object_get(s, "orders")), 1);
     json_decref(s);
 
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(h_order(e->port, "thin", 2, NULL, NULL), 201);
+    h_order(e->port, "thin", 8, NULL, &r);
+    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_order(e->port, "thin", 7, NULL, &r), 201);
+    j = h_resp_json(&r);
+    assert_int_equal(segment_parts(j, &parts), 7);
+    assert_int_equal(parts, 4);
+    json_decref(j);
+    h_resp_free(&r);
     h_order(e->port, "thin", 1, NULL, &r);
     assert_int_equal(h_expect_error(&r, 409, "sold_out"), 0);
     h_resp_free(&r);
