@@ -41,12 +41,9 @@ static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadli
 {
     int i = s->seg[k];
     struct lease *l = &s->lease[k];
-    for (int round = 0; !skutab_claim(s->e, i); round++) {
-        int left = (int)(deadline - inv_now_ms());
-        if (left <= 0)
-            return INV_BUSY;
-        skutab_wait(s->e, ring_backoff_ms(round, inv_rand(c, UINT32_MAX), left));
-    }
+    int left = (int)(deadline - inv_now_ms());
+    if (left <= 0 || !skutab_claim_wait(s->e, i, left))
+        return INV_BUSY;
     seg_key_lock(l->key, s->sku, i);
     lock_new_token(c, l->token);
     stat_add(c->v, STAT_LOCK_ATTEMPTS, 1);
@@ -54,7 +51,7 @@ static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadli
         int got = try_lock(c, l->key, l->token);
         if (got == 1)
             break;
-        int left = (int)(deadline - inv_now_ms());
+        left = (int)(deadline - inv_now_ms());
         if (got < 0 || left <= 0) {
             skutab_unclaim(s->e, i);
             return got < 0 ? INV_UNAVAILABLE : INV_BUSY;

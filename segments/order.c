@@ -18,8 +18,9 @@
 #include "segments/store.h"
 #include "segments/watchdog.h"
 
-/* What one visit to a segment came to. */
-enum visit { V_DONE, V_BUSY, V_SHORT, V_ERROR };
+/* What one visit to a segment came to. V_CLAIMED: another worker of this process
+ * has it (a release hands it to a waiter); V_BUSY: locked elsewhere, or lost. */
+enum visit { V_DONE, V_CLAIMED, V_BUSY, V_SHORT, V_ERROR };
 
 struct walk {
     inv_conn *c;
@@ -128,13 +129,14 @@ static enum visit deduct(struct walk *w, int i, const char *token)
     }
 }
 
-/* Mode lock: claim locally, lock in Redis, do the work under a renewed lease, deduct. */
-static enum visit visit_locked(struct walk *w, int i)
+/* Mode lock: claim locally (unless `claimed` already), lock in Redis, do the work
+ * under a renewed lease, deduct. */
+static enum visit visit_locked(struct walk *w, int i, bool claimed)
 {
     inv *v = w->c->v;
-    if (!skutab_claim(w->e, i)) {
+    if (!claimed && !skutab_claim(w->e, i)) {
         stat_add(v, STAT_BUSY_SKIPS, 1);
-        return V_BUSY;
+        return V_CLAIMED;
     }
     struct lease lease;
     lock_new_token(w->c, lease.token);
@@ -283,37 +285,51 @@ static void maybe_rebalance(struct walk *w)
     skutab_get(w->c, w->req->sku, &w->e, &w->view);
 }
 
-/* Walk the ring until the order is placed, refused, or lock_wait_ms has passed. */
+/* Walk the ring until the order is placed, refused, or lock_wait_ms has passed.
+ * A round that finds every candidate busy waits: for a claim handed over by a local
+ * worker when only local workers were in the way (no polling; a fair queue), else a
+ * jittered backoff, since a lock held elsewhere sends no signal here. A handed claim
+ * is visited first in the next round. */
 static inv_status walk_ring(struct walk *w)
 {
     const int64_t deadline = w->started_ms + w->c->v->opt.lock_wait_ms;
-    for (int round = 0;; round++) {
-        if (skutab_sold_out(w->e, w->view.gen)) {
-            stat_add(w->c->v, STAT_SOLD_OUT_FAST, round == 0);
+    int handed = -1, remote_rounds = 0;
+    for (;;) {
+        if (handed < 0 && skutab_sold_out(w->e, w->view.gen)) {
+            stat_add(w->c->v, STAT_SOLD_OUT_FAST, 1);
             return INV_SOLD_OUT;
         }
-        maybe_rebalance(w);
+        if (handed < 0)
+            maybe_rebalance(w);
         const int n = w->view.cfg.segments;
-        int start = (int)inv_rand(w->c, (uint32_t)n), busy = 0;
+        int start = handed >= 0 && handed < n ? handed : (int)inv_rand(w->c, (uint32_t)n);
+        int claimed = 0, busy = 0;
         w->stock_left = false;
         for (int k = 0; k < n; k++) {
             int i = ring_segment(start, k, n);
+            bool mine = k == 0 && i == handed;
             w->seen[i] = -1;
             if (skutab_is_empty(w->e, i)) {
                 w->seen[i] = 0;
+                if (mine)
+                    skutab_unclaim(w->e, i);
                 continue;
             }
-            enum visit r = w->view.cfg.mode == SKU_MODE_LOCK ? visit_locked(w, i)
+            enum visit r = w->view.cfg.mode == SKU_MODE_LOCK ? visit_locked(w, i, mine)
                                                               : deduct(w, i, "");
             if (r == V_DONE)
                 return w->res->status;
             if (r == V_ERROR)
                 return INV_UNAVAILABLE;
+            claimed += r == V_CLAIMED;
             busy += r == V_BUSY;
         }
-        if (busy == 0 && !w->stock_left)
+        if (handed >= n) /* the SKU shrank meanwhile: not ours to visit */
+            skutab_unclaim(w->e, handed);
+        handed = -1;
+        if (claimed + busy == 0 && !w->stock_left)
             return INV_SOLD_OUT;
-        if (busy == 0) {
+        if (claimed + busy == 0) {
             int st = n > 1 ? multi_segment(w, deadline) : INV_INSUFFICIENT;
             if (st >= 0)
                 return (inv_status)st;
@@ -321,11 +337,33 @@ static inv_status walk_ring(struct walk *w)
         int remaining = (int)(deadline - inv_now_ms());
         if (remaining <= 0)
             return INV_BUSY;
-        if (busy > 0) {
+        if (claimed + busy > 0) {
             stat_add(w->c->v, STAT_LOCK_WAITS, 1);
-            skutab_wait(w->e, ring_backoff_ms(round, inv_rand(w->c, UINT32_MAX), remaining));
+            int ms = busy > 0 ? ring_backoff_ms(remote_rounds++, inv_rand(w->c, UINT32_MAX),
+                                                remaining)
+                              : remaining;
+            handed = skutab_wait(w->e, n, busy == 0, ms);
         }
     }
+}
+
+/* GET the record of order `id`: INV_OK (*record malloc'd), INV_NOT_FOUND, INV_UNAVAILABLE. */
+static inv_status read_record(inv_conn *c, const char *id, char **record)
+{
+    char key[SEG_KEY_MAX];
+    redisReply *r = store_command(c, "GET %s", seg_key_order(key, id));
+    if (r == NULL)
+        return INV_UNAVAILABLE;
+    inv_status st = INV_NOT_FOUND;
+    if (r->type == REDIS_REPLY_STRING) {
+        if ((*record = strdup(r->str)) == NULL) {
+            fprintf(stderr, "out of memory\n");
+            abort();
+        }
+        st = INV_OK;
+    }
+    freeReplyObject(r);
+    return st;
 }
 
 static enum stat_id outcome_stat(inv_status s)
@@ -363,6 +401,18 @@ inv_status order_place(inv_conn *c, const struct order_request *req, struct orde
     inv_status st = skutab_get(c, req->sku, &w->e, &w->view);
     if (st == INV_OK)
         st = walk_ring(w);
+    if ((st == INV_SOLD_OUT || st == INV_INSUFFICIENT) && has_id) {
+        /* Segments known empty were skipped without Redis, so the scripts that spot
+         * a replay may not have run: a retry of a confirmed order must still get it. */
+        char *rec = NULL;
+        inv_status got = read_record(c, res->order_id, &rec);
+        if (got == INV_OK) {
+            replayed(w, rec);
+            st = res->status;
+        } else if (got == INV_UNAVAILABLE) {
+            st = INV_UNAVAILABLE;
+        }
+    }
     if (st != INV_OK && st != INV_REPLAYED) {
         free(res->record);
         res->record = NULL;
@@ -373,25 +423,6 @@ inv_status order_place(inv_conn *c, const struct order_request *req, struct orde
         skutab_count(w->e, outcome_stat(st));
     stat_observe(c->v, HIST_ORDER, (inv_now_ms() - w->started_ms) * 1000);
     free(w);
-    return st;
-}
-
-/* GET the record of order `id`: INV_OK (*record malloc'd), INV_NOT_FOUND, INV_UNAVAILABLE. */
-static inv_status read_record(inv_conn *c, const char *id, char **record)
-{
-    char key[SEG_KEY_MAX];
-    redisReply *r = store_command(c, "GET %s", seg_key_order(key, id));
-    if (r == NULL)
-        return INV_UNAVAILABLE;
-    inv_status st = INV_NOT_FOUND;
-    if (r->type == REDIS_REPLY_STRING) {
-        if ((*record = strdup(r->str)) == NULL) {
-            fprintf(stderr, "out of memory\n");
-            abort();
-        }
-        st = INV_OK;
-    }
-    freeReplyObject(r);
     return st;
 }
 

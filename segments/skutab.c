@@ -16,12 +16,17 @@
 struct sku_local {
     char name[SEG_NAME_MAX + 1];
     pthread_mutex_t mu;
-    pthread_cond_t cv;              /* signalled when a claim is given back */
+    pthread_cond_t cv;              /* signalled when a claim is handed over */
+    pthread_cond_t cv_wanted;       /* broadcast when a wanted segment is reserved */
     bool valid;                     /* settings known */
     bool refreshing;                /* a worker is re-reading them */
     struct sku_view view;
     int64_t fetched_ms;
     int waiters;
+    int nhanded;                    /* claims handed over, not yet taken by a waiter */
+    int handed[SEG_MAX_SEGMENTS];
+    unsigned short wanted[SEG_MAX_SEGMENTS];  /* skutab_claim_wait callers per segment */
+    unsigned char reserved[SEG_MAX_SEGMENTS]; /* released to one of them */
     int empty_count;
     bool rebalancing;
     long long rebalanced_gen;       /* last generation a rebalance was started in */
@@ -70,6 +75,7 @@ void skutab_free(skutab *t)
             next = e->next;
             pthread_mutex_destroy(&e->mu);
             pthread_cond_destroy(&e->cv);
+            pthread_cond_destroy(&e->cv_wanted);
             free(e);
         }
     }
@@ -102,6 +108,7 @@ static sku_local *find_or_add(skutab *t, const char *sku)
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&e->cv, &ca);
+        pthread_cond_init(&e->cv_wanted, &ca);
         pthread_condattr_destroy(&ca);
         unsigned b = hash(sku);
         e->next = t->bucket[b];
@@ -206,9 +213,15 @@ bool skutab_claim(sku_local *e, int i)
 void skutab_unclaim(sku_local *e, int i)
 {
     pthread_mutex_lock(&e->mu);
-    e->claimed[i] = 0;
-    if (e->waiters > 0)
+    if (e->wanted[i] > 0) {
+        e->reserved[i] = 1; /* stays claimed: goes to whoever waits for i itself */
+        pthread_cond_broadcast(&e->cv_wanted);
+    } else if (e->waiters > e->nhanded) {
+        e->handed[e->nhanded++] = i; /* stays claimed: it changes hands */
         pthread_cond_signal(&e->cv);
+    } else {
+        e->claimed[i] = 0;
+    }
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -238,7 +251,7 @@ bool skutab_sold_out(sku_local *e, long long gen)
     return out;
 }
 
-void skutab_wait(sku_local *e, int ms)
+static struct timespec deadline_in(int ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -248,11 +261,45 @@ void skutab_wait(sku_local *e, int ms)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
+    return ts;
+}
+
+int skutab_wait(sku_local *e, int n, bool rescan, int ms)
+{
+    struct timespec ts = deadline_in(ms);
     pthread_mutex_lock(&e->mu);
+    for (int i = 0; rescan && i < n; i++) {
+        if (!e->claimed[i] && !e->empty[i]) {
+            pthread_mutex_unlock(&e->mu);
+            return -1;
+        }
+    }
     e->waiters++;
-    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    while (e->nhanded == 0 && pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0)
+        ;
     e->waiters--;
+    int got = e->nhanded > 0 ? e->handed[--e->nhanded] : -1;
     pthread_mutex_unlock(&e->mu);
+    return got;
+}
+
+bool skutab_claim_wait(sku_local *e, int i, int ms)
+{
+    struct timespec ts = deadline_in(ms);
+    pthread_mutex_lock(&e->mu);
+    bool got = !e->claimed[i];
+    if (got) {
+        e->claimed[i] = 1;
+    } else {
+        e->wanted[i]++;
+        while (!e->reserved[i] && pthread_cond_timedwait(&e->cv_wanted, &e->mu, &ts) == 0)
+            ;
+        e->wanted[i]--;
+        got = e->reserved[i];
+        e->reserved[i] = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return got;
 }
 
 void skutab_count(sku_local *e, enum stat_id outcome)

@@ -5,8 +5,10 @@
  *    SKU's generation; a reset anywhere bumps the generation, so every instance
  *    sees it within meta_cache_ms (at once on the instance that did it);
  *  - `claimed`: segments a worker of this process is locking or holding; other
- *    local workers skip them without asking Redis, and wait on a condition
- *    variable that a release signals, instead of polling;
+ *    local workers skip them without asking Redis. When every candidate is claimed
+ *    a worker waits, and a worker giving a claim back hands it straight to a waiter
+ *    (the claim never becomes free in between), so arriving orders cannot overtake
+ *    waiting ones: waits are short and fair instead of polled;
  *  - `empty`: segments seen at 0 stock in the current generation (stock only
  *    grows by a reset, which changes the generation), so a sold-out SKU is
  *    answered without Redis.
@@ -43,7 +45,8 @@ void skutab_invalidate(inv *v, const char *sku);
 
 /* Claim segment i for this worker: false when another local worker has it. */
 bool skutab_claim(sku_local *e, int i);
-/* Give a claim back and wake one waiter. */
+/* Give a claim back: to a waiter when one is waiting (it now holds the claim), else
+ * free. */
 void skutab_unclaim(sku_local *e, int i);
 
 /* Record that segment i held 0 stock in generation `gen` (ignored if stale). */
@@ -67,7 +70,14 @@ void skutab_rebalance_done(sku_local *e);
 /* Count of segments known empty in `gen` (0 when gen is stale). */
 int skutab_empty_count(sku_local *e, long long gen);
 
-/* Sleep until a local release or `ms` milliseconds, whichever is first. */
-void skutab_wait(sku_local *e, int ms);
+/* Wait up to `ms` milliseconds for a claim handed over by skutab_unclaim. Returns
+ * the segment now claimed by the caller, or -1 when the time ran out -- or at once
+ * when `rescan` and one of the first `n` segments is neither claimed nor known empty
+ * (it was freed since the caller looked). */
+int skutab_wait(sku_local *e, int n, bool rescan, int ms);
+
+/* Claim segment i, waiting up to `ms` for it: a release of i goes to such a waiter
+ * before any other. True when claimed. */
+bool skutab_claim_wait(sku_local *e, int i, int ms);
 
 #endif
