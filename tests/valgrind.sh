@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# valgrind.sh -- a short run of the service under valgrind memcheck: a real
+# redis-server, a few hundred real requests (orders, bad input, admin, cancel,
+# restock, metrics), then SIGTERM. Fails on any memcheck error or definite leak, on
+# a failed request and on a failed audit.
+#
+#   tests/valgrind.sh [BIN]        (BIN defaults to build/inventoryd)
+set -euo pipefail
+
+bin=${1:-build/inventoryd}
+dir=$(mktemp -d "${TMPDIR:-/tmp}/inv-valgrind.XXXXXX")
+redis_pid=
+svc_pid=
+cleanup() {
+    [ -n "$svc_pid" ] && kill -KILL "$svc_pid" 2>/dev/null
+    [ -n "$redis_pid" ] && kill -KILL "$redis_pid" 2>/dev/null
+    wait 2>/dev/null
+    [ -n "${KEEP:-}" ] && echo "kept $dir" || rm -rf "$dir"
+}
+trap cleanup EXIT
+
+free_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 20000))
+        ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && { echo "$p"; return; }
+    done
+    echo "valgrind.sh: no free port" >&2
+    exit 1
+}
+fail() {
+    echo "valgrind.sh: FAILED: $*" >&2
+    [ -f "$dir/valgrind.log" ] && tail -40 "$dir/valgrind.log" >&2
+    exit 1
+}
+
+rport=$(free_port)
+redis-server --bind 127.0.0.1 --port "$rport" --dir "$dir" --save '' --appendonly no \
+    --daemonize no >"$dir/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+port=$(free_port)
+echo '{}' >"$dir/config.json"
+valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
+    --errors-for-leak-kinds=definite --log-file="$dir/valgrind.log" \
+    "$bin" --config "$dir/config.json" --port "$port" --redis "127.0.0.1:$rport" --threads 4 \
+    >"$dir/service.log" 2>&1 &
+svc_pid=$!
+U=http://127.0.0.1:$port
+J='Content-Type: application/json'
+for _ in $(seq 300); do curl -sf "$U/livez" >/dev/null 2>&1 && break; sleep 0.1; done
+curl -sf "$U/livez" >/dev/null || fail "the service did not come up"
+
+expect() { # STATUS METHOD PATH [BODY]
+    local want=$1 method=$2 path=$3 body=${4:-}
+    local got
+    if [ -n "$body" ]; then
+        got=$(curl -s -o /dev/null -w '%{http_code}' -X "$method" -H "$J" -d "$body" "$U$path")
+    else
+        got=$(curl -s -o /dev/null -w '%{http_code}' -X "$method" "$U$path")
+    fi
+    [ "$got" = "$want" ] || fail "$method $path $body: $got, expected $want"
+}
+
+expect 200 PUT /admin/skus/vg '{"stock": 120, "segments": 8}'
+for i in $(seq 100); do expect 201 POST /orders "{\"sku\": \"vg\", \"order_id\": \"vg-$i\"}"; done
+expect 200 POST /orders '{"sku": "vg", "order_id": "vg-1"}'
+expect 201 POST /orders '{"sku": "vg", "qty": 12}'
+expect 409 POST /orders '{"sku": "vg", "qty": 9}'
+expect 200 DELETE /orders/vg-2
+expect 200 POST /admin/skus/vg/restock '{"qty": 5}'
+expect 200 POST /admin/skus/vg/rebalance
+expect 400 POST /orders '{"sku": "vg", "qty": 0}'
+expect 400 POST /orders '{"sku": '
+expect 404 GET /nowhere
+expect 405 PUT /orders
+expect 404 GET /orders/none
+expect 200 GET /metrics
+expect 200 GET /admin/stats
+expect 200 GET /healthz
+
+sku=$(curl -s "$U/admin/skus/vg")
+echo "$sku" | jq -e '.remaining + .sold == .initial and ([.segment_stock[] | select(. < 0)] | length == 0)
+    and .initial == 125 and .sold == 111' >/dev/null || fail "audit: $sku"
+
+kill -TERM "$svc_pid"
+rc=0
+wait "$svc_pid" || rc=$?
+svc_pid=
+[ "$rc" = 0 ] || fail "the service exited $rc under valgrind"
+echo "valgrind.sh: no memcheck errors, no definite leaks; audit ok ($sku)"
