@@ -106,12 +106,12 @@ loadtest-quick: deps
 FUZZ_SECONDS ?= 20
 FUZZ_SRC := api/parse.c segments/keys.c
 fuzz: deps
-	@mkdir -p build/fuzz tests/fuzz/corpus
+	@mkdir -p build/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \
 	    $(shell pkg-config --cflags jansson) -o build/fuzz/fuzz_parse tests/fuzz/fuzz_parse.c \
 	    $(FUZZ_SRC) $(shell pkg-config --libs jansson)
 	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-	    -artifact_prefix=tests/fuzz/ tests/fuzz/corpus
+	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 
 FORMAT_SRC = $(wildcard service/*.[ch] segments/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 format:

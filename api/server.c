@@ -127,6 +127,32 @@ static enum MHD_Result reply_too_large(struct request *r)
     return send_reply(r);
 }
 
+/* Header `name` into *value (NULL when absent): -1 when its value holds a NUL byte,
+ * which would make it read as something shorter than what was sent. */
+static int header(struct MHD_Connection *conn, const char *name, const char **value)
+{
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, name, strlen(name), value,
+                                      &len) != MHD_YES) {
+        *value = NULL;
+        return 0;
+    }
+    return strlen(*value) == len ? 0 : -1;
+}
+
+/* Decode %-escapes in the URL as MHD does, but turn a decoded NUL into DEL, which no
+ * route or name accepts: "/admin/skus/a%00b" must not become "/admin/skus/a". */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *uri)
+{
+    (void)cls;
+    (void)conn;
+    size_t len = MHD_http_unescape(uri);
+    for (size_t i = 0; i < len; i++)
+        if (uri[i] == '\0')
+            uri[i] = 0x7f;
+    return len;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -171,10 +197,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct api_request *req = &r->req;
     req->method = method;
     req->path = url;
-    req->content_type =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    req->authorization =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (header(conn, MHD_HTTP_HEADER_CONTENT_TYPE, &req->content_type) != 0 ||
+        header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0) {
+        api_reply_error(&r->rep, 400, "bad_header", "a header value holds a NUL byte");
+        return send_reply(r);
+    }
     req->body = r->body;
     req->body_len = r->len;
     r->route = api_route_prepare(req, s->cfg->admin_token, &r->rep);
@@ -273,6 +300,7 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
         (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)cfg->connection_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
         (unsigned)LISTEN_BACKLOG, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_END);
     if (s->daemon == NULL) {
         snprintf(err, errlen,

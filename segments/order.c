@@ -89,8 +89,8 @@ static enum visit short_of_stock(struct walk *w, int i, long long stock, bool kn
 {
     stat_add(w->c->v, STAT_FALL_THROUGHS, 1);
     w->seen[i] = known ? stock : 0;
-    if (known && stock == 0)
-        skutab_mark_empty(w->e, w->view.gen, i);
+    if (known)
+        skutab_note_stock(w->e, w->view.gen, i, stock);
     if (stock > 0)
         w->stock_left = true;
     return V_SHORT;
@@ -108,8 +108,7 @@ static enum visit deduct(struct walk *w, int i, const char *token)
         return V_ERROR;
     }
     if (r.code == SCRIPT_R_OK) {
-        if (r.stock == 0)
-            skutab_mark_empty(w->e, w->view.gen, i);
+        skutab_note_stock(w->e, w->view.gen, i, r.stock);
         w->res->record = record;
         w->res->status = INV_OK;
         w->res->segment = i;
@@ -161,6 +160,7 @@ static enum visit visit_locked(struct walk *w, int i, bool claimed)
             out = deduct(w, i, lease.token);
         }
     } else if (r.code == SCRIPT_R_BUSY) {
+        skutab_note_stock(w->e, w->view.gen, i, r.stock);
         stat_add(v, STAT_BUSY_SKIPS, 1);
         out = V_BUSY;
     } else if (r.code == SCRIPT_R_EXISTS) {
@@ -243,6 +243,9 @@ static int multi_segment(struct walk *w, int64_t deadline)
     int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
     if (set != NULL)
         lockset_drop(w->c, set, code < 0 || code == SCRIPT_R_FENCED);
+    if ((code == SCRIPT_R_OK || code == SCRIPT_R_SHORT) && r->elements == (size_t)k + 1)
+        for (int j = 0; j < k; j++) /* what each segment holds now */
+            skutab_note_stock(w->e, w->view.gen, seg[j], store_integer(r->element[j + 1], 0));
     int out = -1;
     if (code == SCRIPT_R_OK) {
         stat_add(w->c->v, STAT_MULTI_SEGMENT, 1);
@@ -285,6 +288,34 @@ static void maybe_rebalance(struct walk *w)
     skutab_get(w->c, w->req->sku, &w->e, &w->view);
 }
 
+static void append_stock_reads(redisContext *rc, void *arg)
+{
+    const struct walk *w = arg;
+    char key[SEG_KEY_MAX];
+    for (int i = 0; i < w->view.cfg.segments; i++)
+        redisAppendCommand(rc, "GET %s", seg_key_stock(key, w->req->sku, i));
+}
+
+/* lock_wait_ms is over and some segments were busy. Busy with what? When the stock
+ * of every segment together cannot fill the order, the honest answer is sold out or
+ * insufficient, not "busy, retry": a retry could never succeed. */
+static inv_status verdict_at_deadline(struct walk *w)
+{
+    const int n = w->view.cfg.segments;
+    redisReply **r = xmalloc(sizeof *r * (size_t)n);
+    if (store_pipeline(w->c, n, append_stock_reads, w, r) != 0) {
+        free(r);
+        return INV_UNAVAILABLE;
+    }
+    long long total = 0;
+    for (int i = 0; i < n; i++) {
+        total += store_integer(r[i], 0);
+        freeReplyObject(r[i]);
+    }
+    free(r);
+    return total == 0 ? INV_SOLD_OUT : total < w->req->qty ? INV_INSUFFICIENT : INV_BUSY;
+}
+
 /* Walk the ring until the order is placed, refused, or lock_wait_ms has passed.
  * A round that finds every candidate busy waits: for a claim handed over by a local
  * worker when only local workers were in the way (no polling; a fair queue), else a
@@ -308,9 +339,10 @@ static inv_status walk_ring(struct walk *w)
         for (int k = 0; k < n; k++) {
             int i = ring_segment(start, k, n);
             bool mine = k == 0 && i == handed;
-            w->seen[i] = -1;
-            if (skutab_is_empty(w->e, i)) {
-                w->seen[i] = 0;
+            long long hint = skutab_hint(w->e, i);
+            w->seen[i] = hint;
+            if (hint >= 0 && hint < w->req->qty) { /* cannot fill it: no need to ask */
+                w->stock_left |= hint > 0;
                 if (mine)
                     skutab_unclaim(w->e, i);
                 continue;
@@ -336,13 +368,13 @@ static inv_status walk_ring(struct walk *w)
         }
         int remaining = (int)(deadline - inv_now_ms());
         if (remaining <= 0)
-            return INV_BUSY;
+            return verdict_at_deadline(w);
         if (claimed + busy > 0) {
             stat_add(w->c->v, STAT_LOCK_WAITS, 1);
             int ms = busy > 0 ? ring_backoff_ms(remote_rounds++, inv_rand(w->c, UINT32_MAX),
                                                 remaining)
                               : remaining;
-            handed = skutab_wait(w->e, n, busy == 0, ms);
+            handed = skutab_wait(w->e, n, w->req->qty, busy == 0, ms);
         }
     }
 }

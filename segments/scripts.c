@@ -69,8 +69,8 @@ static const char renew_lua[] =
  *       first segment, parts for the others).
  * ARGV: order_id, record JSON, then per segment: token ('' = mode atomic, no lock),
  *       qty taken from it.
- * Reply: {FENCED} | {EXISTS, record} | {SHORT} | {OK}. Every reply but FENCED
- * releases every lock. */
+ * Reply: {FENCED} | {EXISTS, record} | {SHORT, stock of each segment}
+ *      | {OK, stock left in each segment}. Every reply but FENCED releases every lock. */
 static const char deduct_multi_lua[] =
     "local n = (#KEYS - 1) / 4\n"
     "for i = 0, n - 1 do\n"
@@ -85,18 +85,22 @@ static const char deduct_multi_lua[] =
     "end\n"
     "local rec = redis.call('GET', KEYS[1])\n"
     "if rec then return done({3, rec}) end\n"
+    "local short = {2}\n"
     "for i = 0, n - 1 do\n"
     "  local s = tonumber(redis.call('GET', KEYS[3 + 4 * i]) or '0')\n"
-    "  if s < tonumber(ARGV[4 + 2 * i]) then return done({2}) end\n"
+    "  short[i + 2] = s\n"
+    "  if s < tonumber(ARGV[4 + 2 * i]) then short[1] = -2 end\n"
     "end\n"
+    "if short[1] == -2 then short[1] = 2 return done(short) end\n"
+    "local left = {0}\n"
     "for i = 0, n - 1 do\n"
     "  local q = ARGV[4 + 2 * i]\n"
-    "  redis.call('DECRBY', KEYS[3 + 4 * i], q)\n"
+    "  left[i + 2] = redis.call('DECRBY', KEYS[3 + 4 * i], q)\n"
     "  redis.call('INCRBY', KEYS[4 + 4 * i], q)\n"
     "  redis.call('HSET', KEYS[5 + 4 * i], ARGV[1], q)\n"
     "end\n"
     "redis.call('SET', KEYS[1], ARGV[2])\n"
-    "return done({0})\n";
+    "return done(left)\n";
 
 /* CANCEL (give an order's stock back to the segments it came from)
  * KEYS: order record, meta, then per segment of the order: lock, stock, sold, hash,

@@ -32,7 +32,7 @@ struct sku_local {
     long long rebalanced_gen;       /* last generation a rebalance was started in */
     _Atomic long long outcomes[SKU_OUTCOMES];
     unsigned char claimed[SEG_MAX_SEGMENTS];
-    unsigned char empty[SEG_MAX_SEGMENTS];
+    long long hint[SEG_MAX_SEGMENTS];       /* least stock seen this generation, -1 */
     sku_local *next;
 };
 
@@ -173,7 +173,8 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out, struct sku_
     e->refreshing = false;
     if (st == INV_OK) {
         if (!e->valid || e->view.gen != fetched.gen) {
-            memset(e->empty, 0, sizeof e->empty);
+            for (int i = 0; i < SEG_MAX_SEGMENTS; i++)
+                e->hint[i] = -1;
             e->empty_count = 0;
         }
         e->view = fetched;
@@ -225,22 +226,22 @@ void skutab_unclaim(sku_local *e, int i)
     pthread_mutex_unlock(&e->mu);
 }
 
-void skutab_mark_empty(sku_local *e, long long gen, int i)
+void skutab_note_stock(sku_local *e, long long gen, int i, long long stock)
 {
     pthread_mutex_lock(&e->mu);
-    if (e->valid && e->view.gen == gen && !e->empty[i]) {
-        e->empty[i] = 1;
-        e->empty_count++;
+    if (e->valid && e->view.gen == gen && (e->hint[i] < 0 || stock < e->hint[i])) {
+        e->empty_count += stock == 0;
+        e->hint[i] = stock;
     }
     pthread_mutex_unlock(&e->mu);
 }
 
-bool skutab_is_empty(sku_local *e, int i)
+long long skutab_hint(sku_local *e, int i)
 {
     pthread_mutex_lock(&e->mu);
-    bool empty = e->empty[i];
+    long long hint = e->hint[i];
     pthread_mutex_unlock(&e->mu);
-    return empty;
+    return hint;
 }
 
 bool skutab_sold_out(sku_local *e, long long gen)
@@ -264,12 +265,12 @@ static struct timespec deadline_in(int ms)
     return ts;
 }
 
-int skutab_wait(sku_local *e, int n, bool rescan, int ms)
+int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
 {
     struct timespec ts = deadline_in(ms);
     pthread_mutex_lock(&e->mu);
     for (int i = 0; rescan && i < n; i++) {
-        if (!e->claimed[i] && !e->empty[i]) {
+        if (!e->claimed[i] && (e->hint[i] < 0 || e->hint[i] >= qty)) {
             pthread_mutex_unlock(&e->mu);
             return -1;
         }

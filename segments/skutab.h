@@ -9,9 +9,11 @@
  *    a worker waits, and a worker giving a claim back hands it straight to a waiter
  *    (the claim never becomes free in between), so arriving orders cannot overtake
  *    waiting ones: waits are short and fair instead of polled;
- *  - `empty`: segments seen at 0 stock in the current generation (stock only
- *    grows by a reset, which changes the generation), so a sold-out SKU is
- *    answered without Redis.
+ *  - `hint`: per segment, the least stock seen in the current generation. Within a
+ *    generation stock only falls (a restock, cancel, rebalance or reset changes the
+ *    generation), so a hint is an upper bound however stale: a segment whose hint is
+ *    below qty cannot fill the order and is passed over without Redis, and a SKU
+ *    whose every hint is 0 is sold out without Redis.
  * Entries live until skutab_free; SKUs unknown to Redis get none.
  */
 #ifndef SEG_SKUTAB_H
@@ -49,9 +51,10 @@ bool skutab_claim(sku_local *e, int i);
  * free. */
 void skutab_unclaim(sku_local *e, int i);
 
-/* Record that segment i held 0 stock in generation `gen` (ignored if stale). */
-void skutab_mark_empty(sku_local *e, long long gen, int i);
-bool skutab_is_empty(sku_local *e, int i);
+/* Record that segment i held `stock` in generation `gen` (ignored if stale). */
+void skutab_note_stock(sku_local *e, long long gen, int i, long long stock);
+/* The least stock seen in segment i this generation, -1 when none was seen. */
+long long skutab_hint(sku_local *e, int i);
 /* True when every one of the SKU's segments is known empty in `gen`. */
 bool skutab_sold_out(sku_local *e, long long gen);
 
@@ -72,9 +75,9 @@ int skutab_empty_count(sku_local *e, long long gen);
 
 /* Wait up to `ms` milliseconds for a claim handed over by skutab_unclaim. Returns
  * the segment now claimed by the caller, or -1 when the time ran out -- or at once
- * when `rescan` and one of the first `n` segments is neither claimed nor known empty
+ * when `rescan` and one of the first `n` segments is unclaimed and may hold `qty`
  * (it was freed since the caller looked). */
-int skutab_wait(sku_local *e, int n, bool rescan, int ms);
+int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms);
 
 /* Claim segment i, waiting up to `ms` for it: a release of i goes to such a waiter
  * before any other. True when claimed. */

@@ -327,8 +327,11 @@ static void build_table(struct table *t)
             NULL);
     static const char nul_ctype[] =
         "POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-        "Content-Type: application/json\0; evil\r\nContent-Length: 19\r\n\r\n"
+        "Content-Type: text/plain\0application/json\r\nContent-Length: 19\r\n\r\n"
         "{\"sku\":\"valid-sku\"}";
+    /* libmicrohttpd 0.9.75 keeps a header value only up to an embedded NUL and reports
+     * that shorter length, so the service cannot see what followed. What it must
+     * never do is let the bytes after the NUL count: this type reads as text/plain. */
     add_raw(t, "NUL byte inside the Content-Type value", nul_ctype, sizeof nul_ctype - 1,
             ANY_REJECT, NULL, NULL);
 
