@@ -776,7 +776,7 @@ update_docs() {
         echo "$DOCS_BEGIN"
         echo "## Latest run: $STARTED ($([ "$QUICK" = 1 ] && echo quick || echo full))"
         echo
-        echo "- Command: \`$COMMAND\` (from \`make loadtest ARGS=--update-docs\`)"
+        echo "- Command: \`$COMMAND\`"
         echo "- Machine: $(jq -r '"\(.nproc) CPUs (nproc), \(.cpu), \(.memory) RAM, \(.kernel)"' <<<"$MACHINE")"
         echo "- Load average: $LOAD_START at the start, $LOAD_END at the end (the machine is shared)"
         echo "- Versions: $(jq -r '"wrk \(.wrk), redis-server \(.redis), \(.service)"' <<<"$VERSIONS")"
