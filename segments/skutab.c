@@ -23,6 +23,7 @@ struct sku_local {
     struct sku_view view;
     int64_t fetched_ms;
     int waiters;
+    unsigned wakes;                 /* bumped to make every waiter look again */
     int nhanded;                    /* claims handed over, not yet taken by a waiter */
     int handed[SEG_MAX_SEGMENTS];
     unsigned short wanted[SEG_MAX_SEGMENTS];  /* skutab_claim_wait callers per segment */
@@ -198,6 +199,7 @@ void skutab_invalidate(inv *v, const char *sku)
         return;
     pthread_mutex_lock(&e->mu);
     e->valid = false;
+    e->wakes++;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -217,7 +219,7 @@ void skutab_unclaim(sku_local *e, int i)
     if (e->wanted[i] > 0) {
         e->reserved[i] = 1; /* stays claimed: goes to whoever waits for i itself */
         pthread_cond_broadcast(&e->cv_wanted);
-    } else if (e->waiters > e->nhanded) {
+    } else if (e->waiters > e->nhanded && e->hint[i] != 0) {
         e->handed[e->nhanded++] = i; /* stays claimed: it changes hands */
         pthread_cond_signal(&e->cv);
     } else {
@@ -230,8 +232,14 @@ void skutab_note_stock(sku_local *e, long long gen, int i, long long stock)
 {
     pthread_mutex_lock(&e->mu);
     if (e->valid && e->view.gen == gen && (e->hint[i] < 0 || stock < e->hint[i])) {
-        e->empty_count += stock == 0;
         e->hint[i] = stock;
+        if (stock == 0) {
+            /* Waiters may now be owed an answer (sold out, insufficient) rather
+             * than a claim that will never come: wake them all to look again. */
+            e->empty_count++;
+            e->wakes++;
+            pthread_cond_broadcast(&e->cv);
+        }
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -275,8 +283,10 @@ int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
             return -1;
         }
     }
+    unsigned wakes = e->wakes;
     e->waiters++;
-    while (e->nhanded == 0 && pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0)
+    while (e->nhanded == 0 && e->wakes == wakes &&
+           pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0)
         ;
     e->waiters--;
     int got = e->nhanded > 0 ? e->handed[--e->nhanded] : -1;

@@ -47,8 +47,9 @@ void skutab_invalidate(inv *v, const char *sku);
 
 /* Claim segment i for this worker: false when another local worker has it. */
 bool skutab_claim(sku_local *e, int i);
-/* Give a claim back: to a waiter when one is waiting (it now holds the claim), else
- * free. */
+/* Give a claim back: to a skutab_claim_wait caller waiting for this segment, else
+ * to a skutab_wait caller when the segment is not known empty (either now holds the
+ * claim), else free. */
 void skutab_unclaim(sku_local *e, int i);
 
 /* Record that segment i held `stock` in generation `gen` (ignored if stale). */
@@ -74,7 +75,8 @@ void skutab_rebalance_done(sku_local *e);
 int skutab_empty_count(sku_local *e, long long gen);
 
 /* Wait up to `ms` milliseconds for a claim handed over by skutab_unclaim. Returns
- * the segment now claimed by the caller, or -1 when the time ran out -- or at once
+ * the segment now claimed by the caller, or -1 when the time ran out or a segment
+ * went empty or the settings were dropped (look again) -- or at once
  * when `rescan` and one of the first `n` segments is unclaimed and may hold `qty`
  * (it was freed since the caller looked). */
 int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms);
