@@ -13,19 +13,24 @@
 
 #define BUCKETS 256
 
+/* A worker in skutab_wait: it sleeps on its own condition variable until a claim is
+ * handed to it (`got`) or it is told to look again (`again`). */
+struct waiter {
+    pthread_cond_t cv;
+    int got;
+    bool again;
+    struct waiter *next;
+};
+
 struct sku_local {
     char name[SEG_NAME_MAX + 1];
     pthread_mutex_t mu;
-    pthread_cond_t cv;              /* signalled when a claim is handed over */
     pthread_cond_t cv_wanted;       /* broadcast when a wanted segment is reserved */
     bool valid;                     /* settings known */
     bool refreshing;                /* a worker is re-reading them */
     struct sku_view view;
     int64_t fetched_ms;
-    int waiters;
-    unsigned wakes;                 /* bumped to make every waiter look again */
-    int nhanded;                    /* claims handed over, not yet taken by a waiter */
-    int handed[SEG_MAX_SEGMENTS];
+    struct waiter *first, *last;    /* skutab_wait callers, oldest first */
     unsigned short wanted[SEG_MAX_SEGMENTS];  /* skutab_claim_wait callers per segment */
     unsigned char reserved[SEG_MAX_SEGMENTS]; /* released to one of them */
     int empty_count;
@@ -75,7 +80,6 @@ void skutab_free(skutab *t)
         for (sku_local *e = t->bucket[b], *next; e != NULL; e = next) {
             next = e->next;
             pthread_mutex_destroy(&e->mu);
-            pthread_cond_destroy(&e->cv);
             pthread_cond_destroy(&e->cv_wanted);
             free(e);
         }
@@ -108,7 +112,6 @@ static sku_local *find_or_add(skutab *t, const char *sku)
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&e->cv, &ca);
         pthread_cond_init(&e->cv_wanted, &ca);
         pthread_condattr_destroy(&ca);
         unsigned b = hash(sku);
@@ -190,6 +193,18 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out, struct sku_
     return st;
 }
 
+/* Send every waiter back to look again; called with e->mu held. */
+static void wake_all(sku_local *e)
+{
+    for (struct waiter *w = e->first, *next; w != NULL; w = next) {
+        next = w->next;
+        w->next = NULL;
+        w->again = true;
+        pthread_cond_signal(&w->cv);
+    }
+    e->first = e->last = NULL;
+}
+
 void skutab_invalidate(inv *v, const char *sku)
 {
     pthread_rwlock_rdlock(&v->tab->lock);
@@ -199,8 +214,7 @@ void skutab_invalidate(inv *v, const char *sku)
         return;
     pthread_mutex_lock(&e->mu);
     e->valid = false;
-    e->wakes++;
-    pthread_cond_broadcast(&e->cv);
+    wake_all(e);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -219,9 +233,14 @@ void skutab_unclaim(sku_local *e, int i)
     if (e->wanted[i] > 0) {
         e->reserved[i] = 1; /* stays claimed: goes to whoever waits for i itself */
         pthread_cond_broadcast(&e->cv_wanted);
-    } else if (e->waiters > e->nhanded && e->hint[i] != 0) {
-        e->handed[e->nhanded++] = i; /* stays claimed: it changes hands */
-        pthread_cond_signal(&e->cv);
+    } else if (e->first != NULL && e->hint[i] != 0) {
+        struct waiter *w = e->first; /* the oldest waiter: first come, first served */
+        e->first = w->next;
+        if (e->first == NULL)
+            e->last = NULL;
+        w->next = NULL;
+        w->got = i; /* stays claimed: it changes hands */
+        pthread_cond_signal(&w->cv);
     } else {
         e->claimed[i] = 0;
     }
@@ -237,8 +256,7 @@ void skutab_note_stock(sku_local *e, long long gen, int i, long long stock)
             /* Waiters may now be owed an answer (sold out, insufficient) rather
              * than a claim that will never come: wake them all to look again. */
             e->empty_count++;
-            e->wakes++;
-            pthread_cond_broadcast(&e->cv);
+            wake_all(e);
         }
     }
     pthread_mutex_unlock(&e->mu);
@@ -283,15 +301,33 @@ int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
             return -1;
         }
     }
-    unsigned wakes = e->wakes;
-    e->waiters++;
-    while (e->nhanded == 0 && e->wakes == wakes &&
-           pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0)
+    struct waiter me = {.got = -1};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&me.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (e->last != NULL)
+        e->last->next = &me;
+    else
+        e->first = &me;
+    e->last = &me;
+
+    while (me.got < 0 && !me.again && pthread_cond_timedwait(&me.cv, &e->mu, &ts) == 0)
         ;
-    e->waiters--;
-    int got = e->nhanded > 0 ? e->handed[--e->nhanded] : -1;
+    if (me.got < 0 && !me.again) { /* timed out: still queued */
+        struct waiter **p = &e->first, *prev = NULL;
+        while (*p != &me) {
+            prev = *p;
+            p = &(*p)->next;
+        }
+        *p = me.next;
+        if (e->last == &me)
+            e->last = prev;
+    }
     pthread_mutex_unlock(&e->mu);
-    return got;
+    pthread_cond_destroy(&me.cv);
+    return me.got;
 }
 
 bool skutab_claim_wait(sku_local *e, int i, int ms)

@@ -6,9 +6,9 @@
  *    sees it within meta_cache_ms (at once on the instance that did it);
  *  - `claimed`: segments a worker of this process is locking or holding; other
  *    local workers skip them without asking Redis. When every candidate is claimed
- *    a worker waits, and a worker giving a claim back hands it straight to a waiter
- *    (the claim never becomes free in between), so arriving orders cannot overtake
- *    waiting ones: waits are short and fair instead of polled;
+ *    a worker joins a FIFO queue, and a worker giving a claim back hands it straight
+ *    to the oldest waiter (the claim never becomes free in between), so arriving
+ *    orders cannot overtake waiting ones: waits are short and fair, not polled;
  *  - `hint`: per segment, the least stock seen in the current generation. Within a
  *    generation stock only falls (a restock, cancel, rebalance or reset changes the
  *    generation), so a hint is an upper bound however stale: a segment whose hint is
