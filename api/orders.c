@@ -80,6 +80,16 @@ static void reply_record(struct api_request *req, struct api_reply *rep, inv_sta
     free(record);
 }
 
+bool api_orders_fast(const struct api_ctx *ctx, struct api_request *req,
+                     struct api_reply *rep)
+{
+    const struct api_order_body *b = &req->in.order;
+    if (b->order_id[0] != '\0' || !order_sold_out_fast(ctx->inv, b->sku))
+        return false;
+    api_reply_status(rep, INV_SOLD_OUT, "sku %s is sold out", b->sku);
+    return true;
+}
+
 void api_orders_get(const struct api_ctx *ctx, struct api_request *req,
                     struct api_reply *rep)
 {

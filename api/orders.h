@@ -18,6 +18,10 @@ int api_orders_parse(struct api_request *req, struct api_parse_error *err);
 
 void api_orders_place(const struct api_ctx *ctx, struct api_request *req,
                       struct api_reply *rep);
+/* The sold-out fast path of POST /orders (order_sold_out_fast): 409 sold_out on the
+ * HTTP thread, no Redis, for an order without a client order_id. */
+bool api_orders_fast(const struct api_ctx *ctx, struct api_request *req,
+                     struct api_reply *rep);
 void api_orders_get(const struct api_ctx *ctx, struct api_request *req,
                     struct api_reply *rep);
 void api_orders_cancel(const struct api_ctx *ctx, struct api_request *req,

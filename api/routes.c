@@ -12,20 +12,21 @@
 #define S API_ROUTE_SLOW
 
 static const struct api_route routes[] = {
-    {"POST", "/orders", NULL, B | S, api_orders_parse, api_orders_place},
-    {"GET", "/orders/{}", "order_id", B, NULL, api_orders_get},
-    {"DELETE", "/orders/{}", "order_id", B | S, NULL, api_orders_cancel},
-    {"GET", "/admin/skus", NULL, A | B, NULL, api_admin_sku_list},
-    {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get},
-    {"PUT", "/admin/skus/{}", "sku", A | B, api_admin_parse_sku, api_admin_sku_put},
-    {"DELETE", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_delete},
+    /* method, pattern, name, flags, parse, handle, fast */
+    {"POST", "/orders", NULL, B | S, api_orders_parse, api_orders_place, api_orders_fast},
+    {"GET", "/orders/{}", "order_id", B, NULL, api_orders_get, NULL},
+    {"DELETE", "/orders/{}", "order_id", B | S, NULL, api_orders_cancel, NULL},
+    {"GET", "/admin/skus", NULL, A | B, NULL, api_admin_sku_list, NULL},
+    {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get, NULL},
+    {"PUT", "/admin/skus/{}", "sku", A | B, api_admin_parse_sku, api_admin_sku_put, NULL},
+    {"DELETE", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_delete, NULL},
     {"POST", "/admin/skus/{}/restock", "sku", A | B | S, api_admin_parse_restock,
-     api_admin_restock},
-    {"POST", "/admin/skus/{}/rebalance", "sku", A | B | S, NULL, api_admin_rebalance},
-    {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats},
-    {"GET", "/livez", NULL, 0, NULL, api_livez},
-    {"GET", "/metrics", NULL, 0, NULL, api_metrics},
-    {"GET", "/healthz", NULL, B, NULL, api_healthz},
+     api_admin_restock, NULL},
+    {"POST", "/admin/skus/{}/rebalance", "sku", A | B | S, NULL, api_admin_rebalance, NULL},
+    {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats, NULL},
+    {"GET", "/livez", NULL, 0, NULL, api_livez, NULL},
+    {"GET", "/metrics", NULL, 0, NULL, api_metrics, NULL},
+    {"GET", "/healthz", NULL, B, NULL, api_healthz, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 

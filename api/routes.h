@@ -57,6 +57,10 @@ enum api_route_flags {
 typedef int (*api_parse_fn)(struct api_request *req, struct api_parse_error *err);
 typedef void (*api_handler_fn)(const struct api_ctx *ctx, struct api_request *req,
                                struct api_reply *rep);
+/* Answers inline, on the HTTP thread, when it can without blocking (true, reply set);
+ * false sends the request on to `handle` on a worker. */
+typedef bool (*api_fast_fn)(const struct api_ctx *ctx, struct api_request *req,
+                            struct api_reply *rep);
 
 struct api_route {
     const char *method;
@@ -65,6 +69,7 @@ struct api_route {
     unsigned flags;
     api_parse_fn parse; /* body parser (POST/PUT), or NULL: body ignored */
     api_handler_fn handle;
+    api_fast_fn fast;   /* NULL, or tried inline before a BACKEND route is queued */
 };
 
 /* Run the inline checks above on `req`. Returns the route to run, or NULL with the

@@ -214,11 +214,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     r->route = api_route_prepare(req, s->cfg->admin_token, &r->rep);
     if (r->route == NULL)
         return send_reply(r);
+    struct api_ctx inline_ctx = {s->inv, NULL, s->started};
     if (!(r->route->flags & API_ROUTE_BACKEND)) {
-        struct api_ctx ctx = {s->inv, NULL, s->started};
-        r->route->handle(&ctx, req, &r->rep);
+        r->route->handle(&inline_ctx, req, &r->rep);
         return send_reply(r);
     }
+    if (r->route->fast != NULL && r->route->fast(&inline_ctx, req, &r->rep))
+        return send_reply(r);
 
     /* Suspend before handing off: the worker may resume before we return. */
     struct pool *p = (r->route->flags & API_ROUTE_SLOW) ? s->orders : s->control;

@@ -379,6 +379,18 @@ static inv_status walk_ring(struct walk *w)
     }
 }
 
+bool order_sold_out_fast(inv *v, const char *sku)
+{
+    sku_local *e = seg_valid_name(sku) ? skutab_sold_out_now(v, sku) : NULL;
+    if (e == NULL)
+        return false;
+    stat_add(v, STAT_ORDERS_SOLD_OUT, 1);
+    stat_add(v, STAT_SOLD_OUT_FAST, 1);
+    skutab_count(e, STAT_ORDERS_SOLD_OUT);
+    stat_observe(v, HIST_ORDER, 0);
+    return true;
+}
+
 /* GET the record of order `id`: INV_OK (*record malloc'd), INV_NOT_FOUND, INV_UNAVAILABLE. */
 static inv_status read_record(inv_conn *c, const char *id, char **record)
 {

@@ -20,6 +20,8 @@
 #ifndef SEG_ORDER_H
 #define SEG_ORDER_H
 
+#include <stdbool.h>
+
 #include "segments/inventory.h"
 #include "segments/keys.h"
 
@@ -41,6 +43,13 @@ struct order_result {
 /* Place an order. Always fills `res` (record NULL unless OK/REPLAYED) and returns
  * res->status. Blocks for the SKU's hold_ms and at most about lock_wait_ms waiting. */
 inv_status order_place(inv_conn *c, const struct order_request *req, struct order_result *res);
+
+/* The sold-out fast path, for the HTTP thread: true when this process knows, without
+ * asking Redis, that `sku` is sold out now (every segment seen empty in the current
+ * generation, settings younger than meta_cache_ms); the rejection is counted as an
+ * order outcome. False means "ask order_place", never "not sold out". An order with
+ * a client order_id must still go through order_place: a replay gets its record. */
+bool order_sold_out_fast(inv *v, const char *sku);
 
 /* Look an order up: INV_OK with *record (JSON text, caller frees), INV_NOT_FOUND or
  * INV_UNAVAILABLE. `id` must be a valid name. */

@@ -205,6 +205,21 @@ static void wake_all(sku_local *e)
     e->first = e->last = NULL;
 }
 
+sku_local *skutab_sold_out_now(inv *v, const char *sku)
+{
+    pthread_rwlock_rdlock(&v->tab->lock);
+    sku_local *e = find(v->tab, sku);
+    pthread_rwlock_unlock(&v->tab->lock);
+    if (e == NULL)
+        return NULL;
+    int64_t now = inv_now_ms();
+    pthread_mutex_lock(&e->mu);
+    bool out = e->valid && now - e->fetched_ms < v->opt.meta_cache_ms &&
+               e->empty_count >= e->view.cfg.segments;
+    pthread_mutex_unlock(&e->mu);
+    return out ? e : NULL;
+}
+
 void skutab_invalidate(inv *v, const char *sku)
 {
     pthread_rwlock_rdlock(&v->tab->lock);

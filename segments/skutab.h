@@ -38,6 +38,10 @@ void skutab_free(skutab *t);
  * meta_cache_ms. INV_OK (*e, *view set), INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status skutab_get(inv_conn *c, const char *sku, sku_local **e, struct sku_view *view);
 
+/* The entry of `sku` when its settings are cached and fresh and every segment is
+ * known empty; NULL otherwise. Never touches Redis. */
+sku_local *skutab_sold_out_now(inv *v, const char *sku);
+
 /* Read the settings of `sku` from Redis, bypassing the cache: INV_OK,
  * INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *view);
