@@ -11,16 +11,7 @@
 #include "segments/skutab.h"
 #include "segments/store.h"
 #include "segments/watchdog.h"
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n, size);
-    if (p == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
-    return p;
-}
+#include "segments/xalloc.h"
 
 static void fill_random(void *buf, size_t n)
 {
@@ -38,13 +29,9 @@ static void fill_random(void *buf, size_t n)
 
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
 {
-    inv *v = xcalloc(1, sizeof *v);
+    inv *v = seg_calloc(1, sizeof *v);
     v->opt = *opt;
-    v->host = strdup(opt->redis_host ? opt->redis_host : "127.0.0.1");
-    if (v->host == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
+    v->host = seg_strdup(opt->redis_host ? opt->redis_host : "127.0.0.1");
     v->opt.redis_host = v->host;
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
@@ -69,7 +56,7 @@ void inv_free(inv *v)
 
 inv_conn *inv_conn_create(inv *v)
 {
-    inv_conn *c = xcalloc(1, sizeof *c);
+    inv_conn *c = seg_calloc(1, sizeof *c);
     c->v = v;
     fill_random(&c->rng, sizeof c->rng);
     c->rng |= 1; /* xorshift must not start at 0 */

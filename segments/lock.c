@@ -7,6 +7,7 @@
 
 #include "segments/keys.h"
 #include "segments/store.h"
+#include "segments/xalloc.h"
 
 void lock_new_token(inv_conn *c, char token[33])
 {
@@ -28,11 +29,8 @@ static int parse_reply(redisReply *r, struct lock_reply *out)
         const redisReply *val = r->element[1];
         if (val->type == REDIS_REPLY_INTEGER)
             out->stock = val->integer;
-        else if (val->type == REDIS_REPLY_STRING && out->code == SCRIPT_R_EXISTS &&
-                 (out->record = strdup(val->str)) == NULL) {
-            fprintf(stderr, "out of memory\n");
-            abort();
-        }
+        else if (val->type == REDIS_REPLY_STRING && out->code == SCRIPT_R_EXISTS)
+            out->record = seg_strdup(val->str);
     }
     freeReplyObject(r);
     return 0;

@@ -9,6 +9,7 @@
 #include "segments/ring.h"
 #include "segments/store.h"
 #include "segments/watchdog.h"
+#include "segments/xalloc.h"
 
 struct lockset {
     sku_local *e;
@@ -67,14 +68,12 @@ static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadli
 struct lockset *lockset_take(inv_conn *c, sku_local *e, const char *sku, const int *seg,
                              int n, int64_t deadline_ms, inv_status *why)
 {
-    struct lockset *s = calloc(1, sizeof *s);
-    int *segs = calloc((size_t)n, sizeof *segs);
-    struct lease *leases = calloc((size_t)n, sizeof *leases);
-    if (s == NULL || segs == NULL || leases == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
-    *s = (struct lockset){.e = e, .sku = sku, .n = 0, .seg = segs, .lease = leases};
+    struct lockset *s = seg_calloc(1, sizeof *s);
+    *s = (struct lockset){.e = e,
+                          .sku = sku,
+                          .n = 0,
+                          .seg = seg_calloc((size_t)n, sizeof *s->seg),
+                          .lease = seg_calloc((size_t)n, sizeof *s->lease)};
     for (int k = 0; k < n; k++) {
         s->seg[k] = seg[k];
         inv_status st = take_one(c, s, k, deadline_ms);

@@ -17,6 +17,7 @@
 #include "segments/skutab.h"
 #include "segments/store.h"
 #include "segments/watchdog.h"
+#include "segments/xalloc.h"
 
 /* What one visit to a segment came to. V_CLAIMED: another worker of this process
  * has it (a release hands it to a waiter); V_BUSY: locked elsewhere, or lost. */
@@ -33,16 +34,6 @@ struct walk {
     long long seen[SEG_MAX_SEGMENTS]; /* stock last seen per segment, -1 unknown */
 };
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -55,7 +46,7 @@ static char *build_record(const char *id, const char *sku, long long qty, int n,
                           const int *seg, const long long *part, const char *status)
 {
     size_t cap = 256 + (size_t)n * 48, len = 0;
-    char *buf = xmalloc(cap);
+    char *buf = seg_malloc(cap);
     len += (size_t)snprintf(buf, cap,
                             "{\"order_id\":\"%s\",\"sku\":\"%s\",\"qty\":%lld,"
                             "\"segment\":%d,\"segments\":[",
@@ -216,10 +207,10 @@ static int multi_segment(struct walk *w, int64_t deadline)
     char *record = build_record(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
                                 "confirmed");
     int nkeys = 1 + 4 * k, nargs = 2 + 2 * k;
-    char (*keybuf)[SEG_KEY_MAX] = xmalloc(sizeof *keybuf * (size_t)nkeys);
-    char (*qbuf)[24] = xmalloc(sizeof *qbuf * (size_t)k);
-    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
-    const char **args = xmalloc(sizeof *args * (size_t)nargs);
+    char (*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
+    char (*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)k);
+    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
+    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
     keys[0] = seg_key_order(keybuf[0], w->res->order_id);
     args[0] = w->res->order_id;
     args[1] = record;
@@ -255,12 +246,7 @@ static int multi_segment(struct walk *w, int64_t deadline)
         out = INV_OK;
     } else if (code == SCRIPT_R_EXISTS && r->elements > 1 &&
                r->element[1]->type == REDIS_REPLY_STRING) {
-        char *existing = strdup(r->element[1]->str);
-        if (existing == NULL) {
-            fprintf(stderr, "out of memory\n");
-            abort();
-        }
-        replayed(w, existing);
+        replayed(w, seg_strdup(r->element[1]->str));
         out = w->res->status;
     } else if (code < 0) {
         out = INV_UNAVAILABLE;
@@ -302,7 +288,7 @@ static void append_stock_reads(redisContext *rc, void *arg)
 static inv_status verdict_at_deadline(struct walk *w)
 {
     const int n = w->view.cfg.segments;
-    redisReply **r = xmalloc(sizeof *r * (size_t)n);
+    redisReply **r = seg_malloc(sizeof *r * (size_t)n);
     if (store_pipeline(w->c, n, append_stock_reads, w, r) != 0) {
         free(r);
         return INV_UNAVAILABLE;
@@ -400,10 +386,7 @@ static inv_status read_record(inv_conn *c, const char *id, char **record)
         return INV_UNAVAILABLE;
     inv_status st = INV_NOT_FOUND;
     if (r->type == REDIS_REPLY_STRING) {
-        if ((*record = strdup(r->str)) == NULL) {
-            fprintf(stderr, "out of memory\n");
-            abort();
-        }
+        *record = seg_strdup(r->str);
         st = INV_OK;
     }
     freeReplyObject(r);
@@ -437,7 +420,7 @@ inv_status order_place(inv_conn *c, const struct order_request *req, struct orde
     else
         inv_random_hex(res->order_id);
 
-    struct walk *w = xmalloc(sizeof *w);
+    struct walk *w = seg_malloc(sizeof *w);
     w->c = c;
     w->req = req;
     w->res = res;
@@ -516,10 +499,10 @@ static int run_cancel(inv_conn *c, const char *id, const struct parsed *p,
                       struct lockset *set, const char *cancelled)
 {
     int nkeys = 3 + 4 * p->n, nargs = 2 + 2 * p->n;
-    char (*keybuf)[SEG_KEY_MAX] = xmalloc(sizeof *keybuf * (size_t)nkeys);
-    char (*qbuf)[24] = xmalloc(sizeof *qbuf * (size_t)p->n);
-    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
-    const char **args = xmalloc(sizeof *args * (size_t)nargs);
+    char (*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
+    char (*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)p->n);
+    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
+    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
     keys[0] = seg_key_order(keybuf[0], id);
     keys[1] = seg_key_meta(keybuf[1], p->sku);
     args[0] = id;
@@ -556,7 +539,7 @@ inv_status order_cancel(inv_conn *c, const char *id, char **record)
     inv_status st = read_record(c, id, &rec);
     if (st != INV_OK)
         return st;
-    struct parsed *p = xmalloc(sizeof *p);
+    struct parsed *p = seg_malloc(sizeof *p);
     if (parse_record(rec, p) != 0 || p->cancelled) {
         free(p);
         *record = rec; /* already cancelled: nothing to do (or nothing we can read) */

@@ -9,6 +9,7 @@
 #include "segments/lockset.h"
 #include "segments/skutab.h"
 #include "segments/store.h"
+#include "segments/xalloc.h"
 
 const char *sku_mode_name(sku_mode m)
 {
@@ -26,24 +27,14 @@ int sku_mode_parse(const char *s, sku_mode *out)
     return 0;
 }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 /* Run RESET over `old` existing segments, writing `cfg` (NULL: delete the SKU). */
 static inv_status reset(inv_conn *c, const char *sku, int old, const struct sku_config *cfg)
 {
     int n = cfg ? cfg->segments : 0;
     int m = old > n ? old : n;
     int nkeys = 2 + 6 * m;
-    char (*names)[SEG_KEY_MAX] = xmalloc(sizeof *names * (size_t)nkeys);
-    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
+    char (*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
+    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
     keys[0] = seg_key_meta(names[0], sku);
     keys[1] = seg_key_skus(names[1]);
     for (int i = 0; i < m; i++) {
@@ -130,9 +121,9 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
         return st;
 
     int nkeys = 1 + 2 * n;
-    char (*names)[SEG_KEY_MAX] = xmalloc(sizeof *names * (size_t)nkeys);
-    const char **keys = xmalloc(sizeof *keys * (size_t)nkeys);
-    const char **args = xmalloc(sizeof *args * (size_t)(2 + n));
+    char (*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
+    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
+    const char **args = seg_malloc(sizeof *args * (size_t)(2 + n));
     char amount[24];
     snprintf(amount, sizeof amount, "%lld", add);
     keys[0] = seg_key_meta(names[0], sku);
@@ -205,7 +196,7 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     st->cfg = view.cfg;
 
     int n = view.cfg.segments;
-    redisReply **r = xmalloc(sizeof *r * (size_t)(4 * n));
+    redisReply **r = seg_malloc(sizeof *r * (size_t)(4 * n));
     struct status_cmds cmds = {sku, n};
     if (store_pipeline(c, 4 * n, append_status, &cmds, r) != 0) {
         free(r);
@@ -238,15 +229,12 @@ inv_status sku_list(inv_conn *c, char ***names, size_t *n)
     redisReply *r = store_command(c, "SMEMBERS %s", seg_key_skus(key));
     if (r == NULL)
         return INV_UNAVAILABLE;
-    char **out = xmalloc(sizeof *out * (r->elements + 1));
+    char **out = seg_malloc(sizeof *out * (r->elements + 1));
     size_t k = 0;
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         if (r->element[i]->type != REDIS_REPLY_STRING)
             continue;
-        if ((out[k++] = strdup(r->element[i]->str)) == NULL) {
-            fprintf(stderr, "out of memory\n");
-            abort();
-        }
+        out[k++] = seg_strdup(r->element[i]->str);
     }
     freeReplyObject(r);
     qsort(out, k, sizeof *out, compare_names);

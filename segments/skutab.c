@@ -10,6 +10,7 @@
 
 #include "segments/keys.h"
 #include "segments/store.h"
+#include "segments/xalloc.h"
 
 #define BUCKETS 256
 
@@ -47,16 +48,6 @@ struct skutab {
     sku_local *bucket[BUCKETS];
 };
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n, size);
-    if (p == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 static unsigned hash(const char *s)
 {
     unsigned h = 2166136261u; /* FNV-1a */
@@ -67,7 +58,7 @@ static unsigned hash(const char *s)
 
 skutab *skutab_create(void)
 {
-    skutab *t = xcalloc(1, sizeof *t);
+    skutab *t = seg_calloc(1, sizeof *t);
     pthread_rwlock_init(&t->lock, NULL);
     return t;
 }
@@ -106,7 +97,7 @@ static sku_local *find_or_add(skutab *t, const char *sku)
 
     pthread_rwlock_wrlock(&t->lock);
     if ((e = find(t, sku)) == NULL) {
-        e = xcalloc(1, sizeof *e);
+        e = seg_calloc(1, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", sku);
         pthread_mutex_init(&e->mu, NULL);
         pthread_condattr_t ca;

@@ -1,5 +1,6 @@
 /* store.c -- a worker's Redis connection (see store.h). */
 #include "segments/store.h"
+#include "segments/xalloc.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -124,11 +125,7 @@ redisReply *store_eval(inv_conn *c, enum script_id id, int nkeys, const char *co
     snprintf(nk, sizeof nk, "%d", nkeys);
     int argc = 3 + nkeys + nargs;
     const char *small[32];
-    const char **argv = argc <= 32 ? small : malloc(sizeof *argv * (size_t)argc);
-    if (argv == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
+    const char **argv = argc <= 32 ? small : seg_malloc(sizeof *argv * (size_t)argc);
     argv[0] = "EVALSHA";
     argv[1] = c->sha[id];
     argv[2] = nk;

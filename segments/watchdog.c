@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "segments/store.h"
+#include "segments/xalloc.h"
 
 #define BATCH 64
 
@@ -108,11 +109,7 @@ static void *run(void *arg)
 
 watchdog *watchdog_create(inv *v, char *err, size_t errlen)
 {
-    watchdog *w = calloc(1, sizeof *w);
-    if (w == NULL) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
+    watchdog *w = seg_calloc(1, sizeof *w);
     w->v = v;
     w->conn = inv_conn_create(v);
     w->head.next = w->head.prev = &w->head;

@@ -1,0 +1,16 @@
+/* xalloc.h -- allocation that cannot fail: out of memory aborts with a message.
+ *
+ * A service that cannot allocate a few bytes cannot do anything useful either, so
+ * the domain never threads allocation failures through its results (as Redis's
+ * zmalloc). Free with free().
+ */
+#ifndef SEG_XALLOC_H
+#define SEG_XALLOC_H
+
+#include <stddef.h>
+
+void *seg_malloc(size_t n);
+void *seg_calloc(size_t n, size_t size);
+char *seg_strdup(const char *s);
+
+#endif
