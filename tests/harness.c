@@ -40,6 +40,7 @@ static char *reg_dirs[MAX_DIRS];
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 static int http_timeout_ms = 30000;
+static bool stop_failed; /* an h_svc_stop_clean said -1; read by h_exit_status */
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -880,6 +881,73 @@ void h_svc_free(h_svc *s)
         free(s->dir);
     }
     free(s);
+}
+
+int h_svc_stop_clean(h_svc *s)
+{
+    if (s == NULL)
+        return 0;
+    int rc = 0;
+    if (!h_svc_alive(s)) {
+        h_svc_dump_log(s, 4000);
+        rc = -1;
+    } else if (h_svc_stop(s) != 0) {
+        h_svc_dump_log(s, 8000);
+        rc = -1;
+    }
+    if (rc != 0)
+        stop_failed = true;
+    return rc;
+}
+
+/* ---- group fixture ------------------------------------------------------------- */
+
+struct h_env *h_env_start(const char *const *args)
+{
+    struct h_env *e = h_env_start_redis();
+    if (e == NULL)
+        return NULL;
+    e->svc = h_svc_start_args(e->redis, args);
+    if (e->svc == NULL) {
+        h_env_free(e);
+        return NULL;
+    }
+    e->port = h_svc_port(e->svc);
+    return e;
+}
+
+struct h_env *h_env_start_redis(void)
+{
+    struct h_env *e = xcalloc(1, sizeof *e);
+    e->redis = h_redis_start();
+    if (e->redis == NULL) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+int h_env_stop(struct h_env *e)
+{
+    if (e == NULL)
+        return 0;
+    int rc = h_svc_stop_clean(e->svc);
+    h_env_free(e);
+    return rc;
+}
+
+void h_env_free(struct h_env *e)
+{
+    if (e == NULL)
+        return;
+    h_svc_free(e->svc);
+    h_redis_free(e->redis);
+    free(e);
+}
+
+int h_exit_status(int failed)
+{
+    return failed != 0 || stop_failed ? 1 : 0;
 }
 
 /* ---- HTTP client --------------------------------------------------------------- */

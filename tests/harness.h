@@ -139,6 +139,46 @@ void h_svc_dump_log(const h_svc *s, size_t max_bytes);
 /* Stop if running, remove its temp dir, free. NULL is fine. */
 void h_svc_free(h_svc *s);
 
+/* Stop `s` (SIGTERM, as h_svc_stop) and judge how it went: 0 when it was still running
+ * and then exited 0 -- a sanitizer report makes that exit non-zero -- else -1 after
+ * dumping the tail of its log (4000 bytes when it had already died, 8000 when the exit
+ * was not clean). `s` is not freed (h_svc_free). NULL: 0. A -1 is remembered for
+ * h_exit_status. Call it from the test's main thread. */
+int h_svc_stop_clean(h_svc *s);
+
+/* ---- group fixture ------------------------------------------------------------ */
+
+/* What most integration groups share: one redis-server and one inventoryd on it.
+ * A file that needs more (a second instance, a direct connection) wraps it. */
+struct h_env {
+    h_redis *redis;
+    h_svc *svc; /* NULL after h_env_start_redis */
+    int port;   /* svc's HTTP port; 0 without a service */
+};
+
+/* Start a redis-server and an inventoryd on it with default options plus `args`
+ * (as h_svc_start_args; NULL-terminated, may be NULL). Returns a malloc'd env, or
+ * NULL after freeing whatever had started. Caller ends it with h_env_stop (or
+ * h_env_free). */
+struct h_env *h_env_start(const char *const *args);
+
+/* The same with the redis-server only: svc NULL, port 0. */
+struct h_env *h_env_start_redis(void);
+
+/* The group teardown: h_svc_stop_clean on the service, then free everything as
+ * h_env_free. Returns 0, or -1 when the service had died or did not exit 0 on SIGTERM
+ * (its log dumped). NULL: 0. */
+int h_env_stop(struct h_env *e);
+
+/* Stop the service and redis-server without judging the exit, remove their temp dirs
+ * and free `e`. NULL is fine. */
+void h_env_free(struct h_env *e);
+
+/* What main returns: 1 when cmocka reported `failed` tests or any h_svc_stop_clean in
+ * this process returned -1, else 0. cmocka 1.1.5 reports a failed group teardown but
+ * still counts 0 failed tests, so the teardown's verdict has to be carried this way. */
+int h_exit_status(int failed);
+
 /* ---- HTTP client -------------------------------------------------------------- */
 
 struct h_resp {
