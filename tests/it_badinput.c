@@ -13,50 +13,16 @@
 
 #include "tests/harness.h"
 
-struct env {
-    h_redis *redis;
-    h_svc *svc;
-    int port;
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return -1;
+    struct h_env *e = h_env_start(NULL);
     *state = e;
-    e->redis = h_redis_start();
-    if (e->redis == NULL)
-        return -1;
-    e->svc = h_svc_start_args(e->redis, NULL);
-    if (e->svc == NULL)
-        return -1;
-    e->port = h_svc_port(e->svc);
-    return h_put_sku(e->port, NULL, "valid-sku", 1000, 4, "lock", 0);
+    return e != NULL ? h_put_sku(e->port, NULL, "valid-sku", 1000, 4, "lock", 0) : -1;
 }
-
-/* cmocka 1.1.5 reports a failed group teardown but still exits 0: carry it to main. */
-static int teardown_failed;
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    if (e == NULL)
-        return 0;
-    int rc = 0;
-    if (e->svc != NULL && !h_svc_alive(e->svc)) {
-        h_svc_dump_log(e->svc, 4000);
-        rc = -1;
-    } else if (e->svc != NULL && h_svc_stop(e->svc) != 0) {
-        /* SIGTERM must be a clean exit (a sanitizer report makes it non-zero). */
-        h_svc_dump_log(e->svc, 8000);
-        rc = -1;
-    }
-    h_svc_free(e->svc);
-    h_redis_free(e->redis);
-    free(e);
-    teardown_failed = rc != 0;
-    return rc;
+    return h_env_stop(*state);
 }
 
 #define JSON "application/json"
@@ -195,7 +161,7 @@ static const struct bad table[] = {
     {"patch order", "PATCH", "/orders/abc", JSON, "{}", 405, "method_not_allowed", "GET"},
 };
 
-static void check_alive(struct env *e, const char *after)
+static void check_alive(struct h_env *e, const char *after)
 {
     struct h_resp r;
     int st = h_req(e->port, "GET", "/livez", NULL, NULL, &r);
@@ -208,7 +174,7 @@ static void check_alive(struct env *e, const char *after)
 
 static void test_bad_input_table(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(180);
     int failures = 0;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
@@ -247,7 +213,7 @@ static void test_bad_input_table(void **state)
  * everything is rejected. */
 static void test_good_neighbours(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     struct h_resp r;
     const char *hdr = "Content-Type: application/json; charset=utf-8\r\n";
@@ -279,7 +245,7 @@ static void test_good_neighbours(void **state)
 
 static void test_body_too_large(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     /* A valid JSON object padded past 64 KiB with whitespace. */
     size_t n = 70 * 1024;
@@ -324,7 +290,7 @@ static void test_body_too_large(void **state)
  * but it must not be a success and the process must stay up. */
 static void test_raw_garbage(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     h_http_set_timeout(5000);
     static const char *const raw[] = {
@@ -376,7 +342,7 @@ static void test_raw_garbage(void **state)
 
 static void test_admin_token(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     const char *args[] = {"--admin-token", "secret", NULL};
     h_svc *s = h_svc_start_args(e->redis, args);
@@ -438,5 +404,5 @@ int main(void)
     };
     int failed =
         cmocka_run_group_tests_name("badinput", tests, group_setup, group_teardown);
-    return failed != 0 || teardown_failed ? 1 : 0;
+    return h_exit_status(failed);
 }

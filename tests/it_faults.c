@@ -18,27 +18,15 @@
 
 #include "tests/harness.h"
 
-struct env {
-    h_redis *redis;
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return -1;
-    *state = e;
-    e->redis = h_redis_start();
-    return e->redis != NULL ? 0 : -1;
+    *state = h_env_start_redis();
+    return *state != NULL ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    if (e != NULL)
-        h_redis_free(e->redis);
-    free(e);
-    return 0;
+    return h_env_stop(*state);
 }
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -167,7 +155,7 @@ static void frozen_main(int idx, void *ctx)
  * is refused by the fenced write and answers 409 sold_out. */
 static void test_frozen_holder_is_fenced(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     const char *args_a[] = {"--lock-ttl-ms", "500", NULL};
     const char *args_b[] = {"--lock-ttl-ms", "500", "--lock-wait-ms", "8000", NULL};
@@ -291,7 +279,7 @@ static void killed_main(int idx, void *ctx)
  * and sell the whole stock; A's orders never deducted. */
 static void test_killed_holder_leases_lapse(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", KILLED_TTL);
@@ -409,7 +397,7 @@ static void trio_main(int idx, void *ctx)
  * stock is sold, each sale has its record, and the instances' counters agree. */
 static void test_three_instances_one_sku(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(90);
     h_svc *s[3];
     struct trio t;
@@ -533,7 +521,7 @@ static void wd_main(int idx, void *ctx)
  * fenced rejection and no lost lease. */
 static void test_watchdog_renews_after_reconnect(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", WD_TTL);

@@ -21,27 +21,15 @@
 
 #include "tests/harness.h"
 
-struct env {
-    h_redis *redis;
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return -1;
-    *state = e;
-    e->redis = h_redis_start();
-    return e->redis != NULL ? 0 : -1;
+    *state = h_env_start_redis();
+    return *state != NULL ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    if (e != NULL)
-        h_redis_free(e->redis);
-    free(e);
-    return 0;
+    return h_env_stop(*state);
 }
 
 struct outcome {
@@ -183,7 +171,7 @@ static void verify_main(int idx, void *ctx)
  * answers 503 while Redis is away and confirms orders again once it is back. */
 static void test_redis_killed_under_load(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(90);
     const char *args[] = {"--redis-timeout-ms", "500", "--lock-wait-ms", "1000", NULL};
     h_svc *s = h_svc_start_args(e->redis, args);
@@ -309,7 +297,7 @@ static void orders_main(int idx, void *ctx)
  * orders again. Nothing sent into the hang is sold. */
 static void test_redis_hung_under_load(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(90);
     char workers[8];
     snprintf(workers, sizeof workers, "%d", HANG_WORKERS);

@@ -13,50 +13,15 @@
 
 #include "tests/harness.h"
 
-struct env {
-    h_redis *redis;
-    h_svc *svc;
-    int port;
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return -1;
-    *state = e;
-    e->redis = h_redis_start();
-    if (e->redis == NULL)
-        return -1;
-    e->svc = h_svc_start_args(e->redis, NULL);
-    if (e->svc == NULL)
-        return -1;
-    e->port = h_svc_port(e->svc);
-    return 0;
+    *state = h_env_start(NULL);
+    return *state != NULL ? 0 : -1;
 }
-
-/* cmocka 1.1.5 reports a failed group teardown but still exits 0: carry it to main. */
-static int teardown_failed;
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    if (e == NULL)
-        return 0;
-    int rc = 0;
-    if (e->svc != NULL && !h_svc_alive(e->svc)) {
-        h_svc_dump_log(e->svc, 4000);
-        rc = -1;
-    } else if (e->svc != NULL && h_svc_stop(e->svc) != 0) {
-        /* SIGTERM must be a clean exit (a sanitizer report makes it non-zero). */
-        h_svc_dump_log(e->svc, 8000);
-        rc = -1;
-    }
-    h_svc_free(e->svc);
-    h_redis_free(e->redis);
-    free(e);
-    teardown_failed = rc != 0;
-    return rc;
+    return h_env_stop(*state);
 }
 
 static long long sold_of(int port, const char *sku)
@@ -70,7 +35,7 @@ static long long sold_of(int port, const char *sku)
 
 static void test_sequential_replay(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(e->port, NULL, "idem-seq", 10, 4, "lock", 0), 0);
     struct h_resp first, again;
@@ -94,7 +59,7 @@ static void test_sequential_replay(void **state)
 /* A replay of a confirmed order is answered even when nothing is left to sell. */
 static void test_replay_after_sold_out(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(e->port, NULL, "idem-last", 1, 1, "lock", 0), 0);
     struct h_resp first, again;
@@ -180,7 +145,7 @@ static void concurrent_duplicates(int port, const char *sku, const char *mode,
 /* 20 copies at once: the duplicates race for different segments, only one sells. */
 static void test_concurrent_replay(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     concurrent_duplicates(e->port, "idem-par", "lock", 0);
 }
@@ -188,21 +153,21 @@ static void test_concurrent_replay(void **state)
 /* Same, with the lock held a while so duplicates overlap the first one's hold. */
 static void test_concurrent_replay_with_hold(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     concurrent_duplicates(e->port, "idem-hold", "lock", 50);
 }
 
 static void test_concurrent_replay_atomic(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     concurrent_duplicates(e->port, "idem-atomic", "atomic", 0);
 }
 
 static void test_conflicting_reuse(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(e->port, NULL, "idem-a", 10, 2, "lock", 0), 0);
     assert_int_equal(h_put_sku(e->port, NULL, "idem-b", 10, 2, "lock", 0), 0);
@@ -245,5 +210,5 @@ int main(void)
     };
     int failed =
         cmocka_run_group_tests_name("idempotency", tests, group_setup, group_teardown);
-    return failed != 0 || teardown_failed ? 1 : 0;
+    return h_exit_status(failed);
 }

@@ -12,27 +12,15 @@
 
 #include "tests/harness.h"
 
-struct env {
-    h_redis *redis;
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return -1;
-    *state = e;
-    e->redis = h_redis_start();
-    return e->redis != NULL ? 0 : -1;
+    *state = h_env_start_redis();
+    return *state != NULL ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    if (e != NULL)
-        h_redis_free(e->redis);
-    free(e);
-    return 0;
+    return h_env_stop(*state);
 }
 
 /* Poll until `key` exists (want=1) or is gone (want=0); false after timeout_ms. */
@@ -50,7 +38,7 @@ static bool wait_key(const h_redis *r, const char *key, int want, int timeout_ms
 
 static void test_dead_holder_taken_over_after_ttl(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     const char *args[] = {"--lock-wait-ms", "300", NULL};
     h_svc *s = h_svc_start_args(e->redis, args);
@@ -98,7 +86,7 @@ static void test_dead_holder_taken_over_after_ttl(void **state)
 /* A hold longer than the lease: the watchdog keeps renewing, the order completes. */
 static void test_watchdog_renews_long_hold(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     const char *args[] = {"--lock-ttl-ms", "300", NULL};
     h_svc *s = h_svc_start_args(e->redis, args);
@@ -180,7 +168,7 @@ static void both_main(int idx, void *ctx)
 
 static void test_stalled_holder_is_fenced(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(120);
     const char *args[] = {"--lock-ttl-ms", "300", "--lock-wait-ms", "500", NULL};
     h_svc *s = h_svc_start_args(e->redis, args);

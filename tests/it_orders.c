@@ -13,50 +13,15 @@
 
 #include "tests/harness.h"
 
-struct env {
-    h_redis *redis;
-    h_svc *svc;
-    int port;
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return -1;
-    *state = e;
-    e->redis = h_redis_start();
-    if (e->redis == NULL)
-        return -1;
-    e->svc = h_svc_start_args(e->redis, NULL);
-    if (e->svc == NULL)
-        return -1;
-    e->port = h_svc_port(e->svc);
-    return 0;
+    *state = h_env_start(NULL);
+    return *state != NULL ? 0 : -1;
 }
-
-/* cmocka 1.1.5 reports a failed group teardown but still exits 0: carry it to main. */
-static int teardown_failed;
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    if (e == NULL)
-        return 0;
-    int rc = 0;
-    if (e->svc != NULL && !h_svc_alive(e->svc)) {
-        h_svc_dump_log(e->svc, 4000);
-        rc = -1;
-    } else if (e->svc != NULL && h_svc_stop(e->svc) != 0) {
-        /* SIGTERM must be a clean exit (a sanitizer report makes it non-zero). */
-        h_svc_dump_log(e->svc, 8000);
-        rc = -1;
-    }
-    h_svc_free(e->svc);
-    h_redis_free(e->redis);
-    free(e);
-    teardown_failed = rc != 0;
-    return rc;
+    return h_env_stop(*state);
 }
 
 /* ---- a burst of concurrent single-unit orders ----------------------------------- */
@@ -213,21 +178,21 @@ static void sell_out(int port, const char *sku, long long stock, int segments,
 
 static void test_sellout_1000_over_20_segments(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(240);
     sell_out(e->port, "burst-lock", 1000, 20, "lock", 50, 30);
 }
 
 static void test_sellout_atomic_mode(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(240);
     sell_out(e->port, "burst-atomic", 500, 20, "atomic", 25, 30);
 }
 
 static void test_sellout_single_segment(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(240);
     sell_out(e->port, "burst-one", 200, 1, "lock", 20, 15);
 }
@@ -235,7 +200,7 @@ static void test_sellout_single_segment(void **state)
 /* 3 units over 20 segments: wherever an order starts, walking the ring finds them. */
 static void test_fall_through_finds_all(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(e->port, NULL, "sparse", 3, 20, "lock", 0), 0);
     int used[20] = {0};
@@ -279,7 +244,7 @@ static long long segment_parts(json_t *order, int *count)
 
 static void test_insufficient_stock(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     /* 10 over 5 segments: 2 in each. */
     assert_int_equal(h_put_sku(e->port, NULL, "thin", 10, 5, "lock", 0), 0);
@@ -322,7 +287,7 @@ static void test_insufficient_stock(void **state)
 
 static void test_get_order(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(e->port, NULL, "lookup", 5, 2, "lock", 0), 0);
     struct h_resp r;
@@ -355,7 +320,7 @@ static void test_get_order(void **state)
 
 static void test_unknown_and_deleted_sku(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     struct h_resp r;
     h_order(e->port, "no-such-sku", 1, NULL, &r);
@@ -378,7 +343,7 @@ static void test_unknown_and_deleted_sku(void **state)
 /* PUT on an existing SKU resets it: new stock and layout, no sales carried over. */
 static void test_reset_sku(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(e->port, NULL, "resettable", 5, 2, "lock", 0), 0);
     assert_int_equal(h_order(e->port, "resettable", 1, NULL, NULL), 201);
@@ -401,7 +366,7 @@ static void test_reset_sku(void **state)
 
 static void test_service_still_up(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(30);
     assert_true(h_svc_alive(e->svc));
     struct h_resp r;
@@ -424,5 +389,5 @@ int main(void)
     };
     int failed =
         cmocka_run_group_tests_name("orders", tests, group_setup, group_teardown);
-    return failed != 0 || teardown_failed ? 1 : 0;
+    return h_exit_status(failed);
 }

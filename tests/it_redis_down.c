@@ -12,51 +12,16 @@
 
 #include "tests/harness.h"
 
-struct env {
-    h_redis *redis;
-    h_svc *svc;
-    int port;
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return -1;
-    *state = e;
-    e->redis = h_redis_start();
-    if (e->redis == NULL)
-        return -1;
     const char *args[] = {"--redis-timeout-ms", "500", NULL};
-    e->svc = h_svc_start_args(e->redis, args);
-    if (e->svc == NULL)
-        return -1;
-    e->port = h_svc_port(e->svc);
-    return 0;
+    *state = h_env_start(args);
+    return *state != NULL ? 0 : -1;
 }
-
-/* cmocka 1.1.5 reports a failed group teardown but still exits 0: carry it to main. */
-static int teardown_failed;
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    if (e == NULL)
-        return 0;
-    int rc = 0;
-    if (e->svc != NULL && !h_svc_alive(e->svc)) {
-        h_svc_dump_log(e->svc, 4000);
-        rc = -1;
-    } else if (e->svc != NULL && h_svc_stop(e->svc) != 0) {
-        /* SIGTERM must be a clean exit (a sanitizer report makes it non-zero). */
-        h_svc_dump_log(e->svc, 8000);
-        rc = -1;
-    }
-    h_svc_free(e->svc);
-    h_redis_free(e->redis);
-    free(e);
-    teardown_failed = rc != 0;
-    return rc;
+    return h_env_stop(*state);
 }
 
 /* Poll GET /healthz until it answers `want`; false after timeout_ms. */
@@ -112,7 +77,7 @@ static void expect_orders_exist(int port, const char *fmt, int from, int to)
 
 static void test_stop_and_restart(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(180);
     assert_int_equal(h_put_sku(e->port, NULL, "durable", 20, 4, "lock", 0), 0);
     place(e->port, "durable", "before-%d", 1, 5);
@@ -158,7 +123,7 @@ static void test_stop_and_restart(void **state)
  * settles it exactly once. */
 static void test_hung_redis(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(180);
     assert_int_equal(h_put_sku(e->port, NULL, "hung", 10, 2, "lock", 0), 0);
     place(e->port, "hung", "pre-hang-%d", 1, 2);
@@ -189,7 +154,7 @@ static void test_hung_redis(void **state)
 /* kill -9 with every write fsynced: the AOF replays scripts into a consistent state. */
 static void test_killed_redis_replays_aof(void **state)
 {
-    struct env *e = *state;
+    struct h_env *e = *state;
     h_deadline(180);
     redisContext *c = h_redis_connect(e->redis);
     assert_non_null(c);
@@ -225,5 +190,5 @@ int main(void)
     };
     int failed =
         cmocka_run_group_tests_name("redis_down", tests, group_setup, group_teardown);
-    return failed != 0 || teardown_failed ? 1 : 0;
+    return h_exit_status(failed);
 }
