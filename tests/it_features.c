@@ -18,10 +18,8 @@
 #define MAX_SEGS 64 /* the most segments any SKU here has */
 
 struct env {
-    h_redis *redis;
-    h_svc *svc;  /* the instance most tests talk to */
+    struct h_env *h; /* h->svc is the instance most tests talk to */
     h_svc *peer; /* a second instance on the same Redis, started by the test needing it */
-    int port;
 };
 
 static int group_setup(void **state)
@@ -30,34 +28,8 @@ static int group_setup(void **state)
     if (e == NULL)
         return -1;
     *state = e;
-    e->redis = h_redis_start();
-    if (e->redis == NULL)
-        return -1;
-    e->svc = h_svc_start_args(e->redis, NULL);
-    if (e->svc == NULL)
-        return -1;
-    e->port = h_svc_port(e->svc);
-    return 0;
-}
-
-/* cmocka 1.1.5 reports a failed group teardown but still exits 0: carry it to main. */
-static int teardown_failed;
-
-/* Stop `s` and say whether it went cleanly (alive until now, exit status 0). */
-static int stop_clean(h_svc *s)
-{
-    if (s == NULL)
-        return 0;
-    if (!h_svc_alive(s)) {
-        h_svc_dump_log(s, 4000);
-        return -1;
-    }
-    if (h_svc_stop(s) != 0) {
-        /* SIGTERM must be a clean exit (a sanitizer report makes it non-zero). */
-        h_svc_dump_log(s, 8000);
-        return -1;
-    }
-    return 0;
+    e->h = h_env_start(NULL);
+    return e->h != NULL ? 0 : -1;
 }
 
 static int group_teardown(void **state)
@@ -65,12 +37,9 @@ static int group_teardown(void **state)
     struct env *e = *state;
     if (e == NULL)
         return 0;
-    int rc = stop_clean(e->peer) | stop_clean(e->svc);
+    int rc = h_svc_stop_clean(e->peer) | h_env_stop(e->h);
     h_svc_free(e->peer);
-    h_svc_free(e->svc);
-    h_redis_free(e->redis);
     free(e);
-    teardown_failed = rc != 0;
     return rc;
 }
 
@@ -78,14 +47,14 @@ static int group_teardown(void **state)
 static int peer_start(struct env *e)
 {
     if (e->peer == NULL)
-        e->peer = h_svc_start_args(e->redis, NULL);
+        e->peer = h_svc_start_args(e->h->redis, NULL);
     return e->peer != NULL ? h_svc_port(e->peer) : -1;
 }
 
 /* Stop the second instance; it must exit cleanly. */
 static void peer_stop(struct env *e)
 {
-    int rc = stop_clean(e->peer);
+    int rc = h_svc_stop_clean(e->peer);
     h_svc_free(e->peer);
     e->peer = NULL;
     assert_int_equal(rc, 0);
@@ -399,8 +368,8 @@ static void test_multi_segment_record(void **state)
 {
     struct env *e = *state;
     h_deadline(60);
-    multi_segment_in_mode(e->port, "ms-lock", "lock");
-    multi_segment_in_mode(e->port, "ms-atomic", "atomic");
+    multi_segment_in_mode(e->h->port, "ms-lock", "lock");
+    multi_segment_in_mode(e->h->port, "ms-atomic", "atomic");
 }
 
 /* Many concurrent orders that mostly need several segments. */
@@ -476,10 +445,10 @@ static void test_multi_segment_concurrent(void **state)
     const int segments = 20;
     /* 200 over 20: 10 a segment, so every order of 11..15 needs two or more, and
      * the 7..10s leave remainders that force more. hold_ms keeps locks contended. */
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 200, segments, "lock", 2), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 200, segments, "lock", 2), 0);
     struct multi_run m;
     memset(&m, 0, sizeof m);
-    m.port = e->port;
+    m.port = e->h->port;
     m.sku = sku;
     m.segments = segments;
     m.per_thread = 12;
@@ -498,21 +467,21 @@ static void test_multi_segment_concurrent(void **state)
 
     /* Every unit the 201s promised left exactly the segments they named. */
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.sold, m.qty_sum);
     assert_int_equal(s.orders, m.created);
     assert_int_equal(s.locks_held, 0);
     for (int i = 0; i < segments; i++)
         assert_int_equal(s.seg_sold[i], m.per_segment[i]);
-    assert_int_equal(h_audit(e->port, NULL, sku, 200, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 200, false), 0);
 
     /* No lock was left behind: what remains still sells, one unit at a time. */
     long long left = s.remaining;
-    assert_int_equal(drain(e->port, sku), left);
-    snap_get(e->port, sku, &s);
+    assert_int_equal(drain(e->h->port, sku), left);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.remaining, 0);
     assert_int_equal(s.sold, 200);
-    assert_int_equal(h_audit(e->port, NULL, sku, 200, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 200, false), 0);
 
     /* Locks are held 2 ms at a time, so no order has a reason to wait lock_wait_ms
      * (2 s): a 503 busy here is orders walking each other's claims instead of
@@ -529,10 +498,10 @@ static void test_fragmented_stock_concurrent(void **state)
     struct env *e = *state;
     h_deadline(120);
     const char *sku = "ms-frag";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 40, 20, "lock", 0), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 40, 20, "lock", 0), 0);
     struct multi_run m;
     memset(&m, 0, sizeof m);
-    m.port = e->port;
+    m.port = e->h->port;
     m.sku = sku;
     m.segments = 20;
     m.per_thread = 1;
@@ -548,12 +517,12 @@ static void test_fragmented_stock_concurrent(void **state)
             sku, m.created, m.multi, m.sold_out, m.insufficient, m.busy, m.other);
     assert_int_equal(m.other, 0);
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.sold, m.qty_sum);
     assert_int_equal(s.orders, m.created);
     for (int i = 0; i < 20; i++)
         assert_int_equal(s.seg_sold[i], m.per_segment[i]);
-    assert_int_equal(h_audit(e->port, NULL, sku, 40, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 40, false), 0);
     assert_int_equal(m.busy, 0);
     assert_int_equal(m.created, 13);
     assert_int_equal(m.insufficient + m.sold_out, 7);
@@ -567,24 +536,24 @@ static void test_cancel(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "cancel-a";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 10, 5, "lock", 0), 0);
-    long long cancelled0 = h_stat(e->port, NULL, "orders_cancelled");
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 10, 5, "lock", 0), 0);
+    long long cancelled0 = h_stat(e->h->port, NULL, "orders_cancelled");
     struct snap before, s;
-    snap_get(e->port, sku, &before);
+    snap_get(e->h->port, sku, &before);
 
     /* A single-segment order, cancelled: its units go back where they came from. */
-    json_t *o = order_ok(e->port, sku, 2, "cx-1");
+    json_t *o = order_ok(e->h->port, sku, 2, "cx-1");
     int seg[MAX_SEGS];
     long long part[MAX_SEGS];
     assert_int_equal(expect_record(o, sku, 2, "confirmed", 5, seg, part), 1);
     json_decref(o);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.stock[seg[0]], before.stock[seg[0]] - 2);
     assert_int_equal(s.sold, 2);
     assert_int_equal(s.orders, 1);
 
     struct h_resp r;
-    assert_int_equal(cancel(e->port, "cx-1", &r), 200);
+    assert_int_equal(cancel(e->h->port, "cx-1", &r), 200);
     assert_true(strncmp(r.content_type, "application/json", 16) == 0);
     o = resp_json(&r);
     int cseg[MAX_SEGS];
@@ -594,54 +563,54 @@ static void test_cancel(void **state)
     assert_int_equal(cseg[0], seg[0]);
     json_decref(o);
     h_resp_free(&r);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     for (int i = 0; i < 5; i++)
         assert_int_equal(s.stock[i], before.stock[i]);
     assert_int_equal(s.sold, 0);
     assert_int_equal(s.orders, 0);
-    assert_int_equal(h_stat(e->port, NULL, "orders_cancelled"), cancelled0 + 1);
+    assert_int_equal(h_stat(e->h->port, NULL, "orders_cancelled"), cancelled0 + 1);
 
     /* Again: 200 and the cancelled record, nothing returned twice. */
-    assert_int_equal(cancel(e->port, "cx-1", &r), 200);
+    assert_int_equal(cancel(e->h->port, "cx-1", &r), 200);
     o = resp_json(&r);
     assert_string_equal(jstr(o, "status"), "cancelled");
     json_decref(o);
     h_resp_free(&r);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     for (int i = 0; i < 5; i++)
         assert_int_equal(s.stock[i], before.stock[i]);
     assert_int_equal(s.sold, 0);
 
     /* GET shows it cancelled; a POST replay of the id answers the cancelled record
      * and deducts nothing. */
-    assert_int_equal(h_req(e->port, "GET", "/orders/cx-1", NULL, NULL, &r), 200);
+    assert_int_equal(h_req(e->h->port, "GET", "/orders/cx-1", NULL, NULL, &r), 200);
     o = resp_json(&r);
     assert_string_equal(jstr(o, "status"), "cancelled");
     json_decref(o);
     h_resp_free(&r);
-    assert_int_equal(h_order(e->port, sku, 2, "cx-1", &r), 200);
+    assert_int_equal(h_order(e->h->port, sku, 2, "cx-1", &r), 200);
     o = resp_json(&r);
     assert_string_equal(jstr(o, "status"), "cancelled");
     assert_string_equal(jstr(o, "order_id"), "cx-1");
     json_decref(o);
     h_resp_free(&r);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.remaining, 10);
     assert_int_equal(s.sold, 0);
 
     /* A multi-segment order, cancelled: every part goes back to its own segment. */
-    snap_get(e->port, sku, &before);
-    o = order_ok(e->port, sku, 5, "cx-2");
+    snap_get(e->h->port, sku, &before);
+    o = order_ok(e->h->port, sku, 5, "cx-2");
     int n = expect_record(o, sku, 5, "confirmed", 5, seg, part);
     assert_true(n >= 3);
     json_decref(o);
     /* Another order stays: cancelling cx-2 must not touch its units. */
-    json_t *keep = order_ok(e->port, sku, 1, "cx-keep");
+    json_t *keep = order_ok(e->h->port, sku, 1, "cx-keep");
     int kseg[MAX_SEGS];
     long long kpart[MAX_SEGS];
     assert_int_equal(expect_record(keep, sku, 1, "confirmed", 5, kseg, kpart), 1);
     json_decref(keep);
-    assert_int_equal(cancel(e->port, "cx-2", &r), 200);
+    assert_int_equal(cancel(e->h->port, "cx-2", &r), 200);
     o = resp_json(&r);
     assert_int_equal(expect_record(o, sku, 5, "cancelled", 5, cseg, cpart), n);
     for (int k = 0; k < n; k++) {
@@ -650,28 +619,28 @@ static void test_cancel(void **state)
     }
     json_decref(o);
     h_resp_free(&r);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     for (int i = 0; i < 5; i++)
         assert_int_equal(s.stock[i], before.stock[i] - (i == kseg[0] ? 1 : 0));
     assert_int_equal(s.sold, 1);
     assert_int_equal(s.orders, 1);
 
     /* Unknown and invalid ids. */
-    assert_int_equal(cancel(e->port, "never-placed-cx", &r), 404);
+    assert_int_equal(cancel(e->h->port, "never-placed-cx", &r), 404);
     assert_int_equal(h_expect_error(&r, 404, "not_found"), 0);
     h_resp_free(&r);
-    cancel(e->port, "bad!id", &r);
+    cancel(e->h->port, "bad!id", &r);
     assert_int_equal(h_expect_error(&r, 400, "invalid_field"), 0);
     h_resp_free(&r);
     char longid[80];
     memset(longid, 'a', 65);
     longid[65] = '\0';
-    cancel(e->port, longid, &r);
+    cancel(e->h->port, longid, &r);
     assert_int_equal(h_expect_error(&r, 400, "invalid_field"), 0);
     h_resp_free(&r);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.sold, 1);
-    assert_int_equal(h_audit(e->port, NULL, sku, 10, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 10, false), 0);
 }
 
 /* A cancel after a sell-out puts stock back; the sold-out flag must not hide it. */
@@ -680,17 +649,17 @@ static void test_cancel_after_sellout(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "cancel-so";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 2, 2, "lock", 0), 0);
-    json_decref(order_ok(e->port, sku, 1, "cso-1"));
-    json_decref(order_ok(e->port, sku, 1, "cso-2"));
-    order_expect_error(e->port, sku, 1, NULL, 409, "sold_out");
-    order_expect_error(e->port, sku, 1, NULL, 409, "sold_out");
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 2, 2, "lock", 0), 0);
+    json_decref(order_ok(e->h->port, sku, 1, "cso-1"));
+    json_decref(order_ok(e->h->port, sku, 1, "cso-2"));
+    order_expect_error(e->h->port, sku, 1, NULL, 409, "sold_out");
+    order_expect_error(e->h->port, sku, 1, NULL, 409, "sold_out");
     struct h_resp r;
-    assert_int_equal(cancel(e->port, "cso-1", &r), 200);
+    assert_int_equal(cancel(e->h->port, "cso-1", &r), 200);
     h_resp_free(&r);
-    json_decref(order_ok(e->port, sku, 1, "cso-3"));
-    order_expect_error(e->port, sku, 1, NULL, 409, "sold_out");
-    assert_int_equal(h_audit(e->port, NULL, sku, 2, true), 0);
+    json_decref(order_ok(e->h->port, sku, 1, "cso-3"));
+    order_expect_error(e->h->port, sku, 1, NULL, 409, "sold_out");
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 2, true), 0);
 }
 
 /* A reset drops the SKU's order records: cancelling an order of the old stock must
@@ -700,19 +669,19 @@ static void test_cancel_after_reset(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "cancel-reset";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 6, 2, "lock", 0), 0);
-    json_decref(order_ok(e->port, sku, 2, "cr-1"));
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 4, 2, "lock", 0), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 6, 2, "lock", 0), 0);
+    json_decref(order_ok(e->h->port, sku, 2, "cr-1"));
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 4, 2, "lock", 0), 0);
     struct h_resp r;
-    cancel(e->port, "cr-1", &r);
+    cancel(e->h->port, "cr-1", &r);
     assert_int_equal(h_expect_error(&r, 404, "not_found"), 0);
     h_resp_free(&r);
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.initial, 4);
     assert_int_equal(s.remaining, 4);
     assert_int_equal(s.sold, 0);
-    assert_int_equal(h_audit(e->port, NULL, sku, 4, true), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 4, true), 0);
 }
 
 /* Orders, cancels of some of them (some twice) all at once. */
@@ -805,10 +774,10 @@ static void test_cancel_concurrent(void **state)
     struct env *e = *state;
     h_deadline(180);
     const char *sku = "cancel-conc";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 300, 10, "lock", 2), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 300, 10, "lock", 2), 0);
     struct cancel_run c;
     memset(&c, 0, sizeof c);
-    c.port = e->port;
+    c.port = e->h->port;
     c.sku = sku;
     c.per_thread = 15;
     pthread_mutex_init(&c.mu, NULL);
@@ -825,11 +794,11 @@ static void test_cancel_concurrent(void **state)
     assert_true(c.cancelled > 0);
 
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.sold, c.placed_qty - c.cancelled_qty);
     assert_int_equal(s.orders, c.placed - c.cancelled);
     assert_int_equal(s.locks_held, 0);
-    assert_int_equal(h_audit(e->port, NULL, sku, 300, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 300, false), 0);
 }
 
 /* The same order cancelled by several requests at once: returned once. */
@@ -869,20 +838,20 @@ static void test_cancel_races_itself(void **state)
     struct env *e = *state;
     h_deadline(120);
     const char *sku = "cancel-race";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 60, 6, "lock", 0), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 60, 6, "lock", 0), 0);
     const int n_ids = 15;
     for (int i = 0; i < n_ids; i++) {
         char id[32];
         snprintf(id, sizeof id, "race-%d", i);
-        json_decref(order_ok(e->port, sku, 1 + i % 4, id));
+        json_decref(order_ok(e->h->port, sku, 1 + i % 4, id));
     }
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_true(s.sold > 0);
 
     struct race rc;
     memset(&rc, 0, sizeof rc);
-    rc.port = e->port;
+    rc.port = e->h->port;
     rc.n_ids = n_ids;
     pthread_mutex_init(&rc.mu, NULL);
     assert_int_equal(h_parallel(n_ids * 3, race_worker, &rc), 0);
@@ -892,11 +861,11 @@ static void test_cancel_races_itself(void **state)
     assert_int_equal(rc.bad, 0);
     assert_int_equal(rc.ok, n_ids * 3);
 
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_stock(&s, "[10,10,10,10,10,10]");
     assert_int_equal(s.sold, 0);
     assert_int_equal(s.orders, 0);
-    assert_int_equal(h_audit(e->port, NULL, sku, 60, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 60, false), 0);
 }
 
 /* ---- restock -------------------------------------------------------------------- */
@@ -906,14 +875,14 @@ static void test_restock_spread(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "restock-a";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 10, 4, "lock", 0), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 10, 4, "lock", 0), 0);
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_stock(&s, "[3,3,2,2]");
-    long long restocks0 = h_stat(e->port, NULL, "restocks");
+    long long restocks0 = h_stat(e->h->port, NULL, "restocks");
 
     struct h_resp r;
-    assert_int_equal(restock(e->port, sku, 6, &r), 200);
+    assert_int_equal(restock(e->h->port, sku, 6, &r), 200);
     json_t *j = resp_json(&r);
     assert_string_equal(jstr(j, "sku"), sku);
     assert_int_equal(snap_from(j, &s), 0);
@@ -922,29 +891,29 @@ static void test_restock_spread(void **state)
     assert_stock(&s, "[5,5,3,3]");
     assert_int_equal(s.initial, 16);
     assert_int_equal(s.remaining, 16);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_stock(&s, "[5,5,3,3]");
-    assert_int_equal(h_stat(e->port, NULL, "restocks"), restocks0 + 1);
+    assert_int_equal(h_stat(e->h->port, NULL, "restocks"), restocks0 + 1);
 
     /* After some sales the new units still land evenly on top of what is there. */
-    json_decref(order_ok(e->port, sku, 5, NULL));
-    snap_get(e->port, sku, &s);
+    json_decref(order_ok(e->h->port, sku, 5, NULL));
+    snap_get(e->h->port, sku, &s);
     long long was[4];
     memcpy(was, s.stock, sizeof was);
-    assert_int_equal(restock(e->port, sku, 5, &r), 200);
+    assert_int_equal(restock(e->h->port, sku, 5, &r), 200);
     h_resp_free(&r);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.initial, 21);
     assert_int_equal(s.stock[0], was[0] + 2);
     for (int i = 1; i < 4; i++)
         assert_int_equal(s.stock[i], was[i] + 1);
-    assert_int_equal(h_audit(e->port, NULL, sku, 21, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 21, false), 0);
 
     /* The most one restock may add is 10^12. */
-    assert_int_equal(h_put_sku(e->port, NULL, "restock-big", 0, 4, "lock", 0), 0);
-    assert_int_equal(restock(e->port, "restock-big", 1000000000000LL, &r), 200);
+    assert_int_equal(h_put_sku(e->h->port, NULL, "restock-big", 0, 4, "lock", 0), 0);
+    assert_int_equal(restock(e->h->port, "restock-big", 1000000000000LL, &r), 200);
     h_resp_free(&r);
-    snap_get(e->port, "restock-big", &s);
+    snap_get(e->h->port, "restock-big", &s);
     assert_int_equal(s.initial, 1000000000000LL);
     assert_stock(&s, "[250000000000,250000000000,250000000000,250000000000]");
 }
@@ -954,7 +923,7 @@ static void test_restock_bad_input(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "restock-bad";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 8, 4, "lock", 0), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 8, 4, "lock", 0), 0);
     static const char *const invalid[] = {
         "{\"qty\": 0}",
         "{\"qty\": -1}",
@@ -970,42 +939,42 @@ static void test_restock_bad_input(void **state)
     };
     for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
         struct h_resp r;
-        restock_raw(e->port, sku, invalid[i], &r);
+        restock_raw(e->h->port, sku, invalid[i], &r);
         if (h_expect_error(&r, 400, "invalid_field") != 0)
             fail_msg("restock body %s: want 400 invalid_field", invalid[i]);
         h_resp_free(&r);
     }
     /* Past what jansson holds in an integer: bad_json, as for POST /orders. */
     struct h_resp r;
-    restock_raw(e->port, sku, "{\"qty\": 100000000000000000000}", &r);
+    restock_raw(e->h->port, sku, "{\"qty\": 100000000000000000000}", &r);
     assert_int_equal(h_expect_error(&r, 400, "bad_json"), 0);
     h_resp_free(&r);
-    restock_raw(e->port, sku, "{\"qty\": ", &r);
+    restock_raw(e->h->port, sku, "{\"qty\": ", &r);
     assert_int_equal(h_expect_error(&r, 400, "bad_json"), 0);
     h_resp_free(&r);
 
-    restock(e->port, "no-such-restock-sku", 5, &r);
+    restock(e->h->port, "no-such-restock-sku", 5, &r);
     assert_int_equal(h_expect_error(&r, 404, "unknown_sku"), 0);
     h_resp_free(&r);
 
     const char body[] = "{\"qty\": 5}";
-    h_http(e->port, "POST", "/admin/skus/restock-bad/restock",
+    h_http(e->h->port, "POST", "/admin/skus/restock-bad/restock",
            "Content-Type: text/plain\r\n", body, sizeof body - 1, &r);
     assert_int_equal(h_expect_error(&r, 415, NULL), 0);
     h_resp_free(&r);
 
     /* Past the largest stock a SKU may have. */
     assert_int_equal(
-        h_put_sku(e->port, NULL, "restock-max", 9007199254740991LL, 1, "lock", 0), 0);
-    restock(e->port, "restock-max", 1, &r);
+        h_put_sku(e->h->port, NULL, "restock-max", 9007199254740991LL, 1, "lock", 0), 0);
+    restock(e->h->port, "restock-max", 1, &r);
     assert_int_equal(h_expect_error(&r, 400, "invalid_field"), 0);
     h_resp_free(&r);
     struct snap s;
-    snap_get(e->port, "restock-max", &s);
+    snap_get(e->h->port, "restock-max", &s);
     assert_int_equal(s.initial, 9007199254740991LL);
 
     /* None of it changed anything. */
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.initial, 8);
     assert_stock(&s, "[2,2,2,2]");
 }
@@ -1076,10 +1045,10 @@ static void test_restock_while_ordering(void **state)
     struct env *e = *state;
     h_deadline(180);
     const char *sku = "restock-live";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 100, 10, "lock", 5), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 100, 10, "lock", 5), 0);
     struct restock_run rr;
     memset(&rr, 0, sizeof rr);
-    rr.port = e->port;
+    rr.port = e->h->port;
     rr.sku = sku;
     rr.per_thread = 25;
     rr.restocks = 4;
@@ -1098,15 +1067,15 @@ static void test_restock_while_ordering(void **state)
 
     const long long initial = 100 + rr.restocked * rr.restock_qty;
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.initial, initial);
     assert_int_equal(s.sold, rr.created);
     assert_int_equal(s.locks_held, 0);
-    assert_int_equal(h_audit(e->port, NULL, sku, initial, true), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, initial, true), 0);
     /* Every restocked unit is sellable. */
-    assert_int_equal(drain(e->port, sku), s.remaining);
-    assert_int_equal(h_audit(e->port, NULL, sku, initial, true), 0);
-    snap_get(e->port, sku, &s);
+    assert_int_equal(drain(e->h->port, sku), s.remaining);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, initial, true), 0);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.sold, initial);
 }
 
@@ -1117,19 +1086,19 @@ static void test_rebalance_by_hand(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "rebal-hand";
-    put_sku_rebalance(e->port, sku, 8, 4, false);
+    put_sku_rebalance(e->h->port, sku, 8, 4, false);
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.rebalance, 0);
     for (int i = 0; i < 3; i++)
-        json_decref(order_ok(e->port, sku, 2, NULL));
-    snap_get(e->port, sku, &s);
+        json_decref(order_ok(e->h->port, sku, 2, NULL));
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(segments_holding(&s, 2), 1);
     assert_int_equal(segments_holding(&s, 0), 3);
-    long long rebal0 = h_stat(e->port, NULL, "rebalances");
+    long long rebal0 = h_stat(e->h->port, NULL, "rebalances");
 
     struct h_resp r;
-    assert_int_equal(rebalance(e->port, sku, &r), 200);
+    assert_int_equal(rebalance(e->h->port, sku, &r), 200);
     json_t *j = resp_json(&r);
     assert_int_equal(snap_from(j, &s), 0);
     json_decref(j);
@@ -1139,17 +1108,17 @@ static void test_rebalance_by_hand(void **state)
     assert_int_equal(s.remaining, 2);
     assert_int_equal(s.initial, 8);
     assert_int_equal(s.sold, 6);
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(segments_holding(&s, 1), 2);
-    assert_int_equal(h_stat(e->port, NULL, "rebalances"), rebal0 + 1);
-    assert_int_equal(h_audit(e->port, NULL, sku, 8, false), 0);
+    assert_int_equal(h_stat(e->h->port, NULL, "rebalances"), rebal0 + 1);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 8, false), 0);
     /* The spread stock sells, each unit from its own segment. */
-    assert_int_equal(drain(e->port, sku), 2);
+    assert_int_equal(drain(e->h->port, sku), 2);
 
-    rebalance(e->port, "no-such-rebal-sku", &r);
+    rebalance(e->h->port, "no-such-rebal-sku", &r);
     assert_int_equal(h_expect_error(&r, 404, "unknown_sku"), 0);
     h_resp_free(&r);
-    assert_int_equal(h_audit(e->port, NULL, sku, 8, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 8, false), 0);
 }
 
 /* Default: most segments empty with stock left -> the next order rebalances first. */
@@ -1158,24 +1127,24 @@ static void test_rebalance_automatic(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "rebal-auto";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 8, 4, "lock", 0), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 8, 4, "lock", 0), 0);
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.rebalance, 1);
-    json_decref(order_ok(e->port, sku, 2, NULL));
-    json_decref(order_ok(e->port, sku, 2, NULL));
-    snap_get(e->port, sku, &s);
+    json_decref(order_ok(e->h->port, sku, 2, NULL));
+    json_decref(order_ok(e->h->port, sku, 2, NULL));
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(segments_holding(&s, 0), 2);
     assert_int_equal(segments_holding(&s, 2), 2);
-    long long rebal0 = h_stat(e->port, NULL, "rebalances");
+    long long rebal0 = h_stat(e->h->port, NULL, "rebalances");
 
-    json_decref(order_ok(e->port, sku, 1, NULL));
-    assert_int_equal(h_stat(e->port, NULL, "rebalances"), rebal0 + 1);
-    snap_get(e->port, sku, &s);
+    json_decref(order_ok(e->h->port, sku, 1, NULL));
+    assert_int_equal(h_stat(e->h->port, NULL, "rebalances"), rebal0 + 1);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(segments_holding(&s, 1), 3);
     assert_int_equal(segments_holding(&s, 0), 1);
     assert_int_equal(s.remaining, 3);
-    assert_int_equal(h_audit(e->port, NULL, sku, 8, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 8, false), 0);
 }
 
 static void test_rebalance_off(void **state)
@@ -1183,18 +1152,18 @@ static void test_rebalance_off(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "rebal-off";
-    put_sku_rebalance(e->port, sku, 8, 4, false);
-    json_decref(order_ok(e->port, sku, 2, NULL));
-    json_decref(order_ok(e->port, sku, 2, NULL));
-    long long rebal0 = h_stat(e->port, NULL, "rebalances");
-    json_decref(order_ok(e->port, sku, 1, NULL));
-    assert_int_equal(h_stat(e->port, NULL, "rebalances"), rebal0);
+    put_sku_rebalance(e->h->port, sku, 8, 4, false);
+    json_decref(order_ok(e->h->port, sku, 2, NULL));
+    json_decref(order_ok(e->h->port, sku, 2, NULL));
+    long long rebal0 = h_stat(e->h->port, NULL, "rebalances");
+    json_decref(order_ok(e->h->port, sku, 1, NULL));
+    assert_int_equal(h_stat(e->h->port, NULL, "rebalances"), rebal0);
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(segments_holding(&s, 0), 2);
     assert_int_equal(segments_holding(&s, 1), 1);
     assert_int_equal(segments_holding(&s, 2), 1);
-    assert_int_equal(h_audit(e->port, NULL, sku, 8, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 8, false), 0);
 }
 
 /* ---- sold-out fast path ----------------------------------------------------------- */
@@ -1233,26 +1202,26 @@ static void test_sold_out_fast_path(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "so-one";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 3, 3, "lock", 0), 0);
-    assert_int_equal(drain(e->port, sku), 3);
-    expect_fast_sold_out(e->port, sku, 5);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 3, 3, "lock", 0), 0);
+    assert_int_equal(drain(e->h->port, sku), 3);
+    expect_fast_sold_out(e->h->port, sku, 5);
     /* A bigger order of a sold-out SKU is sold_out too, not insufficient_stock. */
-    order_expect_error(e->port, sku, 4, NULL, 409, "sold_out");
+    order_expect_error(e->h->port, sku, 4, NULL, 409, "sold_out");
 
     /* A restock clears the flag here at once. */
     struct h_resp r;
-    assert_int_equal(restock(e->port, sku, 2, &r), 200);
+    assert_int_equal(restock(e->h->port, sku, 2, &r), 200);
     h_resp_free(&r);
-    json_decref(order_ok(e->port, sku, 1, NULL));
-    json_decref(order_ok(e->port, sku, 1, NULL));
-    expect_fast_sold_out(e->port, sku, 3);
+    json_decref(order_ok(e->h->port, sku, 1, NULL));
+    json_decref(order_ok(e->h->port, sku, 1, NULL));
+    expect_fast_sold_out(e->h->port, sku, 3);
 
     /* So does a reset. */
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 2, 3, "lock", 0), 0);
-    json_decref(order_ok(e->port, sku, 1, NULL));
-    json_decref(order_ok(e->port, sku, 1, NULL));
-    expect_fast_sold_out(e->port, sku, 2);
-    assert_int_equal(h_audit(e->port, NULL, sku, 2, true), 0);
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 2, 3, "lock", 0), 0);
+    json_decref(order_ok(e->h->port, sku, 1, NULL));
+    json_decref(order_ok(e->h->port, sku, 1, NULL));
+    expect_fast_sold_out(e->h->port, sku, 2);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 2, true), 0);
 }
 
 /* Two instances on one Redis: a restock or reset on one clears the other's flag
@@ -1262,7 +1231,7 @@ static void test_sold_out_cleared_on_peer(void **state)
     struct env *e = *state;
     h_deadline(90);
     const char *sku = "so-peer";
-    int a = e->port;
+    int a = e->h->port;
     int b = peer_start(e);
     assert_true(b > 0);
     assert_int_equal(h_put_sku(a, NULL, sku, 4, 2, "lock", 0), 0);
@@ -1313,40 +1282,40 @@ static void test_replay_after_sellout(void **state)
     struct env *e = *state;
     h_deadline(60);
     const char *sku = "replay-so";
-    assert_int_equal(h_put_sku(e->port, NULL, sku, 3, 2, "lock", 0), 0); /* [2,1] */
+    assert_int_equal(h_put_sku(e->h->port, NULL, sku, 3, 2, "lock", 0), 0); /* [2,1] */
     struct h_resp r;
-    assert_int_equal(h_order(e->port, sku, 2, "rp-1", &r), 201);
+    assert_int_equal(h_order(e->h->port, sku, 2, "rp-1", &r), 201);
     char *body1 = strdup(r.body);
     h_resp_free(&r);
     /* 1 left, asked for 2: insufficient, yet the confirmed retry gets its record. */
-    expect_replay(e->port, sku, 2, "rp-1", body1);
-    assert_int_equal(h_order(e->port, sku, 1, "rp-2", &r), 201);
+    expect_replay(e->h->port, sku, 2, "rp-1", body1);
+    assert_int_equal(h_order(e->h->port, sku, 1, "rp-2", &r), 201);
     char *body2 = strdup(r.body);
     h_resp_free(&r);
     assert_true(body1 != NULL && body2 != NULL);
 
-    expect_fast_sold_out(e->port, sku, 2);
-    expect_replay(e->port, sku, 2, "rp-1", body1);
-    expect_replay(e->port, sku, 1, "rp-2", body2);
+    expect_fast_sold_out(e->h->port, sku, 2);
+    expect_replay(e->h->port, sku, 2, "rp-1", body1);
+    expect_replay(e->h->port, sku, 1, "rp-2", body2);
     /* The same id for something else is still a conflict. */
-    order_expect_error(e->port, sku, 1, "rp-1", 409, "order_id_conflict");
-    order_expect_error(e->port, sku, 1, "rp-new", 409, "sold_out");
+    order_expect_error(e->h->port, sku, 1, "rp-1", 409, "order_id_conflict");
+    order_expect_error(e->h->port, sku, 1, "rp-new", 409, "sold_out");
 
     /* A multi-segment order, retried after the sell-out. */
-    assert_int_equal(h_put_sku(e->port, NULL, "replay-ms", 4, 4, "lock", 0), 0);
-    assert_int_equal(h_order(e->port, "replay-ms", 3, "rp-m", &r), 201);
+    assert_int_equal(h_put_sku(e->h->port, NULL, "replay-ms", 4, 4, "lock", 0), 0);
+    assert_int_equal(h_order(e->h->port, "replay-ms", 3, "rp-m", &r), 201);
     char *body3 = strdup(r.body);
     h_resp_free(&r);
-    json_decref(order_ok(e->port, "replay-ms", 1, NULL));
-    expect_fast_sold_out(e->port, "replay-ms", 1);
-    expect_replay(e->port, "replay-ms", 3, "rp-m", body3);
+    json_decref(order_ok(e->h->port, "replay-ms", 1, NULL));
+    expect_fast_sold_out(e->h->port, "replay-ms", 1);
+    expect_replay(e->h->port, "replay-ms", 3, "rp-m", body3);
 
     struct snap s;
-    snap_get(e->port, sku, &s);
+    snap_get(e->h->port, sku, &s);
     assert_int_equal(s.sold, 3);
     assert_int_equal(s.orders, 2);
-    assert_int_equal(h_audit(e->port, NULL, sku, 3, false), 0);
-    assert_int_equal(h_audit(e->port, NULL, "replay-ms", 4, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, sku, 3, false), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, "replay-ms", 4, false), 0);
     free(body1);
     free(body2);
     free(body3);
@@ -1461,9 +1430,9 @@ static void test_metrics(void **state)
     peer_stop(e);
 
     /* The long-running instance agrees with its own stats once quiet. */
-    long long confirmed = h_stat(e->port, NULL, "orders_confirmed");
+    long long confirmed = h_stat(e->h->port, NULL, "orders_confirmed");
     assert_true(confirmed > 0);
-    assert_int_equal(h_req(e->port, "GET", "/metrics", NULL, NULL, &r), 200);
+    assert_int_equal(h_req(e->h->port, "GET", "/metrics", NULL, NULL, &r), 200);
     assert_true(metric(r.body, "inventory_orders_total{outcome=\"confirmed\"}") ==
                 (double)confirmed);
     check_histogram(r.body, "inventory_order_seconds");
@@ -1474,9 +1443,9 @@ static void test_service_still_up(void **state)
 {
     struct env *e = *state;
     h_deadline(30);
-    assert_true(h_svc_alive(e->svc));
+    assert_true(h_svc_alive(e->h->svc));
     struct h_resp r;
-    assert_int_equal(h_req(e->port, "GET", "/healthz", NULL, NULL, &r), 200);
+    assert_int_equal(h_req(e->h->port, "GET", "/healthz", NULL, NULL, &r), 200);
     h_resp_free(&r);
 }
 
@@ -1505,5 +1474,5 @@ int main(void)
     };
     int failed =
         cmocka_run_group_tests_name("features", tests, group_setup, group_teardown);
-    return failed != 0 || teardown_failed ? 1 : 0;
+    return h_exit_status(failed);
 }

@@ -34,9 +34,7 @@
 #define IDLE_CONNECTIONS 2000
 
 struct env {
-    h_redis *redis;
-    h_svc *svc;
-    int port;
+    struct h_env *h;
     redisContext *rc; /* direct connection for snapshots and command counts */
 };
 
@@ -46,17 +44,13 @@ static int group_setup(void **state)
     if (e == NULL)
         return -1;
     *state = e;
-    e->redis = h_redis_start();
-    if (e->redis == NULL)
+    e->h = h_env_start(NULL);
+    if (e->h == NULL)
         return -1;
-    e->svc = h_svc_start_args(e->redis, NULL);
-    if (e->svc == NULL)
-        return -1;
-    e->port = h_svc_port(e->svc);
-    e->rc = h_redis_connect(e->redis);
+    e->rc = h_redis_connect(e->h->redis);
     if (e->rc == NULL)
         return -1;
-    return h_put_sku(e->port, NULL, SKU, STOCK, 4, "lock", 0);
+    return h_put_sku(e->h->port, NULL, SKU, STOCK, 4, "lock", 0);
 }
 
 static int group_teardown(void **state)
@@ -64,12 +58,11 @@ static int group_teardown(void **state)
     struct env *e = *state;
     if (e == NULL)
         return 0;
-    if (e->svc != NULL && !h_svc_alive(e->svc))
-        h_svc_dump_log(e->svc, 4000);
+    if (e->h->svc != NULL && !h_svc_alive(e->h->svc))
+        h_svc_dump_log(e->h->svc, 4000);
     if (e->rc != NULL)
         redisFree(e->rc);
-    h_svc_free(e->svc);
-    h_redis_free(e->redis);
+    h_env_free(e->h);
     free(e);
     return 0;
 }
@@ -518,15 +511,15 @@ static void test_hostile_table(void **state)
         const struct hcase *c = &t.c[i];
         long long c0 = commands_processed(e->rc);
         struct h_resp r;
-        h_http_raw(e->port, c->req, c->len, false, &r);
+        h_http_raw(e->h->port, c->req, c->len, false, &r);
         int bad = judge(c, &r);
         h_resp_free(&r);
 
         struct h_resp lr;
-        int live = h_req(e->port, "GET", "/livez", NULL, NULL, &lr);
+        int live = h_req(e->h->port, "GET", "/livez", NULL, NULL, &lr);
         h_resp_free(&lr);
-        if (live != 200 || !h_svc_alive(e->svc)) {
-            h_svc_dump_log(e->svc, 4000);
+        if (live != 200 || !h_svc_alive(e->h->svc)) {
+            h_svc_dump_log(e->h->svc, 4000);
             fail_msg("the service is down after case \"%s\" (/livez %d)", c->what, live);
         }
         long long c1 = commands_processed(e->rc);
@@ -544,7 +537,7 @@ static void test_hostile_table(void **state)
             free(before);
             before = after;
             if (strstr(before, "inv:sku:{" SKU "}") == NULL) {
-                h_put_sku(e->port, NULL, SKU, STOCK, 4, "lock", 0);
+                h_put_sku(e->h->port, NULL, SKU, STOCK, 4, "lock", 0);
                 free(before);
                 before = snapshot(e->rc);
                 assert_non_null(before);
@@ -561,7 +554,7 @@ static void test_hostile_table(void **state)
     fprintf(stderr, "%zu hostile cases, %d failed\n", t.n, failures);
     table_free(&t);
     h_http_set_timeout(30000);
-    assert_int_equal(h_audit(e->port, NULL, SKU, STOCK, true), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, SKU, STOCK, true), 0);
     assert_int_equal(failures, 0);
 }
 
@@ -630,7 +623,7 @@ static void test_slow_clients_are_dropped(void **state)
     struct h_svc_opts o;
     memset(&o, 0, sizeof o);
     o.config_json = "{\"connection_timeout_s\": 2}";
-    h_svc *s = h_svc_start(e->redis, &o);
+    h_svc *s = h_svc_start(e->h->redis, &o);
     assert_non_null(s);
     int port = h_svc_port(s);
     json_t *j = h_get_sku(port, NULL, SKU);
@@ -728,7 +721,7 @@ static void test_thousands_of_idle_connections(void **state)
                 (unsigned long long)rl.rlim_cur, IDLE_CONNECTIONS);
         fail();
     }
-    json_t *j0 = h_get_sku(e->port, NULL, SKU);
+    json_t *j0 = h_get_sku(e->h->port, NULL, SKU);
     assert_non_null(j0);
     long long sold0 = json_integer_value(json_object_get(j0, "sold"));
     json_decref(j0);
@@ -737,7 +730,7 @@ static void test_thousands_of_idle_connections(void **state)
     assert_non_null(fds);
     int opened = 0;
     for (int i = 0; i < IDLE_CONNECTIONS; i++) {
-        fds[i] = open_conn(e->port);
+        fds[i] = open_conn(e->h->port);
         if (fds[i] < 0) {
             fprintf(stderr, "connect %d failed: %s\n", i, strerror(errno));
             break;
@@ -749,15 +742,15 @@ static void test_thousands_of_idle_connections(void **state)
     h_sleep_ms(300); /* let the server accept them all */
 
     struct h_resp r;
-    assert_int_equal(h_req(e->port, "GET", "/livez", NULL, NULL, &r), 200);
+    assert_int_equal(h_req(e->h->port, "GET", "/livez", NULL, NULL, &r), 200);
     h_resp_free(&r);
-    struct idle_order o = {.port = e->port};
+    struct idle_order o = {.port = e->h->port};
     assert_int_equal(h_parallel(8, idle_order_main, &o), 0);
     for (int i = 0; i < 8; i++)
         assert_int_equal(o.status[i], 201);
-    assert_int_equal(h_req(e->port, "GET", "/admin/stats", NULL, NULL, &r), 200);
+    assert_int_equal(h_req(e->h->port, "GET", "/admin/stats", NULL, NULL, &r), 200);
     h_resp_free(&r);
-    assert_true(h_svc_alive(e->svc));
+    assert_true(h_svc_alive(e->h->svc));
 
     /* None of the idle ones got an answer or was dropped in the meantime. */
     int closed = 0;
@@ -771,14 +764,14 @@ static void test_thousands_of_idle_connections(void **state)
         close(fds[i]);
     free(fds);
     h_sleep_ms(200);
-    assert_int_equal(h_req(e->port, "GET", "/livez", NULL, NULL, &r), 200);
+    assert_int_equal(h_req(e->h->port, "GET", "/livez", NULL, NULL, &r), 200);
     h_resp_free(&r);
-    assert_true(h_svc_alive(e->svc));
-    json_t *j = h_get_sku(e->port, NULL, SKU);
+    assert_true(h_svc_alive(e->h->svc));
+    json_t *j = h_get_sku(e->h->port, NULL, SKU);
     assert_non_null(j);
     assert_int_equal(json_integer_value(json_object_get(j, "sold")), sold0 + 8);
     json_decref(j);
-    assert_int_equal(h_audit(e->port, NULL, SKU, STOCK, true), 0);
+    assert_int_equal(h_audit(e->h->port, NULL, SKU, STOCK, true), 0);
 }
 
 int main(void)
