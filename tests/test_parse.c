@@ -23,20 +23,28 @@ static void check_prefix(const char *body, const struct api_parse_error *err,
                  prefix);
 }
 
+/* Judge one table case by what the parser returned: `rc` 0 when c->code is NULL, else
+ * -1 with err->code == c->code and the detail starting with c->detail. */
+static void check_case(const struct body_case *c, int rc,
+                       const struct api_parse_error *err)
+{
+    if (c->code == NULL) {
+        if (rc != 0)
+            fail_msg("body %s rejected: %s %s", c->body, err->code, err->detail);
+        return;
+    }
+    if (rc != -1 || err->code == NULL || strcmp(err->code, c->code) != 0)
+        fail_msg("body %s: want %s, got rc %d code %s", c->body, c->code, rc,
+                 err->code ? err->code : "(none)");
+    check_prefix(c->body, err, c->detail);
+}
+
 static void run_order_case(const struct body_case *c)
 {
     struct api_order_body out;
     struct api_parse_error err = {NULL, ""};
     int rc = api_parse_order(c->body, strlen(c->body), &out, &err);
-    if (c->code == NULL) {
-        if (rc != 0)
-            fail_msg("body %s rejected: %s %s", c->body, err.code, err.detail);
-        return;
-    }
-    if (rc != -1 || err.code == NULL || strcmp(err.code, c->code) != 0)
-        fail_msg("body %s: want %s, got rc %d code %s", c->body, c->code, rc,
-                 err.code ? err.code : "(none)");
-    check_prefix(c->body, &err, c->detail);
+    check_case(c, rc, &err);
 }
 
 static void order_validation_table(void **state)
@@ -129,15 +137,7 @@ static void run_sku_case(const struct body_case *c)
     struct sku_config out;
     struct api_parse_error err = {NULL, ""};
     int rc = api_parse_sku_config(c->body, strlen(c->body), &out, &err);
-    if (c->code == NULL) {
-        if (rc != 0)
-            fail_msg("body %s rejected: %s %s", c->body, err.code, err.detail);
-        return;
-    }
-    if (rc != -1 || err.code == NULL || strcmp(err.code, c->code) != 0)
-        fail_msg("body %s: want %s, got rc %d code %s", c->body, c->code, rc,
-                 err.code ? err.code : "(none)");
-    check_prefix(c->body, &err, c->detail);
+    check_case(c, rc, &err);
 }
 
 static void sku_validation_table(void **state)
