@@ -208,6 +208,20 @@ static int expect_record(const json_t *o, const char *sku, long long qty,
     return n;
 }
 
+/* expect_record, and the record has exactly the `n` parts seg[]/part[]. */
+static void expect_record_parts(const json_t *o, const char *sku, long long qty,
+                                const char *status, int nsegs, int n, const int *seg,
+                                const long long *part)
+{
+    int seg2[MAX_SEGS];
+    long long part2[MAX_SEGS];
+    assert_int_equal(expect_record(o, sku, qty, status, nsegs, seg2, part2), n);
+    for (int k = 0; k < n; k++) {
+        assert_int_equal(seg2[k], seg[k]);
+        assert_int_equal(part2[k], part[k]);
+    }
+}
+
 static json_t *resp_json(const struct h_resp *r)
 {
     json_t *j = h_resp_json(r);
@@ -299,6 +313,18 @@ static long long drain(int port, const char *sku)
     }
 }
 
+/* Run fn(idx, ctx) on `n` threads (h_parallel) with the run's lock `mu` initialised
+ * for them and destroyed after; then print the run's first unexpected `what`, if any. */
+static void run_parallel(int n, void (*fn)(int idx, void *ctx), void *ctx,
+                         pthread_mutex_t *mu, const char *first_bad, const char *what)
+{
+    pthread_mutex_init(mu, NULL);
+    assert_int_equal(h_parallel(n, fn, ctx), 0);
+    pthread_mutex_destroy(mu);
+    if (first_bad[0] != '\0')
+        fprintf(stderr, "first unexpected %s: %s\n", what, first_bad);
+}
+
 /* ---- multi-segment orders ------------------------------------------------------- */
 
 /* No segment holds the qty: the order takes several, and the record's parts are
@@ -341,13 +367,7 @@ static void multi_segment_in_mode(int port, const char *sku, const char *mode)
     snprintf(path, sizeof path, "/orders/%s", id);
     assert_int_equal(h_req(port, "GET", path, NULL, NULL, &r), 200);
     o = resp_json(&r);
-    int seg2[MAX_SEGS];
-    long long part2[MAX_SEGS];
-    assert_int_equal(expect_record(o, sku, 5, "confirmed", 5, seg2, part2), n);
-    for (int k = 0; k < n; k++) {
-        assert_int_equal(seg2[k], seg[k]);
-        assert_int_equal(part2[k], part[k]);
-    }
+    expect_record_parts(o, sku, 5, "confirmed", 5, n, seg, part);
     json_decref(o);
     h_resp_free(&r);
 
@@ -437,6 +457,19 @@ static void multi_worker(int idx, void *ctx)
     }
 }
 
+/* After a multi_run: the SKU sold exactly what its 201s promised, each segment exactly
+ * the parts they named, and the audit holds for `initial`. Leaves the status in `s`. */
+static void expect_multi_sold(int port, const struct multi_run *m, long long initial,
+                              struct snap *s)
+{
+    snap_get(port, m->sku, s);
+    assert_int_equal(s->sold, m->qty_sum);
+    assert_int_equal(s->orders, m->created);
+    for (int i = 0; i < m->segments; i++)
+        assert_int_equal(s->seg_sold[i], m->per_segment[i]);
+    assert_int_equal(h_audit(port, NULL, m->sku, initial, false), 0);
+}
+
 static void test_multi_segment_concurrent(void **state)
 {
     struct env *e = *state;
@@ -452,12 +485,7 @@ static void test_multi_segment_concurrent(void **state)
     m.sku = sku;
     m.segments = segments;
     m.per_thread = 12;
-    pthread_mutex_init(&m.mu, NULL);
-
-    assert_int_equal(h_parallel(40, multi_worker, &m), 0);
-    pthread_mutex_destroy(&m.mu);
-    if (m.first_bad[0] != '\0')
-        fprintf(stderr, "first unexpected reply: %s\n", m.first_bad);
+    run_parallel(40, multi_worker, &m, &m.mu, m.first_bad, "reply");
     fprintf(stderr,
             "%s: %d x 201 (%d multi-segment, %lld units), %d sold_out, %d "
             "insufficient_stock, %d busy, %d other\n",
@@ -467,13 +495,8 @@ static void test_multi_segment_concurrent(void **state)
 
     /* Every unit the 201s promised left exactly the segments they named. */
     struct snap s;
-    snap_get(e->h->port, sku, &s);
-    assert_int_equal(s.sold, m.qty_sum);
-    assert_int_equal(s.orders, m.created);
+    expect_multi_sold(e->h->port, &m, 200, &s);
     assert_int_equal(s.locks_held, 0);
-    for (int i = 0; i < segments; i++)
-        assert_int_equal(s.seg_sold[i], m.per_segment[i]);
-    assert_int_equal(h_audit(e->h->port, NULL, sku, 200, false), 0);
 
     /* No lock was left behind: what remains still sells, one unit at a time. */
     long long left = s.remaining;
@@ -506,23 +529,14 @@ static void test_fragmented_stock_concurrent(void **state)
     m.segments = 20;
     m.per_thread = 1;
     m.fixed_qty = 3;
-    pthread_mutex_init(&m.mu, NULL);
-    assert_int_equal(h_parallel(20, multi_worker, &m), 0);
-    pthread_mutex_destroy(&m.mu);
-    if (m.first_bad[0] != '\0')
-        fprintf(stderr, "first unexpected reply: %s\n", m.first_bad);
+    run_parallel(20, multi_worker, &m, &m.mu, m.first_bad, "reply");
     fprintf(stderr,
             "%s: %d x 201 (%d multi-segment), %d sold_out, %d insufficient_stock, "
             "%d busy, %d other\n",
             sku, m.created, m.multi, m.sold_out, m.insufficient, m.busy, m.other);
     assert_int_equal(m.other, 0);
     struct snap s;
-    snap_get(e->h->port, sku, &s);
-    assert_int_equal(s.sold, m.qty_sum);
-    assert_int_equal(s.orders, m.created);
-    for (int i = 0; i < 20; i++)
-        assert_int_equal(s.seg_sold[i], m.per_segment[i]);
-    assert_int_equal(h_audit(e->h->port, NULL, sku, 40, false), 0);
+    expect_multi_sold(e->h->port, &m, 40, &s);
     assert_int_equal(m.busy, 0);
     assert_int_equal(m.created, 13);
     assert_int_equal(m.insufficient + m.sold_out, 7);
@@ -612,11 +626,7 @@ static void test_cancel(void **state)
     json_decref(keep);
     assert_int_equal(cancel(e->h->port, "cx-2", &r), 200);
     o = resp_json(&r);
-    assert_int_equal(expect_record(o, sku, 5, "cancelled", 5, cseg, cpart), n);
-    for (int k = 0; k < n; k++) {
-        assert_int_equal(cseg[k], seg[k]);
-        assert_int_equal(cpart[k], part[k]);
-    }
+    expect_record_parts(o, sku, 5, "cancelled", 5, n, seg, part);
     json_decref(o);
     h_resp_free(&r);
     snap_get(e->h->port, sku, &s);
@@ -780,11 +790,7 @@ static void test_cancel_concurrent(void **state)
     c.port = e->h->port;
     c.sku = sku;
     c.per_thread = 15;
-    pthread_mutex_init(&c.mu, NULL);
-    assert_int_equal(h_parallel(20, cancel_worker, &c), 0);
-    pthread_mutex_destroy(&c.mu);
-    if (c.first_bad[0] != '\0')
-        fprintf(stderr, "first unexpected reply: %s\n", c.first_bad);
+    run_parallel(20, cancel_worker, &c, &c.mu, c.first_bad, "reply");
     fprintf(stderr,
             "%s: %d placed (%lld units), %d cancelled (%lld units), %d sold_out, "
             "%d insufficient_stock, %d busy, %d cancel retries, %d other\n",
@@ -853,11 +859,7 @@ static void test_cancel_races_itself(void **state)
     memset(&rc, 0, sizeof rc);
     rc.port = e->h->port;
     rc.n_ids = n_ids;
-    pthread_mutex_init(&rc.mu, NULL);
-    assert_int_equal(h_parallel(n_ids * 3, race_worker, &rc), 0);
-    pthread_mutex_destroy(&rc.mu);
-    if (rc.first_bad[0] != '\0')
-        fprintf(stderr, "first unexpected cancel reply: %s\n", rc.first_bad);
+    run_parallel(n_ids * 3, race_worker, &rc, &rc.mu, rc.first_bad, "cancel reply");
     assert_int_equal(rc.bad, 0);
     assert_int_equal(rc.ok, n_ids * 3);
 
@@ -1053,11 +1055,7 @@ static void test_restock_while_ordering(void **state)
     rr.per_thread = 25;
     rr.restocks = 4;
     rr.restock_qty = 37; /* not a multiple of 10: the remainder goes to the low ones */
-    pthread_mutex_init(&rr.mu, NULL);
-    assert_int_equal(h_parallel(21, restock_worker, &rr), 0);
-    pthread_mutex_destroy(&rr.mu);
-    if (rr.first_bad[0] != '\0')
-        fprintf(stderr, "first unexpected reply: %s\n", rr.first_bad);
+    run_parallel(21, restock_worker, &rr, &rr.mu, rr.first_bad, "reply");
     fprintf(stderr,
             "%s: %d x 201, %d sold_out, %d busy, %d/%d restocks (%d busy), %d other\n",
             sku, rr.created, rr.sold_out, rr.busy, rr.restocked, rr.restocks,
