@@ -1345,6 +1345,16 @@ int h_order(int port, const char *sku, long long qty, const char *order_id,
     return st;
 }
 
+int h_order_status(int port, const char *id)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/orders/%s", id);
+    struct h_resp r;
+    int st = h_req(port, "GET", path, NULL, NULL, &r);
+    h_resp_free(&r);
+    return st;
+}
+
 /* Integer member or -1 after a message. */
 static long long int_field(json_t *j, const char *name, int *bad)
 {

@@ -237,6 +237,9 @@ long long h_stat(int port, const char *token, const char *name);
 int h_order(int port, const char *sku, long long qty, const char *order_id,
             struct h_resp *out);
 
+/* GET /orders/ID and return the status: 200 when the order exists, 404 when not. */
+int h_order_status(int port, const char *id);
+
 /* Audit a SKU through GET /admin/skus/SKU: remaining + sold == initial, every
  * segment_stock >= 0, sum(segment_stock) == remaining, sum(segment_sold) == sold
  * (when present), both arrays have `segments` entries, and -- when every order was

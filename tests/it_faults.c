@@ -95,17 +95,6 @@ static void place(int port, const char *sku, struct outcome *o)
     h_resp_free(&r);
 }
 
-/* GET /orders/ID: the HTTP status (200 when the order exists, 404 when not). */
-static int order_status(int port, const char *id)
-{
-    char path[96];
-    snprintf(path, sizeof path, "/orders/%s", id);
-    struct h_resp r;
-    int st = h_req(port, "GET", path, NULL, NULL, &r);
-    h_resp_free(&r);
-    return st;
-}
-
 /* ---- frozen holder ----------------------------------------------------------------- */
 
 #define FROZEN_SEGS 6
@@ -199,7 +188,7 @@ static void test_frozen_holder_is_fenced(void **state)
                 o->status, o->code, o->done_ms - f.resumed_ms);
         confirmed += o->status == 201 || o->status == 200;
         not_sold_out += o->status != 409 || strcmp(o->code, "sold_out") != 0;
-        if (order_status(f.port_b, o->id) != 404) {
+        if (h_order_status(f.port_b, o->id) != 404) {
             fprintf(stderr, "A order %s has a record\n", o->id);
             recorded++;
         }
@@ -342,7 +331,7 @@ static void test_killed_holder_leases_lapse(void **state)
     assert_true(h_stat(k.port_b, NULL, "busy_skips") > 0);
 
     for (int i = 0; i < KILLED_SEGS; i++)
-        assert_int_equal(order_status(k.port_b, k.a_orders[i].id), 404);
+        assert_int_equal(h_order_status(k.port_b, k.a_orders[i].id), 404);
     assert_true(wait_unlocked(k.port_b, "killed", 5000));
     assert_int_equal(h_audit(k.port_b, NULL, "killed", KILLED_STOCK, true), 0);
     assert_int_equal(sku_field(k.port_b, "killed", "sold"), sold);
@@ -426,7 +415,7 @@ static void test_three_instances_one_sku(void **state)
     }
     /* Every sale has its record, readable from any instance. */
     for (int i = 0; i < t.nids; i++)
-        assert_int_equal(order_status(t.ports[i % 3], t.ids[i]), 200);
+        assert_int_equal(h_order_status(t.ports[i % 3], t.ids[i]), 200);
     for (int i = 0; i < 3; i++) {
         struct h_resp r;
         h_order(t.ports[i], "trio", 1, NULL, &r);
@@ -550,7 +539,7 @@ static void test_watchdog_renews_after_reconnect(void **state)
     assert_true(after > w.renewals_after_kill);
     assert_int_equal(h_stat(w.port, NULL, "fenced_rejections"), 0);
     assert_int_equal(h_stat(w.port, NULL, "lease_lost"), 0);
-    assert_int_equal(order_status(w.port, "wd-order"), 200);
+    assert_int_equal(h_order_status(w.port, "wd-order"), 200);
     assert_true(wait_unlocked(w.port, "wd", 5000));
     assert_int_equal(h_audit(w.port, NULL, "wd", 3, true), 0);
     assert_int_equal(sku_field(w.port, "wd", "sold"), 1);

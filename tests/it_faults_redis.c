@@ -54,16 +54,6 @@ static void place(int port, const char *sku, const char *id, struct outcome *o)
     h_resp_free(&r);
 }
 
-static int order_status(int port, const char *id)
-{
-    char path[96];
-    snprintf(path, sizeof path, "/orders/%s", id);
-    struct h_resp r;
-    int st = h_req(port, "GET", path, NULL, NULL, &r);
-    h_resp_free(&r);
-    return st;
-}
-
 static long long sku_sold(int port, const char *sku)
 {
     json_t *j = h_get_sku(port, NULL, sku);
@@ -146,12 +136,12 @@ static void verify_main(int idx, void *ctx)
         char id[48];
         load_id(id, sizeof id, idx, i);
         if (o->status == 201) {
-            if (order_status(l->port, id) != 200) {
+            if (h_order_status(l->port, id) != 200) {
                 fprintf(stderr, "order %s got a 201 but has no record\n", id);
                 lost++;
             }
         } else if (o->status == 503 || o->status < 0) {
-            int st = order_status(l->port, id);
+            int st = h_order_status(l->port, id);
             if (st == 200)
                 settled++;
             else if (st != 404)
@@ -367,7 +357,7 @@ static void test_redis_hung_under_load(void **state)
     for (int i = 0; i < HANG_ORDERS; i++) {
         char id[48];
         snprintf(id, sizeof id, "hang-%d", i);
-        assert_int_equal(order_status(h.port, id), 404);
+        assert_int_equal(h_order_status(h.port, id), 404);
     }
     assert_int_equal(sku_sold(h.port, "hang"), confirmed);
     assert_int_equal(h_audit(h.port, NULL, "hang", 1000, true), 0);
