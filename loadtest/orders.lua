@@ -14,6 +14,9 @@
 --                  creates DIR/done-<thread>; the driver then ends wrk with SIGINT
 --                  instead of waiting out -d.
 --   samples=N      order ids of 201s kept per thread for the driver's audit (default 8)
+--   times=1        also record when each 201 arrived: done() then prints a second line,
+--                  `LOADTEST_TIMES {"t_first":ms,"t201":[ms,...]}` (CLOCK_MONOTONIC ms,
+--                  all threads, sorted); meant for sales of a few thousand units
 --
 -- done() prints one line, `LOADTEST_RESULT {json}`: counts of 201, 200, 409, 503 and
 -- other statuses, orders sent and answered, the send window, latency p50/p99/max in
@@ -58,6 +61,8 @@ sent, answered = 0, 0
 t_first, t_last = -1, -1
 ids = ""
 errs = ""
+times = ""
+local want_times = false
 local nsamples, nerrs = 0, 0
 
 function init(args)
@@ -68,6 +73,7 @@ function init(args)
     cfg.qty = tonumber(cfg.qty)
     cfg.threads = tonumber(cfg.threads)
     cfg.samples = tonumber(cfg.samples)
+    want_times = cfg.times == "1"
     if not cfg.nonce then
         math.randomseed(os.time() + tid)
         cfg.nonce = string.format("lt%x%04x", os.time(), math.random(0, 65535))
@@ -128,6 +134,9 @@ function response(status, hdrs, body)
     t_last = now_ms()
     if status == 201 then
         c201 = c201 + 1
+        if want_times then
+            times = times .. (times == "" and "" or ",") .. string.format("%.2f", t_last)
+        end
         if nsamples < cfg.samples then
             local id = body:match('"order_id"%s*:%s*"([^"]+)"')
             if id then
@@ -155,7 +164,7 @@ function done(summary, latency, requests)
                    "sent", "answered" }
     local sum = {}
     for _, k in ipairs(keys) do sum[k] = 0 end
-    local first, last, all_ids, all_errs = nil, nil, {}, {}
+    local first, last, all_ids, all_errs, all_times = nil, nil, {}, {}, {}
     for _, t in ipairs(threads) do
         for _, k in ipairs(keys) do sum[k] = sum[k] + (t:get(k) or 0) end
         local f, l = t:get("t_first"), t:get("t_last")
@@ -164,6 +173,10 @@ function done(summary, latency, requests)
         local es = t:get("errs")
         if es and es ~= "" then
             for line in es:gmatch("[^\n]+") do table.insert(all_errs, line) end
+        end
+        local ts201 = t:get("times")
+        if ts201 and ts201 ~= "" then
+            for v in ts201:gmatch("[^,]+") do table.insert(all_times, tonumber(v)) end
         end
         local s = t:get("ids")
         if s and s ~= "" then
@@ -192,4 +205,11 @@ function done(summary, latency, requests)
         summary.requests, summary.duration,
         e.connect, e.read, e.write, e.timeout, table.concat(all_ids, ","),
         table.concat(quoted, ",")))
+    if #all_times > 0 then
+        table.sort(all_times)
+        local parts = {}
+        for i, v in ipairs(all_times) do parts[i] = string.format("%.2f", v) end
+        io.write(string.format('LOADTEST_TIMES {"t_first":%.2f,"t201":[%s]}\n',
+                               first or -1, table.concat(parts, ",")))
+    end
 end

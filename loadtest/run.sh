@@ -3,7 +3,7 @@
 #
 # Starts its own redis-server and inventoryd (unless --url), runs each scenario with wrk,
 # audits the SKU through the admin API after every run, prints a markdown table and the
-# target ratios, and writes loadtest/results/<timestamp>.{md,json} and two PNG plots.
+# target ratios, and writes loadtest/results/<timestamp>.{md,json} and PNG plots.
 # Exit status: 0 when every audit passed, 1 when any failed, 2 on a setup error.
 
 set -u -o pipefail
@@ -23,16 +23,27 @@ Scenarios, in run order (--only picks groups)
   hold0     hold 0 ms: global lock (1 segment), segment locks (20), atomic (20 segments)
   redis     redis-benchmark -c <connections> running the same deduction Lua: Redis ceiling
   livez     GET /livez: the HTTP ceiling
+  soldout   sold-out storm: orders against a SKU with 0 stock, every answer 409; run
+            right after livez with the same wrk settings and duration, for the ratio
+            sold-out req/s / livez req/s
   curve     lock mode, hold 20 ms, segments 1 2 4 8 16 20 32 64 (1 vs 20 is the seed's
             comparison; --quick: 1 4 20 64)
   flash     flash sale: 1000 stock over 20 segments, a fixed number of orders (100000;
             --quick: 20000): exactly 1000 x 201, the rest 409
-  soldout   sold-out storm: orders against a SKU with 0 stock, every answer 409
+  rebalance the end of a sale with and without automatic rebalancing: two SKUs, 2000
+            stock, 20 segments, lock, hold 20 ms, "rebalance" false / true, made uneven
+            the same way first (9 orders of qty 100 empty 9 segments, 5 of qty 60 leave
+            40 in 5 more), then sold out by orders of 1; orders/s while the last 10% of
+            the stock sells, from the 201s' arrival times and from polling
+            GET /admin/skus/{sku} every 25 ms
 
 Measures: orders/s is 201s per second of the send window; after the window wrk sends
 nothing more and waits for the orders in flight, so every order the service handled
 was counted. p50/p99 come from wrk's latency histogram (all requests of the run).
-Targets (ratios from this one run) are printed and saved but do not fail the run.
+Targets (ratios from this one run) are printed and saved but do not fail the run:
+20 / 1 segments at hold 20 ms >= 19; lock / atomic at hold 0 ms >= 0.6; atomic /
+redis-benchmark >= 0.35; p99 of lock 20 segments at hold 0 ms <= 10 ms; sold-out storm
+req/s / GET /livez req/s >= 0.8.
 
 Options
   --bin PATH           service binary to start (default build/inventoryd)
@@ -67,7 +78,7 @@ WRK_THREADS=2
 SVC_THREADS=64
 DURATION=
 FLASH_REQUESTS=
-ONLY=curve,hold0,flash,soldout,livez,redis
+ONLY=curve,hold0,flash,soldout,livez,redis,rebalance
 QUICK=0
 OUT_DIR=$SCRIPT_DIR/results
 KEEP=0
@@ -103,17 +114,24 @@ if [ "$QUICK" = 1 ]; then
     : "${DURATION:=3}"
     : "${FLASH_REQUESTS:=20000}"
     CURVE_SEGMENTS="1 4 20 64"
-    SOLDOUT_SECS=2
-    LIVEZ_SECS=2
+    LIVEZ_SECS=3
     REDIS_BENCH_N=60000
 else
     : "${DURATION:=10}"
     : "${FLASH_REQUESTS:=100000}"
     CURVE_SEGMENTS="1 2 4 8 16 20 32 64"
-    SOLDOUT_SECS=5
     LIVEZ_SECS=10
     REDIS_BENCH_N=500000
 fi
+
+# The storm and the livez reference run with the same wrk settings for the same time.
+SOLDOUT_SECS=$LIVEZ_SECS
+# The end-of-sale scenario (rebalance): REB_STOCK over REB_SEGS segments (100 each),
+# then orders placed before the sale, COUNTxQTY: 9 of qty 100 empty 9 segments (one
+# short of half: no automatic rebalance yet), 5 of qty 60 leave 40 in 5 of the rest;
+# 6 segments keep 100. 800 units are left for the sale.
+REB_STOCK=2000 REB_SEGS=20 REB_HOLD=20 REB_PRE="9x100 5x60" REB_POLL_MS=25
+REB_PRE_TEXT="9 orders of qty 100 and 5 of qty 60 first: 9 segments empty, 5 hold 40, 6 hold 100"
 
 for v in CONNS WRK_THREADS DURATION FLASH_REQUESTS; do
     is_uint "${!v}" && [ "${!v}" -gt 0 ] || die "bad value for $v: '${!v}'"
@@ -122,7 +140,8 @@ done
 [ "$CONNS" -ge "$WRK_THREADS" ] || die "--connections must be >= --wrk-threads"
 [ "$FLASH_REQUESTS" -ge 1000 ] || die "--flash-requests must be >= 1000 (the stock)"
 for g in ${ONLY//,/ }; do
-    case $g in curve|hold0|flash|soldout|livez|redis) ;; *) die "unknown scenario '$g'" ;; esac
+    case $g in curve|hold0|flash|soldout|livez|redis|rebalance) ;;
+        *) die "unknown scenario '$g'" ;; esac
 done
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 
@@ -142,7 +161,7 @@ fi
 
 # ---------------------------------------------------------------------------- processes
 TMP=$(mktemp -d /tmp/loadtest.XXXXXX) || die "mktemp failed"
-REDIS_PID= SVC_PID= WRK_PID= BENCH_PID=
+REDIS_PID= SVC_PID= WRK_PID= BENCH_PID= POLL_PID=
 
 stop_pid() { # pid [grace seconds]: TERM, wait, then KILL
     local pid=$1 grace=${2:-5} i
@@ -162,6 +181,7 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     stop_pid "$WRK_PID" 2
+    stop_pid "$POLL_PID" 2
     stop_pid "$BENCH_PID" 2
     stop_pid "$SVC_PID" 5
     stop_pid "$REDIS_PID" 5
@@ -263,6 +283,12 @@ api() {
     fi
 }
 
+# stat_counter NAME: one counter of GET /admin/stats, or nothing.
+stat_counter() {
+    [ "$(api GET /admin/stats)" = 200 ] || return 0
+    jq -r --arg k "$1" '.[$k] // empty' "$TMP/resp" 2>/dev/null
+}
+
 # ---------------------------------------------------------------------------- scenarios
 NONCE=$(printf 'lt%x%04x' "$(date +%s)" $((RANDOM)))
 ROWS=$TMP/rows.jsonl
@@ -327,7 +353,8 @@ audit() {
     fails=$(jq -cn --argjson r "$result" --argjson s "$status" --argjson e "$expect" '
         def chk(c; msg): if c then [] else [msg] end;
         ($s.segment_stock // []) as $ss | ($s.segment_sold // null) as $sd |
-        ($r.c201 * $e.qty) as $units |
+        ($e.pre_units // 0) as $pre_u | ($e.pre_orders // 0) as $pre_o |
+        ($r.c201 * $e.qty + $pre_u) as $units |
           chk($s.initial == $e.stock; "initial \($s.initial) != stock set \($e.stock)")
         + chk($s.remaining + $s.sold == $s.initial;
               "remaining \($s.remaining) + sold \($s.sold) != initial \($s.initial)")
@@ -339,8 +366,10 @@ audit() {
               "sum(segment_stock) \($ss | add) != remaining \($s.remaining)")
         + chk($sd == null or (($sd | add // 0) == $s.sold);
               "sum(segment_sold) != sold \($s.sold)")
-        + chk($s.sold == $units; "sold \($s.sold) != units in the 201s wrk saw \($units)")
-        + chk($s.orders == $r.c201; "orders \($s.orders) != 201s wrk saw \($r.c201)")
+        + chk($s.sold == $units;
+              "sold \($s.sold) != units in the 201s wrk saw + sold before it \($units)")
+        + chk($s.orders == $r.c201 + $pre_o;
+              "orders \($s.orders) != 201s wrk saw + orders before it \($r.c201 + $pre_o)")
         + chk(($s.locks_held // 0) == 0; "locks_held \($s.locks_held) after the run")
         + chk($r.sent == $r.answered;
               "\($r.sent - $r.answered) orders sent but never answered")
@@ -352,7 +381,7 @@ audit() {
               "wrk socket errors \($r.errors)")
         + chk($e.requests == null or $r.sent == $e.requests;
               "sent \($r.sent) orders, want \($e.requests)")
-        + chk($e.sold == null or ($s.sold == $e.sold and $r.c201 == $e.sold);
+        + chk($e.sold == null or ($s.sold == $e.sold + $pre_u and $r.c201 == $e.sold);
               "sold \($s.sold) / 201s \($r.c201), want exactly \($e.sold)")
         + chk($e.sold == null or $s.remaining == 0; "remaining \($s.remaining), want 0")
         + chk($e.all_409 != true or $r.c409 == $r.answered - $r.c201;
@@ -462,15 +491,18 @@ run_soldout() {
     local name=soldout sku code out result fails row
     SCEN_INDEX=$((SCEN_INDEX + 1))
     sku="$NONCE-$SCEN_INDEX-$name"
+    local fast0 fast1 fast
     echo "${BOLD}[$name]${RESET} sold-out storm: 0 stock, 20 segments, lock, ${SOLDOUT_SECS}s"
     code=$(api PUT "/admin/skus/$sku" '{"stock":0,"segments":20,"mode":"lock","hold_ms":0}')
     out=$TMP/wrk-$SCEN_INDEX-$name.txt
+    fast0=$(stat_counter sold_out_fast)
     if [[ $code != 20? ]]; then
         fails=$(jq -cn --arg m "PUT /admin/skus/$sku answered $code" '[$m]')
         result='{"c201":0,"c200":0,"c409":0,"c503":0,"p50_us":0,"p99_us":0,"window_s":0,"answered":0}'
     else
         run_wrk "$SCRIPT_DIR/soldout.lua" "$out" "$SOLDOUT_SECS" "" "sku=$sku" qty=1
         result=$(wrk_result "$out")
+        fast1=$(stat_counter sold_out_fast)
         if [ -z "$result" ]; then
             fails='["wrk printed no LOADTEST_RESULT line"]'
             result='{"c201":0,"c200":0,"c409":0,"c503":0,"p50_us":0,"p99_us":0,"window_s":0,"answered":0}'
@@ -494,16 +526,23 @@ run_soldout() {
         fi
     fi
     service_alive || fails=$(jq -c '. + ["the service process died"]' <<<"$fails")
-    row=$(jq -cn --arg sku "$sku" --argjson r "$result" --argjson f "$fails" '
+    # sold_out_fast counts the orders answered from the in-process flag (no Redis);
+    # over the storm it should be nearly all of them (the flag is re-checked against
+    # the SKU's settings every meta_cache_ms, and those orders go the long way).
+    fast=null
+    if is_uint "${fast0:-x}" && is_uint "${fast1:-x}"; then fast=$((fast1 - fast0)); fi
+    # req/s counts the 409s, as the livez row counts its 200s: the same measure.
+    row=$(jq -cn --arg sku "$sku" --argjson r "$result" --argjson f "$fails" \
+        --argjson fast "$fast" '
         ($r.window_s) as $w |
         {name:"soldout", strategy:"sold-out storm", mode:"lock", sku:$sku, segments:20,
-         hold_ms:0, stock:0, orders_s:0,
-         req_s: (if $w > 0 then $r.answered / $w else 0 end),
+         hold_ms:0, stock:0, orders_s:0, sold_out_fast:$fast,
+         req_s: (if $w > 0 then $r.c409 / $w else 0 end),
          p50_ms: ($r.p50_us / 1000), p99_ms: ($r.p99_us / 1000),
          c201:$r.c201, c409:$r.c409, c503:$r.c503, sent:$r.answered, window_s:$w,
          audit: (if ($f | length) == 0 then "ok" else "FAILED" end), failures:$f, wrk:$r}')
     add_row "$row"
-    report_row "$name" "$fails" "$(jq -r '"\(.req_s | floor) req/s (all 409), p50 \(.p50_ms) ms, p99 \(.p99_ms) ms"' <<<"$row")"
+    report_row "$name" "$fails" "$(jq -r '"\(.req_s | floor) req/s (all 409), p50 \(.p50_ms) ms, p99 \(.p99_ms) ms, fast path \(.sold_out_fast // "?") of \(.c409)"' <<<"$row")"
 }
 
 run_livez() {
@@ -531,6 +570,173 @@ run_livez() {
          audit: (if ($f | length) == 0 then "ok" else "FAILED" end), failures:$f, wrk:$r}')
     add_row "$row"
     report_row livez "$fails" "$(jq -r '"\(.req_s | floor) req/s, p50 \(.p50_ms) ms, p99 \(.p99_ms) ms"' <<<"$row")"
+}
+
+# ---------------------------------------------------------------------------- end of a sale
+# What automatic rebalancing buys at the end of a sale. Both variants start from the
+# same uneven stock: REB_STOCK over REB_SEGS segments, then the REB_PRE orders. An
+# order of qty q takes it from one segment holding >= q, so the multiset of segment
+# stocks that results is the same every time (checked: both variants must match).
+# Fewer than half the segments are empty, so no rebalance starts before the sale.
+# Under a saturating load every segment lock sells at the same rate (1 / hold_ms), so
+# the small segments run dry first and the rest of the sale runs on the 6 full ones,
+# unless a rebalance spreads it back over all 20. Then the sale: 2 x the rest in
+# orders of 1 from wrk, until every unit is sold. The 201s' arrival times (orders.lua
+# times=1) and a poll of GET /admin/skus/{sku} (poll.lua, every REB_POLL_MS) give the
+# time at which sold crossed 90% of the stock and the time of the sell-out.
+REB_PRE_DIST=
+
+# run_rebalance_variant NAME FLAG(true|false)
+run_rebalance_variant() {
+    local name=$1 flag=$2 sku code k pre remaining pre_units dist out pout result times
+    local samples reb0 reb1 reb fails expect row requests cap donedir i spec pre_orders
+    SCEN_INDEX=$((SCEN_INDEX + 1))
+    sku="$NONCE-$SCEN_INDEX-$name"
+    echo "${BOLD}[$name]${RESET} end of a sale, rebalance $flag: mode lock, $REB_SEGS segments," \
+        "hold $REB_HOLD ms, stock $REB_STOCK; before the sale: $REB_PRE (count x qty)"
+    fails='[]'
+    reb0=$(stat_counter rebalances)
+    code=$(api PUT "/admin/skus/$sku" \
+        "{\"stock\":$REB_STOCK,\"segments\":$REB_SEGS,\"mode\":\"lock\",\"hold_ms\":$REB_HOLD,\"rebalance\":$flag}")
+    if [[ $code != 20? ]]; then
+        fails=$(jq -cn --arg m "PUT /admin/skus/$sku answered $code: $(head -c 200 "$TMP/resp")" '[$m]')
+        report_row "$name" "$fails"
+        add_row "$(jq -cn --arg n "$name" --arg f "$flag" --argjson fl "$fails" \
+            '{name:$n, strategy:"end of sale, rebalance \($f)", mode:"lock", audit:"FAILED",
+              failures:$fl}')"
+        return
+    fi
+    # Uneven before the sale: each order from one segment (checked in its answer).
+    pre_orders=0
+    for spec in $REB_PRE; do
+        for ((k = 1; k <= ${spec%x*}; k++)); do
+            pre_orders=$((pre_orders + 1))
+            code=$(api POST /orders \
+                "{\"sku\":\"$sku\",\"qty\":${spec#*x},\"order_id\":\"$NONCE-$SCEN_INDEX-pre-$pre_orders\"}")
+            if [ "$code" != 201 ] || ! jq -e --argjson q "${spec#*x}" \
+                '(.segments | length) == 1 and .segments[0].qty == $q' "$TMP/resp" >/dev/null 2>&1; then
+                fails=$(jq -c --arg m "order $pre_orders (qty ${spec#*x}) before the sale: $code $(head -c 200 "$TMP/resp")" \
+                    '. + [$m]' <<<"$fails")
+            fi
+        done
+    done
+    code=$(sku_status "$sku")
+    pre=$(cat "$TMP/resp")
+    if [ "$code" != 200 ] || ! remaining=$(jq -er '.remaining' <<<"$pre" 2>/dev/null); then
+        fails=$(jq -c --arg m "GET /admin/skus/$sku before the sale answered $code" '. + [$m]' <<<"$fails")
+        remaining=0
+        pre='{}'
+    fi
+    pre_units=$((REB_STOCK - remaining))
+    dist=$(jq -c '.segment_stock // [] | sort' <<<"$pre")
+    if [ -z "$REB_PRE_DIST" ]; then
+        REB_PRE_DIST=$dist
+    elif [ "$dist" != "$REB_PRE_DIST" ]; then
+        fails=$(jq -c --arg m "stock before the sale $dist differs from the first variant's $REB_PRE_DIST" \
+            '. + [$m]' <<<"$fails")
+    fi
+
+    requests=$((2 * remaining))
+    donedir=$TMP/markers-$SCEN_INDEX
+    mkdir -p "$donedir"
+    out=$TMP/wrk-$SCEN_INDEX-$name.txt
+    pout=$TMP/poll-$SCEN_INDEX-$name.txt
+    wrk -t 1 -c 1 -d 600s --timeout 10s -s "$SCRIPT_DIR/poll.lua" "$URL" \
+        -- "sku=$sku" "interval=$REB_POLL_MS" "token=$ADMIN_TOKEN" >"$pout" 2>&1 &
+    POLL_PID=$!
+    sleep 0.2
+    cap=$((60 + requests / 1000))
+    run_wrk "$SCRIPT_DIR/orders.lua" "$out" "$cap" "$donedir" \
+        "sku=$sku" qty=1 "nonce=$NONCE-$SCEN_INDEX" "threads=$WRK_THREADS" \
+        "requests=$requests" "donedir=$donedir" times=1
+    # Let the poller see the final state, then stop it (done() prints on SIGINT).
+    sleep 0.3
+    kill -INT "$POLL_PID" 2>/dev/null
+    for ((i = 0; i < 50; i++)); do kill -0 "$POLL_PID" 2>/dev/null || break; sleep 0.1; done
+    stop_pid "$POLL_PID" 2
+    POLL_PID=
+    reb1=$(stat_counter rebalances)
+    reb=null
+    if is_uint "${reb0:-x}" && is_uint "${reb1:-x}"; then reb=$((reb1 - reb0)); fi
+
+    result=$(wrk_result "$out")
+    times=$(sed -n 's/^LOADTEST_TIMES //p' "$out" | tail -n 1)
+    samples=$(sed -n 's/^LOADTEST_SAMPLES //p' "$pout" | tail -n 1)
+    [ -n "$times" ] || { times='{"t_first":-1,"t201":[]}';
+        fails=$(jq -c '. + ["wrk printed no LOADTEST_TIMES line"]' <<<"$fails"); }
+    [ -n "$samples" ] || { samples='{"samples":[],"bad":0,"first_bad":""}';
+        fails=$(jq -c '. + ["the poller printed no LOADTEST_SAMPLES line"]' <<<"$fails"); }
+    if [ -z "$result" ]; then
+        tail -n 20 "$out" >&2
+        fails=$(jq -c '. + ["wrk printed no LOADTEST_RESULT line"]' <<<"$fails")
+        result='{"c201":0,"c200":0,"c409":0,"c503":0,"p50_us":0,"p99_us":0,"window_s":0,"answered":0}'
+    else
+        expect=$(jq -cn --argjson seg "$REB_SEGS" --argjson st "$REB_STOCK" \
+            --argjson req "$requests" --argjson rem "$remaining" --argjson pu "$pre_units" \
+            --argjson po "$pre_orders" '
+            {mode:"lock", segments:$seg, stock:$st, qty:1, requests:$req, sold:$rem,
+             all_409:true, pre_units:$pu, pre_orders:$po}')
+        fails=$(jq -c --argjson a "$(audit "$sku" "$result" "$expect")" '. + $a' <<<"$fails")
+    fi
+    if [ "$flag" = false ] && [ "$reb" != null ] && [ "$reb" != 0 ]; then
+        fails=$(jq -c --arg m "$reb rebalance(s) counted for a SKU created with \"rebalance\": false" \
+            '. + [$m]' <<<"$fails")
+    fi
+    service_alive || fails=$(jq -c '. + ["the service process died"]' <<<"$fails")
+
+    row=$(jq -cn --arg n "$name" --arg flag "$flag" --arg sku "$sku" --argjson r "$result" \
+        --argjson f "$fails" --argjson t "$times" --argjson p "$samples" \
+        --argjson init "$REB_STOCK" --argjson pu "$pre_units" --argjson seg "$REB_SEGS" \
+        --argjson hold "$REB_HOLD" --argjson reb "$reb" --argjson dist "$dist" \
+        --argjson poll "$REB_POLL_MS" '
+        ($r.window_s) as $w |
+        ($p.samples) as $s |
+        ($init * 0.9 | ceil) as $u90 |
+        ($u90 - $pu) as $k90 | ($init - $pu) as $kend |
+        ($t.t201) as $a |
+        # client side: the 201 that took sold to 90%, and the last 201
+        (if ($a | length) >= $kend and $k90 >= 1 and $kend > $k90
+         then {t90: $a[$k90 - 1], tend: $a[$kend - 1]} else null end) as $c |
+        # server side: where the polled sold count crossed a level (linear in between)
+        def cross($L):
+            ([range(0; $s | length)] | map(select($s[.][1] >= $L)) | first) as $i |
+            if $i == null then null elif $i == 0 then $s[0][0]
+            else $s[$i - 1] as $x | $s[$i] as $y |
+                 $x[0] + ($L - $x[1]) / ($y[1] - $x[1]) * ($y[0] - $x[0]) end;
+        def at($L): ([$s[] | select(.[1] >= $L)] | first);
+        cross($u90) as $p90 | cross($init) as $pend |
+        {name:$n, strategy:"end of sale, rebalance \($flag)", mode:"lock", sku:$sku,
+         segments:$seg, hold_ms:$hold, stock:$init,
+         orders_s: (if $w > 0 then $r.c201 / $w else 0 end),
+         req_s: (if $w > 0 then $r.answered / $w else 0 end),
+         p50_ms: ($r.p50_us / 1000), p99_ms: ($r.p99_us / 1000),
+         c201:$r.c201, c409:$r.c409, c503:$r.c503, sent:$r.sent, window_s:$w,
+         audit: (if ($f | length) == 0 then "ok" else "FAILED" end), failures:$f, wrk:$r,
+         end_of_sale: {
+            rebalance: ($flag == "true"), sold_before_sale: $pu,
+            stock_before_sale_sorted: $dist,
+            units_last_10pct: ($init - $u90),
+            last10_s: (if $c then ($c.tend - $c.t90) / 1000 else null end),
+            last10_orders_s: (if $c and $c.tend > $c.t90
+                              then ($kend - $k90) / (($c.tend - $c.t90) / 1000) else null end),
+            sale_s: (if $c and $t.t_first >= 0 then ($c.tend - $t.t_first) / 1000 else null end),
+            polled_last10_s: (if $p90 and $pend then ($pend - $p90) / 1000 else null end),
+            polled_last10_orders_s: (if $p90 and $pend and $pend > $p90
+                                     then ($init - $u90) / (($pend - $p90) / 1000) else null end),
+            segments_with_stock_at_90pct: (at($u90) | if . then .[2] else null end),
+            rebalances: $reb, poll_ms: $poll, polls: ($s | length), polls_bad: $p.bad,
+            samples: [$s[] | [((.[0] - $t.t_first) / 1000 * 1000 | round / 1000), .[1], .[2]]]}}')
+    add_row "$row"
+    report_row "$name" "$fails" "$(jq -r '
+        def f(x): if x == null then "n/a" else (x * 10 | round / 10 | tostring) end;
+        .end_of_sale as $e |
+        "sale \(.orders_s | floor) orders/s; last 10%: \(f($e.last10_orders_s)) orders/s in \(f($e.last10_s)) s (polled \(f($e.polled_last10_orders_s))); rebalances +\($e.rebalances); segments with stock at 90%: \($e.segments_with_stock_at_90pct)"' <<<"$row")"
+}
+
+run_rebalance() {
+    REB_PRE_DIST=
+    run_rebalance_variant rebalance-off false
+    run_rebalance_variant rebalance-on true
 }
 
 # The Redis ceiling: the same check-and-deduct Lua, straight from redis-benchmark.
@@ -607,7 +813,9 @@ if wants redis; then
         echo "[redis] skipped: no --redis address (or no redis-benchmark)"
     fi
 fi
+# The storm right after its reference, with the same wrk settings and duration.
 wants livez && run_livez
+wants soldout && run_soldout
 if wants curve; then
     for s in $CURVE_SEGMENTS; do
         run_orders "curve-$s" "lock" lock "$s" 20 "$BIG_STOCK" active "$DURATION"
@@ -616,7 +824,7 @@ fi
 if wants flash; then
     run_orders "flash" "flash sale" lock 20 0 1000 requests "$FLASH_REQUESTS" sold 1000
 fi
-wants soldout && run_soldout
+wants rebalance && run_rebalance
 
 # ---------------------------------------------------------------------------- report
 # Rows keyed by name; ratios from this one run.
@@ -632,9 +840,41 @@ RATIOS=$(jq -c '
       {name: "atomic / redis-benchmark EVAL", target: ">= 0.35", min: 0.35,
        value: ratio(val("atomic-h0"; .orders_s); val("redis"; .orders_s))},
       {name: "p99 ms, lock 20 segments, hold 0 ms", target: "<= 10 ms", max: 10,
-       value: val("lock20-h0"; .p99_ms)}
+       value: val("lock20-h0"; .p99_ms)},
+      {name: "sold-out storm req/s / GET /livez req/s", target: ">= 0.8", min: 0.8,
+       value: ratio(val("soldout"; .req_s); val("livez"; .req_s))}
     ] | map(. + {met: (if .value == null then null
                        elif .min then .value >= .min else .value <= .max end)})' <<<"$ALL")
+
+# The end of a sale with and without rebalancing: both variants and their ratio.
+END_OF_SALE=$(jq -c '
+    (map({(.name): .}) | add // {}) as $r |
+    def ratio(a; b): if a != null and b != null and b > 0 then a / b else null end;
+    if $r["rebalance-off"] == null and $r["rebalance-on"] == null then null else
+    {variants: [ $r["rebalance-off"], $r["rebalance-on"] | select(. != null)
+                 | {name, audit, orders_s, c201, c409, c503} + .end_of_sale
+                 | del(.samples) ],
+     last10_on_over_off: ratio($r["rebalance-on"].end_of_sale.last10_orders_s;
+                               $r["rebalance-off"].end_of_sale.last10_orders_s),
+     polled_last10_on_over_off: ratio($r["rebalance-on"].end_of_sale.polled_last10_orders_s;
+                                      $r["rebalance-off"].end_of_sale.polled_last10_orders_s),
+     sale_on_over_off: ratio($r["rebalance-on"].orders_s; $r["rebalance-off"].orders_s)}
+    end' <<<"$ALL")
+
+fmt_end_of_sale() { # markdown: the rebalance scenario, or nothing
+    [ "$END_OF_SALE" != null ] || return 0
+    jq -r --argjson stock "$REB_STOCK" --argjson segs "$REB_SEGS" --argjson hold "$REB_HOLD" \
+        --arg pre "$REB_PRE_TEXT" --argjson conns "$CONNS" '
+        def n(x; d): if x == null then "n/a" else (x * pow(10; d) | round / pow(10; d) | tostring) end;
+        "End of a sale: \($stock) stock, \($segs) segments, lock, hold \($hold) ms, \($conns) connections; \($pre) (\(.variants[0].sold_before_sale // "-") sold); then sold out by orders of 1. Last 10% = the last \(.variants[0].units_last_10pct // "-") units, from the 201 that took sold to 90% to the last 201.",
+        "",
+        "| variant | sale orders/s | last 10% orders/s | last 10% took s | last 10% orders/s (polled) | segments with stock at 90% | rebalances | 503s | audit |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        (.variants[] | "| \(.name) | \(n(.orders_s; 0)) | \(n(.last10_orders_s; 0)) | \(n(.last10_s; 3)) | \(n(.polled_last10_orders_s; 0)) | \(.segments_with_stock_at_90pct // "n/a") | \(.rebalances // "n/a") | \(.c503 // "-") | \(.audit) |"),
+        "",
+        "With / without rebalancing: last 10% \(n(.last10_on_over_off; 2))x (polled \(n(.polled_last10_on_over_off; 2))x), whole sale \(n(.sale_on_over_off; 2))x."
+    ' <<<"$END_OF_SALE"
+}
 
 fmt_table() { # markdown table of all rows
     jq -r '
@@ -655,6 +895,7 @@ MD=$OUT_DIR/$STAMP.md
 JSON=$OUT_DIR/$STAMP.json
 PNG_SCALING=$OUT_DIR/$STAMP-scaling.png
 PNG_HOLD0=$OUT_DIR/$STAMP-hold0.png
+PNG_REBALANCE=$OUT_DIR/$STAMP-rebalance.png
 MACHINE=$(jq -cn --arg nproc "$(nproc)" \
     --arg model "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
     --arg mem "$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)" \
@@ -678,6 +919,10 @@ VERSIONS=$(jq -cn --arg wrk "$(wrk -v 2>&1 | head -n 1 | awk '{print $2}')" \
     fmt_table
     echo
     fmt_ratios
+    if [ "$END_OF_SALE" != null ]; then
+        echo
+        fmt_end_of_sale
+    fi
     if [ "$FAILED_COUNT" -gt 0 ]; then
         echo
         echo "## Audit failures"
@@ -689,11 +934,11 @@ jq -n --arg started "$STARTED" --arg cmd "$COMMAND" --argjson quick "$QUICK" \
     --argjson machine "$MACHINE" --argjson rows "$ALL" --argjson ratios "$RATIOS" \
     --argjson conns "$CONNS" --argjson wt "$WRK_THREADS" --argjson dur "$DURATION" \
     --argjson failed "$FAILED_COUNT" --arg url "$URL" --argjson versions "$VERSIONS" \
-    --arg l0 "$LOAD_START" --arg l1 "$LOAD_END" \
+    --arg l0 "$LOAD_START" --arg l1 "$LOAD_END" --argjson eos "$END_OF_SALE" \
     '{started: $started, command: $cmd, quick: ($quick == 1), url: $url, machine: $machine,
       versions: $versions, loadavg: {start: $l0, end: $l1},
       wrk: {threads: $wt, connections: $conns, duration_s: $dur},
-      scenarios: $rows, ratios: $ratios, audits_failed: $failed}' >"$JSON"
+      scenarios: $rows, ratios: $ratios, end_of_sale: $eos, audits_failed: $failed}' >"$JSON"
 
 # ---------------------------------------------------------------------------- plots
 if gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1; then
@@ -759,6 +1004,36 @@ plot '$TMP/hold0.dat' using 0:2:(\$3 > 0 ? 0xaaaaaa : 0x1f77b4):xtic(1) with box
 EOF
 fi
 
+for v in off on; do
+    jq -r --arg n "rebalance-$v" '.[] | select(.name == $n) | .end_of_sale.samples // [] | .[]
+        | "\(.[0]) \(.[1]) \(.[2])"' <<<"$ALL" >"$TMP/reb-$v.dat"
+done
+if [ -s "$TMP/reb-off.dat" ] || [ -s "$TMP/reb-on.dat" ]; then
+    REB_U90=$(( (REB_STOCK * 9 + 9) / 10 ))
+    gnuplot <<EOF 2>>"$TMP/gnuplot.log" || echo "run.sh: gnuplot failed (rebalance plot)" >&2
+set terminal $TERM_PNG
+set output '$PNG_REBALANCE'
+set termoption noenhanced
+set title "End of a sale: $REB_STOCK stock, $REB_SEGS segments, lock, hold $REB_HOLD ms, $CONNS connections\n$REB_PRE_TEXT"
+set xlabel 'seconds since the first order of the sale'
+set ylabel 'units sold (GET /admin/skus, every $REB_POLL_MS ms)'
+set y2label 'segments holding stock'
+set yrange [0:$REB_STOCK * 1.05]
+set y2range [0:$REB_SEGS + 1]
+set ytics nomirror
+set y2tics
+set xrange [0:*]
+set grid
+set key bottom right
+set arrow from graph 0, first $REB_U90 to graph 1, first $REB_U90 nohead dashtype 3 lc rgb '#888888'
+set label '90% sold: the last 10% starts' at graph 0.02, first $REB_U90 offset 0,0.7 tc rgb '#666666'
+plot '$TMP/reb-off.dat' using 1:2 with lines lw 2 lc rgb '#d62728' title 'sold, rebalance false', \\
+     '$TMP/reb-on.dat' using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'sold, rebalance true', \\
+     '$TMP/reb-off.dat' using 1:3 axes x1y2 with steps dashtype 2 lc rgb '#d62728' title 'segments with stock, false', \\
+     '$TMP/reb-on.dat' using 1:3 axes x1y2 with steps dashtype 2 lc rgb '#1f77b4' title 'segments with stock, true'
+EOF
+fi
+
 # ---------------------------------------------------------------------------- docs
 DOCS_BEGIN='<!-- BEGIN GENERATED by loadtest/run.sh --update-docs: edits here are overwritten -->'
 DOCS_END='<!-- END GENERATED -->'
@@ -772,6 +1047,7 @@ update_docs() {
     mkdir -p "$docs" || return 1
     [ ! -f "$PNG_SCALING" ] || cp "$PNG_SCALING" "$docs/bench-scaling.png" || return 1
     [ ! -f "$PNG_HOLD0" ] || cp "$PNG_HOLD0" "$docs/bench-hold0.png" || return 1
+    [ ! -f "$PNG_REBALANCE" ] || cp "$PNG_REBALANCE" "$docs/bench-rebalance.png" || return 1
     {
         echo "$DOCS_BEGIN"
         echo "## Latest run: $STARTED ($([ "$QUICK" = 1 ] && echo quick || echo full))"
@@ -786,10 +1062,18 @@ update_docs() {
         fmt_table
         echo
         fmt_ratios
+        if [ "$END_OF_SALE" != null ]; then
+            echo
+            fmt_end_of_sale
+        fi
         echo
         echo "![orders/s against segments at hold 20 ms](bench-scaling.png)"
         echo
         echo "![strategies at hold 0 ms](bench-hold0.png)"
+        if [ -f "$PNG_REBALANCE" ]; then
+            echo
+            echo "![the end of a sale with and without rebalancing](bench-rebalance.png)"
+        fi
         echo "$DOCS_END"
     } >"$block"
     if [ -f "$file" ] && grep -qF "$DOCS_BEGIN" "$file" && grep -qF "$DOCS_END" "$file"; then
@@ -805,7 +1089,7 @@ update_docs() {
 
 if [ "$UPDATE_DOCS" = 1 ]; then
     if update_docs; then
-        echo "docs: updated docs/BENCHMARKS.md, docs/bench-scaling.png, docs/bench-hold0.png"
+        echo "docs: updated docs/BENCHMARKS.md and the plots in docs/"
     else
         echo "run.sh: could not update docs/" >&2
     fi
@@ -816,11 +1100,16 @@ echo
 fmt_table | sed "s/| FAILED |/| ${RED}FAILED${RESET} |/"
 echo
 fmt_ratios
+if [ "$END_OF_SALE" != null ]; then
+    echo
+    fmt_end_of_sale
+fi
 echo
 echo "results: $MD"
 echo "         $JSON"
 [ -f "$PNG_SCALING" ] && echo "         $PNG_SCALING"
 [ -f "$PNG_HOLD0" ] && echo "         $PNG_HOLD0"
+[ -f "$PNG_REBALANCE" ] && echo "         $PNG_REBALANCE"
 if [ "$FAILED_COUNT" -gt 0 ]; then
     echo "${RED}${BOLD}FAILED${RESET}: $FAILED_COUNT scenario(s) failed their audit"
     exit 1
