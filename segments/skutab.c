@@ -301,8 +301,11 @@ int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
 {
     struct timespec ts = deadline_in(ms);
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; rescan && i < n; i++) {
-        if (!e->claimed[i] && (e->hint[i] < 0 || e->hint[i] >= qty)) {
+    bool hopeless = true; /* no segment can fill qty: nothing worth waiting for */
+    for (int i = 0; i < n; i++) {
+        bool may_fill = e->hint[i] < 0 || e->hint[i] >= qty;
+        hopeless &= !may_fill;
+        if ((rescan && !e->claimed[i] && may_fill) || (i == n - 1 && hopeless)) {
             pthread_mutex_unlock(&e->mu);
             return -1;
         }

@@ -80,9 +80,10 @@ int skutab_empty_count(sku_local *e, long long gen);
 
 /* Wait up to `ms` milliseconds for a claim handed over by skutab_unclaim. Returns
  * the segment now claimed by the caller, or -1 when the time ran out or a segment
- * went empty or the settings were dropped (look again) -- or at once
- * when `rescan` and one of the first `n` segments is unclaimed and may hold `qty`
- * (it was freed since the caller looked). */
+ * went empty or the settings were dropped (look again) -- or at once when none of
+ * the first `n` segments may hold `qty` any more (there is nothing to wait for), or
+ * when `rescan` and one of them is unclaimed and may hold `qty` (it was freed since
+ * the caller looked). */
 int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms);
 
 /* Claim segment i, waiting up to `ms` for it: a release of i goes to such a waiter

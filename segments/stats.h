@@ -27,7 +27,8 @@ enum stat_id {
     STAT_LEASE_LOST,         /* renewals that found the lock no longer ours */
     STAT_FENCED_REJECTIONS,  /* deductions refused because the token lost the lock */
     STAT_REDIS_ERRORS,
-    STAT_SOLD_OUT_FAST,      /* sold-out answers given without a Redis round trip */
+    STAT_SOLD_OUT_FAST,      /* sold-out answers from the in-process flag, with no
+                                script run (mostly on the HTTP thread) */
     STAT_MULTI_SEGMENT,      /* orders filled from several segments */
     STAT_REBALANCES,         /* rebalances done (by hand or automatically) */
     STAT_RESTOCKS,
