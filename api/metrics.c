@@ -14,7 +14,8 @@ struct text {
     size_t len, cap;
 };
 
-static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void put(struct text *t, const char *fmt, ...)
 {
@@ -50,10 +51,12 @@ static void histogram(struct text *t, inv *v, enum hist_id h, const char *help)
     long long cumulative = 0;
     for (int b = 0; b < HIST_BUCKETS; b++) {
         cumulative += s.bucket[b];
-        put(t, "inventory_%s_bucket{le=\"%g\"} %lld\n", name, hist_bounds()[b], cumulative);
+        put(t, "inventory_%s_bucket{le=\"%g\"} %lld\n", name, hist_bounds()[b],
+            cumulative);
     }
     put(t, "inventory_%s_bucket{le=\"+Inf\"} %lld\n", name, s.count);
-    put(t, "inventory_%s_sum %.6f\ninventory_%s_count %lld\n", name, s.sum, name, s.count);
+    put(t, "inventory_%s_sum %.6f\ninventory_%s_count %lld\n", name, s.sum, name,
+        s.count);
 }
 
 static void sku_outcomes(const char *sku, const long long *outcomes, void *arg)
@@ -63,7 +66,8 @@ static void sku_outcomes(const char *sku, const long long *outcomes, void *arg)
             outcome((enum stat_id)i), outcomes[i]);
 }
 
-void api_metrics(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep)
+void api_metrics(const struct api_ctx *ctx, struct api_request *req,
+                 struct api_reply *rep)
 {
     (void)req;
     struct text t = {NULL, 0, 0};
@@ -77,14 +81,15 @@ void api_metrics(const struct api_ctx *ctx, struct api_request *req, struct api_
             c[i]);
     for (int i = SKU_OUTCOMES; i < STAT__COUNT; i++) {
         const char *name = stat_name((enum stat_id)i);
-        put(&t, "# TYPE inventory_%s_total counter\ninventory_%s_total %lld\n", name, name,
-            c[i]);
+        put(&t, "# TYPE inventory_%s_total counter\ninventory_%s_total %lld\n", name,
+            name, c[i]);
     }
     histogram(&t, ctx->inv, HIST_ORDER, "Time to place an order, whatever the outcome.");
     histogram(&t, ctx->inv, HIST_LOCK_WAIT,
               "Time from an order's start to its segment lock being taken.");
-    put(&t, "# HELP inventory_sku_orders_total Orders by SKU and outcome (this instance).\n"
-            "# TYPE inventory_sku_orders_total counter\n");
+    put(&t,
+        "# HELP inventory_sku_orders_total Orders by SKU and outcome (this instance).\n"
+        "# TYPE inventory_sku_orders_total counter\n");
     stat_foreach_sku(ctx->inv, sku_outcomes, &t);
     api_reply_raw(rep, 200, "text/plain; version=0.0.4", t.buf, t.len);
 }

@@ -12,6 +12,7 @@
 
 #include "api/routes.h"
 
-void api_metrics(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep);
+void api_metrics(const struct api_ctx *ctx, struct api_request *req,
+                 struct api_reply *rep);
 
 #endif

@@ -30,8 +30,8 @@ struct api_header {
 };
 
 struct api_reply {
-    int status; /* HTTP status; 0 until a reply is set */
-    char *body; /* JSON text (or content_type), owned; NULL until set */
+    int status;               /* HTTP status; 0 until a reply is set */
+    char *body;               /* JSON text (or content_type), owned; NULL until set */
     const char *content_type; /* static; NULL means application/json */
     size_t body_len;
     struct api_header headers[API_REPLY_HEADERS_MAX];

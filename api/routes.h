@@ -69,7 +69,7 @@ struct api_route {
     unsigned flags;
     api_parse_fn parse; /* body parser (POST/PUT), or NULL: body ignored */
     api_handler_fn handle;
-    api_fast_fn fast;   /* NULL, or tried inline before a BACKEND route is queued */
+    api_fast_fn fast; /* NULL, or tried inline before a BACKEND route is queued */
 };
 
 /* Run the inline checks above on `req`. Returns the route to run, or NULL with the

@@ -310,8 +310,8 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
         (unsigned)cfg->connection_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
         (unsigned)LISTEN_BACKLOG, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)HTTP_THREADS, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
-        MHD_OPTION_END);
+        (unsigned)HTTP_THREADS, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
     if (s->daemon == NULL) {
         snprintf(err, errlen,
                  "cannot listen on %s port %d (in use, or not a local address?)",

@@ -18,23 +18,23 @@ typedef struct skutab skutab;
 typedef struct watchdog watchdog;
 
 struct inv {
-    struct inv_options opt;     /* opt.redis_host points at `host` */
+    struct inv_options opt; /* opt.redis_host points at `host` */
     char *host;
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];
-    skutab *tab;                /* in-process state per SKU (skutab.h) */
-    watchdog *wd;               /* renews the leases of held locks (watchdog.h) */
+    skutab *tab;  /* in-process state per SKU (skutab.h) */
+    watchdog *wd; /* renews the leases of held locks (watchdog.h) */
 };
 
 struct inv_conn {
     inv *v;
-    redisContext *rc;           /* NULL until connected, and again after an error */
-    char sha[SCRIPT__COUNT][41];/* SCRIPT LOAD results for this connection */
-    uint64_t rng;               /* xorshift state: ring start and backoff jitter */
-    uint64_t token_id;          /* random per connection: prefix of every lock token */
-    uint64_t token_seq;         /* counter: suffix of every lock token */
-    char errstr[128];           /* last Redis error, for logs */
+    redisContext *rc;            /* NULL until connected, and again after an error */
+    char sha[SCRIPT__COUNT][41]; /* SCRIPT LOAD results for this connection */
+    uint64_t rng;                /* xorshift state: ring start and backoff jitter */
+    uint64_t token_id;           /* random per connection: prefix of every lock token */
+    uint64_t token_seq;          /* counter: suffix of every lock token */
+    char errstr[128];            /* last Redis error, for logs */
 };
 
 /* The handle's lease watchdog (for tests that drive leases by hand). */

@@ -84,16 +84,26 @@ inv_status inv_ping(inv_conn *c)
 const char *inv_status_name(inv_status s)
 {
     switch (s) {
-    case INV_OK: return "ok";
-    case INV_REPLAYED: return "replayed";
-    case INV_SOLD_OUT: return "sold_out";
-    case INV_INSUFFICIENT: return "insufficient_stock";
-    case INV_UNKNOWN_SKU: return "unknown_sku";
-    case INV_NOT_FOUND: return "not_found";
-    case INV_CONFLICT: return "order_id_conflict";
-    case INV_BUSY: return "busy";
-    case INV_UNAVAILABLE: return "backend_unavailable";
-    case INV_INVALID: return "invalid_field";
+    case INV_OK:
+        return "ok";
+    case INV_REPLAYED:
+        return "replayed";
+    case INV_SOLD_OUT:
+        return "sold_out";
+    case INV_INSUFFICIENT:
+        return "insufficient_stock";
+    case INV_UNKNOWN_SKU:
+        return "unknown_sku";
+    case INV_NOT_FOUND:
+        return "not_found";
+    case INV_CONFLICT:
+        return "order_id_conflict";
+    case INV_BUSY:
+        return "busy";
+    case INV_UNAVAILABLE:
+        return "backend_unavailable";
+    case INV_INVALID:
+        return "invalid_field";
     }
     return "unknown";
 }

@@ -20,26 +20,26 @@ typedef struct inv inv;
 typedef struct inv_conn inv_conn;
 
 typedef enum inv_status {
-    INV_OK = 0,          /* done */
-    INV_REPLAYED,        /* order_id already confirmed: same record, nothing deducted */
-    INV_SOLD_OUT,        /* every segment is empty */
-    INV_INSUFFICIENT,    /* stock remains, but no segment holds qty */
-    INV_UNKNOWN_SKU,     /* no such SKU */
-    INV_NOT_FOUND,       /* no such order */
-    INV_CONFLICT,        /* order_id already used for a different sku or qty */
-    INV_BUSY,            /* no segment lock could be had within lock_wait_ms */
-    INV_UNAVAILABLE,     /* Redis unreachable, hung or failing */
-    INV_INVALID,         /* argument out of the documented range */
+    INV_OK = 0,       /* done */
+    INV_REPLAYED,     /* order_id already confirmed: same record, nothing deducted */
+    INV_SOLD_OUT,     /* every segment is empty */
+    INV_INSUFFICIENT, /* stock remains, but no segment holds qty */
+    INV_UNKNOWN_SKU,  /* no such SKU */
+    INV_NOT_FOUND,    /* no such order */
+    INV_CONFLICT,     /* order_id already used for a different sku or qty */
+    INV_BUSY,         /* no segment lock could be had within lock_wait_ms */
+    INV_UNAVAILABLE,  /* Redis unreachable, hung or failing */
+    INV_INVALID,      /* argument out of the documented range */
 } inv_status;
 
 /* Options the domain needs; service/ fills them from the configuration. */
 struct inv_options {
-    const char *redis_host;  /* borrowed; copied by inv_create */
+    const char *redis_host; /* borrowed; copied by inv_create */
     int redis_port;
-    int redis_timeout_ms;    /* connect and per-command timeout (a hung Redis -> 503) */
-    int lock_ttl_ms;         /* lease of a segment lock; renewed every ttl/3 while held */
-    int lock_wait_ms;        /* how long an order waits for a free segment before BUSY */
-    int meta_cache_ms;       /* how long a SKU's settings are trusted without re-reading */
+    int redis_timeout_ms; /* connect and per-command timeout (a hung Redis -> 503) */
+    int lock_ttl_ms;      /* lease of a segment lock; renewed every ttl/3 while held */
+    int lock_wait_ms;     /* how long an order waits for a free segment before BUSY */
+    int meta_cache_ms;    /* how long a SKU's settings are trusted without re-reading */
 };
 
 /* Create the process-wide handle and start the lease watchdog thread.

@@ -8,12 +8,11 @@
  *   inv:{sku:i}:lock            segment i's lock: a random token, PX lease
  *   inv:{sku:i}:orders          hash order_id -> qty taken from segment i, one field per
  *                               order whose first (or only) segment is i
- *   inv:{sku:i}:parts           hash order_id -> qty taken from segment i by a multi-segment
- *                               order whose first segment is another one
- *   inv:{sku:i}:cancelled       set of cancelled order ids whose first segment is i
- *   inv:order:{id}              the order record (JSON), written in the same script as
- *                               the deduction; unique per order_id (idempotency). It lives
- *                               in its own slot: under Redis Cluster the order scripts would
+ *   inv:{sku:i}:parts           hash order_id -> qty taken from segment i by a
+ * multi-segment order whose first segment is another one inv:{sku:i}:cancelled       set
+ * of cancelled order ids whose first segment is i inv:order:{id}              the order
+ * record (JSON), written in the same script as the deduction; unique per order_id
+ * (idempotency). It lives in its own slot: under Redis Cluster the order scripts would
  *                               need it moved into the segment's slot (not done yet).
  *   inv:events                  pub/sub channel: SKU settings changed (name as message)
  *

@@ -13,8 +13,8 @@
 
 struct lock_reply {
     enum script_reply code;
-    long long stock;    /* OK/BUSY/SHORT: stock seen (DEDUCT OK: stock left) */
-    char *record;       /* EXISTS: the existing order record; caller frees */
+    long long stock; /* OK/BUSY/SHORT: stock seen (DEDUCT OK: stock left) */
+    char *record;    /* EXISTS: the existing order record; caller frees */
 };
 
 /* A fresh token, unique to this attempt across every connection and instance. */
@@ -26,7 +26,8 @@ int lock_acquire(inv_conn *c, const char *sku, int i, const char *id, long long 
                  const char *token, struct lock_reply *out);
 
 /* Fenced deduct of `qty` from segment i recording `record` under order `id`, then
- * release. token "" = no lock (mode atomic). Codes: OK, FENCED, EXISTS, SHORT, MISSING. */
+ * release. token "" = no lock (mode atomic). Codes: OK, FENCED, EXISTS, SHORT, MISSING.
+ */
 int lock_deduct(inv_conn *c, const char *sku, int i, const char *token, const char *id,
                 long long qty, const char *record, struct lock_reply *out);
 

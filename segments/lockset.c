@@ -28,8 +28,8 @@ static void sleep_ms(int ms)
 /* Lock one segment in Redis: 1 taken, 0 busy, -1 error. */
 static int try_lock(inv_conn *c, const char *key, const char *token)
 {
-    redisReply *r = store_command(c, "SET %s %s NX PX %d", key, token,
-                                  c->v->opt.lock_ttl_ms);
+    redisReply *r =
+        store_command(c, "SET %s %s NX PX %d", key, token, c->v->opt.lock_ttl_ms);
     if (r == NULL)
         return -1;
     int taken = r->type == REDIS_REPLY_STATUS;

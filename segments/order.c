@@ -30,7 +30,7 @@ struct walk {
     sku_local *e;
     struct sku_view view;
     int64_t started_ms;
-    bool stock_left;            /* some segment held stock, though less than qty */
+    bool stock_left;                  /* some segment held stock, though less than qty */
     long long seen[SEG_MAX_SEGMENTS]; /* stock last seen per segment, -1 unknown */
 };
 
@@ -91,10 +91,11 @@ static enum visit short_of_stock(struct walk *w, int i, long long stock, bool kn
 static enum visit deduct(struct walk *w, int i, const char *token)
 {
     long long qty = w->req->qty;
-    char *record = build_record(w->res->order_id, w->req->sku, qty, 1, &i, &qty,
-                                "confirmed");
+    char *record =
+        build_record(w->res->order_id, w->req->sku, qty, 1, &i, &qty, "confirmed");
     struct lock_reply r;
-    if (lock_deduct(w->c, w->req->sku, i, token, w->res->order_id, qty, record, &r) != 0) {
+    if (lock_deduct(w->c, w->req->sku, i, token, w->res->order_id, qty, record, &r) !=
+        0) {
         free(record);
         return V_ERROR;
     }
@@ -201,14 +202,15 @@ static int multi_segment(struct walk *w, int64_t deadline)
     bool locked = w->view.cfg.mode == SKU_MODE_LOCK;
     inv_status why = INV_OK;
     struct lockset *set = NULL;
-    if (locked && (set = lockset_take(w->c, w->e, w->req->sku, seg, k, deadline, &why)) == NULL)
+    if (locked &&
+        (set = lockset_take(w->c, w->e, w->req->sku, seg, k, deadline, &why)) == NULL)
         return why;
 
     char *record = build_record(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
                                 "confirmed");
     int nkeys = 1 + 4 * k, nargs = 2 + 2 * k;
-    char (*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
-    char (*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)k);
+    char(*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
+    char(*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)k);
     const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
     const char **args = seg_malloc(sizeof *args * (size_t)nargs);
     keys[0] = seg_key_order(keybuf[0], w->res->order_id);
@@ -236,7 +238,8 @@ static int multi_segment(struct walk *w, int64_t deadline)
         lockset_drop(w->c, set, code < 0 || code == SCRIPT_R_FENCED);
     if ((code == SCRIPT_R_OK || code == SCRIPT_R_SHORT) && r->elements == (size_t)k + 1)
         for (int j = 0; j < k; j++) /* what each segment holds now */
-            skutab_note_stock(w->e, w->view.gen, seg[j], store_integer(r->element[j + 1], 0));
+            skutab_note_stock(w->e, w->view.gen, seg[j],
+                              store_integer(r->element[j + 1], 0));
     int out = -1;
     if (code == SCRIPT_R_OK) {
         stat_add(w->c->v, STAT_MULTI_SEGMENT, 1);
@@ -334,7 +337,7 @@ static inv_status walk_ring(struct walk *w)
                 continue;
             }
             enum visit r = w->view.cfg.mode == SKU_MODE_LOCK ? visit_locked(w, i, mine)
-                                                              : deduct(w, i, "");
+                                                             : deduct(w, i, "");
             if (r == V_DONE)
                 return w->res->status;
             if (r == V_ERROR)
@@ -357,8 +360,8 @@ static inv_status walk_ring(struct walk *w)
             return verdict_at_deadline(w);
         if (claimed + busy > 0) {
             stat_add(w->c->v, STAT_LOCK_WAITS, 1);
-            int ms = busy > 0 ? ring_backoff_ms(remote_rounds++, inv_rand(w->c, UINT32_MAX),
-                                                remaining)
+            int ms = busy > 0 ? ring_backoff_ms(remote_rounds++,
+                                                inv_rand(w->c, UINT32_MAX), remaining)
                               : remaining;
             handed = skutab_wait(w->e, n, w->req->qty, busy == 0, ms);
         }
@@ -377,7 +380,8 @@ bool order_sold_out_fast(inv *v, const char *sku)
     return true;
 }
 
-/* GET the record of order `id`: INV_OK (*record malloc'd), INV_NOT_FOUND, INV_UNAVAILABLE. */
+/* GET the record of order `id`: INV_OK (*record malloc'd), INV_NOT_FOUND,
+ * INV_UNAVAILABLE. */
 static inv_status read_record(inv_conn *c, const char *id, char **record)
 {
     char key[SEG_KEY_MAX];
@@ -396,18 +400,27 @@ static inv_status read_record(inv_conn *c, const char *id, char **record)
 static enum stat_id outcome_stat(inv_status s)
 {
     switch (s) {
-    case INV_OK: return STAT_ORDERS_CONFIRMED;
-    case INV_REPLAYED: return STAT_ORDERS_REPLAYED;
-    case INV_SOLD_OUT: return STAT_ORDERS_SOLD_OUT;
-    case INV_INSUFFICIENT: return STAT_ORDERS_INSUFFICIENT;
-    case INV_UNKNOWN_SKU: return STAT_ORDERS_UNKNOWN_SKU;
-    case INV_CONFLICT: return STAT_ORDERS_CONFLICT;
-    case INV_BUSY: return STAT_ORDERS_BUSY;
-    default: return STAT_ORDERS_UNAVAILABLE;
+    case INV_OK:
+        return STAT_ORDERS_CONFIRMED;
+    case INV_REPLAYED:
+        return STAT_ORDERS_REPLAYED;
+    case INV_SOLD_OUT:
+        return STAT_ORDERS_SOLD_OUT;
+    case INV_INSUFFICIENT:
+        return STAT_ORDERS_INSUFFICIENT;
+    case INV_UNKNOWN_SKU:
+        return STAT_ORDERS_UNKNOWN_SKU;
+    case INV_CONFLICT:
+        return STAT_ORDERS_CONFLICT;
+    case INV_BUSY:
+        return STAT_ORDERS_BUSY;
+    default:
+        return STAT_ORDERS_UNAVAILABLE;
     }
 }
 
-inv_status order_place(inv_conn *c, const struct order_request *req, struct order_result *res)
+inv_status order_place(inv_conn *c, const struct order_request *req,
+                       struct order_result *res)
 {
     memset(res, 0, sizeof *res);
     res->segment = -1;
@@ -486,7 +499,8 @@ static int parse_record(const char *record, struct parsed *p)
             json_t *e = json_array_get(segs, (size_t)k);
             p->seg[k] = (int)json_integer_value(json_object_get(e, "segment"));
             p->part[k] = json_integer_value(json_object_get(e, "qty"));
-            if (p->seg[k] < 0 || p->seg[k] >= SEG_MAX_SEGMENTS || (k && p->seg[k] <= p->seg[k - 1]))
+            if (p->seg[k] < 0 || p->seg[k] >= SEG_MAX_SEGMENTS ||
+                (k && p->seg[k] <= p->seg[k - 1]))
                 rc = -1;
         }
     }
@@ -499,8 +513,8 @@ static int run_cancel(inv_conn *c, const char *id, const struct parsed *p,
                       struct lockset *set, const char *cancelled)
 {
     int nkeys = 3 + 4 * p->n, nargs = 2 + 2 * p->n;
-    char (*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
-    char (*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)p->n);
+    char(*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
+    char(*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)p->n);
     const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
     const char **args = seg_malloc(sizeof *args * (size_t)nargs);
     keys[0] = seg_key_order(keybuf[0], id);
@@ -550,14 +564,15 @@ inv_status order_cancel(inv_conn *c, const char *id, char **record)
     st = skutab_get(c, p->sku, &e, &view);
     struct lockset *set = NULL;
     if (st == INV_OK)
-        set = lockset_take(c, e, p->sku, p->seg, p->n, inv_now_ms() + c->v->opt.lock_wait_ms,
-                           &st);
+        set = lockset_take(c, e, p->sku, p->seg, p->n,
+                           inv_now_ms() + c->v->opt.lock_wait_ms, &st);
     if (set == NULL) {
         free(p);
         free(rec);
         return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
     }
-    char *cancelled = build_record(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
+    char *cancelled =
+        build_record(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
     int code = run_cancel(c, id, p, set, cancelled);
     lockset_drop(c, set, code < 0 || code == SCRIPT_R_FENCED);
     if (code == SCRIPT_R_OK) {
@@ -575,7 +590,7 @@ inv_status order_cancel(inv_conn *c, const char *id, char **record)
     free(cancelled);
     if (code == SCRIPT_R_EXISTS) /* cancelled meanwhile by another request */
         return read_record(c, id, record);
-    return code == SCRIPT_R_MISSING ? INV_NOT_FOUND
+    return code == SCRIPT_R_MISSING  ? INV_NOT_FOUND
            : code == SCRIPT_R_FENCED ? INV_BUSY
                                      : INV_UNAVAILABLE;
 }

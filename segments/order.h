@@ -28,21 +28,22 @@
 #define ORDER_QTY_MAX 1000000
 
 struct order_request {
-    const char *sku;       /* valid name (keys.h); borrowed */
-    long long qty;         /* 1..ORDER_QTY_MAX */
-    const char *order_id;  /* valid name, or NULL/"" to have one generated; borrowed */
+    const char *sku;      /* valid name (keys.h); borrowed */
+    long long qty;        /* 1..ORDER_QTY_MAX */
+    const char *order_id; /* valid name, or NULL/"" to have one generated; borrowed */
 };
 
 struct order_result {
-    inv_status status;     /* INV_OK (201), INV_REPLAYED (200) or the reason it failed */
+    inv_status status; /* INV_OK (201), INV_REPLAYED (200) or the reason it failed */
     char order_id[SEG_NAME_MAX + 1];
-    int segment;           /* segment the stock came from, -1 when none */
-    char *record;          /* INV_OK/INV_REPLAYED: the order as JSON text, caller frees */
+    int segment;  /* segment the stock came from, -1 when none */
+    char *record; /* INV_OK/INV_REPLAYED: the order as JSON text, caller frees */
 };
 
 /* Place an order. Always fills `res` (record NULL unless OK/REPLAYED) and returns
  * res->status. Blocks for the SKU's hold_ms and at most about lock_wait_ms waiting. */
-inv_status order_place(inv_conn *c, const struct order_request *req, struct order_result *res);
+inv_status order_place(inv_conn *c, const struct order_request *req,
+                       struct order_result *res);
 
 /* The sold-out fast path, for the HTTP thread: true when this process knows, without
  * asking Redis, that `sku` is sold out now (every segment seen empty in the current

@@ -13,7 +13,8 @@
 #define RING_BACKOFF_MIN_MS 1
 #define RING_BACKOFF_MAX_MS 32
 
-/* The k-th segment visited (0 <= k < n) by a round starting at `start` (0 <= start < n). */
+/* The k-th segment visited (0 <= k < n) by a round starting at `start` (0 <= start < n).
+ */
 int ring_segment(int start, int k, int n);
 
 /* Wait before round `round` + 1 (round >= 0): uniformly in [b/2, b] where

@@ -51,18 +51,16 @@ static const char deduct_lua[] =
     "return done({0, s - q})\n";
 
 /* RELEASE  KEYS: lock.  ARGV: token.  Reply: 1 released, 0 not ours. */
-static const char release_lua[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  return redis.call('DEL', KEYS[1])\n"
-    "end\n"
-    "return 0\n";
+static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                  "  return redis.call('DEL', KEYS[1])\n"
+                                  "end\n"
+                                  "return 0\n";
 
 /* RENEW  KEYS: lock.  ARGV: token, ttl_ms.  Reply: 1 renewed, 0 not ours. */
-static const char renew_lua[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "end\n"
-    "return 0\n";
+static const char renew_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+                                "end\n"
+                                "return 0\n";
 
 /* DEDUCT_MULTI (one order over several segments, all or nothing)
  * KEYS: order record, then per segment: lock, stock, sold, hash (orders for the
@@ -166,14 +164,16 @@ static const char adjust_lua[] =
     "  end\n"
     "end\n"
     "local each, extra\n"
-    "if ARGV[1] == 'restock' then each, extra = split(add) else each, extra = split(total) end\n"
+    "if ARGV[1] == 'restock' then each, extra = split(add) else each, extra = "
+    "split(total) end\n"
     "for i = 0, n - 1 do\n"
     "  local share = each + ((i < extra) and 1 or 0)\n"
     "  if ARGV[1] == 'restock' then share = stock[i] + share end\n"
     "  redis.call('SET', KEYS[3 + 2 * i], string.format('%d', share))\n"
     "  redis.call('DEL', KEYS[2 + 2 * i])\n"
     "end\n"
-    "if ARGV[1] == 'restock' then redis.call('HINCRBY', KEYS[1], 'initial', ARGV[2]) end\n"
+    "if ARGV[1] == 'restock' then redis.call('HINCRBY', KEYS[1], 'initial', ARGV[2]) "
+    "end\n"
     "return {0, redis.call('HINCRBY', KEYS[1], 'gen', 1)}\n";
 
 /* RESET
@@ -218,10 +218,14 @@ static const char reset_lua[] =
 const char *script_source(enum script_id id)
 {
     static const char *const sources[SCRIPT__COUNT] = {
-        [SCRIPT_ACQUIRE] = acquire_lua, [SCRIPT_DEDUCT] = deduct_lua,
-        [SCRIPT_DEDUCT_MULTI] = deduct_multi_lua, [SCRIPT_RELEASE] = release_lua,
-        [SCRIPT_RENEW] = renew_lua, [SCRIPT_RESET] = reset_lua,
-        [SCRIPT_CANCEL] = cancel_lua, [SCRIPT_ADJUST] = adjust_lua,
+        [SCRIPT_ACQUIRE] = acquire_lua,
+        [SCRIPT_DEDUCT] = deduct_lua,
+        [SCRIPT_DEDUCT_MULTI] = deduct_multi_lua,
+        [SCRIPT_RELEASE] = release_lua,
+        [SCRIPT_RENEW] = renew_lua,
+        [SCRIPT_RESET] = reset_lua,
+        [SCRIPT_CANCEL] = cancel_lua,
+        [SCRIPT_ADJUST] = adjust_lua,
     };
     return sources[id];
 }

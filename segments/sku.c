@@ -28,12 +28,13 @@ int sku_mode_parse(const char *s, sku_mode *out)
 }
 
 /* Run RESET over `old` existing segments, writing `cfg` (NULL: delete the SKU). */
-static inv_status reset(inv_conn *c, const char *sku, int old, const struct sku_config *cfg)
+static inv_status reset(inv_conn *c, const char *sku, int old,
+                        const struct sku_config *cfg)
 {
     int n = cfg ? cfg->segments : 0;
     int m = old > n ? old : n;
     int nkeys = 2 + 6 * m;
-    char (*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
+    char(*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
     const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
     keys[0] = seg_key_meta(names[0], sku);
     keys[1] = seg_key_skus(names[1]);
@@ -60,9 +61,9 @@ static inv_status reset(inv_conn *c, const char *sku, int old, const struct sku_
     snprintf(share, sizeof share, "%lld", n ? stock / n : 0);
     snprintf(more, sizeof more, "%lld", n ? stock / n + 1 : 0);
     snprintf(extra, sizeof extra, "%lld", n ? stock % n : 0);
-    const char *args[] = {sku,     prefix, suffix, segs,  sku_mode_name(cfg ? cfg->mode : 0),
-                          hold,    initial, more,  share, extra,
-                          cfg && cfg->rebalance ? "1" : "0"};
+    const char *args[] = {
+        sku,     prefix, suffix, segs,  sku_mode_name(cfg ? cfg->mode : 0), hold,
+        initial, more,   share,  extra, cfg && cfg->rebalance ? "1" : "0"};
 
     redisReply *r = store_eval(c, SCRIPT_RESET, nkeys, keys, 11, args);
     free(keys);
@@ -98,7 +99,9 @@ inv_status sku_delete(inv_conn *c, const char *sku)
     if (!seg_valid_name(sku))
         return INV_INVALID;
     int old = current_segments(c, sku);
-    return old < 0 ? INV_UNAVAILABLE : old == 0 ? INV_UNKNOWN_SKU : reset(c, sku, old, NULL);
+    return old < 0    ? INV_UNAVAILABLE
+           : old == 0 ? INV_UNKNOWN_SKU
+                      : reset(c, sku, old, NULL);
 }
 
 /* Restock (`add` units) or rebalance (add 0) every segment of `sku` under its lock. */
@@ -115,13 +118,13 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
     int seg[SEG_MAX_SEGMENTS];
     for (int i = 0; i < n; i++)
         seg[i] = i;
-    struct lockset *set = lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms,
-                                       &st);
+    struct lockset *set =
+        lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms, &st);
     if (set == NULL)
         return st;
 
     int nkeys = 1 + 2 * n;
-    char (*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
+    char(*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
     const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
     const char **args = seg_malloc(sizeof *args * (size_t)(2 + n));
     char amount[24];

@@ -20,23 +20,23 @@
 typedef enum sku_mode { SKU_MODE_LOCK = 0, SKU_MODE_ATOMIC = 1 } sku_mode;
 
 struct sku_config {
-    long long stock;   /* 0..SKU_STOCK_MAX */
-    int segments;      /* 1..SEG_MAX_SEGMENTS */
+    long long stock; /* 0..SKU_STOCK_MAX */
+    int segments;    /* 1..SEG_MAX_SEGMENTS */
     sku_mode mode;
-    int hold_ms;       /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
-    bool rebalance;    /* mode lock: rebalance automatically once half the segments are
-                          empty while stock remains (order.h) */
+    int hold_ms;    /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
+    bool rebalance; /* mode lock: rebalance automatically once half the segments are
+                       empty while stock remains (order.h) */
 };
 
 struct sku_status {
     char sku[SEG_NAME_MAX + 1];
-    struct sku_config cfg;      /* cfg.stock is the initial stock */
-    long long remaining;        /* sum of segment stock */
-    long long sold;             /* sum of segment sold counts */
-    long long orders;           /* number of order records (one per sale) */
+    struct sku_config cfg; /* cfg.stock is the initial stock */
+    long long remaining;   /* sum of segment stock */
+    long long sold;        /* sum of segment sold counts */
+    long long orders;      /* number of order records (one per sale) */
     long long segment_stock[SEG_MAX_SEGMENTS];
     long long segment_sold[SEG_MAX_SEGMENTS];
-    int locks_held;             /* segment locks held right now (any instance) */
+    int locks_held; /* segment locks held right now (any instance) */
 };
 
 /* "lock" / "atomic" and back; sku_mode_parse returns -1 for anything else. */
@@ -60,7 +60,8 @@ inv_status sku_restock(inv_conn *c, const char *sku, long long qty);
  * in index order. Same statuses as sku_restock. */
 inv_status sku_rebalance(inv_conn *c, const char *sku);
 
-/* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU, INV_UNAVAILABLE. */
+/* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU,
+ * INV_UNAVAILABLE. */
 inv_status sku_delete(inv_conn *c, const char *sku);
 
 /* All SKU names, sorted. On INV_OK *names is a malloc'd array of *n malloc'd

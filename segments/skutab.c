@@ -26,25 +26,25 @@ struct waiter {
 struct sku_local {
     char name[SEG_NAME_MAX + 1];
     pthread_mutex_t mu;
-    pthread_cond_t cv_wanted;       /* broadcast when a wanted segment is reserved */
-    bool valid;                     /* settings known */
-    bool refreshing;                /* a worker is re-reading them */
+    pthread_cond_t cv_wanted; /* broadcast when a wanted segment is reserved */
+    bool valid;               /* settings known */
+    bool refreshing;          /* a worker is re-reading them */
     struct sku_view view;
     int64_t fetched_ms;
-    struct waiter *first, *last;    /* skutab_wait callers, oldest first */
+    struct waiter *first, *last;              /* skutab_wait callers, oldest first */
     unsigned short wanted[SEG_MAX_SEGMENTS];  /* skutab_claim_wait callers per segment */
     unsigned char reserved[SEG_MAX_SEGMENTS]; /* released to one of them */
     int empty_count;
     bool rebalancing;
-    long long rebalanced_gen;       /* last generation a rebalance was started in */
+    long long rebalanced_gen; /* last generation a rebalance was started in */
     _Atomic long long outcomes[SKU_OUTCOMES];
     unsigned char claimed[SEG_MAX_SEGMENTS];
-    long long hint[SEG_MAX_SEGMENTS];       /* least stock seen this generation, -1 */
+    long long hint[SEG_MAX_SEGMENTS]; /* least stock seen this generation, -1 */
     sku_local *next;
 };
 
 struct skutab {
-    pthread_rwlock_t lock;          /* guards the buckets, not the entries */
+    pthread_rwlock_t lock; /* guards the buckets, not the entries */
     sku_local *bucket[BUCKETS];
 };
 
@@ -116,8 +116,9 @@ static sku_local *find_or_add(skutab *t, const char *sku)
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
 {
     char key[SEG_KEY_MAX];
-    redisReply *r = store_command(c, "HMGET %s segments mode hold_ms initial gen rebalance",
-                                  seg_key_meta(key, sku));
+    redisReply *r =
+        store_command(c, "HMGET %s segments mode hold_ms initial gen rebalance",
+                      seg_key_meta(key, sku));
     if (r == NULL)
         return INV_UNAVAILABLE;
     inv_status st = INV_UNKNOWN_SKU;
@@ -127,7 +128,8 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
         out->cfg.hold_ms = (int)store_integer(r->element[2], 0);
         out->cfg.stock = store_integer(r->element[3], 0);
         out->gen = store_integer(r->element[4], 0);
-        const char *mode = r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
+        const char *mode =
+            r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
         if (sku_mode_parse(mode, &out->cfg.mode) == 0 && out->cfg.segments >= 1 &&
             out->cfg.segments <= SEG_MAX_SEGMENTS)
             st = INV_OK;
@@ -136,7 +138,8 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     return st;
 }
 
-inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out, struct sku_view *view)
+inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
+                      struct sku_view *view)
 {
     skutab *t = c->v->tab;
     pthread_rwlock_rdlock(&t->lock);
@@ -364,7 +367,8 @@ void skutab_count(sku_local *e, enum stat_id outcome)
         atomic_fetch_add_explicit(&e->outcomes[outcome], 1, memory_order_relaxed);
 }
 
-void skutab_foreach(skutab *t, void (*fn)(const char *sku, const long long *outcomes, void *arg),
+void skutab_foreach(skutab *t,
+                    void (*fn)(const char *sku, const long long *outcomes, void *arg),
                     void *arg)
 {
     pthread_rwlock_rdlock(&t->lock);

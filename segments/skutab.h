@@ -27,7 +27,7 @@
 typedef struct sku_local sku_local;
 
 struct sku_view {
-    struct sku_config cfg;   /* cfg.stock is the initial stock */
+    struct sku_config cfg; /* cfg.stock is the initial stock */
     long long gen;
 };
 
@@ -67,7 +67,8 @@ bool skutab_sold_out(sku_local *e, long long gen);
 void skutab_count(sku_local *e, enum stat_id outcome);
 
 /* Call fn for every entry with its outcome counters (see stat_foreach_sku). */
-void skutab_foreach(skutab *t, void (*fn)(const char *sku, const long long *outcomes, void *arg),
+void skutab_foreach(skutab *t,
+                    void (*fn)(const char *sku, const long long *outcomes, void *arg),
                     void *arg);
 
 /* Start a rebalance of the SKU unless one is running in this process: true when

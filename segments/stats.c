@@ -28,8 +28,8 @@ static const char *const names[STAT__COUNT] = {
     [STAT_RESTOCKS] = "restocks",
 };
 
-static const double bounds[HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                            0.1,    0.25,  0.5,    1,     2.5,  5,    10};
+static const double bounds[HIST_BUCKETS] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 const char *stat_name(enum stat_id id)
 {
@@ -73,7 +73,8 @@ void stat_hist_snapshot(inv *v, enum hist_id h, struct hist_snapshot *out)
         out->bucket[b] = atomic_load_explicit(&v->hist[h][b], memory_order_relaxed);
         out->count += out->bucket[b];
     }
-    out->sum = (double)atomic_load_explicit(&v->hist_sum_us[h], memory_order_relaxed) / 1e6;
+    out->sum =
+        (double)atomic_load_explicit(&v->hist_sum_us[h], memory_order_relaxed) / 1e6;
 }
 
 void stat_foreach_sku(inv *v,

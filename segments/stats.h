@@ -18,19 +18,19 @@ enum stat_id {
     STAT_ORDERS_BUSY,
     STAT_ORDERS_UNAVAILABLE,
     STAT_ORDERS_CANCELLED,
-    STAT_LOCK_ATTEMPTS,      /* acquire scripts sent */
+    STAT_LOCK_ATTEMPTS, /* acquire scripts sent */
     STAT_LOCK_ACQUIRED,
-    STAT_BUSY_SKIPS,         /* a segment skipped because its lock was held */
-    STAT_FALL_THROUGHS,      /* a segment skipped because it held too little */
-    STAT_LOCK_WAITS,         /* full passes that found every candidate busy */
+    STAT_BUSY_SKIPS,    /* a segment skipped because its lock was held */
+    STAT_FALL_THROUGHS, /* a segment skipped because it held too little */
+    STAT_LOCK_WAITS,    /* full passes that found every candidate busy */
     STAT_LEASE_RENEWALS,
-    STAT_LEASE_LOST,         /* renewals that found the lock no longer ours */
-    STAT_FENCED_REJECTIONS,  /* deductions refused because the token lost the lock */
+    STAT_LEASE_LOST,        /* renewals that found the lock no longer ours */
+    STAT_FENCED_REJECTIONS, /* deductions refused because the token lost the lock */
     STAT_REDIS_ERRORS,
-    STAT_SOLD_OUT_FAST,      /* sold-out answers from the in-process flag, with no
-                                script run (mostly on the HTTP thread) */
-    STAT_MULTI_SEGMENT,      /* orders filled from several segments */
-    STAT_REBALANCES,         /* rebalances done (by hand or automatically) */
+    STAT_SOLD_OUT_FAST, /* sold-out answers from the in-process flag, with no
+                           script run (mostly on the HTTP thread) */
+    STAT_MULTI_SEGMENT, /* orders filled from several segments */
+    STAT_REBALANCES,    /* rebalances done (by hand or automatically) */
     STAT_RESTOCKS,
     STAT__COUNT
 };
@@ -39,8 +39,8 @@ enum stat_id {
 #define SKU_OUTCOMES (STAT_ORDERS_CANCELLED + 1)
 
 enum hist_id {
-    HIST_ORDER,              /* whole order_place, seconds */
-    HIST_LOCK_WAIT,          /* order start to the segment lock taken (mode lock) */
+    HIST_ORDER,     /* whole order_place, seconds */
+    HIST_LOCK_WAIT, /* order start to the segment lock taken (mode lock) */
     HIST__COUNT
 };
 #define HIST_BUCKETS 14
@@ -48,7 +48,7 @@ enum hist_id {
 struct hist_snapshot {
     long long bucket[HIST_BUCKETS + 1]; /* not cumulative; last is +Inf */
     long long count;
-    double sum;                         /* seconds */
+    double sum; /* seconds */
 };
 
 /* Name used in JSON and metrics, e.g. "orders_confirmed". */

@@ -48,7 +48,8 @@ static int load_scripts(inv_conn *c)
         if (r->type == REDIS_REPLY_STRING && r->len == 40)
             memcpy(c->sha[i], r->str, 41);
         else {
-            set_error(c, "script load", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+            set_error(c, "script load",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
             rc = -1;
         }
         freeReplyObject(r);
@@ -140,7 +141,8 @@ redisReply *store_eval(inv_conn *c, enum script_id id, int nkeys, const char *co
             r = redisCommandArgv(c->rc, argc, argv, NULL);
         }
     }
-    if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0) {
         /* Redis restarted or flushed its scripts: EVAL sends the source and caches it. */
         freeReplyObject(r);
         argv[0] = "EVAL";

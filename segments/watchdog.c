@@ -14,13 +14,13 @@
 
 struct watchdog {
     inv *v;
-    inv_conn *conn;             /* used by the watchdog thread only */
+    inv_conn *conn; /* used by the watchdog thread only */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
     uint64_t next_id;
-    struct lease head;          /* sentinel of the circular list */
+    struct lease head; /* sentinel of the circular list */
 };
 
 struct due {

@@ -19,7 +19,7 @@
 #include "segments/keys.h"
 
 struct lease {
-    char key[SEG_KEY_MAX];      /* the lock key */
+    char key[SEG_KEY_MAX]; /* the lock key */
     char token[33];
     /* owned by the watchdog while registered: */
     uint64_t id;

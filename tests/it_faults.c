@@ -158,8 +158,8 @@ static void test_frozen_holder_is_fenced(void **state)
     f.a = a;
     f.port_a = h_svc_port(a);
     f.port_b = h_svc_port(b);
-    assert_int_equal(h_put_sku(f.port_b, NULL, "frozen", FROZEN_SEGS, FROZEN_SEGS, "lock", 1500),
-                     0);
+    assert_int_equal(
+        h_put_sku(f.port_b, NULL, "frozen", FROZEN_SEGS, FROZEN_SEGS, "lock", 1500), 0);
 
     assert_int_equal(h_parallel(FROZEN_SEGS + 1, frozen_main, &f), 0);
     assert_true(f.locked);
@@ -284,8 +284,9 @@ static void test_killed_holder_leases_lapse(void **state)
     k.a = a;
     k.port_a = h_svc_port(a);
     k.port_b = h_svc_port(b);
-    assert_int_equal(
-        h_put_sku(k.port_b, NULL, "killed", KILLED_STOCK, KILLED_SEGS, "lock", KILLED_HOLD), 0);
+    assert_int_equal(h_put_sku(k.port_b, NULL, "killed", KILLED_STOCK, KILLED_SEGS,
+                               "lock", KILLED_HOLD),
+                     0);
 
     assert_int_equal(h_parallel(KILLED_SEGS + 1, killed_main, &k), 0);
     assert_true(k.locked);
@@ -317,11 +318,12 @@ static void test_killed_holder_leases_lapse(void **state)
             }
         }
     }
-    fprintf(stderr,
-            "B: %d sold, %d sold out, %d busy, %d other; first sale %lld ms and last %lld "
-            "ms after the kill (ttl %d, hold %d)\n",
-            sold, sold_out, busy, other, first_sale - k.killed_ms, last_sale - k.killed_ms,
-            KILLED_TTL, KILLED_HOLD);
+    fprintf(
+        stderr,
+        "B: %d sold, %d sold out, %d busy, %d other; first sale %lld ms and last %lld "
+        "ms after the kill (ttl %d, hold %d)\n",
+        sold, sold_out, busy, other, first_sale - k.killed_ms, last_sale - k.killed_ms,
+        KILLED_TTL, KILLED_HOLD);
     assert_int_equal(sold, KILLED_STOCK);
     assert_int_equal(other, 0);
     assert_true(sold_out > 0);
@@ -404,8 +406,8 @@ static void test_three_instances_one_sku(void **state)
 
     assert_int_equal(h_parallel(TRIO_THREADS, trio_main, &t), 0);
     int total = t.sold[0] + t.sold[1] + t.sold[2];
-    fprintf(stderr, "sold %d + %d + %d = %d, %d sold out, %d other\n", t.sold[0], t.sold[1],
-            t.sold[2], total, t.sold_out, t.other);
+    fprintf(stderr, "sold %d + %d + %d = %d, %d sold out, %d other\n", t.sold[0],
+            t.sold[1], t.sold[2], total, t.sold_out, t.other);
     assert_int_equal(total, TRIO_STOCK);
     assert_int_equal(t.other, 0);
     assert_int_equal(t.sold_out, TRIO_THREADS);
@@ -434,7 +436,8 @@ static void test_three_instances_one_sku(void **state)
     pthread_mutex_destroy(&t.mu);
 }
 
-/* ---- watchdog after a reconnect ------------------------------------------------------ */
+/* ---- watchdog after a reconnect ------------------------------------------------------
+ */
 
 #define WD_TTL 300
 #define WD_HOLD 1500 /* five leases long */
@@ -443,9 +446,9 @@ struct wd {
     h_redis *redis;
     int port;
     struct outcome order;
-    int kills;          /* CLIENT KILLs that killed at least one connection */
+    int kills; /* CLIENT KILLs that killed at least one connection */
     long long renewals_after_kill;
-    bool token_steady;  /* the lock kept one token from acquire to deduct */
+    bool token_steady; /* the lock kept one token from acquire to deduct */
     bool locked;
 };
 
@@ -527,12 +530,13 @@ static void test_watchdog_renews_after_reconnect(void **state)
     assert_int_equal(h_parallel(2, wd_main, &w), 0);
     assert_true(w.locked);
     long long after = h_stat(w.port, NULL, "lease_renewals");
-    fprintf(stderr,
-            "order answered %d %s; %d kills; lease_renewals %lld, %lld at the first kill, "
-            "%lld after; fenced %lld, lease_lost %lld, redis_errors %lld\n",
-            w.order.status, w.order.code, w.kills, before, w.renewals_after_kill, after,
-            h_stat(w.port, NULL, "fenced_rejections"), h_stat(w.port, NULL, "lease_lost"),
-            h_stat(w.port, NULL, "redis_errors"));
+    fprintf(
+        stderr,
+        "order answered %d %s; %d kills; lease_renewals %lld, %lld at the first kill, "
+        "%lld after; fenced %lld, lease_lost %lld, redis_errors %lld\n",
+        w.order.status, w.order.code, w.kills, before, w.renewals_after_kill, after,
+        h_stat(w.port, NULL, "fenced_rejections"), h_stat(w.port, NULL, "lease_lost"),
+        h_stat(w.port, NULL, "redis_errors"));
     assert_int_equal(w.kills, 2);
     assert_int_equal(w.order.status, 201);
     assert_true(w.token_steady);

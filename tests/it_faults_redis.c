@@ -224,8 +224,9 @@ static void test_redis_killed_under_load(void **state)
         for (int i = 0; i < l.n[t]; i++)
             confirmed += l.out[t][i].status == 201;
     long long sold = sku_sold(l.port, "aof");
-    fprintf(stderr, "sold %lld = %d confirmed + %d that happened without a 201; lost %d\n",
-            sold, confirmed, v.settled, v.lost);
+    fprintf(stderr,
+            "sold %lld = %d confirmed + %d that happened without a 201; lost %d\n", sold,
+            confirmed, v.settled, v.lost);
     assert_int_equal(v.lost, 0);
     assert_int_equal(v.bad_status, 0);
     /* Only orders in flight at the kill can have happened unconfirmed. */
@@ -242,7 +243,8 @@ static void test_redis_killed_under_load(void **state)
     h_svc_free(s);
 }
 
-/* ---- Redis hung (SIGSTOP) under load ------------------------------------------------ */
+/* ---- Redis hung (SIGSTOP) under load ------------------------------------------------
+ */
 
 #define HANG_ORDERS 16
 #define HANG_WORKERS 4
@@ -328,13 +330,14 @@ static void test_redis_hung_under_load(void **state)
         if (o->status == 503 && strcmp(o->code, "backend_unavailable") == 0)
             unavailable++;
         else
-            fprintf(stderr, "hang-%d answered %d %s after %lld ms\n", i, o->status, o->code,
-                    ms);
+            fprintf(stderr, "hang-%d answered %d %s after %lld ms\n", i, o->status,
+                    o->code, ms);
     }
     fprintf(stderr,
             "during the hang: %d/%d orders 503 backend_unavailable, slowest %lld ms, all "
             "in %lld ms; /livez %d in %lld ms; /healthz %d\n",
-            unavailable, HANG_ORDERS, slowest, all_ms, h.livez_status, h.livez_ms, health);
+            unavailable, HANG_ORDERS, slowest, all_ms, h.livez_status, h.livez_ms,
+            health);
     assert_int_equal(unavailable, HANG_ORDERS);
     assert_true(slowest <= HANG_BOUND_MS);
     assert_int_equal(h.livez_status, 200);
@@ -371,5 +374,6 @@ int main(void)
         cmocka_unit_test(test_redis_killed_under_load),
         cmocka_unit_test(test_redis_hung_under_load),
     };
-    return cmocka_run_group_tests_name("faults_redis", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("faults_redis", tests, group_setup,
+                                       group_teardown);
 }

@@ -194,7 +194,9 @@ static void print_diff(const char *a, const char *b)
     fprintf(stderr, "Redis changed:\n");
     while ((*a != '\0' || *b != '\0') && shown < 40) {
         size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
-        int c = *a == '\0' ? 1 : *b == '\0' ? -1 : strncmp(a, b, la < lb ? la + 1 : lb + 1);
+        int c = *a == '\0'   ? 1
+                : *b == '\0' ? -1
+                             : strncmp(a, b, la < lb ? la + 1 : lb + 1);
         if (c == 0 && la == lb) {
             a += la + (a[la] != '\0');
             b += lb + (b[lb] != '\0');
@@ -213,7 +215,8 @@ static void print_diff(const char *a, const char *b)
 
 /* ---- the table ------------------------------------------------------------------- */
 
-#define ANY_REJECT 0 /* any 4xx (even libmicrohttpd's own HTML) or a closed connection */
+/* Any 4xx (even libmicrohttpd's own HTML) or a closed connection. */
+#define ANY_REJECT 0
 
 struct hcase {
     char what[80];
@@ -263,8 +266,9 @@ static void add(struct table *t, const char *what, const char *method, const cha
     char *req = malloc(cap);
     if (req == NULL)
         abort();
-    int n = snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
-                     method, path);
+    int n =
+        snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
+                 method, path);
     if (ctype != NULL)
         n += snprintf(req + n, cap - (size_t)n, "Content-Type: %s\r\n", ctype);
     if (body != NULL)
@@ -283,7 +287,8 @@ static void add(struct table *t, const char *what, const char *method, const cha
     add(t, what, "POST", "/orders", JSON, body, len, status, code, NULL)
 #define PUT(what, body, status, code)                                                    \
     add(t, what, "PUT", "/admin/skus/hostile-put", JSON, body, -1, status, code, NULL)
-#define GETP(what, path, status, code) add(t, what, "GET", path, NULL, NULL, 0, status, code, NULL)
+#define GETP(what, path, status, code)                                                   \
+    add(t, what, "GET", path, NULL, NULL, 0, status, code, NULL)
 
 /* A string of `n` copies of `s` followed by `tail`; malloc'd. */
 static char *repeat(const char *head, const char *s, size_t n, const char *tail)
@@ -302,22 +307,24 @@ static char *repeat(const char *head, const char *s, size_t n, const char *tail)
 static void build_table(struct table *t)
 {
     /* framing, refused by libmicrohttpd or by the body limit */
-    static const char huge_cl[] = "POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                  "Content-Type: application/json\r\n"
-                                  "Content-Length: 99999999999999999999999\r\n\r\n{}";
-    add_raw(t, "content-length beyond 2^64", huge_cl, sizeof huge_cl - 1, ANY_REJECT, NULL,
-            NULL);
-    static const char two_cl[] = "POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                 "Content-Type: application/json\r\nContent-Length: 2\r\n"
-                                 "Content-Length: 27\r\n\r\n{\"sku\": \"valid-sku\", \"x\":1}";
-    add_raw(t, "two different content-lengths", two_cl, sizeof two_cl - 1, ANY_REJECT, NULL,
-            NULL);
+    static const char huge_cl[] =
+        "POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\n"
+        "Content-Length: 99999999999999999999999\r\n\r\n{}";
+    add_raw(t, "content-length beyond 2^64", huge_cl, sizeof huge_cl - 1, ANY_REJECT,
+            NULL, NULL);
+    static const char two_cl[] =
+        "POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nContent-Length: 2\r\n"
+        "Content-Length: 27\r\n\r\n{\"sku\": \"valid-sku\", \"x\":1}";
+    add_raw(t, "two different content-lengths", two_cl, sizeof two_cl - 1, ANY_REJECT,
+            NULL, NULL);
     static const char chunk_ovf[] =
         "POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
         "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
         "ffffffffffffffffffff\r\n{}\r\n0\r\n\r\n";
-    add_raw(t, "chunk size beyond 2^64", chunk_ovf, sizeof chunk_ovf - 1, ANY_REJECT, NULL,
-            NULL);
+    add_raw(t, "chunk size beyond 2^64", chunk_ovf, sizeof chunk_ovf - 1, ANY_REJECT,
+            NULL, NULL);
     static const char nul_ctype[] =
         "POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
         "Content-Type: text/plain\0application/json\r\nContent-Length: 19\r\n\r\n"
@@ -333,14 +340,17 @@ static void build_table(struct table *t)
                          "X-Flood: aaaaaaaaaaaaaaaa\r\n", 5000, "\r\n");
     add_raw(t, "5000 headers", flood, strlen(flood), ANY_REJECT, NULL, NULL);
     free(flood);
-    char *long_method = repeat("", "X", 3000, " /orders HTTP/1.1\r\nHost: x\r\n"
-                                              "Connection: close\r\n\r\n");
-    add_raw(t, "3000-byte method", long_method, strlen(long_method), ANY_REJECT, NULL, NULL);
-    free(long_method);
-    char *long_path = repeat("GET /admin/skus/", "a", 20000, " HTTP/1.1\r\nHost: x\r\n"
-                                                             "Connection: close\r\n\r\n");
-    add_raw(t, "20000-byte sku in the path", long_path, strlen(long_path), ANY_REJECT, NULL,
+    char *long_method = repeat("", "X", 3000,
+                               " /orders HTTP/1.1\r\nHost: x\r\n"
+                               "Connection: close\r\n\r\n");
+    add_raw(t, "3000-byte method", long_method, strlen(long_method), ANY_REJECT, NULL,
             NULL);
+    free(long_method);
+    char *long_path = repeat("GET /admin/skus/", "a", 20000,
+                             " HTTP/1.1\r\nHost: x\r\n"
+                             "Connection: close\r\n\r\n");
+    add_raw(t, "20000-byte sku in the path", long_path, strlen(long_path), ANY_REJECT,
+            NULL, NULL);
     free(long_path);
 
     /* NUL bytes and bad UTF-8 in JSON strings */
@@ -352,21 +362,22 @@ static void build_table(struct table *t)
     ORDER("\\u0000 inside the sku", "{\"sku\": \"valid-sku\\u0000x\"}", 400, "bad_json");
     ORDER("\\u0000 inside a key", "{\"sku\\u0000\": \"valid-sku\"}", 400, "bad_json");
     ORDER("overlong UTF-8 '/'", "{\"sku\": \"valid-sku\xc0\xaf\"}", 400, "bad_json");
-    ORDER("UTF-8 encoded surrogate", "{\"sku\": \"valid-sku\xed\xa0\x80\"}", 400, "bad_json");
+    ORDER("UTF-8 encoded surrogate", "{\"sku\": \"valid-sku\xed\xa0\x80\"}", 400,
+          "bad_json");
     ORDER("lone continuation byte", "{\"sku\": \"\x80valid-sku\"}", 400, "bad_json");
     ORDER("escaped lone surrogate", "{\"sku\": \"\\ud800\"}", 400, "bad_json");
     ORDER("non-ASCII sku", "{\"sku\": \"v\xc3\xa4lid-sku\"}", 400, "invalid_field");
     ORDER("sku with newline", "{\"sku\": \"valid-sku\\n\"}", 400, "invalid_field");
-    ORDER("sku with CRLF and a command", "{\"sku\": \"valid-sku\\r\\nFLUSHALL\\r\\n\"}", 400,
-          "invalid_field");
+    ORDER("sku with CRLF and a command", "{\"sku\": \"valid-sku\\r\\nFLUSHALL\\r\\n\"}",
+          400, "invalid_field");
     ORDER("sku is a glob", "{\"sku\": \"*\"}", 400, "invalid_field");
     ORDER("sku is a hash tag", "{\"sku\": \"{valid-sku:0}\"}", 400, "invalid_field");
     ORDER("order_id with glob", "{\"sku\": \"valid-sku\", \"order_id\": \"o*\"}", 400,
           "invalid_field");
     ORDER("order_id with braces", "{\"sku\": \"valid-sku\", \"order_id\": \"{x}\"}", 400,
           "invalid_field");
-    ORDER("order_id with newline", "{\"sku\": \"valid-sku\", \"order_id\": \"a\\nb\"}", 400,
-          "invalid_field");
+    ORDER("order_id with newline", "{\"sku\": \"valid-sku\", \"order_id\": \"a\\nb\"}",
+          400, "invalid_field");
 
     /* nesting and size */
     char *deep_arr = repeat("", "[", 30000, "");
@@ -443,21 +454,24 @@ static void build_table(struct table *t)
         "invalid_field", NULL);
     add(t, "delete sku %2A", "DELETE", "/admin/skus/%2A", NULL, NULL, 0, 400,
         "invalid_field", NULL);
-    add(t, "delete sku with %0A", "DELETE", "/admin/skus/valid-sku%0A", NULL, NULL, 0, 400,
-        "invalid_field", NULL);
+    add(t, "delete sku with %0A", "DELETE", "/admin/skus/valid-sku%0A", NULL, NULL, 0,
+        400, "invalid_field", NULL);
     /* %00 decodes to a NUL that must not cut the name short */
     GETP("order id with %00", "/orders/x%00y", 400, "invalid_field");
-    add(t, "put sku with %00", "PUT", "/admin/skus/ab%00xyz", JSON, "{\"stock\": 5}", -1, 400,
-        "invalid_field", NULL);
-    add(t, "delete sku with %00", "DELETE", "/admin/skus/valid-sku%00x", NULL, NULL, 0, 400,
-        "invalid_field", NULL);
+    add(t, "put sku with %00", "PUT", "/admin/skus/ab%00xyz", JSON, "{\"stock\": 5}", -1,
+        400, "invalid_field", NULL);
+    add(t, "delete sku with %00", "DELETE", "/admin/skus/valid-sku%00x", NULL, NULL, 0,
+        400, "invalid_field", NULL);
 
     /* routes and methods (it_badinput has GET/DELETE/PUT/PATCH on the known routes) */
-    add(t, "method BREW", "BREW", "/orders", NULL, NULL, 0, 405, "method_not_allowed", "POST");
-    add(t, "method OPTIONS", "OPTIONS", "/orders", NULL, NULL, 0, 405, "method_not_allowed",
+    add(t, "method BREW", "BREW", "/orders", NULL, NULL, 0, 405, "method_not_allowed",
         "POST");
-    add(t, "method TRACE", "TRACE", "/livez", NULL, NULL, 0, 405, "method_not_allowed", "GET");
-    add(t, "lower-case get", "get", "/livez", NULL, NULL, 0, 405, "method_not_allowed", "GET");
+    add(t, "method OPTIONS", "OPTIONS", "/orders", NULL, NULL, 0, 405,
+        "method_not_allowed", "POST");
+    add(t, "method TRACE", "TRACE", "/livez", NULL, NULL, 0, 405, "method_not_allowed",
+        "GET");
+    add(t, "lower-case get", "get", "/livez", NULL, NULL, 0, 405, "method_not_allowed",
+        "GET");
     add(t, "PUT /admin/stats", "PUT", "/admin/stats", JSON, "{}", -1, 405,
         "method_not_allowed", "GET");
     add(t, "DELETE /admin/skus", "DELETE", "/admin/skus", NULL, NULL, 0, 405,
@@ -632,8 +646,8 @@ static void test_slow_clients_are_dropped(void **state)
     json_decref(j);
 
     static const char *const partial[] = {
-        "",                   /* connected, nothing sent */
-        "POST /ord",          /* half a request line */
+        "",          /* connected, nothing sent */
+        "POST /ord", /* half a request line */
         "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: appli",
         "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         "Content-Length: 40\r\n\r\n{\"sku\": \"valid-sku\"",
@@ -780,7 +794,8 @@ int main(void)
      * service (which inherits the limit). */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 8192) {
-        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 8192 ? 8192 : rl.rlim_max;
+        rl.rlim_cur =
+            rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 8192 ? 8192 : rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     const struct CMUnitTest tests[] = {

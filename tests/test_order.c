@@ -19,7 +19,7 @@
 
 struct fixture {
     h_redis *redis;
-    inv *v, *other;             /* two instances on one Redis */
+    inv *v, *other; /* two instances on one Redis */
     inv_conn *c, *oc;
 };
 
@@ -61,7 +61,9 @@ static int teardown(void **state)
 static void put(struct fixture *f, const char *sku, long long stock, int segments,
                 bool rebalance)
 {
-    struct sku_config cfg = {.stock = stock, .segments = segments, .mode = SKU_MODE_LOCK,
+    struct sku_config cfg = {.stock = stock,
+                             .segments = segments,
+                             .mode = SKU_MODE_LOCK,
                              .rebalance = rebalance};
     assert_int_equal(sku_put(f->c, sku, &cfg), INV_OK);
 }
@@ -161,7 +163,7 @@ static void cancel_returns_stock_and_is_idempotent(void **state)
 static void restock_spreads_and_raises_initial(void **state)
 {
     struct fixture *f = *state;
-    put(f, "rs", 10, 4, false); /* 3 3 2 2 */
+    put(f, "rs", 10, 4, false);                           /* 3 3 2 2 */
     assert_int_equal(sku_restock(f->c, "rs", 6), INV_OK); /* + 2 2 1 1 */
     struct sku_status *st = status(f, "rs");
     assert_int_equal(st->cfg.stock, 16);

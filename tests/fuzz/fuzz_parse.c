@@ -48,7 +48,8 @@ static void check_error(const struct api_parse_error *err)
     size_t n = strnlen(err->detail, sizeof err->detail);
     CHECK(n < sizeof err->detail);
     for (size_t i = 0; i < n; i++)
-        CHECK((unsigned char)err->detail[i] >= 0x20 && (unsigned char)err->detail[i] < 0x7f);
+        CHECK((unsigned char)err->detail[i] >= 0x20 &&
+              (unsigned char)err->detail[i] < 0x7f);
 }
 
 /* A valid name must make keys with exactly the one hash tag the schema puts there,
@@ -162,11 +163,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *in = data + 1;
     size_t len = size - 1;
     switch (data[0] % 5) {
-    case 0: fuzz_order(in, len); break;
-    case 1: fuzz_sku_config(in, len); break;
-    case 2: fuzz_name(in, len); break;
-    case 3: fuzz_content_type(in, len); break;
-    default: fuzz_bearer(in, len); break;
+    case 0:
+        fuzz_order(in, len);
+        break;
+    case 1:
+        fuzz_sku_config(in, len);
+        break;
+    case 2:
+        fuzz_name(in, len);
+        break;
+    case 3:
+        fuzz_content_type(in, len);
+        break;
+    default:
+        fuzz_bearer(in, len);
+        break;
     }
     return 0;
 }
