@@ -119,8 +119,10 @@ int pool_submit(struct pool *p, pool_job_fn fn, void *arg)
     else
         p->head = j;
     p->tail = j;
-    pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    /* Signal after unlocking, so the woken worker does not block at once on the mutex
+     * still held here (a futex round trip per request under load). */
+    pthread_cond_signal(&p->cv);
     return 0;
 }
 
