@@ -272,7 +272,7 @@ static void maybe_rebalance(struct walk *w)
     int empty = skutab_empty_count(w->e, w->view.gen);
     if (empty * 2 < n || empty == n || !skutab_rebalance_begin(w->e, w->view.gen))
         return;
-    sku_rebalance(w->c, w->req->sku);
+    sku_spread(w->c, w->req->sku);
     skutab_rebalance_done(w->e);
     skutab_get(w->c, w->req->sku, &w->e, &w->view);
 }

@@ -131,10 +131,12 @@ static const char cancel_lua[] =
 
 /* ADJUST (restock or rebalance a SKU, every segment locked)
  * KEYS: meta, then per segment: lock, stock.
- * ARGV: 'restock' | 'rebalance', units to add (restock), then per segment: token.
+ * ARGV: 'restock' | 'rebalance' | 'spread', units to add (restock), then per
+ *       segment: token.
  * restock spreads the units evenly (lower segments take the remainder) and raises
- * the SKU's initial stock by as much; rebalance spreads the remaining stock evenly,
- * and changes nothing when that would not put stock in more segments.
+ * the SKU's initial stock by as much; rebalance spreads the remaining stock evenly;
+ * spread does what rebalance does, but only when that puts stock in more segments
+ * (the automatic rebalance), and otherwise changes nothing.
  * Reply: {FENCED} | {OK, gen} (gen 0: nothing changed). Releases every lock unless
  * FENCED. */
 static const char adjust_lua[] =
@@ -155,7 +157,7 @@ static const char adjust_lua[] =
     "  stock[i] = tonumber(redis.call('GET', KEYS[3 + 2 * i]) or '0')\n"
     "  total = total + stock[i]\n"
     "end\n"
-    "if ARGV[1] == 'rebalance' then\n"
+    "if ARGV[1] == 'spread' then\n"
     "  local nonempty = 0\n"
     "  for i = 0, n - 1 do if stock[i] > 0 then nonempty = nonempty + 1 end end\n"
     "  if math.min(total, n) <= nonempty then\n"

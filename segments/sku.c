@@ -169,6 +169,13 @@ inv_status sku_rebalance(inv_conn *c, const char *sku)
     return adjust(c, sku, "rebalance", 0);
 }
 
+inv_status sku_spread(inv_conn *c, const char *sku)
+{
+    if (!seg_valid_name(sku))
+        return INV_INVALID;
+    return adjust(c, sku, "spread", 0);
+}
+
 struct status_cmds {
     const char *sku;
     int n;

@@ -60,6 +60,10 @@ inv_status sku_restock(inv_conn *c, const char *sku, long long qty);
  * in index order. Same statuses as sku_restock. */
 inv_status sku_rebalance(inv_conn *c, const char *sku);
 
+/* The automatic rebalance: as sku_rebalance, but only when evening out would leave
+ * stock in more segments than now; otherwise nothing changes (still INV_OK). */
+inv_status sku_spread(inv_conn *c, const char *sku);
+
 /* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU,
  * INV_UNAVAILABLE. */
 inv_status sku_delete(inv_conn *c, const char *sku);

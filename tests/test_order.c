@@ -190,6 +190,21 @@ static void rebalance_evens_the_rest(void **state)
     assert_int_equal(st->locks_held, 0);
 }
 
+static void rebalance_evens_a_skew_with_no_empty_segment(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "skew", 12, 3, false); /* 4 4 4; two qty-3 orders leave 1 1 4 in some order */
+    assert_int_equal(order(f->c, "skew", 3, NULL, NULL), INV_OK);
+    assert_int_equal(order(f->c, "skew", 3, NULL, NULL), INV_OK);
+    struct sku_status *st = status(f, "skew");
+    assert_true(st->segment_stock[0] > 0 && st->segment_stock[1] > 0 &&
+                st->segment_stock[2] > 0);
+    assert_int_equal(sku_rebalance(f->c, "skew"), INV_OK);
+    st = status(f, "skew");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(st->segment_stock[i], 2);
+}
+
 static void automatic_rebalance_when_half_empty(void **state)
 {
     struct fixture *f = *state;
@@ -232,6 +247,7 @@ int main(void)
         cmocka_unit_test(cancel_returns_stock_and_is_idempotent),
         cmocka_unit_test(restock_spreads_and_raises_initial),
         cmocka_unit_test(rebalance_evens_the_rest),
+        cmocka_unit_test(rebalance_evens_a_skew_with_no_empty_segment),
         cmocka_unit_test(automatic_rebalance_when_half_empty),
         cmocka_unit_test(sold_out_fast_path_and_restock_elsewhere),
     };
