@@ -88,6 +88,12 @@ static void error_detail_is_sanitised(void **state)
     assert_string_equal(json_string_value(json_object_get(o, "detail")),
                         "no order a\"b??");
     json_decref(o);
+    api_reply_error(&r, 400, "bad_json", "%s", "\\\"}{\\");
+    o = body_of(&r);
+    assert_string_equal(json_string_value(json_object_get(o, "detail")), "\\\"}{\\");
+    assert_string_equal(json_string_value(json_object_get(o, "error")), "bad_json");
+    assert_int_equal(json_object_size(o), 2);
+    json_decref(o);
     api_reply_clear(&r);
 }
 
