@@ -882,6 +882,16 @@ fmt_end_of_sale() { # markdown: the rebalance scenario, or nothing
     ' <<<"$END_OF_SALE"
 }
 
+fmt_results() { # markdown: the table, the target ratios and the end of a sale
+    fmt_table
+    echo
+    fmt_ratios
+    if [ "$END_OF_SALE" != null ]; then
+        echo
+        fmt_end_of_sale
+    fi
+}
+
 fmt_table() { # markdown table of all rows
     jq -r '
         def n(x; d): if x == null then "-" else (x * pow(10; d) | round / pow(10; d) | tostring) end;
@@ -922,13 +932,7 @@ VERSIONS=$(jq -cn --arg wrk "$(wrk -v 2>&1 | head -n 1 | awk '{print $2}')" \
     echo "Machine: $(jq -r '"\(.nproc) CPUs, \(.cpu), \(.memory) RAM, \(.kernel)"' <<<"$MACHINE");" \
         "load average $LOAD_START at the start, $LOAD_END at the end."
     echo
-    fmt_table
-    echo
-    fmt_ratios
-    if [ "$END_OF_SALE" != null ]; then
-        echo
-        fmt_end_of_sale
-    fi
+    fmt_results
     if [ "$FAILED_COUNT" -gt 0 ]; then
         echo
         echo "## Audit failures"
@@ -1065,13 +1069,7 @@ update_docs() {
         echo "- wrk: $WRK_THREADS threads, $CONNS connections, ${DURATION}s per timed scenario;" \
             "service: --threads ${SVC_THREADS:-default}"
         echo
-        fmt_table
-        echo
-        fmt_ratios
-        if [ "$END_OF_SALE" != null ]; then
-            echo
-            fmt_end_of_sale
-        fi
+        fmt_results
         echo
         echo "![orders/s against segments at hold 20 ms](bench-scaling.png)"
         echo

@@ -1355,6 +1355,18 @@ int h_order_status(int port, const char *id)
     return st;
 }
 
+char *h_error_code(const struct h_resp *r, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (r->status >= 400) {
+        json_t *j = json_loads(r->body, 0, NULL);
+        const char *code = json_string_value(json_object_get(j, "error"));
+        snprintf(buf, len, "%s", code != NULL ? code : "?");
+        json_decref(j);
+    }
+    return buf;
+}
+
 /* Integer member or -1 after a message. */
 static long long int_field(json_t *j, const char *name, int *bad)
 {

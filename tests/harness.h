@@ -240,6 +240,10 @@ int h_order(int port, const char *sku, long long qty, const char *order_id,
 /* GET /orders/ID and return the status: 200 when the order exists, 404 when not. */
 int h_order_status(int port, const char *id);
 
+/* Copy the "error" code of an error reply into `buf` ("" when `r` is not an error,
+ * "?" when its body has no code). Returns buf. */
+char *h_error_code(const struct h_resp *r, char *buf, size_t len);
+
 /* Audit a SKU through GET /admin/skus/SKU: remaining + sold == initial, every
  * segment_stock >= 0, sum(segment_stock) == remaining, sum(segment_sold) == sold
  * (when present), both arrays have `segments` entries, and -- when every order was

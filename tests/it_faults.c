@@ -85,13 +85,7 @@ static void place(int port, const char *sku, struct outcome *o)
     struct h_resp r;
     o->status = h_order(port, sku, 1, o->id, &r);
     o->done_ms = h_now_ms();
-    o->code[0] = '\0';
-    if (o->status >= 400) {
-        json_t *j = h_resp_json(&r);
-        const char *code = json_string_value(json_object_get(j, "error"));
-        snprintf(o->code, sizeof o->code, "%s", code != NULL ? code : "?");
-        json_decref(j);
-    }
+    h_error_code(&r, o->code, sizeof o->code);
     h_resp_free(&r);
 }
 
