@@ -1,4 +1,4 @@
-/* sku.h -- SKU administration: create/reset, inspect, list, delete.
+/* sku.h -- SKU administration: create/reset, inspect, restock, rebalance, list, delete.
  *
  * A reset spreads `stock` evenly over `segments` (the first stock % segments get one
  * more), zeroes the sold counts, drops every lock and the SKU's order records, and

@@ -1,4 +1,4 @@
-/* stats.h -- process-wide counters of the order path, updated lock-free.
+/* stats.h -- process-wide counters and latency histograms, updated lock-free.
  *
  * Counters only grow. Each is a relaxed atomic: a snapshot is a consistent view of
  * each counter, not of all of them at one instant, which is all a dashboard needs.
