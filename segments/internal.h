@@ -7,8 +7,10 @@
 #define SEG_INTERNAL_H
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "segments/inventory.h"
 #include "segments/scripts.h"
@@ -42,6 +44,16 @@ watchdog *inv_watchdog(inv *v);
 
 /* Milliseconds on the monotonic clock. */
 int64_t inv_now_ms(void);
+
+/* The monotonic-clock instant `ms` milliseconds from now, for pthread_cond_timedwait
+ * on a condition variable made by inv_cond_init. */
+struct timespec inv_deadline(int ms);
+
+/* Initialise `cv` to time out against the monotonic clock (immune to clock steps). */
+void inv_cond_init(pthread_cond_t *cv);
+
+/* Sleep `ms` milliseconds, whatever signals arrive meanwhile. */
+void inv_sleep_ms(int ms);
 
 /* A uniformly random integer in [0, n) from the connection's generator; n > 0. */
 uint32_t inv_rand(inv_conn *c, uint32_t n);

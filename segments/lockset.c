@@ -19,12 +19,6 @@ struct lockset {
     struct lease *lease;
 };
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Lock one segment in Redis: 1 taken, 0 busy, -1 error. */
 static int try_lock(inv_conn *c, const char *key, const char *token)
 {
@@ -58,7 +52,7 @@ static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadli
             return got < 0 ? INV_UNAVAILABLE : INV_BUSY;
         }
         stat_add(c->v, STAT_BUSY_SKIPS, 1);
-        sleep_ms(ring_backoff_ms(round, inv_rand(c, UINT32_MAX), left));
+        inv_sleep_ms(ring_backoff_ms(round, inv_rand(c, UINT32_MAX), left));
     }
     stat_add(c->v, STAT_LOCK_ACQUIRED, 1);
     watchdog_add(c->v->wd, l);

@@ -34,13 +34,6 @@ struct walk {
     long long seen[SEG_MAX_SEGMENTS]; /* stock last seen per segment, -1 unknown */
 };
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* The order record as JSON text (malloc'd): n segments seg[] giving part[] units. */
 static char *build_record(const char *id, const char *sku, long long qty, int n,
                           const int *seg, const long long *part, const char *status)
@@ -143,7 +136,7 @@ static enum visit visit_locked(struct walk *w, int i, bool claimed)
         seg_key_lock(lease.key, w->req->sku, i);
         watchdog_add(v->wd, &lease);
         if (w->view.cfg.hold_ms > 0)
-            sleep_ms(w->view.cfg.hold_ms);
+            inv_sleep_ms(w->view.cfg.hold_ms);
         if (watchdog_remove(v->wd, &lease)) {
             /* The lease lapsed while we worked; the fenced write would refuse us. */
             stat_add(v, STAT_FENCED_REJECTIONS, 1);
@@ -174,6 +167,49 @@ static int by_stock_desc(const void *a, const void *b, void *seen)
 static int ascending(const void *a, const void *b)
 {
     return *(const int *)a - *(const int *)b;
+}
+
+/* Run DEDUCT_MULTI or CANCEL (scripts.c) over an order of `sku` that takes part[j]
+ * units from segment seg[j], j < n. KEYS: the order record (and for CANCEL the meta),
+ * then per part its lock, stock, sold and the orders hash (first part) or parts
+ * hash (for CANCEL, last, the first segment's cancelled set). ARGV: `id`, `record`,
+ * then per part its token (`set`'s; "" without a set: mode atomic) and qty. Returns
+ * the reply, or NULL when Redis gave none. */
+static redisReply *run_parts(inv_conn *c, enum script_id script, const char *id,
+                             const char *sku, int n, const int *seg,
+                             const long long *part, struct lockset *set,
+                             const char *record)
+{
+    bool cancel = script == SCRIPT_CANCEL;
+    int lead = cancel ? 2 : 1, nkeys = lead + 4 * n + cancel, nargs = 2 + 2 * n;
+    char(*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
+    char(*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)n);
+    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
+    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
+    keys[0] = seg_key_order(keybuf[0], id);
+    if (cancel) {
+        keys[1] = seg_key_meta(keybuf[1], sku);
+        keys[nkeys - 1] = seg_key_cancelled(keybuf[nkeys - 1], sku, seg[0]);
+    }
+    args[0] = id;
+    args[1] = record;
+    for (int j = 0; j < n; j++) {
+        int b = lead + 4 * j;
+        keys[b] = seg_key_lock(keybuf[b], sku, seg[j]);
+        keys[b + 1] = seg_key_stock(keybuf[b + 1], sku, seg[j]);
+        keys[b + 2] = seg_key_sold(keybuf[b + 2], sku, seg[j]);
+        keys[b + 3] = j == 0 ? seg_key_orders(keybuf[b + 3], sku, seg[j])
+                             : seg_key_parts(keybuf[b + 3], sku, seg[j]);
+        snprintf(qbuf[j], sizeof qbuf[j], "%lld", part[j]);
+        args[2 + 2 * j] = set != NULL ? lockset_token(set, j) : "";
+        args[3 + 2 * j] = qbuf[j];
+    }
+    redisReply *r = store_eval(c, script, nkeys, keys, nargs, args);
+    free(keys);
+    free(args);
+    free(keybuf);
+    free(qbuf);
+    return r;
 }
 
 /* No segment holds qty: take it from several, largest first, locked in index order.
@@ -208,30 +244,8 @@ static int multi_segment(struct walk *w, int64_t deadline)
 
     char *record = build_record(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
                                 "confirmed");
-    int nkeys = 1 + 4 * k, nargs = 2 + 2 * k;
-    char(*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
-    char(*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)k);
-    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
-    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
-    keys[0] = seg_key_order(keybuf[0], w->res->order_id);
-    args[0] = w->res->order_id;
-    args[1] = record;
-    for (int j = 0; j < k; j++) {
-        const char *sku = w->req->sku;
-        keys[1 + 4 * j] = seg_key_lock(keybuf[1 + 4 * j], sku, seg[j]);
-        keys[2 + 4 * j] = seg_key_stock(keybuf[2 + 4 * j], sku, seg[j]);
-        keys[3 + 4 * j] = seg_key_sold(keybuf[3 + 4 * j], sku, seg[j]);
-        keys[4 + 4 * j] = j == 0 ? seg_key_orders(keybuf[4], sku, seg[j])
-                                 : seg_key_parts(keybuf[4 + 4 * j], sku, seg[j]);
-        snprintf(qbuf[j], sizeof qbuf[j], "%lld", part[j]);
-        args[2 + 2 * j] = locked ? lockset_token(set, j) : "";
-        args[3 + 2 * j] = qbuf[j];
-    }
-    redisReply *r = store_eval(w->c, SCRIPT_DEDUCT_MULTI, nkeys, keys, nargs, args);
-    free(keys);
-    free(args);
-    free(keybuf);
-    free(qbuf);
+    redisReply *r = run_parts(w->c, SCRIPT_DEDUCT_MULTI, w->res->order_id, w->req->sku, k,
+                              seg, part, set, record);
 
     int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
     if (set != NULL)
@@ -512,32 +526,8 @@ static int parse_record(const char *record, struct parsed *p)
 static int run_cancel(inv_conn *c, const char *id, const struct parsed *p,
                       struct lockset *set, const char *cancelled)
 {
-    int nkeys = 3 + 4 * p->n, nargs = 2 + 2 * p->n;
-    char(*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
-    char(*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)p->n);
-    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
-    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
-    keys[0] = seg_key_order(keybuf[0], id);
-    keys[1] = seg_key_meta(keybuf[1], p->sku);
-    args[0] = id;
-    args[1] = cancelled;
-    for (int k = 0; k < p->n; k++) {
-        int b = 2 + 4 * k;
-        keys[b] = seg_key_lock(keybuf[b], p->sku, p->seg[k]);
-        keys[b + 1] = seg_key_stock(keybuf[b + 1], p->sku, p->seg[k]);
-        keys[b + 2] = seg_key_sold(keybuf[b + 2], p->sku, p->seg[k]);
-        keys[b + 3] = k == 0 ? seg_key_orders(keybuf[b + 3], p->sku, p->seg[k])
-                             : seg_key_parts(keybuf[b + 3], p->sku, p->seg[k]);
-        snprintf(qbuf[k], sizeof qbuf[k], "%lld", p->part[k]);
-        args[2 + 2 * k] = lockset_token(set, k);
-        args[3 + 2 * k] = qbuf[k];
-    }
-    keys[nkeys - 1] = seg_key_cancelled(keybuf[nkeys - 1], p->sku, p->seg[0]);
-    redisReply *r = store_eval(c, SCRIPT_CANCEL, nkeys, keys, nargs, args);
-    free(keys);
-    free(args);
-    free(keybuf);
-    free(qbuf);
+    redisReply *r =
+        run_parts(c, SCRIPT_CANCEL, id, p->sku, p->n, p->seg, p->part, set, cancelled);
     int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
     if (r != NULL)
         freeReplyObject(r);

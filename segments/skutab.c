@@ -100,11 +100,7 @@ static sku_local *find_or_add(skutab *t, const char *sku)
         e = seg_calloc(1, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", sku);
         pthread_mutex_init(&e->mu, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&e->cv_wanted, &ca);
-        pthread_condattr_destroy(&ca);
+        inv_cond_init(&e->cv_wanted);
         unsigned b = hash(sku);
         e->next = t->bucket[b];
         t->bucket[b] = e;
@@ -287,22 +283,9 @@ bool skutab_sold_out(sku_local *e, long long gen)
     return out;
 }
 
-static struct timespec deadline_in(int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
 {
-    struct timespec ts = deadline_in(ms);
+    struct timespec ts = inv_deadline(ms);
     pthread_mutex_lock(&e->mu);
     bool hopeless = true; /* no segment can fill qty: nothing worth waiting for */
     for (int i = 0; i < n; i++) {
@@ -314,11 +297,7 @@ int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
         }
     }
     struct waiter me = {.got = -1};
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&me.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    inv_cond_init(&me.cv);
     if (e->last != NULL)
         e->last->next = &me;
     else
@@ -344,7 +323,7 @@ int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
 
 bool skutab_claim_wait(sku_local *e, int i, int ms)
 {
-    struct timespec ts = deadline_in(ms);
+    struct timespec ts = inv_deadline(ms);
     pthread_mutex_lock(&e->mu);
     bool got = !e->claimed[i];
     if (got) {

@@ -66,11 +66,7 @@ static void *run(void *arg)
 
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        long ns = ts.tv_nsec + (long)tick_ms(w->v) * 1000000L;
-        ts.tv_sec += ns / 1000000000L;
-        ts.tv_nsec = ns % 1000000000L;
+        struct timespec ts = inv_deadline(tick_ms(w->v));
         pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 
         int64_t now = inv_now_ms();
@@ -114,11 +110,7 @@ watchdog *watchdog_create(inv *v, char *err, size_t errlen)
     w->conn = inv_conn_create(v);
     w->head.next = w->head.prev = &w->head;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    inv_cond_init(&w->cv);
     int rc = pthread_create(&w->thread, NULL, run, w);
     if (rc != 0) {
         snprintf(err, errlen, "watchdog thread: %s", strerror(rc));
