@@ -6,6 +6,7 @@
 #   make loadtest         the full load test (loadtest/run.sh --help for options)
 #   make fuzz             build and run the request-parsing fuzzer for FUZZ_SECONDS
 #   make SANITIZER=address|undefined|thread   sanitized build under build/<sanitizer>/
+#   make soak SECONDS=600  the randomized history checker, round after round (tests/soak.sh)
 #   make format / make format-check / make clean
 
 PKGS      := libmicrohttpd hiredis jansson
@@ -48,10 +49,11 @@ UNIT_SRC  := $(wildcard tests/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 IT_SRC    := $(wildcard tests/it_*.c)
 IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
-HARNESS   := $(BUILD)/tests/harness.o
+HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o
 
 .SECONDARY:
-.PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check clean
+.PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check clean \
+        soak
 
 all: $(BIN)
 
@@ -123,3 +125,11 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD) -maxdepth 3 -name "*.d" 2>/dev/null)
+
+# The history checker (tests/it_history.c) with a fresh seed per round of SOAK_ROUND
+# seconds until SECONDS are used; a failing round prints its seed and how to rerun it.
+SECONDS    ?= 600
+SOAK_ROUND ?= 60
+soak: deps
+	@$(MAKE) --no-print-directory $(BIN) $(BUILD)/tests/it_history
+	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(BUILD)
