@@ -26,7 +26,8 @@ static void set(json_t *obj, const char *key, json_t *val)
 
 int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
 {
-    return api_parse_sku_config(req->body, req->body_len, &req->in.sku, err);
+    return api_parse_sku_config(req->body, req->body_len, &req->in.sku, req->request_id,
+                                err);
 }
 
 static json_t *int_array(const long long *v, int n)
@@ -73,12 +74,37 @@ static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
     free(st);
 }
 
+/* The error reply of an admin write `what` ("restock", ...) that failed with `s`.
+ * When the backend did not answer, the write may or may not have been applied:
+ * say so, and how a retry is made safe. */
+static void write_failed(struct api_request *req, struct api_reply *rep, inv_status s,
+                         const char *what)
+{
+    if (s == INV_UNAVAILABLE && req->request_id[0] != '\0')
+        api_reply_status(rep, s,
+                         "%s sku %s: the backend did not answer, so whether it was "
+                         "applied is unknown; retrying with request id %s is safe",
+                         what, req->name, req->request_id);
+    else if (s == INV_UNAVAILABLE)
+        api_reply_status(rep, s,
+                         "%s sku %s: the backend did not answer, so whether it was "
+                         "applied is unknown; send an Idempotency-Key to retry safely",
+                         what, req->name);
+    else if (s == INV_REQUEST_CONFLICT)
+        api_reply_status(rep, s, "request id %s was used for a different admin write",
+                         req->request_id);
+    else if (s == INV_UNKNOWN_SKU)
+        api_reply_status(rep, s, "no sku %s", req->name);
+    else
+        api_reply_status(rep, s, "cannot %s sku %s", what, req->name);
+}
+
 void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
                        struct api_reply *rep)
 {
-    inv_status s = sku_put(ctx->conn, req->name, &req->in.sku);
+    inv_status s = sku_put(ctx->conn, req->name, &req->in.sku, req->request_id);
     if (s != INV_OK) {
-        api_reply_status(rep, s, "cannot create sku %s", req->name);
+        write_failed(req, rep, s, "create");
         return;
     }
     reply_sku(ctx, req, rep);
@@ -93,11 +119,9 @@ void api_admin_sku_get(const struct api_ctx *ctx, struct api_request *req,
 void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
                           struct api_reply *rep)
 {
-    inv_status s = sku_delete(ctx->conn, req->name);
+    inv_status s = sku_delete(ctx->conn, req->name, req->request_id);
     if (s != INV_OK) {
-        api_reply_status(rep, s, "%s %s",
-                         s == INV_UNKNOWN_SKU ? "no sku" : "cannot delete sku",
-                         req->name);
+        write_failed(req, rep, s, "delete");
         return;
     }
     json_t *o = must(json_object());
@@ -108,19 +132,21 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
 
 int api_admin_parse_restock(struct api_request *req, struct api_parse_error *err)
 {
-    return api_parse_restock(req->body, req->body_len, &req->in.restock_qty, err);
+    return api_parse_restock(req->body, req->body_len, &req->in.restock_qty,
+                             req->request_id, err);
 }
 
 void api_admin_restock(const struct api_ctx *ctx, struct api_request *req,
                        struct api_reply *rep)
 {
-    inv_status s = sku_restock(ctx->conn, req->name, req->in.restock_qty);
+    inv_status s =
+        sku_restock(ctx->conn, req->name, req->in.restock_qty, req->request_id);
     if (s == INV_INVALID)
         api_reply_error(rep, 400, "invalid_field",
                         "qty: sku %s would hold more than %lld units", req->name,
                         SKU_STOCK_MAX);
     else if (s != INV_OK)
-        api_reply_status(rep, s, "cannot restock sku %s", req->name);
+        write_failed(req, rep, s, "restock");
     else
         reply_sku(ctx, req, rep);
 }
@@ -128,9 +154,9 @@ void api_admin_restock(const struct api_ctx *ctx, struct api_request *req,
 void api_admin_rebalance(const struct api_ctx *ctx, struct api_request *req,
                          struct api_reply *rep)
 {
-    inv_status s = sku_rebalance(ctx->conn, req->name);
+    inv_status s = sku_rebalance(ctx->conn, req->name, req->request_id);
     if (s != INV_OK)
-        api_reply_status(rep, s, "cannot rebalance sku %s", req->name);
+        write_failed(req, rep, s, "rebalance");
     else
         reply_sku(ctx, req, rep);
 }

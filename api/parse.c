@@ -133,10 +133,10 @@ int api_parse_order(const char *body, size_t len, struct api_order_body *out,
 }
 
 int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
-                         struct api_parse_error *err)
+                         char request_id[SEG_NAME_MAX + 1], struct api_parse_error *err)
 {
-    static const char *const known[] = {"stock",   "segments",  "mode",
-                                        "hold_ms", "rebalance", NULL};
+    static const char *const known[] = {"stock",     "segments",   "mode", "hold_ms",
+                                        "rebalance", "request_id", NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;
@@ -166,6 +166,8 @@ int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
         else if (v != NULL)
             out->rebalance = json_is_true(v);
     }
+    if (rc == 0)
+        rc = get_name(root, "request_id", false, request_id, err);
     out->stock = stock;
     out->segments = (int)segments;
     out->hold_ms = (int)hold_ms;
@@ -174,15 +176,17 @@ int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
 }
 
 int api_parse_restock(const char *body, size_t len, long long *qty,
-                      struct api_parse_error *err)
+                      char request_id[SEG_NAME_MAX + 1], struct api_parse_error *err)
 {
-    static const char *const known[] = {"qty", NULL};
+    static const char *const known[] = {"qty", "request_id", NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;
     int rc = check_fields(root, known, err);
     if (rc == 0)
         rc = get_int(root, "qty", true, 1, SKU_RESTOCK_MAX, qty, err);
+    if (rc == 0)
+        rc = get_name(root, "request_id", false, request_id, err);
     json_decref(root);
     return rc;
 }
@@ -192,6 +196,22 @@ int api_parse_name(const char *field, const char *s, struct api_parse_error *err
     if (!seg_valid_name(s))
         return fail(err, "invalid_field", "%s: must be 1-%d characters of [A-Za-z0-9_.-]",
                     field, SEG_NAME_MAX);
+    return 0;
+}
+
+int api_parse_request_id(const char *header, char request_id[SEG_NAME_MAX + 1],
+                         struct api_parse_error *err)
+{
+    if (header == NULL)
+        return 0;
+    if (!seg_valid_name(header))
+        return fail(err, "invalid_field",
+                    "Idempotency-Key: must be 1-%d characters of [A-Za-z0-9_.-]",
+                    SEG_NAME_MAX);
+    if (request_id[0] != '\0' && strcmp(request_id, header) != 0)
+        return fail(err, "invalid_field",
+                    "request_id: differs from the Idempotency-Key header");
+    snprintf(request_id, SEG_NAME_MAX + 1, "%s", header);
     return 0;
 }
 

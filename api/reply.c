@@ -133,6 +133,7 @@ int api_status_http(inv_status s)
     case INV_SOLD_OUT:
     case INV_INSUFFICIENT:
     case INV_CONFLICT:
+    case INV_REQUEST_CONFLICT:
         return 409;
     case INV_UNKNOWN_SKU:
     case INV_NOT_FOUND:

@@ -10,6 +10,7 @@
 #define B API_ROUTE_BACKEND
 #define A API_ROUTE_ADMIN
 #define S API_ROUTE_SLOW
+#define W API_ROUTE_WRITE
 
 static const struct api_route routes[] = {
     /* method, pattern, name, flags, parse, handle, fast */
@@ -18,11 +19,12 @@ static const struct api_route routes[] = {
     {"DELETE", "/orders/{}", "order_id", B | S, NULL, api_orders_cancel, NULL},
     {"GET", "/admin/skus", NULL, A | B, NULL, api_admin_sku_list, NULL},
     {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get, NULL},
-    {"PUT", "/admin/skus/{}", "sku", A | B, api_admin_parse_sku, api_admin_sku_put, NULL},
-    {"DELETE", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_delete, NULL},
-    {"POST", "/admin/skus/{}/restock", "sku", A | B | S, api_admin_parse_restock,
+    {"PUT", "/admin/skus/{}", "sku", A | B | W, api_admin_parse_sku, api_admin_sku_put,
+     NULL},
+    {"DELETE", "/admin/skus/{}", "sku", A | B | W, NULL, api_admin_sku_delete, NULL},
+    {"POST", "/admin/skus/{}/restock", "sku", A | B | S | W, api_admin_parse_restock,
      api_admin_restock, NULL},
-    {"POST", "/admin/skus/{}/rebalance", "sku", A | B | S, NULL, api_admin_rebalance,
+    {"POST", "/admin/skus/{}/rebalance", "sku", A | B | S | W, NULL, api_admin_rebalance,
      NULL},
     {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats, NULL},
     {"GET", "/livez", NULL, 0, NULL, api_livez, NULL},
@@ -104,6 +106,11 @@ const struct api_route *api_route_prepare(struct api_request *req,
             api_reply_error(rep, 400, perr.code, "%s", perr.detail);
             return NULL;
         }
+    }
+    if ((route->flags & API_ROUTE_WRITE) &&
+        api_parse_request_id(req->idempotency_key, req->request_id, &perr) != 0) {
+        api_reply_error(rep, 400, perr.code, "%s", perr.detail);
+        return NULL;
     }
     return route;
 }

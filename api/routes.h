@@ -6,7 +6,8 @@
  * path with another method 405 `method_not_allowed` plus Allow), check the admin token
  * (401 `unauthorized` plus WWW-Authenticate), validate the path name (400
  * `invalid_field`), check the Content-Type of a body (415 `unsupported_media_type`)
- * and parse the body (400 `bad_json`/`invalid_field`). The server then runs
+ * parse the body (400 `bad_json`/`invalid_field`) and, for admin writes, take the
+ * request id from the body or the Idempotency-Key header. The server then runs
  * route->handle: on a pool worker with its own inv_conn when the route has
  * API_ROUTE_BACKEND, inline otherwise.
  */
@@ -32,13 +33,16 @@ struct api_ctx {
  * borrowed, valid until the reply is sent); api_route_prepare() the rest. */
 struct api_request {
     const char *method;
-    const char *path;          /* decoded path, no query string */
-    const char *content_type;  /* NULL when absent */
-    const char *authorization; /* NULL when absent */
-    const char *body;          /* NULL or body_len bytes, not NUL-terminated */
+    const char *path;            /* decoded path, no query string */
+    const char *content_type;    /* NULL when absent */
+    const char *authorization;   /* NULL when absent */
+    const char *idempotency_key; /* NULL when absent */
+    const char *body;            /* NULL or body_len bytes, not NUL-terminated */
     size_t body_len;
 
     char name[SEG_NAME_MAX + 2]; /* the "{}" path segment, validated; "" when none */
+    char request_id[SEG_NAME_MAX + 1]; /* API_ROUTE_WRITE: the body's request_id or
+                                          the Idempotency-Key header; "" when none */
     union {
         struct api_order_body order; /* POST /orders */
         struct sku_config sku;       /* PUT /admin/skus/{sku} */
@@ -52,6 +56,7 @@ enum api_route_flags {
     API_ROUTE_SLOW = 4,    /* may block for hold_ms and lock waits (POST /orders): kept
                               on its own pool so health and admin calls never queue
                               behind a flood of orders */
+    API_ROUTE_WRITE = 8,   /* an admin write: applied once per request id */
 };
 
 typedef int (*api_parse_fn)(struct api_request *req, struct api_parse_error *err);

@@ -205,7 +205,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->method = method;
     req->path = url;
     if (header(conn, MHD_HTTP_HEADER_CONTENT_TYPE, &req->content_type) != 0 ||
-        header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0) {
+        header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0 ||
+        header(conn, "Idempotency-Key", &req->idempotency_key) != 0) {
         api_reply_error(&r->rep, 400, "bad_header", "a header value holds a NUL byte");
         return send_reply(r);
     }

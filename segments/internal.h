@@ -61,4 +61,9 @@ uint32_t inv_rand(inv_conn *c, uint32_t n);
 /* Fill `out` (33 bytes) with 32 hex digits of fresh randomness from the kernel. */
 void inv_random_hex(char out[33]);
 
+/* A fresh SKU epoch: uniformly random in [1, 2^52), so epochs are never reused (a
+ * SKU deleted and created again, a Redis that lost its data) and every generation
+ * counted up from one stays exact in a Lua number. */
+long long inv_new_epoch(void);
+
 #endif

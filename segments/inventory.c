@@ -105,8 +105,17 @@ const char *inv_status_name(inv_status s)
         return "backend_unavailable";
     case INV_INVALID:
         return "invalid_field";
+    case INV_REQUEST_CONFLICT:
+        return "request_id_conflict";
     }
     return "unknown";
+}
+
+long long inv_new_epoch(void)
+{
+    uint64_t x;
+    fill_random(&x, sizeof x);
+    return (long long)(x % ((1ULL << 52) - 1)) + 1;
 }
 
 watchdog *inv_watchdog(inv *v)

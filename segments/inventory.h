@@ -20,16 +20,17 @@ typedef struct inv inv;
 typedef struct inv_conn inv_conn;
 
 typedef enum inv_status {
-    INV_OK = 0,       /* done */
-    INV_REPLAYED,     /* order_id already confirmed: same record, nothing deducted */
-    INV_SOLD_OUT,     /* every segment is empty */
-    INV_INSUFFICIENT, /* stock remains, but no segment holds qty */
-    INV_UNKNOWN_SKU,  /* no such SKU */
-    INV_NOT_FOUND,    /* no such order */
-    INV_CONFLICT,     /* order_id already used for a different sku or qty */
-    INV_BUSY,         /* no segment lock could be had within lock_wait_ms */
-    INV_UNAVAILABLE,  /* Redis unreachable, hung or failing */
-    INV_INVALID,      /* argument out of the documented range */
+    INV_OK = 0,           /* done */
+    INV_REPLAYED,         /* order_id already confirmed: same record, nothing deducted */
+    INV_SOLD_OUT,         /* every segment is empty */
+    INV_INSUFFICIENT,     /* stock remains, but no segment holds qty */
+    INV_UNKNOWN_SKU,      /* no such SKU */
+    INV_NOT_FOUND,        /* no such order */
+    INV_CONFLICT,         /* order_id already used for a different sku or qty */
+    INV_BUSY,             /* no segment lock could be had within lock_wait_ms */
+    INV_UNAVAILABLE,      /* Redis unreachable, hung or failing */
+    INV_INVALID,          /* argument out of the documented range */
+    INV_REQUEST_CONFLICT, /* request id already used for a different admin write */
 } inv_status;
 
 /* Options the domain needs; service/ fills them from the configuration. */

@@ -68,9 +68,20 @@ char *seg_key_cancelled(char *buf, const char *sku, int i)
     return segment_key(buf, sku, i, "cancelled");
 }
 
+char *seg_key_epoch(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "epoch");
+}
+
 char *seg_key_order(char *buf, const char *id)
 {
     snprintf(buf, SEG_KEY_MAX, "inv:order:{%s}", id);
+    return buf;
+}
+
+char *seg_key_request(char *buf, const char *sku, const char *rid)
+{
+    snprintf(buf, SEG_KEY_MAX, "inv:req:{%s}:%s", sku, rid);
     return buf;
 }
 

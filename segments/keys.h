@@ -1,23 +1,35 @@
 /* keys.h -- Redis key names and name validation; the only place key names are built.
  *
  * Key schema (the hash tag `{sku:i}` puts a segment's keys in one cluster slot):
- *   inv:skus                    set of SKU names
- *   inv:sku:{sku}               hash: segments, mode, hold_ms, rebalance, initial, gen
- *   inv:{sku:i}:stock           integer stock left in segment i
- *   inv:{sku:i}:sold            integer units sold from segment i
- *   inv:{sku:i}:lock            segment i's lock: a random token, PX lease
- *   inv:{sku:i}:orders          hash order_id -> qty taken from segment i, one field per
- *                               order whose first (or only) segment is i
- *   inv:{sku:i}:parts           hash order_id -> qty taken from segment i by a
- * multi-segment order whose first segment is another one inv:{sku:i}:cancelled       set
- * of cancelled order ids whose first segment is i inv:order:{id}              the order
- * record (JSON), written in the same script as the deduction; unique per order_id
- * (idempotency). It lives in its own slot: under Redis Cluster the order scripts would
- *                               need it moved into the segment's slot (not done yet).
- *   inv:events                  pub/sub channel: SKU settings changed (name as message)
+ *   inv:skus                  set of SKU names
+ *   inv:sku:{sku}             hash: segments, mode, hold_ms, rebalance, initial, epoch,
+ *                             gen. `epoch` is random, drawn at every create or reset and
+ *                             never reused; `gen` starts at epoch and is bumped by every
+ *                             change that can raise stock (restock, rebalance, cancel).
+ *   inv:{sku:i}:epoch         segment i's copy of the SKU's epoch: every script that
+ *                             writes the segment checks it, so a caller whose view of
+ *                             the SKU is stale (or names a segment that is gone) is
+ *                             refused instead of obeyed
+ *   inv:{sku:i}:stock         integer stock left in segment i
+ *   inv:{sku:i}:sold          integer units sold from segment i
+ *   inv:{sku:i}:lock          segment i's lock: a random token, PX lease
+ *   inv:{sku:i}:orders        hash order_id -> qty taken from segment i, one field per
+ *                             order whose first (or only) segment is i
+ *   inv:{sku:i}:parts         hash order_id -> qty taken from segment i by a
+ *                             multi-segment order whose first segment is another one
+ *   inv:{sku:i}:cancelled     set of cancelled order ids whose first segment is i
+ *   inv:order:{id}            hash: r = the order record (JSON), t = the attempt that
+ *                             wrote it (so a script resent after a lost reply knows its
+ *                             own work). Written in the same script as the deduction;
+ *                             unique per order_id (idempotency). It lives in its own
+ *                             slot: under Redis Cluster the order scripts would need it
+ *                             moved into the segment's slot (not done yet).
+ *   inv:req:{sku}:rid         an admin write already applied under request id `rid`:
+ *                             what it was ("restock:100", ...); kept for a day
+ *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
- * SKU and order ids are 1..SEG_NAME_MAX characters of [A-Za-z0-9_.-], so a name can
- * never carry a hash-tag brace, a glob character or whitespace into a key.
+ * SKU, order and request ids are 1..SEG_NAME_MAX characters of [A-Za-z0-9_.-], so a
+ * name can never carry a hash-tag brace, a glob character or whitespace into a key.
  */
 #ifndef SEG_KEYS_H
 #define SEG_KEYS_H
@@ -26,7 +38,7 @@
 #include <stddef.h>
 
 #define SEG_NAME_MAX 64
-#define SEG_KEY_MAX 128
+#define SEG_KEY_MAX 160
 #define SEG_MAX_SEGMENTS 1024
 
 /* True when `s` is a valid SKU or order id (see above). NULL is not valid. */
@@ -42,7 +54,9 @@ char *seg_key_lock(char *buf, const char *sku, int i);
 char *seg_key_orders(char *buf, const char *sku, int i);
 char *seg_key_parts(char *buf, const char *sku, int i);
 char *seg_key_cancelled(char *buf, const char *sku, int i);
+char *seg_key_epoch(char *buf, const char *sku, int i);
 char *seg_key_order(char *buf, const char *id);
+char *seg_key_request(char *buf, const char *sku, const char *rid);
 const char *seg_key_events(void);
 
 #endif

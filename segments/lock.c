@@ -36,30 +36,33 @@ static int parse_reply(redisReply *r, struct lock_reply *out)
     return 0;
 }
 
-int lock_acquire(inv_conn *c, const char *sku, int i, const char *id, long long qty,
-                 const char *token, struct lock_reply *out)
+int lock_acquire(inv_conn *c, const char *sku, long long epoch, int i, const char *id,
+                 long long qty, const char *token, struct lock_reply *out)
 {
-    char order[SEG_KEY_MAX], stock[SEG_KEY_MAX], lock[SEG_KEY_MAX];
-    char q[24], ttl[16];
+    char order[SEG_KEY_MAX], stock[SEG_KEY_MAX], lock[SEG_KEY_MAX], ep[SEG_KEY_MAX];
+    char q[24], ttl[16], e[24];
     snprintf(q, sizeof q, "%lld", qty);
     snprintf(ttl, sizeof ttl, "%d", c->v->opt.lock_ttl_ms);
+    snprintf(e, sizeof e, "%lld", epoch);
     const char *keys[] = {seg_key_order(order, id), seg_key_stock(stock, sku, i),
-                          seg_key_lock(lock, sku, i)};
-    const char *args[] = {q, token, ttl};
-    return parse_reply(store_eval(c, SCRIPT_ACQUIRE, 3, keys, 3, args), out);
+                          seg_key_lock(lock, sku, i), seg_key_epoch(ep, sku, i)};
+    const char *args[] = {q, token, ttl, e};
+    return parse_reply(store_eval(c, SCRIPT_ACQUIRE, 4, keys, 4, args), out);
 }
 
-int lock_deduct(inv_conn *c, const char *sku, int i, const char *token, const char *id,
-                long long qty, const char *record, struct lock_reply *out)
+int lock_deduct(inv_conn *c, const char *sku, long long epoch, int i, const char *token,
+                const char *attempt, const char *id, long long qty, const char *record,
+                struct lock_reply *out)
 {
     char lock[SEG_KEY_MAX], stock[SEG_KEY_MAX], sold[SEG_KEY_MAX], orders[SEG_KEY_MAX],
-        order[SEG_KEY_MAX], q[24];
+        order[SEG_KEY_MAX], ep[SEG_KEY_MAX], q[24], e[24];
     snprintf(q, sizeof q, "%lld", qty);
+    snprintf(e, sizeof e, "%lld", epoch);
     const char *keys[] = {seg_key_lock(lock, sku, i), seg_key_stock(stock, sku, i),
                           seg_key_sold(sold, sku, i), seg_key_orders(orders, sku, i),
-                          seg_key_order(order, id)};
-    const char *args[] = {token, q, id, record};
-    return parse_reply(store_eval(c, SCRIPT_DEDUCT, 5, keys, 4, args), out);
+                          seg_key_order(order, id),   seg_key_epoch(ep, sku, i)};
+    const char *args[] = {token, q, id, record, attempt, e};
+    return parse_reply(store_eval(c, SCRIPT_DEDUCT, 6, keys, 6, args), out);
 }
 
 int lock_release(inv_conn *c, const char *sku, int i, const char *token)

@@ -21,15 +21,18 @@ struct lock_reply {
 void lock_new_token(inv_conn *c, char token[33]);
 
 /* Check order `id`, read segment i's stock and, when it holds `qty`, take its lock
- * with `token`. Codes: OK (taken), BUSY, SHORT, EXISTS, MISSING. */
-int lock_acquire(inv_conn *c, const char *sku, int i, const char *id, long long qty,
-                 const char *token, struct lock_reply *out);
+ * with `token`; all only while the segment belongs to `epoch`. Codes: OK (taken),
+ * BUSY, SHORT, EXISTS, MISSING, STALE. */
+int lock_acquire(inv_conn *c, const char *sku, long long epoch, int i, const char *id,
+                 long long qty, const char *token, struct lock_reply *out);
 
-/* Fenced deduct of `qty` from segment i recording `record` under order `id`, then
- * release. token "" = no lock (mode atomic). Codes: OK, FENCED, EXISTS, SHORT, MISSING.
- */
-int lock_deduct(inv_conn *c, const char *sku, int i, const char *token, const char *id,
-                long long qty, const char *record, struct lock_reply *out);
+/* Fenced deduct of `qty` from segment i of `epoch` recording `record` under order
+ * `id` as written by `attempt`, then release. token "" = no lock (mode atomic).
+ * A resend of the same attempt after a lost reply answers OK: the order is its own.
+ * Codes: OK, FENCED, STALE, EXISTS, SHORT, MISSING. */
+int lock_deduct(inv_conn *c, const char *sku, long long epoch, int i, const char *token,
+                const char *attempt, const char *id, long long qty, const char *record,
+                struct lock_reply *out);
 
 /* Release segment i's lock if `token` still owns it. 1 released, 0 not ours, -1 error. */
 int lock_release(inv_conn *c, const char *sku, int i, const char *token);

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "segments/lock.h"
@@ -19,14 +20,17 @@ struct lockset {
     struct lease *lease;
 };
 
-/* Lock one segment in Redis: 1 taken, 0 busy, -1 error. */
+/* Lock one segment in Redis: 1 taken, 0 busy, -1 error. With GET, a SET that did
+ * not happen answers the holder's token: when it is ours, this is the command sent
+ * again after its reply was lost, and the lock is ours. */
 static int try_lock(inv_conn *c, const char *key, const char *token)
 {
     redisReply *r =
-        store_command(c, "SET %s %s NX PX %d", key, token, c->v->opt.lock_ttl_ms);
+        store_command(c, "SET %s %s NX PX %d GET", key, token, c->v->opt.lock_ttl_ms);
     if (r == NULL)
         return -1;
-    int taken = r->type == REDIS_REPLY_STATUS;
+    int taken = r->type == REDIS_REPLY_NIL ||
+                (r->type == REDIS_REPLY_STRING && strcmp(r->str, token) == 0);
     freeReplyObject(r);
     return taken;
 }

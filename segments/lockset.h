@@ -28,7 +28,8 @@ const char *lockset_token(const struct lockset *s, int k);
 
 /* Free the set: unregister its leases, give the local claims back and, when
  * `release`, delete the locks still ours in Redis (not needed after a script that
- * released them). Returns true when a lease was lost while held. */
+ * answered: every script releases the locks its tokens own). Returns true when a
+ * lease was lost while held. */
 bool lockset_drop(inv_conn *c, struct lockset *s, bool release);
 
 #endif

@@ -20,8 +20,14 @@
 #include "segments/xalloc.h"
 
 /* What one visit to a segment came to. V_CLAIMED: another worker of this process
- * has it (a release hands it to a waiter); V_BUSY: locked elsewhere, or lost. */
-enum visit { V_DONE, V_CLAIMED, V_BUSY, V_SHORT, V_ERROR };
+ * has it (a release hands it to a waiter); V_BUSY: locked elsewhere, or lost;
+ * V_STALE: the SKU is not what this walk's view of it says (reset, deleted). */
+enum visit { V_DONE, V_CLAIMED, V_BUSY, V_SHORT, V_ERROR, V_STALE };
+
+/* walk_ring's answer when the view went stale: re-read the settings, walk again. */
+#define WALK_STALE (-2)
+/* How many views an order, cancel or admin write tries before answering busy. */
+#define STALE_TRIES 4
 
 struct walk {
     inv_conn *c;
@@ -86,9 +92,14 @@ static enum visit deduct(struct walk *w, int i, const char *token)
     long long qty = w->req->qty;
     char *record =
         build_record(w->res->order_id, w->req->sku, qty, 1, &i, &qty, "confirmed");
+    char attempt[33]; /* the lock's token, or a fresh id for an atomic attempt */
+    if (token[0] != '\0')
+        snprintf(attempt, sizeof attempt, "%s", token);
+    else
+        lock_new_token(w->c, attempt);
     struct lock_reply r;
-    if (lock_deduct(w->c, w->req->sku, i, token, w->res->order_id, qty, record, &r) !=
-        0) {
+    if (lock_deduct(w->c, w->req->sku, w->view.epoch, i, token, attempt, w->res->order_id,
+                    qty, record, &r) != 0) {
         free(record);
         return V_ERROR;
     }
@@ -104,6 +115,8 @@ static enum visit deduct(struct walk *w, int i, const char *token)
     case SCRIPT_R_FENCED:
         stat_add(w->c->v, STAT_FENCED_REJECTIONS, 1);
         return V_BUSY;
+    case SCRIPT_R_STALE:
+        return V_STALE;
     case SCRIPT_R_EXISTS:
         return replayed(w, r.record);
     case SCRIPT_R_SHORT:
@@ -127,9 +140,11 @@ static enum visit visit_locked(struct walk *w, int i, bool claimed)
     stat_add(v, STAT_LOCK_ATTEMPTS, 1);
     struct lock_reply r;
     enum visit out;
-    if (lock_acquire(w->c, w->req->sku, i, w->res->order_id, w->req->qty, lease.token,
-                     &r) != 0) {
+    if (lock_acquire(w->c, w->req->sku, w->view.epoch, i, w->res->order_id, w->req->qty,
+                     lease.token, &r) != 0) {
         out = V_ERROR;
+    } else if (r.code == SCRIPT_R_STALE) {
+        out = V_STALE;
     } else if (r.code == SCRIPT_R_OK) {
         stat_add(v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(v, HIST_LOCK_WAIT, (inv_now_ms() - w->started_ms) * 1000);
@@ -169,23 +184,27 @@ static int ascending(const void *a, const void *b)
     return *(const int *)a - *(const int *)b;
 }
 
-/* Run DEDUCT_MULTI or CANCEL (scripts.c) over an order of `sku` that takes part[j]
- * units from segment seg[j], j < n. KEYS: the order record (and for CANCEL the meta),
- * then per part its lock, stock, sold and the orders hash (first part) or parts
- * hash (for CANCEL, last, the first segment's cancelled set). ARGV: `id`, `record`,
- * then per part its token (`set`'s; "" without a set: mode atomic) and qty. Returns
- * the reply, or NULL when Redis gave none. */
+/* Run DEDUCT_MULTI or CANCEL (scripts.c) over an order of `sku` (in `epoch`) that
+ * takes part[j] units from segment seg[j], j < n. KEYS: the order record (and for
+ * CANCEL the meta), then per part its lock, stock, sold, the orders hash (first part)
+ * or parts hash, and epoch (for CANCEL, last, the first segment's cancelled set).
+ * ARGV: `id`, `record`, `extra` (DEDUCT_MULTI: the attempt id; CANCEL: the record as
+ * read), the epoch, then per part its token (`set`'s; "" without a set: mode atomic)
+ * and, for DEDUCT_MULTI, its qty. Returns the reply, or NULL when Redis gave none. */
 static redisReply *run_parts(inv_conn *c, enum script_id script, const char *id,
-                             const char *sku, int n, const int *seg,
+                             const char *sku, long long epoch, int n, const int *seg,
                              const long long *part, struct lockset *set,
-                             const char *record)
+                             const char *record, const char *extra)
 {
     bool cancel = script == SCRIPT_CANCEL;
-    int lead = cancel ? 2 : 1, nkeys = lead + 4 * n + cancel, nargs = 2 + 2 * n;
+    int lead = cancel ? 2 : 1, nkeys = lead + 5 * n + cancel;
+    int per = cancel ? 1 : 2, nargs = 4 + per * n;
     char(*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
     char(*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)n);
     const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
     const char **args = seg_malloc(sizeof *args * (size_t)nargs);
+    char ep[24];
+    snprintf(ep, sizeof ep, "%lld", epoch);
     keys[0] = seg_key_order(keybuf[0], id);
     if (cancel) {
         keys[1] = seg_key_meta(keybuf[1], sku);
@@ -193,16 +212,21 @@ static redisReply *run_parts(inv_conn *c, enum script_id script, const char *id,
     }
     args[0] = id;
     args[1] = record;
+    args[2] = extra;
+    args[3] = ep;
     for (int j = 0; j < n; j++) {
-        int b = lead + 4 * j;
+        int b = lead + 5 * j;
         keys[b] = seg_key_lock(keybuf[b], sku, seg[j]);
         keys[b + 1] = seg_key_stock(keybuf[b + 1], sku, seg[j]);
         keys[b + 2] = seg_key_sold(keybuf[b + 2], sku, seg[j]);
         keys[b + 3] = j == 0 ? seg_key_orders(keybuf[b + 3], sku, seg[j])
                              : seg_key_parts(keybuf[b + 3], sku, seg[j]);
-        snprintf(qbuf[j], sizeof qbuf[j], "%lld", part[j]);
-        args[2 + 2 * j] = set != NULL ? lockset_token(set, j) : "";
-        args[3 + 2 * j] = qbuf[j];
+        keys[b + 4] = seg_key_epoch(keybuf[b + 4], sku, seg[j]);
+        args[4 + per * j] = set != NULL ? lockset_token(set, j) : "";
+        if (!cancel) {
+            snprintf(qbuf[j], sizeof qbuf[j], "%lld", part[j]);
+            args[5 + per * j] = qbuf[j];
+        }
     }
     redisReply *r = store_eval(c, script, nkeys, keys, nargs, args);
     free(keys);
@@ -213,7 +237,8 @@ static redisReply *run_parts(inv_conn *c, enum script_id script, const char *id,
 }
 
 /* No segment holds qty: take it from several, largest first, locked in index order.
- * Returns INV_OK/REPLAYED/CONFLICT/INSUFFICIENT/BUSY/UNAVAILABLE, or -1 to walk again. */
+ * Returns INV_OK/REPLAYED/CONFLICT/INSUFFICIENT/BUSY/UNAVAILABLE, -1 to walk again,
+ * or WALK_STALE. */
 static int multi_segment(struct walk *w, int64_t deadline)
 {
     const int n = w->view.cfg.segments;
@@ -244,12 +269,14 @@ static int multi_segment(struct walk *w, int64_t deadline)
 
     char *record = build_record(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
                                 "confirmed");
-    redisReply *r = run_parts(w->c, SCRIPT_DEDUCT_MULTI, w->res->order_id, w->req->sku, k,
-                              seg, part, set, record);
+    char attempt[33];
+    lock_new_token(w->c, attempt);
+    redisReply *r = run_parts(w->c, SCRIPT_DEDUCT_MULTI, w->res->order_id, w->req->sku,
+                              w->view.epoch, k, seg, part, set, record, attempt);
 
     int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
     if (set != NULL)
-        lockset_drop(w->c, set, code < 0 || code == SCRIPT_R_FENCED);
+        lockset_drop(w->c, set, code < 0);
     if ((code == SCRIPT_R_OK || code == SCRIPT_R_SHORT) && r->elements == (size_t)k + 1)
         for (int j = 0; j < k; j++) /* what each segment holds now */
             skutab_note_stock(w->e, w->view.gen, seg[j],
@@ -269,6 +296,8 @@ static int multi_segment(struct walk *w, int64_t deadline)
         out = INV_UNAVAILABLE;
     } else if (code == SCRIPT_R_FENCED) {
         stat_add(w->c->v, STAT_FENCED_REJECTIONS, 1);
+    } else if (code == SCRIPT_R_STALE) {
+        out = WALK_STALE;
     }
     if (r != NULL)
         freeReplyObject(r);
@@ -323,12 +352,16 @@ static inv_status verdict_at_deadline(struct walk *w)
  * A round that finds every candidate busy waits: for a claim handed over by a local
  * worker when only local workers were in the way (no polling; a fair queue), else a
  * jittered backoff, since a lock held elsewhere sends no signal here. A handed claim
- * is visited first in the next round. */
-static inv_status walk_ring(struct walk *w)
+ * is visited first in the next round. Returns an inv_status or WALK_STALE. */
+static int walk_ring(struct walk *w)
 {
     const int64_t deadline = w->started_ms + w->c->v->opt.lock_wait_ms;
     int handed = -1, remote_rounds = 0;
     for (;;) {
+        if (handed >= w->view.cfg.segments) { /* the SKU shrank: not ours to visit */
+            skutab_unclaim(w->e, handed);
+            handed = -1;
+        }
         if (handed < 0 && skutab_sold_out(w->e, w->view.gen)) {
             stat_add(w->c->v, STAT_SOLD_OUT_FAST, 1);
             return INV_SOLD_OUT;
@@ -356,18 +389,18 @@ static inv_status walk_ring(struct walk *w)
                 return w->res->status;
             if (r == V_ERROR)
                 return INV_UNAVAILABLE;
+            if (r == V_STALE)
+                return WALK_STALE;
             claimed += r == V_CLAIMED;
             busy += r == V_BUSY;
         }
-        if (handed >= n) /* the SKU shrank meanwhile: not ours to visit */
-            skutab_unclaim(w->e, handed);
         handed = -1;
         if (claimed + busy == 0 && !w->stock_left)
             return INV_SOLD_OUT;
         if (claimed + busy == 0) {
             int st = n > 1 ? multi_segment(w, deadline) : INV_INSUFFICIENT;
-            if (st >= 0)
-                return (inv_status)st;
+            if (st != -1)
+                return st;
         }
         int remaining = (int)(deadline - inv_now_ms());
         if (remaining <= 0)
@@ -399,7 +432,7 @@ bool order_sold_out_fast(inv *v, const char *sku)
 static inv_status read_record(inv_conn *c, const char *id, char **record)
 {
     char key[SEG_KEY_MAX];
-    redisReply *r = store_command(c, "GET %s", seg_key_order(key, id));
+    redisReply *r = store_command(c, "HGET %s r", seg_key_order(key, id));
     if (r == NULL)
         return INV_UNAVAILABLE;
     inv_status st = INV_NOT_FOUND;
@@ -452,9 +485,18 @@ inv_status order_place(inv_conn *c, const struct order_request *req,
     w->req = req;
     w->res = res;
     w->started_ms = inv_now_ms();
-    inv_status st = skutab_get(c, req->sku, &w->e, &w->view);
-    if (st == INV_OK)
-        st = walk_ring(w);
+    /* A walk refused as stale (the SKU was reset or deleted under this process's
+     * cached view) re-reads the settings and walks again. */
+    int st = WALK_STALE;
+    for (int try = 0; st == WALK_STALE && try < STALE_TRIES; try++) {
+        if (try > 0)
+            skutab_invalidate(c->v, req->sku);
+        st = skutab_get(c, req->sku, &w->e, &w->view);
+        if (st == INV_OK)
+            st = walk_ring(w);
+    }
+    if (st == WALK_STALE)
+        st = INV_BUSY;
     if ((st == INV_SOLD_OUT || st == INV_INSUFFICIENT) && has_id) {
         /* Segments known empty were skipped without Redis, so the scripts that spot
          * a replay may not have run: a retry of a confirmed order must still get it. */
@@ -522,16 +564,65 @@ static int parse_record(const char *record, struct parsed *p)
     return rc;
 }
 
-/* Run CANCEL for `p` under the locks of `set`; returns the script's code or -1. */
-static int run_cancel(inv_conn *c, const char *id, const struct parsed *p,
-                      struct lockset *set, const char *cancelled)
+/* One try at cancelling order `id` whose record reads `rec`: INV_OK with *record,
+ * INV_NOT_FOUND, INV_BUSY, INV_UNAVAILABLE, or WALK_STALE when the order or its SKU
+ * changed since `rec` was read (read it again). */
+static int cancel_once(inv_conn *c, const char *id, const char *rec, char **record)
 {
-    redisReply *r =
-        run_parts(c, SCRIPT_CANCEL, id, p->sku, p->n, p->seg, p->part, set, cancelled);
+    struct parsed *p = seg_malloc(sizeof *p);
+    if (parse_record(rec, p) != 0 || p->cancelled) {
+        free(p);
+        *record = seg_strdup(rec); /* already cancelled (or nothing we can read) */
+        return INV_OK;
+    }
+    sku_local *e;
+    struct sku_view view;
+    inv_status st = skutab_get(c, p->sku, &e, &view);
+    struct lockset *set = NULL;
+    if (st == INV_OK)
+        set = lockset_take(c, e, p->sku, p->seg, p->n,
+                           inv_now_ms() + c->v->opt.lock_wait_ms, &st);
+    if (set == NULL) {
+        free(p);
+        return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
+    }
+    char *cancelled =
+        build_record(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
+    redisReply *r = run_parts(c, SCRIPT_CANCEL, id, p->sku, view.epoch, p->n, p->seg,
+                              p->part, set, cancelled, rec);
     int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
+    if (code == SCRIPT_R_EXISTS && r->elements > 1 &&
+        r->element[1]->type == REDIS_REPLY_STRING) /* cancelled already: that record */
+        *record = seg_strdup(r->element[1]->str);
     if (r != NULL)
         freeReplyObject(r);
-    return code;
+    lockset_drop(c, set, code < 0);
+    if (code == SCRIPT_R_OK) {
+        /* The script bumped the generation: sold-out flags here go at once. */
+        skutab_invalidate(c->v, p->sku);
+        stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
+        skutab_count(e, STAT_ORDERS_CANCELLED);
+        *record = cancelled;
+    } else {
+        free(cancelled);
+    }
+    if (code == SCRIPT_R_STALE) /* the next try must not trust the cached view */
+        skutab_invalidate(c->v, p->sku);
+    free(p);
+    switch (code) {
+    case SCRIPT_R_OK:
+        return INV_OK;
+    case SCRIPT_R_EXISTS:
+        return *record != NULL ? INV_OK : INV_UNAVAILABLE;
+    case SCRIPT_R_MISSING:
+        return INV_NOT_FOUND;
+    case SCRIPT_R_FENCED:
+        return INV_BUSY;
+    case SCRIPT_R_STALE:
+        return WALK_STALE;
+    default:
+        return INV_UNAVAILABLE;
+    }
 }
 
 inv_status order_cancel(inv_conn *c, const char *id, char **record)
@@ -539,50 +630,19 @@ inv_status order_cancel(inv_conn *c, const char *id, char **record)
     *record = NULL;
     if (!seg_valid_name(id))
         return INV_INVALID;
-    char *rec = NULL;
-    inv_status st = read_record(c, id, &rec);
-    if (st != INV_OK)
-        return st;
-    struct parsed *p = seg_malloc(sizeof *p);
-    if (parse_record(rec, p) != 0 || p->cancelled) {
-        free(p);
-        *record = rec; /* already cancelled: nothing to do (or nothing we can read) */
-        return INV_OK;
-    }
-    sku_local *e;
-    struct sku_view view;
-    st = skutab_get(c, p->sku, &e, &view);
-    struct lockset *set = NULL;
-    if (st == INV_OK)
-        set = lockset_take(c, e, p->sku, p->seg, p->n,
-                           inv_now_ms() + c->v->opt.lock_wait_ms, &st);
-    if (set == NULL) {
-        free(p);
+    /* The units given back are the ones Redis holds for the order, and only while
+     * the order is still the one read here (the script checks): when it is not (the
+     * SKU was reset and the id placed again meanwhile), read it again. */
+    int st = WALK_STALE;
+    for (int try = 0; st == WALK_STALE && try < STALE_TRIES; try++) {
+        char *rec = NULL;
+        st = read_record(c, id, &rec);
+        if (st != INV_OK)
+            break;
+        st = cancel_once(c, id, rec, record);
         free(rec);
-        return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
     }
-    char *cancelled =
-        build_record(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
-    int code = run_cancel(c, id, p, set, cancelled);
-    lockset_drop(c, set, code < 0 || code == SCRIPT_R_FENCED);
-    if (code == SCRIPT_R_OK) {
-        /* The script bumped the generation: sold-out flags here go at once. */
-        skutab_invalidate(c->v, p->sku);
-        stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
-        skutab_count(e, STAT_ORDERS_CANCELLED);
-    }
-    free(p);
-    free(rec);
-    if (code == SCRIPT_R_OK) {
-        *record = cancelled;
-        return INV_OK;
-    }
-    free(cancelled);
-    if (code == SCRIPT_R_EXISTS) /* cancelled meanwhile by another request */
-        return read_record(c, id, record);
-    return code == SCRIPT_R_MISSING  ? INV_NOT_FOUND
-           : code == SCRIPT_R_FENCED ? INV_BUSY
-                                     : INV_UNAVAILABLE;
+    return st == WALK_STALE ? INV_BUSY : (inv_status)st;
 }
 
 void order_result_clear(struct order_result *res)

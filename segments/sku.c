@@ -27,25 +27,73 @@ int sku_mode_parse(const char *s, sku_mode *out)
     return 0;
 }
 
-/* Run RESET over `old` existing segments, writing `cfg` (NULL: delete the SKU). */
-static inv_status reset(inv_conn *c, const char *sku, int old,
-                        const struct sku_config *cfg)
+/* What an admin write is, for its request id: a retry under the same id must be the
+ * same write. */
+static void signature(char *buf, size_t len, const char *op, long long n,
+                      const struct sku_config *cfg)
+{
+    if (cfg != NULL)
+        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d", op, cfg->stock, cfg->segments,
+                 sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance);
+    else
+        snprintf(buf, len, "%s:%lld", op, n);
+}
+
+/* The request id to record a write under: the caller's, or a fresh one, so that a
+ * script sent again after a lost reply still finds its own earlier run. */
+static const char *request_id(const char *given, char fresh[33])
+{
+    if (given != NULL && given[0] != '\0')
+        return given;
+    inv_random_hex(fresh);
+    return fresh;
+}
+
+/* Map what RESET or ADJUST answered to a status. */
+static int admin_status(int code)
+{
+    switch (code) {
+    case SCRIPT_R_OK:
+    case SCRIPT_R_REPLAYED:
+        return INV_OK;
+    case SCRIPT_R_CONFLICT:
+        return INV_REQUEST_CONFLICT;
+    case SCRIPT_R_MISSING:
+        return INV_UNKNOWN_SKU;
+    case SCRIPT_R_FENCED:
+        return INV_BUSY;
+    case SCRIPT_R_LIMIT:
+        return INV_INVALID;
+    case SCRIPT_R_STALE:
+        return -1; /* look again */
+    default:
+        return INV_UNAVAILABLE;
+    }
+}
+
+/* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
+ * `cfg` (NULL: delete the SKU) under request id `rid`. Returns the script's code, or
+ * -1 when Redis gave no usable answer. */
+static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
+                 const struct sku_config *cfg, const char *rid)
 {
     int n = cfg ? cfg->segments : 0;
-    int m = old > n ? old : n;
-    int nkeys = 2 + 6 * m;
+    int m = old->cfg.segments > n ? old->cfg.segments : n;
+    int nkeys = 3 + 7 * m;
     char(*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
     const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
     keys[0] = seg_key_meta(names[0], sku);
     keys[1] = seg_key_skus(names[1]);
+    keys[2] = seg_key_request(names[2], sku, rid);
     for (int i = 0; i < m; i++) {
-        int b = 2 + 6 * i;
+        int b = 3 + 7 * i;
         keys[b] = seg_key_stock(names[b], sku, i);
         keys[b + 1] = seg_key_sold(names[b + 1], sku, i);
         keys[b + 2] = seg_key_lock(names[b + 2], sku, i);
         keys[b + 3] = seg_key_orders(names[b + 3], sku, i);
         keys[b + 4] = seg_key_parts(names[b + 4], sku, i);
         keys[b + 5] = seg_key_cancelled(names[b + 5], sku, i);
+        keys[b + 6] = seg_key_epoch(names[b + 6], sku, i);
     }
     /* Order keys are "<prefix><id><suffix>": split a key built around an empty id. */
     char order_key[SEG_KEY_MAX], prefix[SEG_KEY_MAX];
@@ -54,6 +102,7 @@ static inv_status reset(inv_conn *c, const char *sku, int old,
     snprintf(prefix, sizeof prefix, "%.*s", (int)(suffix - order_key), order_key);
 
     char segs[16], hold[16], initial[24], more[24], share[24], extra[16];
+    char old_epoch[24], old_segs[16], epoch[24], sig[128];
     long long stock = cfg ? cfg->stock : 0;
     snprintf(segs, sizeof segs, "%d", n);
     snprintf(hold, sizeof hold, "%d", cfg ? cfg->hold_ms : 0);
@@ -61,119 +110,163 @@ static inv_status reset(inv_conn *c, const char *sku, int old,
     snprintf(share, sizeof share, "%lld", n ? stock / n : 0);
     snprintf(more, sizeof more, "%lld", n ? stock / n + 1 : 0);
     snprintf(extra, sizeof extra, "%lld", n ? stock % n : 0);
+    snprintf(old_epoch, sizeof old_epoch, "%lld", old->epoch);
+    snprintf(old_segs, sizeof old_segs, "%d", old->cfg.segments);
+    snprintf(epoch, sizeof epoch, "%lld", inv_new_epoch());
+    signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
     const char *args[] = {
-        sku,     prefix, suffix, segs,  sku_mode_name(cfg ? cfg->mode : 0), hold,
-        initial, more,   share,  extra, cfg && cfg->rebalance ? "1" : "0"};
+        sku,      prefix, suffix, segs,  sku_mode_name(cfg ? cfg->mode : 0), hold,
+        initial,  more,   share,  extra, cfg && cfg->rebalance ? "1" : "0",  old_epoch,
+        old_segs, epoch,  sig};
 
-    redisReply *r = store_eval(c, SCRIPT_RESET, nkeys, keys, 11, args);
+    redisReply *r = store_eval(c, SCRIPT_RESET, nkeys, keys, 15, args);
     free(keys);
     free(names);
     skutab_invalidate(c->v, sku);
-    if (r == NULL)
-        return INV_UNAVAILABLE;
-    freeReplyObject(r);
-    return INV_OK;
+    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return code;
 }
 
-/* Segment count of `sku` in Redis: >= 1, 0 when unknown, -1 when unavailable. */
-static int current_segments(inv_conn *c, const char *sku)
+/* Create, reset (cfg) or delete (NULL) `sku`: read what the SKU is now, and reset
+ * exactly that, again when another writer changed it in between. */
+static inv_status reset_current(inv_conn *c, const char *sku,
+                                const struct sku_config *cfg, const char *rid)
 {
-    struct sku_view view;
-    inv_status st = skutab_read(c, sku, &view);
-    return st == INV_OK ? view.cfg.segments : st == INV_UNKNOWN_SKU ? 0 : -1;
+    char fresh[33];
+    rid = request_id(rid, fresh);
+    for (int try = 0; try < 8; try++) {
+        struct sku_view old = {.epoch = 0};
+        inv_status st = skutab_read(c, sku, &old);
+        if (st == INV_UNAVAILABLE)
+            return st;
+        if (st == INV_UNKNOWN_SKU)
+            old.epoch = 0, old.cfg.segments = 0;
+        int got = admin_status(reset(c, sku, &old, cfg, rid));
+        if (got >= 0)
+            return (inv_status)got;
+    }
+    return INV_BUSY;
 }
 
-inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg)
+inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
+                   const char *rid)
 {
     if (!seg_valid_name(sku) || cfg->segments < 1 || cfg->segments > SEG_MAX_SEGMENTS ||
         cfg->stock < 0 || cfg->stock > SKU_STOCK_MAX || cfg->hold_ms < 0 ||
         cfg->hold_ms > SKU_HOLD_MAX_MS ||
-        (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC))
+        (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC) ||
+        (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    int old = current_segments(c, sku);
-    return old < 0 ? INV_UNAVAILABLE : reset(c, sku, old, cfg);
+    return reset_current(c, sku, cfg, rid);
 }
 
-inv_status sku_delete(inv_conn *c, const char *sku)
+inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
 {
-    if (!seg_valid_name(sku))
+    if (!seg_valid_name(sku) || (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    int old = current_segments(c, sku);
-    return old < 0    ? INV_UNAVAILABLE
-           : old == 0 ? INV_UNKNOWN_SKU
-                      : reset(c, sku, old, NULL);
+    return reset_current(c, sku, NULL, rid);
 }
 
-/* Restock (`add` units) or rebalance (add 0) every segment of `sku` under its lock. */
-static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add)
+/* One ADJUST (scripts.c) of `sku` as `view` has it, under locks of every segment:
+ * the script's code, -1 without an answer, or -2 with *st set when the locks were
+ * not had. */
+static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
+                       const struct sku_view *view, const char *op, long long add,
+                       const char *rid, inv_status *st)
 {
-    sku_local *e;
-    struct sku_view view;
-    inv_status st = skutab_get(c, sku, &e, &view);
-    if (st != INV_OK)
-        return st;
-    if (view.cfg.stock > SKU_STOCK_MAX - add)
-        return INV_INVALID;
-    const int n = view.cfg.segments;
+    const int n = view->cfg.segments;
     int seg[SEG_MAX_SEGMENTS];
     for (int i = 0; i < n; i++)
         seg[i] = i;
     struct lockset *set =
-        lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms, &st);
+        lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms, st);
     if (set == NULL)
-        return st;
+        return -2;
 
-    int nkeys = 1 + 2 * n;
+    int nkeys = 2 + 2 * n, nargs = 6 + n;
     char(*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
     const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
-    const char **args = seg_malloc(sizeof *args * (size_t)(2 + n));
-    char amount[24];
+    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
+    char amount[24], epoch[24], segs[16], limit[24], sig[128] = "";
     snprintf(amount, sizeof amount, "%lld", add);
+    snprintf(epoch, sizeof epoch, "%lld", view->epoch);
+    snprintf(segs, sizeof segs, "%d", n);
+    snprintf(limit, sizeof limit, "%lld", SKU_STOCK_MAX - add);
+    if (rid != NULL)
+        signature(sig, sizeof sig, op, add, NULL);
     keys[0] = seg_key_meta(names[0], sku);
-    args[0] = op;
-    args[1] = amount;
+    keys[1] = rid != NULL ? seg_key_request(names[1], sku, rid) : keys[0];
+    const char *head[] = {op, amount, epoch, segs, limit, sig};
+    memcpy(args, head, sizeof head);
     for (int i = 0; i < n; i++) {
-        keys[1 + 2 * i] = seg_key_lock(names[1 + 2 * i], sku, i);
-        keys[2 + 2 * i] = seg_key_stock(names[2 + 2 * i], sku, i);
-        args[2 + i] = lockset_token(set, i);
+        keys[2 + 2 * i] = seg_key_lock(names[2 + 2 * i], sku, i);
+        keys[3 + 2 * i] = seg_key_stock(names[3 + 2 * i], sku, i);
+        args[6 + i] = lockset_token(set, i);
     }
-    redisReply *r = store_eval(c, SCRIPT_ADJUST, nkeys, keys, 2 + n, args);
+    redisReply *r = store_eval(c, SCRIPT_ADJUST, nkeys, keys, nargs, args);
     free(names);
     free(keys);
     free(args);
-    int code = store_is_array(r, 2) ? (int)r->element[0]->integer : -1;
-    long long gen = code == SCRIPT_R_OK ? r->element[1]->integer : 0;
+    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
+    long long gen =
+        code == SCRIPT_R_OK && store_is_array(r, 2) ? r->element[1]->integer : 0;
     if (r != NULL)
         freeReplyObject(r);
-    lockset_drop(c, set, code != SCRIPT_R_OK);
-    if (code != SCRIPT_R_OK)
-        return code < 0 ? INV_UNAVAILABLE : INV_BUSY;
+    lockset_drop(c, set, code < 0);
     if (gen > 0) {
         stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
         skutab_invalidate(c->v, sku);
     }
-    return INV_OK;
+    return code;
 }
 
-inv_status sku_restock(inv_conn *c, const char *sku, long long qty)
+/* Restock (`add` units) or rebalance (add 0) every segment of `sku` under its lock,
+ * with the view of the SKU re-read whenever the script finds it stale. `rid` NULL:
+ * no request id (the automatic rebalance). */
+static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
+                         const char *rid)
 {
-    if (!seg_valid_name(sku) || qty < 1 || qty > SKU_RESTOCK_MAX)
-        return INV_INVALID;
-    return adjust(c, sku, "restock", qty);
+    for (int try = 0; try < 4; try++) {
+        sku_local *e;
+        struct sku_view view;
+        inv_status st = skutab_get(c, sku, &e, &view);
+        if (st != INV_OK)
+            return st;
+        int code = adjust_once(c, sku, e, &view, op, add, rid, &st);
+        if (code == -2)
+            return st;
+        int got = admin_status(code);
+        if (got >= 0)
+            return (inv_status)got;
+        skutab_invalidate(c->v, sku);
+    }
+    return INV_BUSY;
 }
 
-inv_status sku_rebalance(inv_conn *c, const char *sku)
+inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid)
 {
-    if (!seg_valid_name(sku))
+    if (!seg_valid_name(sku) || qty < 1 || qty > SKU_RESTOCK_MAX ||
+        (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    return adjust(c, sku, "rebalance", 0);
+    char fresh[33];
+    return adjust(c, sku, "restock", qty, request_id(rid, fresh));
+}
+
+inv_status sku_rebalance(inv_conn *c, const char *sku, const char *rid)
+{
+    if (!seg_valid_name(sku) || (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
+        return INV_INVALID;
+    char fresh[33];
+    return adjust(c, sku, "rebalance", 0, request_id(rid, fresh));
 }
 
 inv_status sku_spread(inv_conn *c, const char *sku)
 {
     if (!seg_valid_name(sku))
         return INV_INVALID;
-    return adjust(c, sku, "spread", 0);
+    return adjust(c, sku, "spread", 0, NULL);
 }
 
 struct status_cmds {

@@ -2,8 +2,11 @@
  *
  * A reset spreads `stock` evenly over `segments` (the first stock % segments get one
  * more), zeroes the sold counts, drops every lock and the SKU's order records, and
- * bumps the SKU's generation so every instance re-reads its settings. A holder of a
- * dropped lock fails its fenced write, so a reset during a sale cannot oversell.
+ * draws a new epoch (never reused), so every instance re-reads its settings and no
+ * script of the old epoch can write into the new one. A holder of a dropped lock
+ * fails its fenced write, so a reset during a sale cannot oversell. A reset starts
+ * a new sale: it forgets the SKU's orders, so an order_id may be placed again
+ * afterwards (and get a second 201).
  */
 #ifndef SEG_SKU_H
 #define SEG_SKU_H
@@ -43,8 +46,19 @@ struct sku_status {
 const char *sku_mode_name(sku_mode m);
 int sku_mode_parse(const char *s, sku_mode *out);
 
-/* Create or reset `sku`. INV_OK, INV_INVALID (cfg out of range) or INV_UNAVAILABLE. */
-inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg);
+/* Admin writes take a request id `rid` (a valid name, or NULL/"" for none): a write
+ * is applied once per id -- sent again under the same id it changes nothing and
+ * answers as the first did (INV_OK); the same id for a different write is
+ * INV_REQUEST_CONFLICT. Without one, a fresh id is drawn for the call, so a script
+ * sent again after a lost reply is still recognised. Ids are kept for a day. Every
+ * write checks, in its script, that the SKU is still as the caller found it, and
+ * reads it again when not: a stale cache never decides where stock goes. */
+
+/* Create or reset `sku`. INV_OK, INV_INVALID (cfg out of range),
+ * INV_REQUEST_CONFLICT, INV_BUSY (raced by other resets throughout) or
+ * INV_UNAVAILABLE. */
+inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
+                   const char *rid);
 
 /* Fill `st` (caller-owned). INV_OK, INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
@@ -52,21 +66,22 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
 /* Add `qty` (1..SKU_RESTOCK_MAX) units, spread evenly over the segments (lower ones
  * take the remainder) under every segment's lock, raising the initial stock by as
  * much; safe while orders run. INV_OK, INV_UNKNOWN_SKU, INV_INVALID (also when the
- * total would pass SKU_STOCK_MAX), INV_BUSY (the locks were not had within
- * lock_wait_ms) or INV_UNAVAILABLE. */
-inv_status sku_restock(inv_conn *c, const char *sku, long long qty);
+ * initial stock would pass SKU_STOCK_MAX: checked in the script, exactly),
+ * INV_REQUEST_CONFLICT, INV_BUSY (the locks were not had within lock_wait_ms) or
+ * INV_UNAVAILABLE. */
+inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid);
 
 /* Even the remaining stock out over the segments, under every segment's lock taken
  * in index order. Same statuses as sku_restock. */
-inv_status sku_rebalance(inv_conn *c, const char *sku);
+inv_status sku_rebalance(inv_conn *c, const char *sku, const char *rid);
 
 /* The automatic rebalance: as sku_rebalance, but only when evening out would leave
  * stock in more segments than now; otherwise nothing changes (still INV_OK). */
 inv_status sku_spread(inv_conn *c, const char *sku);
 
 /* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU,
- * INV_UNAVAILABLE. */
-inv_status sku_delete(inv_conn *c, const char *sku);
+ * INV_REQUEST_CONFLICT, INV_BUSY, INV_UNAVAILABLE. */
+inv_status sku_delete(inv_conn *c, const char *sku, const char *rid);
 
 /* All SKU names, sorted. On INV_OK *names is a malloc'd array of *n malloc'd
  * strings; free with sku_list_free. */

@@ -113,12 +113,13 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
 {
     char key[SEG_KEY_MAX];
     redisReply *r =
-        store_command(c, "HMGET %s segments mode hold_ms initial gen rebalance",
+        store_command(c, "HMGET %s segments mode hold_ms initial gen rebalance epoch",
                       seg_key_meta(key, sku));
     if (r == NULL)
         return INV_UNAVAILABLE;
     inv_status st = INV_UNKNOWN_SKU;
-    if (store_is_array(r, 6) && r->element[0]->type == REDIS_REPLY_STRING) {
+    if (store_is_array(r, 7) && r->element[0]->type == REDIS_REPLY_STRING) {
+        out->epoch = store_integer(r->element[6], 0);
         out->cfg.rebalance = store_integer(r->element[5], 1) != 0;
         out->cfg.segments = (int)store_integer(r->element[0], 0);
         out->cfg.hold_ms = (int)store_integer(r->element[2], 0);
@@ -238,7 +239,9 @@ void skutab_unclaim(sku_local *e, int i)
     if (e->wanted[i] > 0) {
         e->reserved[i] = 1; /* stays claimed: goes to whoever waits for i itself */
         pthread_cond_broadcast(&e->cv_wanted);
-    } else if (e->first != NULL && e->hint[i] != 0) {
+    } else if (e->first != NULL && e->hint[i] != 0 && e->valid &&
+               i < e->view.cfg.segments) {
+        /* (A segment the SKU no longer has is nobody's to wait for: it is freed.) */
         struct waiter *w = e->first; /* the oldest waiter: first come, first served */
         e->first = w->next;
         if (e->first == NULL)

@@ -28,7 +28,8 @@ typedef struct sku_local sku_local;
 
 struct sku_view {
     struct sku_config cfg; /* cfg.stock is the initial stock */
-    long long gen;
+    long long epoch;       /* drawn at create/reset, never reused (keys.h); 0: none */
+    long long gen;         /* starts at epoch, bumped by every change raising stock */
 };
 
 skutab *skutab_create(void);
@@ -52,8 +53,8 @@ void skutab_invalidate(inv *v, const char *sku);
 /* Claim segment i for this worker: false when another local worker has it. */
 bool skutab_claim(sku_local *e, int i);
 /* Give a claim back: to a skutab_claim_wait caller waiting for this segment, else
- * to a skutab_wait caller when the segment is not known empty (either now holds the
- * claim), else free. */
+ * to a skutab_wait caller when the segment is not known empty and the SKU still has
+ * it (either now holds the claim), else free. */
 void skutab_unclaim(sku_local *e, int i);
 
 /* Record that segment i held `stock` in generation `gen` (ignored if stale). */

@@ -11,6 +11,7 @@
 
 #include "segments/inventory.h"
 #include "segments/lock.h"
+#include "segments/skutab.h"
 #include "segments/order.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
@@ -55,10 +56,15 @@ static int teardown(void **state)
     return 0;
 }
 
-static void put(struct fixture *f, const char *sku, long long stock, int segments)
+/* Create or reset `sku`; returns its (new) epoch. */
+static long long put(struct fixture *f, const char *sku, long long stock, int segments)
 {
     struct sku_config cfg = {.stock = stock, .segments = segments, .mode = SKU_MODE_LOCK};
-    assert_int_equal(sku_put(f->c, sku, &cfg), INV_OK);
+    assert_int_equal(sku_put(f->c, sku, &cfg, NULL), INV_OK);
+    struct sku_view view;
+    assert_int_equal(skutab_read(f->c, sku, &view), INV_OK);
+    assert_true(view.epoch > 0);
+    return view.epoch;
 }
 
 static long long counter(struct fixture *f, enum stat_id id)
@@ -71,20 +77,20 @@ static long long counter(struct fixture *f, enum stat_id id)
 static void lock_is_exclusive_and_released_by_owner_only(void **state)
 {
     struct fixture *f = *state;
-    put(f, "ex", 10, 1);
+    long long ep = put(f, "ex", 10, 1);
     char t1[33], t2[33];
     lock_new_token(f->c, t1);
     lock_new_token(f->c, t2);
     assert_string_not_equal(t1, t2);
     struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, "ex", 0, "o-ex", 1, t1, &r), 0);
+    assert_int_equal(lock_acquire(f->c, "ex", ep, 0, "o-ex", 1, t1, &r), 0);
     assert_int_equal(r.code, SCRIPT_R_OK);
     assert_int_equal(r.stock, 10);
-    assert_int_equal(lock_acquire(f->c, "ex", 0, "o-ex", 1, t2, &r), 0);
+    assert_int_equal(lock_acquire(f->c, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
     assert_int_equal(r.code, SCRIPT_R_BUSY);
     assert_int_equal(lock_release(f->c, "ex", 0, t2), 0);
     assert_int_equal(lock_release(f->c, "ex", 0, t1), 1);
-    assert_int_equal(lock_acquire(f->c, "ex", 0, "o-ex", 1, t2, &r), 0);
+    assert_int_equal(lock_acquire(f->c, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
     assert_int_equal(r.code, SCRIPT_R_OK);
     assert_int_equal(lock_release(f->c, "ex", 0, t2), 1);
 }
@@ -92,19 +98,21 @@ static void lock_is_exclusive_and_released_by_owner_only(void **state)
 static void stalled_holder_is_fenced(void **state)
 {
     struct fixture *f = *state;
-    put(f, "fence", 1, 1);
+    long long ep = put(f, "fence", 1, 1);
     char stale[33], fresh[33];
     lock_new_token(f->c, stale);
     lock_new_token(f->c, fresh);
     struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, "fence", 0, "o-stale", 1, stale, &r), 0);
+    assert_int_equal(lock_acquire(f->c, "fence", ep, 0, "o-stale", 1, stale, &r), 0);
     assert_int_equal(r.code, SCRIPT_R_OK);
     usleep((TTL_MS + 100) * 1000); /* stalled past the lease, no watchdog */
-    assert_int_equal(lock_acquire(f->c, "fence", 0, "o-fresh", 1, fresh, &r), 0);
+    assert_int_equal(lock_acquire(f->c, "fence", ep, 0, "o-fresh", 1, fresh, &r), 0);
     assert_int_equal(r.code, SCRIPT_R_OK);
-    assert_int_equal(lock_deduct(f->c, "fence", 0, stale, "o-stale", 1, "{}", &r), 0);
+    assert_int_equal(
+        lock_deduct(f->c, "fence", ep, 0, stale, stale, "o-stale", 1, "{}", &r), 0);
     assert_int_equal(r.code, SCRIPT_R_FENCED);
-    assert_int_equal(lock_deduct(f->c, "fence", 0, fresh, "o-fresh", 1, "{}", &r), 0);
+    assert_int_equal(
+        lock_deduct(f->c, "fence", ep, 0, fresh, fresh, "o-fresh", 1, "{}", &r), 0);
     assert_int_equal(r.code, SCRIPT_R_OK);
     assert_int_equal(r.stock, 0);
 
@@ -118,14 +126,60 @@ static void stalled_holder_is_fenced(void **state)
     assert_int_equal(order_get(f->c, "o-stale", &rec), INV_NOT_FOUND);
 }
 
+/* A caller whose view of the SKU predates a reset is refused, not obeyed. */
+static void stale_epoch_is_refused(void **state)
+{
+    struct fixture *f = *state;
+    long long old = put(f, "epo", 5, 2);
+    long long now = put(f, "epo", 5, 2);
+    assert_true(old != now);
+    char t[33];
+    lock_new_token(f->c, t);
+    struct lock_reply r;
+    assert_int_equal(lock_acquire(f->c, "epo", old, 0, "o-epo", 1, t, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_STALE);
+    assert_int_equal(lock_deduct(f->c, "epo", old, 1, "", t, "o-epo", 1, "{}", &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_STALE);
+    assert_int_equal(lock_deduct(f->c, "epo", now, 1, "", t, "o-epo", 1, "{}", &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+}
+
+/* A deduct sent again after its reply was lost finds its own order: OK, once. */
+static void resent_deduct_is_its_own(void **state)
+{
+    struct fixture *f = *state;
+    long long ep = put(f, "again", 5, 1);
+    char t[33], other[33];
+    lock_new_token(f->c, t);
+    lock_new_token(f->c, other);
+    struct lock_reply r;
+    assert_int_equal(lock_acquire(f->c, "again", ep, 0, "o-again", 2, t, &r), 0);
+    assert_int_equal(r.code, SCRIPT_R_OK);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(lock_deduct(f->c, "again", ep, 0, t, t, "o-again", 2, "{}", &r),
+                         0);
+        assert_int_equal(r.code, SCRIPT_R_OK);
+    }
+    /* Another attempt at the same order id is a replay, not a second sale. */
+    assert_int_equal(lock_deduct(f->c, "again", ep, 0, "", other, "o-again", 2, "{}", &r),
+                     0);
+    assert_int_equal(r.code, SCRIPT_R_EXISTS);
+    free(r.record);
+    struct sku_status st;
+    assert_int_equal(sku_get(f->c, "again", &st), INV_OK);
+    assert_int_equal(st.remaining, 3);
+    assert_int_equal(st.sold, 2);
+    assert_int_equal(st.locks_held, 0);
+}
+
 /* Hold a lock for three leases under the watchdog; `between` runs after one lease. */
 static void hold_with_watchdog(struct fixture *f, const char *sku, void (*between)(void))
 {
-    put(f, sku, 1, 1);
+    long long ep = put(f, sku, 1, 1);
     struct lease l;
     lock_new_token(f->c, l.token);
     struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, sku, 0, "o-wd", 1, l.token, &r), 0);
+    assert_int_equal(lock_acquire(f->c, sku, ep, 0, "o-wd", 1, l.token, &r), 0);
     assert_int_equal(r.code, SCRIPT_R_OK);
     seg_key_lock(l.key, sku, 0);
     long long before = counter(f, STAT_LEASE_RENEWALS);
@@ -139,7 +193,7 @@ static void hold_with_watchdog(struct fixture *f, const char *sku, void (*betwee
     assert_true(counter(f, STAT_LEASE_RENEWALS) >= before + 3);
     char other[33];
     lock_new_token(f->c, other);
-    assert_int_equal(lock_acquire(f->c, sku, 0, "o-wd2", 1, other, &r), 0);
+    assert_int_equal(lock_acquire(f->c, sku, ep, 0, "o-wd2", 1, other, &r), 0);
     assert_int_equal(r.code, SCRIPT_R_BUSY);
     assert_int_equal(lock_release(f->c, sku, 0, l.token), 1);
 }
@@ -236,9 +290,9 @@ static void reset_and_delete_drop_records(void **state)
     assert_int_equal(st.segment_stock[2], 2);
     char *rec;
     assert_int_equal(order_get(f->c, "rs-1", &rec), INV_NOT_FOUND);
-    assert_int_equal(sku_delete(f->c, "rs"), INV_OK);
+    assert_int_equal(sku_delete(f->c, "rs", NULL), INV_OK);
     assert_int_equal(sku_get(f->c, "rs", &st), INV_UNKNOWN_SKU);
-    assert_int_equal(sku_delete(f->c, "rs"), INV_UNKNOWN_SKU);
+    assert_int_equal(sku_delete(f->c, "rs", NULL), INV_UNKNOWN_SKU);
 }
 
 static void stock_near_2_pow_53_is_exact(void **state)
@@ -257,6 +311,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lock_is_exclusive_and_released_by_owner_only),
         cmocka_unit_test(stalled_holder_is_fenced),
+        cmocka_unit_test(stale_epoch_is_refused),
+        cmocka_unit_test(resent_deduct_is_its_own),
         cmocka_unit_test(watchdog_renews_past_the_ttl),
         cmocka_unit_test(watchdog_renews_after_reconnect),
         cmocka_unit_test(order_falls_through_to_every_unit),

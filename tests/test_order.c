@@ -65,7 +65,7 @@ static void put(struct fixture *f, const char *sku, long long stock, int segment
                              .segments = segments,
                              .mode = SKU_MODE_LOCK,
                              .rebalance = rebalance};
-    assert_int_equal(sku_put(f->c, sku, &cfg), INV_OK);
+    assert_int_equal(sku_put(f->c, sku, &cfg, NULL), INV_OK);
 }
 
 static struct sku_status *status(struct fixture *f, const char *sku)
@@ -163,15 +163,15 @@ static void cancel_returns_stock_and_is_idempotent(void **state)
 static void restock_spreads_and_raises_initial(void **state)
 {
     struct fixture *f = *state;
-    put(f, "rs", 10, 4, false);                           /* 3 3 2 2 */
-    assert_int_equal(sku_restock(f->c, "rs", 6), INV_OK); /* + 2 2 1 1 */
+    put(f, "rs", 10, 4, false);                                 /* 3 3 2 2 */
+    assert_int_equal(sku_restock(f->c, "rs", 6, NULL), INV_OK); /* + 2 2 1 1 */
     struct sku_status *st = status(f, "rs");
     assert_int_equal(st->cfg.stock, 16);
     long long want[] = {5, 5, 3, 3};
     for (int i = 0; i < 4; i++)
         assert_int_equal(st->segment_stock[i], want[i]);
-    assert_int_equal(sku_restock(f->c, "rs", 0), INV_INVALID);
-    assert_int_equal(sku_restock(f->c, "nope", 1), INV_UNKNOWN_SKU);
+    assert_int_equal(sku_restock(f->c, "rs", 0, NULL), INV_INVALID);
+    assert_int_equal(sku_restock(f->c, "nope", 1, NULL), INV_UNKNOWN_SKU);
 }
 
 static void rebalance_evens_the_rest(void **state)
@@ -181,7 +181,7 @@ static void rebalance_evens_the_rest(void **state)
     for (int k = 0; k < 3; k++)
         assert_int_equal(order(f->c, "rb", 2, NULL, NULL), INV_OK);
     assert_int_equal(status(f, "rb")->remaining, 2);
-    assert_int_equal(sku_rebalance(f->c, "rb"), INV_OK);
+    assert_int_equal(sku_rebalance(f->c, "rb", NULL), INV_OK);
     struct sku_status *st = status(f, "rb");
     int ones = 0;
     for (int i = 0; i < 4; i++)
@@ -199,7 +199,7 @@ static void rebalance_evens_a_skew_with_no_empty_segment(void **state)
     struct sku_status *st = status(f, "skew");
     assert_true(st->segment_stock[0] > 0 && st->segment_stock[1] > 0 &&
                 st->segment_stock[2] > 0);
-    assert_int_equal(sku_rebalance(f->c, "skew"), INV_OK);
+    assert_int_equal(sku_rebalance(f->c, "skew", NULL), INV_OK);
     st = status(f, "skew");
     for (int i = 0; i < 3; i++)
         assert_int_equal(st->segment_stock[i], 2);
@@ -234,7 +234,7 @@ static void sold_out_fast_path_and_restock_elsewhere(void **state)
     assert_int_equal(order(f->oc, "so", 1, NULL, NULL), INV_SOLD_OUT);
     assert_int_equal(counter(f->other, STAT_SOLD_OUT_FAST), fast + 1);
     /* Restocked through the first instance: the second sees it after its cache time. */
-    assert_int_equal(sku_restock(f->c, "so", 1), INV_OK);
+    assert_int_equal(sku_restock(f->c, "so", 1, NULL), INV_OK);
     usleep((CACHE_MS + 50) * 1000);
     assert_int_equal(order(f->oc, "so", 1, NULL, NULL), INV_OK);
     assert_int_equal(status(f, "so")->sold, 3);

@@ -135,8 +135,9 @@ static void name_length_limits(void **state)
 static void run_sku_case(const struct body_case *c)
 {
     struct sku_config out;
+    char rid[SEG_NAME_MAX + 1];
     struct api_parse_error err = {NULL, ""};
-    int rc = api_parse_sku_config(c->body, strlen(c->body), &out, &err);
+    int rc = api_parse_sku_config(c->body, strlen(c->body), &out, rid, &err);
     check_case(c, rc, &err);
 }
 
@@ -174,16 +175,17 @@ static void sku_values_and_defaults(void **state)
 {
     (void)state;
     struct sku_config out;
+    char rid[SEG_NAME_MAX + 1];
     struct api_parse_error err;
     const char *b = "{\"stock\":1000}";
-    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, &err), 0);
+    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, rid, &err), 0);
     assert_int_equal(out.stock, 1000);
     assert_int_equal(out.segments, 20);
     assert_int_equal(out.mode, SKU_MODE_LOCK);
     assert_int_equal(out.hold_ms, 0);
 
     b = "{\"stock\":3,\"segments\":7,\"mode\":\"atomic\",\"hold_ms\":20}";
-    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, &err), 0);
+    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, rid, &err), 0);
     assert_int_equal(out.stock, 3);
     assert_int_equal(out.segments, 7);
     assert_int_equal(out.mode, SKU_MODE_ATOMIC);

@@ -71,8 +71,10 @@ static void known_routes(void **state)
         {"GET", "/orders/o-1", API_ROUTE_BACKEND, "o-1"},
         {"GET", "/admin/skus", API_ROUTE_BACKEND | API_ROUTE_ADMIN, ""},
         {"GET", "/admin/skus/tv", API_ROUTE_BACKEND | API_ROUTE_ADMIN, "tv"},
-        {"PUT", "/admin/skus/tv", API_ROUTE_BACKEND | API_ROUTE_ADMIN, "tv"},
-        {"DELETE", "/admin/skus/tv", API_ROUTE_BACKEND | API_ROUTE_ADMIN, "tv"},
+        {"PUT", "/admin/skus/tv", API_ROUTE_BACKEND | API_ROUTE_ADMIN | API_ROUTE_WRITE,
+         "tv"},
+        {"DELETE", "/admin/skus/tv",
+         API_ROUTE_BACKEND | API_ROUTE_ADMIN | API_ROUTE_WRITE, "tv"},
         {"GET", "/admin/stats", API_ROUTE_ADMIN, ""},
         {"GET", "/livez", 0, ""},
         {"GET", "/healthz", API_ROUTE_BACKEND, ""},
@@ -196,6 +198,44 @@ static void validation_errors(void **state)
                  NULL, 400, "invalid_field");
 }
 
+/* Admin writes take a request id from the body or the Idempotency-Key header. */
+static void request_ids_of_admin_writes(void **state)
+{
+    (void)state;
+    struct api_request req;
+    struct api_reply rep;
+    const char *json = "application/json";
+    assert_non_null(prep("POST", "/admin/skus/tv/restock", json,
+                         "{\"qty\":3,\"request_id\":\"r-1\"}", NULL, NULL, &req, &rep));
+    assert_string_equal(req.request_id, "r-1");
+    memset(&req, 0, sizeof req);
+    api_reply_init(&rep);
+    req.method = "POST";
+    req.path = "/admin/skus/tv/rebalance";
+    req.idempotency_key = "k.2";
+    assert_non_null(api_route_prepare(&req, NULL, &rep));
+    assert_string_equal(req.request_id, "k.2");
+    req.idempotency_key = "not valid!";
+    req.request_id[0] = '\0';
+    assert_null(api_route_prepare(&req, NULL, &rep));
+    assert_int_equal(rep.status, 400);
+    assert_string_equal(error_code(&rep), "invalid_field");
+    api_reply_clear(&rep);
+    /* Body and header must agree. */
+    memset(&req, 0, sizeof req);
+    req.method = "PUT";
+    req.path = "/admin/skus/tv";
+    req.content_type = json;
+    req.body = "{\"stock\":1,\"request_id\":\"a\"}";
+    req.body_len = strlen(req.body);
+    req.idempotency_key = "b";
+    assert_null(api_route_prepare(&req, NULL, &rep));
+    assert_int_equal(rep.status, 400);
+    api_reply_clear(&rep);
+    expect_error("POST", "/admin/skus/tv/restock", json,
+                 "{\"qty\":3,\"request_id\":\"\"}", NULL, NULL, 400, "invalid_field");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +244,7 @@ int main(void)
         cmocka_unit_test(not_found_and_method_not_allowed),
         cmocka_unit_test(admin_token),
         cmocka_unit_test(validation_errors),
+        cmocka_unit_test(request_ids_of_admin_writes),
     };
     return cmocka_run_group_tests_name("routes", tests, NULL, NULL);
 }

@@ -92,8 +92,10 @@ static void fuzz_sku_config(const uint8_t *data, size_t len)
 {
     char *body = copy(data, len, 0);
     struct sku_config out;
+    char rid[SEG_NAME_MAX + 1];
     struct api_parse_error err = {NULL, ""};
-    if (api_parse_sku_config(body, len, &out, &err) == 0) {
+    if (api_parse_sku_config(body, len, &out, rid, &err) == 0) {
+        CHECK(rid[0] == '\0' || seg_valid_name(rid));
         CHECK(out.stock >= 0 && out.stock <= SKU_STOCK_MAX);
         CHECK(out.segments >= 1 && out.segments <= SEG_MAX_SEGMENTS);
         CHECK(out.hold_ms >= 0 && out.hold_ms <= SKU_HOLD_MAX_MS);
