@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# soak.sh -- run the history checker (BUILD/tests/it_history) round after round, each
+# with a fresh random HISTORY_SEED, until about SECONDS have been used; print per round
+# the seed, the operations checked and the violations, and at the end the totals.
+#
+#   tests/soak.sh [--seconds N] [--round N] [BUILD_DIR]
+#
+#   --seconds N   total time to use (default 600)
+#   --round N     HISTORY_SECONDS of one round (default 60; the last round is shorter)
+#   BUILD_DIR     where inventoryd and tests/it_history are (default build)
+#
+# On the first failing round it prints that round's output, the seed, where its log
+# is kept (BUILD_DIR/soak/) and the command that reproduces it, and exits 1. Logs of
+# passing rounds are removed. Every round runs under a timeout in a private TMPDIR,
+# removed on exit or Ctrl-C.
+set -u
+
+total=600
+round=60
+build=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --seconds) total=$2; shift 2 ;;
+    --round) round=$2; shift 2 ;;
+    -h | --help)
+        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) build=$1; shift ;;
+    esac
+done
+build=${build:-build}
+bin=$build/tests/it_history
+export INVENTORYD=${INVENTORYD:-$build/inventoryd}
+for f in "$bin" "$INVENTORYD"; do
+    if [ ! -x "$f" ]; then
+        echo "soak.sh: $f not found (make $f)" >&2
+        exit 2
+    fi
+done
+case "$total$round" in
+*[!0-9]*)
+    echo "soak.sh: --seconds and --round take whole seconds" >&2
+    exit 2
+    ;;
+esac
+
+overhead=5 # setup and checks of one round, on top of its HISTORY_SECONDS
+min_round=5
+logroot=$build/soak/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$logroot" || exit 2
+tmproot=$(mktemp -d "${TMPDIR:-/tmp}/inv-soak.XXXXXX") || exit 2
+export TMPDIR=$tmproot
+child=
+cleanup() {
+    if [ -n "$child" ]; then
+        kill -TERM -- "-$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null
+        wait "$child" 2>/dev/null
+    fi
+    rm -rf "$tmproot"
+    rmdir "$logroot" "$(dirname "$logroot")" 2>/dev/null
+}
+trap cleanup EXIT
+trap 'echo "soak.sh: interrupted" >&2; exit 130' INT TERM HUP
+
+# field NAME LINE: the value of NAME=value in a history-result line.
+field() {
+    sed -n "s/.*[[:space:]]$1=\([0-9]*\).*/\1/p" <<<"$2"
+}
+
+rounds=0
+requests=0
+checked=0
+start=$(date +%s)
+echo "soak: $total s in rounds of up to $round s; logs of failing rounds in $logroot"
+while :; do
+    left=$((total - ($(date +%s) - start)))
+    secs=$((left - overhead < round ? left - overhead : round))
+    [ "$secs" -ge "$min_round" ] || break
+    rounds=$((rounds + 1))
+    seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+    dir=$logroot/round-$rounds
+    mkdir -p "$dir"
+    HISTORY_SEED=$seed HISTORY_SECONDS=$secs HISTORY_LOG_DIR=$dir \
+        timeout -k 10 $((secs + 120)) "$bin" >"$dir/output.txt" 2>&1 &
+    child=$!
+    wait "$child"
+    rc=$?
+    child=
+    result=$(grep -a '^history-result ' "$dir/output.txt" | tail -1)
+    r=$(field requests "$result")
+    c=$(field judged "$result")
+    v=$(field violations "$result")
+    printf 'round %d: seed %s, %d s: %s requests, %s checked, %s violations%s\n' \
+        "$rounds" "$seed" "$secs" "${r:-?}" "${c:-?}" "${v:-?}" \
+        "$([ "$rc" -eq 0 ] || echo " -- FAILED (exit $rc)")"
+    requests=$((requests + ${r:-0}))
+    checked=$((checked + ${c:-0}))
+    if [ "$rc" -ne 0 ]; then
+        echo "----- output of round $rounds -----"
+        cat "$dir/output.txt"
+        echo "----- end of round $rounds -----"
+        echo "soak: FAILED after $rounds round(s): seed $seed (log and output in $dir)"
+        echo "reproduce: HISTORY_SEED=$seed HISTORY_SECONDS=$secs $bin"
+        echo "soak: totals: $rounds rounds, $requests requests, $checked checked, 1 failed"
+        exit 1
+    fi
+    rm -rf "$dir"
+done
+echo "soak: totals: $rounds rounds, $requests requests, $checked checked, 0 violations," \
+    "$(($(date +%s) - start)) s"
+[ "$rounds" -gt 0 ]
