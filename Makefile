@@ -7,6 +7,8 @@
 #   make fuzz             build and run the request-parsing fuzzer for FUZZ_SECONDS
 #   make SANITIZER=address|undefined|thread   sanitized build under build/<sanitizer>/
 #   make soak SECONDS=600  the randomized history checker, round after round (tests/soak.sh)
+#   make install [PREFIX=/usr/local DESTDIR=]   daemon, unit, man page, /etc config
+#   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
 
 PKGS      := libmicrohttpd hiredis jansson
@@ -41,7 +43,7 @@ else
 $(error SANITIZER must be address, undefined or thread)
 endif
 
-LIB_SRC   := $(wildcard segments/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_SRC   := $(wildcard segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 BIN       := $(BUILD)/inventoryd
 
@@ -106,7 +108,7 @@ loadtest-quick: deps
 	@loadtest/run.sh --bin $(BIN) --quick $(ARGS)
 
 FUZZ_SECONDS ?= 20
-FUZZ_SRC := api/parse.c segments/keys.c
+FUZZ_SRC := api/parse.c segments/names.c segments/redis/keys.c
 fuzz: deps
 	@mkdir -p build/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \
@@ -115,7 +117,7 @@ fuzz: deps
 	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 
-FORMAT_SRC = $(wildcard service/*.[ch] segments/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
+FORMAT_SRC = $(wildcard service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:
@@ -124,7 +126,7 @@ format-check:
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD) -maxdepth 3 -name "*.d" 2>/dev/null)
+-include $(shell find $(BUILD) -maxdepth 4 -name "*.d" 2>/dev/null)
 
 # The history checker (tests/it_history.c) with a fresh seed per round of SOAK_ROUND
 # seconds until SECONDS are used; a failing round prints its seed and how to rerun it.
@@ -133,3 +135,37 @@ SOAK_ROUND ?= 60
 soak: deps
 	@$(MAKE) --no-print-directory $(BIN) $(BUILD)/tests/it_history
 	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(BUILD)
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the daemon in $(PREFIX)/sbin, the systemd
+# unit in $(UNITDIR), the manual page inventoryd(8), and /etc/inventoryd/inventoryd.json
+# (always under /etc, the path the binary looks for) unless one is there already.
+# make uninstall removes them but the configuration file. make deb: packaging/build-deb.sh.
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+SBINDIR   ?= $(PREFIX)/sbin
+MANDIR    ?= $(PREFIX)/share/man
+UNITDIR   ?= $(PREFIX)/lib/systemd/system
+CONFDIR   := /etc/inventoryd
+.PHONY: install uninstall deb
+
+install: $(BIN)
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(UNITDIR) \
+	    $(DESTDIR)$(CONFDIR)
+	install -m 0755 $(BIN) $(DESTDIR)$(SBINDIR)/inventoryd
+	install -m 0644 docs/inventoryd.8 $(DESTDIR)$(MANDIR)/man8/inventoryd.8
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@CONFDIR@|$(CONFDIR)|g' \
+	    packaging/inventoryd.service.in >$(BUILD)/inventoryd.service
+	install -m 0644 $(BUILD)/inventoryd.service $(DESTDIR)$(UNITDIR)/inventoryd.service
+	@if [ -e $(DESTDIR)$(CONFDIR)/inventoryd.json ]; then \
+	    echo "install: keeping the existing $(DESTDIR)$(CONFDIR)/inventoryd.json"; \
+	else \
+	    echo "install -m 0644 config/inventoryd.json $(DESTDIR)$(CONFDIR)/inventoryd.json"; \
+	    install -m 0644 config/inventoryd.json $(DESTDIR)$(CONFDIR)/inventoryd.json; \
+	fi
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/inventoryd $(DESTDIR)$(MANDIR)/man8/inventoryd.8 \
+	    $(DESTDIR)$(UNITDIR)/inventoryd.service
+
+deb: deps
+	@packaging/build-deb.sh build

@@ -6,14 +6,13 @@
 #ifndef SEG_INTERNAL_H
 #define SEG_INTERNAL_H
 
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "segments/inventory.h"
-#include "segments/scripts.h"
+#include "segments/redis/calls.h"
 #include "segments/stats.h"
 
 typedef struct skutab skutab;
@@ -31,12 +30,10 @@ struct inv {
 
 struct inv_conn {
     inv *v;
-    redisContext *rc;            /* NULL until connected, and again after an error */
-    char sha[SCRIPT__COUNT][41]; /* SCRIPT LOAD results for this connection */
-    uint64_t rng;                /* xorshift state: ring start and backoff jitter */
-    uint64_t token_id;           /* random per connection: prefix of every lock token */
-    uint64_t token_seq;          /* counter: suffix of every lock token */
-    char errstr[128];            /* last Redis error, for logs */
+    rd_conn *rd;        /* the Redis seam's connection (segments/redis/calls.h) */
+    uint64_t rng;       /* xorshift state: ring start and backoff jitter */
+    uint64_t token_id;  /* random per connection: prefix of every lock token */
+    uint64_t token_seq; /* counter: suffix of every lock token */
 };
 
 /* The handle's lease watchdog (for tests that drive leases by hand). */
@@ -57,6 +54,10 @@ void inv_sleep_ms(int ms);
 
 /* A uniformly random integer in [0, n) from the connection's generator; n > 0. */
 uint32_t inv_rand(inv_conn *c, uint32_t n);
+
+/* A fresh lock token (or attempt id), unique across every connection and instance:
+ * the connection's random id and a counter, 32 hex digits. */
+void inv_new_token(inv_conn *c, char token[33]);
 
 /* Fill `out` (33 bytes) with 32 hex digits of fresh randomness from the kernel. */
 void inv_random_hex(char out[33]);

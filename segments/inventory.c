@@ -10,7 +10,6 @@
 
 #include "segments/internal.h"
 #include "segments/skutab.h"
-#include "segments/store.h"
 #include "segments/watchdog.h"
 #include "segments/xalloc.h"
 
@@ -59,6 +58,9 @@ inv_conn *inv_conn_create(inv *v)
 {
     inv_conn *c = seg_calloc(1, sizeof *c);
     c->v = v;
+    const struct rd_target to = {v->opt.redis_host, v->opt.redis_port,
+                                 v->opt.redis_timeout_ms};
+    c->rd = rd_conn_create(&to, &v->stats[STAT_REDIS_ERRORS]);
     fill_random(&c->rng, sizeof c->rng);
     c->rng |= 1; /* xorshift must not start at 0 */
     fill_random(&c->token_id, sizeof c->token_id);
@@ -69,17 +71,13 @@ void inv_conn_free(inv_conn *c)
 {
     if (c == NULL)
         return;
-    store_drop(c);
+    rd_conn_free(c->rd);
     free(c);
 }
 
 inv_status inv_ping(inv_conn *c)
 {
-    redisReply *r = store_command(c, "PING");
-    if (r == NULL)
-        return INV_UNAVAILABLE;
-    freeReplyObject(r);
-    return INV_OK;
+    return rd_ping(c->rd) == 0 ? INV_OK : INV_UNAVAILABLE;
 }
 
 const char *inv_status_name(inv_status s)
@@ -109,6 +107,12 @@ const char *inv_status_name(inv_status s)
         return "request_id_conflict";
     }
     return "unknown";
+}
+
+void inv_new_token(inv_conn *c, char token[33])
+{
+    snprintf(token, 33, "%016llx%016llx", (unsigned long long)c->token_id,
+             (unsigned long long)++c->token_seq);
 }
 
 long long inv_new_epoch(void)

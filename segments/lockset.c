@@ -3,12 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-#include "segments/lock.h"
 #include "segments/ring.h"
-#include "segments/store.h"
 #include "segments/watchdog.h"
 #include "segments/xalloc.h"
 
@@ -20,21 +17,6 @@ struct lockset {
     struct lease *lease;
 };
 
-/* Lock one segment in Redis: 1 taken, 0 busy, -1 error. With GET, a SET that did
- * not happen answers the holder's token: when it is ours, this is the command sent
- * again after its reply was lost, and the lock is ours. */
-static int try_lock(inv_conn *c, const char *key, const char *token)
-{
-    redisReply *r =
-        store_command(c, "SET %s %s NX PX %d GET", key, token, c->v->opt.lock_ttl_ms);
-    if (r == NULL)
-        return -1;
-    int taken = r->type == REDIS_REPLY_NIL ||
-                (r->type == REDIS_REPLY_STRING && strcmp(r->str, token) == 0);
-    freeReplyObject(r);
-    return taken;
-}
-
 /* Claim and lock segment k of the set, waiting until the deadline. */
 static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadline)
 {
@@ -43,11 +25,12 @@ static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadli
     int left = (int)(deadline - inv_now_ms());
     if (left <= 0 || !skutab_claim_wait(s->e, i, left))
         return INV_BUSY;
-    seg_key_lock(l->key, s->sku, i);
-    lock_new_token(c, l->token);
+    snprintf(l->sku, sizeof l->sku, "%s", s->sku);
+    l->seg = i;
+    inv_new_token(c, l->token);
     stat_add(c->v, STAT_LOCK_ATTEMPTS, 1);
     for (int round = 0;; round++) {
-        int got = try_lock(c, l->key, l->token);
+        int got = rd_lock(c->rd, s->sku, i, l->token, c->v->opt.lock_ttl_ms);
         if (got == 1)
             break;
         left = (int)(deadline - inv_now_ms());
@@ -96,7 +79,7 @@ bool lockset_drop(inv_conn *c, struct lockset *s, bool release)
     for (int k = 0; k < s->n; k++) {
         lost |= watchdog_remove(c->v->wd, &s->lease[k]);
         if (release)
-            lock_release(c, s->sku, s->seg[k], s->lease[k].token);
+            rd_release(c->rd, s->sku, s->seg[k], s->lease[k].token);
         skutab_unclaim(s->e, s->seg[k]);
     }
     free(s->seg);

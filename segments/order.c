@@ -10,12 +10,10 @@
 #include <time.h>
 
 #include "segments/internal.h"
-#include "segments/lock.h"
 #include "segments/lockset.h"
 #include "segments/ring.h"
 #include "segments/sku.h"
 #include "segments/skutab.h"
-#include "segments/store.h"
 #include "segments/watchdog.h"
 #include "segments/xalloc.h"
 
@@ -96,15 +94,15 @@ static enum visit deduct(struct walk *w, int i, const char *token)
     if (token[0] != '\0')
         snprintf(attempt, sizeof attempt, "%s", token);
     else
-        lock_new_token(w->c, attempt);
-    struct lock_reply r;
-    if (lock_deduct(w->c, w->req->sku, w->view.epoch, i, token, attempt, w->res->order_id,
-                    qty, record, &r) != 0) {
+        inv_new_token(w->c, attempt);
+    struct rd_reply r;
+    if (rd_deduct(w->c->rd, w->req->sku, w->view.epoch, i, token, attempt,
+                  w->res->order_id, qty, record, &r) != 0) {
         free(record);
         return V_ERROR;
     }
-    if (r.code == SCRIPT_R_OK) {
-        skutab_note_stock(w->e, w->view.gen, i, r.stock);
+    if (r.code == RD_OK) {
+        skutab_note_stock(w->e, w->view.gen, i, r.value);
         w->res->record = record;
         w->res->status = INV_OK;
         w->res->segment = i;
@@ -112,15 +110,15 @@ static enum visit deduct(struct walk *w, int i, const char *token)
     }
     free(record);
     switch (r.code) {
-    case SCRIPT_R_FENCED:
+    case RD_FENCED:
         stat_add(w->c->v, STAT_FENCED_REJECTIONS, 1);
         return V_BUSY;
-    case SCRIPT_R_STALE:
+    case RD_STALE:
         return V_STALE;
-    case SCRIPT_R_EXISTS:
+    case RD_EXISTS:
         return replayed(w, r.record);
-    case SCRIPT_R_SHORT:
-        return short_of_stock(w, i, r.stock, true);
+    case RD_SHORT:
+        return short_of_stock(w, i, r.value, true);
     default:
         return short_of_stock(w, i, 0, false);
     }
@@ -136,19 +134,20 @@ static enum visit visit_locked(struct walk *w, int i, bool claimed)
         return V_CLAIMED;
     }
     struct lease lease;
-    lock_new_token(w->c, lease.token);
+    inv_new_token(w->c, lease.token);
     stat_add(v, STAT_LOCK_ATTEMPTS, 1);
-    struct lock_reply r;
+    struct rd_reply r;
     enum visit out;
-    if (lock_acquire(w->c, w->req->sku, w->view.epoch, i, w->res->order_id, w->req->qty,
-                     lease.token, &r) != 0) {
+    if (rd_acquire(w->c->rd, w->req->sku, w->view.epoch, i, w->res->order_id, w->req->qty,
+                   lease.token, v->opt.lock_ttl_ms, &r) != 0) {
         out = V_ERROR;
-    } else if (r.code == SCRIPT_R_STALE) {
+    } else if (r.code == RD_STALE) {
         out = V_STALE;
-    } else if (r.code == SCRIPT_R_OK) {
+    } else if (r.code == RD_OK) {
         stat_add(v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(v, HIST_LOCK_WAIT, (inv_now_ms() - w->started_ms) * 1000);
-        seg_key_lock(lease.key, w->req->sku, i);
+        snprintf(lease.sku, sizeof lease.sku, "%s", w->req->sku);
+        lease.seg = i;
         watchdog_add(v->wd, &lease);
         if (w->view.cfg.hold_ms > 0)
             inv_sleep_ms(w->view.cfg.hold_ms);
@@ -159,14 +158,14 @@ static enum visit visit_locked(struct walk *w, int i, bool claimed)
         } else {
             out = deduct(w, i, lease.token);
         }
-    } else if (r.code == SCRIPT_R_BUSY) {
-        skutab_note_stock(w->e, w->view.gen, i, r.stock);
+    } else if (r.code == RD_BUSY) {
+        skutab_note_stock(w->e, w->view.gen, i, r.value);
         stat_add(v, STAT_BUSY_SKIPS, 1);
         out = V_BUSY;
-    } else if (r.code == SCRIPT_R_EXISTS) {
+    } else if (r.code == RD_EXISTS) {
         out = replayed(w, r.record);
     } else {
-        out = short_of_stock(w, i, r.stock, r.code == SCRIPT_R_SHORT);
+        out = short_of_stock(w, i, r.value, r.code == RD_SHORT);
     }
     skutab_unclaim(w->e, i);
     return out;
@@ -182,58 +181,6 @@ static int by_stock_desc(const void *a, const void *b, void *seen)
 static int ascending(const void *a, const void *b)
 {
     return *(const int *)a - *(const int *)b;
-}
-
-/* Run DEDUCT_MULTI or CANCEL (scripts.c) over an order of `sku` (in `epoch`) that
- * takes part[j] units from segment seg[j], j < n. KEYS: the order record (and for
- * CANCEL the meta), then per part its lock, stock, sold, the orders hash (first part)
- * or parts hash, and epoch (for CANCEL, last, the first segment's cancelled set).
- * ARGV: `id`, `record`, `extra` (DEDUCT_MULTI: the attempt id; CANCEL: the record as
- * read), the epoch, then per part its token (`set`'s; "" without a set: mode atomic)
- * and, for DEDUCT_MULTI, its qty. Returns the reply, or NULL when Redis gave none. */
-static redisReply *run_parts(inv_conn *c, enum script_id script, const char *id,
-                             const char *sku, long long epoch, int n, const int *seg,
-                             const long long *part, struct lockset *set,
-                             const char *record, const char *extra)
-{
-    bool cancel = script == SCRIPT_CANCEL;
-    int lead = cancel ? 2 : 1, nkeys = lead + 5 * n + cancel;
-    int per = cancel ? 1 : 2, nargs = 4 + per * n;
-    char(*keybuf)[SEG_KEY_MAX] = seg_malloc(sizeof *keybuf * (size_t)nkeys);
-    char(*qbuf)[24] = seg_malloc(sizeof *qbuf * (size_t)n);
-    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
-    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
-    char ep[24];
-    snprintf(ep, sizeof ep, "%lld", epoch);
-    keys[0] = seg_key_order(keybuf[0], id);
-    if (cancel) {
-        keys[1] = seg_key_meta(keybuf[1], sku);
-        keys[nkeys - 1] = seg_key_cancelled(keybuf[nkeys - 1], sku, seg[0]);
-    }
-    args[0] = id;
-    args[1] = record;
-    args[2] = extra;
-    args[3] = ep;
-    for (int j = 0; j < n; j++) {
-        int b = lead + 5 * j;
-        keys[b] = seg_key_lock(keybuf[b], sku, seg[j]);
-        keys[b + 1] = seg_key_stock(keybuf[b + 1], sku, seg[j]);
-        keys[b + 2] = seg_key_sold(keybuf[b + 2], sku, seg[j]);
-        keys[b + 3] = j == 0 ? seg_key_orders(keybuf[b + 3], sku, seg[j])
-                             : seg_key_parts(keybuf[b + 3], sku, seg[j]);
-        keys[b + 4] = seg_key_epoch(keybuf[b + 4], sku, seg[j]);
-        args[4 + per * j] = set != NULL ? lockset_token(set, j) : "";
-        if (!cancel) {
-            snprintf(qbuf[j], sizeof qbuf[j], "%lld", part[j]);
-            args[5 + per * j] = qbuf[j];
-        }
-    }
-    redisReply *r = store_eval(c, script, nkeys, keys, nargs, args);
-    free(keys);
-    free(args);
-    free(keybuf);
-    free(qbuf);
-    return r;
 }
 
 /* No segment holds qty: take it from several, largest first, locked in index order.
@@ -270,37 +217,42 @@ static int multi_segment(struct walk *w, int64_t deadline)
     char *record = build_record(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
                                 "confirmed");
     char attempt[33];
-    lock_new_token(w->c, attempt);
-    redisReply *r = run_parts(w->c, SCRIPT_DEDUCT_MULTI, w->res->order_id, w->req->sku,
-                              w->view.epoch, k, seg, part, set, record, attempt);
-
-    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
+    inv_new_token(w->c, attempt);
+    const char **tok = seg_malloc(sizeof *tok * (size_t)k);
+    for (int j = 0; j < k; j++)
+        tok[j] = set != NULL ? lockset_token(set, j) : "";
+    const struct rd_parts parts = {k, seg, part, tok};
+    long long left[SEG_MAX_SEGMENTS];
+    struct rd_reply r;
+    int code = rd_deduct_multi(w->c->rd, w->req->sku, w->view.epoch, w->res->order_id,
+                               record, attempt, &parts, &r, left) < 0
+                   ? -1
+                   : r.code;
+    free(tok);
     if (set != NULL)
         lockset_drop(w->c, set, code < 0);
-    if ((code == SCRIPT_R_OK || code == SCRIPT_R_SHORT) && r->elements == (size_t)k + 1)
+    if (code == RD_OK || code == RD_SHORT)
         for (int j = 0; j < k; j++) /* what each segment holds now */
-            skutab_note_stock(w->e, w->view.gen, seg[j],
-                              store_integer(r->element[j + 1], 0));
+            skutab_note_stock(w->e, w->view.gen, seg[j], left[j]);
     int out = -1;
-    if (code == SCRIPT_R_OK) {
+    if (code == RD_OK) {
         stat_add(w->c->v, STAT_MULTI_SEGMENT, 1);
         w->res->record = record;
         record = NULL;
         w->res->segment = seg[0];
         out = INV_OK;
-    } else if (code == SCRIPT_R_EXISTS && r->elements > 1 &&
-               r->element[1]->type == REDIS_REPLY_STRING) {
-        replayed(w, seg_strdup(r->element[1]->str));
+    } else if (code == RD_EXISTS && r.record != NULL) {
+        replayed(w, r.record);
+        r.record = NULL;
         out = w->res->status;
     } else if (code < 0) {
         out = INV_UNAVAILABLE;
-    } else if (code == SCRIPT_R_FENCED) {
+    } else if (code == RD_FENCED) {
         stat_add(w->c->v, STAT_FENCED_REJECTIONS, 1);
-    } else if (code == SCRIPT_R_STALE) {
+    } else if (code == RD_STALE) {
         out = WALK_STALE;
     }
-    if (r != NULL)
-        freeReplyObject(r);
+    rd_reply_clear(&r);
     free(record);
     return out;
 }
@@ -320,31 +272,19 @@ static void maybe_rebalance(struct walk *w)
     skutab_get(w->c, w->req->sku, &w->e, &w->view);
 }
 
-static void append_stock_reads(redisContext *rc, void *arg)
-{
-    const struct walk *w = arg;
-    char key[SEG_KEY_MAX];
-    for (int i = 0; i < w->view.cfg.segments; i++)
-        redisAppendCommand(rc, "GET %s", seg_key_stock(key, w->req->sku, i));
-}
-
 /* lock_wait_ms is over and some segments were busy. Busy with what? When the stock
  * of every segment together cannot fill the order, the honest answer is sold out or
  * insufficient, not "busy, retry": a retry could never succeed. */
 static inv_status verdict_at_deadline(struct walk *w)
 {
     const int n = w->view.cfg.segments;
-    redisReply **r = seg_malloc(sizeof *r * (size_t)n);
-    if (store_pipeline(w->c, n, append_stock_reads, w, r) != 0) {
-        free(r);
+    long long *stock = seg_malloc(sizeof *stock * (size_t)n), total = 0;
+    int rc = rd_segments_read(w->c->rd, w->req->sku, n, stock, NULL, NULL, NULL);
+    for (int i = 0; i < n && rc == 0; i++)
+        total += stock[i];
+    free(stock);
+    if (rc != 0)
         return INV_UNAVAILABLE;
-    }
-    long long total = 0;
-    for (int i = 0; i < n; i++) {
-        total += store_integer(r[i], 0);
-        freeReplyObject(r[i]);
-    }
-    free(r);
     return total == 0 ? INV_SOLD_OUT : total < w->req->qty ? INV_INSUFFICIENT : INV_BUSY;
 }
 
@@ -431,17 +371,8 @@ bool order_sold_out_fast(inv *v, const char *sku)
  * INV_UNAVAILABLE. */
 static inv_status read_record(inv_conn *c, const char *id, char **record)
 {
-    char key[SEG_KEY_MAX];
-    redisReply *r = store_command(c, "HGET %s r", seg_key_order(key, id));
-    if (r == NULL)
-        return INV_UNAVAILABLE;
-    inv_status st = INV_NOT_FOUND;
-    if (r->type == REDIS_REPLY_STRING) {
-        *record = seg_strdup(r->str);
-        st = INV_OK;
-    }
-    freeReplyObject(r);
-    return st;
+    int found = rd_record_read(c->rd, id, record);
+    return found < 0 ? INV_UNAVAILABLE : found ? INV_OK : INV_NOT_FOUND;
 }
 
 static enum stat_id outcome_stat(inv_status s)
@@ -588,16 +519,22 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     }
     char *cancelled =
         build_record(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
-    redisReply *r = run_parts(c, SCRIPT_CANCEL, id, p->sku, view.epoch, p->n, p->seg,
-                              p->part, set, cancelled, rec);
-    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
-    if (code == SCRIPT_R_EXISTS && r->elements > 1 &&
-        r->element[1]->type == REDIS_REPLY_STRING) /* cancelled already: that record */
-        *record = seg_strdup(r->element[1]->str);
-    if (r != NULL)
-        freeReplyObject(r);
+    const char **tok = seg_malloc(sizeof *tok * (size_t)p->n);
+    for (int j = 0; j < p->n; j++)
+        tok[j] = lockset_token(set, j);
+    const struct rd_parts parts = {p->n, p->seg, NULL, tok};
+    struct rd_reply r;
+    int code = rd_cancel(c->rd, p->sku, view.epoch, id, cancelled, rec, &parts, &r) < 0
+                   ? -1
+                   : r.code;
+    free(tok);
+    if (code == RD_EXISTS) { /* cancelled already: that record */
+        *record = r.record;
+        r.record = NULL;
+    }
+    rd_reply_clear(&r);
     lockset_drop(c, set, code < 0);
-    if (code == SCRIPT_R_OK) {
+    if (code == RD_OK) {
         /* The script bumped the generation: sold-out flags here go at once. */
         skutab_invalidate(c->v, p->sku);
         stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
@@ -606,19 +543,19 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     } else {
         free(cancelled);
     }
-    if (code == SCRIPT_R_STALE) /* the next try must not trust the cached view */
+    if (code == RD_STALE) /* the next try must not trust the cached view */
         skutab_invalidate(c->v, p->sku);
     free(p);
     switch (code) {
-    case SCRIPT_R_OK:
+    case RD_OK:
         return INV_OK;
-    case SCRIPT_R_EXISTS:
+    case RD_EXISTS:
         return *record != NULL ? INV_OK : INV_UNAVAILABLE;
-    case SCRIPT_R_MISSING:
+    case RD_MISSING:
         return INV_NOT_FOUND;
-    case SCRIPT_R_FENCED:
+    case RD_FENCED:
         return INV_BUSY;
-    case SCRIPT_R_STALE:
+    case RD_STALE:
         return WALK_STALE;
     default:
         return INV_UNAVAILABLE;

@@ -23,12 +23,12 @@
 #include <stdbool.h>
 
 #include "segments/inventory.h"
-#include "segments/keys.h"
+#include "segments/names.h"
 
 #define ORDER_QTY_MAX 1000000
 
 struct order_request {
-    const char *sku;      /* valid name (keys.h); borrowed */
+    const char *sku;      /* valid name (names.h); borrowed */
     long long qty;        /* 1..ORDER_QTY_MAX */
     const char *order_id; /* valid name, or NULL/"" to have one generated; borrowed */
 };

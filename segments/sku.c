@@ -8,7 +8,6 @@
 #include "segments/internal.h"
 #include "segments/lockset.h"
 #include "segments/skutab.h"
-#include "segments/store.h"
 #include "segments/xalloc.h"
 
 const char *sku_mode_name(sku_mode m)
@@ -53,18 +52,18 @@ static const char *request_id(const char *given, char fresh[33])
 static int admin_status(int code)
 {
     switch (code) {
-    case SCRIPT_R_OK:
-    case SCRIPT_R_REPLAYED:
+    case RD_OK:
+    case RD_REPLAYED:
         return INV_OK;
-    case SCRIPT_R_CONFLICT:
+    case RD_CONFLICT:
         return INV_REQUEST_CONFLICT;
-    case SCRIPT_R_MISSING:
+    case RD_MISSING:
         return INV_UNKNOWN_SKU;
-    case SCRIPT_R_FENCED:
+    case RD_FENCED:
         return INV_BUSY;
-    case SCRIPT_R_LIMIT:
+    case RD_LIMIT:
         return INV_INVALID;
-    case SCRIPT_R_STALE:
+    case RD_STALE:
         return -1; /* look again */
     default:
         return INV_UNAVAILABLE;
@@ -77,56 +76,21 @@ static int admin_status(int code)
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                  const struct sku_config *cfg, const char *rid)
 {
-    int n = cfg ? cfg->segments : 0;
-    int m = old->cfg.segments > n ? old->cfg.segments : n;
-    int nkeys = 3 + 7 * m;
-    char(*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
-    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
-    keys[0] = seg_key_meta(names[0], sku);
-    keys[1] = seg_key_skus(names[1]);
-    keys[2] = seg_key_request(names[2], sku, rid);
-    for (int i = 0; i < m; i++) {
-        int b = 3 + 7 * i;
-        keys[b] = seg_key_stock(names[b], sku, i);
-        keys[b + 1] = seg_key_sold(names[b + 1], sku, i);
-        keys[b + 2] = seg_key_lock(names[b + 2], sku, i);
-        keys[b + 3] = seg_key_orders(names[b + 3], sku, i);
-        keys[b + 4] = seg_key_parts(names[b + 4], sku, i);
-        keys[b + 5] = seg_key_cancelled(names[b + 5], sku, i);
-        keys[b + 6] = seg_key_epoch(names[b + 6], sku, i);
-    }
-    /* Order keys are "<prefix><id><suffix>": split a key built around an empty id. */
-    char order_key[SEG_KEY_MAX], prefix[SEG_KEY_MAX];
-    seg_key_order(order_key, "");
-    const char *suffix = strchr(order_key, '}');
-    snprintf(prefix, sizeof prefix, "%.*s", (int)(suffix - order_key), order_key);
-
-    char segs[16], hold[16], initial[24], more[24], share[24], extra[16];
-    char old_epoch[24], old_segs[16], epoch[24], sig[128];
-    long long stock = cfg ? cfg->stock : 0;
-    snprintf(segs, sizeof segs, "%d", n);
-    snprintf(hold, sizeof hold, "%d", cfg ? cfg->hold_ms : 0);
-    snprintf(initial, sizeof initial, "%lld", stock);
-    snprintf(share, sizeof share, "%lld", n ? stock / n : 0);
-    snprintf(more, sizeof more, "%lld", n ? stock / n + 1 : 0);
-    snprintf(extra, sizeof extra, "%lld", n ? stock % n : 0);
-    snprintf(old_epoch, sizeof old_epoch, "%lld", old->epoch);
-    snprintf(old_segs, sizeof old_segs, "%d", old->cfg.segments);
-    snprintf(epoch, sizeof epoch, "%lld", inv_new_epoch());
+    char sig[128];
     signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
-    const char *args[] = {
-        sku,      prefix, suffix, segs,  sku_mode_name(cfg ? cfg->mode : 0), hold,
-        initial,  more,   share,  extra, cfg && cfg->rebalance ? "1" : "0",  old_epoch,
-        old_segs, epoch,  sig};
-
-    redisReply *r = store_eval(c, SCRIPT_RESET, nkeys, keys, 15, args);
-    free(keys);
-    free(names);
+    const struct rd_reset to = {
+        .segments = cfg ? cfg->segments : 0,
+        .mode = sku_mode_name(cfg ? cfg->mode : SKU_MODE_LOCK),
+        .hold_ms = cfg ? cfg->hold_ms : 0,
+        .stock = cfg ? cfg->stock : 0,
+        .rebalance = cfg && cfg->rebalance,
+        .epoch = inv_new_epoch(),
+    };
+    struct rd_reply r;
+    int rc = rd_reset(c->rd, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);
     skutab_invalidate(c->v, sku);
-    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return code;
+    rd_reply_clear(&r);
+    return rc < 0 ? -1 : r.code;
 }
 
 /* Create, reset (cfg) or delete (NULL) `sku`: read what the SKU is now, and reset
@@ -185,35 +149,20 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     if (set == NULL)
         return -2;
 
-    int nkeys = 2 + 2 * n, nargs = 6 + n;
-    char(*names)[SEG_KEY_MAX] = seg_malloc(sizeof *names * (size_t)nkeys);
-    const char **keys = seg_malloc(sizeof *keys * (size_t)nkeys);
-    const char **args = seg_malloc(sizeof *args * (size_t)nargs);
-    char amount[24], epoch[24], segs[16], limit[24], sig[128] = "";
-    snprintf(amount, sizeof amount, "%lld", add);
-    snprintf(epoch, sizeof epoch, "%lld", view->epoch);
-    snprintf(segs, sizeof segs, "%d", n);
-    snprintf(limit, sizeof limit, "%lld", SKU_STOCK_MAX - add);
+    const char **tok = seg_malloc(sizeof *tok * (size_t)n);
+    for (int i = 0; i < n; i++)
+        tok[i] = lockset_token(set, i);
+    char sig[128] = "";
     if (rid != NULL)
         signature(sig, sizeof sig, op, add, NULL);
-    keys[0] = seg_key_meta(names[0], sku);
-    keys[1] = rid != NULL ? seg_key_request(names[1], sku, rid) : keys[0];
-    const char *head[] = {op, amount, epoch, segs, limit, sig};
-    memcpy(args, head, sizeof head);
-    for (int i = 0; i < n; i++) {
-        keys[2 + 2 * i] = seg_key_lock(names[2 + 2 * i], sku, i);
-        keys[3 + 2 * i] = seg_key_stock(names[3 + 2 * i], sku, i);
-        args[6 + i] = lockset_token(set, i);
-    }
-    redisReply *r = store_eval(c, SCRIPT_ADJUST, nkeys, keys, nargs, args);
-    free(names);
-    free(keys);
-    free(args);
-    int code = store_is_array(r, 1) ? (int)r->element[0]->integer : -1;
-    long long gen =
-        code == SCRIPT_R_OK && store_is_array(r, 2) ? r->element[1]->integer : 0;
-    if (r != NULL)
-        freeReplyObject(r);
+    struct rd_reply r;
+    int code = rd_adjust(c->rd, sku, view->epoch, n, tok, op, add, SKU_STOCK_MAX - add,
+                         rid, sig, &r) < 0
+                   ? -1
+                   : r.code;
+    long long gen = code == RD_OK ? r.value : 0;
+    rd_reply_clear(&r);
+    free(tok);
     lockset_drop(c, set, code < 0);
     if (gen > 0) {
         stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
@@ -269,23 +218,6 @@ inv_status sku_spread(inv_conn *c, const char *sku)
     return adjust(c, sku, "spread", 0, NULL);
 }
 
-struct status_cmds {
-    const char *sku;
-    int n;
-};
-
-static void append_status(redisContext *rc, void *arg)
-{
-    const struct status_cmds *s = arg;
-    char key[SEG_KEY_MAX];
-    for (int i = 0; i < s->n; i++) {
-        redisAppendCommand(rc, "GET %s", seg_key_stock(key, s->sku, i));
-        redisAppendCommand(rc, "GET %s", seg_key_sold(key, s->sku, i));
-        redisAppendCommand(rc, "HLEN %s", seg_key_orders(key, s->sku, i));
-        redisAppendCommand(rc, "EXISTS %s", seg_key_lock(key, s->sku, i));
-    }
-}
-
 inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
 {
     if (!seg_valid_name(sku))
@@ -299,23 +231,18 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     st->cfg = view.cfg;
 
     int n = view.cfg.segments;
-    redisReply **r = seg_malloc(sizeof *r * (size_t)(4 * n));
-    struct status_cmds cmds = {sku, n};
-    if (store_pipeline(c, 4 * n, append_status, &cmds, r) != 0) {
-        free(r);
-        return INV_UNAVAILABLE;
-    }
-    for (int i = 0; i < n; i++) {
-        st->segment_stock[i] = store_integer(r[4 * i], 0);
-        st->segment_sold[i] = store_integer(r[4 * i + 1], 0);
+    bool *locked = seg_malloc(sizeof *locked * (size_t)n);
+    int rc_read = rd_segments_read(c->rd, sku, n, st->segment_stock, st->segment_sold,
+                                   st->segment_orders, locked);
+    for (int i = 0; i < n && rc_read == 0; i++) {
         st->remaining += st->segment_stock[i];
         st->sold += st->segment_sold[i];
-        st->orders += store_integer(r[4 * i + 2], 0);
-        st->locks_held += store_integer(r[4 * i + 3], 0) > 0;
+        st->orders += st->segment_orders[i];
+        st->locks_held += locked[i];
     }
-    for (int i = 0; i < 4 * n; i++)
-        freeReplyObject(r[i]);
-    free(r);
+    free(locked);
+    if (rc_read != 0)
+        return INV_UNAVAILABLE;
     return INV_OK;
 }
 
@@ -328,21 +255,9 @@ inv_status sku_list(inv_conn *c, char ***names, size_t *n)
 {
     *names = NULL;
     *n = 0;
-    char key[SEG_KEY_MAX];
-    redisReply *r = store_command(c, "SMEMBERS %s", seg_key_skus(key));
-    if (r == NULL)
+    if (rd_skus_list(c->rd, names, n) != 0)
         return INV_UNAVAILABLE;
-    char **out = seg_malloc(sizeof *out * (r->elements + 1));
-    size_t k = 0;
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-        if (r->element[i]->type != REDIS_REPLY_STRING)
-            continue;
-        out[k++] = seg_strdup(r->element[i]->str);
-    }
-    freeReplyObject(r);
-    qsort(out, k, sizeof *out, compare_names);
-    *names = out;
-    *n = k;
+    qsort(*names, *n, sizeof **names, compare_names);
     return INV_OK;
 }
 

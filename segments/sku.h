@@ -14,7 +14,7 @@
 #include <stdbool.h>
 
 #include "segments/inventory.h"
-#include "segments/keys.h"
+#include "segments/names.h"
 
 #define SKU_STOCK_MAX 9007199254740991LL /* 2^53 - 1: exact in a JSON number */
 #define SKU_HOLD_MAX_MS 10000
@@ -39,6 +39,7 @@ struct sku_status {
     long long orders;      /* number of order records (one per sale) */
     long long segment_stock[SEG_MAX_SEGMENTS];
     long long segment_sold[SEG_MAX_SEGMENTS];
+    long long segment_orders[SEG_MAX_SEGMENTS]; /* orders recorded first in segment i */
     int locks_held; /* segment locks held right now (any instance) */
 };
 

@@ -8,8 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "segments/keys.h"
-#include "segments/store.h"
 #include "segments/xalloc.h"
 
 #define BUCKETS 256
@@ -111,28 +109,20 @@ static sku_local *find_or_add(skutab *t, const char *sku)
 
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
 {
-    char key[SEG_KEY_MAX];
-    redisReply *r =
-        store_command(c, "HMGET %s segments mode hold_ms initial gen rebalance epoch",
-                      seg_key_meta(key, sku));
-    if (r == NULL)
+    struct rd_meta m;
+    int found = rd_meta_read(c->rd, sku, &m);
+    if (found < 0)
         return INV_UNAVAILABLE;
-    inv_status st = INV_UNKNOWN_SKU;
-    if (store_is_array(r, 7) && r->element[0]->type == REDIS_REPLY_STRING) {
-        out->epoch = store_integer(r->element[6], 0);
-        out->cfg.rebalance = store_integer(r->element[5], 1) != 0;
-        out->cfg.segments = (int)store_integer(r->element[0], 0);
-        out->cfg.hold_ms = (int)store_integer(r->element[2], 0);
-        out->cfg.stock = store_integer(r->element[3], 0);
-        out->gen = store_integer(r->element[4], 0);
-        const char *mode =
-            r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
-        if (sku_mode_parse(mode, &out->cfg.mode) == 0 && out->cfg.segments >= 1 &&
-            out->cfg.segments <= SEG_MAX_SEGMENTS)
-            st = INV_OK;
-    }
-    freeReplyObject(r);
-    return st;
+    if (found == 0 || sku_mode_parse(m.mode, &out->cfg.mode) != 0 || m.segments < 1 ||
+        m.segments > SEG_MAX_SEGMENTS)
+        return INV_UNKNOWN_SKU;
+    out->cfg.segments = m.segments;
+    out->cfg.hold_ms = m.hold_ms;
+    out->cfg.stock = m.initial;
+    out->cfg.rebalance = m.rebalance;
+    out->epoch = m.epoch;
+    out->gen = m.gen;
+    return INV_OK;
 }
 
 inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,

@@ -28,8 +28,8 @@ typedef struct sku_local sku_local;
 
 struct sku_view {
     struct sku_config cfg; /* cfg.stock is the initial stock */
-    long long epoch;       /* drawn at create/reset, never reused (keys.h); 0: none */
-    long long gen;         /* starts at epoch, bumped by every change raising stock */
+    long long epoch; /* drawn at create/reset, never reused (redis/keys.h); 0: none */
+    long long gen;   /* starts at epoch, bumped by every change raising stock */
 };
 
 skutab *skutab_create(void);

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "segments/store.h"
 #include "segments/xalloc.h"
 
 #define BATCH 64
@@ -25,7 +24,8 @@ struct watchdog {
 
 struct due {
     uint64_t id;
-    char key[SEG_KEY_MAX];
+    char sku[SEG_NAME_MAX + 1];
+    int seg;
     char token[33];
 };
 
@@ -46,16 +46,7 @@ static struct lease *find(watchdog *w, uint64_t id)
 /* Renew one lease: 1 renewed, 0 no longer ours, -1 Redis did not answer. */
 static int renew(watchdog *w, const struct due *d)
 {
-    char ttl[16];
-    snprintf(ttl, sizeof ttl, "%d", w->v->opt.lock_ttl_ms);
-    const char *keys[] = {d->key};
-    const char *args[] = {d->token, ttl};
-    redisReply *r = store_eval(w->conn, SCRIPT_RENEW, 1, keys, 2, args);
-    if (r == NULL)
-        return -1;
-    int ok = store_integer(r, 0) == 1;
-    freeReplyObject(r);
-    return ok;
+    return rd_renew(w->conn->rd, d->sku, d->seg, d->token, w->v->opt.lock_ttl_ms);
 }
 
 static void *run(void *arg)
@@ -75,7 +66,8 @@ static void *run(void *arg)
             if (l->lost || now - l->renewed_ms < every)
                 continue;
             due[n].id = l->id;
-            memcpy(due[n].key, l->key, sizeof due[n].key);
+            memcpy(due[n].sku, l->sku, sizeof due[n].sku);
+            due[n].seg = l->seg;
             memcpy(due[n].token, l->token, sizeof due[n].token);
             n++;
         }

@@ -16,10 +16,11 @@
 #include <stdint.h>
 
 #include "segments/internal.h"
-#include "segments/keys.h"
+#include "segments/names.h"
 
 struct lease {
-    char key[SEG_KEY_MAX]; /* the lock key */
+    char sku[SEG_NAME_MAX + 1]; /* the lock: segment `seg` of `sku` */
+    int seg;
     char token[33];
     /* owned by the watchdog while registered: */
     uint64_t id;
@@ -33,7 +34,7 @@ watchdog *watchdog_create(inv *v, char *err, size_t errlen);
 /* Stop the thread and free; leases still registered are forgotten, not released. */
 void watchdog_free(watchdog *w);
 
-/* Register `l` (key and token filled, lock just taken); it must stay valid until
+/* Register `l` (sku, seg and token filled, lock just taken); it must stay valid until
  * watchdog_remove. */
 void watchdog_add(watchdog *w, struct lease *l);
 /* Unregister `l`; returns true when a renewal found the lock no longer ours. */

@@ -1,11 +1,11 @@
-/* test_keys.c -- key naming and name validation (segments/keys.c). */
+/* test_keys.c -- key naming (segments/redis/keys.c) and name validation (names.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <string.h>
 
-#include "segments/keys.h"
+#include "segments/redis/keys.h"
 
 static void valid_names(void **state)
 {

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "segments/inventory.h"
-#include "segments/lock.h"
+#include "segments/redis/calls.h"
 #include "segments/skutab.h"
 #include "segments/order.h"
 #include "segments/sku.h"
@@ -67,6 +67,13 @@ static long long put(struct fixture *f, const char *sku, long long stock, int se
     return view.epoch;
 }
 
+/* ACQUIRE with the fixture's lease. */
+static int acquire(struct fixture *f, const char *sku, long long epoch, int i,
+                   const char *id, long long qty, const char *token, struct rd_reply *out)
+{
+    return rd_acquire(f->c->rd, sku, epoch, i, id, qty, token, TTL_MS, out);
+}
+
 static long long counter(struct fixture *f, enum stat_id id)
 {
     long long s[STAT__COUNT];
@@ -79,20 +86,20 @@ static void lock_is_exclusive_and_released_by_owner_only(void **state)
     struct fixture *f = *state;
     long long ep = put(f, "ex", 10, 1);
     char t1[33], t2[33];
-    lock_new_token(f->c, t1);
-    lock_new_token(f->c, t2);
+    inv_new_token(f->c, t1);
+    inv_new_token(f->c, t2);
     assert_string_not_equal(t1, t2);
-    struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, "ex", ep, 0, "o-ex", 1, t1, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
-    assert_int_equal(r.stock, 10);
-    assert_int_equal(lock_acquire(f->c, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_BUSY);
-    assert_int_equal(lock_release(f->c, "ex", 0, t2), 0);
-    assert_int_equal(lock_release(f->c, "ex", 0, t1), 1);
-    assert_int_equal(lock_acquire(f->c, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
-    assert_int_equal(lock_release(f->c, "ex", 0, t2), 1);
+    struct rd_reply r;
+    assert_int_equal(acquire(f, "ex", ep, 0, "o-ex", 1, t1, &r), 0);
+    assert_int_equal(r.code, RD_OK);
+    assert_int_equal(r.value, 10);
+    assert_int_equal(acquire(f, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
+    assert_int_equal(r.code, RD_BUSY);
+    assert_int_equal(rd_release(f->c->rd, "ex", 0, t2), 0);
+    assert_int_equal(rd_release(f->c->rd, "ex", 0, t1), 1);
+    assert_int_equal(acquire(f, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
+    assert_int_equal(r.code, RD_OK);
+    assert_int_equal(rd_release(f->c->rd, "ex", 0, t2), 1);
 }
 
 static void stalled_holder_is_fenced(void **state)
@@ -100,21 +107,21 @@ static void stalled_holder_is_fenced(void **state)
     struct fixture *f = *state;
     long long ep = put(f, "fence", 1, 1);
     char stale[33], fresh[33];
-    lock_new_token(f->c, stale);
-    lock_new_token(f->c, fresh);
-    struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, "fence", ep, 0, "o-stale", 1, stale, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
+    inv_new_token(f->c, stale);
+    inv_new_token(f->c, fresh);
+    struct rd_reply r;
+    assert_int_equal(acquire(f, "fence", ep, 0, "o-stale", 1, stale, &r), 0);
+    assert_int_equal(r.code, RD_OK);
     usleep((TTL_MS + 100) * 1000); /* stalled past the lease, no watchdog */
-    assert_int_equal(lock_acquire(f->c, "fence", ep, 0, "o-fresh", 1, fresh, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
+    assert_int_equal(acquire(f, "fence", ep, 0, "o-fresh", 1, fresh, &r), 0);
+    assert_int_equal(r.code, RD_OK);
     assert_int_equal(
-        lock_deduct(f->c, "fence", ep, 0, stale, stale, "o-stale", 1, "{}", &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_FENCED);
+        rd_deduct(f->c->rd, "fence", ep, 0, stale, stale, "o-stale", 1, "{}", &r), 0);
+    assert_int_equal(r.code, RD_FENCED);
     assert_int_equal(
-        lock_deduct(f->c, "fence", ep, 0, fresh, fresh, "o-fresh", 1, "{}", &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
-    assert_int_equal(r.stock, 0);
+        rd_deduct(f->c->rd, "fence", ep, 0, fresh, fresh, "o-fresh", 1, "{}", &r), 0);
+    assert_int_equal(r.code, RD_OK);
+    assert_int_equal(r.value, 0);
 
     struct sku_status st;
     assert_int_equal(sku_get(f->c, "fence", &st), INV_OK);
@@ -134,14 +141,14 @@ static void stale_epoch_is_refused(void **state)
     long long now = put(f, "epo", 5, 2);
     assert_true(old != now);
     char t[33];
-    lock_new_token(f->c, t);
-    struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, "epo", old, 0, "o-epo", 1, t, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_STALE);
-    assert_int_equal(lock_deduct(f->c, "epo", old, 1, "", t, "o-epo", 1, "{}", &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_STALE);
-    assert_int_equal(lock_deduct(f->c, "epo", now, 1, "", t, "o-epo", 1, "{}", &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
+    inv_new_token(f->c, t);
+    struct rd_reply r;
+    assert_int_equal(acquire(f, "epo", old, 0, "o-epo", 1, t, &r), 0);
+    assert_int_equal(r.code, RD_STALE);
+    assert_int_equal(rd_deduct(f->c->rd, "epo", old, 1, "", t, "o-epo", 1, "{}", &r), 0);
+    assert_int_equal(r.code, RD_STALE);
+    assert_int_equal(rd_deduct(f->c->rd, "epo", now, 1, "", t, "o-epo", 1, "{}", &r), 0);
+    assert_int_equal(r.code, RD_OK);
 }
 
 /* A deduct sent again after its reply was lost finds its own order: OK, once. */
@@ -150,21 +157,21 @@ static void resent_deduct_is_its_own(void **state)
     struct fixture *f = *state;
     long long ep = put(f, "again", 5, 1);
     char t[33], other[33];
-    lock_new_token(f->c, t);
-    lock_new_token(f->c, other);
-    struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, "again", ep, 0, "o-again", 2, t, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
+    inv_new_token(f->c, t);
+    inv_new_token(f->c, other);
+    struct rd_reply r;
+    assert_int_equal(acquire(f, "again", ep, 0, "o-again", 2, t, &r), 0);
+    assert_int_equal(r.code, RD_OK);
     for (int k = 0; k < 2; k++) {
-        assert_int_equal(lock_deduct(f->c, "again", ep, 0, t, t, "o-again", 2, "{}", &r),
-                         0);
-        assert_int_equal(r.code, SCRIPT_R_OK);
+        assert_int_equal(
+            rd_deduct(f->c->rd, "again", ep, 0, t, t, "o-again", 2, "{}", &r), 0);
+        assert_int_equal(r.code, RD_OK);
     }
     /* Another attempt at the same order id is a replay, not a second sale. */
-    assert_int_equal(lock_deduct(f->c, "again", ep, 0, "", other, "o-again", 2, "{}", &r),
-                     0);
-    assert_int_equal(r.code, SCRIPT_R_EXISTS);
-    free(r.record);
+    assert_int_equal(
+        rd_deduct(f->c->rd, "again", ep, 0, "", other, "o-again", 2, "{}", &r), 0);
+    assert_int_equal(r.code, RD_EXISTS);
+    rd_reply_clear(&r);
     struct sku_status st;
     assert_int_equal(sku_get(f->c, "again", &st), INV_OK);
     assert_int_equal(st.remaining, 3);
@@ -177,11 +184,12 @@ static void hold_with_watchdog(struct fixture *f, const char *sku, void (*betwee
 {
     long long ep = put(f, sku, 1, 1);
     struct lease l;
-    lock_new_token(f->c, l.token);
-    struct lock_reply r;
-    assert_int_equal(lock_acquire(f->c, sku, ep, 0, "o-wd", 1, l.token, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_OK);
-    seg_key_lock(l.key, sku, 0);
+    inv_new_token(f->c, l.token);
+    struct rd_reply r;
+    assert_int_equal(acquire(f, sku, ep, 0, "o-wd", 1, l.token, &r), 0);
+    assert_int_equal(r.code, RD_OK);
+    snprintf(l.sku, sizeof l.sku, "%s", sku);
+    l.seg = 0;
     long long before = counter(f, STAT_LEASE_RENEWALS);
     watchdog *wd = inv_watchdog(f->v);
     watchdog_add(wd, &l);
@@ -192,10 +200,10 @@ static void hold_with_watchdog(struct fixture *f, const char *sku, void (*betwee
     assert_false(watchdog_remove(wd, &l));
     assert_true(counter(f, STAT_LEASE_RENEWALS) >= before + 3);
     char other[33];
-    lock_new_token(f->c, other);
-    assert_int_equal(lock_acquire(f->c, sku, ep, 0, "o-wd2", 1, other, &r), 0);
-    assert_int_equal(r.code, SCRIPT_R_BUSY);
-    assert_int_equal(lock_release(f->c, sku, 0, l.token), 1);
+    inv_new_token(f->c, other);
+    assert_int_equal(acquire(f, sku, ep, 0, "o-wd2", 1, other, &r), 0);
+    assert_int_equal(r.code, RD_BUSY);
+    assert_int_equal(rd_release(f->c->rd, sku, 0, l.token), 1);
 }
 
 static void watchdog_renews_past_the_ttl(void **state)

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "api/parse.h"
+#include "segments/redis/keys.h"
 
 #define CHECK(cond)                                                                      \
     do {                                                                                 \

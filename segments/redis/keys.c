@@ -1,23 +1,8 @@
-/* keys.c -- Redis key names and name validation (schema in keys.h). */
-#include "segments/keys.h"
+/* keys.c -- Redis key names (schema in keys.h). */
+#include "segments/redis/keys.h"
 
 #include <stdio.h>
 #include <string.h>
-
-bool seg_valid_name(const char *s)
-{
-    if (s == NULL)
-        return false;
-    size_t n = 0;
-    for (; s[n] != '\0'; n++) {
-        unsigned char ch = (unsigned char)s[n];
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                  (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
-        if (!ok || n >= SEG_NAME_MAX)
-            return false;
-    }
-    return n > 0;
-}
 
 char *seg_key_skus(char *buf)
 {

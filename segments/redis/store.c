@@ -1,5 +1,6 @@
-/* store.c -- a worker's Redis connection (see store.h). */
-#include "segments/store.h"
+/* store.c -- one Redis connection (see store.h). */
+#include "segments/redis/store.h"
+
 #include "segments/xalloc.h"
 
 #include <errno.h>
@@ -10,15 +11,48 @@
 #include <string.h>
 #include <sys/time.h>
 
-static void set_error(inv_conn *c, const char *what, const char *detail)
+struct rd_conn {
+    struct rd_target to;
+    char host[256];
+    _Atomic long long *errors;   /* counts every failure; may be NULL */
+    redisContext *rc;            /* NULL until connected, and again after an error */
+    char sha[SCRIPT__COUNT][41]; /* SCRIPT LOAD results for this connection */
+    char errstr[128];            /* the last failure */
+};
+
+rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors)
+{
+    rd_conn *c = seg_calloc(1, sizeof *c);
+    c->to = *to;
+    snprintf(c->host, sizeof c->host, "%s", to->host ? to->host : "127.0.0.1");
+    c->to.host = c->host;
+    c->errors = errors;
+    return c;
+}
+
+void rd_conn_free(rd_conn *c)
+{
+    if (c == NULL)
+        return;
+    store_drop(c);
+    free(c);
+}
+
+const char *rd_conn_error(const rd_conn *c)
+{
+    return c->errstr;
+}
+
+static void set_error(rd_conn *c, const char *what, const char *detail)
 {
     snprintf(c->errstr, sizeof c->errstr, "%s: %.100s", what, detail);
-    stat_add(c->v, STAT_REDIS_ERRORS, 1);
+    if (c->errors != NULL)
+        atomic_fetch_add_explicit(c->errors, 1, memory_order_relaxed);
 }
 
 /* Judge a reply: keep it when usable; otherwise record why, drop the connection on
  * I/O errors, free the reply and return NULL. */
-static redisReply *checked(inv_conn *c, redisReply *r)
+static redisReply *checked(rd_conn *c, redisReply *r)
 {
     if (r == NULL) {
         set_error(c, "redis", c->rc && c->rc->errstr[0] ? c->rc->errstr : "no reply");
@@ -33,7 +67,7 @@ static redisReply *checked(inv_conn *c, redisReply *r)
     return r;
 }
 
-static int load_scripts(inv_conn *c)
+static int load_scripts(rd_conn *c)
 {
     for (int i = 0; i < SCRIPT__COUNT; i++)
         redisAppendCommand(c->rc, "SCRIPT LOAD %s", script_source((enum script_id)i));
@@ -57,13 +91,13 @@ static int load_scripts(inv_conn *c)
     return rc;
 }
 
-int store_connect(inv_conn *c)
+int store_connect(rd_conn *c)
 {
     if (c->rc != NULL)
         return 0;
-    int ms = c->v->opt.redis_timeout_ms;
+    int ms = c->to.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    c->rc = redisConnectWithTimeout(c->v->opt.redis_host, c->v->opt.redis_port, tv);
+    c->rc = redisConnectWithTimeout(c->to.host, c->to.port, tv);
     if (c->rc == NULL) {
         set_error(c, "connect", "out of memory");
         return -1;
@@ -82,7 +116,7 @@ int store_connect(inv_conn *c)
     return 0;
 }
 
-void store_drop(inv_conn *c)
+void store_drop(rd_conn *c)
 {
     if (c->rc != NULL) {
         redisFree(c->rc);
@@ -99,7 +133,7 @@ static bool closed_by_peer(const redisContext *rc, int err)
            (rc->err == REDIS_ERR_IO && (err == ECONNRESET || err == EPIPE));
 }
 
-redisReply *store_command(inv_conn *c, const char *fmt, ...)
+redisReply *store_command(rd_conn *c, const char *fmt, ...)
 {
     redisReply *r = NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -117,7 +151,7 @@ redisReply *store_command(inv_conn *c, const char *fmt, ...)
     return checked(c, r);
 }
 
-redisReply *store_eval(inv_conn *c, enum script_id id, int nkeys, const char *const *keys,
+redisReply *store_eval(rd_conn *c, enum script_id id, int nkeys, const char *const *keys,
                        int nargs, const char *const *args)
 {
     if (store_connect(c) != 0)
@@ -154,7 +188,7 @@ redisReply *store_eval(inv_conn *c, enum script_id id, int nkeys, const char *co
     return checked(c, r);
 }
 
-int store_pipeline(inv_conn *c, int n, void (*append)(redisContext *rc, void *arg),
+int store_pipeline(rd_conn *c, int n, void (*append)(redisContext *rc, void *arg),
                    void *arg, redisReply **out)
 {
     if (store_connect(c) != 0)

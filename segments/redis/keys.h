@@ -1,4 +1,4 @@
-/* keys.h -- Redis key names and name validation; the only place key names are built.
+/* keys.h -- Redis key names; the only place key names are built (inside the seam).
  *
  * Key schema (the hash tag `{sku:i}` puts a segment's keys in one cluster slot):
  *   inv:skus                  set of SKU names
@@ -28,21 +28,14 @@
  *                             what it was ("restock:100", ...); kept for a day
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
- * SKU, order and request ids are 1..SEG_NAME_MAX characters of [A-Za-z0-9_.-], so a
- * name can never carry a hash-tag brace, a glob character or whitespace into a key.
+ * Names are valid ids (segments/names.h), so none carries a brace into a key.
  */
 #ifndef SEG_KEYS_H
 #define SEG_KEYS_H
 
-#include <stdbool.h>
-#include <stddef.h>
+#include "segments/names.h"
 
-#define SEG_NAME_MAX 64
 #define SEG_KEY_MAX 160
-#define SEG_MAX_SEGMENTS 1024
-
-/* True when `s` is a valid SKU or order id (see above). NULL is not valid. */
-bool seg_valid_name(const char *s);
 
 /* Each writes a NUL-terminated key into `buf` (at least SEG_KEY_MAX bytes) and
  * returns it. `sku`/`id` must be valid names; `i` is 0-based. */

@@ -1,0 +1,181 @@
+/* calls.h -- the Redis seam: a connection, and one typed call per script or read.
+ *
+ * Everything that knows Redis lives in segments/redis/: key names (keys.h), Lua
+ * (scripts.c), the connection (store.c) and the reply shapes (calls.c). The rest of
+ * the program passes C values in and gets C values back; no redisReply, key or Lua
+ * crosses this header. Each call is blocking on its connection (a worker's own).
+ *
+ * Results. Every call returns -1 when Redis gave no usable answer (refused, reset
+ * twice, timed out, an error reply; rd_conn_error says which, the connection's error
+ * counter counts it, and the next call reconnects); otherwise what it documents.
+ * Script calls fill a `struct rd_reply` whose `code` is one of the RD_* codes, the
+ * same numbers the Lua returns (scripts.c splices them in).
+ *
+ * Every script that writes a SKU carries what the caller believes of it (its epoch,
+ * and for the scripts that span the SKU its segment count) and refuses with RD_STALE
+ * when Redis says otherwise. Every script is idempotent against itself: sent again
+ * after a lost reply it recognises its own earlier work (lock token, attempt id,
+ * request id) and reports what really happened.
+ */
+#ifndef SEG_REDIS_CALLS_H
+#define SEG_REDIS_CALLS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "segments/names.h"
+
+/* Script reply codes, as numbers so that scripts.c can splice them into Lua:
+ *   RD_OK        done
+ *   RD_BUSY      ACQUIRE: the lock is held by another token
+ *   RD_SHORT     the segment(s) hold less than asked; value/stocks: what they hold
+ *   RD_EXISTS    the order id is recorded already; record: that record
+ *   RD_MISSING   the segment (CANCEL: the order; RESET delete: the SKU) is absent
+ *   RD_FENCED    a token no longer owns its lock: nothing written
+ *   RD_STALE     the SKU (or the order) is not what the caller believed: nothing
+ *                written; re-read and try again
+ *   RD_CONFLICT  the request id was used for another admin write
+ *   RD_LIMIT     ADJUST: the restock would pass the stock limit
+ *   RD_REPLAYED  the request id was applied already: nothing done again */
+#define RD_OK 0
+#define RD_BUSY 1
+#define RD_SHORT 2
+#define RD_EXISTS 3
+#define RD_MISSING 4
+#define RD_FENCED 5
+#define RD_STALE 6
+#define RD_CONFLICT 7
+#define RD_LIMIT 8
+#define RD_REPLAYED 9
+
+typedef struct rd_conn rd_conn;
+
+struct rd_target {
+    const char *host; /* copied */
+    int port;
+    int timeout_ms; /* connect and per-command timeout */
+};
+
+/* A connection, made lazily on first use. `errors` (may be NULL) counts failures. */
+rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors);
+void rd_conn_free(rd_conn *c);
+/* The last failure, for logs ("" when none). */
+const char *rd_conn_error(const rd_conn *c);
+
+struct rd_reply {
+    int code;        /* RD_* */
+    long long value; /* OK/BUSY/SHORT: a segment's stock; ADJUST OK: the new gen */
+    char *record;    /* EXISTS: the order record (JSON, malloc'd; rd_reply_clear) */
+};
+void rd_reply_clear(struct rd_reply *r);
+
+/* A SKU's settings as stored (the meta hash). */
+struct rd_meta {
+    int segments;
+    char mode[16];
+    int hold_ms;
+    long long initial;
+    long long epoch; /* 0 for a SKU written before epochs existed */
+    long long gen;
+    bool rebalance;
+};
+
+/* ---- reads ------------------------------------------------------------------- */
+
+/* PING: 0 or -1. */
+int rd_ping(rd_conn *c);
+/* The settings of `sku`: 1 (found), 0 (no such SKU) or -1. */
+int rd_meta_read(rd_conn *c, const char *sku, struct rd_meta *out);
+/* The record of order `id`: 1 with *record (malloc'd), 0 (none) or -1. */
+int rd_record_read(rd_conn *c, const char *id, char **record);
+/* Segments 0..n-1 of `sku`, in one round trip: stock[i] (absent: 0) and, when
+ * `sold` is not NULL, also sold[i], orders[i] (orders recorded first in segment i)
+ * and locked[i]. 0 or -1. */
+int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
+                     long long *sold, long long *orders, bool *locked);
+/* Every SKU name: 0 with *names (malloc'd array of *n malloc'd strings) or -1. */
+int rd_skus_list(rd_conn *c, char ***names, size_t *n);
+
+/* ---- one segment's lock -------------------------------------------------------- */
+
+/* ACQUIRE: check order `id`, read segment i's stock and, when it holds `qty`, take
+ * its lock with `token` for ttl_ms -- all only while the segment belongs to `epoch`.
+ * Codes: OK (taken; value = stock), BUSY (value = stock), SHORT, EXISTS, MISSING,
+ * STALE. Taking a lock the same token holds is OK. 0 or -1. */
+int rd_acquire(rd_conn *c, const char *sku, long long epoch, int i, const char *id,
+               long long qty, const char *token, int ttl_ms, struct rd_reply *out);
+
+/* DEDUCT: fenced by `token` ("" = no lock: mode atomic), take `qty` from segment i
+ * of `epoch`, write `record` for order `id` as attempt `attempt`, release the lock.
+ * A resend of the same attempt answers OK. Codes: OK (value = stock left), FENCED,
+ * STALE, EXISTS, SHORT, MISSING. 0 or -1. */
+int rd_deduct(rd_conn *c, const char *sku, long long epoch, int i, const char *token,
+              const char *attempt, const char *id, long long qty, const char *record,
+              struct rd_reply *out);
+
+/* Take segment i's lock with `token` (SET NX PX; a resend finds its own token and
+ * has it): 1 taken, 0 held by another, -1. */
+int rd_lock(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms);
+/* Delete segment i's lock if `token` owns it: 1 released, 0 not ours, -1. */
+int rd_release(rd_conn *c, const char *sku, int i, const char *token);
+/* Extend segment i's lock to ttl_ms if `token` owns it: 1 renewed, 0 not ours, -1. */
+int rd_renew(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms);
+
+/* ---- several segments ---------------------------------------------------------- */
+
+/* One order over segments seg[0..n-1] (ascending) taking part[j] from seg[j]; the
+ * parts of an order: which segments, how much, whose lock. */
+struct rd_parts {
+    int n;
+    const int *seg;
+    const long long *part;  /* DEDUCT_MULTI only */
+    const char *const *tok; /* per part: the lock token, or "" (mode atomic) */
+};
+
+/* DEDUCT_MULTI: all or nothing, fenced by every token. Codes: OK (stocks[j] = stock
+ * left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS. `stocks` has n
+ * entries (filled for OK and SHORT). 0 or -1. */
+int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id,
+                    const char *record, const char *attempt, const struct rd_parts *p,
+                    struct rd_reply *out, long long *stocks);
+
+/* CANCEL: give back to each segment what Redis records for order `id`, while its
+ * record is still `expected` (the caller's read) and the SKU still in `epoch`; mark
+ * it cancelled with `cancelled`. Codes: OK, EXISTS (already cancelled; record),
+ * MISSING (no such order), STALE, FENCED. 0 or -1. */
+int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
+              const char *cancelled, const char *expected, const struct rd_parts *p,
+              struct rd_reply *out);
+
+/* ---- the whole SKU ------------------------------------------------------------- */
+
+/* ADJUST: `op` "restock" (add units, raising initial; refused past `limit` as
+ * initial), "rebalance" (even the stock out) or "spread" (rebalance only when that
+ * fills more segments), under tok[0..segments-1], while the SKU is `epoch` with
+ * `segments`. `rid`/`sig`: request id and what the write is (NULL: none). Codes: OK
+ * (value = new gen, 0 when nothing changed), REPLAYED, CONFLICT, STALE, FENCED,
+ * LIMIT. 0 or -1. */
+int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
+              const char *const *tok, const char *op, long long add, long long limit,
+              const char *rid, const char *sig, struct rd_reply *out);
+
+/* What a reset writes: the new settings and epoch (segments 0: delete the SKU). */
+struct rd_reset {
+    int segments;
+    const char *mode;
+    int hold_ms;
+    long long stock;
+    bool rebalance;
+    long long epoch; /* the new epoch */
+};
+
+/* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:
+ * none), dropping every key and order record of the old segments. `rid`/`sig` as
+ * for rd_adjust. Codes: OK, REPLAYED, CONFLICT, STALE, MISSING (delete of no SKU).
+ * 0 or -1. */
+int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
+             const struct rd_reset *to, const char *rid, const char *sig,
+             struct rd_reply *out);
+
+#endif

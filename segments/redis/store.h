@@ -1,0 +1,47 @@
+/* store.h -- one Redis connection: lazy connect, timeouts, script calls. Private to
+ * segments/redis/: the rest of the program sees only calls.h.
+ *
+ * A connection is made on first use with the configured timeout, which also bounds
+ * every command, so a hung Redis costs at most timeout_ms per call. Each connection
+ * loads the scripts once (SCRIPT LOAD) and calls them by SHA, falling back to EVAL
+ * when Redis lost its script cache (a restart, SCRIPT FLUSH). A command whose
+ * connection the server closed (a restart, CLIENT KILL) is sent once more on a new
+ * one: every script recognises its own earlier run (scripts.h), so a resend after a
+ * lost reply reports what really happened.
+ *
+ * Every call returns NULL when Redis did not give a usable answer: I/O errors and
+ * timeouts (the connection is dropped; the next call reconnects) and error replies
+ * (LOADING, OOM, a script error). rd_conn_error says which; the connection's error
+ * counter counts it. A non-NULL reply is the caller's to freeReplyObject once.
+ */
+#ifndef SEG_REDIS_STORE_H
+#define SEG_REDIS_STORE_H
+
+#include <hiredis/hiredis.h>
+
+#include "segments/redis/calls.h"
+#include "segments/redis/scripts.h"
+
+/* 0 when connected (scripts loaded), -1 with the error set. */
+int store_connect(rd_conn *c);
+
+/* Close the connection (if any); the next call reconnects. */
+void store_drop(rd_conn *c);
+
+/* A command in hiredis format: every %s is one argument, never parsed by Redis. */
+redisReply *store_command(rd_conn *c, const char *fmt, ...);
+
+/* Run script `id` with `nkeys` keys and `nargs` arguments (NUL-terminated strings). */
+redisReply *store_eval(rd_conn *c, enum script_id id, int nkeys, const char *const *keys,
+                       int nargs, const char *const *args);
+
+/* Send `n` commands built with redisAppendCommand by `append` (called once with the
+ * context) and read their replies into out[0..n-1]. 0, or -1 with nothing to free. */
+int store_pipeline(rd_conn *c, int n, void (*append)(redisContext *rc, void *arg),
+                   void *arg, redisReply **out);
+
+/* Helpers for reply shapes: an array of at least `n` elements / an integer. */
+int store_is_array(const redisReply *r, size_t n);
+long long store_integer(const redisReply *r, long long dflt);
+
+#endif
