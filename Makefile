@@ -162,6 +162,10 @@ install: $(BIN)
 	    echo "install -m 0644 config/inventoryd.json $(DESTDIR)$(CONFDIR)/inventoryd.json"; \
 	    install -m 0644 config/inventoryd.json $(DESTDIR)$(CONFDIR)/inventoryd.json; \
 	fi
+	@if [ -z "$(DESTDIR)" ] && ! getent passwd inventoryd >/dev/null; then \
+	    echo "install: the unit runs as user inventoryd; create it with" \
+	        "adduser --system --group --no-create-home inventoryd"; \
+	fi
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/inventoryd $(DESTDIR)$(MANDIR)/man8/inventoryd.8 \

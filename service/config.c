@@ -55,6 +55,8 @@ static const struct setting settings[] = {
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
+const char *const cfg_search_path[] = {CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, NULL};
+
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -183,13 +185,15 @@ static const char *type_name(const struct setting *s)
     return s->kind == K_INT ? "an integer" : "a string";
 }
 
+/* Read one config file into `c`. A file that does not exist is skipped (returns 1)
+ * when `explicit` is false; any other failure is an error (-1). 0: read. */
 static int load_file(const char *path, bool explicit, struct cfg *c, char *err,
                      size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
-        if (errno == ENOENT && !explicit)
-            return 0;
+        if ((errno == ENOENT || errno == ENOTDIR) && !explicit)
+            return 1;
         return fail(err, errlen, "config file %s: %s", path, strerror(errno));
     }
     json_error_t jerr;
@@ -251,7 +255,7 @@ static const char *env_get(char *const envp[], const char *name)
 struct opt {
     const char *name; /* "--port" (without any "=value") */
     size_t namelen;
-    const char *value; /* NULL for --help/--version */
+    const char *value; /* NULL for --help/--version/--check-config */
 };
 
 /* Split argv into options, checking names and that each flag has a value.
@@ -271,7 +275,8 @@ static int scan_args(int argc, char *const argv[], struct opt *opts, char *err,
         struct opt o = {a, namelen, NULL};
         bool takes_value = true;
         if ((namelen == 6 && strncmp(a, "--help", 6) == 0) ||
-            (namelen == 9 && strncmp(a, "--version", 9) == 0)) {
+            (namelen == 9 && strncmp(a, "--version", 9) == 0) ||
+            (namelen == 14 && strncmp(a, "--check-config", 14) == 0)) {
             takes_value = false;
         } else {
             bool known = namelen == 8 && strncmp(a, "--config", 8) == 0;
@@ -305,6 +310,12 @@ static bool opt_is(const struct opt *o, const char *name)
 int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, char *err,
              size_t errlen)
 {
+    return cfg_load_search(argc, argv, envp, cfg_search_path, out, err, errlen);
+}
+
+int cfg_load_search(int argc, char *const argv[], char *const envp[],
+                    const char *const search[], struct cfg *out, char *err, size_t errlen)
+{
     cfg_defaults(out);
     if (errlen > 0)
         err[0] = '\0';
@@ -317,8 +328,7 @@ int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, 
     if (nopts < 0)
         goto done;
 
-    const char *path = CFG_DEFAULT_PATH;
-    bool explicit = false;
+    const char *path = NULL; /* NULL: try `search` */
     const char *env_path = env_get(envp, "INVENTORY_CONFIG");
     if (env_path != NULL) {
         if (env_path[0] == '\0') {
@@ -326,20 +336,20 @@ int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, 
             goto done;
         }
         path = env_path;
-        explicit = true;
     }
     for (int i = 0; i < nopts; i++) {
         if (opt_is(&opts[i], "--help"))
             out->help = true;
         else if (opt_is(&opts[i], "--version"))
             out->version = true;
+        else if (opt_is(&opts[i], "--check-config"))
+            out->check = true;
         else if (opt_is(&opts[i], "--config")) {
             if (opts[i].value[0] == '\0') {
                 fail(err, errlen, "--config: empty path");
                 goto done;
             }
             path = opts[i].value;
-            explicit = true;
         }
     }
     if (out->help || out->version) {
@@ -347,8 +357,16 @@ int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, 
         goto done;
     }
 
-    if (load_file(path, explicit, out, err, errlen) != 0)
-        goto done;
+    if (path != NULL) {
+        if (load_file(path, true, out, err, errlen) != 0)
+            goto done;
+    } else {
+        int got = 1;
+        for (size_t i = 0; search != NULL && search[i] != NULL && got == 1; i++)
+            got = load_file(search[i], false, out, err, errlen);
+        if (got < 0)
+            goto done;
+    }
 
     for (size_t k = 0; k < NSETTINGS; k++) {
         const char *v = settings[k].env ? env_get(envp, settings[k].env) : NULL;
@@ -394,17 +412,60 @@ bool cfg_bind_is_loopback(const struct cfg *c)
     return false;
 }
 
+void cfg_print(FILE *f, const struct cfg *c)
+{
+    if (c->config_path[0] == '\0') {
+        fprintf(f, "config file: none (built-in defaults; tried");
+        for (size_t i = 0; cfg_search_path[i] != NULL; i++)
+            fprintf(f, " %s", cfg_search_path[i]);
+        fprintf(f, ")\n");
+    } else {
+        char abs[PATH_MAX];
+        if (c->config_path[0] != '/' && realpath(c->config_path, abs) != NULL)
+            fprintf(f, "config file: %s (%s)\n", c->config_path, abs);
+        else
+            fprintf(f, "config file: %s\n", c->config_path);
+    }
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        const struct setting *s = &settings[k];
+        const char *field = (const char *)c + s->off;
+        fprintf(f, "%-22s ", s->key);
+        switch (s->kind) {
+        case K_INT:
+            fprintf(f, "%d\n", *(const int *)field);
+            break;
+        case K_REDIS: {
+            bool v6 = strchr(c->redis_host, ':') != NULL;
+            fprintf(f, "%s%s%s:%d\n", v6 ? "[" : "", c->redis_host, v6 ? "]" : "",
+                    c->redis_port);
+            break;
+        }
+        case K_TOKEN: /* a secret: say whether it is set, never what it is */
+            fprintf(f, "%s\n", field[0] != '\0' ? "***" : "(none)");
+            break;
+        case K_STR:
+        case K_BIND:
+            fprintf(f, "%s\n", field);
+            break;
+        }
+    }
+}
+
 void cfg_usage(FILE *f, const char *prog)
 {
     fprintf(
         f,
         "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT]\n"
         "          [--threads N] [--lock-ttl-ms N] [--lock-wait-ms N]\n"
-        "          [--redis-timeout-ms N] [--admin-token T] [--help] [--version]\n"
+        "          [--redis-timeout-ms N] [--admin-token T] [--check-config]\n"
+        "          [--help] [--version]\n"
         "\n"
         "Settings, each overriding the one before: built-in defaults, the JSON file\n"
-        "(--config, else $INVENTORY_CONFIG, else %s if present),\n"
+        "(--config, else $INVENTORY_CONFIG, else the first that exists of\n"
+        "./%s and %s),\n"
         "INVENTORY_* environment variables, then flags.\n"
+        "--check-config validates all of them, prints the effective configuration\n"
+        "(secrets as ***) and the file read, and exits 0, or 2 on a bad value.\n"
         "\n"
         "  file key          env variable                flag                default\n"
         "  bind              INVENTORY_BIND              --bind              127.0.0.1\n"
@@ -423,5 +484,5 @@ void cfg_usage(FILE *f, const char *prog)
         "\n"
         "A non-loopback --bind requires an admin token. Exit status 2 on a bad "
         "setting.\n",
-        prog, CFG_DEFAULT_PATH);
+        prog, CFG_DEFAULT_PATH, CFG_SYSTEM_PATH);
 }

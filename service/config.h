@@ -2,8 +2,11 @@
  *
  * cfg_load() builds one `struct cfg` from, in increasing precedence:
  *   1. built-in defaults (below);
- *   2. a JSON object file: --config FILE, else $INVENTORY_CONFIG, else
- *      CFG_DEFAULT_PATH. Only a missing file at the default path is tolerated.
+ *   2. a JSON object file: --config FILE, else $INVENTORY_CONFIG, else the first of
+ *      cfg_search_path that exists (./config/inventoryd.json for a checkout, then
+ *      /etc/inventoryd/inventoryd.json for an installed service), else none. A missing
+ *      file is tolerated only on the search path; a search-path file that exists but
+ *      cannot be read is an error (never silently skipped for the next one).
  *      Keys are the snake_case field names; unknown keys and wrong types are errors;
  *   3. INVENTORY_* environment variables (see cfg_usage());
  *   4. command-line flags, as "--flag value" or "--flag=value".
@@ -21,7 +24,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The configuration files tried when neither --config nor $INVENTORY_CONFIG names
+ * one: a checkout's (relative to the working directory), then the installed one. */
 #define CFG_DEFAULT_PATH "config/inventoryd.json"
+#define CFG_SYSTEM_PATH "/etc/inventoryd/inventoryd.json"
 #define CFG_BIND_MAX 46 /* INET6_ADDRSTRLEN */
 #define CFG_HOST_MAX 255
 #define CFG_TOKEN_MAX 255
@@ -45,7 +51,12 @@ struct cfg {
     char config_path[CFG_PATH_MAX]; /* file actually read, "" when none */
     bool help;                      /* --help given: print cfg_usage(), run nothing */
     bool version;                   /* --version given */
+    bool check;                     /* --check-config: validate, print, run nothing */
 };
+
+/* The files tried, in order, when neither --config nor $INVENTORY_CONFIG names one:
+ * CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, NULL. */
+extern const char *const cfg_search_path[];
 
 /* Fill `out` with the built-in defaults. */
 void cfg_defaults(struct cfg *out);
@@ -57,8 +68,19 @@ void cfg_defaults(struct cfg *out);
 int cfg_load(int argc, char *const argv[], char *const envp[], struct cfg *out, char *err,
              size_t errlen);
 
+/* cfg_load() with another NULL-terminated list of files to try in place of
+ * cfg_search_path (tests use it to stay independent of the machine's /etc). */
+int cfg_load_search(int argc, char *const argv[], char *const envp[],
+                    const char *const search[], struct cfg *out, char *err,
+                    size_t errlen);
+
 /* True when out->bind is a loopback address (127.0.0.0/8, ::1). */
 bool cfg_bind_is_loopback(const struct cfg *c);
+
+/* Print the effective configuration of a successful cfg_load() for --check-config:
+ * which file was read (or that none was), then one "key value" line per setting in
+ * the file's key names. Secrets (admin_token) are printed as "***", never in clear. */
+void cfg_print(FILE *f, const struct cfg *c);
 
 /* Print the usage text (flags, environment variables, defaults). */
 void cfg_usage(FILE *f, const char *prog);

@@ -54,6 +54,12 @@ int main(int argc, char **argv)
         printf("inventoryd %s\n", INVENTORYD_VERSION);
         return 0;
     }
+    if (cfg.check) {
+        /* Like `nginx -t`: everything was validated by cfg_load(); say what would run. */
+        cfg_print(stdout, &cfg);
+        printf("inventoryd: configuration OK\n");
+        return 0;
+    }
 
     /* Block the stop signals before any thread starts, so every thread inherits the
      * mask and only sigwait() below ever sees them. SIGPIPE: a client that hangs up

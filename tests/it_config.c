@@ -301,6 +301,50 @@ static void test_non_loopback_needs_token(void **state)
     h_svc_free(s);
 }
 
+/* --check-config validates file, environment and flags, prints the effective values
+ * with the secret masked, and exits without listening or touching Redis. */
+static void test_check_config(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    char path[700];
+    write_cfg(e, "check.json",
+              "{\"port\": 9123, \"threads\": 3, \"admin_token\": \"file-secret\"}", path,
+              sizeof path);
+    const char *env[] = {"INVENTORY_LOCK_WAIT_MS=77", "INVENTORY_ADMIN_TOKEN=env-secret",
+                         NULL};
+    /* Port 1 of loopback: nothing listens there, and nothing must try. */
+    const char *argv[] = {bin(),     "--check-config", "--config", path,
+                          "--redis", "127.0.0.1:1",    NULL};
+    char *out = NULL, *err = NULL;
+    int st = h_run_cmd(argv, env, 5000, &out, &err);
+    if (st != 0)
+        fprintf(stderr, "exit %d\nstdout: %s\nstderr: %s\n", st, out, err);
+    assert_int_equal(st, 0);
+    char want[800];
+    snprintf(want, sizeof want, "config file: %s", path);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "\nport                   9123\n"));
+    assert_non_null(strstr(out, "\nthreads                3\n"));
+    assert_non_null(strstr(out, "\nlock_wait_ms           77\n"));
+    assert_non_null(strstr(out, "\nredis                  127.0.0.1:1\n"));
+    assert_non_null(strstr(out, "\nadmin_token            ***\n"));
+    assert_non_null(strstr(out, "configuration OK"));
+    assert_null(strstr(out, "secret"));
+    assert_null(strstr(err, "secret"));
+    free(out);
+    free(err);
+
+    /* Any bad value: the usual one line and exit 2. */
+    const char *bad_flag[] = {"--check-config", "--config", path, "--threads", "0", NULL};
+    expect_refused(bad_flag, NULL, "threads", NULL);
+    const char *bad_env[] = {"INVENTORY_REDIS=nope", NULL};
+    const char *args[] = {"--check-config", "--config", path, NULL};
+    expect_refused(args, bad_env, "INVENTORY_REDIS", NULL);
+    write_cfg(e, "check-bad.json", "{\"lock_ttl_ms\": 1}", path, sizeof path);
+    expect_refused(args, NULL, "lock_ttl_ms", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -309,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_bad_config_file),
         cmocka_unit_test(test_precedence_file_env_flag),
         cmocka_unit_test(test_non_loopback_needs_token),
+        cmocka_unit_test(test_check_config),
     };
     return cmocka_run_group_tests_name("config", tests, group_setup, group_teardown);
 }

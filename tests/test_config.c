@@ -12,7 +12,11 @@
 #include "service/config.h"
 
 /* Each test runs in a fresh temporary directory, so the default config path
- * (config/inventoryd.json, relative) is absent unless a test writes it. */
+ * (config/inventoryd.json, relative) is absent unless a test writes it. The system
+ * file of the search path is replaced by etc/inventoryd.json in that directory, so
+ * the machine's /etc/inventoryd (an installed package) cannot change the results. */
+static const char *const search[] = {CFG_DEFAULT_PATH, "etc/inventoryd.json", NULL};
+
 struct fixture {
     char olddir[1024];
     char dir[64];
@@ -34,7 +38,10 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     unlink("config/inventoryd.json");
+    rmdir("config/inventoryd.json"); /* one test makes it a directory */
     rmdir("config");
+    unlink("etc/inventoryd.json");
+    rmdir("etc");
     unlink("c.json");
     unlink("d.json");
     assert_int_equal(chdir(f->olddir), 0);
@@ -61,7 +68,8 @@ static int load(const char *const *args, const char *const *envp, struct cfg *c,
     while (args[argc] != NULL)
         argc++;
     /* cfg_load takes main()'s types; it never writes through them. */
-    return cfg_load(argc, (char *const *)args, (char *const *)envp, c, err, 512);
+    return cfg_load_search(argc, (char *const *)args, (char *const *)envp, search, c, err,
+                           512);
 }
 
 /* Expect a load error whose message contains `needle`. */
@@ -336,6 +344,140 @@ static void non_loopback_needs_a_token(void **state)
     assert_true(cfg_bind_is_loopback(&c));
 }
 
+static void search_path_is_checkout_then_system(void **state)
+{
+    (void)state;
+    assert_string_equal(cfg_search_path[0], "config/inventoryd.json");
+    assert_string_equal(cfg_search_path[1], "/etc/inventoryd/inventoryd.json");
+    assert_null(cfg_search_path[2]);
+}
+
+static void system_file_when_no_local_one(void **state)
+{
+    (void)state;
+    struct cfg c;
+    char err[512];
+    assert_int_equal(system("mkdir -p etc config"), 0);
+    write_file("etc/inventoryd.json", "{\"port\": 9100}");
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    assert_int_equal(c.port, 9100);
+    assert_string_equal(c.config_path, "etc/inventoryd.json");
+
+    /* The checkout's file comes first; only one file is ever read. */
+    write_file("config/inventoryd.json", "{\"threads\": 7}");
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    assert_int_equal(c.port, 8080);
+    assert_int_equal(c.threads, 7);
+    assert_string_equal(c.config_path, CFG_DEFAULT_PATH);
+
+    /* INVENTORY_CONFIG and --config come before both. */
+    write_file("c.json", "{\"port\": 7001}");
+    write_file("d.json", "{\"port\": 7002}");
+    const char *env[] = {"INVENTORY_CONFIG=c.json", NULL};
+    assert_int_equal(LOAD(env, &c, err, NULL), 0);
+    assert_string_equal(c.config_path, "c.json");
+    assert_int_equal(LOAD(env, &c, err, "--config", "d.json", NULL), 0);
+    assert_string_equal(c.config_path, "d.json");
+    assert_int_equal(c.threads, 64);
+}
+
+static void unreadable_search_file_is_an_error(void **state)
+{
+    (void)state;
+    /* A file that exists but cannot be read is not skipped for the next one. */
+    assert_int_equal(system("mkdir -p etc config/inventoryd.json"), 0);
+    write_file("etc/inventoryd.json", "{\"port\": 9100}");
+    expect_error((const char *const[]){"inventoryd", NULL}, NULL,
+                 "config file config/inventoryd.json");
+    /* A bad system file is reported like any other. */
+    assert_int_equal(system("rmdir config/inventoryd.json"), 0);
+    write_file("etc/inventoryd.json", "{\"port\": 0}");
+    expect_error((const char *const[]){"inventoryd", NULL}, NULL,
+                 "config file etc/inventoryd.json: port");
+}
+
+static void check_config_validates_everything(void **state)
+{
+    (void)state;
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, "--check-config", NULL), 0);
+    assert_true(c.check);
+    assert_false(c.help);
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    assert_false(c.check);
+    /* Unlike --help, it loads and checks the file, the environment and the flags. */
+    write_file("c.json", "{\"threads\": 0}");
+    expect_error(
+        (const char *const[]){"inventoryd", "--check-config", "--config", "c.json", NULL},
+        NULL, "threads");
+    const char *env[] = {"INVENTORY_LOCK_TTL_MS=1", NULL};
+    expect_error((const char *const[]){"inventoryd", "--check-config", NULL}, env,
+                 "INVENTORY_LOCK_TTL_MS");
+    expect_error(
+        (const char *const[]){"inventoryd", "--check-config", "--port", "0", NULL}, NULL,
+        "--port");
+    expect_error(
+        (const char *const[]){"inventoryd", "--check-config", "--bind", "0.0.0.0", NULL},
+        NULL, "admin token");
+    expect_error((const char *const[]){"inventoryd", "--check-config=yes", NULL}, NULL,
+                 "--check-config: takes no value");
+}
+
+/* cfg_print() of `c` as a malloc'd string. */
+static char *printed(const struct cfg *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    cfg_print(f, c);
+    assert_int_equal(fclose(f), 0);
+    return buf;
+}
+
+static void print_shows_effective_values_and_masks_secrets(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"port\": 9001, \"admin_token\": \"file-secret\"}");
+    const char *env[] = {"INVENTORY_ADMIN_TOKEN=env-secret", NULL};
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(env, &c, err, "--config", "c.json", "--redis", "[::1]:7000",
+                          "--threads", "5", NULL),
+                     0);
+    char *out = printed(&c);
+    assert_non_null(strstr(out, "config file: c.json (")); /* and its absolute path */
+    assert_non_null(strstr(out, "\nport                   9001\n"));
+    assert_non_null(strstr(out, "\nthreads                5\n"));
+    assert_non_null(strstr(out, "\nredis                  [::1]:7000\n"));
+    assert_non_null(strstr(out, "\nadmin_token            ***\n"));
+    assert_null(strstr(out, "secret"));
+    /* Every file key once, so the listing can be compared with a config file. */
+    /* clang-format off */
+    static const char *const keys[] = {
+        "bind", "port", "redis", "threads", "lock_ttl_ms", "lock_wait_ms",
+        "redis_timeout_ms", "meta_cache_ms", "admin_token", "max_connections",
+        "connection_timeout_s", "max_body_bytes"};
+    /* clang-format on */
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        char line[64];
+        snprintf(line, sizeof(line), "\n%s ", keys[i]);
+        const char *at = strstr(out, line);
+        if (at == NULL)
+            fail_msg("no line for %s in:\n%s", keys[i], out);
+        assert_null(strstr(at + 1, line));
+    }
+    free(out);
+
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    out = printed(&c);
+    assert_non_null(strstr(out, "config file: none"));
+    assert_non_null(strstr(out, "\nadmin_token            (none)\n"));
+    assert_non_null(strstr(out, "\nredis                  127.0.0.1:6379\n"));
+    free(out);
+}
+
 static void help_and_version(void **state)
 {
     (void)state;
@@ -373,6 +515,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(flag_beats_bad_env_only_when_valid, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(non_loopback_needs_a_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(search_path_is_checkout_then_system, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(system_file_when_no_local_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(unreadable_search_file_is_an_error, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(check_config_validates_everything, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(print_shows_effective_values_and_masks_secrets,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(help_and_version, setup, teardown),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
