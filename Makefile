@@ -14,7 +14,7 @@
 PKGS      := libmicrohttpd hiredis jansson
 DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
-             libclang-rt-14-dev valgrind procps
+             libclang-rt-14-dev valgrind procps python3
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc

@@ -1,0 +1,744 @@
+#!/usr/bin/env python3
+"""drive.py -- the load test's driver: processes and scenarios; analyze.py does the rest.
+
+`loadtest/run.sh [options]` runs `drive.py [options]` (RUN_USAGE below). It starts
+redis-server and the service binary on free 127.0.0.1 ports (unless --url), and for
+each scenario creates a fresh SKU through the admin API, runs wrk (redis-benchmark for
+the Redis ceiling) and hands wrk's output to analyze.py for the audit and the row.
+At the end it stops what it started and has analyze.py write the results, the plots
+and, with --update-docs, the docs.
+
+Processes: every child (redis-server, inventoryd, wrk, its poller, redis-benchmark) is
+started through Children, bounded in time (wrk by -d and a wait of -d + 30 s, the
+poller by 600 s, redis-benchmark by 300 s) and stopped by its pid -- SIGTERM, then
+SIGKILL after a grace period -- on exit, failure, Ctrl-C or SIGTERM. At most two wrk
+processes run at once (the end-of-sale scenario's orders and its poller).
+
+Exit status: 0 every audit passed, 1 an audit failed, 2 bad usage or setup error,
+130 interrupted. Python 3.9 or later, standard library only.
+"""
+
+import argparse
+import glob
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no loadtest/__pycache__ in the source tree
+import analyze as an  # noqa: E402 (after the line above)
+from analyze import SetupError, num, paint, say  # noqa: E402
+
+RUN_USAGE = """\
+Usage: loadtest/run.sh [options]
+
+Runs the inventory load test: for each scenario a fresh SKU, a wrk run of fixed length
+and connection count, then an audit through the admin API (remaining + sold = initial,
+no segment below 0, the segment arrays sum to remaining and sold, sold = the 201s wrk
+saw, orders = sold, sampled order ids readable). A failed audit prints FAILED and makes
+the exit status 1. run.sh starts loadtest/drive.py, which drives the processes and
+leaves the audit, the tables and the plots to loadtest/analyze.py.
+
+Scenarios, in run order (--only picks groups)
+  hold0     hold 0 ms: global lock (1 segment), segment locks (20), atomic (20 segments)
+  redis     redis-benchmark -c <connections> running the same deduction Lua: Redis ceiling
+  livez     GET /livez: the HTTP ceiling
+  soldout   sold-out storm: orders against a SKU with 0 stock, every answer 409; run
+            right after livez with the same wrk settings and duration, for the ratio
+            sold-out req/s / livez req/s
+  curve     lock mode, hold 20 ms, segments 1 2 4 8 16 20 32 64 (1 vs 20 is the seed's
+            comparison; --quick: 1 4 20 64)
+  flash     flash sale: 1000 stock over 20 segments, a fixed number of orders (100000;
+            --quick: 20000): exactly 1000 x 201, the rest 409
+  rebalance the end of a sale with and without automatic rebalancing: two SKUs, 2000
+            stock, 20 segments, lock, hold 20 ms, "rebalance" false / true, made uneven
+            the same way first (9 orders of qty 100 empty 9 segments, 5 of qty 60 leave
+            40 in 5 more), then sold out by orders of 1; orders/s while the last 10% of
+            the stock sells, from the 201s' arrival times and from polling
+            GET /admin/skus/{sku} every 25 ms
+
+Measures: orders/s is 201s per second of the send window; after the window wrk sends
+nothing more and waits for the orders in flight, so every order the service handled
+was counted. p50/p99 come from wrk's latency histogram (all requests of the run).
+Targets (ratios from this one run) are printed and saved but do not fail the run:
+20 / 1 segments at hold 20 ms >= 19; lock / atomic at hold 0 ms >= 0.6; atomic /
+redis-benchmark >= 0.35; p99 of lock 20 segments at hold 0 ms <= 10 ms; sold-out storm
+req/s / GET /livez req/s >= 0.8.
+
+Options
+  --bin PATH           service binary to start (default build/inventoryd)
+  --url URL            use a running service instead of starting redis-server and one
+  --redis HOST:PORT    with --url: the Redis to run redis-benchmark against (else skipped)
+  --admin-token T      send "Authorization: Bearer T" to /admin/* (and start the service
+                       with it)
+  --connections N      wrk connections, also redis-benchmark -c (default 100)
+  --wrk-threads N      wrk threads (default 2)
+  --service-threads N  --threads (worker pool) for the service we start (default 64)
+  --duration S         seconds of orders per timed scenario (default 10; --quick 3)
+  --flash-requests N   orders sent in the flash sale (default 100000; --quick 20000)
+  --only LIST          comma-separated scenario groups to run (default: all)
+  --quick              short runs and fewer curve points: everything in under 60 s
+  --out DIR            where results go (default loadtest/results)
+  --keep               keep the temp dir (logs, raw wrk output) and print its path
+  --update-docs        also copy the plots to docs/ and rewrite the generated part of
+                       docs/BENCHMARKS.md (meant for a full run)
+  -h, --help           this text
+
+Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance}.png; the
+JSON and the .md record the git commit. Afterwards:
+  loadtest/analyze.py compare [OLD.json NEW.json]   two runs side by side
+  loadtest/analyze.py report RESULTS.json           the .md and the plots again
+  loadtest/analyze.py audit --url URL SKU...        a SKU's invariants, any time
+
+Colour only on a terminal; NO_COLOR=1 turns it off there too.
+"""
+
+GROUPS = ("curve", "hold0", "flash", "soldout", "livez", "redis", "rebalance")
+BIG_STOCK = 100000000  # never sells out in a timed run
+FLASH_STOCK = 1000
+REDIS_BENCH_STOCK = 1000000000
+
+# The Redis ceiling: the same check-and-deduct Lua, straight from redis-benchmark.
+DEDUCT_LUA = ("local s=tonumber(redis.call('GET',KEYS[1]) or '0') if s>=1 then "
+              "redis.call('DECRBY',KEYS[1],1) redis.call('INCRBY',KEYS[2],1) "
+              "return 1 end return 0")
+
+
+class Interrupted(Exception):
+    """SIGTERM: stop what was started, exit 130 (SIGINT raises KeyboardInterrupt)."""
+
+
+# ------------------------------------------------------------------------ Redis
+
+class RedisError(Exception):
+    pass
+
+
+def redis_command(addr, *args, timeout=5):
+    """Sends one command to the Redis at "host:port"; returns its reply (str, int, None or
+    list). Raises RedisError on an error reply, OSError when Redis cannot be reached."""
+    host, port = addr.rsplit(":", 1)
+    parts = [str(a).encode() for a in args]
+    payload = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(payload)
+        with s.makefile("rb") as f:
+            return _resp_reply(f)
+
+
+def _resp_reply(f):
+    line = f.readline().rstrip(b"\r\n")
+    kind, rest = line[:1], line[1:]
+    if kind == b"+":
+        return rest.decode()
+    if kind == b"-":
+        raise RedisError(rest.decode())
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2].decode()
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_resp_reply(f) for _ in range(n)]
+    raise RedisError(f"unexpected reply {line[:80]!r}")
+
+
+def redis_ping(addr):
+    try:
+        return redis_command(addr, "PING", timeout=1) == "PONG"
+    except (OSError, RedisError):
+        return False
+
+
+# ------------------------------------------------------------------------ processes
+
+class Children:
+    """The processes this run started; each is stopped by its pid, never by name."""
+
+    def __init__(self):
+        self.live = []  # (Popen, grace seconds), in start order
+
+    def start(self, argv, log, grace=5):
+        """Starts `argv` with stdout and stderr appended to the file `log`."""
+        with open(log, "ab") as out:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT)
+        self.live.append((p, grace))
+        return p
+
+    def stop(self, p):
+        """SIGTERM, up to the process's grace period, then SIGKILL; reaps it."""
+        grace = next((g for q, g in self.live if q is p), 2)
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.live = [(q, g) for q, g in self.live if q is not p]
+
+    def wait(self, p, seconds):
+        """Waits up to `seconds` for `p` to end by itself, then stops it."""
+        try:
+            p.wait(max(seconds, 1))
+        except subprocess.TimeoutExpired:
+            pass
+        self.stop(p)
+
+    def stop_all(self):
+        """Stops every child still running, the last started first."""
+        for p, _ in reversed(list(self.live)):
+            self.stop(p)
+
+
+def free_port():
+    """A loopback port nothing listens on, below the kernel's ephemeral range so that no
+    client socket (wrk's connections, other test runs) can be holding it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    if lo <= 11000:
+        lo = 32768
+    for _ in range(100):
+        port = random.randrange(10000, lo)
+        with socket.socket() as s:
+            s.settimeout(1)
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise SetupError("no free loopback port")
+
+
+def wait_up(seconds, proc, probe):
+    """Polls `probe()` until it is true (True), `proc` exits or `seconds` pass (False)."""
+    for _ in range(int(seconds * 10)):
+        if probe():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
+
+
+# ------------------------------------------------------------------------ the run
+
+class Run:
+    """One load test: its options, the processes it started, the rows it measured."""
+
+    def __init__(self, opts, children, tmp):
+        self.o = opts
+        self.children = children
+        self.tmp = tmp
+        self.redis = opts.redis
+        self.url = opts.url
+        self.svc = None
+        self.api = None
+        self.nonce = "lt%x%04x" % (int(time.time()), random.randrange(65536))
+        self.index = 0
+        self.rows = []
+        self.failed = 0
+        self.reb_pre_dist = None
+
+    # ---- processes
+
+    def start_redis(self):
+        """redis-server on a free loopback port, no persistence; retried on a new port."""
+        rdir = os.path.join(self.tmp, "redis")
+        os.makedirs(rdir, exist_ok=True)
+        log = os.path.join(self.tmp, "redis.log")
+        for _ in range(5):
+            port = free_port()
+            p = self.children.start(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", rdir,
+                 "--save", "", "--appendonly", "no", "--daemonize", "no",
+                 "--maxclients", "10000"], log)
+            addr = f"127.0.0.1:{port}"
+            if wait_up(10, p, lambda: redis_ping(addr)):
+                self.redis = addr
+                say(f"redis-server: {addr} (pid {p.pid}, no persistence)")
+                return
+            self.children.stop(p)
+        sys.stderr.write(an.tail(log, 20))
+        raise SetupError("redis-server did not start")
+
+    def start_service(self):
+        """The service binary on a free loopback port against our Redis; retried."""
+        log = os.path.join(self.tmp, "inventoryd.log")
+        for _ in range(5):
+            port = free_port()
+            args = ["--port", str(port), "--bind", "127.0.0.1", "--redis", self.redis,
+                    "--threads", str(self.o.service_threads)]
+            if self.o.admin_token:
+                args += ["--admin-token", self.o.admin_token]
+            p = self.children.start([self.o.bin] + args, log)
+            api = an.Api(f"http://127.0.0.1:{port}", self.o.admin_token, timeout=2)
+            if wait_up(15, p, lambda: api.call("GET", "/livez")[0] == 200):
+                say(f"service: {self.o.bin} {' '.join(args)}")
+                self.svc, self.url = p, api.url
+                say(f"service: {self.url} (pid {p.pid})")
+                return
+            self.children.stop(p)
+        sys.stderr.write(an.tail(log, 30))
+        raise SetupError("the service did not answer GET /livez")
+
+    def service_died(self):
+        return self.svc is not None and self.svc.poll() is not None
+
+    def run_wrk(self, script, out, cap, args, donedir=None):
+        """wrk with `script` for at most `cap` s; with `donedir`, ended by SIGINT once every
+        thread has put its marker there (all its orders answered). Returns wrk's output."""
+        argv = ["wrk", "-t", str(self.o.wrk_threads), "-c", str(self.o.connections),
+                "-d", f"{cap}s", "--timeout", "30s", "-s", os.path.join(an.HERE, script),
+                self.url, "--", *args]
+        p = self.children.start(argv, out, grace=2)
+        deadline = time.monotonic() + cap + 30
+        while donedir and p.poll() is None and time.monotonic() < deadline:
+            if len(glob.glob(os.path.join(donedir, "done-*"))) >= self.o.wrk_threads:
+                p.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.05)
+        self.children.wait(p, deadline - time.monotonic())
+        with open(out, errors="replace") as f:
+            return f.read()
+
+    # ---- bookkeeping
+
+    def new_sku(self, name):
+        self.index += 1
+        return f"{self.nonce}-{self.index}-{name}"
+
+    def tmp_path(self, kind, name):
+        return os.path.join(self.tmp, f"{kind}-{self.index}-{name}.txt")
+
+    def markers(self):
+        d = os.path.join(self.tmp, f"markers-{self.index}")
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def header(self, name, text):
+        say(f"{paint('[' + name + ']', 'bold')} {text}")
+
+    def finish(self, row, extra=""):
+        """Records a row and prints ok (with `extra`) or FAILED with its reasons."""
+        if self.service_died():
+            row["failures"].append("the service process died")
+            row["audit"] = "FAILED"
+        self.rows.append(row)
+        if row["failures"]:
+            self.failed += 1
+            say(f"  {paint('FAILED', 'red', 'bold')} {row['name']}")
+            for msg in row["failures"]:
+                say(f"    - {msg}")
+        else:
+            say(f"  {paint('ok', 'green')} {row['name']} {extra}")
+
+    def wrk_result(self, text, out, fails):
+        """wrk's LOADTEST_RESULT, or None (with a failure added and wrk's last lines)."""
+        r = an.parse_marker(text, "LOADTEST_RESULT")
+        if r is None:
+            sys.stderr.write(an.tail(out, 20))
+            fails.append("wrk printed no LOADTEST_RESULT line")
+            return None
+        return {**an.EMPTY_RESULT, **r}
+
+    def put_sku(self, sku, settings, fails):
+        code, text = self.api.call("PUT", f"/admin/skus/{sku}", settings)
+        if code not in (200, 201, 204):
+            fails.append(f"PUT /admin/skus/{sku} answered {code}: {text[:200]}")
+            return False
+        return True
+
+    # ---- scenarios
+
+    def run_orders(self, name, strategy, mode, segs, hold, stock, how, amount,
+                   expect_sold=None):
+        """Orders of 1 on a fresh SKU, for `amount` s (how="active") or `amount` orders
+        (how="requests"), then the audit; `expect_sold`: exactly that many 201s."""
+        sku = self.new_sku(name)
+        self.header(name, f"{strategy}: mode {mode}, {segs} segments, hold {hold} ms, "
+                          f"stock {stock}, {how} {amount}")
+        base = {"name": name, "strategy": strategy, "mode": mode, "sku": sku,
+                "segments": segs, "hold_ms": hold, "stock": stock}
+        fails = []
+        if not self.put_sku(sku, {"stock": stock, "segments": segs, "mode": mode,
+                                  "hold_ms": hold}, fails):
+            return self.finish({**base, "audit": "FAILED", "failures": fails})
+        donedir, out = self.markers(), self.tmp_path("wrk", name)
+        # The -d cap: the window plus room for the slowest order (lock wait + hold) to
+        # be answered; wrk is normally ended much earlier, when its threads are done.
+        cap = amount + 10 + hold // 100 if how == "active" else 60 + amount // 1000
+        text = self.run_wrk("orders.lua", out, cap, [
+            f"sku={sku}", "qty=1", f"nonce={self.nonce}-{self.index}",
+            f"threads={self.o.wrk_threads}", f"{how}={amount}", f"donedir={donedir}"], donedir)
+        r = self.wrk_result(text, out, fails)
+        if r is not None:
+            fails += an.audit_orders(self.api, sku, r, {
+                "mode": mode, "segments": segs, "stock": stock, "qty": 1,
+                "requests": amount if how == "requests" else None,
+                "sold": expect_sold, "all_409": expect_sold is not None}, self.tmp)
+        r = r or an.EMPTY_RESULT
+        w = r["window_s"]
+        row = an.wrk_row(base, r, fails, an.rate(r["c201"], w), an.rate(r["answered"], w))
+        self.finish(row, f"{math.floor(row['orders_s'])} orders/s, "
+                         f"{math.floor(row['req_s'])} req/s, p50 {num(row['p50_ms'])} ms, "
+                         f"p99 {num(row['p99_ms'])} ms, 201 {r['c201']}, 409 {r['c409']}, "
+                         f"503 {r['c503']}")
+
+    def run_soldout(self):
+        """The sold-out storm: orders against 0 stock for the livez run's time."""
+        sku = self.new_sku("soldout")
+        self.header("soldout", f"sold-out storm: 0 stock, 20 segments, lock, "
+                               f"{self.o.livez_secs}s")
+        fails, fast, r = [], None, None
+        if self.put_sku(sku, {"stock": 0, "segments": 20, "mode": "lock", "hold_ms": 0},
+                        fails):
+            out = self.tmp_path("wrk", "soldout")
+            fast0 = self.api.stat_counter("sold_out_fast")
+            text = self.run_wrk("soldout.lua", out, self.o.livez_secs,
+                                [f"sku={sku}", "qty=1"])
+            fast1 = self.api.stat_counter("sold_out_fast")
+            # sold_out_fast counts the orders answered from the in-process flag (no
+            # Redis); over the storm it should be nearly all of them.
+            if fast0 is not None and fast1 is not None:
+                fast = fast1 - fast0
+            r = self.wrk_result(text, out, fails)
+        if r is not None:
+            fails += an.audit_soldout(self.api, sku, r)
+        r = r or an.EMPTY_RESULT
+        # req/s counts the 409s, as the livez row counts its 200s: the same measure.
+        row = an.wrk_row({"name": "soldout", "strategy": "sold-out storm", "mode": "lock",
+                          "sku": sku, "segments": 20, "hold_ms": 0, "stock": 0,
+                          "sold_out_fast": fast}, r, fails, 0,
+                         an.rate(r["c409"], r["window_s"]))
+        self.finish(row, f"{math.floor(row['req_s'])} req/s (all 409), "
+                         f"p50 {num(row['p50_ms'])} ms, p99 {num(row['p99_ms'])} ms, "
+                         f"fast path {an.dash(fast, '?')} of {r['c409']}")
+
+    def run_livez(self):
+        """GET /livez: the HTTP ceiling."""
+        self.index += 1
+        self.header("livez", f"GET /livez, {self.o.livez_secs}s: the HTTP ceiling")
+        out, fails = self.tmp_path("wrk", "livez"), []
+        r = self.wrk_result(self.run_wrk("livez.lua", out, self.o.livez_secs, []), out,
+                            fails)
+        if r is not None:
+            fails += an.audit_livez(r)
+        r = r or an.EMPTY_RESULT
+        row = an.wrk_row({"name": "livez", "strategy": "GET /livez (HTTP ceiling)",
+                          "mode": "-", "segments": None, "hold_ms": None}, r, fails,
+                         None, an.rate(r["c200"], r["window_s"]), counts=())
+        self.finish(row, f"{math.floor(row['req_s'])} req/s, p50 {num(row['p50_ms'])} ms, "
+                         f"p99 {num(row['p99_ms'])} ms")
+
+    def run_redis_bench(self):
+        """The Redis ceiling: redis-benchmark running the deduction Lua on two keys."""
+        n = self.o.redis_bench_n
+        k_stock, k_sold = f"loadtest:{self.nonce}:stock", f"loadtest:{self.nonce}:sold"
+        self.header("redis", f"redis-benchmark -c {self.o.connections} -n {n} "
+                             f"EVAL <deduct> on {self.redis}")
+        fails = []
+        try:
+            redis_command(self.redis, "SET", k_stock, REDIS_BENCH_STOCK)
+            redis_command(self.redis, "SET", k_sold, 0)
+        except (OSError, RedisError):
+            fails.append("cannot SET the benchmark keys")
+        host, port = self.redis.rsplit(":", 1)
+        out = os.path.join(self.tmp, "redis-benchmark.csv")
+        p = self.children.start(["redis-benchmark", "-h", host, "-p", port, "-c",
+                                 str(self.o.connections), "-n", str(n), "--csv", "EVAL",
+                                 DEDUCT_LUA, "2", k_stock, k_sold], out, grace=2)
+        self.children.wait(p, 300)
+        with open(out, errors="replace") as f:
+            bench = an.parse_redis_benchmark(f.read())
+        stock = sold = None
+        try:
+            stock = redis_command(self.redis, "GET", k_stock)
+            sold = redis_command(self.redis, "GET", k_sold)
+            redis_command(self.redis, "DEL", k_stock, k_sold)
+        except (OSError, RedisError) as e:
+            fails.append(f"cannot read the benchmark keys: {e}")
+        fails = an.audit_redis_bench(bench, stock, sold, n, REDIS_BENCH_STOCK) + fails
+        row = an.redis_row(bench, fails)
+        self.finish(row, f"{num(row['orders_s'])} EVAL/s, p50 {num(row['p50_ms'])} ms, "
+                         f"p99 {num(row['p99_ms'])} ms")
+
+    def uneven_start(self, sku, fails):
+        """The orders before the sale, each filled from one segment (checked in its
+        answer). Returns (orders placed, units sold before the sale, sorted stock)."""
+        placed = 0
+        for count, qty in an.REB_PRE:
+            for _ in range(count):
+                placed += 1
+                code, text = self.api.call("POST", "/orders", {
+                    "sku": sku, "qty": qty,
+                    "order_id": f"{self.nonce}-{self.index}-pre-{placed}"})
+                body = an.parse_json(text)
+                parts = body.get("segments") if isinstance(body, dict) else None
+                if code != 201 or not (isinstance(parts, list) and len(parts) == 1
+                                       and isinstance(parts[0], dict)
+                                       and parts[0].get("qty") == qty):
+                    fails.append(f"order {placed} (qty {qty}) before the sale: "
+                                 f"{code} {text[:200]}")
+        code, s, _ = self.api.settled_status(sku)
+        if code != 200 or not isinstance(s, dict) or not isinstance(s.get("remaining"), int):
+            fails.append(f"GET /admin/skus/{sku} before the sale answered {code}")
+            return placed, an.REB_STOCK, []
+        return placed, an.REB_STOCK - s["remaining"], sorted(s.get("segment_stock") or [])
+
+    def run_rebalance_variant(self, name, flag):
+        """One end of a sale: the uneven start, then 2 x the rest in orders of 1 from wrk
+        while poll.lua samples GET /admin/skus; audited, timed and plotted."""
+        sku = self.new_sku(name)
+        strategy = f"end of sale, rebalance {num(flag)}"
+        self.header(name, f"end of a sale, rebalance {num(flag)}: mode lock, "
+                          f"{an.REB_SEGS} segments, hold {an.REB_HOLD} ms, stock "
+                          f"{an.REB_STOCK}; before the sale: {an.REB_PRE_SPEC} (count x qty)")
+        fails = []
+        reb0 = self.api.stat_counter("rebalances")
+        if not self.put_sku(sku, {"stock": an.REB_STOCK, "segments": an.REB_SEGS,
+                                  "mode": "lock", "hold_ms": an.REB_HOLD,
+                                  "rebalance": flag}, fails):
+            return self.finish({"name": name, "strategy": strategy, "mode": "lock",
+                                "audit": "FAILED", "failures": fails})
+        pre_orders, pre_units, dist = self.uneven_start(sku, fails)
+        if self.reb_pre_dist is None:
+            self.reb_pre_dist = dist
+        elif dist != self.reb_pre_dist:
+            fails.append(f"stock before the sale {num(dist)} differs from the first "
+                         f"variant's {num(self.reb_pre_dist)}")
+        left = an.REB_STOCK - pre_units
+        r, times, polled = self.sell_out(sku, name, 2 * left, fails)
+        reb1 = self.api.stat_counter("rebalances")
+        reb = reb1 - reb0 if reb0 is not None and reb1 is not None else None
+        if r is not None:
+            fails += an.audit_orders(self.api, sku, r, {
+                "mode": "lock", "segments": an.REB_SEGS, "stock": an.REB_STOCK, "qty": 1,
+                "requests": 2 * left, "sold": left, "all_409": True,
+                "pre_units": pre_units, "pre_orders": pre_orders}, self.tmp)
+        if not flag and reb:
+            fails.append(f'{reb} rebalance(s) counted for a SKU created with '
+                         f'"rebalance": false')
+        r = r or an.EMPTY_RESULT
+        w = r["window_s"]
+        row = an.wrk_row({"name": name, "strategy": strategy, "mode": "lock", "sku": sku,
+                          "segments": an.REB_SEGS, "hold_ms": an.REB_HOLD,
+                          "stock": an.REB_STOCK}, r, fails,
+                         an.rate(r["c201"], w), an.rate(r["answered"], w))
+        e = row["end_of_sale"] = {
+            "rebalance": flag, "sold_before_sale": pre_units,
+            "stock_before_sale_sorted": dist,
+            **an.end_of_sale_figures(r, times, polled, pre_units),
+            "rebalances": reb, "poll_ms": an.REB_POLL_MS}
+        self.finish(row, f"sale {an.fixed(e['sale_orders_s'], 1, 'n/a')} orders/s in "
+                         f"{an.fixed(e['sale_s'], 1, 'n/a')} s; last 10%: "
+                         f"{an.fixed(e['last10_orders_s'], 1, 'n/a')} orders/s in "
+                         f"{an.fixed(e['last10_s'], 1, 'n/a')} s (polled "
+                         f"{an.fixed(e['polled_last10_orders_s'], 1, 'n/a')}); rebalances "
+                         f"+{num(reb)}; segments with stock at 90%: "
+                         f"{num(e['segments_with_stock_at_90pct'])}")
+
+    def sell_out(self, sku, name, requests, fails):
+        """wrk sends `requests` orders of 1 (times=1) while poll.lua samples the SKU;
+        returns wrk's result (or None), its 201 arrival times and the poll samples."""
+        pout = self.tmp_path("poll", name)
+        poller = self.children.start(
+            ["wrk", "-t", "1", "-c", "1", "-d", "600s", "--timeout", "10s", "-s",
+             os.path.join(an.HERE, "poll.lua"), self.url, "--", f"sku={sku}",
+             f"interval={an.REB_POLL_MS}", f"token={self.o.admin_token or ''}"], pout,
+            grace=2)
+        time.sleep(0.2)
+        donedir, out = self.markers(), self.tmp_path("wrk", name)
+        text = self.run_wrk("orders.lua", out, 60 + requests // 1000, [
+            f"sku={sku}", "qty=1", f"nonce={self.nonce}-{self.index}",
+            f"threads={self.o.wrk_threads}", f"requests={requests}", f"donedir={donedir}",
+            "times=1"], donedir)
+        time.sleep(0.3)  # let the poller see the final state; its done() prints on SIGINT
+        if poller.poll() is None:
+            poller.send_signal(signal.SIGINT)
+        self.children.wait(poller, 5)
+        with open(pout, errors="replace") as f:
+            polled = an.parse_marker(f.read(), "LOADTEST_SAMPLES")
+        times = an.parse_marker(text, "LOADTEST_TIMES")
+        if times is None:
+            fails.append("wrk printed no LOADTEST_TIMES line")
+            times = {"t_first": -1, "t201": []}
+        if polled is None:
+            fails.append("the poller printed no LOADTEST_SAMPLES line")
+            polled = {"samples": [], "bad": 0, "first_bad": ""}
+        return self.wrk_result(text, out, fails), times, polled
+
+    def run_scenarios(self):
+        o, wants = self.o, self.o.only.__contains__
+        # The hold-0 strategies run back to back with the two ceilings right after them,
+        # so the ratios between them come from minutes-apart measurements.
+        if wants("hold0"):
+            for name, strategy, mode, segs in (("global-h0", "global lock", "lock", 1),
+                                               ("lock20-h0", "segment locks", "lock", 20),
+                                               ("atomic-h0", "atomic", "atomic", 20)):
+                self.run_orders(name, strategy, mode, segs, 0, BIG_STOCK, "active",
+                                o.duration)
+        if wants("redis"):
+            if self.redis and shutil.which("redis-benchmark"):
+                self.run_redis_bench()
+            else:
+                say("[redis] skipped: no --redis address (or no redis-benchmark)")
+        # The storm right after its reference, with the same wrk settings and duration.
+        if wants("livez"):
+            self.run_livez()
+        if wants("soldout"):
+            self.run_soldout()
+        if wants("curve"):
+            for segs in o.curve_segments:
+                self.run_orders(f"curve-{segs}", "lock", "lock", segs, 20, BIG_STOCK,
+                                "active", o.duration)
+        if wants("flash"):
+            self.run_orders("flash", "flash sale", "lock", 20, 0, FLASH_STOCK, "requests",
+                            o.flash_requests, expect_sold=FLASH_STOCK)
+        if wants("rebalance"):
+            self.reb_pre_dist = None
+            self.run_rebalance_variant("rebalance-off", False)
+            self.run_rebalance_variant("rebalance-on", True)
+
+    def execute(self):
+        """Starts what is needed and runs the scenarios; returns the results record
+        (analyze.py's input) and its timestamp."""
+        started = time.gmtime()
+        load_start = an.loadavg()
+        if self.url is None:
+            self.start_redis()
+            self.start_service()
+        elif an.Api(self.url, self.o.admin_token, timeout=5).call("GET", "/livez")[0] != 200:
+            raise SetupError(f"no answer from {self.url}/livez")
+        else:
+            say(f"service: {self.url} (already running)")
+        self.api = an.Api(self.url, self.o.admin_token)
+        say(f"wrk: {self.o.wrk_threads} threads, {self.o.connections} connections, "
+            f"{self.o.duration}s per timed scenario, run nonce {self.nonce}")
+        self.run_scenarios()
+        res = {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
+            "command": self.o.command, "commit": an.git_commit(), "quick": self.o.quick,
+            "url": self.url, "machine": an.machine(),
+            "versions": an.versions(self.o.bin if self.svc else None),
+            "loadavg": {"start": load_start, "end": an.loadavg()},
+            "wrk": {"threads": self.o.wrk_threads, "connections": self.o.connections,
+                    "duration_s": self.o.duration},
+            "service": {"threads": self.o.service_threads if self.svc else None},
+            "scenarios": self.rows, "ratios": an.targets(self.rows),
+            "end_of_sale": an.end_of_sale_summary(self.rows), "audits_failed": self.failed,
+        }
+        return res, time.strftime("%Y%m%d-%H%M%S", started)
+
+
+# ------------------------------------------------------------------------ command line
+
+class Options(argparse.ArgumentParser):
+    """argparse with one-line errors ("run.sh: ... (see --help)"), exit status 2."""
+
+    def error(self, message):
+        raise SetupError(f"{message} (see --help)")
+
+
+def positive_int(text):
+    if not re.fullmatch(r"[0-9]+", text) or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"bad value '{text}'")
+    return int(text)
+
+
+def run_options(argv):
+    """The options (RUN_USAGE), checked, with the --quick defaults filled in."""
+    p = Options(prog="run.sh", add_help=False, allow_abbrev=False)
+    p.add_argument("--bin", default="build/inventoryd")
+    p.add_argument("--url", type=lambda u: u.rstrip("/"))
+    p.add_argument("--redis")
+    p.add_argument("--admin-token")
+    p.add_argument("--connections", type=positive_int, default=100)
+    p.add_argument("--wrk-threads", type=positive_int, default=2)
+    p.add_argument("--service-threads", type=positive_int, default=64)
+    p.add_argument("--duration", type=positive_int)
+    p.add_argument("--flash-requests", type=positive_int)
+    p.add_argument("--only", default=",".join(GROUPS))
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=an.DEFAULT_OUT)
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--update-docs", action="store_true")
+    p.add_argument("-h", "--help", action="store_true")
+    o = p.parse_args(argv)
+    if o.help:
+        return o
+    o.command = " ".join(["loadtest/run.sh"] + argv)
+    q = o.quick
+    o.duration = o.duration or (3 if q else 10)
+    o.flash_requests = o.flash_requests or (20000 if q else 100000)
+    o.curve_segments = (1, 4, 20, 64) if q else (1, 2, 4, 8, 16, 20, 32, 64)
+    o.livez_secs = 2 if q else 10  # the storm runs as long as its reference
+    o.redis_bench_n = 60000 if q else 500000
+    o.only = [g for g in o.only.split(",") if g]
+    for g in o.only:
+        if g not in GROUPS:
+            raise SetupError(f"unknown scenario '{g}'")
+    if o.connections < o.wrk_threads:
+        raise SetupError("--connections must be >= --wrk-threads")
+    if o.flash_requests < FLASH_STOCK:
+        raise SetupError(f"--flash-requests must be >= {FLASH_STOCK} (the stock)")
+    for tool in ["wrk", "gnuplot"] + ([] if o.url else ["redis-server"]):
+        if not shutil.which(tool):
+            raise SetupError(f"{tool} not found (make deps installs it)")
+    if not o.url and not os.access(o.bin, os.X_OK):
+        raise SetupError(f"service binary '{o.bin}' not found or not executable (run make)")
+    return o
+
+
+def on_sigterm(signum, frame):
+    raise Interrupted()
+
+
+def drive(argv):
+    """The load test; returns the exit status."""
+    opts = run_options(argv)
+    if opts.help:
+        sys.stdout.write(RUN_USAGE)
+        return 0
+    try:
+        os.makedirs(opts.out, exist_ok=True)
+    except OSError as e:
+        raise SetupError(f"cannot create {opts.out}: {e}")
+    signal.signal(signal.SIGTERM, on_sigterm)
+    tmp = tempfile.mkdtemp(prefix="loadtest.", dir="/tmp")
+    children = Children()
+    try:
+        res, stamp = Run(opts, children, tmp).execute()
+        children.stop_all()  # the service and Redis are not needed for what follows
+        return an.write_results(res, os.path.join(opts.out, stamp + ".json"), tmp,
+                                an.DEFAULT_DOCS if opts.update_docs else None)
+    finally:
+        children.stop_all()
+        if opts.keep:
+            say(f"run.sh: kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv):
+    try:
+        return drive(argv)
+    except SetupError as e:
+        an.warn("run.sh", str(e))
+        return 2
+    except (KeyboardInterrupt, Interrupted):
+        an.warn("run.sh", "interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
