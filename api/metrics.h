@@ -1,17 +1,76 @@
-/* metrics.h -- GET /metrics: the counters and histograms in Prometheus text format.
+/* metrics.h -- GET /metrics: this process's counters in Prometheus text format, and
+ * the per-route HTTP counters the server feeds.
  *
- *   inventory_orders_total{outcome="confirmed"|...}    orders by outcome
- *   inventory_<counter>_total                          every other stats.h counter
- *   inventory_order_seconds, inventory_lock_wait_seconds   histograms
- *   inventory_sku_orders_total{sku="...",outcome="..."}    per SKU served here
- * Runs inline (no Redis): the numbers are this process's, as Prometheus expects
- * of each instance. Not behind the admin token, as scrapers usually are not.
+ * Families (`promtool check metrics` passes on all of them; tests/it_metrics.c):
+ *   inventory_build_info{version,revision}          1; revision from -DINVENTORYD_COMMIT
+ *   inventory_orders_total{outcome}                 orders by outcome (stats.h)
+ *   inventory_<counter>_total                       every other stats.h counter
+ *   inventory_order_seconds, inventory_lock_wait_seconds      histograms (stats.h)
+ *   inventory_sku_orders_total{sku,outcome}         per SKU this process served
+ *   inventory_redis_up                              see below
+ *   inventory_http_requests_total{method,route,code}    code is the class: "2xx".."5xx"
+ *   inventory_http_request_duration_seconds{method,route}   histogram, headers in to
+ *                                                   reply queued
+ *   process_cpu_seconds_total, process_start_time_seconds, process_resident_memory_bytes,
+ *   process_virtual_memory_bytes, process_open_fds, process_max_fds   (/proc/self)
+ * `route` is the route's pattern ("/orders/{}"), never the raw path, so the number of
+ * series is bounded; requests refused before a route was chosen (404, 405, 401, 400,
+ * 413) are counted under method="", route="unmatched". A series appears once it has
+ * counted something.
+ *
+ * inventory_redis_up: 1 when the most recent request that called Redis (one whose
+ * handler ran on a pool worker: orders, the admin SKU calls, GET /healthz, which sends
+ * a PING) ended within the last API_REDIS_UP_WINDOW_S seconds and Redis answered it;
+ * 0 when it failed as backend_unavailable, or when no such request ended within the
+ * window (the last known state is too old to vouch for), as at start. A 503 busy or
+ * shutting_down says nothing either way. /metrics never calls Redis itself, so a
+ * scrape costs no round trip and cannot hang with Redis; a readiness probe on
+ * /healthz keeps the value fresh on an idle instance.
+ *
+ * Stock gauges (remaining, sold, locks held per SKU) need Redis and are not here:
+ * GET /admin/skus/{sku} has them. The per-SKU counters live as long as the process
+ * (a deleted SKU keeps its series until a restart: the in-process table does not
+ * record deletions).
+ *
+ * The route runs inline (no Redis) and, when an admin token is configured, needs it
+ * (Authorization: Bearer), as the /admin/ routes do. Counters are this process's, as
+ * Prometheus expects of each instance; all of them are lock-free atomics.
  */
 #ifndef API_METRICS_H
 #define API_METRICS_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "api/reply.h"
 #include "api/routes.h"
 
+#define API_REDIS_UP_WINDOW_S 60
+#define API_HTTP_BUCKETS 16 /* latency buckets, 100 us .. 10 s, plus +Inf */
+#define API_HTTP_CLASSES 4  /* 2xx, 3xx, 4xx, 5xx (anything else counts as 5xx) */
+
+/* Per-route request counters; row API_ROUTES_MAX is "unmatched". Zeroed memory is
+ * the initial state (the server embeds one in its calloc'd struct). */
+struct api_http_stats {
+    _Atomic long long requests[API_ROUTES_MAX + 1][API_HTTP_CLASSES];
+    _Atomic long long bucket[API_ROUTES_MAX + 1][API_HTTP_BUCKETS + 1];
+    _Atomic long long sum_us[API_ROUTES_MAX + 1];
+    _Atomic long long redis_ok_us;   /* CLOCK_MONOTONIC of the last request Redis
+                                        answered; 0: none yet */
+    _Atomic long long redis_fail_us; /* ... of the last backend_unavailable */
+};
+
+/* Count one reply about to be sent: `route` (NULL when the request was refused
+ * before one was chosen), its status and the time since `started` (CLOCK_MONOTONIC,
+ * when the request's headers were in). `on_worker`: the handler ran on a pool worker,
+ * so it called Redis, and the reply says whether Redis answered (inventory_redis_up).
+ * Lock-free; any thread. */
+void api_http_observe(struct api_http_stats *h, const struct api_route *route,
+                      const struct api_reply *rep, const struct timespec *started,
+                      bool on_worker);
+
+/* The handler of GET /metrics. */
 void api_metrics(const struct api_ctx *ctx, struct api_request *req,
                  struct api_reply *rep);
 

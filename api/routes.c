@@ -28,10 +28,17 @@ static const struct api_route routes[] = {
      NULL},
     {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats, NULL},
     {"GET", "/livez", NULL, 0, NULL, api_livez, NULL},
-    {"GET", "/metrics", NULL, 0, NULL, api_metrics, NULL},
+    {"GET", "/metrics", NULL, A, NULL, api_metrics, NULL},
     {"GET", "/healthz", NULL, B, NULL, api_healthz, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
+_Static_assert(NROUTES <= API_ROUTES_MAX, "raise API_ROUTES_MAX");
+
+const struct api_route *api_routes(size_t *n)
+{
+    *n = NROUTES;
+    return routes;
+}
 
 /* Match `path` against `pattern`; on a match copy the "{}" segment (at most
  * `cap` - 1 bytes; a longer one is cut, which makes it an invalid name). */

@@ -22,11 +22,14 @@
 #include "segments/inventory.h"
 #include "segments/sku.h"
 
+struct api_http_stats; /* api/metrics.h */
+
 /* What a handler may use. */
 struct api_ctx {
-    inv *inv;                /* process-wide domain handle (stats) */
-    inv_conn *conn;          /* the worker's connection; NULL for inline routes */
-    struct timespec started; /* CLOCK_MONOTONIC at server start (uptime) */
+    inv *inv;                    /* process-wide domain handle (stats) */
+    inv_conn *conn;              /* the worker's connection; NULL for inline routes */
+    struct timespec started;     /* CLOCK_MONOTONIC at server start (uptime) */
+    struct api_http_stats *http; /* the server's request counters (GET /metrics) */
 };
 
 /* One request as the handlers see it. The server fills the first group (all
@@ -76,6 +79,12 @@ struct api_route {
     api_handler_fn handle;
     api_fast_fn fast; /* NULL, or tried inline before a BACKEND route is queued */
 };
+
+/* The most routes the table may hold: api/metrics.c keeps counters per route. */
+#define API_ROUTES_MAX 16
+
+/* The route table, *n entries; a route's index is its offset in it (static). */
+const struct api_route *api_routes(size_t *n);
 
 /* Run the inline checks above on `req`. Returns the route to run, or NULL with the
  * error reply in `rep`. `admin_token` "" (or NULL) means the admin API is open. */

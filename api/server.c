@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/metrics.h"
 #include "api/routes.h"
 #include "service/log.h"
 #include "service/pool.h"
@@ -36,13 +37,15 @@ struct api_server {
     struct pool *control; /* every other Redis-backed route */
     struct MHD_Daemon *daemon;
     struct timespec started;
+    struct api_http_stats http; /* per-route counters for GET /metrics */
 };
 
 /* One request's state, in *con_cls from the first call to the completed callback. */
 struct request {
     struct api_server *srv;
     struct MHD_Connection *conn;
-    char *body; /* accumulated upload; NULL when none */
+    struct timespec started; /* CLOCK_MONOTONIC when the headers were in */
+    char *body;              /* accumulated upload; NULL when none */
     size_t len, cap;
     bool too_large;
     bool replied;     /* a response was queued already */
@@ -63,6 +66,8 @@ static enum MHD_Result send_reply(struct request *r)
     struct api_reply *rep = &r->rep;
     if (rep->body == NULL)
         api_reply_error(rep, 500, "internal", "no reply was produced");
+    api_http_observe(&r->srv->http, r->route, rep, &r->started,
+                     atomic_load_explicit(&r->done, memory_order_acquire));
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(rep->body_len, rep->body, MHD_RESPMEM_MUST_COPY);
     if (resp == NULL)
@@ -81,7 +86,7 @@ static enum MHD_Result send_reply(struct request *r)
 static void run_job(void *state, void *arg)
 {
     struct request *r = arg;
-    struct api_ctx ctx = {r->srv->inv, state, r->srv->started};
+    struct api_ctx ctx = {r->srv->inv, state, r->srv->started, &r->srv->http};
     r->route->handle(&ctx, &r->req, &r->rep);
     atomic_store_explicit(&r->done, true, memory_order_release);
     MHD_resume_connection(r->conn);
@@ -175,6 +180,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             oom();
         r->srv = s;
         r->conn = conn;
+        clock_gettime(CLOCK_MONOTONIC, &r->started);
         api_reply_init(&r->rep);
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -215,7 +221,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     r->route = api_route_prepare(req, s->cfg->admin_token, &r->rep);
     if (r->route == NULL)
         return send_reply(r);
-    struct api_ctx inline_ctx = {s->inv, NULL, s->started};
+    struct api_ctx inline_ctx = {s->inv, NULL, s->started, &s->http};
     if (!(r->route->flags & API_ROUTE_BACKEND)) {
         r->route->handle(&inline_ctx, req, &r->rep);
         return send_reply(r);

@@ -83,3 +83,43 @@ void stat_foreach_sku(inv *v,
 {
     skutab_foreach(v->tab, fn, arg);
 }
+
+static const char *const helps[STAT__COUNT] = {
+    [STAT_ORDERS_CONFIRMED] = "Orders placed (201).",
+    [STAT_ORDERS_REPLAYED] = "Orders answered with the record of an earlier order of "
+                             "the same order_id (200).",
+    [STAT_ORDERS_SOLD_OUT] = "Orders refused because every segment was empty.",
+    [STAT_ORDERS_INSUFFICIENT] = "Orders refused because stock remained but not qty.",
+    [STAT_ORDERS_UNKNOWN_SKU] = "Orders for a SKU that does not exist.",
+    [STAT_ORDERS_CONFLICT] = "Orders whose order_id was used for another sku or qty.",
+    [STAT_ORDERS_BUSY] = "Orders that found no free segment lock within lock_wait_ms.",
+    [STAT_ORDERS_UNAVAILABLE] = "Orders that failed because Redis did not answer.",
+    [STAT_ORDERS_CANCELLED] = "Orders cancelled (their stock given back).",
+    [STAT_LOCK_ATTEMPTS] = "Segment lock acquire scripts sent to Redis.",
+    [STAT_LOCK_ACQUIRED] = "Segment locks acquired.",
+    [STAT_BUSY_SKIPS] = "Segments skipped because their lock was held.",
+    [STAT_FALL_THROUGHS] = "Segments skipped because they held too little stock.",
+    [STAT_LOCK_WAITS] = "Full passes over the segments that found every candidate busy.",
+    [STAT_LEASE_RENEWALS] = "Lease renewals of held segment locks.",
+    [STAT_LEASE_LOST] = "Lease renewals that found the lock no longer held by us.",
+    [STAT_FENCED_REJECTIONS] =
+        "Deductions refused because their token had lost the lock.",
+    [STAT_REDIS_ERRORS] = "Redis calls that failed: I/O errors, timeouts, error replies.",
+    [STAT_SOLD_OUT_FAST] = "Sold-out answers given from the in-process flag, with no "
+                           "script run.",
+    [STAT_MULTI_SEGMENT] = "Orders filled from several segments.",
+    [STAT_REBALANCES] = "Rebalances done, by hand or automatically.",
+    [STAT_RESTOCKS] = "Restocks applied.",
+};
+
+const char *stat_help(enum stat_id id)
+{
+    return id < STAT__COUNT && helps[id] != NULL ? helps[id] : "Undocumented counter.";
+}
+
+const char *hist_help(enum hist_id h)
+{
+    return h == HIST_ORDER
+               ? "Time to place an order, whatever the outcome."
+               : "Time from an order's start to its segment lock being taken.";
+}

@@ -73,4 +73,11 @@ void stat_foreach_sku(inv *v,
                       void (*fn)(const char *sku, const long long *outcomes, void *arg),
                       void *arg);
 
+/* One sentence saying what counter `id` counts, for the HELP line of GET /metrics
+ * (static string; never NULL). */
+const char *stat_help(enum stat_id id);
+
+/* The same for histogram `h`. */
+const char *hist_help(enum hist_id h);
+
 #endif

@@ -1,0 +1,374 @@
+/* it_metrics.c -- GET /metrics as the ecosystem sees it: behind the admin token,
+ * accepted by `promtool check metrics` without a warning, holding the families
+ * operators expect (build info, process, Redis up, HTTP by route), inventory_redis_up
+ * following Redis, and the Grafana dashboard's queries naming only exposed metrics
+ * and parsing (tests/grafana_check.py, which runs `promtool check rules`). The
+ * promtool steps are skipped, saying so, when promtool is not on PATH. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define TOKEN "metrics-secret"
+#define DASHBOARD "docs/grafana/inventoryd.json"
+#define CHECKER "tests/grafana_check.py"
+
+static int group_setup(void **state)
+{
+    const char *args[] = {"--admin-token", TOKEN, NULL};
+    *state = h_env_start(args);
+    return *state != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    return h_env_stop(*state);
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+/* GET /metrics with the token; asserts 200 and returns the body (caller frees). */
+static char *scrape(int port)
+{
+    struct h_resp r;
+    int st = h_req(port, "GET", "/metrics", TOKEN, NULL, &r);
+    if (st != 200)
+        fail_msg("GET /metrics -> %d %.300s", st, r.body);
+    assert_true(strncmp(r.content_type, "text/plain", 10) == 0);
+    char *body = r.body;
+    r.body = NULL;
+    h_resp_free(&r);
+    return body;
+}
+
+/* The value of the sample line that starts with `series` followed by a space
+ * (-1 when absent or unparsable). */
+static double metric(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ') {
+            char *end;
+            double v = strtod(p + n + 1, &end);
+            return end != p + n + 1 ? v : -1;
+        }
+        p = strchr(p, '\n');
+        if (p != NULL)
+            p++;
+    }
+    return -1;
+}
+
+/* Assert that family `name` has its HELP line and TYPE `type`. */
+static void assert_family(const char *text, const char *name, const char *type)
+{
+    char help[160], tline[160];
+    snprintf(help, sizeof help, "# HELP %s ", name);
+    snprintf(tline, sizeof tline, "# TYPE %s %s\n", name, type);
+    if (strstr(text, help) == NULL || strstr(text, tline) == NULL)
+        fail_msg("family %s (%s) is missing or has no HELP", name, type);
+}
+
+/* Write `text` to a new file in a fresh temp dir; returns the dir (caller
+ * h_rmtree()s and frees it) and the file's path in `path`. */
+static char *write_temp(const char *text, char *path, size_t len)
+{
+    char *dir = h_tempdir("metrics");
+    assert_non_null(dir);
+    snprintf(path, len, "%s/metrics.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    return dir;
+}
+
+/* True when `prog` is an executable file in a directory of $PATH. */
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    char dir[1024];
+    for (const char *p = path; *p != '\0';) {
+        size_t n = strcspn(p, ":");
+        snprintf(dir, sizeof dir, "%.*s/%s", (int)n, p, prog);
+        if (n > 0 && access(dir, X_OK) == 0)
+            return true;
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
+
+static void status_of(int port, const char *path, int want)
+{
+    struct h_resp r;
+    int st = h_req(port, "GET", path, TOKEN, NULL, &r);
+    if (st != want)
+        fail_msg("GET %s -> %d, expected %d: %.300s", path, st, want, r.body);
+    h_resp_free(&r);
+}
+
+/* ---- the admin token ----------------------------------------------------------------
+ */
+
+static void test_token_required(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(30);
+    struct h_resp r;
+    static const char *const wrong[] = {NULL, "wrong", TOKEN "x", ""};
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        h_req(e->port, "GET", "/metrics", wrong[i], NULL, &r);
+        if (h_expect_error(&r, 401, "unauthorized") != 0)
+            fail_msg("GET /metrics with token '%s' was not refused",
+                     wrong[i] ? wrong[i] : "(none)");
+        assert_non_null(strstr(r.headers, "WWW-Authenticate: Bearer"));
+        h_resp_free(&r);
+    }
+    h_http(e->port, "GET", "/metrics", "Authorization: Basic " TOKEN "\r\n", NULL, 0, &r);
+    assert_int_equal(h_expect_error(&r, 401, "unauthorized"), 0);
+    h_resp_free(&r);
+
+    char *t = scrape(e->port);
+    /* Nothing has called Redis yet: its state is unknown, which reads as down. */
+    assert_true(metric(t, "inventory_redis_up") == 0);
+    /* The refusals were counted, under no route. */
+    assert_true(metric(t, "inventory_http_requests_total{method=\"\",route=\"unmatched\","
+                          "code=\"4xx\"}") == 5);
+    free(t);
+}
+
+/* ---- what traffic leaves behind --------------------------------------------------- */
+
+static void test_families_after_traffic(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    int p = e->port;
+    const char *sku = "m-sku";
+    assert_int_equal(h_put_sku(p, TOKEN, sku, 6, 2, "lock", 0), 0);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(h_order(p, sku, 1, NULL, NULL), 201);
+    assert_int_equal(h_order(p, sku, 1, "m-1", NULL), 201);
+    assert_int_equal(h_order(p, sku, 1, "m-1", NULL), 200); /* replay */
+    assert_int_equal(h_order(p, sku, 1, NULL, NULL), 409);  /* sold out */
+    assert_int_equal(h_order(p, "m-none", 1, NULL, NULL), 404);
+    struct h_resp r;
+    assert_int_equal(h_req(p, "DELETE", "/orders/m-1", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    status_of(p, "/nowhere", 404);
+    status_of(p, "/healthz", 200);
+
+    char *t = scrape(p);
+    static const char *const families[][2] = {
+        {"inventory_build_info", "gauge"},
+        {"inventory_orders_total", "counter"},
+        {"inventory_busy_skips_total", "counter"},
+        {"inventory_fall_throughs_total", "counter"},
+        {"inventory_redis_errors_total", "counter"},
+        {"inventory_order_seconds", "histogram"},
+        {"inventory_lock_wait_seconds", "histogram"},
+        {"inventory_sku_orders_total", "counter"},
+        {"inventory_redis_up", "gauge"},
+        {"inventory_http_requests_total", "counter"},
+        {"inventory_http_request_duration_seconds", "histogram"},
+        {"process_cpu_seconds_total", "counter"},
+        {"process_start_time_seconds", "gauge"},
+        {"process_resident_memory_bytes", "gauge"},
+        {"process_virtual_memory_bytes", "gauge"},
+        {"process_open_fds", "gauge"},
+        {"process_max_fds", "gauge"},
+    };
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        assert_family(t, families[i][0], families[i][1]);
+
+    /* Domain counters. */
+    assert_true(metric(t, "inventory_orders_total{outcome=\"confirmed\"}") == 6);
+    assert_true(metric(t, "inventory_orders_total{outcome=\"replayed\"}") == 1);
+    assert_true(metric(t, "inventory_orders_total{outcome=\"sold_out\"}") == 1);
+    assert_true(metric(t, "inventory_orders_total{outcome=\"unknown_sku\"}") == 1);
+    assert_true(metric(t, "inventory_orders_total{outcome=\"cancelled\"}") == 1);
+    assert_true(
+        metric(t, "inventory_sku_orders_total{sku=\"m-sku\",outcome=\"confirmed\"}") ==
+        6);
+
+    /* HTTP by route and class: 6 x 201 and a 200 replay; 409 and 404. */
+    assert_true(metric(t,
+                       "inventory_http_requests_total{method=\"POST\",route=\"/orders\","
+                       "code=\"2xx\"}") == 7);
+    assert_true(metric(t,
+                       "inventory_http_requests_total{method=\"POST\",route=\"/orders\","
+                       "code=\"4xx\"}") == 2);
+    assert_true(metric(t, "inventory_http_requests_total{method=\"DELETE\",route="
+                          "\"/orders/{}\",code=\"2xx\"}") == 1);
+    assert_true(metric(t, "inventory_http_requests_total{method=\"PUT\",route="
+                          "\"/admin/skus/{}\",code=\"2xx\"}") == 1);
+    assert_true(metric(t, "inventory_http_requests_total{method=\"GET\",route="
+                          "\"/healthz\",code=\"2xx\"}") == 1);
+    assert_true(metric(t, "inventory_http_requests_total{method=\"\",route=\"unmatched\","
+                          "code=\"4xx\"}") == 6);
+    assert_true(metric(t, "inventory_http_request_duration_seconds_count{method=\"POST\","
+                          "route=\"/orders\"}") == 9);
+    assert_true(metric(t,
+                       "inventory_http_request_duration_seconds_bucket{method=\"POST\","
+                       "route=\"/orders\",le=\"+Inf\"}") == 9);
+    assert_true(metric(t, "inventory_http_request_duration_seconds_sum{method=\"POST\","
+                          "route=\"/orders\"}") > 0);
+    /* Earlier scrapes count too, under their own route. */
+    assert_true(metric(t, "inventory_http_requests_total{method=\"GET\",route="
+                          "\"/metrics\",code=\"2xx\"}") >= 1);
+
+    /* Redis answered the last request that called it, just now. */
+    assert_true(metric(t, "inventory_redis_up") == 1);
+
+    /* The process, as /proc tells it. */
+    double start = metric(t, "process_start_time_seconds");
+    double now = (double)time(NULL);
+    if (!(start > now - 600 && start <= now + 5))
+        fail_msg("process_start_time_seconds %.2f, now %.0f", start, now);
+    assert_true(metric(t, "process_resident_memory_bytes") > 1024 * 1024);
+    assert_true(metric(t, "process_virtual_memory_bytes") >=
+                metric(t, "process_resident_memory_bytes"));
+    double fds = metric(t, "process_open_fds");
+    assert_true(fds >= 4 && fds < metric(t, "process_max_fds"));
+    assert_true(metric(t, "process_cpu_seconds_total") >= 0);
+
+    /* build_info names the version the binary reports. */
+    const char *bin = getenv("INVENTORYD");
+    const char *argv[] = {bin != NULL && bin[0] != '\0' ? bin : "build/inventoryd",
+                          "--version", NULL};
+    char *out = NULL;
+    assert_int_equal(h_run_cmd(argv, NULL, 10000, &out, NULL), 0);
+    char version[64] = "";
+    assert_int_equal(sscanf(out, "inventoryd %63s", version), 1);
+    char series[160];
+    snprintf(series, sizeof series, "inventory_build_info{version=\"%s\",revision=\"",
+             version);
+    if (strstr(t, series) == NULL)
+        fail_msg("no %s...} 1 in GET /metrics", series);
+    free(out);
+    free(t);
+}
+
+/* ---- promtool ---------------------------------------------------------------------- */
+
+static void test_promtool_check_metrics(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    if (!on_path("promtool")) {
+        printf("it_metrics: promtool is not on PATH: skipped `promtool check metrics` "
+               "(Debian: apt-get install prometheus)\n");
+        return;
+    }
+    char *t = scrape(e->port);
+    char path[600];
+    char *dir = write_temp(t, path, sizeof path);
+    /* The body goes to promtool's stdin, as a scrape's would. */
+    const char *argv[] = {"/bin/sh", "-c", "exec promtool check metrics < \"$1\"",
+                          "sh",      path, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = h_run_cmd(argv, NULL, 30000, &out, &err);
+    printf("it_metrics: promtool check metrics: exit %d%s%s%s%s\n", rc,
+           out[0] ? "\n" : "", out, err[0] ? "\n" : "", err);
+    if (rc != 0 || out[0] != '\0' || err[0] != '\0')
+        fail_msg("promtool check metrics: exit %d, output:\n%s%s", rc, out, err);
+    free(out);
+    free(err);
+    h_rmtree(dir);
+    free(dir);
+    free(t);
+}
+
+static void test_grafana_dashboard(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(90);
+    if (access(CHECKER, R_OK) != 0 || access(DASHBOARD, R_OK) != 0)
+        fail_msg("run from the repository root: %s or %s not found", CHECKER, DASHBOARD);
+    if (!on_path("python3")) {
+        printf("it_metrics: python3 is not on PATH: skipped the dashboard check\n");
+        return;
+    }
+    char *t = scrape(e->port);
+    char path[600];
+    char *dir = write_temp(t, path, sizeof path);
+    const char *argv[] = {"python3", CHECKER, DASHBOARD, path, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = h_run_cmd(argv, NULL, 60000, &out, &err);
+    printf("%s%s", out, err);
+    if (rc != 0)
+        fail_msg("%s exited %d", CHECKER, rc);
+    free(out);
+    free(err);
+    h_rmtree(dir);
+    free(dir);
+    free(t);
+}
+
+/* ---- inventory_redis_up follows Redis ---------------------------------------------- */
+
+static void test_redis_up_follows_redis(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(90);
+    char *t = scrape(e->port);
+    double errors0 = metric(t, "inventory_redis_errors_total");
+    free(t);
+
+    assert_int_equal(h_redis_stop(e->redis), 0);
+    status_of(e->port, "/healthz", 503);
+    t = scrape(e->port);
+    assert_true(metric(t, "inventory_redis_up") == 0);
+    assert_true(metric(t, "inventory_redis_errors_total") > errors0);
+    assert_true(metric(t, "inventory_http_requests_total{method=\"GET\",route="
+                          "\"/healthz\",code=\"5xx\"}") >= 1);
+    free(t);
+
+    /* An order that cannot reach Redis keeps it down. (A SKU this process has served:
+     * one it has not makes the service crash while Redis is down, a domain defect
+     * outside this test's subject.) */
+    assert_int_equal(h_order(e->port, "m-sku", 1, NULL, NULL), 503);
+    t = scrape(e->port);
+    assert_true(metric(t, "inventory_redis_up") == 0);
+    free(t);
+
+    assert_int_equal(h_redis_restart(e->redis), 0);
+    long long until = h_now_ms() + 15000;
+    struct h_resp r;
+    while (h_req(e->port, "GET", "/healthz", NULL, NULL, &r) != 200 &&
+           h_now_ms() < until) {
+        h_resp_free(&r);
+        h_sleep_ms(100);
+    }
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    t = scrape(e->port);
+    assert_true(metric(t, "inventory_redis_up") == 1);
+    free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_token_required),
+        cmocka_unit_test(test_families_after_traffic),
+        cmocka_unit_test(test_promtool_check_metrics),
+        cmocka_unit_test(test_grafana_dashboard),
+        cmocka_unit_test(test_redis_up_follows_redis),
+    };
+    int failed =
+        cmocka_run_group_tests_name("metrics", tests, group_setup, group_teardown);
+    return h_exit_status(failed);
+}
