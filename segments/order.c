@@ -411,7 +411,7 @@ inv_status order_place(inv_conn *c, const struct order_request *req,
     else
         inv_random_hex(res->order_id);
 
-    struct walk *w = seg_malloc(sizeof *w);
+    struct walk *w = seg_calloc(1, sizeof *w);
     w->c = c;
     w->req = req;
     w->res = res;

@@ -129,6 +129,7 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
                       struct sku_view *view)
 {
     skutab *t = c->v->tab;
+    *out = NULL;
     pthread_rwlock_rdlock(&t->lock);
     sku_local *e = find(t, sku);
     pthread_rwlock_unlock(&t->lock);

@@ -36,7 +36,8 @@ skutab *skutab_create(void);
 void skutab_free(skutab *t);
 
 /* The entry of `sku` with its settings, re-read from Redis when older than
- * meta_cache_ms. INV_OK (*e, *view set), INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
+ * meta_cache_ms. INV_OK (*e, *view set), INV_UNKNOWN_SKU or INV_UNAVAILABLE (*e the
+ * entry when this process has one, else NULL). */
 inv_status skutab_get(inv_conn *c, const char *sku, sku_local **e, struct sku_view *view);
 
 /* The entry of `sku` when its settings are cached and fresh and every segment is

@@ -121,6 +121,22 @@ static void test_stop_and_restart(void **state)
 /* A hung Redis (SIGSTOP) answers nothing: 503 within the Redis timeout, not a hang.
  * An order sent into the hang may or may not have happened; retrying its order_id
  * settles it exactly once. */
+/* An order for a SKU this process has never seen, while Redis is down: 503, and the
+ * service stays up (it used to count the outcome on an uninitialised SKU entry). */
+static void test_unseen_sku_while_redis_down(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(120);
+    assert_int_equal(h_redis_stop(e->redis), 0);
+    expect_unavailable(e->port, "never-seen", NULL);
+    expect_unavailable(e->port, "never-seen-2", "an-id");
+    struct h_resp r;
+    assert_int_equal(h_req(e->port, "GET", "/livez", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(h_redis_restart(e->redis), 0);
+    assert_true(wait_health(e->port, 200, 15000));
+}
+
 static void test_hung_redis(void **state)
 {
     struct h_env *e = *state;
@@ -188,6 +204,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stop_and_restart),
+        cmocka_unit_test(test_unseen_sku_while_redis_down),
         cmocka_unit_test(test_hung_redis),
         cmocka_unit_test(test_killed_redis_replays_aof),
     };
