@@ -77,19 +77,20 @@ static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
 /* The error reply of an admin write `what` ("restock", ...) that failed with `s`.
  * When the backend did not answer, the write may or may not have been applied:
  * say so, and how a retry is made safe. */
-static void write_failed(struct api_request *req, struct api_reply *rep, inv_status s,
-                         const char *what)
+static void write_failed(const struct api_ctx *ctx, struct api_request *req,
+                         struct api_reply *rep, inv_status s, const char *what)
 {
+    const char *why = inv_conn_error(ctx->conn);
     if (s == INV_UNAVAILABLE && req->request_id[0] != '\0')
         api_reply_status(rep, s,
-                         "%s sku %s: the backend did not answer, so whether it was "
+                         "%s sku %s: the backend did not answer (%s), so whether it was "
                          "applied is unknown; retrying with request id %s is safe",
-                         what, req->name, req->request_id);
+                         what, req->name, why, req->request_id);
     else if (s == INV_UNAVAILABLE)
         api_reply_status(rep, s,
-                         "%s sku %s: the backend did not answer, so whether it was "
+                         "%s sku %s: the backend did not answer (%s), so whether it was "
                          "applied is unknown; send an Idempotency-Key to retry safely",
-                         what, req->name);
+                         what, req->name, why);
     else if (s == INV_REQUEST_CONFLICT)
         api_reply_status(rep, s, "request id %s was used for a different admin write",
                          req->request_id);
@@ -104,7 +105,7 @@ void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
 {
     inv_status s = sku_put(ctx->conn, req->name, &req->in.sku, req->request_id);
     if (s != INV_OK) {
-        write_failed(req, rep, s, "create");
+        write_failed(ctx, req, rep, s, "create");
         return;
     }
     reply_sku(ctx, req, rep);
@@ -121,7 +122,7 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
 {
     inv_status s = sku_delete(ctx->conn, req->name, req->request_id);
     if (s != INV_OK) {
-        write_failed(req, rep, s, "delete");
+        write_failed(ctx, req, rep, s, "delete");
         return;
     }
     json_t *o = must(json_object());
@@ -146,7 +147,7 @@ void api_admin_restock(const struct api_ctx *ctx, struct api_request *req,
                         "qty: sku %s would hold more than %lld units", req->name,
                         SKU_STOCK_MAX);
     else if (s != INV_OK)
-        write_failed(req, rep, s, "restock");
+        write_failed(ctx, req, rep, s, "restock");
     else
         reply_sku(ctx, req, rep);
 }
@@ -156,7 +157,7 @@ void api_admin_rebalance(const struct api_ctx *ctx, struct api_request *req,
 {
     inv_status s = sku_rebalance(ctx->conn, req->name, req->request_id);
     if (s != INV_OK)
-        write_failed(req, rep, s, "rebalance");
+        write_failed(ctx, req, rep, s, "rebalance");
     else
         reply_sku(ctx, req, rep);
 }
@@ -217,7 +218,11 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
     set(o, "status", json_string("degraded"));
     set(o, "redis", json_string("down"));
     set(o, "error", json_string("backend_unavailable"));
-    set(o, "detail", json_string("redis did not answer PING"));
+    const char *why = inv_conn_error(ctx->conn);
+    char detail[200];
+    snprintf(detail, sizeof detail, "redis: %s",
+             why[0] != '\0' ? why : "no answer to PING");
+    set(o, "detail", json_string(detail));
     api_reply_json(rep, 503, o);
     api_reply_header(rep, "Retry-After", "1");
 }

@@ -54,9 +54,9 @@ void api_orders_place(const struct api_ctx *ctx, struct api_request *req,
         case INV_UNAVAILABLE:
             /* The deduction may have been applied before the answer was lost. */
             api_reply_status(rep, s,
-                             "the backend did not answer, so whether order %s was placed "
-                             "is unknown; retrying with order_id %s is safe",
-                             res.order_id, res.order_id);
+                             "the backend did not answer (%s), so whether order %s was "
+                             "placed is unknown; retrying with order_id %s is safe",
+                             inv_conn_error(ctx->conn), res.order_id, res.order_id);
             break;
         default:
             api_reply_status(rep, s, "order rejected: %s", inv_status_name(s));

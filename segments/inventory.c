@@ -58,8 +58,15 @@ inv_conn *inv_conn_create(inv *v)
 {
     inv_conn *c = seg_calloc(1, sizeof *c);
     c->v = v;
-    const struct rd_target to = {v->opt.redis_host, v->opt.redis_port,
-                                 v->opt.redis_timeout_ms};
+    const struct rd_target to = {
+        .host = v->opt.redis_host,
+        .port = v->opt.redis_port,
+        .unix_path = v->opt.redis_unix,
+        .user = v->opt.redis_user,
+        .password = v->opt.redis_password,
+        .db = v->opt.redis_db,
+        .timeout_ms = v->opt.redis_timeout_ms,
+    };
     c->rd = rd_conn_create(&to, &v->stats[STAT_REDIS_ERRORS]);
     fill_random(&c->rng, sizeof c->rng);
     c->rng |= 1; /* xorshift must not start at 0 */
@@ -78,6 +85,11 @@ void inv_conn_free(inv_conn *c)
 inv_status inv_ping(inv_conn *c)
 {
     return rd_ping(c->rd) == 0 ? INV_OK : INV_UNAVAILABLE;
+}
+
+const char *inv_conn_error(const inv_conn *c)
+{
+    return rd_conn_error(c->rd);
 }
 
 const char *inv_status_name(inv_status s)

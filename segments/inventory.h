@@ -37,6 +37,11 @@ typedef enum inv_status {
 struct inv_options {
     const char *redis_host; /* borrowed; copied by inv_create */
     int redis_port;
+    /* Optional, NULL/"" for none; borrowed, must outlive the handle: */
+    const char *redis_unix;     /* a unix socket path instead of host:port */
+    const char *redis_user;     /* ACL user for AUTH */
+    const char *redis_password; /* AUTH on every (re)connect */
+    int redis_db;               /* SELECT on every (re)connect when not 0 */
     int redis_timeout_ms; /* connect and per-command timeout (a hung Redis -> 503) */
     int lock_ttl_ms;      /* lease of a segment lock; renewed every ttl/3 while held */
     int lock_wait_ms;     /* how long an order waits for a free segment before BUSY */
@@ -56,6 +61,10 @@ void inv_conn_free(inv_conn *c);
 
 /* PING Redis: INV_OK or INV_UNAVAILABLE. */
 inv_status inv_ping(inv_conn *c);
+
+/* Why the last call on `c` failed ("connect: Connection refused", "AUTH: WRONGPASS
+ * ..."), for error details and logs; "" when none did. */
+const char *inv_conn_error(const inv_conn *c);
 
 /* Short stable name of a status, e.g. "sold_out"; used in logs and JSON. */
 const char *inv_status_name(inv_status s);

@@ -2,10 +2,12 @@
 #include "service/config.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +17,8 @@ enum kind {
     K_STR,   /* char[] field of `cap` bytes */
     K_TOKEN, /* like K_STR, restricted to visible ASCII (it travels in a header) */
     K_BIND,  /* numeric IPv4/IPv6 address */
-    K_REDIS, /* "host:port" into redis_host and redis_port */
+    K_REDIS, /* "host:port", "redis://[user[:password]@]host[:port][/db]" or
+                "unix:///path" into the redis_* fields */
 };
 
 struct setting {
@@ -39,6 +42,11 @@ static const struct setting settings[] = {
     INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
     STR_SETTING("bind", "INVENTORY_BIND", "--bind", K_BIND, bind),
     STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
+    STR_SETTING("redis_user", "INVENTORY_REDIS_USER", NULL, K_STR, redis_user),
+    STR_SETTING("redis_password", "INVENTORY_REDIS_PASSWORD", NULL, K_TOKEN,
+                redis_password),
+    STR_SETTING("redis_password_file", "INVENTORY_REDIS_PASSWORD_FILE",
+                "--redis-password-file", K_STR, redis_password_file),
     INT_SETTING("threads", "INVENTORY_THREADS", "--threads", threads, 1, 1024),
     INT_SETTING("lock_ttl_ms", "INVENTORY_LOCK_TTL_MS", "--lock-ttl-ms", lock_ttl_ms, 100,
                 600000),
@@ -111,31 +119,146 @@ static int parse_ll(const char *text, long long *out)
     return 0;
 }
 
-static int set_redis(const char *text, const char *where, struct cfg *c, char *err,
-                     size_t errlen)
+/* "host:port" (host may be "[v6]") into redis_host and redis_port. */
+static int set_host_port(const char *text, size_t len, const char *where, struct cfg *c,
+                         char *err, size_t errlen)
 {
-    const char *colon = strrchr(text, ':');
-    if (colon == NULL || colon == text)
-        return fail(err, errlen, "%s: must be HOST:PORT, got '%s'", where, text);
-    const char *host = text;
-    size_t hlen = (size_t)(colon - text);
+    char hp[CFG_HOST_MAX + 16];
+    if (len >= sizeof hp)
+        return fail(err, errlen, "%s: host must be 1..%d characters", where,
+                    CFG_HOST_MAX);
+    memcpy(hp, text, len);
+    hp[len] = '\0';
+    const char *colon = strrchr(hp, ':');
+    if (colon == NULL || colon == hp || (hp[0] == '[' && colon[-1] != ']'))
+        return fail(err, errlen, "%s: must be HOST:PORT, got '%s'", where, hp);
+    const char *host = hp;
+    size_t hlen = (size_t)(colon - hp);
     if (host[0] == '[' && hlen >= 2 && host[hlen - 1] == ']') { /* [::1]:6379 */
         host++;
         hlen -= 2;
     }
     if (hlen == 0 || hlen > CFG_HOST_MAX)
         return fail(err, errlen, "%s: host must be 1..%d characters, got '%s'", where,
-                    CFG_HOST_MAX, text);
+                    CFG_HOST_MAX, hp);
     for (size_t i = 0; i < hlen; i++)
-        if (host[i] <= ' ' || host[i] == 0x7f || host[i] == '/')
-            return fail(err, errlen, "%s: bad character in host, got '%s'", where, text);
+        if (host[i] <= ' ' || host[i] == 0x7f || host[i] == '/' || host[i] == '@')
+            return fail(err, errlen, "%s: bad character in host, got '%s'", where, hp);
     long long port;
     if (parse_ll(colon + 1, &port) != 0 || port < 1 || port > 65535)
         return fail(err, errlen, "%s: port must be an integer in 1..65535, got '%s'",
-                    where, text);
+                    where, hp);
     memcpy(c->redis_host, host, hlen);
     c->redis_host[hlen] = '\0';
     c->redis_port = (int)port;
+    c->redis_unix[0] = '\0';
+    return 0;
+}
+
+/* Percent-decode `len` bytes of `s` into `out` (cap bytes): -1 on a bad escape, a
+ * NUL, a control character or no room. */
+static int unescape(const char *s, size_t len, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int ch = (unsigned char)s[i];
+        if (ch == '%') {
+            if (i + 2 >= len || !isxdigit((unsigned char)s[i + 1]) ||
+                !isxdigit((unsigned char)s[i + 2]))
+                return -1;
+            char hex[3] = {s[i + 1], s[i + 2], '\0'};
+            ch = (int)strtol(hex, NULL, 16);
+            i += 2;
+        }
+        if (ch <= ' ' || ch == 0x7f || n + 1 >= cap)
+            return -1;
+        out[n++] = (char)ch;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* "redis://[user[:password]@]host[:port][/db]" into the redis_* fields. */
+static int set_redis_url(const char *text, const char *where, struct cfg *c, char *err,
+                         size_t errlen)
+{
+    const char *p = text + strlen("redis://");
+    const char *at = strrchr(p, '@');
+    c->redis_user[0] = c->redis_password[0] = '\0';
+    if (at != NULL) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        size_t ulen = colon ? (size_t)(colon - p) : (size_t)(at - p);
+        if (unescape(p, ulen, c->redis_user, sizeof c->redis_user) != 0 ||
+            (colon && unescape(colon + 1, (size_t)(at - colon - 1), c->redis_password,
+                               sizeof c->redis_password) != 0))
+            return fail(err, errlen, "%s: bad user or password in the redis:// URL",
+                        where);
+        p = at + 1;
+    }
+    const char *slash = strchr(p, '/');
+    size_t hplen = slash ? (size_t)(slash - p) : strlen(p);
+    char hp[CFG_HOST_MAX + 16];
+    if (hplen + 6 >= sizeof hp)
+        return fail(err, errlen, "%s: host must be 1..%d characters", where,
+                    CFG_HOST_MAX);
+    memcpy(hp, p, hplen);
+    hp[hplen] = '\0';
+    const char *last = strrchr(hp, ':');
+    if (last == NULL || (hp[0] == '[' && strrchr(hp, ']') > last))
+        strcat(hp, ":6379"); /* the default port */
+    if (set_host_port(hp, strlen(hp), where, c, err, errlen) != 0)
+        return -1;
+    c->redis_db = 0;
+    if (slash != NULL && slash[1] != '\0') {
+        long long db;
+        if (parse_ll(slash + 1, &db) != 0 || db < 0 || db > 1000000)
+            return fail(err, errlen, "%s: the database must be a number, got '%s'", where,
+                        slash + 1);
+        c->redis_db = (int)db;
+    }
+    return 0;
+}
+
+static int set_redis(const char *text, const char *where, struct cfg *c, char *err,
+                     size_t errlen)
+{
+    if (strncmp(text, "unix://", 7) == 0) {
+        const char *path = text + 7;
+        if (path[0] != '/' || strlen(path) >= sizeof c->redis_unix)
+            return fail(err, errlen, "%s: must be unix:///absolute/path, got '%s'", where,
+                        text);
+        snprintf(c->redis_unix, sizeof c->redis_unix, "%s", path);
+        return 0;
+    }
+    if (strncmp(text, "redis://", 8) == 0)
+        return set_redis_url(text, where, c, err, errlen);
+    if (strstr(text, "://") != NULL)
+        return fail(err, errlen, "%s: only redis:// and unix:// are supported, got '%s'",
+                    where, text);
+    return set_host_port(text, strlen(text), where, c, err, errlen);
+}
+
+/* Read the redis_password_file (its first line) into redis_password. */
+static int read_password_file(struct cfg *c, char *err, size_t errlen)
+{
+    FILE *f = fopen(c->redis_password_file, "r");
+    if (f == NULL)
+        return fail(err, errlen, "redis_password_file %s: %s", c->redis_password_file,
+                    strerror(errno));
+    char line[CFG_TOKEN_MAX + 2];
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t n = got ? strcspn(line, "\r\n") : 0;
+    line[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (line[i] <= ' ' || line[i] == 0x7f)
+            n = 0;
+    if (n == 0 || n > CFG_TOKEN_MAX)
+        return fail(err, errlen,
+                    "redis_password_file %s: the first line must hold the password "
+                    "(1..%d visible characters)",
+                    c->redis_password_file, CFG_TOKEN_MAX);
+    memcpy(c->redis_password, line, n + 1);
     return 0;
 }
 
@@ -385,6 +508,8 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
         }
     }
 
+    if (out->redis_password_file[0] != '\0' && read_password_file(out, err, errlen) != 0)
+        goto done;
     if (!cfg_bind_is_loopback(out) && out->admin_token[0] == '\0') {
         fail(err, errlen,
              "bind: %s is not a loopback address and no admin token is set; set "
@@ -436,8 +561,12 @@ void cfg_print(FILE *f, const struct cfg *c)
             break;
         case K_REDIS: {
             bool v6 = strchr(c->redis_host, ':') != NULL;
-            fprintf(f, "%s%s%s:%d\n", v6 ? "[" : "", c->redis_host, v6 ? "]" : "",
-                    c->redis_port);
+            if (c->redis_unix[0] != '\0')
+                fprintf(f, "unix://%s", c->redis_unix);
+            else
+                fprintf(f, "%s%s%s:%d", v6 ? "[" : "", c->redis_host, v6 ? "]" : "",
+                        c->redis_port);
+            fprintf(f, c->redis_db ? " (db %d)\n" : "\n", c->redis_db);
             break;
         }
         case K_TOKEN: /* a secret: say whether it is set, never what it is */

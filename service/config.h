@@ -34,15 +34,20 @@
 #define CFG_PATH_MAX 1024
 
 struct cfg {
-    char bind[CFG_BIND_MAX];           /* numeric IPv4 or IPv6 address; 127.0.0.1 */
-    int port;                          /* 1..65535; 8080 */
-    char redis_host[CFG_HOST_MAX + 1]; /* 127.0.0.1 */
-    int redis_port;                    /* 6379 */
-    int threads;                       /* worker pool size, 1..1024; 64 */
-    int lock_ttl_ms;                   /* 100..600000; 3000 */
-    int lock_wait_ms;                  /* 0..600000; 2000 */
-    int redis_timeout_ms;              /* 10..600000; 1000 */
-    int meta_cache_ms;                 /* 0..60000; 100 */
+    char bind[CFG_BIND_MAX];                /* numeric IPv4 or IPv6 address; 127.0.0.1 */
+    int port;                               /* 1..65535; 8080 */
+    char redis_host[CFG_HOST_MAX + 1];      /* 127.0.0.1 */
+    int redis_port;                         /* 6379 */
+    char redis_unix[CFG_PATH_MAX];          /* unix socket path; "" = TCP */
+    int redis_db;                           /* SELECT on connect when not 0; 0 */
+    char redis_user[CFG_TOKEN_MAX + 1];     /* ACL user for AUTH; "" = default user */
+    char redis_password[CFG_TOKEN_MAX + 1]; /* AUTH on connect; "" = none (secret) */
+    char redis_password_file[CFG_PATH_MAX]; /* read into redis_password at load */
+    int threads;                            /* worker pool size, 1..1024; 64 */
+    int lock_ttl_ms;                        /* 100..600000; 3000 */
+    int lock_wait_ms;                       /* 0..600000; 2000 */
+    int redis_timeout_ms;                   /* 10..600000; 1000 */
+    int meta_cache_ms;                      /* 0..60000; 100 */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
     int max_connections;            /* 1..1000000; 10000 */

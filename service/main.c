@@ -76,6 +76,10 @@ int main(int argc, char **argv)
     struct inv_options opt = {
         .redis_host = cfg.redis_host,
         .redis_port = cfg.redis_port,
+        .redis_unix = cfg.redis_unix,
+        .redis_user = cfg.redis_user,
+        .redis_password = cfg.redis_password,
+        .redis_db = cfg.redis_db,
         .redis_timeout_ms = cfg.redis_timeout_ms,
         .lock_ttl_ms = cfg.lock_ttl_ms,
         .lock_wait_ms = cfg.lock_wait_ms,

@@ -481,11 +481,14 @@ int h_run_cmd(const char *const argv[], const char *const env[], int timeout_ms,
 
 /* ---- redis-server -------------------------------------------------------------- */
 
+#define H_REDIS_EXTRA 16
+
 struct h_redis {
     pid_t pid;
     int port;
     char *dir;
     char addr[32];
+    char *extra[H_REDIS_EXTRA + 1]; /* more redis-server arguments, NULL-terminated */
 };
 
 static redisContext *connect_port(int port, int timeout_ms)
@@ -536,16 +539,16 @@ static int redis_launch(h_redis *r)
     const char *bin = getenv("REDIS_SERVER");
     if (bin == NULL || bin[0] == '\0')
         bin = "redis-server";
-    const char *argv[] = {bin,         "--port",
-                          port,        "--bind",
-                          "127.0.0.1", "--dir",
-                          r->dir,      "--appendonly",
-                          "yes",       "--appendfsync",
-                          "everysec",  "--save",
-                          "",          "--daemonize",
-                          "no",        "--logfile",
-                          logfile,     "--protected-mode",
-                          "yes",       NULL};
+    const char *argv[24 + H_REDIS_EXTRA] = {
+        bin,    "--port",       port,  "--bind",        "127.0.0.1", "--dir",
+        r->dir, "--appendonly", "yes", "--appendfsync", "everysec",  "--save",
+        "",     "--daemonize",  "no",  "--logfile",     logfile,     "--protected-mode",
+        "yes"};
+    int n = 0;
+    while (argv[n] != NULL)
+        n++;
+    for (int i = 0; r->extra[i] != NULL; i++)
+        argv[n++] = r->extra[i];
     r->pid = spawn(argv, NULL, NULL, NULL);
     if (r->pid < 0)
         return -1;
@@ -570,12 +573,19 @@ static int redis_launch(h_redis *r)
 
 h_redis *h_redis_start(void)
 {
+    return h_redis_start_args(NULL);
+}
+
+h_redis *h_redis_start_args(const char *const *extra)
+{
     h_redis *r = xcalloc(1, sizeof *r);
     r->dir = h_tempdir("redis");
     if (r->dir == NULL) {
         free(r);
         return NULL;
     }
+    for (int i = 0; extra != NULL && extra[i] != NULL && i < H_REDIS_EXTRA; i++)
+        r->extra[i] = xstrdup(extra[i]);
     /* A port found free can be taken before redis binds it: try a few. */
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = h_free_port();
@@ -644,7 +654,14 @@ void h_redis_free(h_redis *r)
         reg_del_dir(r->dir);
         free(r->dir);
     }
+    for (int i = 0; r->extra[i] != NULL; i++)
+        free(r->extra[i]);
     free(r);
+}
+
+const char *h_redis_dir(const h_redis *r)
+{
+    return r->dir;
 }
 
 int h_redis_port(const h_redis *r)

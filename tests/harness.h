@@ -61,6 +61,14 @@ typedef struct h_redis h_redis;
  * binary is $REDIS_SERVER or redis-server from PATH. Free with h_redis_free(). */
 h_redis *h_redis_start(void);
 
+/* The same with more redis-server arguments (NULL-terminated, at most 16, copied;
+ * also used by h_redis_restart), e.g. {"--unixsocket", path, NULL}. A requirepass
+ * here would keep the PING check from passing: set it with CONFIG SET afterwards. */
+h_redis *h_redis_start_args(const char *const *extra);
+
+/* The server's own temp dir (for a unix socket or files a test wants beside it). */
+const char *h_redis_dir(const h_redis *r);
+
 /* Stop gracefully (SIGCONT, SIGTERM, wait; SIGKILL after 10 s): AOF is flushed. */
 int h_redis_stop(h_redis *r);
 

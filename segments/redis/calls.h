@@ -52,10 +52,22 @@
 typedef struct rd_conn rd_conn;
 
 struct rd_target {
-    const char *host; /* copied */
+    const char *host; /* copied; ignored when unix_path is set */
     int port;
-    int timeout_ms; /* connect and per-command timeout */
+    const char *unix_path; /* a unix socket instead of TCP, or NULL/""; copied */
+    const char *user;      /* ACL user for AUTH, or NULL/"" (the default user); copied */
+    const char *password;  /* AUTH on every (re)connect when set; copied */
+    int db;                /* SELECT on every (re)connect when not 0 */
+    int timeout_ms;        /* connect and per-command timeout */
 };
+
+/* Where the seam reports what an operator should see: every failure (`failure`
+ * true: refused, timed out, AUTH, OOM, LOADING, NOSCRIPT, ...) with `what` naming
+ * the step, and a connection made again after a failure (`failure` false). Called
+ * from whichever thread owns the connection; the function must be thread-safe and
+ * should rate-limit by `what`. Set once, before any connection is used. */
+typedef void (*rd_log_fn)(bool failure, const char *what, const char *detail);
+void rd_set_logger(rd_log_fn fn);
 
 /* A connection, made lazily on first use. `errors` (may be NULL) counts failures. */
 rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors);

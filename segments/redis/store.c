@@ -13,7 +13,8 @@
 
 struct rd_conn {
     struct rd_target to;
-    char host[256];
+    char host[256], unix_path[1024], user[256], password[256];
+    bool failed;                 /* the last attempt failed: log the next success */
     _Atomic long long *errors;   /* counts every failure; may be NULL */
     redisContext *rc;            /* NULL until connected, and again after an error */
     char sha[SCRIPT__COUNT][41]; /* SCRIPT LOAD results for this connection */
@@ -25,7 +26,13 @@ rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors)
     rd_conn *c = seg_calloc(1, sizeof *c);
     c->to = *to;
     snprintf(c->host, sizeof c->host, "%s", to->host ? to->host : "127.0.0.1");
+    snprintf(c->unix_path, sizeof c->unix_path, "%s", to->unix_path ? to->unix_path : "");
+    snprintf(c->user, sizeof c->user, "%s", to->user ? to->user : "");
+    snprintf(c->password, sizeof c->password, "%s", to->password ? to->password : "");
     c->to.host = c->host;
+    c->to.unix_path = c->unix_path;
+    c->to.user = c->user;
+    c->to.password = c->password;
     c->errors = errors;
     return c;
 }
@@ -43,9 +50,18 @@ const char *rd_conn_error(const rd_conn *c)
     return c->errstr;
 }
 
+static rd_log_fn logger;
+
+void rd_set_logger(rd_log_fn fn)
+{
+    logger = fn;
+}
+
 static void set_error(rd_conn *c, const char *what, const char *detail)
 {
     snprintf(c->errstr, sizeof c->errstr, "%s: %.100s", what, detail);
+    if (logger != NULL)
+        logger(true, what, detail);
     if (c->errors != NULL)
         atomic_fetch_add_explicit(c->errors, 1, memory_order_relaxed);
 }
@@ -91,13 +107,51 @@ static int load_scripts(rd_conn *c)
     return rc;
 }
 
+/* Run one setup command (AUTH, SELECT) on a fresh connection: 0, or -1 with the
+ * error set under `what`. */
+static int setup(rd_conn *c, const char *what, int argc, const char **argv)
+{
+    redisReply *r = redisCommandArgv(c->rc, argc, argv, NULL);
+    if (r == NULL) {
+        set_error(c, what, c->rc->errstr);
+        return -1;
+    }
+    int ok = r->type != REDIS_REPLY_ERROR;
+    if (!ok)
+        set_error(c, what, r->str);
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* AUTH (with the ACL user when one is set) and SELECT, as configured. */
+static int authenticate(rd_conn *c)
+{
+    if (c->password[0] != '\0') {
+        const char *auth[3] = {"AUTH"};
+        int argc = 1;
+        if (c->user[0] != '\0')
+            auth[argc++] = c->user;
+        auth[argc++] = c->password;
+        if (setup(c, "AUTH", argc, auth) != 0)
+            return -1;
+    }
+    if (c->to.db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", c->to.db);
+        if (setup(c, "SELECT", 2, (const char *[]){"SELECT", db}) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int store_connect(rd_conn *c)
 {
     if (c->rc != NULL)
         return 0;
     int ms = c->to.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    c->rc = redisConnectWithTimeout(c->to.host, c->to.port, tv);
+    c->rc = c->unix_path[0] != '\0' ? redisConnectUnixWithTimeout(c->unix_path, tv)
+                                    : redisConnectWithTimeout(c->to.host, c->to.port, tv);
     if (c->rc == NULL) {
         set_error(c, "connect", "out of memory");
         return -1;
@@ -107,18 +161,23 @@ int store_connect(rd_conn *c)
         store_drop(c);
         return -1;
     }
-    if (redisSetTimeout(c->rc, tv) != REDIS_OK || load_scripts(c) != 0) {
+    if (redisSetTimeout(c->rc, tv) != REDIS_OK || authenticate(c) != 0 ||
+        load_scripts(c) != 0) {
         if (c->rc && c->rc->err)
             set_error(c, "connect", c->rc->errstr);
         store_drop(c);
         return -1;
     }
+    if (c->failed && logger != NULL)
+        logger(false, "connect", c->unix_path[0] != '\0' ? c->unix_path : c->to.host);
+    c->failed = false;
     return 0;
 }
 
 void store_drop(rd_conn *c)
 {
     if (c->rc != NULL) {
+        c->failed = true; /* the next connect is a reconnect, and says so */
         redisFree(c->rc);
         c->rc = NULL;
     }
