@@ -11,10 +11,10 @@
 #   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
 
-PKGS      := libmicrohttpd hiredis jansson
+PKGS      := libmicrohttpd hiredis jansson libevent
 DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
-             libclang-rt-14-dev valgrind procps python3
+             libclang-rt-14-dev valgrind procps python3 libevent-dev
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc

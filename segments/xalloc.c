@@ -24,6 +24,11 @@ void *seg_calloc(size_t n, size_t size)
     return check(calloc(n ? n : 1, size ? size : 1));
 }
 
+void *seg_realloc(void *p, size_t n)
+{
+    return check(realloc(p, n ? n : 1));
+}
+
 char *seg_strdup(const char *s)
 {
     return check(strdup(s));

@@ -11,6 +11,7 @@
 
 void *seg_malloc(size_t n);
 void *seg_calloc(size_t n, size_t size);
+void *seg_realloc(void *p, size_t n);
 char *seg_strdup(const char *s);
 
 #endif

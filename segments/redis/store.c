@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <stdbool.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +54,12 @@ static rd_log_fn logger;
 void rd_set_logger(rd_log_fn fn)
 {
     logger = fn;
+}
+
+void store_log(bool failure, const char *what, const char *detail)
+{
+    if (logger != NULL)
+        logger(failure, what, detail);
 }
 
 static void set_error(rd_conn *c, const char *what, const char *detail)
@@ -192,58 +197,31 @@ static bool closed_by_peer(const redisContext *rc, int err)
            (rc->err == REDIS_ERR_IO && (err == ECONNRESET || err == EPIPE));
 }
 
-redisReply *store_command(rd_conn *c, const char *fmt, ...)
-{
-    redisReply *r = NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (store_connect(c) != 0)
-            return NULL;
-        va_list ap;
-        va_start(ap, fmt);
-        r = redisvCommand(c->rc, fmt, ap);
-        int err = errno;
-        va_end(ap);
-        if (r != NULL || !closed_by_peer(c->rc, err))
-            break;
-        store_drop(c);
-    }
-    return checked(c, r);
-}
-
-redisReply *store_eval(rd_conn *c, enum script_id id, int nkeys, const char *const *keys,
-                       int nargs, const char *const *args)
+redisReply *store_run(rd_conn *c, struct rd_cmd *cmd)
 {
     if (store_connect(c) != 0)
         return NULL;
-    char nk[16];
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    int argc = 3 + nkeys + nargs;
-    const char *small[32];
-    const char **argv = argc <= 32 ? small : seg_malloc(sizeof *argv * (size_t)argc);
-    argv[0] = "EVALSHA";
-    argv[1] = c->sha[id];
-    argv[2] = nk;
-    memcpy(argv + 3, keys, sizeof *keys * (size_t)nkeys);
-    memcpy(argv + 3 + nkeys, args, sizeof *args * (size_t)nargs);
-
-    redisReply *r = redisCommandArgv(c->rc, argc, argv, NULL);
+    const char **argv;
+    const size_t *len;
+    const char *sha = cmd->script >= 0 ? c->sha[cmd->script] : NULL;
+    int argc = cmd_argv(cmd, sha, &argv, &len);
+    redisReply *r = redisCommandArgv(c->rc, argc, argv, len);
     if (r == NULL && closed_by_peer(c->rc, errno)) {
+        /* Closed under us (a restart, CLIENT KILL): once more on a new connection.
+         * Every script recognises its own earlier run (scripts.c). */
         store_drop(c);
         if (store_connect(c) == 0) {
-            argv[1] = c->sha[id];
-            r = redisCommandArgv(c->rc, argc, argv, NULL);
+            argc = cmd_argv(cmd, sha != NULL ? c->sha[cmd->script] : NULL, &argv, &len);
+            r = redisCommandArgv(c->rc, argc, argv, len);
         }
     }
-    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+    if (r != NULL && cmd->script >= 0 && r->type == REDIS_REPLY_ERROR &&
         strncmp(r->str, "NOSCRIPT", 8) == 0) {
         /* Redis restarted or flushed its scripts: EVAL sends the source and caches it. */
         freeReplyObject(r);
-        argv[0] = "EVAL";
-        argv[1] = script_source(id);
-        r = redisCommandArgv(c->rc, argc, argv, NULL);
+        argc = cmd_argv(cmd, NULL, &argv, &len);
+        r = redisCommandArgv(c->rc, argc, argv, len);
     }
-    if (argv != small)
-        free(argv);
     return checked(c, r);
 }
 

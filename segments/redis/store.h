@@ -20,7 +20,11 @@
 #include <hiredis/hiredis.h>
 
 #include "segments/redis/calls.h"
+#include "segments/redis/cmd.h"
 #include "segments/redis/scripts.h"
+
+/* Hand a failure or a reconnect to the logger set by rd_set_logger, if any. */
+void store_log(bool failure, const char *what, const char *detail);
 
 /* 0 when connected (scripts loaded), -1 with the error set. */
 int store_connect(rd_conn *c);
@@ -28,12 +32,8 @@ int store_connect(rd_conn *c);
 /* Close the connection (if any); the next call reconnects. */
 void store_drop(rd_conn *c);
 
-/* A command in hiredis format: every %s is one argument, never parsed by Redis. */
-redisReply *store_command(rd_conn *c, const char *fmt, ...);
-
-/* Run script `id` with `nkeys` keys and `nargs` arguments (NUL-terminated strings). */
-redisReply *store_eval(rd_conn *c, enum script_id id, int nkeys, const char *const *keys,
-                       int nargs, const char *const *args);
+/* Send `cmd` (a script by EVALSHA, EVAL after NOSCRIPT) and wait for its reply. */
+redisReply *store_run(rd_conn *c, struct rd_cmd *cmd);
 
 /* Send `n` commands built with redisAppendCommand by `append` (called once with the
  * context) and read their replies into out[0..n-1]. 0, or -1 with nothing to free. */

@@ -1,0 +1,341 @@
+/* proto.c -- encoders and decoders of the seam's calls (see proto.h). */
+#include "segments/redis/proto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/redis/keys.h"
+#include "segments/xalloc.h"
+
+/* ---- encoders ------------------------------------------------------------------ */
+
+void proto_ping(struct rd_cmd *c)
+{
+    cmd_plain(c, "PING");
+}
+
+void proto_meta_read(struct rd_cmd *c, const char *sku)
+{
+    char key[SEG_KEY_MAX];
+    static const char *const fields[] = {"segments", "mode",      "hold_ms", "initial",
+                                         "gen",      "rebalance", "epoch"};
+    cmd_plain(c, "HMGET");
+    cmd_arg(c, seg_key_meta(key, sku));
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        cmd_arg(c, fields[i]);
+}
+
+void proto_record_read(struct rd_cmd *c, const char *id)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "HGET");
+    cmd_arg(c, seg_key_order(key, id));
+    cmd_arg(c, "r");
+}
+
+void proto_stocks_read(struct rd_cmd *c, const char *sku, int n)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "MGET");
+    for (int i = 0; i < n; i++)
+        cmd_arg(c, seg_key_stock(key, sku, i));
+}
+
+void proto_skus_list(struct rd_cmd *c)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "SMEMBERS");
+    cmd_arg(c, seg_key_skus(key));
+}
+
+void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                   const char *id, long long qty, const char *token, int ttl_ms)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_ACQUIRE);
+    cmd_key(c, seg_key_order(key, id));
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_argll(c, qty);
+    cmd_arg(c, token);
+    cmd_argll(c, ttl_ms);
+    cmd_argll(c, epoch);
+}
+
+void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                  const char *token, const char *attempt, const char *id, long long qty,
+                  const char *record)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_DEDUCT);
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_sold(key, sku, i));
+    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_key(c, seg_key_order(key, id));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_arg(c, token);
+    cmd_argll(c, qty);
+    cmd_arg(c, id);
+    cmd_arg(c, record);
+    cmd_arg(c, attempt);
+    cmd_argll(c, epoch);
+}
+
+void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms)
+{
+    /* With GET, a SET that did not happen answers the holder's token: when it is
+     * ours, this is the command sent again after its reply was lost. */
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "SET");
+    cmd_arg(c, seg_key_lock(key, sku, i));
+    cmd_arg(c, token);
+    cmd_arg(c, "NX");
+    cmd_arg(c, "PX");
+    cmd_argll(c, ttl_ms);
+    cmd_arg(c, "GET");
+}
+
+/* RELEASE (ttl_ms < 0) or RENEW of segment i's lock. */
+static void compare_and(struct rd_cmd *c, enum script_id id, const char *sku, int i,
+                        const char *token, int ttl_ms)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, id);
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_arg(c, token);
+    if (ttl_ms >= 0)
+        cmd_argll(c, ttl_ms);
+}
+
+void proto_release(struct rd_cmd *c, const char *sku, int i, const char *token)
+{
+    compare_and(c, SCRIPT_RELEASE, sku, i, token, -1);
+}
+
+void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms)
+{
+    compare_and(c, SCRIPT_RENEW, sku, i, token, ttl_ms);
+}
+
+/* DEDUCT_MULTI or CANCEL over the parts `p` of order `id` of `sku` in `epoch`.
+ * KEYS: the order record (and for CANCEL the meta), then per part its lock, stock,
+ * sold, the orders hash (first part) or parts hash, and epoch (for CANCEL, last, the
+ * first segment's cancelled set). ARGV: `id`, `record`, `extra` (DEDUCT_MULTI: the
+ * attempt id; CANCEL: the record as read), the epoch, then per part its token and,
+ * for DEDUCT_MULTI, its qty. */
+static void parts(struct rd_cmd *c, enum script_id script, const char *sku,
+                  long long epoch, const char *id, const char *record, const char *extra,
+                  const struct rd_parts *p)
+{
+    bool cancel = script == SCRIPT_CANCEL;
+    char key[SEG_KEY_MAX];
+    cmd_script(c, script);
+    cmd_key(c, seg_key_order(key, id));
+    if (cancel)
+        cmd_key(c, seg_key_meta(key, sku));
+    for (int j = 0; j < p->n; j++) {
+        int i = p->seg[j];
+        cmd_key(c, seg_key_lock(key, sku, i));
+        cmd_key(c, seg_key_stock(key, sku, i));
+        cmd_key(c, seg_key_sold(key, sku, i));
+        cmd_key(c, j == 0 ? seg_key_orders(key, sku, i) : seg_key_parts(key, sku, i));
+        cmd_key(c, seg_key_epoch(key, sku, i));
+    }
+    if (cancel)
+        cmd_key(c, seg_key_cancelled(key, sku, p->seg[0]));
+    cmd_arg(c, id);
+    cmd_arg(c, record);
+    cmd_arg(c, extra);
+    cmd_argll(c, epoch);
+    for (int j = 0; j < p->n; j++) {
+        cmd_arg(c, p->tok[j]);
+        if (!cancel)
+            cmd_argll(c, p->part[j]);
+    }
+}
+
+void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,
+                        const char *id, const char *record, const char *attempt,
+                        const struct rd_parts *p)
+{
+    parts(c, SCRIPT_DEDUCT_MULTI, sku, epoch, id, record, attempt, p);
+}
+
+void proto_cancel(struct rd_cmd *c, const char *sku, long long epoch, const char *id,
+                  const char *cancelled, const char *expected, const struct rd_parts *p)
+{
+    parts(c, SCRIPT_CANCEL, sku, epoch, id, cancelled, expected, p);
+}
+
+void proto_adjust(struct rd_cmd *c, const char *sku, long long epoch, int segments,
+                  const char *const *tok, const char *op, long long add, long long limit,
+                  const char *rid, const char *sig)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_ADJUST);
+    cmd_key(c, seg_key_meta(key, sku));
+    cmd_key(c, rid != NULL ? seg_key_request(key, sku, rid) : seg_key_meta(key, sku));
+    for (int i = 0; i < segments; i++) {
+        cmd_key(c, seg_key_lock(key, sku, i));
+        cmd_key(c, seg_key_stock(key, sku, i));
+    }
+    cmd_arg(c, op);
+    cmd_argll(c, add);
+    cmd_argll(c, epoch);
+    cmd_argll(c, segments);
+    cmd_argll(c, limit);
+    cmd_arg(c, rid != NULL ? sig : "");
+    for (int i = 0; i < segments; i++)
+        cmd_arg(c, tok[i]);
+}
+
+void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old_segments,
+                 const struct rd_reset *to, const char *rid, const char *sig)
+{
+    int n = to->segments, m = old_segments > n ? old_segments : n;
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_RESET);
+    cmd_key(c, seg_key_meta(key, sku));
+    cmd_key(c, seg_key_skus(key));
+    cmd_key(c, rid != NULL ? seg_key_request(key, sku, rid) : seg_key_meta(key, sku));
+    for (int i = 0; i < m; i++) {
+        cmd_key(c, seg_key_stock(key, sku, i));
+        cmd_key(c, seg_key_sold(key, sku, i));
+        cmd_key(c, seg_key_lock(key, sku, i));
+        cmd_key(c, seg_key_orders(key, sku, i));
+        cmd_key(c, seg_key_parts(key, sku, i));
+        cmd_key(c, seg_key_cancelled(key, sku, i));
+        cmd_key(c, seg_key_epoch(key, sku, i));
+    }
+    /* Order keys are "<prefix><id><suffix>": split a key built around an empty id. */
+    char order_key[SEG_KEY_MAX], prefix[SEG_KEY_MAX];
+    seg_key_order(order_key, "");
+    const char *suffix = strchr(order_key, '}');
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(suffix - order_key), order_key);
+    long long stock = to->stock;
+    cmd_arg(c, sku);
+    cmd_arg(c, prefix);
+    cmd_arg(c, suffix);
+    cmd_argll(c, n);
+    cmd_arg(c, to->mode ? to->mode : "lock");
+    cmd_argll(c, to->hold_ms);
+    cmd_argll(c, stock);
+    cmd_argll(c, n ? stock / n + 1 : 0);
+    cmd_argll(c, n ? stock / n : 0);
+    cmd_argll(c, n ? stock % n : 0);
+    cmd_arg(c, to->rebalance ? "1" : "0");
+    cmd_argll(c, old_epoch);
+    cmd_argll(c, old_segments);
+    cmd_argll(c, to->epoch);
+    cmd_arg(c, rid != NULL ? sig : "");
+}
+
+/* ---- decoders ------------------------------------------------------------------ */
+
+static long long integer_of(const redisReply *r, long long dflt)
+{
+    if (r == NULL)
+        return dflt;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(r->str, &end, 10);
+        if (errno == 0 && end != r->str && *end == '\0')
+            return v;
+    }
+    return dflt;
+}
+
+static bool is_array(const redisReply *r, size_t n)
+{
+    return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= n;
+}
+
+int proto_scripted(const redisReply *r, struct rd_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!is_array(r, 1) || r->element[0]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    out->code = (int)r->element[0]->integer;
+    if (r->elements > 1) {
+        const redisReply *val = r->element[1];
+        if (val->type == REDIS_REPLY_INTEGER)
+            out->value = val->integer;
+        else if (val->type == REDIS_REPLY_STRING && out->code == RD_EXISTS)
+            out->record = seg_strdup(val->str);
+    }
+    return 0;
+}
+
+int proto_multi(const redisReply *r, int n, struct rd_reply *out, long long *stocks)
+{
+    if (proto_scripted(r, out) != 0)
+        return -1;
+    if (out->code != RD_OK && out->code != RD_SHORT)
+        return 0;
+    if (r->elements != (size_t)n + 1) {
+        rd_reply_clear(out);
+        return -1; /* not the shape the script answers */
+    }
+    for (int j = 0; j < n; j++)
+        stocks[j] = integer_of(r->element[j + 1], 0);
+    return 0;
+}
+
+int proto_done(const redisReply *r, int *done)
+{
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER)
+        return -1;
+    *done = r->integer == 1;
+    return 0;
+}
+
+int proto_taken(const redisReply *r, const char *token, int *taken)
+{
+    if (r == NULL || (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_STRING))
+        return -1;
+    *taken = r->type == REDIS_REPLY_NIL || strcmp(r->str, token) == 0;
+    return 0;
+}
+
+int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
+{
+    if (!is_array(r, 7))
+        return -1;
+    *found = r->element[0]->type == REDIS_REPLY_STRING;
+    if (*found) {
+        const redisReply *mode = r->element[1];
+        out->segments = (int)integer_of(r->element[0], 0);
+        snprintf(out->mode, sizeof out->mode, "%s",
+                 mode->type == REDIS_REPLY_STRING ? mode->str : "");
+        out->hold_ms = (int)integer_of(r->element[2], 0);
+        out->initial = integer_of(r->element[3], 0);
+        out->gen = integer_of(r->element[4], 0);
+        out->rebalance = integer_of(r->element[5], 1) != 0;
+        out->epoch = integer_of(r->element[6], 0);
+    }
+    return 0;
+}
+
+int proto_record(const redisReply *r, char **record)
+{
+    if (r == NULL || (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_STRING))
+        return -1;
+    *record = r->type == REDIS_REPLY_STRING ? seg_strdup(r->str) : NULL;
+    return 0;
+}
+
+int proto_stocks(const redisReply *r, int n, long long *stock)
+{
+    if (!is_array(r, (size_t)n))
+        return -1;
+    for (int i = 0; i < n; i++)
+        stock[i] = integer_of(r->element[i], 0);
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* proto.h -- what each call of the seam sends, and how its reply reads: one encoder
+ * per call (C values to a command, cmd.h) and one decoder per reply shape (a
+ * redisReply to C values). calls.c sends them on a blocking connection, async.c on an
+ * event loop; neither builds a key or parses a reply itself. Private to
+ * segments/redis/. The scripts' KEYS and ARGV are documented in scripts.c.
+ */
+#ifndef SEG_REDIS_PROTO_H
+#define SEG_REDIS_PROTO_H
+
+#include <hiredis/hiredis.h>
+
+#include "segments/redis/calls.h"
+#include "segments/redis/cmd.h"
+
+/* ---- encoders: start `c` (cmd_free it after use) ------------------------------- */
+
+void proto_ping(struct rd_cmd *c);
+void proto_meta_read(struct rd_cmd *c, const char *sku);
+void proto_record_read(struct rd_cmd *c, const char *id);
+/* MGET of the stock of segments 0..n-1. */
+void proto_stocks_read(struct rd_cmd *c, const char *sku, int n);
+void proto_skus_list(struct rd_cmd *c);
+void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                   const char *id, long long qty, const char *token, int ttl_ms);
+void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                  const char *token, const char *attempt, const char *id, long long qty,
+                  const char *record);
+void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
+void proto_release(struct rd_cmd *c, const char *sku, int i, const char *token);
+void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
+void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,
+                        const char *id, const char *record, const char *attempt,
+                        const struct rd_parts *p);
+void proto_cancel(struct rd_cmd *c, const char *sku, long long epoch, const char *id,
+                  const char *cancelled, const char *expected, const struct rd_parts *p);
+void proto_adjust(struct rd_cmd *c, const char *sku, long long epoch, int segments,
+                  const char *const *tok, const char *op, long long add, long long limit,
+                  const char *rid, const char *sig);
+void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old_segments,
+                 const struct rd_reset *to, const char *rid, const char *sig);
+
+/* ---- decoders: 0, or -1 when the reply is not of the shape the call expects ------ */
+
+/* A script's {code, value-or-record}. */
+int proto_scripted(const redisReply *r, struct rd_reply *out);
+/* DEDUCT_MULTI's: as proto_scripted, and for OK/SHORT the n stocks. */
+int proto_multi(const redisReply *r, int n, struct rd_reply *out, long long *stocks);
+/* RELEASE/RENEW: *done 1 or 0. */
+int proto_done(const redisReply *r, int *done);
+/* SET NX PX GET: *taken 1 (ours) or 0 (held by another token). */
+int proto_taken(const redisReply *r, const char *token, int *taken);
+/* HMGET of the meta: *found 1 with `out` filled, or 0. */
+int proto_meta(const redisReply *r, struct rd_meta *out, int *found);
+/* HGET of a record: *record (malloc'd) or NULL. */
+int proto_record(const redisReply *r, char **record);
+/* MGET of stocks: stock[0..n-1] (absent: 0). */
+int proto_stocks(const redisReply *r, int n, long long *stock);
+
+#endif

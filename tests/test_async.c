@@ -1,0 +1,243 @@
+/* test_async.c -- the asynchronous Redis seam (segments/redis/async.c) on a libevent
+ * loop against a real redis-server: typed calls, pipelining, a hung Redis answered
+ * at the deadline and recovered from, a killed connection, NOSCRIPT, a wrong password.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/redis/async.h"
+#include "tests/harness.h"
+
+#define TIMEOUT_MS 300
+
+struct fixture {
+    h_redis *redis;
+    struct event_base *base;
+    rd_conn *sync; /* for setting up SKUs */
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    f->redis = h_redis_start();
+    f->base = event_base_new();
+    const struct rd_target to = {"127.0.0.1", h_redis_port(f->redis), .timeout_ms = 2000};
+    f->sync = rd_conn_create(&to, NULL);
+    return f->redis != NULL && f->base != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    rd_conn_free(f->sync);
+    event_base_free(f->base);
+    h_redis_free(f->redis);
+    free(f);
+    return 0;
+}
+
+static rda_conn *connect_async(struct fixture *f, const char *password)
+{
+    const struct rd_target to = {"127.0.0.1", h_redis_port(f->redis),
+                                 .password = password, .timeout_ms = TIMEOUT_MS};
+    return rda_create(f->base, &to, NULL);
+}
+
+/* Turn the loop until *done reaches `want` (or 10 s pass): true when it did. */
+static bool run_until(struct fixture *f, const int *done, int want)
+{
+    long long end = h_now_ms() + 10000;
+    while (*done < want && h_now_ms() < end)
+        event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    return *done >= want;
+}
+
+/* What the callbacks saw. */
+struct seen {
+    int done, ok, failed;
+    int code;
+    long long value;
+};
+
+static void on_reply(void *arg, int rc, struct rd_reply *r)
+{
+    struct seen *s = arg;
+    s->done++;
+    if (rc == 0) {
+        s->ok++;
+        s->code = r->code;
+        s->value = r->value;
+    } else {
+        s->failed++;
+    }
+}
+
+static void on_int(void *arg, int rc, int value)
+{
+    struct seen *s = arg;
+    s->done++;
+    if (rc == 0) {
+        s->ok++;
+        s->value = value;
+    } else {
+        s->failed++;
+    }
+}
+
+/* A SKU of `stock` over `n` segments; returns its epoch. */
+static long long put(struct fixture *f, const char *sku, long long stock, int n)
+{
+    struct rd_meta m;
+    int had = rd_meta_read(f->sync, sku, &m);
+    assert_true(had >= 0);
+    const struct rd_reset to = {n, "lock", 0, stock, true, 1000 + n + stock};
+    struct rd_reply r;
+    assert_int_equal(rd_reset(f->sync, sku, had ? m.epoch : 0, had ? m.segments : 0, &to,
+                              NULL, NULL, &r),
+                     0);
+    assert_int_equal(r.code, RD_OK);
+    return to.epoch;
+}
+
+static void typed_calls_and_pipelining(void **state)
+{
+    struct fixture *f = *state;
+    long long epoch = put(f, "as", 1000, 1);
+    rda_conn *c = connect_async(f, NULL);
+
+    struct seen acq = {0}, ded = {0};
+    rda_acquire(c, "as", epoch, 0, "o-1", 1, "tok-1", 5000, on_reply, &acq);
+    assert_int_equal(acq.done, 0); /* never answered from inside the call */
+    assert_true(run_until(f, &acq.done, 1));
+    assert_int_equal(acq.code, RD_OK);
+    assert_int_equal(acq.value, 1000);
+    rda_deduct(c, "as", epoch, 0, "tok-1", "tok-1", "o-1", 1, "{}", on_reply, &ded);
+    assert_true(run_until(f, &ded.done, 1));
+    assert_int_equal(ded.code, RD_OK);
+    assert_int_equal(ded.value, 999);
+
+    /* 500 atomic deducts issued in one turn go out in a few writes. */
+    struct rda_stats before, after;
+    rda_stats(c, &before);
+    struct seen many = {0};
+    char id[32], tok[33];
+    for (int i = 0; i < 500; i++) {
+        snprintf(id, sizeof id, "m-%d", i);
+        snprintf(tok, sizeof tok, "t-%d", i);
+        rda_deduct(c, "as", epoch, 0, "", tok, id, 1, "{}", on_reply, &many);
+    }
+    assert_true(run_until(f, &many.done, 500));
+    assert_int_equal(many.ok, 500);
+    assert_int_equal(many.value >= 0, 1);
+    rda_stats(c, &after);
+    long long commands = after.commands - before.commands;
+    long long writes = after.writes - before.writes;
+    assert_int_equal(commands, 500);
+    fprintf(stderr, "500 commands in %lld writes\n", writes);
+    assert_true(writes > 0 && writes <= 50);
+    long long stock[1];
+    assert_int_equal(rd_segments_read(f->sync, "as", 1, stock, NULL, NULL, NULL), 0);
+    assert_int_equal(stock[0], 499);
+    rda_free(c);
+}
+
+static void hung_redis_answers_at_the_deadline(void **state)
+{
+    struct fixture *f = *state;
+    rda_conn *c = connect_async(f, NULL);
+    struct seen ping = {0};
+    rda_ping(c, on_int, &ping);
+    assert_true(run_until(f, &ping.done, 1));
+    assert_int_equal(ping.ok, 1);
+
+    assert_int_equal(h_redis_pause(f->redis), 0);
+    struct seen hung = {0};
+    for (int i = 0; i < 3; i++)
+        rda_ping(c, on_int, &hung);
+    assert_true(run_until(f, &hung.done, 3)); /* answered, not stuck */
+    assert_int_equal(hung.failed, 3);
+    assert_non_null(strstr(rda_error(c), "no reply within"));
+    struct rda_stats st;
+    rda_stats(c, &st);
+    assert_true(st.timeouts >= 1);
+    assert_int_equal(h_redis_resume(f->redis), 0);
+
+    /* Back without a restart: a new connection, calls answered again. */
+    struct seen back = {0};
+    for (int tries = 0; tries < 100 && back.ok == 0; tries++) {
+        int want = back.done + 1;
+        rda_ping(c, on_int, &back);
+        assert_true(run_until(f, &back.done, want));
+        if (back.ok == 0)
+            h_sleep_ms(50);
+    }
+    assert_int_equal(back.ok, 1);
+    rda_free(c);
+}
+
+static void killed_connection_and_noscript(void **state)
+{
+    struct fixture *f = *state;
+    long long epoch = put(f, "kn", 10, 2);
+    rda_conn *c = connect_async(f, NULL);
+    struct seen first = {0};
+    rda_acquire(c, "kn", epoch, 0, "k-1", 1, "tk-1", 5000, on_reply, &first);
+    assert_true(run_until(f, &first.done, 1));
+    assert_int_equal(first.code, RD_OK);
+
+    /* Redis forgets its scripts: NOSCRIPT is answered by EVAL, transparently. */
+    redisContext *rc = h_redis_connect(f->redis);
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "SCRIPT FLUSH");
+    freeReplyObject(r);
+    struct seen again = {0};
+    rda_acquire(c, "kn", epoch, 1, "k-2", 1, "tk-2", 5000, on_reply, &again);
+    assert_true(run_until(f, &again.done, 1));
+    assert_int_equal(again.code, RD_OK);
+
+    /* The server closes the connection: what was owed is answered -1 (never resent),
+     * and the next calls succeed on a new connection. */
+    r = redisCommand(rc, "CLIENT KILL TYPE normal SKIPME yes");
+    freeReplyObject(r);
+    redisFree(rc);
+    struct seen after = {0};
+    for (int tries = 0; tries < 100 && after.ok == 0; tries++) {
+        int want = after.done + 1;
+        rda_release(c, "kn", 0, "tk-1", on_int, &after);
+        assert_true(run_until(f, &after.done, want));
+        if (after.ok == 0)
+            h_sleep_ms(50);
+    }
+    assert_int_equal(after.ok, 1);
+    assert_int_equal(after.value, 1); /* tk-1's lock, released */
+    rda_free(c);
+}
+
+static void wrong_password_says_why(void **state)
+{
+    struct fixture *f = *state;
+    rda_conn *c = connect_async(f, "nope");
+    struct seen ping = {0};
+    rda_ping(c, on_int, &ping);
+    assert_true(run_until(f, &ping.done, 1));
+    assert_int_equal(ping.failed, 1);
+    assert_non_null(strstr(rda_error(c), "AUTH"));
+    rda_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(typed_calls_and_pipelining),
+        cmocka_unit_test(hung_redis_answers_at_the_deadline),
+        cmocka_unit_test(killed_connection_and_noscript),
+        cmocka_unit_test(wrong_password_says_why),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
