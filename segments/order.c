@@ -11,6 +11,7 @@
 
 #include "segments/internal.h"
 #include "segments/lockset.h"
+#include "segments/record.h"
 #include "segments/ring.h"
 #include "segments/sku.h"
 #include "segments/skutab.h"
@@ -38,32 +39,10 @@ struct walk {
     long long seen[SEG_MAX_SEGMENTS]; /* stock last seen per segment, -1 unknown */
 };
 
-/* The order record as JSON text (malloc'd): n segments seg[] giving part[] units. */
-static char *build_record(const char *id, const char *sku, long long qty, int n,
-                          const int *seg, const long long *part, const char *status)
-{
-    size_t cap = 256 + (size_t)n * 48, len = 0;
-    char *buf = seg_malloc(cap);
-    len += (size_t)snprintf(buf, cap,
-                            "{\"order_id\":\"%s\",\"sku\":\"%s\",\"qty\":%lld,"
-                            "\"segment\":%d,\"segments\":[",
-                            id, sku, qty, seg[0]);
-    for (int k = 0; k < n; k++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s{\"segment\":%d,\"qty\":%lld}",
-                                k ? "," : "", seg[k], part[k]);
-    snprintf(buf + len, cap - len, "],\"status\":\"%s\"}", status);
-    return buf;
-}
-
 /* An order id met again: the same order (REPLAYED, record kept) or a clash. */
 static enum visit replayed(struct walk *w, char *record)
 {
-    json_t *o = json_loads(record, 0, NULL);
-    const char *sku = json_string_value(json_object_get(o, "sku"));
-    json_int_t qty = json_integer_value(json_object_get(o, "qty"));
-    bool same = sku != NULL && strcmp(sku, w->req->sku) == 0 && qty == w->req->qty;
-    json_decref(o);
-    if (same) {
+    if (record_same_order(record, w->req->sku, w->req->qty)) {
         w->res->status = INV_REPLAYED;
         w->res->record = record;
     } else {
@@ -89,7 +68,7 @@ static enum visit deduct(struct walk *w, int i, const char *token)
 {
     long long qty = w->req->qty;
     char *record =
-        build_record(w->res->order_id, w->req->sku, qty, 1, &i, &qty, "confirmed");
+        record_build(w->res->order_id, w->req->sku, qty, 1, &i, &qty, "confirmed");
     char attempt[33]; /* the lock's token, or a fresh id for an atomic attempt */
     if (token[0] != '\0')
         snprintf(attempt, sizeof attempt, "%s", token);
@@ -214,7 +193,7 @@ static int multi_segment(struct walk *w, int64_t deadline)
         (set = lockset_take(w->c, w->e, w->req->sku, seg, k, deadline, &why)) == NULL)
         return why;
 
-    char *record = build_record(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
+    char *record = record_build(w->res->order_id, w->req->sku, w->req->qty, k, seg, part,
                                 "confirmed");
     char attempt[33];
     inv_new_token(w->c, attempt);
@@ -375,7 +354,7 @@ static inv_status read_record(inv_conn *c, const char *id, char **record)
     return found < 0 ? INV_UNAVAILABLE : found ? INV_OK : INV_NOT_FOUND;
 }
 
-static enum stat_id outcome_stat(inv_status s)
+enum stat_id order_outcome_stat(inv_status s)
 {
     switch (s) {
     case INV_OK:
@@ -445,9 +424,9 @@ inv_status order_place(inv_conn *c, const struct order_request *req,
         res->record = NULL;
     }
     res->status = st;
-    stat_add(c->v, outcome_stat(st), 1);
+    stat_add(c->v, order_outcome_stat(st), 1);
     if (st != INV_UNKNOWN_SKU && w->e != NULL)
-        skutab_count(w->e, outcome_stat(st));
+        skutab_count(w->e, order_outcome_stat(st));
     stat_observe(c->v, HIST_ORDER, (inv_now_ms() - w->started_ms) * 1000);
     free(w);
     return st;
@@ -518,7 +497,7 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
     }
     char *cancelled =
-        build_record(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
+        record_build(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
     const char **tok = seg_malloc(sizeof *tok * (size_t)p->n);
     for (int j = 0; j < p->n; j++)
         tok[j] = lockset_token(set, j);

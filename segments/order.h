@@ -23,6 +23,7 @@
 #include <stdbool.h>
 
 #include "segments/inventory.h"
+#include "segments/stats.h"
 #include "segments/names.h"
 
 #define ORDER_QTY_MAX 1000000
@@ -61,6 +62,9 @@ inv_status order_get(inv_conn *c, const char *id, char **record);
  * cancelled order is INV_OK again. INV_OK with *record (caller frees), INV_NOT_FOUND,
  * INV_BUSY, INV_UNAVAILABLE or INV_INVALID. */
 inv_status order_cancel(inv_conn *c, const char *id, char **record);
+
+/* The counter an order's final status is counted under (stats.h). */
+enum stat_id order_outcome_stat(inv_status s);
 
 /* Free the record a result carries (safe on an empty result). */
 void order_result_clear(struct order_result *res);

@@ -115,7 +115,7 @@ static void answer(struct req *q, redisReply *r)
             rc = 0;
         }
     }
-    switch (q->kind) {
+    switch (q->fn != NULL ? q->kind : K_SETUP) { /* no callback: nobody asked */
     case K_REPLY:
         ((rda_reply_fn)q->fn)(q->arg, rc, &out);
         break;

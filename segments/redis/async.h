@@ -60,7 +60,8 @@ typedef void (*rda_meta_fn)(void *arg, int rc, int found, const struct rd_meta *
 typedef void (*rda_record_fn)(void *arg, int rc, char *record); /* record: callee frees */
 typedef void (*rda_stocks_fn)(void *arg, int rc, const long long *stock);
 
-/* The calls of calls.h, with the same arguments and codes. */
+/* The calls of calls.h, with the same arguments and codes. `fn` may be NULL when
+ * nobody waits for the answer (a release on the way out). */
 void rda_ping(rda_conn *c, rda_int_fn fn, void *arg);
 void rda_meta_read(rda_conn *c, const char *sku, rda_meta_fn fn, void *arg);
 void rda_record_read(rda_conn *c, const char *id, rda_record_fn fn, void *arg);

@@ -1,0 +1,838 @@
+/* engine.c -- the order path on an event loop (states and transitions in engine.h). */
+#include "segments/engine.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "segments/internal.h"
+#include "segments/ltab.h"
+#include "segments/record.h"
+#include "segments/redis/async.h"
+#include "segments/ring.h"
+#include "segments/xalloc.h"
+
+struct engine {
+    inv *v;
+    struct event_base *base;
+    rda_conn *rd;
+    ltab *tab;
+    uint64_t rng, token_id, token_seq;
+    int in_flight;
+};
+
+struct ord {
+    engine *e;
+    char sku[SEG_NAME_MAX + 1];
+    long long qty;
+    bool has_id;
+    struct order_result res;
+    engine_done_fn fn;
+    void *arg;
+
+    lsku *s;
+    struct sku_view view;
+    bool refreshing; /* this order is reading the settings for the loop */
+    int64_t started_ms, deadline_ms;
+    int stale_tries;
+
+    /* the current round */
+    int n, start, k, handed, claimed, busy, remote_rounds;
+    bool stock_left;
+    long long *seen; /* stock last seen per segment, -1 unknown; n entries */
+
+    /* the segment being worked on */
+    int seg;
+    char token[33];
+    char *record;
+    bool holding;    /* a lock of ours (lease renewed) */
+    bool lease_lost; /* a renewal found it gone */
+    int pending;     /* renewals owed a reply: the order outlives its answer for them */
+    bool answered;
+
+    /* several segments */
+    int mn, mk, mround;
+    int *mseg;
+    long long *mpart;
+    char (*mtok)[33];
+
+    struct event *timer, *renew;
+    struct lwait wait;
+    bool waiting;
+};
+
+static void round_begin(struct ord *o);
+static void visit_next(struct ord *o);
+static void finish(struct ord *o, inv_status st);
+static void view(struct ord *o);
+
+/* ---- small things --------------------------------------------------------------- */
+
+static uint32_t rnd(engine *e, uint32_t n)
+{
+    uint64_t x = e->rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    e->rng = x;
+    return (uint32_t)(((x * 2685821657736338717ULL) >> 32) % n);
+}
+
+static void new_token(engine *e, char out[33])
+{
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)e->token_id,
+             (unsigned long long)++e->token_seq);
+}
+
+static void arm(struct ord *o, int ms, void (*cb)(evutil_socket_t, short, void *))
+{
+    event_del(o->timer);
+    event_assign(o->timer, o->e->base, -1, 0, cb, o);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(o->timer, &tv);
+}
+
+static void unclaim(struct ord *o, int i)
+{
+    if (o->view.cfg.mode == SKU_MODE_LOCK)
+        ltab_unclaim(o->s, i);
+}
+
+/* ---- leases --------------------------------------------------------------------- */
+
+static void on_renewed(void *arg, int rc, int value)
+{
+    struct ord *o = arg;
+    o->pending--;
+    if (rc == 0 && value == 1)
+        stat_add(o->e->v, STAT_LEASE_RENEWALS, 1);
+    else if (rc == 0) {
+        stat_add(o->e->v, STAT_LEASE_LOST, 1);
+        o->lease_lost = true;
+    }
+    if (o->answered && o->pending == 0)
+        finish(o, o->res.status); /* frees it */
+}
+
+static void on_renew_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    if (!o->holding || o->lease_lost)
+        return;
+    o->pending++;
+    rda_renew(o->e->rd, o->sku, o->seg, o->token, o->e->v->opt.lock_ttl_ms, on_renewed,
+              o);
+}
+
+static void lease_start(struct ord *o)
+{
+    o->holding = true;
+    o->lease_lost = false;
+    int every = o->e->v->opt.lock_ttl_ms / 3;
+    struct timeval tv = {every / 1000, (every % 1000) * 1000};
+    evtimer_add(o->renew, &tv);
+}
+
+static void lease_stop(struct ord *o)
+{
+    o->holding = false;
+    event_del(o->renew);
+}
+
+/* ---- answers -------------------------------------------------------------------- */
+
+/* The order id was met again: the same order (REPLAYED, record kept) or a clash. */
+static void replayed(struct ord *o, char *record)
+{
+    if (record_same_order(record, o->sku, o->qty)) {
+        o->res.record = record;
+        finish(o, INV_REPLAYED);
+    } else {
+        free(record);
+        finish(o, INV_CONFLICT);
+    }
+}
+
+static void on_record(void *arg, int rc, char *record)
+{
+    struct ord *o = arg;
+    inv_status st = o->res.status;
+    if (rc < 0)
+        st = INV_UNAVAILABLE;
+    else if (record != NULL) {
+        replayed(o, record);
+        return;
+    }
+    o->has_id = false; /* checked */
+    finish(o, st);
+}
+
+static void answer_and_free(struct ord *o)
+{
+    engine *e = o->e;
+    if (!o->answered) {
+        o->answered = true;
+        inv_status st = o->res.status;
+        if (st != INV_OK && st != INV_REPLAYED) {
+            free(o->res.record);
+            o->res.record = NULL;
+        }
+        stat_add(e->v, order_outcome_stat(st), 1);
+        stat_observe(e->v, HIST_ORDER, (inv_now_ms() - o->started_ms) * 1000);
+        e->in_flight--;
+        o->fn(o->arg, &o->res);
+        o->res.record = NULL; /* the callee's now */
+    }
+    if (o->pending > 0)
+        return; /* freed when the last renewal is answered */
+    event_free(o->timer);
+    event_free(o->renew);
+    free(o->seen);
+    free(o->record);
+    free(o->mseg);
+    free(o->mpart);
+    free(o->mtok);
+    free(o);
+}
+
+static void finish(struct ord *o, inv_status st)
+{
+    if (o->answered) {
+        answer_and_free(o);
+        return;
+    }
+    o->res.status = st;
+    lease_stop(o);
+    event_del(o->timer);
+    if (o->waiting && o->s != NULL)
+        ltab_unwait(o->s, &o->wait);
+    o->waiting = false;
+    if ((st == INV_SOLD_OUT || st == INV_INSUFFICIENT) && o->has_id) {
+        /* Segments known empty were skipped without Redis, so the scripts that spot a
+         * replay may not have run: a retry of a confirmed order must still get it. */
+        rda_record_read(o->e->rd, o->res.order_id, on_record, o);
+        return;
+    }
+    answer_and_free(o);
+}
+
+/* ---- settings ------------------------------------------------------------------- */
+
+static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
+{
+    struct ord *o = arg;
+    if (o->refreshing)
+        ltab_refresh_end(o->s);
+    o->refreshing = false;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    struct sku_view v = {0};
+    if (!found || sku_mode_parse(m->mode, &v.cfg.mode) != 0 || m->segments < 1 ||
+        m->segments > SEG_MAX_SEGMENTS) {
+        ltab_invalidate(o->s);
+        finish(o, INV_UNKNOWN_SKU);
+        return;
+    }
+    v.cfg.segments = m->segments;
+    v.cfg.hold_ms = m->hold_ms;
+    v.cfg.stock = m->initial;
+    v.cfg.rebalance = m->rebalance;
+    v.epoch = m->epoch;
+    v.gen = m->gen;
+    ltab_set_view(o->s, &v, inv_now_ms());
+    o->view = v;
+    round_begin(o);
+}
+
+static void view(struct ord *o)
+{
+    engine *e = o->e;
+    int64_t now = inv_now_ms();
+    o->s = ltab_get(e->tab, o->sku, true);
+    bool fresh = ltab_fresh(o->s, now, e->v->opt.meta_cache_ms);
+    if (!fresh && ltab_refresh_begin(o->s)) {
+        o->refreshing = true; /* this order reads them for the loop */
+        rda_meta_read(e->rd, o->sku, on_meta, o);
+        return;
+    }
+    if (fresh || ltab_fresh(o->s, now, INT32_MAX)) {
+        /* fresh, or being read by another order meanwhile: the cached ones do */
+        o->view = *ltab_view(o->s);
+        round_begin(o);
+        return;
+    }
+    rda_meta_read(e->rd, o->sku, on_meta, o); /* none cached: wait for a read */
+}
+
+/* The SKU is not what this order's view says (a reset or delete): read it again. */
+static void stale(struct ord *o)
+{
+    if (++o->stale_tries >= 4) {
+        finish(o, INV_BUSY);
+        return;
+    }
+    ltab_invalidate(o->s);
+    view(o);
+}
+
+/* ---- one segment ---------------------------------------------------------------- */
+
+static void short_of_stock(struct ord *o, int i, long long stock, bool known)
+{
+    stat_add(o->e->v, STAT_FALL_THROUGHS, 1);
+    o->seen[i] = known ? stock : 0;
+    if (known)
+        ltab_note_stock(o->s, o->view.gen, i, stock);
+    if (stock > 0)
+        o->stock_left = true;
+}
+
+static void on_deduct(void *arg, int rc, struct rd_reply *r)
+{
+    struct ord *o = arg;
+    int i = o->seg;
+    lease_stop(o);
+    unclaim(o, i);
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    switch (r->code) {
+    case RD_OK:
+        ltab_note_stock(o->s, o->view.gen, i, r->value);
+        o->res.record = o->record;
+        o->record = NULL;
+        o->res.segment = i;
+        finish(o, INV_OK);
+        return;
+    case RD_FENCED:
+        stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
+        o->busy++;
+        break;
+    case RD_STALE:
+        stale(o);
+        return;
+    case RD_EXISTS:
+        replayed(o, r->record);
+        r->record = NULL;
+        return;
+    default:
+        short_of_stock(o, i, r->value, r->code == RD_SHORT);
+    }
+    visit_next(o);
+}
+
+static void send_deduct(struct ord *o, const char *token)
+{
+    free(o->record);
+    o->record =
+        record_build(o->res.order_id, o->sku, o->qty, 1, &o->seg, &o->qty, "confirmed");
+    char attempt[33];
+    if (token[0] != '\0')
+        snprintf(attempt, sizeof attempt, "%s", token);
+    else
+        new_token(o->e, attempt);
+    rda_deduct(o->e->rd, o->sku, o->view.epoch, o->seg, token, attempt, o->res.order_id,
+               o->qty, o->record, on_deduct, o);
+}
+
+static void on_hold_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    if (o->lease_lost) { /* the fenced write would refuse us anyway */
+        lease_stop(o);
+        stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
+        o->busy++;
+        unclaim(o, o->seg);
+        visit_next(o);
+        return;
+    }
+    send_deduct(o, o->token);
+}
+
+static void on_acquire(void *arg, int rc, struct rd_reply *r)
+{
+    struct ord *o = arg;
+    engine *e = o->e;
+    int i = o->seg;
+    if (rc < 0) {
+        unclaim(o, i);
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    switch (r->code) {
+    case RD_OK:
+        stat_add(e->v, STAT_LOCK_ACQUIRED, 1);
+        stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
+        lease_start(o);
+        if (o->view.cfg.hold_ms > 0)
+            arm(o, o->view.cfg.hold_ms, on_hold_done);
+        else
+            send_deduct(o, o->token);
+        return;
+    case RD_BUSY:
+        ltab_note_stock(o->s, o->view.gen, i, r->value);
+        stat_add(e->v, STAT_BUSY_SKIPS, 1);
+        o->busy++;
+        break;
+    case RD_EXISTS:
+        unclaim(o, i);
+        replayed(o, r->record);
+        r->record = NULL;
+        return;
+    case RD_STALE:
+        unclaim(o, i);
+        stale(o);
+        return;
+    default:
+        short_of_stock(o, i, r->value, r->code == RD_SHORT);
+    }
+    unclaim(o, i);
+    visit_next(o);
+}
+
+/* ---- several segments ----------------------------------------------------------- */
+
+static void multi_release(struct ord *o)
+{
+    for (int k = 0; k < o->mk; k++) {
+        rda_release(o->e->rd, o->sku, o->mseg[k], o->mtok[k], NULL, NULL);
+        ltab_unclaim(o->s, o->mseg[k]);
+    }
+    o->mk = 0;
+}
+
+static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *stocks)
+{
+    struct ord *o = arg;
+    bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
+    for (int k = 0; locked && k < o->mn; k++)
+        ltab_unclaim(o->s, o->mseg[k]); /* the script released the locks */
+    o->mk = 0;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    if (r->code == RD_OK || r->code == RD_SHORT)
+        for (int k = 0; k < o->mn; k++)
+            ltab_note_stock(o->s, o->view.gen, o->mseg[k], stocks[k]);
+    switch (r->code) {
+    case RD_OK:
+        stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
+        o->res.record = o->record;
+        o->record = NULL;
+        o->res.segment = o->mseg[0];
+        finish(o, INV_OK);
+        return;
+    case RD_EXISTS:
+        replayed(o, r->record);
+        r->record = NULL;
+        return;
+    case RD_STALE:
+        stale(o);
+        return;
+    case RD_FENCED:
+        stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
+        break;
+    default:
+        break;
+    }
+    round_begin(o); /* look again with what the script saw */
+}
+
+static void multi_deduct(struct ord *o)
+{
+    free(o->record);
+    o->record = record_build(o->res.order_id, o->sku, o->qty, o->mn, o->mseg, o->mpart,
+                             "confirmed");
+    char attempt[33];
+    new_token(o->e, attempt);
+    const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
+    for (int k = 0; k < o->mn; k++)
+        tok[k] = o->view.cfg.mode == SKU_MODE_LOCK ? o->mtok[k] : "";
+    const struct rd_parts parts = {o->mn, o->mseg, o->mpart, tok};
+    rda_deduct_multi(o->e->rd, o->sku, o->view.epoch, o->res.order_id, o->record, attempt,
+                     &parts, on_multi, o);
+    free(tok);
+}
+
+static void multi_lock_next(struct ord *o);
+
+static void on_multi_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    multi_lock_next(arg);
+}
+
+static void on_multi_locked(void *arg, int rc, int taken)
+{
+    struct ord *o = arg;
+    int k = o->mk;
+    if (rc < 0) {
+        ltab_unclaim(o->s, o->mseg[k]);
+        multi_release(o);
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    if (taken) {
+        stat_add(o->e->v, STAT_LOCK_ACQUIRED, 1);
+        o->mk++;
+        o->mround = 0;
+        multi_lock_next(o);
+        return;
+    }
+    ltab_unclaim(o->s, o->mseg[k]);
+    stat_add(o->e->v, STAT_BUSY_SKIPS, 1);
+    int left = (int)(o->deadline_ms - inv_now_ms());
+    if (left <= 0) {
+        multi_release(o);
+        finish(o, INV_BUSY);
+        return;
+    }
+    arm(o, ring_backoff_ms(o->mround++, rnd(o->e, UINT32_MAX), left), on_multi_retry);
+}
+
+/* Lock the next segment of the set (ascending order: no deadlock), then deduct. */
+static void multi_lock_next(struct ord *o)
+{
+    if (o->mk == o->mn) {
+        multi_deduct(o);
+        return;
+    }
+    int i = o->mseg[o->mk];
+    if (!ltab_claim(o->s, i)) { /* an order of this loop has it: try again shortly */
+        int left = (int)(o->deadline_ms - inv_now_ms());
+        if (left <= 0) {
+            multi_release(o);
+            finish(o, INV_BUSY);
+            return;
+        }
+        arm(o, ring_backoff_ms(o->mround++, rnd(o->e, UINT32_MAX), left), on_multi_retry);
+        return;
+    }
+    new_token(o->e, o->mtok[o->mk]);
+    stat_add(o->e->v, STAT_LOCK_ATTEMPTS, 1);
+    rda_lock(o->e->rd, o->sku, i, o->mtok[o->mk], o->e->v->opt.lock_ttl_ms,
+             on_multi_locked, o);
+}
+
+static int by_stock_desc(const void *a, const void *b, void *seen)
+{
+    long long sa = ((long long *)seen)[*(const int *)a];
+    long long sb = ((long long *)seen)[*(const int *)b];
+    return sa < sb ? 1 : sa > sb ? -1 : *(const int *)a - *(const int *)b;
+}
+
+static int ascending(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* No segment holds qty but together they may: the largest first, in index order. */
+static void multi_begin(struct ord *o)
+{
+    const int n = o->n;
+    int *order = seg_malloc(sizeof *order * (size_t)n);
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, by_stock_desc, o->seen);
+    free(o->mseg);
+    free(o->mpart);
+    free(o->mtok);
+    o->mseg = seg_malloc(sizeof *o->mseg * (size_t)n);
+    o->mpart = seg_malloc(sizeof *o->mpart * (size_t)n);
+    o->mtok = seg_calloc((size_t)n, sizeof *o->mtok);
+    long long need = o->qty;
+    int k = 0;
+    for (int j = 0; j < n && need > 0 && o->seen[order[j]] > 0; j++) {
+        o->mseg[k++] = order[j];
+        need -= o->seen[order[j]];
+    }
+    free(order);
+    if (need > 0) {
+        finish(o, INV_INSUFFICIENT);
+        return;
+    }
+    qsort(o->mseg, (size_t)k, sizeof *o->mseg, ascending);
+    need = o->qty;
+    for (int j = 0; j < k; j++) {
+        o->mpart[j] = o->seen[o->mseg[j]] < need ? o->seen[o->mseg[j]] : need;
+        need -= o->mpart[j];
+    }
+    o->mn = k;
+    o->mk = 0;
+    o->mround = 0;
+    if (o->view.cfg.mode == SKU_MODE_LOCK)
+        multi_lock_next(o);
+    else
+        multi_deduct(o);
+}
+
+/* ---- rounds --------------------------------------------------------------------- */
+
+static void on_verdict(void *arg, int rc, const long long *stock)
+{
+    struct ord *o = arg;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    long long total = 0;
+    for (int i = 0; i < o->n; i++)
+        total += stock[i];
+    finish(o, total == 0 ? INV_SOLD_OUT : total < o->qty ? INV_INSUFFICIENT : INV_BUSY);
+}
+
+static void on_round_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    if (o->waiting) { /* the wait ran out: look again (the deadline decides) */
+        ltab_unwait(o->s, &o->wait);
+        o->waiting = false;
+    }
+    round_begin(o);
+}
+
+/* A claim handed over by an order of this loop (or -1: look again). Called from
+ * inside that order's step: the next round starts on the next turn of the loop. */
+static void on_handed(struct lwait *w, int seg)
+{
+    struct ord *o = (struct ord *)((char *)w - offsetof(struct ord, wait));
+    o->waiting = false;
+    o->handed = seg;
+    arm(o, 0, on_round_timer);
+}
+
+static void round_end(struct ord *o)
+{
+    engine *e = o->e;
+    if (o->claimed + o->busy == 0 && !o->stock_left) {
+        finish(o, INV_SOLD_OUT);
+        return;
+    }
+    if (o->claimed + o->busy == 0) {
+        if (o->n > 1)
+            multi_begin(o);
+        else
+            finish(o, INV_INSUFFICIENT);
+        return;
+    }
+    int remaining = (int)(o->deadline_ms - inv_now_ms());
+    if (remaining <= 0) {
+        /* Busy with what? When every segment together cannot fill the order, the
+         * honest answer is sold out or insufficient, not "busy, retry". */
+        rda_stocks_read(e->rd, o->sku, o->n, on_verdict, o);
+        return;
+    }
+    stat_add(e->v, STAT_LOCK_WAITS, 1);
+    if (o->busy > 0) { /* a lock held elsewhere sends no signal: back off */
+        arm(o, ring_backoff_ms(o->remote_rounds++, rnd(e, UINT32_MAX), remaining),
+            on_round_timer);
+        return;
+    }
+    /* Only orders of this loop were in the way: wait for one to hand its claim over,
+     * unless one may fill the order and is free already, or none can any more. */
+    bool hopeless = true;
+    for (int i = 0; i < o->n; i++) {
+        long long h = ltab_hint(o->s, i);
+        bool may_fill = h < 0 || h >= o->qty;
+        hopeless &= !may_fill;
+        if (may_fill && !ltab_claimed(o->s, i)) {
+            arm(o, 0, on_round_timer);
+            return;
+        }
+    }
+    if (hopeless) {
+        arm(o, 0, on_round_timer);
+        return;
+    }
+    o->waiting = true;
+    o->wait.handed = on_handed;
+    ltab_wait(o->s, &o->wait);
+    arm(o, remaining, on_round_timer);
+}
+
+static void visit_next(struct ord *o)
+{
+    engine *e = o->e;
+    bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
+    while (o->k < o->n) {
+        int i = ring_segment(o->start, o->k, o->n);
+        bool mine = o->k == 0 && i == o->handed;
+        o->k++;
+        long long hint = ltab_hint(o->s, i);
+        o->seen[i] = hint;
+        if (hint >= 0 && hint < o->qty) { /* cannot fill it: no need to ask */
+            o->stock_left |= hint > 0;
+            if (mine)
+                ltab_unclaim(o->s, i);
+            continue;
+        }
+        o->seg = i;
+        if (!locked) {
+            send_deduct(o, "");
+            return;
+        }
+        if (!mine && !ltab_claim(o->s, i)) {
+            stat_add(e->v, STAT_BUSY_SKIPS, 1);
+            o->claimed++;
+            continue;
+        }
+        new_token(e, o->token);
+        stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
+        rda_acquire(e->rd, o->sku, o->view.epoch, i, o->res.order_id, o->qty, o->token,
+                    e->v->opt.lock_ttl_ms, on_acquire, o);
+        return;
+    }
+    o->handed = -1;
+    round_end(o);
+}
+
+static void round_begin(struct ord *o)
+{
+    engine *e = o->e;
+    if (o->handed < 0 && ltab_sold_out(o->s, o->view.gen)) {
+        stat_add(e->v, STAT_SOLD_OUT_FAST, 1);
+        finish(o, INV_SOLD_OUT);
+        return;
+    }
+    if (o->n != o->view.cfg.segments) {
+        o->n = o->view.cfg.segments;
+        free(o->seen);
+        o->seen = seg_malloc(sizeof *o->seen * (size_t)o->n);
+    }
+    if (o->handed >= o->n) { /* the SKU shrank: not ours to visit */
+        ltab_unclaim(o->s, o->handed);
+        o->handed = -1;
+    }
+    o->start = o->handed >= 0 ? o->handed : (int)rnd(e, (uint32_t)o->n);
+    o->k = 0;
+    o->claimed = o->busy = 0;
+    o->stock_left = false;
+    visit_next(o);
+}
+
+/* ---- the engine ----------------------------------------------------------------- */
+
+static void on_start(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    if (o->res.status == INV_INVALID)
+        answer_and_free(o);
+    else
+        view(o);
+}
+
+void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
+                  void *arg)
+{
+    struct ord *o = seg_calloc(1, sizeof *o);
+    o->e = e;
+    o->fn = fn;
+    o->arg = arg;
+    o->handed = -1;
+    o->res.segment = -1;
+    o->started_ms = inv_now_ms();
+    o->deadline_ms = o->started_ms + e->v->opt.lock_wait_ms;
+    o->timer = evtimer_new(e->base, on_start, o);
+    o->renew = event_new(e->base, -1, EV_PERSIST, on_renew_tick, o);
+    if (o->timer == NULL || o->renew == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    e->in_flight++;
+    o->has_id = req->order_id != NULL && req->order_id[0] != '\0';
+    if (!seg_valid_name(req->sku) || req->qty < 1 || req->qty > ORDER_QTY_MAX ||
+        (o->has_id && !seg_valid_name(req->order_id))) {
+        o->res.status = INV_INVALID;
+    } else {
+        snprintf(o->sku, sizeof o->sku, "%s", req->sku);
+        o->qty = req->qty;
+        if (o->has_id)
+            snprintf(o->res.order_id, sizeof o->res.order_id, "%s", req->order_id);
+        else
+            inv_random_hex(o->res.order_id);
+    }
+    struct timeval now = {0, 0};
+    evtimer_add(o->timer, &now);
+}
+
+engine *engine_create(inv *v, struct event_base *base)
+{
+    engine *e = seg_calloc(1, sizeof *e);
+    e->v = v;
+    e->base = base;
+    e->tab = ltab_create();
+    if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng ||
+        getrandom(&e->token_id, sizeof e->token_id, 0) != sizeof e->token_id) {
+        perror("getrandom");
+        abort();
+    }
+    e->rng |= 1;
+    const struct rd_target to = {
+        .host = v->opt.redis_host,
+        .port = v->opt.redis_port,
+        .unix_path = v->opt.redis_unix,
+        .user = v->opt.redis_user,
+        .password = v->opt.redis_password,
+        .db = v->opt.redis_db,
+        .timeout_ms = v->opt.redis_timeout_ms,
+    };
+    e->rd = rda_create(base, &to, &v->stats[STAT_REDIS_ERRORS]);
+    return e;
+}
+
+void engine_free(engine *e)
+{
+    if (e == NULL)
+        return;
+    rda_free(e->rd);
+    ltab_free(e->tab);
+    free(e);
+}
+
+int engine_in_flight(const engine *e)
+{
+    return e->in_flight;
+}
+
+bool engine_sold_out_fast(engine *e, const char *sku)
+{
+    lsku *s = seg_valid_name(sku) ? ltab_get(e->tab, sku, false) : NULL;
+    if (s == NULL || !ltab_fresh(s, inv_now_ms(), e->v->opt.meta_cache_ms) ||
+        !ltab_sold_out(s, ltab_view(s)->gen))
+        return false;
+    stat_add(e->v, STAT_ORDERS_SOLD_OUT, 1);
+    stat_add(e->v, STAT_SOLD_OUT_FAST, 1);
+    stat_observe(e->v, HIST_ORDER, 0);
+    return true;
+}
+
+void engine_invalidate(engine *e, const char *sku)
+{
+    lsku *s = ltab_get(e->tab, sku, false);
+    if (s != NULL)
+        ltab_invalidate(s);
+}
+
+void engine_pipeline(const engine *e, long long *commands, long long *writes)
+{
+    struct rda_stats st;
+    rda_stats(e->rd, &st);
+    *commands = st.commands;
+    *writes = st.writes;
+}

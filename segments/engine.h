@@ -1,0 +1,73 @@
+/* engine.h -- the order path on an event loop: each order an explicit state machine,
+ * every wait a timer, every Redis call asynchronous (segments/redis/async.h).
+ *
+ * One engine per event loop, used from that loop's thread only: its own Redis
+ * connection, its own table of SKUs (ltab.h: settings, local claims, hints), its own
+ * timers. An order lives and dies on one engine. The protocol and every guarantee are
+ * those of the blocking path (order.h): the same scripts, the same fencing, epochs
+ * and self-recognition; only the execution model differs.
+ *
+ * The states of an order (engine.c has the transitions):
+ *
+ *   VIEW      settings cached and fresh? else META sent (orders of the same SKU wait
+ *             for one read)                                  -> ROUND
+ *   ROUND     sold out in this generation?                   -> DONE (sold out)
+ *             the next segment of the ring that may hold qty, not claimed on this
+ *             loop: claim it                                 -> ACQUIRE (atomic: DEDUCT)
+ *             ring done: none busy, none left                -> DONE (sold out)
+ *                        none busy, stock spread thin        -> MULTI
+ *                        deadline passed                     -> VERDICT
+ *                        busy in Redis                       -> BACKOFF (timer)
+ *                        claimed on this loop only           -> WAIT (FIFO, timer)
+ *   ACQUIRE   reply OK                                       -> HOLD (timer hold_ms;
+ *             lease renewed by a timer every ttl/3)          -> DEDUCT
+ *             BUSY/SHORT/MISSING                             -> ROUND (next segment)
+ *             EXISTS                                         -> DONE (replay/conflict)
+ *             STALE                                          -> VIEW (re-read)
+ *   DEDUCT    OK -> DONE (201); FENCED -> ROUND; EXISTS -> DONE; STALE -> VIEW
+ *   MULTI     the segments needed locked in ascending order (SET NX PX GET, backoff)
+ *             then DEDUCT_MULTI                              -> DONE / ROUND / VIEW
+ *   VERDICT   the stock of every segment: sold out, insufficient or busy -> DONE
+ *   DONE      sold out or insufficient with a client id: the record is read, so a
+ *             retry of a confirmed order gets its 200; then the callback.
+ * No Redis answer at any step -> DONE (unavailable: the 503 names the order id).
+ */
+#ifndef SEG_ENGINE_H
+#define SEG_ENGINE_H
+
+#include <event2/event.h>
+#include <stdbool.h>
+
+#include "segments/inventory.h"
+#include "segments/order.h"
+
+typedef struct engine engine;
+
+/* An engine on `base`, with its own Redis connection to v's Redis. */
+engine *engine_create(inv *v, struct event_base *base);
+/* Free; no order may be in flight (engine_in_flight). NULL is fine. */
+void engine_free(engine *e);
+
+/* Called once per order with its result (res->record is the callee's to free, with
+ * order_result_clear). */
+typedef void (*engine_done_fn)(void *arg, struct order_result *res);
+
+/* Place an order (`req`'s strings are copied). `fn` runs on the loop, later, never
+ * from inside this call. */
+void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
+                  void *arg);
+
+/* Orders started and not yet answered. */
+int engine_in_flight(const engine *e);
+
+/* The sold-out fast path: true when this loop knows `sku` is sold out now (counted
+ * as an order outcome), without Redis. */
+bool engine_sold_out_fast(engine *e, const char *sku);
+
+/* Drop the cached settings of `sku` on this loop (after an admin write). */
+void engine_invalidate(engine *e, const char *sku);
+
+/* The engine's Redis connection's pipeline figures. */
+void engine_pipeline(const engine *e, long long *commands, long long *writes);
+
+#endif

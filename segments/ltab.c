@@ -1,0 +1,219 @@
+/* ltab.c -- one event loop's table of SKUs (see ltab.h). */
+#include "segments/ltab.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/xalloc.h"
+
+#define BUCKETS 256
+
+struct lsku {
+    char name[SEG_NAME_MAX + 1];
+    bool valid, refreshing, rebalancing;
+    int64_t fetched_ms;
+    struct sku_view view;
+    long long rebalanced_gen;
+    int empty_count;
+    struct lwait *first, *last; /* waiters for a handed claim, oldest first */
+    unsigned char claimed[SEG_MAX_SEGMENTS];
+    long long hint[SEG_MAX_SEGMENTS]; /* least stock seen this generation, -1 */
+    lsku *next;
+};
+
+struct ltab {
+    lsku *bucket[BUCKETS];
+};
+
+static unsigned hash(const char *s)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % BUCKETS;
+}
+
+ltab *ltab_create(void)
+{
+    return seg_calloc(1, sizeof(ltab));
+}
+
+void ltab_free(ltab *t)
+{
+    if (t == NULL)
+        return;
+    for (int b = 0; b < BUCKETS; b++)
+        for (lsku *s = t->bucket[b], *next; s != NULL; s = next) {
+            next = s->next;
+            free(s);
+        }
+    free(t);
+}
+
+lsku *ltab_get(ltab *t, const char *sku, bool add)
+{
+    unsigned b = hash(sku);
+    for (lsku *s = t->bucket[b]; s != NULL; s = s->next)
+        if (strcmp(s->name, sku) == 0)
+            return s;
+    if (!add)
+        return NULL;
+    lsku *s = seg_calloc(1, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", sku);
+    for (int i = 0; i < SEG_MAX_SEGMENTS; i++)
+        s->hint[i] = -1;
+    s->next = t->bucket[b];
+    t->bucket[b] = s;
+    return s;
+}
+
+bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms)
+{
+    return s->valid && now_ms - s->fetched_ms < max_age_ms;
+}
+
+const struct sku_view *ltab_view(const lsku *s)
+{
+    return &s->view;
+}
+
+/* Send every waiter back to look again. */
+static void wake_all(lsku *s)
+{
+    struct lwait *w = s->first;
+    s->first = s->last = NULL;
+    while (w != NULL) {
+        struct lwait *next = w->next;
+        w->next = NULL;
+        w->handed(w, -1);
+        w = next;
+    }
+}
+
+void ltab_set_view(lsku *s, const struct sku_view *view, int64_t now_ms)
+{
+    if (!s->valid || s->view.gen != view->gen) {
+        for (int i = 0; i < SEG_MAX_SEGMENTS; i++)
+            s->hint[i] = -1;
+        s->empty_count = 0;
+    }
+    s->view = *view;
+    s->valid = true;
+    s->fetched_ms = now_ms;
+}
+
+void ltab_invalidate(lsku *s)
+{
+    s->valid = false;
+    wake_all(s);
+}
+
+bool ltab_refresh_begin(lsku *s)
+{
+    if (s->refreshing)
+        return false;
+    s->refreshing = true;
+    return true;
+}
+
+void ltab_refresh_end(lsku *s)
+{
+    s->refreshing = false;
+}
+
+bool ltab_claim(lsku *s, int i)
+{
+    if (s->claimed[i])
+        return false;
+    s->claimed[i] = 1;
+    return true;
+}
+
+bool ltab_claimed(const lsku *s, int i)
+{
+    return s->claimed[i];
+}
+
+void ltab_unclaim(lsku *s, int i)
+{
+    struct lwait *w = s->first;
+    if (w != NULL && s->hint[i] != 0 && s->valid && i < s->view.cfg.segments) {
+        s->first = w->next;
+        if (s->first == NULL)
+            s->last = NULL;
+        w->next = NULL;
+        w->handed(w, i); /* stays claimed: it changes hands */
+        return;
+    }
+    s->claimed[i] = 0;
+}
+
+void ltab_note_stock(lsku *s, long long gen, int i, long long stock)
+{
+    if (!s->valid || s->view.gen != gen || (s->hint[i] >= 0 && stock >= s->hint[i]))
+        return;
+    bool emptied = stock == 0 && s->hint[i] != 0;
+    s->hint[i] = stock;
+    if (emptied) {
+        /* Waiters may now be owed an answer (sold out, insufficient) rather than a
+         * claim that will never come. */
+        s->empty_count++;
+        wake_all(s);
+    }
+}
+
+long long ltab_hint(const lsku *s, int i)
+{
+    return s->hint[i];
+}
+
+bool ltab_sold_out(const lsku *s, long long gen)
+{
+    return s->valid && s->view.gen == gen && s->empty_count >= s->view.cfg.segments;
+}
+
+int ltab_empty_count(const lsku *s, long long gen)
+{
+    return s->valid && s->view.gen == gen ? s->empty_count : 0;
+}
+
+void ltab_wait(lsku *s, struct lwait *w)
+{
+    w->next = NULL;
+    if (s->last != NULL)
+        s->last->next = w;
+    else
+        s->first = w;
+    s->last = w;
+}
+
+bool ltab_unwait(lsku *s, struct lwait *w)
+{
+    struct lwait **p = &s->first, *prev = NULL;
+    while (*p != NULL && *p != w) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    if (*p == NULL)
+        return false;
+    *p = w->next;
+    if (s->last == w)
+        s->last = prev;
+    w->next = NULL;
+    return true;
+}
+
+bool ltab_rebalance_begin(lsku *s, long long gen)
+{
+    if (s->rebalancing || s->rebalanced_gen == gen)
+        return false;
+    s->rebalancing = true;
+    s->rebalanced_gen = gen;
+    return true;
+}
+
+void ltab_rebalance_end(lsku *s)
+{
+    s->rebalancing = false;
+}

@@ -1,0 +1,72 @@
+/* ltab.h -- what one event loop knows of each SKU between Redis calls: skutab.h's
+ * table for the event-driven core, owned by one loop and touched by its thread only
+ * (no locks, no condition variables).
+ *
+ * Redis is the truth; this table only saves round trips:
+ *  - settings cached for meta_cache_ms, tagged with the SKU's generation (epochs are
+ *    never reused, so a generation is never met twice);
+ *  - `claimed`: segments an order on this loop is locking or holding; other orders
+ *    of the loop pass them by. When every candidate is claimed an order joins the
+ *    SKU's FIFO of waiters, and an order giving a claim back hands it straight to the
+ *    oldest waiter (through the waiter's `handed` callback), so waits are short and
+ *    fair, not polled;
+ *  - `hint`: per segment, the least stock seen in the current generation (stock only
+ *    falls within a generation), so a segment whose hint is below qty is passed over
+ *    without Redis, and a SKU whose every hint is 0 is sold out without Redis.
+ */
+#ifndef SEG_LTAB_H
+#define SEG_LTAB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "segments/skutab.h"
+
+typedef struct ltab ltab;
+typedef struct lsku lsku;
+
+/* A waiter, embedded in whatever waits. `handed` is called with the segment now
+ * claimed for it, or -1 when it should look again (a segment went empty, the
+ * settings were dropped); it is no longer queued then. */
+struct lwait {
+    struct lwait *next;
+    void (*handed)(struct lwait *w, int seg);
+};
+
+ltab *ltab_create(void);
+void ltab_free(ltab *t);
+
+/* The entry of `sku` (created when `add`), or NULL. */
+lsku *ltab_get(ltab *t, const char *sku, bool add);
+
+/* Settings: valid and younger than `max_age_ms` at `now_ms`. */
+bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms);
+const struct sku_view *ltab_view(const lsku *s);
+/* Store settings read at `now_ms` (hints start again when the generation changed). */
+void ltab_set_view(lsku *s, const struct sku_view *view, int64_t now_ms);
+/* Forget the settings (a reset or delete was seen): every waiter looks again. */
+void ltab_invalidate(lsku *s);
+/* A refresh of the settings is on its way: true when the caller should send it. */
+bool ltab_refresh_begin(lsku *s);
+void ltab_refresh_end(lsku *s);
+
+bool ltab_claim(lsku *s, int i);
+bool ltab_claimed(const lsku *s, int i);
+/* Give a claim back: to the oldest waiter when the segment is not known empty and
+ * the SKU has it, else free. */
+void ltab_unclaim(lsku *s, int i);
+
+void ltab_note_stock(lsku *s, long long gen, int i, long long stock);
+long long ltab_hint(const lsku *s, int i);
+bool ltab_sold_out(const lsku *s, long long gen);
+int ltab_empty_count(const lsku *s, long long gen);
+
+/* Queue `w` for a handed claim; ltab_unwait takes it out (true when it was queued). */
+void ltab_wait(lsku *s, struct lwait *w);
+bool ltab_unwait(lsku *s, struct lwait *w);
+
+/* The automatic rebalance, once per generation: true when the caller should run it. */
+bool ltab_rebalance_begin(lsku *s, long long gen);
+void ltab_rebalance_end(lsku *s);
+
+#endif
