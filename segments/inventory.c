@@ -87,6 +87,11 @@ inv_status inv_ping(inv_conn *c)
     return rd_ping(c->rd) == 0 ? INV_OK : INV_UNAVAILABLE;
 }
 
+void inv_set_redis_logger(inv_log_fn fn)
+{
+    rd_set_logger(fn);
+}
+
 const char *inv_conn_error(const inv_conn *c)
 {
     return rd_conn_error(c->rd);

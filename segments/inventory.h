@@ -14,6 +14,7 @@
 #ifndef INVENTORY_H
 #define INVENTORY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct inv inv;
@@ -58,6 +59,12 @@ void inv_free(inv *v);
  * from the thread that used it. Never returns NULL (aborts on OOM). */
 inv_conn *inv_conn_create(inv *v);
 void inv_conn_free(inv_conn *c);
+
+/* Where every Redis failure (with `what` failed and why) and every reconnect
+ * (`failure` false) is reported; thread-safe, rate-limited by the callee. Set once,
+ * before inv_create. */
+typedef void (*inv_log_fn)(bool failure, const char *what, const char *detail);
+void inv_set_redis_logger(inv_log_fn fn);
 
 /* PING Redis: INV_OK or INV_UNAVAILABLE. */
 inv_status inv_ping(inv_conn *c);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* How a setting's text or JSON value is checked and stored. */
 enum kind {
@@ -17,6 +18,9 @@ enum kind {
     K_STR,   /* char[] field of `cap` bytes */
     K_TOKEN, /* like K_STR, restricted to visible ASCII (it travels in a header) */
     K_BIND,  /* numeric IPv4/IPv6 address */
+    K_ENUM,  /* one of `names`, stored as its index in an int-sized enum field */
+    K_BOOL,  /* bool field: true or false (a JSON boolean in the file) */
+    K_PATH,  /* a file path in char[cap]; "-" stores "" (stderr) */
     K_REDIS, /* "host:port", "redis://[user[:password]@]host[:port][/db]" or
                 "unix:///path" into the redis_* fields */
 };
@@ -29,14 +33,32 @@ struct setting {
     size_t off; /* offset of the field in struct cfg */
     size_t cap; /* K_STR/K_TOKEN/K_BIND: size of the field */
     long min, max;
+    const char *const *names; /* K_ENUM: the values, NULL-terminated */
 };
 
 /* clang-format off */
 #define INT_SETTING(k, e, f, field, lo, hi) \
-    {k, e, f, K_INT, offsetof(struct cfg, field), 0, lo, hi}
+    {k, e, f, K_INT, offsetof(struct cfg, field), 0, lo, hi, NULL}
 #define STR_SETTING(k, e, f, kind, field) \
-    {k, e, f, kind, offsetof(struct cfg, field), sizeof(((struct cfg *)0)->field), 0, 0}
+    {k, e, f, kind, offsetof(struct cfg, field), sizeof(((struct cfg *)0)->field), 0, 0, NULL}
+#define ENUM_SETTING(k, e, f, field, names) \
+    {k, e, f, K_ENUM, offsetof(struct cfg, field), 0, 0, 0, names}
+#define BOOL_SETTING(k, e, f, field) \
+    {k, e, f, K_BOOL, offsetof(struct cfg, field), 0, 0, 0, NULL}
 /* clang-format on */
+
+/* K_ENUM fields are stored through an int. */
+_Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is not an int");
+_Static_assert(sizeof(enum log_format) == sizeof(int), "enum log_format is not an int");
+static const char *const level_names[] = {
+    [LOG_DEBUG] = "debug", [LOG_INFO] = "info",    [LOG_WARN] = "warn",
+    [LOG_ERROR] = "error", [LOG_ERROR + 1] = NULL,
+};
+static const char *const format_names[] = {
+    [LOG_TEXT] = "text",
+    [LOG_JSON] = "json",
+    [LOG_JSON + 1] = NULL,
+};
 
 static const struct setting settings[] = {
     INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
@@ -60,6 +82,12 @@ static const struct setting settings[] = {
     INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
     INT_SETTING("connection_timeout_s", NULL, NULL, connection_timeout_s, 0, 86400),
     INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
+    ENUM_SETTING("log_level", "INVENTORY_LOG_LEVEL", "--log-level", log_level,
+                 level_names),
+    ENUM_SETTING("log_format", "INVENTORY_LOG_FORMAT", "--log-format", log_format,
+                 format_names),
+    STR_SETTING("log_file", "INVENTORY_LOG_FILE", "--log-file", K_PATH, log_file),
+    BOOL_SETTING("access_log", "INVENTORY_ACCESS_LOG", "--access-log", access_log),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
@@ -93,6 +121,9 @@ void cfg_defaults(struct cfg *out)
     out->max_connections = 10000;
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
+    out->log_level = LOG_INFO;
+    out->log_format = LOG_TEXT;
+    out->access_log = true;
 }
 
 static int set_int(const struct setting *s, long long v, const char *where, struct cfg *c,
@@ -288,6 +319,36 @@ static int set_text(const struct setting *s, const char *text, const char *where
         memcpy(field, text, len + 1);
         return 0;
     }
+    case K_ENUM: {
+        char list[128] = "";
+        for (size_t i = 0; s->names[i] != NULL; i++) {
+            if (strcasecmp(text, s->names[i]) == 0) {
+                *(int *)field = (int)i;
+                return 0;
+            }
+            size_t n = strlen(list);
+            snprintf(list + n, sizeof(list) - n, "%s%s", i > 0 ? "|" : "", s->names[i]);
+        }
+        return fail(err, errlen, "%s: must be one of %s, got '%s'", where, list, text);
+    }
+    case K_BOOL:
+        if (strcasecmp(text, "true") != 0 && strcasecmp(text, "false") != 0)
+            return fail(err, errlen, "%s: must be true or false, got '%s'", where, text);
+        *(bool *)field = strcasecmp(text, "true") == 0;
+        return 0;
+    case K_PATH:
+        if (strcmp(text, "-") == 0)
+            text = "";
+        else if (len == 0)
+            return fail(err, errlen, "%s: must be a file path, or - for stderr", where);
+        for (size_t i = 0; text[i] != '\0'; i++)
+            if ((unsigned char)text[i] < ' ' || text[i] == 0x7f)
+                return fail(err, errlen, "%s: control character in the path", where);
+        len = strlen(text);
+        if (len >= s->cap)
+            return fail(err, errlen, "%s: longer than %zu characters", where, s->cap - 1);
+        memcpy(field, text, len + 1);
+        return 0;
     case K_TOKEN:
         for (size_t i = 0; i < len; i++)
             if (text[i] <= ' ' || text[i] >= 0x7f)
@@ -305,7 +366,9 @@ static int set_text(const struct setting *s, const char *text, const char *where
 
 static const char *type_name(const struct setting *s)
 {
-    return s->kind == K_INT ? "an integer" : "a string";
+    return s->kind == K_INT    ? "an integer"
+           : s->kind == K_BOOL ? "true or false"
+                               : "a string";
 }
 
 /* Read one config file into `c`. A file that does not exist is skipped (returns 1)
@@ -348,6 +411,11 @@ static int load_file(const char *path, bool explicit, struct cfg *c, char *err,
         snprintf(where, sizeof(where), "config file %s: %.64s", path, key);
         if (s == NULL) {
             rc = fail(err, errlen, "%s: unknown key", where);
+        } else if (s->kind == K_BOOL) {
+            rc = json_is_boolean(val)
+                     ? set_text(s, json_is_true(val) ? "true" : "false", where, c, err,
+                                errlen)
+                     : fail(err, errlen, "%s: must be %s", where, type_name(s));
         } else if (s->kind == K_INT) {
             rc = json_is_integer(val)
                      ? set_int(s, json_integer_value(val), where, c, err, errlen)
@@ -537,47 +605,130 @@ bool cfg_bind_is_loopback(const struct cfg *c)
     return false;
 }
 
+/* Append to the string in `buf`, cutting at `len`. */
+static void append(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void append(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t n = strnlen(buf, len);
+    if (n + 1 >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+/* The value of setting `s` in `c`: a number in *num (CFG_VINT, CFG_VBOOL) or text in
+ * `buf` (CFG_VTEXT) -- secrets as "***"/"(none)" when `mask`, in clear otherwise
+ * (only to compare them). The one place that decides how a value is shown. */
+static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, bool mask,
+                               char *buf, size_t len, long long *num)
+{
+    const char *field = (const char *)c + s->off;
+    *num = 0;
+    buf[0] = '\0';
+    switch (s->kind) {
+    case K_INT:
+        *num = *(const int *)field;
+        return CFG_VINT;
+    case K_BOOL:
+        *num = *(const bool *)field;
+        return CFG_VBOOL;
+    case K_ENUM:
+        snprintf(buf, len, "%s", s->names[*(const int *)field]);
+        break;
+    case K_REDIS:
+        if (c->redis_unix[0] != '\0')
+            append(buf, len, "unix://%s", c->redis_unix);
+        else if (strchr(c->redis_host, ':') != NULL)
+            append(buf, len, "[%s]:%d", c->redis_host, c->redis_port);
+        else
+            append(buf, len, "%s:%d", c->redis_host, c->redis_port);
+        if (c->redis_db != 0)
+            append(buf, len, " (db %d)", c->redis_db);
+        break;
+    case K_TOKEN: /* a secret: say whether it is set, never what it is */
+        snprintf(buf, len, "%s", !mask ? field : field[0] != '\0' ? "***" : "(none)");
+        break;
+    case K_PATH:
+        snprintf(buf, len, "%s", field[0] != '\0' ? field : "(stderr)");
+        break;
+    case K_STR:
+    case K_BIND:
+        snprintf(buf, len, "%s", field);
+        break;
+    }
+    return CFG_VTEXT;
+}
+
+void cfg_foreach(const struct cfg *c,
+                 void (*fn)(const char *key, const struct cfg_value *v, void *arg),
+                 void *arg)
+{
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        char buf[CFG_PATH_MAX + 64];
+        struct cfg_value v = {.text = buf};
+        v.type = value_of(&settings[k], c, true, buf, sizeof(buf), &v.num);
+        fn(settings[k].key, &v, arg);
+    }
+}
+
+void cfg_source(const struct cfg *c, char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    if (c->config_path[0] == '\0') {
+        append(buf, len, "none (built-in defaults; tried");
+        for (size_t i = 0; cfg_search_path[i] != NULL; i++)
+            append(buf, len, " %s", cfg_search_path[i]);
+        append(buf, len, ")");
+        return;
+    }
+    char abs[PATH_MAX];
+    if (c->config_path[0] != '/' && realpath(c->config_path, abs) != NULL)
+        append(buf, len, "%s (%s)", c->config_path, abs);
+    else
+        append(buf, len, "%s", c->config_path);
+}
+
+int cfg_diff(const struct cfg *a, const struct cfg *b, char *buf, size_t len)
+{
+    int n = 0;
+    if (len > 0)
+        buf[0] = '\0';
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        char va[CFG_PATH_MAX + 64], vb[CFG_PATH_MAX + 64];
+        long long na, nb;
+        value_of(&settings[k], a, false, va, sizeof(va), &na);
+        value_of(&settings[k], b, false, vb, sizeof(vb), &nb);
+        if (na != nb || strcmp(va, vb) != 0) {
+            append(buf, len, "%s%s", n > 0 ? ", " : "", settings[k].key);
+            n++;
+        }
+    }
+    return n;
+}
+
+static void print_value(const char *key, const struct cfg_value *v, void *arg)
+{
+    FILE *f = arg;
+    if (v->type == CFG_VINT)
+        fprintf(f, "%-22s %lld\n", key, v->num);
+    else if (v->type == CFG_VBOOL)
+        fprintf(f, "%-22s %s\n", key, v->num ? "true" : "false");
+    else
+        fprintf(f, "%-22s %s\n", key, v->text);
+}
+
 void cfg_print(FILE *f, const struct cfg *c)
 {
-    if (c->config_path[0] == '\0') {
-        fprintf(f, "config file: none (built-in defaults; tried");
-        for (size_t i = 0; cfg_search_path[i] != NULL; i++)
-            fprintf(f, " %s", cfg_search_path[i]);
-        fprintf(f, ")\n");
-    } else {
-        char abs[PATH_MAX];
-        if (c->config_path[0] != '/' && realpath(c->config_path, abs) != NULL)
-            fprintf(f, "config file: %s (%s)\n", c->config_path, abs);
-        else
-            fprintf(f, "config file: %s\n", c->config_path);
-    }
-    for (size_t k = 0; k < NSETTINGS; k++) {
-        const struct setting *s = &settings[k];
-        const char *field = (const char *)c + s->off;
-        fprintf(f, "%-22s ", s->key);
-        switch (s->kind) {
-        case K_INT:
-            fprintf(f, "%d\n", *(const int *)field);
-            break;
-        case K_REDIS: {
-            bool v6 = strchr(c->redis_host, ':') != NULL;
-            if (c->redis_unix[0] != '\0')
-                fprintf(f, "unix://%s", c->redis_unix);
-            else
-                fprintf(f, "%s%s%s:%d", v6 ? "[" : "", c->redis_host, v6 ? "]" : "",
-                        c->redis_port);
-            fprintf(f, c->redis_db ? " (db %d)\n" : "\n", c->redis_db);
-            break;
-        }
-        case K_TOKEN: /* a secret: say whether it is set, never what it is */
-            fprintf(f, "%s\n", field[0] != '\0' ? "***" : "(none)");
-            break;
-        case K_STR:
-        case K_BIND:
-            fprintf(f, "%s\n", field);
-            break;
-        }
-    }
+    char source[CFG_SOURCE_MAX];
+    cfg_source(c, source, sizeof(source));
+    fprintf(f, "config file: %s\n", source);
+    cfg_foreach(c, print_value, f);
 }
 
 void cfg_usage(FILE *f, const char *prog)
@@ -587,6 +738,7 @@ void cfg_usage(FILE *f, const char *prog)
         "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT]\n"
         "          [--threads N] [--lock-ttl-ms N] [--lock-wait-ms N]\n"
         "          [--redis-timeout-ms N] [--admin-token T] [--check-config]\n"
+        "          [--log-level L] [--log-format F] [--log-file PATH] [--access-log B]\n"
         "          [--help] [--version]\n"
         "\n"
         "Settings, each overriding the one before: built-in defaults, the JSON file\n"
@@ -610,6 +762,14 @@ void cfg_usage(FILE *f, const char *prog)
         "  max_connections   -                           -                   10000\n"
         "  connection_timeout_s -                        -                   30\n"
         "  max_body_bytes    -                           -                   65536\n"
+        "  log_level         INVENTORY_LOG_LEVEL         --log-level         info\n"
+        "  log_format        INVENTORY_LOG_FORMAT        --log-format        text\n"
+        "  log_file          INVENTORY_LOG_FILE          --log-file          - (stderr)\n"
+        "  access_log        INVENTORY_ACCESS_LOG        --access-log        true\n"
+        "\n"
+        "log_level: debug|info|warn|error; log_format: text|json (one JSON object per\n"
+        "line); access_log: true|false. SIGHUP reopens log_file and re-reads log_level;\n"
+        "SIGUSR1 logs the counters; SIGTERM and SIGINT stop after in-flight requests.\n"
         "\n"
         "A non-loopback --bind requires an admin token. Exit status 2 on a bad "
         "setting.\n",

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "service/log.h"
+
 /* The configuration files tried when neither --config nor $INVENTORY_CONFIG names
  * one: a checkout's (relative to the working directory), then the installed one. */
 #define CFG_DEFAULT_PATH "config/inventoryd.json"
@@ -32,6 +34,7 @@
 #define CFG_HOST_MAX 255
 #define CFG_TOKEN_MAX 255
 #define CFG_PATH_MAX 1024
+#define CFG_SOURCE_MAX (CFG_PATH_MAX + 4096 + 64) /* cfg_source(): path, realpath */
 
 struct cfg {
     char bind[CFG_BIND_MAX];                /* numeric IPv4 or IPv6 address; 127.0.0.1 */
@@ -50,9 +53,13 @@ struct cfg {
     int meta_cache_ms;                      /* 0..60000; 100 */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
-    int max_connections;            /* 1..1000000; 10000 */
-    int connection_timeout_s;       /* idle timeout, 0 (none)..86400; 30 */
-    int max_body_bytes;             /* 64..16777216; 65536 */
+    int max_connections;         /* 1..1000000; 10000 */
+    int connection_timeout_s;    /* idle timeout, 0 (none)..86400; 30 */
+    int max_body_bytes;          /* 64..16777216; 65536 */
+    enum log_level log_level;    /* debug|info|warn|error; info (SIGHUP re-reads it) */
+    enum log_format log_format;  /* text|json; text */
+    char log_file[CFG_PATH_MAX]; /* "" = stderr (the setting's "-"); reopened on SIGHUP */
+    bool access_log;             /* a line per HTTP request (log_access); true */
     char config_path[CFG_PATH_MAX]; /* file actually read, "" when none */
     bool help;                      /* --help given: print cfg_usage(), run nothing */
     bool version;                   /* --version given */
@@ -86,6 +93,31 @@ bool cfg_bind_is_loopback(const struct cfg *c);
  * which file was read (or that none was), then one "key value" line per setting in
  * the file's key names. Secrets (admin_token) are printed as "***", never in clear. */
 void cfg_print(FILE *f, const struct cfg *c);
+
+/* One setting's value as cfg_print() shows it. */
+enum cfg_vtype { CFG_VINT, CFG_VBOOL, CFG_VTEXT };
+struct cfg_value {
+    enum cfg_vtype type;
+    long long num;    /* CFG_VINT; CFG_VBOOL: 0 or 1 */
+    const char *text; /* CFG_VTEXT: secrets already "***" or "(none)"; valid during
+                         the call only */
+};
+
+/* Call fn(key, value, arg) once per setting of `c`, in cfg_print()'s order and with
+ * its values (the masking is done here, once, for every caller). `key` is a static
+ * string. The file read is not a setting: see cfg_source(). */
+void cfg_foreach(const struct cfg *c,
+                 void (*fn)(const char *key, const struct cfg_value *v, void *arg),
+                 void *arg);
+
+/* Which file `c` was read from, as cfg_print()'s first line says it: "PATH (ABSOLUTE)"
+ * or "none (built-in defaults; tried A B)". Always NUL-terminates `buf`. */
+void cfg_source(const struct cfg *c, char *buf, size_t len);
+
+/* The keys of the settings whose values differ between `a` and `b` (secrets
+ * compared, never shown), comma-separated into `buf` (cut if too long). Returns
+ * their number. */
+int cfg_diff(const struct cfg *a, const struct cfg *b, char *buf, size_t len);
 
 /* Print the usage text (flags, environment variables, defaults). */
 void cfg_usage(FILE *f, const char *prog);

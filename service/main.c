@@ -1,16 +1,21 @@
 /* main.c -- inventoryd: load the configuration, start the domain and the HTTP server,
- * wait for SIGINT/SIGTERM, shut down cleanly. */
+ * then take signals on the main thread (SIGHUP reload, SIGUSR1 counters) until
+ * SIGINT/SIGTERM, and shut down cleanly. */
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/server.h"
 #include "segments/inventory.h"
+#include "segments/stats.h"
 #include "service/config.h"
 #include "service/log.h"
 
@@ -38,10 +43,144 @@ static void raise_nofile(void)
         log_debug("open file limit %llu", (unsigned long long)rl.rlim_cur);
 }
 
+/* --check-config: can the service write `path`? Like the service, it appends to an
+ * existing file, or creates one in a writable directory -- but creates nothing here
+ * (a check run as root must not leave a root-owned log behind). 0, or -1 with `err`. */
+static int check_log_file(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    if (errno == ENOENT) {
+        char dir[CFG_PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", path);
+        if (access(dirname(dir), W_OK | X_OK) == 0)
+            return 0;
+    }
+    snprintf(err, errlen, "log_file %s: %s", path, strerror(errno));
+    return -1;
+}
+
+/* The fields of one log line describing a configuration, as --check-config prints
+ * it (secrets masked, by cfg_foreach): the file read, then every setting. */
+struct cfg_line {
+    struct log_field f[64];
+    size_t n;
+    char text[4096]; /* the string values, copied */
+    size_t used;
+};
+
+static void add_setting(const char *key, const struct cfg_value *v, void *arg)
+{
+    struct cfg_line *l = arg;
+    if (l->n == sizeof(l->f) / sizeof(l->f[0]))
+        return;
+    struct log_field *f = &l->f[l->n];
+    f->key = key;
+    if (v->type == CFG_VINT) {
+        f->type = LOGF_T_INT;
+        f->v.i = v->num;
+    } else if (v->type == CFG_VBOOL) {
+        f->type = LOGF_T_BOOL;
+        f->v.b = v->num != 0;
+    } else {
+        size_t len = strlen(v->text) + 1;
+        if (len > sizeof(l->text) - l->used)
+            return;
+        f->type = LOGF_T_STR;
+        f->v.s = memcpy(l->text + l->used, v->text, len);
+        l->used += len;
+    }
+    l->n++;
+}
+
+/* Log `c` as one line `msg` at `level`. */
+static void log_configuration(enum log_level level, const char *msg, const struct cfg *c)
+{
+    if (!log_enabled(level))
+        return;
+    struct cfg_line l = {.n = 0, .used = 0};
+    char source[CFG_SOURCE_MAX];
+    cfg_source(c, source, sizeof(source));
+    l.f[l.n++] = (struct log_field)LOGF_STR("config_file", source);
+    l.f[l.n++] = (struct log_field)LOGF_INT("pid", getpid());
+    cfg_foreach(c, add_setting, &l);
+    log_fields(level, msg, l.f, l.n);
+}
+
+/* SIGUSR1: the counters of GET /admin/stats, on one line. */
+static void log_stats(inv *v, const struct timespec *started)
+{
+    long long counters[STAT__COUNT];
+    stat_snapshot(v, counters);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct log_field f[STAT__COUNT + 1];
+    f[0] = (struct log_field)LOGF_INT("uptime_s", now.tv_sec - started->tv_sec);
+    for (int i = 0; i < STAT__COUNT; i++)
+        f[i + 1] = (struct log_field)LOGF_INT(stat_name((enum stat_id)i), counters[i]);
+    log_report("stats", f, STAT__COUNT + 1);
+}
+
+/* SIGHUP: reopen the log file (after rotation), read the configuration again from
+ * the same sources and apply its log_level; any other change is only reported, as it
+ * needs a restart. A configuration that no longer loads changes nothing. `running` is
+ * the configuration the service started with (the HTTP server holds it: read-only),
+ * `*level` the log level in force. */
+static void reload(int argc, char **argv, const struct cfg *running,
+                   enum log_level *level)
+{
+    char err[CFG_PATH_MAX + 512];
+    if (running->log_file[0] != '\0') {
+        if (log_open(running->log_file, err, sizeof(err)) != 0)
+            log_error("SIGHUP: cannot reopen the log file, still writing to the old "
+                      "one: %s",
+                      err);
+        else
+            log_info("SIGHUP: log file %s reopened", running->log_file);
+    }
+    struct cfg next;
+    if (cfg_load(argc, argv, environ, &next, err, sizeof(err)) != 0) {
+        log_error("SIGHUP: configuration not reloaded, the running one stays: %s", err);
+        return;
+    }
+    enum log_level was = *level;
+    *level = next.log_level;
+    log_set_level(*level);
+
+    char source[CFG_SOURCE_MAX];
+    cfg_source(&next, source, sizeof(source));
+    struct log_field f[] = {
+        LOGF_STR("config_file", source),
+        LOGF_STR("log_level", log_level_name(*level)),
+        LOGF_STR("was", log_level_name(was)),
+    };
+    log_report("SIGHUP: configuration reloaded", f, sizeof(f) / sizeof(f[0]));
+
+    struct cfg other = next; /* what differs besides the level needs a restart */
+    other.log_level = running->log_level;
+    char changed[512];
+    if (cfg_diff(running, &other, changed, sizeof(changed)) > 0)
+        log_warn("SIGHUP: %s changed; they take effect at the next restart", changed);
+    log_configuration(LOG_DEBUG, "configuration read on SIGHUP", &next);
+}
+
+/* The Redis seam's failures and reconnects, in the log: every failure with its
+ * reason, at most one line a second per kind (with the count left out). */
+static void redis_log(bool failure, const char *what, const char *detail)
+{
+    if (failure)
+        log_ratelimited(what, LOG_WARN, "redis %s: %s", what, detail);
+    else
+        log_info("redis: connected again (%s)", detail);
+}
+
 int main(int argc, char **argv)
 {
     struct cfg cfg;
-    char err[512];
+    char err[CFG_PATH_MAX + 512];
     if (cfg_load(argc, argv, environ, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "inventoryd: %s\n", err);
         return 2;
@@ -56,20 +195,42 @@ int main(int argc, char **argv)
     }
     if (cfg.check) {
         /* Like `nginx -t`: everything was validated by cfg_load(); say what would run. */
+        if (cfg.log_file[0] != '\0' && check_log_file(cfg.log_file, err, sizeof(err))) {
+            fprintf(stderr, "inventoryd: %s\n", err);
+            return 2;
+        }
         cfg_print(stdout, &cfg);
         printf("inventoryd: configuration OK\n");
         return 0;
     }
 
-    /* Block the stop signals before any thread starts, so every thread inherits the
-     * mask and only sigwait() below ever sees them. SIGPIPE: a client that hangs up
-     * must not kill the process. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    /* Block the signals main takes before any thread starts, so every thread
+     * inherits the mask and only sigwait() below ever sees them: no handler runs, and
+     * the work a signal asks for (reload, counters, stop) is done on this thread
+     * with ordinary calls. A signal sent during startup waits for the loop. SIGPIPE:
+     * a client that hangs up must not kill the process. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    struct sigaction ignore;
+    memset(&ignore, 0, sizeof(ignore));
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, NULL);
+
+    enum log_level level = cfg.log_level;
+    log_set_level(level);
+    log_set_format(cfg.log_format);
+    log_set_access(cfg.access_log);
+    if (log_open(cfg.log_file, err, sizeof(err)) != 0) {
+        fprintf(stderr, "inventoryd: log_file %s\n", err);
+        return 2;
+    }
+    log_configuration(LOG_INFO, "configuration", &cfg);
 
     raise_nofile();
 
@@ -85,6 +246,7 @@ int main(int argc, char **argv)
         .lock_wait_ms = cfg.lock_wait_ms,
         .meta_cache_ms = cfg.meta_cache_ms,
     };
+    inv_set_redis_logger(redis_log);
     inv *v = inv_create(&opt, err, sizeof(err));
     if (v == NULL) {
         log_error("cannot start the inventory: %s", err);
@@ -96,16 +258,30 @@ int main(int argc, char **argv)
         inv_free(v);
         return 1;
     }
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
 
+    char redis[CFG_PATH_MAX + 16];
+    if (cfg.redis_unix[0] != '\0')
+        snprintf(redis, sizeof(redis), "unix://%s", cfg.redis_unix);
+    else
+        snprintf(redis, sizeof(redis), "%s:%d", cfg.redis_host, cfg.redis_port);
     bool v6 = strchr(cfg.bind, ':') != NULL;
-    log_info("inventoryd %s listening on http://%s%s%s:%d/ (redis %s:%d, %d workers%s%s)",
-             INVENTORYD_VERSION, v6 ? "[" : "", cfg.bind, v6 ? "]" : "", cfg.port,
-             cfg.redis_host, cfg.redis_port, cfg.threads,
-             cfg.config_path[0] ? ", config " : "", cfg.config_path);
+    log_info("inventoryd %s listening on http://%s%s%s:%d/ (redis %s, %d workers%s%s)",
+             INVENTORYD_VERSION, v6 ? "[" : "", cfg.bind, v6 ? "]" : "", cfg.port, redis,
+             cfg.threads, cfg.config_path[0] ? ", config " : "", cfg.config_path);
 
     int sig = 0;
-    while (sigwait(&stop, &sig) != 0)
-        ;
+    for (;;) {
+        if (sigwait(&sigs, &sig) != 0)
+            continue;
+        if (sig == SIGHUP)
+            reload(argc, argv, &cfg, &level);
+        else if (sig == SIGUSR1)
+            log_stats(v, &started);
+        else
+            break;
+    }
     log_info("received %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
 
     api_server_stop(srv);

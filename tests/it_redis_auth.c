@@ -146,6 +146,8 @@ static void test_password_from_env_and_file(void **state)
     free(dir);
 }
 
+static bool log_says(const char *path, const char *a, const char *b);
+
 /* The detail of a reply contains `what`. */
 static void expect_detail(const struct h_resp *r, const char *what)
 {
@@ -157,9 +159,12 @@ static void test_wrong_password_says_so(void **state)
 {
     struct env *e = *state;
     h_deadline(60);
-    char url[128];
+    char url[128], *dir = h_tempdir("authlog"), log[600], json[700];
+    assert_non_null(dir);
     snprintf(url, sizeof url, "redis://:nope@127.0.0.1:%d", h_redis_port(e->redis));
-    h_svc *s = start(url, NULL, NULL);
+    snprintf(log, sizeof log, "%s/service.log", dir);
+    snprintf(json, sizeof json, "{\"log_file\": \"%s\"}", log);
+    h_svc *s = start(url, json, NULL);
     assert_non_null(s);
     int port = h_svc_port(s);
     struct h_resp r;
@@ -173,6 +178,61 @@ static void test_wrong_password_says_so(void **state)
     h_resp_free(&r);
     assert_int_equal(h_svc_stop_clean(s), 0);
     h_svc_free(s);
+    assert_true(log_says(log, "redis AUTH", "WRONGPASS")); /* and the log, with why */
+    h_rmtree(dir);
+    free(dir);
+}
+
+/* True when a line of the file at `path` holds both `a` and `b`. */
+static bool log_says(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    char line[1024];
+    bool said = false;
+    while (!said && fgets(line, sizeof line, f) != NULL)
+        said = strstr(line, a) != NULL && strstr(line, b) != NULL;
+    fclose(f);
+    return said;
+}
+
+/* A frozen Redis is logged (it used to give 503s and not one log line), and so is the
+ * connection made again once it answers. */
+static void test_failures_and_reconnects_are_logged(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    char url[128], *dir = h_tempdir("hanglog"), log[600], json[800];
+    assert_non_null(dir);
+    snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d", PASSWORD,
+             h_redis_port(e->redis));
+    snprintf(log, sizeof log, "%s/service.log", dir);
+    snprintf(json, sizeof json,
+             "{\"log_file\": \"%s\", \"redis_timeout_ms\": 300, \"threads\": 1}", log);
+    h_svc *s = start(url, json, NULL);
+    assert_non_null(s);
+    int port = h_svc_port(s);
+    assert_int_equal(h_put_sku(port, NULL, "auth-hang", 5, 1, "lock", 0), 0);
+    assert_int_equal(h_redis_pause(e->redis), 0);
+    struct h_resp r;
+    h_order(port, "auth-hang", 1, "o-hang", &r);
+    assert_int_equal(h_expect_error(&r, 503, "backend_unavailable"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_redis_resume(e->redis), 0);
+    int st = 0;
+    for (int tries = 0; tries < 100 && st != 200 && st != 201; tries++) {
+        st = h_order(port, "auth-hang", 1, "o-hang", NULL);
+        if (st != 200 && st != 201)
+            h_sleep_ms(50);
+    }
+    assert_true(st == 200 || st == 201);
+    assert_int_equal(h_svc_stop_clean(s), 0);
+    h_svc_free(s);
+    assert_true(log_says(log, "redis", "temporarily unavailable"));
+    assert_true(log_says(log, "redis", "connected again"));
+    h_rmtree(dir);
+    free(dir);
 }
 
 static void test_unix_socket_and_database(void **state)
@@ -214,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_acl_user),
         cmocka_unit_test(test_password_from_env_and_file),
         cmocka_unit_test(test_wrong_password_says_so),
+        cmocka_unit_test(test_failures_and_reconnects_are_logged),
         cmocka_unit_test(test_unix_socket_and_database),
     };
     return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));

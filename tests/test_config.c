@@ -104,6 +104,10 @@ static void defaults_without_a_file(void **state)
     assert_int_equal(c.max_body_bytes, 65536);
     assert_string_equal(c.admin_token, "");
     assert_string_equal(c.config_path, "");
+    assert_int_equal(c.log_level, LOG_INFO);
+    assert_int_equal(c.log_format, LOG_TEXT);
+    assert_string_equal(c.log_file, "");
+    assert_true(c.access_log);
     assert_false(c.help);
     assert_false(c.version);
 }
@@ -201,6 +205,86 @@ static void file_only_keys(void **state)
     assert_int_equal(c.connection_timeout_s, 0);
     assert_int_equal(c.max_body_bytes, 1024);
     assert_int_equal(c.redis_timeout_ms, 50);
+}
+
+static void log_settings_file_env_flag(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"log_level\": \"warn\", \"log_format\": \"json\","
+                         " \"log_file\": \"/var/log/inv.log\", \"access_log\": false}");
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, "--config", "c.json", NULL), 0);
+    assert_int_equal(c.log_level, LOG_WARN);
+    assert_int_equal(c.log_format, LOG_JSON);
+    assert_string_equal(c.log_file, "/var/log/inv.log");
+    assert_false(c.access_log);
+
+    const char *env[] = {"INVENTORY_LOG_LEVEL=ERROR", "INVENTORY_LOG_FORMAT=text",
+                         "INVENTORY_LOG_FILE=-", "INVENTORY_ACCESS_LOG=true", NULL};
+    assert_int_equal(LOAD(env, &c, err, "--config", "c.json", NULL), 0);
+    assert_int_equal(c.log_level, LOG_ERROR); /* case does not matter */
+    assert_int_equal(c.log_format, LOG_TEXT);
+    assert_string_equal(c.log_file, ""); /* "-": stderr */
+    assert_true(c.access_log);
+
+    assert_int_equal(LOAD(env, &c, err, "--config", "c.json", "--log-level", "debug",
+                          "--log-format=json", "--log-file", "rel/inv.log",
+                          "--access-log", "False", NULL),
+                     0);
+    assert_int_equal(c.log_level, LOG_DEBUG);
+    assert_int_equal(c.log_format, LOG_JSON);
+    assert_string_equal(c.log_file, "rel/inv.log");
+    assert_false(c.access_log);
+
+    const char *levels[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(LOAD(NULL, &c, err, "--log-level", levels[i], NULL), 0);
+        assert_int_equal(c.log_level, i);
+        assert_string_equal(log_level_name(c.log_level), levels[i]);
+    }
+}
+
+static void log_settings_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *needle;
+    } files[] = {
+        {"{\"log_level\": \"loud\"}",
+         "log_level: must be one of debug|info|warn|error, got 'loud'"},
+        {"{\"log_level\": 1}", "log_level: must be a string"},
+        {"{\"log_format\": \"xml\"}", "log_format: must be one of text|json"},
+        {"{\"log_file\": \"\"}", "log_file: must be a file path, or - for stderr"},
+        {"{\"log_file\": \"a\\nb\"}", "log_file: control character"},
+        {"{\"log_file\": false}", "log_file: must be a string"},
+        {"{\"access_log\": \"true\"}", "access_log: must be true or false"},
+        {"{\"access_log\": 1}", "access_log: must be true or false"},
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        write_file("c.json", files[i].text);
+        expect_error((const char *const[]){"inventoryd", "--config", "c.json", NULL},
+                     NULL, files[i].needle);
+    }
+    static const char *const envs[] = {
+        "INVENTORY_LOG_LEVEL=verbose", "INVENTORY_LOG_LEVEL=",
+        "INVENTORY_LOG_FORMAT=logfmt", "INVENTORY_LOG_FILE=",
+        "INVENTORY_ACCESS_LOG=1",      "INVENTORY_ACCESS_LOG=",
+    };
+    for (size_t i = 0; i < sizeof(envs) / sizeof(envs[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(envs[i], "="), envs[i]);
+        const char *env[] = {envs[i], NULL};
+        expect_error((const char *const[]){"inventoryd", NULL}, env, name);
+    }
+    expect_error((const char *const[]){"inventoryd", "--log-level", "trace", NULL}, NULL,
+                 "--log-level: must be one of debug|info|warn|error, got 'trace'");
+    expect_error((const char *const[]){"inventoryd", "--log-format", NULL}, NULL,
+                 "--log-format: missing value");
+    expect_error((const char *const[]){"inventoryd", "--log-file=", NULL}, NULL,
+                 "--log-file");
+    expect_error((const char *const[]){"inventoryd", "--access-log", "on", NULL}, NULL,
+                 "--access-log: must be true or false, got 'on'");
 }
 
 static void config_path_from_env_and_flag(void **state)
@@ -458,7 +542,8 @@ static void print_shows_effective_values_and_masks_secrets(void **state)
     static const char *const keys[] = {
         "bind", "port", "redis", "threads", "lock_ttl_ms", "lock_wait_ms",
         "redis_timeout_ms", "meta_cache_ms", "admin_token", "max_connections",
-        "connection_timeout_s", "max_body_bytes"};
+        "connection_timeout_s", "max_body_bytes", "log_level", "log_format",
+        "log_file", "access_log"};
     /* clang-format on */
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         char line[64];
@@ -475,7 +560,76 @@ static void print_shows_effective_values_and_masks_secrets(void **state)
     assert_non_null(strstr(out, "config file: none"));
     assert_non_null(strstr(out, "\nadmin_token            (none)\n"));
     assert_non_null(strstr(out, "\nredis                  127.0.0.1:6379\n"));
+    assert_non_null(strstr(out, "\nlog_level              info\n"));
+    assert_non_null(strstr(out, "\nlog_format             text\n"));
+    assert_non_null(strstr(out, "\nlog_file               (stderr)\n"));
+    assert_non_null(strstr(out, "\naccess_log             true\n"));
     free(out);
+
+    assert_int_equal(LOAD(NULL, &c, err, "--log-level", "warn", "--log-format", "json",
+                          "--log-file", "/tmp/x.log", "--access-log", "false", NULL),
+                     0);
+    out = printed(&c);
+    assert_non_null(strstr(out, "\nlog_level              warn\n"));
+    assert_non_null(strstr(out, "\nlog_format             json\n"));
+    assert_non_null(strstr(out, "\nlog_file               /tmp/x.log\n"));
+    assert_non_null(strstr(out, "\naccess_log             false\n"));
+    free(out);
+}
+
+/* cfg_foreach() collects what a callback sees, as "key=value;" text. */
+static void collect(const char *key, const struct cfg_value *v, void *arg)
+{
+    char *buf = arg;
+    size_t n = strlen(buf);
+    if (v->type == CFG_VINT)
+        snprintf(buf + n, 4096 - n, "%s=%lld;", key, v->num);
+    else if (v->type == CFG_VBOOL)
+        snprintf(buf + n, 4096 - n, "%s=%s;", key, v->num ? "true" : "false");
+    else
+        snprintf(buf + n, 4096 - n, "%s='%s';", key, v->text);
+}
+
+/* The startup log line is built from cfg_foreach() and cfg_source(): the same values,
+ * the same masking as --check-config; cfg_diff() names what SIGHUP cannot apply. */
+static void foreach_source_and_diff(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"threads\": 5, \"admin_token\": \"file-secret\"}");
+    struct cfg a, b;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &a, err, "--config", "c.json", NULL), 0);
+    char buf[4096] = "";
+    cfg_foreach(&a, collect, buf);
+    assert_non_null(strstr(buf, "threads=5;"));
+    assert_non_null(strstr(buf, "port=8080;"));
+    assert_non_null(strstr(buf, "admin_token='***';"));
+    assert_non_null(strstr(buf, "log_level='info';"));
+    assert_non_null(strstr(buf, "access_log=true;"));
+    assert_non_null(strstr(buf, "log_file='(stderr)';"));
+    assert_null(strstr(buf, "secret"));
+
+    char src[CFG_SOURCE_MAX];
+    cfg_source(&a, src, sizeof(src));
+    assert_true(strncmp(src, "c.json (/", 9) == 0);
+    char tiny[8];
+    cfg_source(&a, tiny, sizeof(tiny)); /* cut, terminated */
+    assert_string_equal(tiny, "c.json ");
+    assert_int_equal(LOAD(NULL, &b, err, NULL), 0);
+    cfg_source(&b, src, sizeof(src));
+    assert_non_null(strstr(src, "none (built-in defaults; tried"));
+
+    /* b: threads and the token differ (the token is named, never shown). */
+    char diff[256];
+    assert_int_equal(cfg_diff(&a, &a, diff, sizeof(diff)), 0);
+    assert_string_equal(diff, "");
+    assert_int_equal(cfg_diff(&a, &b, diff, sizeof(diff)), 2);
+    assert_string_equal(diff, "threads, admin_token");
+    assert_int_equal(LOAD(NULL, &b, err, "--config", "c.json", "--log-level", "debug",
+                          "--access-log", "false", NULL),
+                     0);
+    assert_int_equal(cfg_diff(&a, &b, diff, sizeof(diff)), 2);
+    assert_string_equal(diff, "log_level, access_log");
 }
 
 static void help_and_version(void **state)
@@ -506,6 +660,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(file_then_env_then_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(every_flag_and_env_var, setup, teardown),
         cmocka_unit_test_setup_teardown(file_only_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(log_settings_file_env_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(log_settings_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(config_path_from_env_and_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(missing_explicit_file_is_an_error, setup,
                                         teardown),
@@ -524,6 +680,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(print_shows_effective_values_and_masks_secrets,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(foreach_source_and_diff, setup, teardown),
         cmocka_unit_test_setup_teardown(help_and_version, setup, teardown),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
