@@ -12,6 +12,7 @@
 
 #include "segments/redis/async.h"
 #include "tests/harness.h"
+#include "tests/proxy.h"
 
 #define TIMEOUT_MS 300
 
@@ -219,6 +220,35 @@ static void killed_connection_and_noscript(void **state)
     rda_free(c);
 }
 
+/* A deduct that ran but whose reply was lost on the wire (the proxy resets the
+ * connection) is sent once more on a new connection and recognises its own attempt:
+ * OK, once -- not -1, and not a second sale. */
+static void lost_reply_is_sent_again(void **state)
+{
+    struct fixture *f = *state;
+    long long epoch = put(f, "lost", 10, 1);
+    h_proxy *p = h_proxy_start(h_redis_port(f->redis));
+    assert_non_null(p);
+    const struct rd_target to = {"127.0.0.1", h_proxy_port(p), .timeout_ms = 2000};
+    rda_conn *c = rda_create(f->base, &to, NULL);
+    struct seen ping = {0};
+    rda_ping(c, on_int, &ping);
+    assert_true(run_until(f, &ping.done, 1));
+    h_proxy_drop_reply(p, "attempt-lost", 1);
+    struct seen ded = {0};
+    rda_deduct(c, "lost", epoch, 0, "", "attempt-lost", "o-lost", 2, "{}", on_reply,
+               &ded);
+    assert_true(run_until(f, &ded.done, 1));
+    assert_int_equal(h_proxy_drops(p), 1);
+    assert_int_equal(ded.ok, 1);
+    assert_int_equal(ded.code, RD_OK);
+    long long stock[1];
+    assert_int_equal(rd_segments_read(f->sync, "lost", 1, stock, NULL, NULL, NULL), 0);
+    assert_int_equal(stock[0], 8);
+    rda_free(c);
+    h_proxy_free(p);
+}
+
 static void wrong_password_says_why(void **state)
 {
     struct fixture *f = *state;
@@ -237,6 +267,7 @@ int main(void)
         cmocka_unit_test(typed_calls_and_pipelining),
         cmocka_unit_test(hung_redis_answers_at_the_deadline),
         cmocka_unit_test(killed_connection_and_noscript),
+        cmocka_unit_test(lost_reply_is_sent_again),
         cmocka_unit_test(wrong_password_says_why),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

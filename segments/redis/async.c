@@ -1,6 +1,7 @@
 /* async.c -- one asynchronous Redis connection on a libevent loop (see async.h). */
 #include "segments/redis/async.h"
 
+#include <errno.h>
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ struct req {
     void (*fn)(void);
     void *arg;
     long long sent_ms;
+    bool resent; /* sent again once after its connection was closed under it */
     struct req *prev, *next;
 };
 
@@ -48,6 +50,7 @@ struct rda_conn {
     void (*del_write)(void *); /* the adapter's, wrapped to count writes */
     char sha[SCRIPT__COUNT][41];
     struct req head;     /* sentinel of the list of commands owed a reply */
+    struct req resend;   /* sentinel: to send again on the next connection */
     struct event *tick;  /* checks the reply deadline */
     struct event *retry; /* the next connection attempt */
     int backoff_ms;
@@ -153,6 +156,14 @@ static void unlink_req(struct req *q)
     q->prev = q->next = q;
 }
 
+static void link_tail(struct req *head, struct req *q)
+{
+    q->prev = head->prev;
+    q->next = head;
+    head->prev->next = q;
+    head->prev = q;
+}
+
 /* Answer -1 on the next turn of the loop (never from inside the caller's call). */
 static void fail_later_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -189,10 +200,7 @@ static void send_req(struct req *q)
         return;
     }
     q->sent_ms = now_ms();
-    q->prev = c->head.prev;
-    q->next = &c->head;
-    c->head.prev->next = q;
-    c->head.prev = q;
+    link_tail(&c->head, q);
     c->stats.commands++;
 }
 
@@ -209,13 +217,40 @@ static struct req *new_req(rda_conn *c, enum kind kind, void (*fn)(void), void *
 
 static void drop(rda_conn *c, const char *why);
 
+/* True when the server closed the connection under us (a restart, CLIENT KILL, a
+ * reset), as opposed to our own drop at the deadline or after a refused AUTH. */
+static bool closed_by_peer(const redisAsyncContext *ac)
+{
+    return ac->err == REDIS_ERR_EOF ||
+           (ac->err == REDIS_ERR_IO && (strcmp(ac->errstr, strerror(ECONNRESET)) == 0 ||
+                                        strcmp(ac->errstr, strerror(EPIPE)) == 0));
+}
+
+/* Answer -1 to every command waiting to be sent again. */
+static void fail_resends(rda_conn *c)
+{
+    while (c->resend.next != &c->resend) {
+        struct req *q = c->resend.next;
+        unlink_req(q);
+        fail_later(q);
+    }
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    (void)ac;
     struct req *q = privdata;
     rda_conn *c = q->c;
     redisReply *r = reply;
     unlink_req(q);
+    if (r == NULL && !q->resent && q->kind != K_SETUP && q->kind != K_SCRIPT_LOAD &&
+        closed_by_peer(ac)) {
+        /* Once more on the next connection: every script recognises its own earlier
+         * run (scripts.c), so a reply lost on the wire does not become a false answer.
+         * A timeout is never sent again: that would only double the wait. */
+        q->resent = true;
+        link_tail(&c->resend, q);
+        return;
+    }
     if (r != NULL && r->type == REDIS_REPLY_ERROR) {
         if (q->cmd.script >= 0 && strncmp(r->str, "NOSCRIPT", 8) == 0) {
             c->sha[q->cmd.script][0] = '\0'; /* EVAL sends the source and caches it */
@@ -279,6 +314,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     set_error(c, "connect", ac->errstr);
+    fail_resends(c);
     if (c->ac == ac) { /* hiredis frees the context after this callback */
         c->ac = NULL;
         schedule_retry(c);
@@ -323,6 +359,7 @@ static void connect_now(rda_conn *c)
         set_error(c, "connect", ac != NULL ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
+        fail_resends(c);
         schedule_retry(c);
         return;
     }
@@ -362,6 +399,11 @@ static void connect_now(rda_conn *c)
         cmd_arg(&q->cmd, script_source((enum script_id)i));
         send_req(q);
     }
+    while (c->resend.next != &c->resend) { /* what the last connection owed */
+        struct req *q = c->resend.next;
+        unlink_req(q);
+        send_req(q);
+    }
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -399,6 +441,7 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
     c->to.host = c->host;
     c->errors = errors;
     c->head.prev = c->head.next = &c->head;
+    c->resend.prev = c->resend.next = &c->resend;
     c->retry = evtimer_new(base, on_retry, c);
     c->tick = event_new(base, -1, EV_PERSIST, on_tick, c);
     int every = to->timeout_ms / 4;
@@ -419,6 +462,11 @@ void rda_free(rda_conn *c)
     c->ac = NULL;
     if (ac != NULL)
         redisAsyncFree(ac); /* answers every command owed a reply */
+    while (c->resend.next != &c->resend) {
+        struct req *q = c->resend.next;
+        unlink_req(q);
+        answer(q, NULL);
+    }
     event_free(c->tick);
     event_free(c->retry);
     free(c);

@@ -12,10 +12,12 @@
  * refused, closed, an error reply, or no reply within `timeout_ms` -- hiredis 0.14.1
  * has no command timeout, so the connection keeps its own deadline (the oldest reply
  * owed): when it passes, the connection is dropped, every command waiting on it is
- * answered -1, and a new one is made. A command whose connection broke before its
- * reply is never sent again: its outcome is unknown, and the caller's ids make a
- * retry safe (scripts.c). Scripts go by EVALSHA once the connection has loaded them,
- * by EVAL before that and after NOSCRIPT.
+ * answered -1 (its outcome is unknown; the caller's ids make a retry safe), and a new
+ * one is made. A command whose connection the server closed under it (a restart,
+ * CLIENT KILL) is sent once more on the next connection: every script recognises its
+ * own earlier run (scripts.c), so a reply lost on the wire does not turn into a false
+ * answer. Scripts go by EVALSHA once the connection has loaded them, by EVAL before
+ * that and after NOSCRIPT.
  *
  * Connection. Made at rda_create and again after every failure, with a backoff (50
  * ms doubling to 1 s); AUTH and SELECT first when configured. While no connection is
