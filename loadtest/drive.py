@@ -8,11 +8,16 @@ the Redis ceiling) and hands wrk's output to analyze.py for the audit and the ro
 At the end it stops what it started and has analyze.py write the results, the plots
 and, with --update-docs, the docs.
 
-Processes: every child (redis-server, inventoryd, wrk, its poller, redis-benchmark) is
-started through Children, bounded in time (wrk by -d and a wait of -d + 30 s, the
-poller by 600 s, redis-benchmark by 300 s) and stopped by its pid -- SIGTERM, then
-SIGKILL after a grace period -- on exit, failure, Ctrl-C or SIGTERM. At most two wrk
-processes run at once (the end-of-sale scenario's orders and its poller).
+Processes: every child (redis-server, inventoryd, wrk, its poller, redis-benchmark,
+idle.py) is started through Children, bounded in time (wrk by -d and a wait of -d +
+30 s, the poller by 600 s, redis-benchmark by 300 s, idle.py by its own --max-seconds
+and a wait of 90 s for its connections) and stopped by its pid -- SIGTERM, then SIGKILL
+after a grace period -- on exit, failure, Ctrl-C or SIGTERM. At most two wrk processes
+run at once (the end-of-sale scenario's orders and its poller). Everything talks to
+127.0.0.1 only. The driver raises its RLIMIT_NOFILE soft limit (to 65536, past the hard
+limit when allowed) so that its children inherit room for the 2000 wrk connections of
+curve256 and the idle connections of idle10k; the service it starts gets a config file
+of its own with max_connections raised to hold them (CONFIG below).
 
 Exit status: 0 every audit passed, 1 an audit failed, 2 bad usage or setup error,
 130 interrupted. Python 3.9 or later, standard library only.
@@ -20,17 +25,21 @@ Exit status: 0 every audit passed, 1 an audit failed, 2 bad usage or setup error
 
 import argparse
 import glob
+import json
 import math
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 
 sys.dont_write_bytecode = True  # no loadtest/__pycache__ in the source tree
 import analyze as an  # noqa: E402 (after the line above)
@@ -53,8 +62,20 @@ Scenarios, in run order (--only picks groups)
   soldout   sold-out storm: orders against a SKU with 0 stock, every answer 409; run
             right after livez with the same wrk settings and duration, for the ratio
             sold-out req/s / livez req/s
+  idle10k   segment locks (20 segments), hold 0 ms, twice back to back with the same
+            settings: idle-without, then idle-with while loadtest/idle.py holds 10000
+            idle keep-alive connections (--idle-connections; --quick: 1000) open to the
+            service, each served one GET /livez first, opened before wrk starts and
+            closed after it ends; orders/s with / without and the service's RSS
+            (VmRSS) during each. Every idle connection must open and stay open.
+            Runs before the curve: the memory curve256's 2000 connections leave in
+            the service would otherwise hide what the idle connections add to RSS
   curve     lock mode, hold 20 ms, segments 1 2 4 8 16 20 32 64 (1 vs 20 is the seed's
-            comparison; --quick: 1 4 20 64)
+            comparison; --quick: 1 4 20 64), then the curve256 point
+  curve256  the curve's wide point: lock mode, hold 20 ms, 256 segments, 2000 wrk
+            connections (also with --quick); its orders/s against the target 11500.
+            The thread-per-order core has at most --service-threads orders in flight
+            (64 x 1000/20 ms = 3200 orders/s at most); run.sh does not raise it
   flash     flash sale: 1000 stock over 20 segments, a fixed number of orders (100000;
             --quick: 20000): exactly 1000 x 201, the rest 409
   rebalance the end of a sale with and without automatic rebalancing: two SKUs, 2000
@@ -67,10 +88,18 @@ Scenarios, in run order (--only picks groups)
 Measures: orders/s is 201s per second of the send window; after the window wrk sends
 nothing more and waits for the orders in flight, so every order the service handled
 was counted. p50/p99 come from wrk's latency histogram (all requests of the run).
+For every timed order scenario (hold0, curve, curve256, idle10k), per 201: the
+service's CPU (utime + stime, /proc/<pid>/stat) and Redis's (INFO cpu) in µs, Redis
+commands (INFO commandstats, in all, scripts, and by name), from just before wrk starts
+to just after it ends; the service's pipeline batch size (commands per write) when
+GET /admin/stats or GET /metrics has redis_commands and redis_writes counters (else
+n/a); the service's peak VmRSS while wrk ran. Service figures need a service this run
+started (n/a with --url); Redis figures need its address (--redis with --url).
 Targets (ratios from this one run) are printed and saved but do not fail the run:
 20 / 1 segments at hold 20 ms >= 19; lock / atomic at hold 0 ms >= 0.6; atomic /
 redis-benchmark >= 0.35; p99 of lock 20 segments at hold 0 ms <= 10 ms; sold-out storm
-req/s / GET /livez req/s >= 0.8.
+req/s / GET /livez req/s >= 0.8; orders/s at 256 segments and 2000 connections, hold 20 ms,
+/ 11500 >= 1.
 
 Options
   --bin PATH           service binary to start (default build/inventoryd)
@@ -83,6 +112,8 @@ Options
   --service-threads N  --threads (worker pool) for the service we start (default 64)
   --duration S         seconds of orders per timed scenario (default 10; --quick 3)
   --flash-requests N   orders sent in the flash sale (default 100000; --quick 20000)
+  --idle-connections N idle connections held during idle10k (default 10000; --quick
+                       1000)
   --only LIST          comma-separated scenario groups to run (default: all)
   --quick              short runs and fewer curve points: everything in under 60 s
   --out DIR            where results go (default loadtest/results)
@@ -90,6 +121,11 @@ Options
   --update-docs        also copy the plots to docs/ and rewrite the generated part of
                        docs/BENCHMARKS.md (meant for a full run)
   -h, --help           this text
+
+Service config (CONFIG): the service run.sh starts reads a config file of its own
+(--config, in the temp dir) with max_connections = max(--idle-connections +
+--connections, 2000) + 2000 (12100 by default) and connection_timeout_s 120 (so the
+idle connections outlive a run); every other setting is the built-in default or a flag.
 
 Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance}.png; the
 JSON and the .md record the git commit. Afterwards:
@@ -100,7 +136,8 @@ JSON and the .md record the git commit. Afterwards:
 Colour only on a terminal; NO_COLOR=1 turns it off there too.
 """
 
-GROUPS = ("curve", "hold0", "flash", "soldout", "livez", "redis", "rebalance")
+GROUPS = ("curve", "curve256", "hold0", "flash", "soldout", "livez", "redis", "rebalance",
+          "idle10k")  # run order: run_scenarios()
 BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
 REDIS_BENCH_STOCK = 1000000000
@@ -219,6 +256,75 @@ def free_port():
     raise SetupError("no free loopback port")
 
 
+def raise_nofile(want=65536):
+    """Raises this process's RLIMIT_NOFILE soft limit (inherited by every child) to
+    `want`, past the hard limit when allowed; returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= want:
+        return soft
+    try:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+        else:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of process `pid` in seconds (all its threads), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def proc_rss_kb(pid):
+    """VmRSS of process `pid` in KiB, or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class RssSampler:
+    """VmRSS of a process every `every` s on a thread of its own, between start() and
+    stop(); stop() returns {"max", "first", "last", "samples"} (KiB) or None."""
+
+    def __init__(self, pid, every=0.2):
+        self.pid, self.every = pid, every
+        self.values = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            v = proc_rss_kb(self.pid)
+            if v is not None:
+                self.values.append(v)
+            if self.done.wait(self.every):
+                return
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(5)
+        v = self.values
+        if not v:
+            return None
+        return {"max": max(v), "first": v[0], "last": v[-1], "samples": len(v)}
+
+
 def wait_up(seconds, proc, probe):
     """Polls `probe()` until it is true (True), `proc` exits or `seconds` pass (False)."""
     for _ in range(int(seconds * 10)):
@@ -248,6 +354,8 @@ class Run:
         self.rows = []
         self.failed = 0
         self.reb_pre_dist = None
+        self.service_config = None
+        self.nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
     # ---- processes
 
@@ -272,12 +380,18 @@ class Run:
         raise SetupError("redis-server did not start")
 
     def start_service(self):
-        """The service binary on a free loopback port against our Redis; retried."""
+        """The service binary on a free loopback port against our Redis, with a config
+        file of its own (CONFIG in RUN_USAGE); retried."""
         log = os.path.join(self.tmp, "inventoryd.log")
+        self.service_config = {"max_connections": self.o.service_max_connections,
+                               "connection_timeout_s": 120}
+        config = os.path.join(self.tmp, "inventoryd.json")
+        with open(config, "w") as f:
+            json.dump(self.service_config, f)
         for _ in range(5):
             port = free_port()
-            args = ["--port", str(port), "--bind", "127.0.0.1", "--redis", self.redis,
-                    "--threads", str(self.o.service_threads)]
+            args = ["--config", config, "--port", str(port), "--bind", "127.0.0.1",
+                    "--redis", self.redis, "--threads", str(self.o.service_threads)]
             if self.o.admin_token:
                 args += ["--admin-token", self.o.admin_token]
             p = self.children.start([self.o.bin] + args, log)
@@ -294,10 +408,12 @@ class Run:
     def service_died(self):
         return self.svc is not None and self.svc.poll() is not None
 
-    def run_wrk(self, script, out, cap, args, donedir=None):
-        """wrk with `script` for at most `cap` s; with `donedir`, ended by SIGINT once every
-        thread has put its marker there (all its orders answered). Returns wrk's output."""
-        argv = ["wrk", "-t", str(self.o.wrk_threads), "-c", str(self.o.connections),
+    def run_wrk(self, script, out, cap, args, donedir=None, connections=None):
+        """wrk with `script` for at most `cap` s and `connections` (default --connections);
+        with `donedir`, ended by SIGINT once every thread has put its marker there (all
+        its orders answered). Returns wrk's output."""
+        argv = ["wrk", "-t", str(self.o.wrk_threads), "-c",
+                str(connections or self.o.connections),
                 "-d", f"{cap}s", "--timeout", "30s", "-s", os.path.join(an.HERE, script),
                 self.url, "--", *args]
         p = self.children.start(argv, out, grace=2)
@@ -310,6 +426,36 @@ class Run:
         self.children.wait(p, deadline - time.monotonic())
         with open(out, errors="replace") as f:
             return f.read()
+
+    def usage(self, before):
+        """What the service and Redis have used so far (analyze.cost_figures' input):
+        service_cpu_s, redis_cpu_s, redis_calls and the service's pipeline counters, each
+        None when unknown. Read in the order that keeps the reads themselves out of the
+        window: the HTTP reads first and the service's CPU last `before` wrk, the
+        reverse after it."""
+        snap = {"service_cpu_s": None, "redis_cpu_s": None, "redis_calls": None,
+                "pipeline": None}
+
+        def service():
+            if self.svc is not None:
+                snap["service_cpu_s"] = proc_cpu_seconds(self.svc.pid)
+
+        def redis():
+            if self.redis:
+                try:
+                    snap["redis_cpu_s"] = an.redis_cpu_seconds(
+                        redis_command(self.redis, "INFO", "cpu"))
+                    snap["redis_calls"] = an.redis_calls(
+                        redis_command(self.redis, "INFO", "commandstats"))
+                except (OSError, RedisError):
+                    pass
+
+        def pipeline():
+            snap["pipeline"] = self.api.pipeline_counters()
+
+        for step in (pipeline, redis, service) if before else (service, redis, pipeline):
+            step()
+        return snap
 
     # ---- bookkeeping
 
@@ -360,26 +506,43 @@ class Run:
 
     # ---- scenarios
 
-    def run_orders(self, name, strategy, mode, segs, hold, stock, how, amount,
-                   expect_sold=None):
+    def run_orders(self, *args, **kwargs):
+        """orders_row(), recorded and printed."""
+        self.finish(*self.orders_row(*args, **kwargs))
+
+    def orders_row(self, name, strategy, mode, segs, hold, stock, how, amount,
+                   expect_sold=None, connections=None):
         """Orders of 1 on a fresh SKU, for `amount` s (how="active") or `amount` orders
-        (how="requests"), then the audit; `expect_sold`: exactly that many 201s."""
+        (how="requests"), from `connections` (default --connections), then the audit;
+        `expect_sold`: exactly that many 201s. A timed run (active) also measures the
+        cost per order and the service's RSS while wrk runs. Returns (row, the text
+        finish() prints after ok)."""
         sku = self.new_sku(name)
+        conns = connections or self.o.connections
         self.header(name, f"{strategy}: mode {mode}, {segs} segments, hold {hold} ms, "
-                          f"stock {stock}, {how} {amount}")
+                          f"stock {stock}, {how} {amount}, {conns} connections")
         base = {"name": name, "strategy": strategy, "mode": mode, "sku": sku,
-                "segments": segs, "hold_ms": hold, "stock": stock}
+                "segments": segs, "hold_ms": hold, "stock": stock, "connections": conns}
         fails = []
         if not self.put_sku(sku, {"stock": stock, "segments": segs, "mode": mode,
                                   "hold_ms": hold}, fails):
-            return self.finish({**base, "audit": "FAILED", "failures": fails})
+            return {**base, "audit": "FAILED", "failures": fails}, ""
+        if conns + 64 > self.nofile:
+            fails.append(f"RLIMIT_NOFILE is {self.nofile}: too low for {conns} wrk "
+                         f"connections")
         donedir, out = self.markers(), self.tmp_path("wrk", name)
         # The -d cap: the window plus room for the slowest order (lock wait + hold) to
         # be answered; wrk is normally ended much earlier, when its threads are done.
         cap = amount + 10 + hold // 100 if how == "active" else 60 + amount // 1000
+        timed = how == "active"
+        before = self.usage(True) if timed else None
+        rss = RssSampler(self.svc.pid).start() if timed and self.svc else None
         text = self.run_wrk("orders.lua", out, cap, [
             f"sku={sku}", "qty=1", f"nonce={self.nonce}-{self.index}",
-            f"threads={self.o.wrk_threads}", f"{how}={amount}", f"donedir={donedir}"], donedir)
+            f"threads={self.o.wrk_threads}", f"{how}={amount}", f"donedir={donedir}"],
+            donedir, conns)
+        rss_kb = rss.stop() if rss else None
+        after = self.usage(False) if timed else None
         r = self.wrk_result(text, out, fails)
         if r is not None:
             fails += an.audit_orders(self.api, sku, r, {
@@ -389,10 +552,22 @@ class Run:
         r = r or an.EMPTY_RESULT
         w = r["window_s"]
         row = an.wrk_row(base, r, fails, an.rate(r["c201"], w), an.rate(r["answered"], w))
-        self.finish(row, f"{math.floor(row['orders_s'])} orders/s, "
-                         f"{math.floor(row['req_s'])} req/s, p50 {num(row['p50_ms'])} ms, "
-                         f"p99 {num(row['p99_ms'])} ms, 201 {r['c201']}, 409 {r['c409']}, "
-                         f"503 {r['c503']}")
+        extra = ""
+        if timed:
+            c = row["cost"] = an.cost_figures(before, after, r["c201"])
+            row["rss_kb"] = rss_kb
+            def f(x, digits):
+                return an.fixed(x, digits, "n/a")
+            extra = (f"; per order: service {f(c['service_cpu_us_per_order'], 1)} µs CPU, "
+                     f"Redis {f(c['redis_cpu_us_per_order'], 1)} µs CPU, "
+                     f"{f(c['redis_commands_per_order'], 2)} commands "
+                     f"({f(c['redis_scripts_per_order'], 2)} scripts); commands/write "
+                     f"{f(c['pipeline']['commands_per_write'], 2)}; RSS "
+                     f"{f(an.mib((rss_kb or {}).get('max')), 1)} MiB")
+        return row, (f"{math.floor(row['orders_s'])} orders/s, "
+                     f"{math.floor(row['req_s'])} req/s, p50 {num(row['p50_ms'])} ms, "
+                     f"p99 {num(row['p99_ms'])} ms, 201 {r['c201']}, 409 {r['c409']}, "
+                     f"503 {r['c503']}" + extra)
 
     def run_soldout(self):
         """The sold-out storm: orders against 0 stock for the livez run's time."""
@@ -577,6 +752,86 @@ class Run:
             polled = {"samples": [], "bad": 0, "first_bad": ""}
         return self.wrk_result(text, out, fails), times, polled
 
+    def open_idle(self, n, fails):
+        """Starts idle.py holding `n` idle connections to the service and waits (90 s at
+        most) until they are open; returns (the process or None, its ready record, the
+        file its output goes to)."""
+        ready, out = os.path.join(self.tmp, f"idle-ready-{self.index}.json"), \
+            self.tmp_path("idle", "connections")
+        u = urllib.parse.urlsplit(self.url)
+        if u.hostname not in ("127.0.0.1", "localhost") or not u.port:
+            fails.append(f"idle connections go to 127.0.0.1 only, not {self.url}")
+            return None, {}, out
+        port = u.port
+        p = self.children.start([sys.executable, os.path.join(an.HERE, "idle.py"),
+                                 "--port", str(port), "--connections", str(n),
+                                 "--ready", ready, "--open-seconds", "60",
+                                 "--max-seconds", "600"], out, grace=5)
+        deadline = time.monotonic() + 90
+        while not os.path.exists(ready) and p.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not os.path.exists(ready):
+            self.children.stop(p)
+            fails.append("idle.py did not open its connections: "
+                         + an.tail(out, 5).strip().replace("\n", " | "))
+            return None, {}, out
+        with open(ready) as f:
+            info = an.parse_json(f.read()) or {}
+        if info.get("opened") != n:
+            fails.append(f"{info.get('opened')} of {n} idle connections opened (first "
+                         f"error: {info.get('first_error') or '-'}; does the service's "
+                         f"max_connections leave room for them?)")
+        return p, info, out
+
+    def close_idle(self, p, out, fails):
+        """Ends idle.py (SIGINT) and returns its LOADTEST_IDLE record ({} if none); a
+        connection the service closed while it was meant to be held is a failure."""
+        p.send_signal(signal.SIGINT)
+        self.children.wait(p, 30)
+        with open(out, errors="replace") as f:
+            rec = an.parse_marker(f.read(), "LOADTEST_IDLE")
+        if rec is None:
+            fails.append("idle.py printed no LOADTEST_IDLE line")
+            return {}
+        if rec.get("closed_by_peer"):
+            fails.append(f"the service closed {rec['closed_by_peer']} idle connections "
+                         f"during the run")
+        return rec
+
+    def run_idle(self):
+        """idle10k: segment locks at hold 0, without and then with --idle-connections
+        idle keep-alive connections held open (idle.py), back to back."""
+        n, o = self.o.idle_connections, self.o
+        self.run_orders("idle-without", "segment locks, no idle connections", "lock", 20,
+                        0, BIG_STOCK, "active", o.duration)
+        self.index += 1
+        self.header("idle-with", f"opening {n} idle keep-alive connections (idle.py)")
+        fails = []
+        rss0 = proc_rss_kb(self.svc.pid) if self.svc else None
+        if n + 64 > self.nofile:
+            fails.append(f"RLIMIT_NOFILE is {self.nofile}: too low for {n} idle "
+                         f"connections")
+        p, info, out = self.open_idle(n, fails)
+        rss1 = proc_rss_kb(self.svc.pid) if self.svc else None
+        if p is None:
+            return self.finish({"name": "idle-with", "strategy": f"segment locks + {n} "
+                                "idle connections", "mode": "lock", "segments": 20,
+                                "hold_ms": 0, "audit": "FAILED", "failures": fails})
+        say(f"  {info.get('opened')} open in {num(info.get('open_s'))} s; service RSS "
+            f"{an.fixed(an.mib(rss0), 1, 'n/a')} -> {an.fixed(an.mib(rss1), 1, 'n/a')} MiB")
+        row, text = self.orders_row("idle-with", f"segment locks + {n} idle connections",
+                                    "lock", 20, 0, BIG_STOCK, "active", o.duration)
+        rec = self.close_idle(p, out, fails)
+        row["idle"] = {**info, **rec}
+        row["rss_kb"] = {**(row.get("rss_kb") or {}), "before_idle": rss0,
+                         "idle_open": rss1}
+        if fails:
+            row["failures"] = row.get("failures", []) + fails
+            row["audit"] = "FAILED"
+        self.finish(row, text + f"; {rec.get('still_open', '?')} of {n} idle connections "
+                                f"held {num(rec.get('held_s'))} s")
+
     def run_scenarios(self):
         o, wants = self.o, self.o.only.__contains__
         # The hold-0 strategies run back to back with the two ceilings right after them,
@@ -597,10 +852,17 @@ class Run:
             self.run_livez()
         if wants("soldout"):
             self.run_soldout()
+        # Before the curve: the RSS without idle connections is then not the memory
+        # curve256's 2000 connections left behind.
+        if wants("idle10k"):
+            self.run_idle()
         if wants("curve"):
             for segs in o.curve_segments:
                 self.run_orders(f"curve-{segs}", "lock", "lock", segs, 20, BIG_STOCK,
                                 "active", o.duration)
+        if wants("curve") or wants("curve256"):
+            self.run_orders(f"curve-{an.WIDE_SEGS}", "lock", "lock", an.WIDE_SEGS, 20,
+                            BIG_STOCK, "active", o.duration, connections=an.WIDE_CONNS)
         if wants("flash"):
             self.run_orders("flash", "flash sale", "lock", 20, 0, FLASH_STOCK, "requests",
                             o.flash_requests, expect_sold=FLASH_STOCK)
@@ -633,8 +895,11 @@ class Run:
             "loadavg": {"start": load_start, "end": an.loadavg()},
             "wrk": {"threads": self.o.wrk_threads, "connections": self.o.connections,
                     "duration_s": self.o.duration},
-            "service": {"threads": self.o.service_threads if self.svc else None},
+            "service": {"threads": self.o.service_threads if self.svc else None,
+                        "config": self.service_config},
+            "nofile": self.nofile,
             "scenarios": self.rows, "ratios": an.targets(self.rows),
+            "idle": an.idle_summary(self.rows),
             "end_of_sale": an.end_of_sale_summary(self.rows), "audits_failed": self.failed,
         }
         return res, time.strftime("%Y%m%d-%H%M%S", started)
@@ -667,6 +932,7 @@ def run_options(argv):
     p.add_argument("--service-threads", type=positive_int, default=64)
     p.add_argument("--duration", type=positive_int)
     p.add_argument("--flash-requests", type=positive_int)
+    p.add_argument("--idle-connections", type=positive_int)
     p.add_argument("--only", default=",".join(GROUPS))
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=an.DEFAULT_OUT)
@@ -683,6 +949,12 @@ def run_options(argv):
     o.curve_segments = (1, 4, 20, 64) if q else (1, 2, 4, 8, 16, 20, 32, 64)
     o.livez_secs = 2 if q else 10  # the storm runs as long as its reference
     o.redis_bench_n = 60000 if q else 500000
+    o.idle_connections = o.idle_connections or (1000 if q else 10000)
+    if o.idle_connections > 25000:
+        raise SetupError("--idle-connections must be <= 25000 (one loopback address "
+                         "and port: the ephemeral ports run out)")
+    o.service_max_connections = max(o.idle_connections + o.connections,
+                                    an.WIDE_CONNS) + 2000
     o.only = [g for g in o.only.split(",") if g]
     for g in o.only:
         if g not in GROUPS:
@@ -714,6 +986,7 @@ def drive(argv):
     except OSError as e:
         raise SetupError(f"cannot create {opts.out}: {e}")
     signal.signal(signal.SIGTERM, on_sigterm)
+    raise_nofile()
     tmp = tempfile.mkdtemp(prefix="loadtest.", dir="/tmp")
     children = Children()
     try:
