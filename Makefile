@@ -45,6 +45,10 @@ endif
 
 LIB_SRC   := $(wildcard segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The dashboard's files (api/ui/), compiled in as byte arrays by api/ui_embed.sh.
+UI_FILES  := $(sort $(wildcard api/ui/*))
+UI_C      := $(BUILD)/gen/ui_files.c
+LIB_OBJ   += $(UI_C:%.c=%.o)
 BIN       := $(BUILD)/inventoryd
 
 UNIT_SRC  := $(wildcard tests/test_*.c)
@@ -64,6 +68,13 @@ $(BIN): $(BUILD)/service/main.o $(LIB_OBJ)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(UI_C): api/ui_embed.sh $(UI_FILES)
+	@mkdir -p $(dir $@)
+	api/ui_embed.sh $@ $(UI_FILES)
+
+$(UI_C:%.c=%.o): $(UI_C)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ) $(HARNESS)

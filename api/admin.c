@@ -38,11 +38,41 @@ static json_t *int_array(const long long *v, int n)
     return a;
 }
 
+static json_t *bool_array(const bool *v, int n)
+{
+    json_t *a = must(json_array());
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, must(json_boolean(v[i])));
+    return a;
+}
+
+json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
+{
+    int n = st->cfg.segments;
+    if (n < 0 || n > SEG_MAX_SEGMENTS)
+        n = n < 0 ? 0 : SEG_MAX_SEGMENTS;
+    json_t *o = must(json_object());
+    set(o, "sku", json_string(sku));
+    set(o, "segments", json_integer(st->cfg.segments));
+    set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
+    set(o, "hold_ms", json_integer(st->cfg.hold_ms));
+    set(o, "rebalance", json_boolean(st->cfg.rebalance));
+    set(o, "initial", json_integer(st->cfg.stock));
+    set(o, "remaining", json_integer(st->remaining));
+    set(o, "sold", json_integer(st->sold));
+    set(o, "orders", json_integer(st->orders));
+    set(o, "segment_stock", int_array(st->segment_stock, n));
+    set(o, "segment_sold", int_array(st->segment_sold, n));
+    set(o, "segment_locked", bool_array(st->segment_locked, n));
+    set(o, "locks_held", json_integer(st->locks_held));
+    return o;
+}
+
 /* Answer GET /admin/skus/{sku} for req->name. */
 static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
                       struct api_reply *rep)
 {
-    struct sku_status *st = calloc(1, sizeof(*st)); /* ~16 KiB: keep it off the stack */
+    struct sku_status *st = calloc(1, sizeof(*st)); /* ~24 KiB: keep it off the stack */
     if (st == NULL) {
         fputs("inventoryd: out of memory\n", stderr);
         abort();
@@ -54,23 +84,7 @@ static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
         free(st);
         return;
     }
-    int n = st->cfg.segments;
-    if (n < 0 || n > SEG_MAX_SEGMENTS)
-        n = n < 0 ? 0 : SEG_MAX_SEGMENTS;
-    json_t *o = must(json_object());
-    set(o, "sku", json_string(req->name));
-    set(o, "segments", json_integer(st->cfg.segments));
-    set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
-    set(o, "hold_ms", json_integer(st->cfg.hold_ms));
-    set(o, "rebalance", json_boolean(st->cfg.rebalance));
-    set(o, "initial", json_integer(st->cfg.stock));
-    set(o, "remaining", json_integer(st->remaining));
-    set(o, "sold", json_integer(st->sold));
-    set(o, "orders", json_integer(st->orders));
-    set(o, "segment_stock", int_array(st->segment_stock, n));
-    set(o, "segment_sold", int_array(st->segment_sold, n));
-    set(o, "locks_held", json_integer(st->locks_held));
-    api_reply_json(rep, 200, o);
+    api_reply_json(rep, 200, api_admin_sku_json(req->name, st));
     free(st);
 }
 
@@ -182,15 +196,21 @@ void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
     api_reply_json(rep, 200, o);
 }
 
+json_t *api_admin_stats_json(const long long counters[STAT__COUNT])
+{
+    json_t *o = must(json_object());
+    for (int i = 0; i < STAT__COUNT; i++)
+        set(o, stat_name((enum stat_id)i), json_integer(counters[i]));
+    return o;
+}
+
 void api_admin_stats(const struct api_ctx *ctx, struct api_request *req,
                      struct api_reply *rep)
 {
     (void)req;
     long long counters[STAT__COUNT];
     stat_snapshot(ctx->inv, counters);
-    json_t *o = must(json_object());
-    for (int i = 0; i < STAT__COUNT; i++)
-        set(o, stat_name((enum stat_id)i), json_integer(counters[i]));
+    json_t *o = api_admin_stats_json(counters);
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     set(o, "uptime_s", json_integer((json_int_t)(now.tv_sec - ctx->started.tv_sec)));

@@ -3,7 +3,8 @@
  *   PUT    /admin/skus/{sku}  create/reset (sku_put), then answer as GET does
  *   GET    /admin/skus/{sku}  {"sku","segments","mode","hold_ms","rebalance","initial",
  *                             "remaining","sold","orders","segment_stock",
- *                             "segment_sold","locks_held"}; 404 unknown_sku
+ *                             "segment_sold","segment_locked","locks_held"};
+ *                             404 unknown_sku
  *   DELETE /admin/skus/{sku}  {"sku": name, "deleted": true}; 404 unknown_sku
  *   POST   /admin/skus/{sku}/restock   {"qty": n}: spread n more units (sku_restock),
  *                             then answer as GET does; 503 busy when the locks
@@ -20,7 +21,19 @@
 #ifndef API_ADMIN_H
 #define API_ADMIN_H
 
+#include <jansson.h>
+
 #include "api/routes.h"
+#include "segments/sku.h"
+#include "segments/stats.h"
+
+/* The body of GET /admin/skus/{sku} for `st` (new reference; also what each SKU of
+ * an event stream carries, api/events.h). */
+json_t *api_admin_sku_json(const char *sku, const struct sku_status *st);
+
+/* The counters of GET /admin/stats, by stat_name(), without uptime_s (new
+ * reference). */
+json_t *api_admin_stats_json(const long long counters[STAT__COUNT]);
 
 /* Body parser for PUT /admin/skus/{sku}: fills req->in.sku. */
 int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err);

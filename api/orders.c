@@ -1,6 +1,7 @@
 /* orders.c -- the order endpoints: call the order path, pass its record through. */
 #include "api/orders.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,11 @@ void api_orders_place(const struct api_ctx *ctx, struct api_request *req,
 
     if ((s == INV_OK || s == INV_REPLAYED) && res.record != NULL) {
         api_reply_text(rep, s == INV_OK ? 201 : 200, res.record, strlen(res.record));
+        if (s == INV_OK) {
+            char location[sizeof("/orders/") + SEG_NAME_MAX];
+            snprintf(location, sizeof location, "/orders/%s", res.order_id);
+            api_reply_header(rep, "Location", location);
+        }
     } else {
         switch (s) {
         case INV_OK:

@@ -1,12 +1,12 @@
 /* orders.h -- POST /orders, GET /orders/{id} and DELETE /orders/{id}.
  *
  * POST /orders places an order (order_place) and answers 201 with the stored order
- * record verbatim, 200 with the same record for a replayed order_id, or the error
- * for the domain status (reply.h). GET /orders/{id} answers the record or 404
- * `not_found`. DELETE /orders/{id} cancels (order_cancel): 200 with the cancelled
- * record (again 200 when already cancelled), 404 `not_found`, 503 `busy` when the
- * segment locks could not be had in time. All run on a pool worker (they block on
- * Redis).
+ * record verbatim and Location: /orders/{order_id}, 200 with the same record for a
+ * replayed order_id, or the error for the domain status (reply.h). GET /orders/{id}
+ * answers the record or 404 `not_found`. DELETE /orders/{id} cancels (order_cancel):
+ * 200 with the cancelled record (again 200 when already cancelled), 404 `not_found`,
+ * 503 `busy` when the segment locks could not be had in time. All run on a pool
+ * worker (they block on Redis). HEAD /orders/{id} is the GET without its body.
  */
 #ifndef API_ORDERS_H
 #define API_ORDERS_H

@@ -191,6 +191,29 @@ int api_parse_restock(const char *body, size_t len, long long *qty,
     return rc;
 }
 
+int api_parse_simulate(const char *body, size_t len, struct api_sim_body *out,
+                       struct api_parse_error *err)
+{
+    static const char *const known[] = {"orders", "concurrency", "qty", NULL};
+    json_t *root = load_object(body, len, err);
+    if (root == NULL)
+        return -1;
+    long long orders = 0, concurrency = API_SIM_CONCURRENCY_DEFAULT, qty = 1;
+    int rc = check_fields(root, known, err);
+    if (rc == 0)
+        rc = get_int(root, "orders", true, 1, API_SIM_ORDERS_MAX, &orders, err);
+    if (rc == 0)
+        rc = get_int(root, "concurrency", false, 1, API_SIM_CONCURRENCY_MAX, &concurrency,
+                     err);
+    if (rc == 0)
+        rc = get_int(root, "qty", false, 1, ORDER_QTY_MAX, &qty, err);
+    out->orders = orders;
+    out->concurrency = (int)concurrency;
+    out->qty = qty;
+    json_decref(root);
+    return rc;
+}
+
 int api_parse_name(const char *field, const char *s, struct api_parse_error *err)
 {
     if (!seg_valid_name(s))

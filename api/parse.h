@@ -48,6 +48,21 @@ int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
 int api_parse_restock(const char *body, size_t len, long long *qty,
                       char request_id[SEG_NAME_MAX + 1], struct api_parse_error *err);
 
+/* POST /admin/skus/{sku}/simulate: {"orders": 1..API_SIM_ORDERS_MAX, "concurrency":
+ * 1..API_SIM_CONCURRENCY_MAX = API_SIM_CONCURRENCY_DEFAULT, "qty": 1..ORDER_QTY_MAX =
+ * 1} (api/simulate.h). */
+#define API_SIM_ORDERS_MAX 1000000
+#define API_SIM_CONCURRENCY_MAX 64
+#define API_SIM_CONCURRENCY_DEFAULT 8
+struct api_sim_body {
+    long long orders;
+    int concurrency;
+    long long qty;
+};
+
+int api_parse_simulate(const char *body, size_t len, struct api_sim_body *out,
+                       struct api_parse_error *err);
+
 /* Merge the Idempotency-Key header (`header`, NULL when absent) into the request id
  * a body gave (`request_id`, "" when none): the header must be a valid name, and
  * equal to the body's when both are given. */

@@ -22,7 +22,8 @@
 #include "segments/inventory.h"
 
 #define API_REPLY_HEADERS_MAX 3
-#define API_HEADER_VALUE_MAX 64
+/* Room for the longest value set: "Location: /orders/" plus a 64-character id. */
+#define API_HEADER_VALUE_MAX 96
 
 struct api_header {
     const char *name; /* static string */

@@ -4,8 +4,11 @@
 #include <string.h>
 
 #include "api/admin.h"
+#include "api/events.h"
 #include "api/metrics.h"
 #include "api/orders.h"
+#include "api/simulate.h"
+#include "api/ui_embed.h"
 
 #define B API_ROUTE_BACKEND
 #define A API_ROUTE_ADMIN
@@ -30,6 +33,14 @@ static const struct api_route routes[] = {
     {"GET", "/livez", NULL, 0, NULL, api_livez, NULL},
     {"GET", "/metrics", NULL, A, NULL, api_metrics, NULL},
     {"GET", "/healthz", NULL, B, NULL, api_healthz, NULL},
+    /* The dashboard (api/ui_embed.h, api/events.h, api/simulate.h). */
+    {"GET", "/", NULL, 0, NULL, api_ui_get, NULL},
+    {"GET", "/ui/{}", "file", 0, NULL, api_ui_get, NULL},
+    {"GET", "/admin/events", NULL, API_ROUTE_STREAM, NULL, api_events_unrouted, NULL},
+    {"POST", "/admin/events/ticket", NULL, A, NULL, api_events_ticket, NULL},
+    {"POST", "/admin/skus/{}/simulate", "sku", A | B, api_sim_parse, api_sim_start, NULL},
+    {"GET", "/admin/skus/{}/simulate", "sku", A, NULL, api_sim_get, NULL},
+    {"DELETE", "/admin/skus/{}/simulate", "sku", A, NULL, api_sim_stop, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 _Static_assert(NROUTES <= API_ROUTES_MAX, "raise API_ROUTES_MAX");
@@ -62,6 +73,31 @@ static bool match(const char *pattern, const char *path, char *name, size_t cap)
     return *path == '\0';
 }
 
+/* Append `method` to the comma-separated list `allow` (of API_HEADER_VALUE_MAX). */
+static void allow_add(char *allow, const char *method)
+{
+    if (strlen(allow) + strlen(method) + 3 > API_HEADER_VALUE_MAX)
+        return;
+    if (allow[0] != '\0')
+        strcat(allow, ", ");
+    strcat(allow, method);
+}
+
+/* True when HEAD runs `route`: a GET with a body of known length. Not an event
+ * stream: its length is unknown, and libmicrohttpd 0.9.75 answers HEAD with such a
+ * (chunked) response by sending the terminating chunk after the head anyway. */
+static bool head_runs(const struct api_route *route)
+{
+    return strcmp(route->method, "GET") == 0 && !(route->flags & API_ROUTE_STREAM);
+}
+
+/* True when a request with `method` runs `route`: its own method, or HEAD for GET. */
+static bool method_runs(const char *method, const struct api_route *route)
+{
+    return strcmp(route->method, method) == 0 ||
+           (strcmp(method, "HEAD") == 0 && head_runs(route));
+}
+
 const struct api_route *api_route_prepare(struct api_request *req,
                                           const char *admin_token, struct api_reply *rep)
 {
@@ -70,12 +106,12 @@ const struct api_route *api_route_prepare(struct api_request *req,
     for (size_t i = 0; i < NROUTES && route == NULL; i++) {
         if (!match(routes[i].pattern, req->path, req->name, sizeof(req->name)))
             continue;
-        if (strcmp(routes[i].method, req->method) == 0) {
+        if (method_runs(req->method, &routes[i])) {
             route = &routes[i];
-        } else if (strlen(allow) + strlen(routes[i].method) + 3 < sizeof(allow)) {
-            if (allow[0] != '\0')
-                strcat(allow, ", ");
-            strcat(allow, routes[i].method);
+        } else {
+            allow_add(allow, routes[i].method);
+            if (head_runs(&routes[i]))
+                allow_add(allow, "HEAD");
         }
     }
     if (route == NULL && allow[0] == '\0') {

@@ -2,10 +2,12 @@
  *
  * A route is a method plus a path pattern, where "{}" stands for one non-empty path
  * segment (a SKU or order id), as in "/orders/{}". api_route_prepare() does everything
- * that needs no Redis, in this order: find the route (unknown path 404 `not_found`, known
- * path with another method 405 `method_not_allowed` plus Allow), check the admin token
- * (401 `unauthorized` plus WWW-Authenticate), validate the path name (400
- * `invalid_field`), check the Content-Type of a body (415 `unsupported_media_type`)
+ * that needs no Redis, in this order: find the route (unknown path 404 `not_found`,
+ * known path with another method 405 `method_not_allowed` plus Allow; HEAD runs the
+ * GET route of its path -- the server sends that reply's status and headers without
+ * its body -- unless that is an event stream), check the admin token (401
+ * `unauthorized` plus WWW-Authenticate), validate the path name (400
+ * `invalid_field`), check the Content-Type of a body (415 `unsupported_media_type`),
  * parse the body (400 `bad_json`/`invalid_field`) and, for admin writes, take the
  * request id from the body or the Idempotency-Key header. The server then runs
  * route->handle: on a pool worker with its own inv_conn when the route has
@@ -23,6 +25,8 @@
 #include "segments/sku.h"
 
 struct api_http_stats; /* api/metrics.h */
+struct api_events;     /* api/events.h */
+struct api_sim;        /* api/simulate.h */
 
 /* What a handler may use. */
 struct api_ctx {
@@ -30,6 +34,8 @@ struct api_ctx {
     inv_conn *conn;              /* the worker's connection; NULL for inline routes */
     struct timespec started;     /* CLOCK_MONOTONIC at server start (uptime) */
     struct api_http_stats *http; /* the server's request counters (GET /metrics) */
+    struct api_events *events;   /* the event streams and their tickets */
+    struct api_sim *sim;         /* the simulated-order runs */
 };
 
 /* One request as the handlers see it. The server fills the first group (all
@@ -46,10 +52,15 @@ struct api_request {
     char name[SEG_NAME_MAX + 2]; /* the "{}" path segment, validated; "" when none */
     char request_id[SEG_NAME_MAX + 1]; /* API_ROUTE_WRITE: the body's request_id or
                                           the Idempotency-Key header; "" when none */
+    /* The request's X-Request-Id, for logs: the client's header when it is a valid
+     * name (1..64 of [A-Za-z0-9_.-]), else 16 random hex characters. Set by the
+     * server before api_route_prepare(), echoed in every reply the service writes. */
+    char x_request_id[SEG_NAME_MAX + 1];
     union {
-        struct api_order_body order; /* POST /orders */
-        struct sku_config sku;       /* PUT /admin/skus/{sku} */
-        long long restock_qty;       /* POST /admin/skus/{sku}/restock */
+        struct api_order_body order;  /* POST /orders */
+        struct sku_config sku;        /* PUT /admin/skus/{sku} */
+        long long restock_qty;        /* POST /admin/skus/{sku}/restock */
+        struct api_sim_body simulate; /* POST /admin/skus/{sku}/simulate */
     } in;
 };
 
@@ -60,6 +71,8 @@ enum api_route_flags {
                               on its own pool so health and admin calls never queue
                               behind a flood of orders */
     API_ROUTE_WRITE = 8,   /* an admin write: applied once per request id */
+    API_ROUTE_STREAM = 16, /* an event stream: the server opens it with
+                              api_events_open() instead of running `handle` */
 };
 
 typedef int (*api_parse_fn)(struct api_request *req, struct api_parse_error *err);
@@ -81,7 +94,7 @@ struct api_route {
 };
 
 /* The most routes the table may hold: api/metrics.c keeps counters per route. */
-#define API_ROUTES_MAX 16
+#define API_ROUTES_MAX 32
 
 /* The route table, *n entries; a route's index is its offset in it (static). */
 const struct api_route *api_routes(size_t *n);

@@ -7,15 +7,21 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "api/events.h"
 #include "api/metrics.h"
 #include "api/routes.h"
+#include "api/simulate.h"
+#include "segments/names.h"
 #include "service/log.h"
 #include "service/pool.h"
 
@@ -29,6 +35,54 @@
  * cleared for every request, so the 32 KiB default costs a large memset each time;
  * requests here are small, and a body is copied out as it arrives. */
 #define CONNECTION_MEMORY (16 * 1024)
+/* Our limits on the request head. libmicrohttpd's own come from CONNECTION_MEMORY
+ * (about 16 KB of head, or about 230 header lines) and are answered in its HTML (see
+ * below); these are lower, so that a head between the two is refused in JSON: 414
+ * uri_too_long past HEAD_PATH_MAX bytes of decoded path, 431 headers_too_large past
+ * HEAD_BYTES_MAX bytes of request line and headers or HEAD_FIELDS_MAX header lines. */
+#define HEAD_PATH_MAX 8192
+#define HEAD_BYTES_MAX 8192
+#define HEAD_FIELDS_MAX 100
+#define ACCESS_PATH_MAX 256 /* bytes of the request-target kept for the access log */
+
+/*
+ * What libmicrohttpd 0.9.75 answers by itself, and why those answers are not JSON.
+ *
+ * The library refuses some requests itself, with a reply built inside it
+ * (transmit_error_response_len() in connection.c): a fixed HTML body from
+ * MHD_create_response_from_buffer(), no Content-Type, no X-Request-Id, Connection:
+ * close. 0.9.75 has no option or callback that replaces or amends that reply: the
+ * only code of ours that runs between the library finding the fault and queueing its
+ * reply is the error logger (on_mhd_log), which gets the message text but not the
+ * connection. Most come before the access handler (on_request) is ever called; the
+ * chunk errors come while the body is read, before we reply. So these stay HTML:
+ *   - 505 for HTTP/0.x and HTTP/2 and above, 400 for a malformed version (HTTX/1.1):
+ *     refused while the request line is parsed, before even the URI-log callback;
+ *   - 414 when the request line alone fills the connection's memory, 431 when the
+ *     headers do (about 16 KB, or about 230 header lines; below that our own limits
+ *     answer 414/431 in JSON, see HEAD_*_MAX);
+ *   - 400 for a header line without a colon, 400 for a Content-Length that is not a
+ *     number, 413 for one beyond 2^64, 400/413 for broken or oversized chunk sizes.
+ * A request line without a space in it is not answered at all: the connection is
+ * closed. The Host check is the library's only when MHD_OPTION_STRICT_FOR_CLIENT is
+ * 1; we leave it at 0 and make the check ourselves (check_head), so that answer is
+ * JSON.
+ *
+ * A second defect of 0.9.75 sits on the same path: when parse_connection_headers()
+ * refuses a request (a Content-Length that is not a number or does not fit in 64 bits;
+ * a Cookie header it cannot copy), MHD_connection_handle_idle() does not notice. It
+ * moves the connection on from HEADERS_RECEIVED to HEADERS_PROCESSED over the
+ * HEADERS_SENDING that transmit_error_response_len() had set, and from there to
+ * START_REPLY, where build_header_response() appends the status line and headers to
+ * the write buffer a second time. The client gets the status line and headers twice,
+ * then the body once. Our access handler is never called for such a request (the
+ * library skips it once a reply is queued), so nothing here can answer it instead.
+ *
+ * What we do get for every request whose request line parsed is the URI-log callback
+ * and, with it, the completed callback: the access log has a line for those refusals
+ * too (status from MHD_CONNECTION_INFO_HTTP_STATUS, bytes 0, method unknown when the
+ * head was refused). docs/FAULTS.md has the same list with the tests that pin it.
+ */
 
 struct api_server {
     const struct cfg *cfg;
@@ -38,14 +92,20 @@ struct api_server {
     struct MHD_Daemon *daemon;
     struct timespec started;
     struct api_http_stats http; /* per-route counters for GET /metrics */
+    struct api_sim *sim;        /* simulated-order runs (api/simulate.h) */
+    struct api_events *events;  /* event streams and their publisher (api/events.h) */
 };
 
-/* One request's state, in *con_cls from the first call to the completed callback. */
+/* One request's state, in *con_cls from the request line (on_request_line) to the
+ * completed callback (on_completed), which frees it. */
 struct request {
     struct api_server *srv;
     struct MHD_Connection *conn;
-    struct timespec started; /* CLOCK_MONOTONIC when the headers were in */
-    char *body;              /* accumulated upload; NULL when none */
+    struct timespec started; /* CLOCK_MONOTONIC: the request line, then the headers */
+    char target[ACCESS_PATH_MAX]; /* request-target as sent, no query: the access log */
+    bool headers_in; /* the access handler ran: the request is ours to answer */
+    bool head;       /* a HEAD request: the reply goes out without its body */
+    char *body;      /* accumulated upload; NULL when none */
     size_t len, cap;
     bool too_large;
     bool replied;     /* a response was queued already */
@@ -74,8 +134,11 @@ static enum MHD_Result send_reply(struct request *r)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             rep->content_type ? rep->content_type : "application/json");
+    MHD_add_response_header(resp, "X-Request-Id", r->req.x_request_id);
     for (int i = 0; i < rep->nheaders; i++)
         MHD_add_response_header(resp, rep->headers[i].name, rep->headers[i].value);
+    /* For HEAD, libmicrohttpd sends the status and headers (Content-Length included)
+     * and leaves the body out. */
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)rep->status, resp);
     MHD_destroy_response(resp);
     r->replied = true;
@@ -86,7 +149,8 @@ static enum MHD_Result send_reply(struct request *r)
 static void run_job(void *state, void *arg)
 {
     struct request *r = arg;
-    struct api_ctx ctx = {r->srv->inv, state, r->srv->started, &r->srv->http};
+    struct api_ctx ctx = {r->srv->inv,   state,          r->srv->started,
+                          &r->srv->http, r->srv->events, r->srv->sim};
     r->route->handle(&ctx, &r->req, &r->rep);
     atomic_store_explicit(&r->done, true, memory_order_release);
     MHD_resume_connection(r->conn);
@@ -165,6 +229,174 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *uri)
     return len;
 }
 
+/* 16 random hex characters and a NUL into `out`, from a per-thread splitmix64
+ * sequence seeded from getrandom(2): unique enough to find one request in the logs,
+ * and no system call per request. */
+static void new_request_id(char out[17])
+{
+    static _Thread_local uint64_t state;
+    static _Thread_local bool seeded;
+    if (!seeded) {
+        if (getrandom(&state, sizeof state, 0) != (ssize_t)sizeof state) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            state = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+                    (uint64_t)(uintptr_t)&state;
+        }
+        seeded = true;
+    }
+    uint64_t z = (state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, z >>= 4)
+        out[i] = hex[z & 0xf];
+    out[16] = '\0';
+}
+
+/* The client's X-Request-Id when it is a valid name, else NULL. */
+static const char *client_request_id(struct MHD_Connection *conn)
+{
+    const char *id = NULL;
+    if (header(conn, "X-Request-Id", &id) != 0 || id == NULL || !seg_valid_name(id))
+        return NULL;
+    return id;
+}
+
+/* What check_head() counts in one pass over the headers. */
+struct head_scan {
+    int fields;
+    int hosts;
+    const char *length; /* the first Content-Length value */
+    size_t length_len;
+    bool lengths_differ;
+};
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   size_t key_len, const char *value, size_t value_len)
+{
+    struct head_scan *sc = cls;
+    (void)kind;
+    sc->fields++;
+    if (key_len == 4 && strncasecmp(key, "Host", 4) == 0) {
+        sc->hosts++;
+    } else if (key_len == 14 && strncasecmp(key, "Content-Length", 14) == 0) {
+        if (sc->length == NULL) {
+            sc->length = value;
+            sc->length_len = value_len;
+        } else if (value_len != sc->length_len || memcmp(value, sc->length, value_len)) {
+            sc->lengths_differ = true;
+        }
+    }
+    return MHD_YES;
+}
+
+/* Check the request head that libmicrohttpd let through: its size against our limits,
+ * and the framing headers RFC 9112 makes a server refuse -- no Host in HTTP/1.1, more
+ * than one Host, Content-Length headers that disagree (MHD would take the first).
+ * Returns 0, or -1 with the error reply in r->rep. */
+static int check_head(struct request *r, const char *version)
+{
+    struct MHD_Connection *conn = r->conn;
+    if (strlen(r->req.path) > HEAD_PATH_MAX) {
+        api_reply_error(&r->rep, 414, "uri_too_long", "the path exceeds %d bytes",
+                        HEAD_PATH_MAX);
+        return -1;
+    }
+    struct head_scan sc = {0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, scan_header, &sc);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if ((ci != NULL && ci->header_size > HEAD_BYTES_MAX) || sc.fields > HEAD_FIELDS_MAX) {
+        api_reply_error(&r->rep, 431, "headers_too_large",
+                        "the request head exceeds %d bytes or %d header lines",
+                        HEAD_BYTES_MAX, HEAD_FIELDS_MAX);
+        return -1;
+    }
+    if (sc.hosts == 0 && strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
+        api_reply_error(&r->rep, 400, "bad_header",
+                        "an %.16s request needs a Host header", version);
+        return -1;
+    }
+    if (sc.hosts > 1) {
+        api_reply_error(&r->rep, 400, "bad_header", "more than one Host header");
+        return -1;
+    }
+    if (sc.lengths_differ) {
+        api_reply_error(&r->rep, 400, "bad_header", "Content-Length headers disagree");
+        return -1;
+    }
+    return 0;
+}
+
+/* The request line is in (libmicrohttpd's URI-log callback): start the request's
+ * state, so that the completed callback sees every request from here on, including
+ * those the library refuses itself. The result becomes *con_cls. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct request *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        oom();
+    r->srv = cls;
+    r->conn = conn;
+    clock_gettime(CLOCK_MONOTONIC, &r->started);
+    api_reply_init(&r->rep);
+    size_t n = uri != NULL ? strcspn(uri, "?") : 0;
+    if (n >= sizeof(r->target)) {
+        memcpy(r->target, uri, sizeof(r->target) - 4);
+        memcpy(r->target + sizeof(r->target) - 4, "...", 4);
+    } else {
+        memcpy(r->target, uri != NULL ? uri : "", n);
+        r->target[n] = '\0';
+    }
+    return r;
+}
+
+/* The headers are in, the body (if any) not yet: take the request id, check the head
+ * and refuse a body over the limit before reading it (and before any 100 Continue;
+ * libmicrohttpd then closes the connection). */
+static enum MHD_Result on_headers(struct request *r, const char *url, const char *method,
+                                  const char *version)
+{
+    r->headers_in = true;
+    clock_gettime(CLOCK_MONOTONIC, &r->started);
+    r->req.method = method;
+    r->req.path = url;
+    r->head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    const char *id = client_request_id(r->conn);
+    if (id != NULL)
+        snprintf(r->req.x_request_id, sizeof(r->req.x_request_id), "%s", id);
+    else
+        new_request_id(r->req.x_request_id);
+    if (check_head(r, version) != 0)
+        return send_reply(r);
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL &&
+        strtoull(cl, NULL, 10) > (unsigned long long)r->srv->cfg->max_body_bytes) {
+        r->too_large = true;
+        return reply_too_large(r);
+    }
+    return MHD_YES;
+}
+
+/* GET /admin/events: queue the stream's response (api/events.h), or its error. */
+static enum MHD_Result open_stream(struct request *r)
+{
+    struct MHD_Response *resp =
+        api_events_open(r->srv->events, r->conn, &r->req, &r->rep);
+    if (resp == NULL)
+        return send_reply(r);
+    r->rep.status = 200; /* for the metrics and the access log; the body is the stream */
+    api_http_observe(&r->srv->http, r->route, &r->rep, &r->started, false);
+    MHD_add_response_header(resp, "X-Request-Id", r->req.x_request_id);
+    enum MHD_Result rc = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    r->replied = true;
+    return rc;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -172,27 +404,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     struct api_server *s = cls;
     struct request *r = *con_cls;
-    (void)version;
 
-    if (r == NULL) { /* headers are in; the body (if any) comes next */
-        r = calloc(1, sizeof(*r));
-        if (r == NULL)
-            oom();
-        r->srv = s;
-        r->conn = conn;
-        clock_gettime(CLOCK_MONOTONIC, &r->started);
-        api_reply_init(&r->rep);
-        *con_cls = r;
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl != NULL &&
-            strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes) {
-            /* Refuse before reading (and before any 100 Continue); MHD then closes. */
-            r->too_large = true;
-            return reply_too_large(r);
-        }
-        return MHD_YES;
-    }
+    if (r == NULL) /* not seen by on_request_line: not expected, but harmless */
+        r = *con_cls = on_request_line(s, url, conn);
+    if (!r->headers_in)
+        return on_headers(r, url, method, version);
     if (r->replied) { /* an early reply: ignore whatever else arrives */
         *upload_data_size = 0;
         return MHD_YES;
@@ -208,8 +424,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return reply_too_large(r);
 
     struct api_request *req = &r->req;
-    req->method = method;
-    req->path = url;
     if (header(conn, MHD_HTTP_HEADER_CONTENT_TYPE, &req->content_type) != 0 ||
         header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0 ||
         header(conn, "Idempotency-Key", &req->idempotency_key) != 0) {
@@ -221,7 +435,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     r->route = api_route_prepare(req, s->cfg->admin_token, &r->rep);
     if (r->route == NULL)
         return send_reply(r);
-    struct api_ctx inline_ctx = {s->inv, NULL, s->started, &s->http};
+    if (r->route->flags & API_ROUTE_STREAM)
+        return open_stream(r);
+    struct api_ctx inline_ctx = {s->inv, NULL, s->started, &s->http, s->events, s->sim};
     if (!(r->route->flags & API_ROUTE_BACKEND)) {
         r->route->handle(&inline_ctx, req, &r->rep);
         return send_reply(r);
@@ -242,17 +458,44 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
+/* The access log line of a finished request: our reply's status and body bytes (0 for
+ * HEAD); else the status libmicrohttpd answered with itself (a request it refused
+ * after the request line, or a broken chunked body), with 0 bytes -- its HTML is not
+ * ours to count -- and, when it refused the head, no method; else 0 (nothing was
+ * sent: the client left or timed out first). */
+static void log_request(const struct request *r, struct MHD_Connection *conn)
+{
+    if (!log_access_enabled())
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double ms = (double)(now.tv_sec - r->started.tv_sec) * 1e3 +
+                (double)(now.tv_nsec - r->started.tv_nsec) / 1e6;
+    if (r->replied) {
+        log_access(r->req.method, r->target, r->rep.status, r->head ? 0 : r->rep.body_len,
+                   ms, r->req.x_request_id);
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+    int status = ci != NULL ? (int)ci->http_status : 0;
+    if (r->headers_in)
+        log_access(r->req.method, r->target, status, 0, ms, r->req.x_request_id);
+    else
+        log_access(NULL, r->target, status, 0, ms, client_request_id(conn));
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
     struct request *r = *con_cls;
     if (r == NULL)
         return;
+    log_request(r, conn);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK &&
-        toe != MHD_REQUEST_TERMINATED_CLIENT_ABORT && r->req.path != NULL)
-        log_debug("request %s %s ended early (code %d)", r->req.method, r->req.path,
+        toe != MHD_REQUEST_TERMINATED_CLIENT_ABORT && r->headers_in)
+        log_debug("request %s %s ended early (code %d)", r->req.method, r->target,
                   (int)toe);
     free(r->body);
     api_reply_clear(&r->rep);
@@ -309,6 +552,15 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
         free(s);
         return NULL;
     }
+    s->sim = api_sim_create(v);
+    s->events = api_events_create(v, s->sim, cfg->admin_token, s->started, err, errlen);
+    if (s->events == NULL) {
+        api_sim_free(s->sim);
+        pool_free(s->control);
+        pool_free(s->orders);
+        free(s);
+        return NULL;
+    }
     /* The logger goes first so that MHD reports option errors through it. */
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
@@ -316,13 +568,15 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
         (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)cfg->connection_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
         (unsigned)LISTEN_BACKLOG, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)HTTP_THREADS, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s, MHD_OPTION_UNESCAPE_CALLBACK,
+        unescape, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
     if (s->daemon == NULL) {
         snprintf(err, errlen,
                  "cannot listen on %s port %d (in use, or not a local address?)",
                  cfg->bind, cfg->port);
+        api_events_free(s->events);
+        api_sim_free(s->sim);
         pool_free(s->control);
         pool_free(s->orders);
         free(s);
@@ -336,11 +590,17 @@ void api_server_stop(struct api_server *s)
     if (s == NULL)
         return;
     MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
+    /* Simulations stop after their current order; event streams get their end (the
+     * daemon must not stop with a stream's connection suspended). */
+    api_sim_stop_all(s->sim);
+    api_events_close(s->events, 1000);
     pool_drain(s->orders);
     pool_drain(s->control);
     MHD_stop_daemon(s->daemon);
     if (lsock != MHD_INVALID_SOCKET)
         close(lsock);
+    api_events_free(s->events);
+    api_sim_free(s->sim);
     pool_free(s->orders);
     pool_free(s->control);
     free(s);

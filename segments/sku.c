@@ -231,16 +231,14 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     st->cfg = view.cfg;
 
     int n = view.cfg.segments;
-    bool *locked = seg_malloc(sizeof *locked * (size_t)n);
     int rc_read = rd_segments_read(c->rd, sku, n, st->segment_stock, st->segment_sold,
-                                   st->segment_orders, locked);
+                                   st->segment_orders, st->segment_locked);
     for (int i = 0; i < n && rc_read == 0; i++) {
         st->remaining += st->segment_stock[i];
         st->sold += st->segment_sold[i];
         st->orders += st->segment_orders[i];
-        st->locks_held += locked[i];
+        st->locks_held += st->segment_locked[i];
     }
-    free(locked);
     if (rc_read != 0)
         return INV_UNAVAILABLE;
     return INV_OK;

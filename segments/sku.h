@@ -40,6 +40,7 @@ struct sku_status {
     long long segment_stock[SEG_MAX_SEGMENTS];
     long long segment_sold[SEG_MAX_SEGMENTS];
     long long segment_orders[SEG_MAX_SEGMENTS]; /* orders recorded first in segment i */
+    bool segment_locked[SEG_MAX_SEGMENTS];      /* segment i's lock is held right now */
     int locks_held; /* segment locks held right now (any instance) */
 };
 

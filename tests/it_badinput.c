@@ -150,7 +150,7 @@ static const struct bad table[] = {
 
     /* routes and methods */
     {"unknown route", "GET", "/nope", NULL, NULL, 404, "not_found", NULL},
-    {"root", "GET", "/", NULL, NULL, 404, "not_found", NULL},
+    {"root is the dashboard", "POST", "/", NULL, NULL, 405, "method_not_allowed", "GET"},
     {"orders prefix", "GET", "/ordersx", NULL, NULL, 404, "not_found", NULL},
     {"nested too deep", "GET", "/orders/a/b", NULL, NULL, 404, "not_found", NULL},
     {"delete orders", "DELETE", "/orders", NULL, NULL, 405, "method_not_allowed", "POST"},

@@ -192,6 +192,43 @@ static void sku_values_and_defaults(void **state)
     assert_int_equal(out.hold_ms, 20);
 }
 
+static void run_simulate_case(const struct body_case *c)
+{
+    struct api_sim_body out;
+    struct api_parse_error err = {NULL, ""};
+    int rc = api_parse_simulate(c->body, strlen(c->body), &out, &err);
+    check_case(c, rc, &err);
+}
+
+static void simulate_validation_and_defaults(void **state)
+{
+    (void)state;
+    static const struct body_case cases[] = {
+        {"{\"orders\":1}", NULL, NULL},
+        {"{\"orders\":1000000,\"concurrency\":64,\"qty\":1000000}", NULL, NULL},
+        {"{}", "invalid_field", "orders"},
+        {"{\"orders\":0}", "invalid_field", "orders"},
+        {"{\"orders\":1000001}", "invalid_field", "orders"},
+        {"{\"orders\":\"5\"}", "invalid_field", "orders"},
+        {"{\"orders\":5,\"concurrency\":0}", "invalid_field", "concurrency"},
+        {"{\"orders\":5,\"concurrency\":65}", "invalid_field", "concurrency"},
+        {"{\"orders\":5,\"qty\":0}", "invalid_field", "qty"},
+        {"{\"orders\":5,\"qty\":1.0}", "invalid_field", "qty"},
+        {"{\"orders\":5,\"rate\":10}", "invalid_field", "rate"},
+        {"{\"orders\":5,\"orders\":6}", "bad_json", NULL},
+        {"[5]", "bad_json", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_simulate_case(&cases[i]);
+    struct api_sim_body out;
+    struct api_parse_error err;
+    const char *b = "{\"orders\":400}";
+    assert_int_equal(api_parse_simulate(b, strlen(b), &out, &err), 0);
+    assert_int_equal(out.orders, 400);
+    assert_int_equal(out.concurrency, API_SIM_CONCURRENCY_DEFAULT);
+    assert_int_equal(out.qty, 1);
+}
+
 static void details_are_printable(void **state)
 {
     (void)state;
@@ -256,6 +293,7 @@ int main(void)
         cmocka_unit_test(name_length_limits),
         cmocka_unit_test(sku_validation_table),
         cmocka_unit_test(sku_values_and_defaults),
+        cmocka_unit_test(simulate_validation_and_defaults),
         cmocka_unit_test(details_are_printable),
         cmocka_unit_test(path_names),
         cmocka_unit_test(content_types),

@@ -119,7 +119,9 @@ static void parsed_bodies_reach_the_request(void **state)
 static void not_found_and_method_not_allowed(void **state)
 {
     (void)state;
-    expect_error("GET", "/", NULL, NULL, NULL, NULL, 404, "not_found");
+    /* GET / is the dashboard (api/ui_embed.h): nothing else is there. */
+    expect_error("POST", "/", NULL, NULL, NULL, NULL, 405, "method_not_allowed");
+    expect_error("GET", "/ui", NULL, NULL, NULL, NULL, 404, "not_found");
     expect_error("GET", "/nope", NULL, NULL, NULL, NULL, 404, "not_found");
     expect_error("GET", "/orders/", NULL, NULL, NULL, NULL, 404, "not_found");
     expect_error("GET", "/orders/a/b", NULL, NULL, NULL, NULL, 404, "not_found");
@@ -136,12 +138,31 @@ static void not_found_and_method_not_allowed(void **state)
 
     assert_null(prep("POST", "/admin/skus/tv", NULL, NULL, NULL, NULL, &req, &rep));
     assert_int_equal(rep.status, 405);
-    assert_string_equal(header(&rep, "Allow"), "GET, PUT, DELETE");
+    assert_string_equal(header(&rep, "Allow"), "GET, HEAD, PUT, DELETE");
     api_reply_clear(&rep);
 
-    assert_null(prep("HEAD", "/livez", NULL, NULL, NULL, NULL, &req, &rep));
+    assert_null(prep("PUT", "/livez", NULL, NULL, NULL, NULL, &req, &rep));
     assert_int_equal(rep.status, 405);
-    assert_string_equal(header(&rep, "Allow"), "GET");
+    assert_string_equal(header(&rep, "Allow"), "GET, HEAD");
+    api_reply_clear(&rep);
+
+    /* HEAD is the GET route of its path (the server leaves the body out); it is
+     * nothing on a path without GET, and the method name is case-sensitive. */
+    const struct api_route *rt =
+        prep("HEAD", "/livez", NULL, NULL, NULL, NULL, &req, &rep);
+    assert_non_null(rt);
+    assert_string_equal(rt->method, "GET");
+    assert_string_equal(rt->pattern, "/livez");
+    rt = prep("HEAD", "/orders/A-1", NULL, NULL, NULL, NULL, &req, &rep);
+    assert_non_null(rt);
+    assert_string_equal(rt->pattern, "/orders/{}");
+    assert_string_equal(req.name, "A-1");
+    assert_null(prep("HEAD", "/orders", NULL, NULL, NULL, NULL, &req, &rep));
+    assert_int_equal(rep.status, 405);
+    assert_string_equal(header(&rep, "Allow"), "POST");
+    api_reply_clear(&rep);
+    assert_null(prep("head", "/livez", NULL, NULL, NULL, NULL, &req, &rep));
+    assert_int_equal(rep.status, 405);
     api_reply_clear(&rep);
 }
 

@@ -80,13 +80,33 @@ expect 200 GET /metrics
 expect 200 GET /admin/stats
 expect 200 GET /healthz
 
+# The dashboard: its page, a simulated run read through an event stream, the run's
+# status and audit; one more stream stays open across SIGTERM (below).
+expect 200 GET /
+expect 200 GET /ui/app.js
+expect 200 PUT /admin/skus/vg-sim '{"stock": 50, "segments": 4}'
+expect 202 POST /admin/skus/vg-sim/simulate '{"orders": 60, "concurrency": 4}'
+curl -sN --max-time 3 "$U/admin/events?sku=vg-sim&sku=vg" >"$dir/events.txt" || true
+grep -q '^data: {"tick":' "$dir/events.txt" || fail "no update on the event stream"
+for _ in $(seq 100); do
+    curl -s "$U/admin/skus/vg-sim/simulate" | grep -q '"state":"finished"' && break
+    sleep 0.2
+done
+curl -s "$U/admin/skus/vg-sim" | jq -e '.sold == 50 and .remaining == 0 and .orders == 50' \
+    >/dev/null || fail "simulated run: $(curl -s "$U/admin/skus/vg-sim")"
+
 sku=$(curl -s "$U/admin/skus/vg")
 echo "$sku" | jq -e '.remaining + .sold == .initial and ([.segment_stock[] | select(. < 0)] | length == 0)
     and .initial == 125 and .sold == 111' >/dev/null || fail "audit: $sku"
 
+curl -sN --max-time 60 "$U/admin/events?sku=vg" >"$dir/events-end.txt" &
+stream_pid=$!
+sleep 1
 kill -TERM "$svc_pid"
 rc=0
 wait "$svc_pid" || rc=$?
 svc_pid=
 [ "$rc" = 0 ] || fail "the service exited $rc under valgrind"
+wait "$stream_pid" || fail "the event stream did not end cleanly at shutdown"
+grep -q '^event: shutdown' "$dir/events-end.txt" || fail "no shutdown event on the stream"
 echo "valgrind.sh: no memcheck errors, no definite leaks; audit ok ($sku)"

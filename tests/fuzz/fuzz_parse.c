@@ -3,7 +3,7 @@
  * The first input byte picks the function, the rest is its input:
  *   0 api_parse_order       1 api_parse_sku_config   2 api_parse_name
  *   3 api_is_json_content_type                       4 api_bearer_matches
- *     (for 4 the input is "authorization\0token")
+ *     (for 4 the input is "authorization\0token")     5 api_parse_simulate
  * Besides memory errors (ASan/UBSan), every result is checked against the contract
  * in api/parse.h: an accepted value is in range and a name is safe to put in a key;
  * a rejection has a known code and a printable detail. A broken contract aborts.
@@ -107,6 +107,21 @@ static void fuzz_sku_config(const uint8_t *data, size_t len)
     free(body);
 }
 
+static void fuzz_simulate(const uint8_t *data, size_t len)
+{
+    char *body = copy(data, len, 0);
+    struct api_sim_body out;
+    struct api_parse_error err = {NULL, ""};
+    if (api_parse_simulate(body, len, &out, &err) == 0) {
+        CHECK(out.orders >= 1 && out.orders <= API_SIM_ORDERS_MAX);
+        CHECK(out.concurrency >= 1 && out.concurrency <= API_SIM_CONCURRENCY_MAX);
+        CHECK(out.qty >= 1 && out.qty <= ORDER_QTY_MAX);
+    } else {
+        check_error(&err);
+    }
+    free(body);
+}
+
 static void fuzz_name(const uint8_t *data, size_t len)
 {
     char *s = copy(data, len, 1);
@@ -165,7 +180,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *in = data + 1;
     size_t len = size - 1;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0:
         fuzz_order(in, len);
         break;
@@ -177,6 +192,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 3:
         fuzz_content_type(in, len);
+        break;
+    case 5:
+        fuzz_simulate(in, len);
         break;
     default:
         fuzz_bearer(in, len);
