@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "segments/sku.h"
 #include "segments/stats.h"
 
 /* The build may set these (-DINVENTORYD_VERSION=\"1.2.3\" -DINVENTORYD_COMMIT=\"abc\");
@@ -183,14 +184,82 @@ static void histogram(struct text *t, inv *v, enum hist_id h)
     put(t, "%s_sum %.6f\n%s_count %lld\n", name, s.sum, name, s.count);
 }
 
+/* The SKUs Redis holds now (sorted), or n < 0 when Redis did not say. */
+struct known {
+    struct text *t;
+    char **names;
+    long n;
+};
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool exists(const struct known *k, const char *sku)
+{
+    return k->n < 0 ||
+           bsearch(&sku, k->names, (size_t)k->n, sizeof *k->names, compare_names) != NULL;
+}
+
 static void sku_outcomes(const char *sku, const long long *outcomes, void *arg)
 {
-    struct text *t = arg;
+    const struct known *k = arg;
+    struct text *t = k->t;
+    if (!exists(k, sku)) /* deleted: its series go with it */
+        return;
     for (int i = 0; i < SKU_OUTCOMES; i++) {
         put(t, "inventory_sku_orders_total{sku=\"");
         put_label(t, sku);
         put(t, "\",outcome=\"%s\"} %lld\n", outcome((enum stat_id)i), outcomes[i]);
     }
+}
+
+/* What Redis holds of every SKU: stock, sold, initial, locks held, and per segment
+ * for SKUs of at most metrics_segments_max segments (a bound on the series). */
+static void sku_gauges(struct text *t, const struct api_ctx *ctx, const struct known *k)
+{
+    static const char *const names[] = {"inventory_sku_remaining", "inventory_sku_sold",
+                                        "inventory_sku_initial",
+                                        "inventory_sku_locks_held"};
+    static const char *const helps[] = {
+        "Units left in every segment of the SKU, as Redis holds them.",
+        "Units sold (confirmed and not cancelled), as Redis holds them.",
+        "The SKU's initial stock plus every restock.",
+        "Segment locks of the SKU held right now, by any instance."};
+    if (k->n <= 0)
+        return;
+    struct sku_status *st = calloc((size_t)k->n, sizeof *st);
+    if (st == NULL)
+        return;
+    bool *ok = calloc((size_t)k->n, sizeof *ok);
+    for (long i = 0; ok != NULL && i < k->n; i++)
+        ok[i] = sku_get(ctx->conn, k->names[i], &st[i]) == INV_OK;
+    for (size_t f = 0; ok != NULL && f < sizeof names / sizeof *names; f++) {
+        family(t, names[f], "gauge", helps[f]);
+        for (long i = 0; i < k->n; i++) {
+            if (!ok[i])
+                continue;
+            long long v[] = {st[i].remaining, st[i].sold, st[i].cfg.stock,
+                             st[i].locks_held};
+            put(t, "%s{sku=\"", names[f]);
+            put_label(t, k->names[i]);
+            put(t, "\"} %lld\n", v[f]);
+        }
+    }
+    family(t, "inventory_segment_stock", "gauge",
+           "Units left per segment, for SKUs of at most metrics_segments_max segments.");
+    for (long i = 0; ok != NULL && i < k->n; i++) {
+        if (!ok[i] || st[i].cfg.segments > ctx->metrics_segments_max)
+            continue;
+        for (int s = 0; s < st[i].cfg.segments; s++) {
+            put(t, "inventory_segment_stock{sku=\"");
+            put_label(t, k->names[i]);
+            put(t, "\",segment=\"%d\"} %lld\n", s, st[i].segment_stock[s]);
+        }
+    }
+    free(ok);
+    free(st);
 }
 
 static void redis_up(struct text *t, struct api_http_stats *h)
@@ -363,9 +432,16 @@ void api_metrics(const struct api_ctx *ctx, struct api_request *req,
     counters(&t, ctx->inv);
     histogram(&t, ctx->inv, HIST_ORDER);
     histogram(&t, ctx->inv, HIST_LOCK_WAIT);
+    struct known k = {&t, NULL, -1};
+    size_t n = 0;
+    if (ctx->conn != NULL && sku_list(ctx->conn, &k.names, &n) == INV_OK)
+        k.n = (long)n;
     family(&t, "inventory_sku_orders_total", "counter",
            "Orders by SKU and outcome, as this process answered them.");
-    stat_foreach_sku(ctx->inv, sku_outcomes, &t);
+    stat_foreach_sku(ctx->inv, sku_outcomes, &k);
+    sku_gauges(&t, ctx, &k);
+    if (k.n >= 0)
+        sku_list_free(k.names, (size_t)k.n);
     redis_up(&t, ctx->http);
     http(&t, ctx->http);
     process(&t);

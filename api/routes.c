@@ -31,7 +31,7 @@ static const struct api_route routes[] = {
      NULL},
     {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats, NULL},
     {"GET", "/livez", NULL, 0, NULL, api_livez, NULL},
-    {"GET", "/metrics", NULL, A, NULL, api_metrics, NULL},
+    {"GET", "/metrics", NULL, A | B, NULL, api_metrics, NULL},
     {"GET", "/healthz", NULL, B, NULL, api_healthz, NULL},
     /* The dashboard (api/ui_embed.h, api/events.h, api/simulate.h). */
     {"GET", "/", NULL, 0, NULL, api_ui_get, NULL},

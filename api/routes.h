@@ -36,6 +36,7 @@ struct api_ctx {
     struct api_http_stats *http; /* the server's request counters (GET /metrics) */
     struct api_events *events;   /* the event streams and their tickets */
     struct api_sim *sim;         /* the simulated-order runs */
+    int metrics_segments_max;    /* GET /metrics: per-segment series up to this many */
 };
 
 /* One request as the handlers see it. The server fills the first group (all

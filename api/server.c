@@ -149,8 +149,13 @@ static enum MHD_Result send_reply(struct request *r)
 static void run_job(void *state, void *arg)
 {
     struct request *r = arg;
-    struct api_ctx ctx = {r->srv->inv,   state,          r->srv->started,
-                          &r->srv->http, r->srv->events, r->srv->sim};
+    struct api_ctx ctx = {r->srv->inv,
+                          state,
+                          r->srv->started,
+                          &r->srv->http,
+                          r->srv->events,
+                          r->srv->sim,
+                          r->srv->cfg->metrics_segments_max};
     r->route->handle(&ctx, &r->req, &r->rep);
     atomic_store_explicit(&r->done, true, memory_order_release);
     MHD_resume_connection(r->conn);
@@ -437,7 +442,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_reply(r);
     if (r->route->flags & API_ROUTE_STREAM)
         return open_stream(r);
-    struct api_ctx inline_ctx = {s->inv, NULL, s->started, &s->http, s->events, s->sim};
+    struct api_ctx inline_ctx = {s->inv,
+                                 NULL,
+                                 s->started,
+                                 &s->http,
+                                 s->events,
+                                 s->sim,
+                                 s->cfg->metrics_segments_max};
     if (!(r->route->flags & API_ROUTE_BACKEND)) {
         r->route->handle(&inline_ctx, req, &r->rep);
         return send_reply(r);

@@ -1,6 +1,8 @@
 /* config.c -- load and validate the configuration from defaults, file, env and flags. */
 #include "service/config.h"
 
+#include "segments/names.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -82,6 +84,8 @@ static const struct setting settings[] = {
     INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
     INT_SETTING("connection_timeout_s", NULL, NULL, connection_timeout_s, 0, 86400),
     INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
+    INT_SETTING("metrics_segments_max", NULL, NULL, metrics_segments_max, 0,
+                SEG_MAX_SEGMENTS),
     ENUM_SETTING("log_level", "INVENTORY_LOG_LEVEL", "--log-level", log_level,
                  level_names),
     ENUM_SETTING("log_format", "INVENTORY_LOG_FORMAT", "--log-format", log_format,
@@ -121,6 +125,7 @@ void cfg_defaults(struct cfg *out)
     out->max_connections = 10000;
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
+    out->metrics_segments_max = 32;
     out->log_level = LOG_INFO;
     out->log_format = LOG_TEXT;
     out->access_log = true;
@@ -762,6 +767,7 @@ void cfg_usage(FILE *f, const char *prog)
         "  max_connections   -                           -                   10000\n"
         "  connection_timeout_s -                        -                   30\n"
         "  max_body_bytes    -                           -                   65536\n"
+        "  metrics_segments_max -                        -                   32\n"
         "  log_level         INVENTORY_LOG_LEVEL         --log-level         info\n"
         "  log_format        INVENTORY_LOG_FORMAT        --log-format        text\n"
         "  log_file          INVENTORY_LOG_FILE          --log-file          - (stderr)\n"

@@ -53,11 +53,13 @@ struct cfg {
     int meta_cache_ms;                      /* 0..60000; 100 */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
-    int max_connections;         /* 1..1000000; 10000 */
-    int connection_timeout_s;    /* idle timeout, 0 (none)..86400; 30 */
-    int max_body_bytes;          /* 64..16777216; 65536 */
-    enum log_level log_level;    /* debug|info|warn|error; info (SIGHUP re-reads it) */
-    enum log_format log_format;  /* text|json; text */
+    int max_connections;        /* 1..1000000; 10000 */
+    int connection_timeout_s;   /* idle timeout, 0 (none)..86400; 30 */
+    int max_body_bytes;         /* 64..16777216; 65536 */
+    int metrics_segments_max;   /* per-segment series on /metrics for SKUs up to this many
+                                   segments (cardinality bound), 0..1024; 32 */
+    enum log_level log_level;   /* debug|info|warn|error; info (SIGHUP re-reads it) */
+    enum log_format log_format; /* text|json; text */
     char log_file[CFG_PATH_MAX]; /* "" = stderr (the setting's "-"); reopened on SIGHUP */
     bool access_log;             /* a line per HTTP request (log_access); true */
     char config_path[CFG_PATH_MAX]; /* file actually read, "" when none */

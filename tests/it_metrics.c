@@ -229,6 +229,17 @@ static void test_families_after_traffic(void **state)
     assert_true(metric(t, "inventory_http_requests_total{method=\"GET\",route="
                           "\"/metrics\",code=\"2xx\"}") >= 1);
 
+    /* What Redis holds of the SKU: 6 units, 6 sold, 1 cancelled. */
+    assert_family(t, "inventory_sku_remaining", "gauge");
+    assert_family(t, "inventory_segment_stock", "gauge");
+    assert_true(metric(t, "inventory_sku_remaining{sku=\"m-sku\"}") == 1);
+    assert_true(metric(t, "inventory_sku_sold{sku=\"m-sku\"}") == 5);
+    assert_true(metric(t, "inventory_sku_initial{sku=\"m-sku\"}") == 6);
+    assert_true(metric(t, "inventory_sku_locks_held{sku=\"m-sku\"}") == 0);
+    assert_true(metric(t, "inventory_segment_stock{sku=\"m-sku\",segment=\"0\"}") +
+                    metric(t, "inventory_segment_stock{sku=\"m-sku\",segment=\"1\"}") ==
+                1);
+
     /* Redis answered the last request that called it, just now. */
     assert_true(metric(t, "inventory_redis_up") == 1);
 
@@ -258,6 +269,14 @@ static void test_families_after_traffic(void **state)
     if (strstr(t, series) == NULL)
         fail_msg("no %s...} 1 in GET /metrics", series);
     free(out);
+    free(t);
+
+    /* A deleted SKU's series disappear, its order counters with them. */
+    assert_int_equal(h_req(p, "DELETE", "/admin/skus/m-sku", TOKEN, NULL, &r), 200);
+    h_resp_free(&r);
+    t = scrape(p);
+    if (strstr(t, "sku=\"m-sku\"") != NULL)
+        fail_msg("series of the deleted SKU m-sku remain:\n%.2000s", strstr(t, "m-sku"));
     free(t);
 }
 
@@ -301,6 +320,9 @@ static void test_grafana_dashboard(void **state)
         printf("it_metrics: python3 is not on PATH: skipped the dashboard check\n");
         return;
     }
+    /* A SKU with an order, so that every per-SKU family has a series to show. */
+    assert_int_equal(h_put_sku(e->port, TOKEN, "g-sku", 5, 2, "lock", 0), 0);
+    assert_int_equal(h_order(e->port, "g-sku", 1, NULL, NULL), 201);
     char *t = scrape(e->port);
     char path[600];
     char *dir = write_temp(t, path, sizeof path);
