@@ -526,48 +526,20 @@ static void multi_lock_next(struct ord *o)
              on_multi_locked, o);
 }
 
-static int by_stock_desc(const void *a, const void *b, void *seen)
-{
-    long long sa = ((long long *)seen)[*(const int *)a];
-    long long sb = ((long long *)seen)[*(const int *)b];
-    return sa < sb ? 1 : sa > sb ? -1 : *(const int *)a - *(const int *)b;
-}
-
-static int ascending(const void *a, const void *b)
-{
-    return *(const int *)a - *(const int *)b;
-}
-
 /* No segment holds qty but together they may: the largest first, in index order. */
 static void multi_begin(struct ord *o)
 {
     const int n = o->n;
-    int *order = seg_malloc(sizeof *order * (size_t)n);
-    for (int i = 0; i < n; i++)
-        order[i] = i;
-    qsort_r(order, (size_t)n, sizeof *order, by_stock_desc, o->seen);
     free(o->mseg);
     free(o->mpart);
     free(o->mtok);
     o->mseg = seg_malloc(sizeof *o->mseg * (size_t)n);
     o->mpart = seg_malloc(sizeof *o->mpart * (size_t)n);
     o->mtok = seg_calloc((size_t)n, sizeof *o->mtok);
-    long long need = o->qty;
-    int k = 0;
-    for (int j = 0; j < n && need > 0 && o->seen[order[j]] > 0; j++) {
-        o->mseg[k++] = order[j];
-        need -= o->seen[order[j]];
-    }
-    free(order);
-    if (need > 0) {
+    int k = ring_plan_parts(o->seen, n, o->qty, o->mseg, o->mpart);
+    if (k == 0) {
         finish(o, INV_INSUFFICIENT);
         return;
-    }
-    qsort(o->mseg, (size_t)k, sizeof *o->mseg, ascending);
-    need = o->qty;
-    for (int j = 0; j < k; j++) {
-        o->mpart[j] = o->seen[o->mseg[j]] < need ? o->seen[o->mseg[j]] : need;
-        need -= o->mpart[j];
     }
     o->mn = k;
     o->mk = 0;
@@ -783,15 +755,7 @@ engine *engine_create(inv *v, struct event_base *base)
         abort();
     }
     e->rng |= 1;
-    const struct rd_target to = {
-        .host = v->opt.redis_host,
-        .port = v->opt.redis_port,
-        .unix_path = v->opt.redis_unix,
-        .user = v->opt.redis_user,
-        .password = v->opt.redis_password,
-        .db = v->opt.redis_db,
-        .timeout_ms = v->opt.redis_timeout_ms,
-    };
+    const struct rd_target to = inv_redis_target(v);
     e->rd = rda_create(base, &to, &v->stats[STAT_REDIS_ERRORS]);
     return e;
 }

@@ -55,6 +55,9 @@ void inv_sleep_ms(int ms);
 /* A uniformly random integer in [0, n) from the connection's generator; n > 0. */
 uint32_t inv_rand(inv_conn *c, uint32_t n);
 
+/* Where v's Redis is (the options as the seam takes them). */
+struct rd_target inv_redis_target(const inv *v);
+
 /* A fresh lock token (or attempt id), unique across every connection and instance:
  * the connection's random id and a counter, 32 hex digits. */
 void inv_new_token(inv_conn *c, char token[33]);

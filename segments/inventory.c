@@ -58,15 +58,7 @@ inv_conn *inv_conn_create(inv *v)
 {
     inv_conn *c = seg_calloc(1, sizeof *c);
     c->v = v;
-    const struct rd_target to = {
-        .host = v->opt.redis_host,
-        .port = v->opt.redis_port,
-        .unix_path = v->opt.redis_unix,
-        .user = v->opt.redis_user,
-        .password = v->opt.redis_password,
-        .db = v->opt.redis_db,
-        .timeout_ms = v->opt.redis_timeout_ms,
-    };
+    const struct rd_target to = inv_redis_target(v);
     c->rd = rd_conn_create(&to, &v->stats[STAT_REDIS_ERRORS]);
     fill_random(&c->rng, sizeof c->rng);
     c->rng |= 1; /* xorshift must not start at 0 */
@@ -124,6 +116,19 @@ const char *inv_status_name(inv_status s)
         return "request_id_conflict";
     }
     return "unknown";
+}
+
+struct rd_target inv_redis_target(const inv *v)
+{
+    return (struct rd_target){
+        .host = v->opt.redis_host,
+        .port = v->opt.redis_port,
+        .unix_path = v->opt.redis_unix,
+        .user = v->opt.redis_user,
+        .password = v->opt.redis_password,
+        .db = v->opt.redis_db,
+        .timeout_ms = v->opt.redis_timeout_ms,
+    };
 }
 
 void inv_new_token(inv_conn *c, char token[33])

@@ -150,41 +150,16 @@ static enum visit visit_locked(struct walk *w, int i, bool claimed)
     return out;
 }
 
-static int by_stock_desc(const void *a, const void *b, void *seen)
-{
-    long long sa = ((long long *)seen)[*(const int *)a];
-    long long sb = ((long long *)seen)[*(const int *)b];
-    return sa < sb ? 1 : sa > sb ? -1 : *(const int *)a - *(const int *)b;
-}
-
-static int ascending(const void *a, const void *b)
-{
-    return *(const int *)a - *(const int *)b;
-}
-
 /* No segment holds qty: take it from several, largest first, locked in index order.
  * Returns INV_OK/REPLAYED/CONFLICT/INSUFFICIENT/BUSY/UNAVAILABLE, -1 to walk again,
  * or WALK_STALE. */
 static int multi_segment(struct walk *w, int64_t deadline)
 {
-    const int n = w->view.cfg.segments;
-    int order[SEG_MAX_SEGMENTS], seg[SEG_MAX_SEGMENTS], k = 0;
-    long long part[SEG_MAX_SEGMENTS], need = w->req->qty;
-    for (int i = 0; i < n; i++)
-        order[i] = i;
-    qsort_r(order, (size_t)n, sizeof *order, by_stock_desc, w->seen);
-    for (int j = 0; j < n && need > 0 && w->seen[order[j]] > 0; j++) {
-        seg[k++] = order[j];
-        need -= w->seen[order[j]];
-    }
-    if (need > 0)
+    int seg[SEG_MAX_SEGMENTS];
+    long long part[SEG_MAX_SEGMENTS];
+    int k = ring_plan_parts(w->seen, w->view.cfg.segments, w->req->qty, seg, part);
+    if (k == 0)
         return INV_INSUFFICIENT;
-    qsort(seg, (size_t)k, sizeof *seg, ascending);
-    need = w->req->qty;
-    for (int j = 0; j < k; j++) {
-        part[j] = w->seen[seg[j]] < need ? w->seen[seg[j]] : need;
-        need -= part[j];
-    }
 
     bool locked = w->view.cfg.mode == SKU_MODE_LOCK;
     inv_status why = INV_OK;

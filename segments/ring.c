@@ -1,6 +1,8 @@
 /* ring.c -- ring walk and backoff (see ring.h). */
 #include "segments/ring.h"
 
+#include <stdlib.h>
+
 int ring_segment(int start, int k, int n)
 {
     return (start + k) % n;
@@ -18,4 +20,43 @@ int ring_backoff_ms(int round, uint32_t rnd, int remaining_ms)
     if (ms < 1)
         ms = 1;
     return ms < remaining_ms ? ms : remaining_ms;
+}
+
+static int by_stock_desc(const void *a, const void *b, void *seen)
+{
+    long long sa = ((const long long *)seen)[*(const int *)a];
+    long long sb = ((const long long *)seen)[*(const int *)b];
+    return sa < sb ? 1 : sa > sb ? -1 : *(const int *)a - *(const int *)b;
+}
+
+static int ascending(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+int ring_plan_parts(const long long *seen, int n, long long qty, int *seg,
+                    long long *part)
+{
+    int *order = malloc(sizeof *order * (size_t)n);
+    if (order == NULL)
+        abort();
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, by_stock_desc, (void *)seen);
+    long long need = qty;
+    int k = 0;
+    for (int j = 0; j < n && need > 0 && seen[order[j]] > 0; j++) {
+        seg[k++] = order[j];
+        need -= seen[order[j]];
+    }
+    free(order);
+    if (need > 0)
+        return 0;
+    qsort(seg, (size_t)k, sizeof *seg, ascending);
+    need = qty;
+    for (int j = 0; j < k; j++) {
+        part[j] = seen[seg[j]] < need ? seen[seg[j]] : need;
+        need -= part[j];
+    }
+    return k;
 }

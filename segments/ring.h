@@ -22,4 +22,12 @@ int ring_segment(int start, int k, int n);
  * when remaining_ms >= 1, 0 when remaining_ms <= 0. */
 int ring_backoff_ms(int round, uint32_t rnd, int remaining_ms);
 
+/* The parts of an order of `qty` that no single segment can fill, from seen[0..n-1]
+ * (the stock last seen per segment; < 0 unknown): the largest segments first until
+ * qty is covered, then put in ascending index order (the order their locks are
+ * taken in: no deadlock). Fills seg[] and part[] (n entries each) and returns how
+ * many parts, or 0 when the segments seen cannot cover qty together. */
+int ring_plan_parts(const long long *seen, int n, long long qty, int *seg,
+                    long long *part);
+
 #endif

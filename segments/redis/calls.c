@@ -113,11 +113,11 @@ int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        stock[i] = store_integer(r[per * i], 0);
+        stock[i] = proto_integer(r[per * i], 0);
         if (s.full) {
-            sold[i] = store_integer(r[4 * i + 1], 0);
-            orders[i] = store_integer(r[4 * i + 2], 0);
-            locked[i] = store_integer(r[4 * i + 3], 0) > 0;
+            sold[i] = proto_integer(r[4 * i + 1], 0);
+            orders[i] = proto_integer(r[4 * i + 2], 0);
+            locked[i] = proto_integer(r[4 * i + 3], 0) > 0;
         }
     }
     for (int i = 0; i < per * n; i++)

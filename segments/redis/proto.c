@@ -236,7 +236,7 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
 
 /* ---- decoders ------------------------------------------------------------------ */
 
-static long long integer_of(const redisReply *r, long long dflt)
+long long proto_integer(const redisReply *r, long long dflt)
 {
     if (r == NULL)
         return dflt;
@@ -284,7 +284,7 @@ int proto_multi(const redisReply *r, int n, struct rd_reply *out, long long *sto
         return -1; /* not the shape the script answers */
     }
     for (int j = 0; j < n; j++)
-        stocks[j] = integer_of(r->element[j + 1], 0);
+        stocks[j] = proto_integer(r->element[j + 1], 0);
     return 0;
 }
 
@@ -311,14 +311,14 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
     *found = r->element[0]->type == REDIS_REPLY_STRING;
     if (*found) {
         const redisReply *mode = r->element[1];
-        out->segments = (int)integer_of(r->element[0], 0);
+        out->segments = (int)proto_integer(r->element[0], 0);
         snprintf(out->mode, sizeof out->mode, "%s",
                  mode->type == REDIS_REPLY_STRING ? mode->str : "");
-        out->hold_ms = (int)integer_of(r->element[2], 0);
-        out->initial = integer_of(r->element[3], 0);
-        out->gen = integer_of(r->element[4], 0);
-        out->rebalance = integer_of(r->element[5], 1) != 0;
-        out->epoch = integer_of(r->element[6], 0);
+        out->hold_ms = (int)proto_integer(r->element[2], 0);
+        out->initial = proto_integer(r->element[3], 0);
+        out->gen = proto_integer(r->element[4], 0);
+        out->rebalance = proto_integer(r->element[5], 1) != 0;
+        out->epoch = proto_integer(r->element[6], 0);
     }
     return 0;
 }
@@ -336,6 +336,6 @@ int proto_stocks(const redisReply *r, int n, long long *stock)
     if (!is_array(r, (size_t)n))
         return -1;
     for (int i = 0; i < n; i++)
-        stock[i] = integer_of(r->element[i], 0);
+        stock[i] = proto_integer(r->element[i], 0);
     return 0;
 }

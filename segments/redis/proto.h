@@ -41,6 +41,9 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
 
 /* ---- decoders: 0, or -1 when the reply is not of the shape the call expects ------ */
 
+/* An integer reply, or a string holding a whole decimal integer; else `dflt`. */
+long long proto_integer(const redisReply *r, long long dflt);
+
 /* A script's {code, value-or-record}. */
 int proto_scripted(const redisReply *r, struct rd_reply *out);
 /* DEDUCT_MULTI's: as proto_scripted, and for OK/SHORT the n stocks. */

@@ -245,24 +245,3 @@ int store_pipeline(rd_conn *c, int n, void (*append)(redisContext *rc, void *arg
     }
     return 0;
 }
-
-int store_is_array(const redisReply *r, size_t n)
-{
-    return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= n;
-}
-
-long long store_integer(const redisReply *r, long long dflt)
-{
-    if (r == NULL)
-        return dflt;
-    if (r->type == REDIS_REPLY_INTEGER)
-        return r->integer;
-    if (r->type == REDIS_REPLY_STRING) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(r->str, &end, 10);
-        if (errno == 0 && end != r->str && *end == '\0')
-            return v;
-    }
-    return dflt;
-}

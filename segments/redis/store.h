@@ -40,8 +40,4 @@ redisReply *store_run(rd_conn *c, struct rd_cmd *cmd);
 int store_pipeline(rd_conn *c, int n, void (*append)(redisContext *rc, void *arg),
                    void *arg, redisReply **out);
 
-/* Helpers for reply shapes: an array of at least `n` elements / an integer. */
-int store_is_array(const redisReply *r, size_t n);
-long long store_integer(const redisReply *r, long long dflt);
-
 #endif
