@@ -44,6 +44,7 @@ import urllib.parse
 sys.dont_write_bytecode = True  # no loadtest/__pycache__ in the source tree
 import analyze as an  # noqa: E402 (after the line above)
 from analyze import SetupError, num, paint, say  # noqa: E402
+from idle import raise_nofile  # noqa: E402 (one copy, shared with idle.py)
 
 RUN_USAGE = """\
 Usage: loadtest/run.sh [options]
@@ -254,22 +255,6 @@ def free_port():
             if s.connect_ex(("127.0.0.1", port)) != 0:
                 return port
     raise SetupError("no free loopback port")
-
-
-def raise_nofile(want=65536):
-    """Raises this process's RLIMIT_NOFILE soft limit (inherited by every child) to
-    `want`, past the hard limit when allowed; returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft >= want:
-        return soft
-    try:
-        if hard != resource.RLIM_INFINITY and hard < want:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
-        else:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    except (ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def proc_cpu_seconds(pid):
@@ -986,7 +971,7 @@ def drive(argv):
     except OSError as e:
         raise SetupError(f"cannot create {opts.out}: {e}")
     signal.signal(signal.SIGTERM, on_sigterm)
-    raise_nofile()
+    raise_nofile(65536)  # inherited by wrk, the service and idle.py
     tmp = tempfile.mkdtemp(prefix="loadtest.", dir="/tmp")
     children = Children()
     try:

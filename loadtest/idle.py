@@ -52,7 +52,8 @@ def on_signal(signum, frame):
 
 
 def raise_nofile(want):
-    """Raises RLIMIT_NOFILE's soft limit to at least `want`; returns the soft limit."""
+    """Raises RLIMIT_NOFILE's soft limit to at least `want` (past the hard limit when
+    allowed); returns the soft limit now in force. drive.py uses it too."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft >= want:
         return soft

@@ -1362,6 +1362,22 @@ int h_order(int port, const char *sku, long long qty, const char *order_id,
     return st;
 }
 
+double h_metric(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ') {
+            char *end;
+            double v = strtod(p + n + 1, &end);
+            return end != p + n + 1 ? v : -1;
+        }
+        p = strchr(p, '\n');
+        if (p != NULL)
+            p++;
+    }
+    return -1;
+}
+
 int h_order_status(int port, const char *id)
 {
     char path[96];

@@ -245,6 +245,10 @@ long long h_stat(int port, const char *token, const char *name);
 int h_order(int port, const char *sku, long long qty, const char *order_id,
             struct h_resp *out);
 
+/* The value of the sample line of a GET /metrics body `text` that starts with `series`
+ * followed by a space (e.g. `x_total{a="b"}`); -1 when absent or unparsable. */
+double h_metric(const char *text, const char *series);
+
 /* GET /orders/ID and return the status: 200 when the order exists, 404 when not. */
 int h_order_status(int port, const char *id);
 

@@ -1321,24 +1321,6 @@ static void test_replay_after_sellout(void **state)
 
 /* ---- GET /metrics ---------------------------------------------------------------- */
 
-/* The value of the sample line that starts with `series` followed by a space
- * (-1 when absent or unparsable). */
-static double metric(const char *text, const char *series)
-{
-    size_t n = strlen(series);
-    for (const char *p = text; p != NULL && *p != '\0';) {
-        if (strncmp(p, series, n) == 0 && p[n] == ' ') {
-            char *end;
-            double v = strtod(p + n + 1, &end);
-            return end != p + n + 1 ? v : -1;
-        }
-        p = strchr(p, '\n');
-        if (p != NULL)
-            p++;
-    }
-    return -1;
-}
-
 /* Every `<name>_bucket{le="..."} N` line, in order: le ascending up to +Inf, N
  * non-decreasing, the +Inf bucket equal to _count. Returns the count. */
 static long long check_histogram(const char *text, const char *name)
@@ -1385,11 +1367,11 @@ static long long check_histogram(const char *text, const char *name)
     assert_true(inf);
     char series[128];
     snprintf(series, sizeof series, "%s_count", name);
-    double count = metric(text, series);
+    double count = h_metric(text, series);
     assert_true(count >= 0);
     assert_true(last_v == count);
     snprintf(series, sizeof series, "%s_sum", name);
-    assert_true(metric(text, series) >= 0);
+    assert_true(h_metric(text, series) >= 0);
     return (long long)count;
 }
 
@@ -1414,11 +1396,11 @@ static void test_metrics(void **state)
     assert_int_equal(h_req(p, "GET", "/metrics", NULL, NULL, &r), 200);
     assert_true(strncmp(r.content_type, "text/plain", 10) == 0);
     const char *t = r.body;
-    assert_true(metric(t, "inventory_orders_total{outcome=\"confirmed\"}") == 5);
-    assert_true(metric(t, "inventory_sku_orders_total{sku=\"metrics-sku\",outcome="
-                          "\"confirmed\"}") == 5);
-    assert_true(metric(t, "inventory_order_seconds_bucket{le=\"+Inf\"}") >= 0);
-    assert_true(metric(t, "inventory_order_seconds_count") >= 0);
+    assert_true(h_metric(t, "inventory_orders_total{outcome=\"confirmed\"}") == 5);
+    assert_true(h_metric(t, "inventory_sku_orders_total{sku=\"metrics-sku\",outcome="
+                            "\"confirmed\"}") == 5);
+    assert_true(h_metric(t, "inventory_order_seconds_bucket{le=\"+Inf\"}") >= 0);
+    assert_true(h_metric(t, "inventory_order_seconds_count") >= 0);
     /* Seven orders reached the order path; each was timed once. */
     assert_int_equal(check_histogram(t, "inventory_order_seconds"), 7);
     check_histogram(t, "inventory_lock_wait_seconds");
@@ -1431,7 +1413,7 @@ static void test_metrics(void **state)
     long long confirmed = h_stat(e->h->port, NULL, "orders_confirmed");
     assert_true(confirmed > 0);
     assert_int_equal(h_req(e->h->port, "GET", "/metrics", NULL, NULL, &r), 200);
-    assert_true(metric(r.body, "inventory_orders_total{outcome=\"confirmed\"}") ==
+    assert_true(h_metric(r.body, "inventory_orders_total{outcome=\"confirmed\"}") ==
                 (double)confirmed);
     check_histogram(r.body, "inventory_order_seconds");
     h_resp_free(&r);

@@ -51,24 +51,6 @@ static char *scrape(int port)
     return body;
 }
 
-/* The value of the sample line that starts with `series` followed by a space
- * (-1 when absent or unparsable). */
-static double metric(const char *text, const char *series)
-{
-    size_t n = strlen(series);
-    for (const char *p = text; p != NULL && *p != '\0';) {
-        if (strncmp(p, series, n) == 0 && p[n] == ' ') {
-            char *end;
-            double v = strtod(p + n + 1, &end);
-            return end != p + n + 1 ? v : -1;
-        }
-        p = strchr(p, '\n');
-        if (p != NULL)
-            p++;
-    }
-    return -1;
-}
-
 /* Assert that family `name` has its HELP line and TYPE `type`. */
 static void assert_family(const char *text, const char *name, const char *type)
 {
@@ -142,10 +124,11 @@ static void test_token_required(void **state)
 
     char *t = scrape(e->port);
     /* Nothing has called Redis yet: its state is unknown, which reads as down. */
-    assert_true(metric(t, "inventory_redis_up") == 0);
+    assert_true(h_metric(t, "inventory_redis_up") == 0);
     /* The refusals were counted, under no route. */
-    assert_true(metric(t, "inventory_http_requests_total{method=\"\",route=\"unmatched\","
-                          "code=\"4xx\"}") == 5);
+    assert_true(h_metric(t,
+                         "inventory_http_requests_total{method=\"\",route=\"unmatched\","
+                         "code=\"4xx\"}") == 5);
     free(t);
 }
 
@@ -194,66 +177,68 @@ static void test_families_after_traffic(void **state)
         assert_family(t, families[i][0], families[i][1]);
 
     /* Domain counters. */
-    assert_true(metric(t, "inventory_orders_total{outcome=\"confirmed\"}") == 6);
-    assert_true(metric(t, "inventory_orders_total{outcome=\"replayed\"}") == 1);
-    assert_true(metric(t, "inventory_orders_total{outcome=\"sold_out\"}") == 1);
-    assert_true(metric(t, "inventory_orders_total{outcome=\"unknown_sku\"}") == 1);
-    assert_true(metric(t, "inventory_orders_total{outcome=\"cancelled\"}") == 1);
+    assert_true(h_metric(t, "inventory_orders_total{outcome=\"confirmed\"}") == 6);
+    assert_true(h_metric(t, "inventory_orders_total{outcome=\"replayed\"}") == 1);
+    assert_true(h_metric(t, "inventory_orders_total{outcome=\"sold_out\"}") == 1);
+    assert_true(h_metric(t, "inventory_orders_total{outcome=\"unknown_sku\"}") == 1);
+    assert_true(h_metric(t, "inventory_orders_total{outcome=\"cancelled\"}") == 1);
     assert_true(
-        metric(t, "inventory_sku_orders_total{sku=\"m-sku\",outcome=\"confirmed\"}") ==
+        h_metric(t, "inventory_sku_orders_total{sku=\"m-sku\",outcome=\"confirmed\"}") ==
         6);
 
     /* HTTP by route and class: 6 x 201 and a 200 replay; 409 and 404. */
-    assert_true(metric(t,
-                       "inventory_http_requests_total{method=\"POST\",route=\"/orders\","
-                       "code=\"2xx\"}") == 7);
-    assert_true(metric(t,
-                       "inventory_http_requests_total{method=\"POST\",route=\"/orders\","
-                       "code=\"4xx\"}") == 2);
-    assert_true(metric(t, "inventory_http_requests_total{method=\"DELETE\",route="
-                          "\"/orders/{}\",code=\"2xx\"}") == 1);
-    assert_true(metric(t, "inventory_http_requests_total{method=\"PUT\",route="
-                          "\"/admin/skus/{}\",code=\"2xx\"}") == 1);
-    assert_true(metric(t, "inventory_http_requests_total{method=\"GET\",route="
-                          "\"/healthz\",code=\"2xx\"}") == 1);
-    assert_true(metric(t, "inventory_http_requests_total{method=\"\",route=\"unmatched\","
-                          "code=\"4xx\"}") == 6);
-    assert_true(metric(t, "inventory_http_request_duration_seconds_count{method=\"POST\","
-                          "route=\"/orders\"}") == 9);
-    assert_true(metric(t,
-                       "inventory_http_request_duration_seconds_bucket{method=\"POST\","
-                       "route=\"/orders\",le=\"+Inf\"}") == 9);
-    assert_true(metric(t, "inventory_http_request_duration_seconds_sum{method=\"POST\","
-                          "route=\"/orders\"}") > 0);
+    assert_true(
+        h_metric(t, "inventory_http_requests_total{method=\"POST\",route=\"/orders\","
+                    "code=\"2xx\"}") == 7);
+    assert_true(
+        h_metric(t, "inventory_http_requests_total{method=\"POST\",route=\"/orders\","
+                    "code=\"4xx\"}") == 2);
+    assert_true(h_metric(t, "inventory_http_requests_total{method=\"DELETE\",route="
+                            "\"/orders/{}\",code=\"2xx\"}") == 1);
+    assert_true(h_metric(t, "inventory_http_requests_total{method=\"PUT\",route="
+                            "\"/admin/skus/{}\",code=\"2xx\"}") == 1);
+    assert_true(h_metric(t, "inventory_http_requests_total{method=\"GET\",route="
+                            "\"/healthz\",code=\"2xx\"}") == 1);
+    assert_true(h_metric(t,
+                         "inventory_http_requests_total{method=\"\",route=\"unmatched\","
+                         "code=\"4xx\"}") == 6);
+    assert_true(h_metric(t,
+                         "inventory_http_request_duration_seconds_count{method=\"POST\","
+                         "route=\"/orders\"}") == 9);
+    assert_true(h_metric(t,
+                         "inventory_http_request_duration_seconds_bucket{method=\"POST\","
+                         "route=\"/orders\",le=\"+Inf\"}") == 9);
+    assert_true(h_metric(t, "inventory_http_request_duration_seconds_sum{method=\"POST\","
+                            "route=\"/orders\"}") > 0);
     /* Earlier scrapes count too, under their own route. */
-    assert_true(metric(t, "inventory_http_requests_total{method=\"GET\",route="
-                          "\"/metrics\",code=\"2xx\"}") >= 1);
+    assert_true(h_metric(t, "inventory_http_requests_total{method=\"GET\",route="
+                            "\"/metrics\",code=\"2xx\"}") >= 1);
 
     /* What Redis holds of the SKU: 6 units, 6 sold, 1 cancelled. */
     assert_family(t, "inventory_sku_remaining", "gauge");
     assert_family(t, "inventory_segment_stock", "gauge");
-    assert_true(metric(t, "inventory_sku_remaining{sku=\"m-sku\"}") == 1);
-    assert_true(metric(t, "inventory_sku_sold{sku=\"m-sku\"}") == 5);
-    assert_true(metric(t, "inventory_sku_initial{sku=\"m-sku\"}") == 6);
-    assert_true(metric(t, "inventory_sku_locks_held{sku=\"m-sku\"}") == 0);
-    assert_true(metric(t, "inventory_segment_stock{sku=\"m-sku\",segment=\"0\"}") +
-                    metric(t, "inventory_segment_stock{sku=\"m-sku\",segment=\"1\"}") ==
+    assert_true(h_metric(t, "inventory_sku_remaining{sku=\"m-sku\"}") == 1);
+    assert_true(h_metric(t, "inventory_sku_sold{sku=\"m-sku\"}") == 5);
+    assert_true(h_metric(t, "inventory_sku_initial{sku=\"m-sku\"}") == 6);
+    assert_true(h_metric(t, "inventory_sku_locks_held{sku=\"m-sku\"}") == 0);
+    assert_true(h_metric(t, "inventory_segment_stock{sku=\"m-sku\",segment=\"0\"}") +
+                    h_metric(t, "inventory_segment_stock{sku=\"m-sku\",segment=\"1\"}") ==
                 1);
 
     /* Redis answered the last request that called it, just now. */
-    assert_true(metric(t, "inventory_redis_up") == 1);
+    assert_true(h_metric(t, "inventory_redis_up") == 1);
 
     /* The process, as /proc tells it. */
-    double start = metric(t, "process_start_time_seconds");
+    double start = h_metric(t, "process_start_time_seconds");
     double now = (double)time(NULL);
     if (!(start > now - 600 && start <= now + 5))
         fail_msg("process_start_time_seconds %.2f, now %.0f", start, now);
-    assert_true(metric(t, "process_resident_memory_bytes") > 1024 * 1024);
-    assert_true(metric(t, "process_virtual_memory_bytes") >=
-                metric(t, "process_resident_memory_bytes"));
-    double fds = metric(t, "process_open_fds");
-    assert_true(fds >= 4 && fds < metric(t, "process_max_fds"));
-    assert_true(metric(t, "process_cpu_seconds_total") >= 0);
+    assert_true(h_metric(t, "process_resident_memory_bytes") > 1024 * 1024);
+    assert_true(h_metric(t, "process_virtual_memory_bytes") >=
+                h_metric(t, "process_resident_memory_bytes"));
+    double fds = h_metric(t, "process_open_fds");
+    assert_true(fds >= 4 && fds < h_metric(t, "process_max_fds"));
+    assert_true(h_metric(t, "process_cpu_seconds_total") >= 0);
 
     /* build_info names the version the binary reports. */
     const char *bin = getenv("INVENTORYD");
@@ -346,16 +331,16 @@ static void test_redis_up_follows_redis(void **state)
     struct h_env *e = *state;
     h_deadline(90);
     char *t = scrape(e->port);
-    double errors0 = metric(t, "inventory_redis_errors_total");
+    double errors0 = h_metric(t, "inventory_redis_errors_total");
     free(t);
 
     assert_int_equal(h_redis_stop(e->redis), 0);
     status_of(e->port, "/healthz", 503);
     t = scrape(e->port);
-    assert_true(metric(t, "inventory_redis_up") == 0);
-    assert_true(metric(t, "inventory_redis_errors_total") > errors0);
-    assert_true(metric(t, "inventory_http_requests_total{method=\"GET\",route="
-                          "\"/healthz\",code=\"5xx\"}") >= 1);
+    assert_true(h_metric(t, "inventory_redis_up") == 0);
+    assert_true(h_metric(t, "inventory_redis_errors_total") > errors0);
+    assert_true(h_metric(t, "inventory_http_requests_total{method=\"GET\",route="
+                            "\"/healthz\",code=\"5xx\"}") >= 1);
     free(t);
 
     /* An order that cannot reach Redis keeps it down. (A SKU this process has served:
@@ -363,7 +348,7 @@ static void test_redis_up_follows_redis(void **state)
      * outside this test's subject.) */
     assert_int_equal(h_order(e->port, "m-sku", 1, NULL, NULL), 503);
     t = scrape(e->port);
-    assert_true(metric(t, "inventory_redis_up") == 0);
+    assert_true(h_metric(t, "inventory_redis_up") == 0);
     free(t);
 
     assert_int_equal(h_redis_restart(e->redis), 0);
@@ -377,7 +362,7 @@ static void test_redis_up_follows_redis(void **state)
     assert_int_equal(r.status, 200);
     h_resp_free(&r);
     t = scrape(e->port);
-    assert_true(metric(t, "inventory_redis_up") == 1);
+    assert_true(h_metric(t, "inventory_redis_up") == 1);
     free(t);
 }
 
