@@ -80,6 +80,9 @@ $(UI_C:%.c=%.o): $(UI_C)
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ) $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
+# Unit tests that place orders through the engine and wait for them (tests/engine_sync.h).
+$(BUILD)/tests/test_lock $(BUILD)/tests/test_order: $(BUILD)/tests/engine_sync.o
+
 $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 

@@ -31,6 +31,8 @@ struct stream {
     struct stream *prev, *next; /* the registry's list; guarded by ev->mu */
     struct api_events *ev;
     struct MHD_Connection *conn;
+    void (*wake)(void *arg); /* after a resume from another thread: run the daemon */
+    void *wake_arg;
     char *key;  /* the SKU set, sorted names joined by ',' ("" for none); immutable */
     char **sku; /* the names, sorted and distinct; immutable */
     int nsku;
@@ -157,6 +159,7 @@ static bool stream_append(struct stream *st, const char *data, size_t n, bool fo
     if (st->suspended) {
         st->suspended = false;
         MHD_resume_connection(st->conn);
+        st->wake(st->wake_arg);
     }
     return true;
 }
@@ -293,6 +296,7 @@ static bool ticket_take(struct api_events *ev, const char *t)
 }
 
 struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connection *conn,
+                                     void (*wake)(void *arg), void *wake_arg,
                                      const struct api_request *req, struct api_reply *rep)
 {
     struct query q = {0};
@@ -319,6 +323,8 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         st = must(calloc(1, sizeof *st));
         st->ev = ev;
         st->conn = conn;
+        st->wake = wake;
+        st->wake_arg = wake_arg;
         pthread_mutex_init(&st->mu, NULL);
         st->sku = must(calloc((size_t)q.nsku + 1, sizeof *st->sku));
         size_t keylen = 1;

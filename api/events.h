@@ -79,8 +79,10 @@ struct api_events *api_events_create(inv *v, struct api_sim *sim, const char *ad
 
 /* GET /admin/events on the HTTP thread that owns `conn`, after api_route_prepare():
  * a new response for the stream (the caller queues it and drops its reference), or
- * NULL with the error reply in `rep`. */
+ * NULL with the error reply in `rep`. The publisher calls wake(wake_arg) after it
+ * resumed the connection, so that the thread owning it runs its daemon. */
 struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connection *conn,
+                                     void (*wake)(void *arg), void *wake_arg,
                                      const struct api_request *req,
                                      struct api_reply *rep);
 

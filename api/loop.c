@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,13 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
+
+/* A call posted from another thread (api_loop_post). */
+struct post {
+    void (*fn)(void *arg);
+    void *arg;
+    struct post *next;
+};
 
 struct api_loop {
     int index;
@@ -25,6 +33,10 @@ struct api_loop {
     _Atomic int stop_wait_ms; /* > 0: stop once no order is in flight, within this */
     long long stop_deadline;
     pthread_t thread;
+    pthread_mutex_t mu; /* guards the posted calls */
+    struct post *first, *last;
+    struct event *posted; /* the post eventfd is readable */
+    int post_fd;
 };
 
 static long long now_ms(void)
@@ -80,6 +92,52 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     check_stop(fd, what, arg);
 }
 
+/* Run the calls other threads posted, oldest first. */
+static void on_posted(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct api_loop *l = arg;
+    uint64_t n;
+    if (read(fd, &n, sizeof n) < 0 && errno != EAGAIN)
+        perror("inventoryd: loop post");
+    pthread_mutex_lock(&l->mu);
+    struct post *p = l->first;
+    l->first = l->last = NULL;
+    pthread_mutex_unlock(&l->mu);
+    while (p != NULL) {
+        struct post *next = p->next;
+        p->fn(p->arg);
+        free(p);
+        p = next;
+    }
+    run_daemon(l); /* a connection may have been resumed (api_loop_wake) */
+}
+
+void api_loop_wake(struct api_loop *l)
+{
+    uint64_t one = 1;
+    if (write(l->post_fd, &one, sizeof one) < 0)
+        perror("inventoryd: loop wake");
+}
+
+void api_loop_post(struct api_loop *l, void (*fn)(void *arg), void *arg)
+{
+    struct post *p = malloc(sizeof *p);
+    if (p == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    *p = (struct post){fn, arg, NULL};
+    pthread_mutex_lock(&l->mu);
+    if (l->last != NULL)
+        l->last->next = p;
+    else
+        l->first = p;
+    l->last = p;
+    pthread_mutex_unlock(&l->mu);
+    api_loop_wake(l);
+}
+
 static void *run(void *arg)
 {
     struct api_loop *l = arg;
@@ -90,12 +148,19 @@ static void *run(void *arg)
 
 static void free_events(struct api_loop *l)
 {
-    struct event *evs[] = {l->io, l->timer, l->kick, l->wake};
+    struct event *evs[] = {l->io, l->timer, l->kick, l->wake, l->posted};
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
         if (evs[i] != NULL)
             event_free(evs[i]);
     if (l->wake_fd >= 0)
         close(l->wake_fd);
+    if (l->post_fd >= 0)
+        close(l->post_fd);
+    for (struct post *p = l->first, *next; p != NULL; p = next) {
+        next = p->next;
+        free(p);
+    }
+    pthread_mutex_destroy(&l->mu);
 }
 
 struct api_loop *api_loop_start(inv *v, int index, api_loop_daemon_fn mk, void *arg,
@@ -107,9 +172,11 @@ struct api_loop *api_loop_start(inv *v, int index, api_loop_daemon_fn mk, void *
         return NULL;
     }
     l->index = index;
+    pthread_mutex_init(&l->mu, NULL);
     l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    l->post_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     l->base = event_base_new();
-    if (l->base == NULL || l->wake_fd < 0) {
+    if (l->base == NULL || l->wake_fd < 0 || l->post_fd < 0) {
         snprintf(err, errlen, "loop %d: cannot make an event loop", index);
         goto fail;
     }
@@ -125,8 +192,10 @@ struct api_loop *api_loop_start(inv *v, int index, api_loop_daemon_fn mk, void *
     l->timer = evtimer_new(l->base, on_daemon, l);
     l->kick = event_new(l->base, -1, 0, on_daemon, l);
     l->wake = event_new(l->base, l->wake_fd, EV_READ, on_wake, l);
+    l->posted = event_new(l->base, l->post_fd, EV_READ | EV_PERSIST, on_posted, l);
     if (l->io == NULL || l->timer == NULL || l->kick == NULL || l->wake == NULL ||
-        event_add(l->io, NULL) != 0 || event_add(l->wake, NULL) != 0) {
+        l->posted == NULL || event_add(l->io, NULL) != 0 ||
+        event_add(l->wake, NULL) != 0 || event_add(l->posted, NULL) != 0) {
         snprintf(err, errlen, "loop %d: cannot watch the daemon", index);
         goto fail;
     }
@@ -167,9 +236,37 @@ void api_loop_kick(struct api_loop *l)
     event_active(l->kick, 0, 0);
 }
 
+/* A quiesce posted to the loop, and the caller waiting for it. */
+struct quiesce {
+    struct api_loop *l;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static void quiesce_here(void *arg)
+{
+    struct quiesce *q = arg;
+    MHD_quiesce_daemon(q->l->daemon); /* the shared socket is the caller's to close */
+    pthread_mutex_lock(&q->mu);
+    q->done = true;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
 void api_loop_quiesce(struct api_loop *l)
 {
-    MHD_quiesce_daemon(l->daemon); /* the shared socket is the caller's to close */
+    /* On the loop's thread: the daemon is not thread-safe against its own MHD_run. */
+    struct quiesce q = {.l = l};
+    pthread_mutex_init(&q.mu, NULL);
+    pthread_cond_init(&q.cv, NULL);
+    api_loop_post(l, quiesce_here, &q);
+    pthread_mutex_lock(&q.mu);
+    while (!q.done)
+        pthread_cond_wait(&q.cv, &q.mu);
+    pthread_mutex_unlock(&q.mu);
+    pthread_cond_destroy(&q.cv);
+    pthread_mutex_destroy(&q.mu);
 }
 
 void api_loop_stop(struct api_loop *l, int wait_ms)
@@ -181,9 +278,13 @@ void api_loop_stop(struct api_loop *l, int wait_ms)
     if (write(l->wake_fd, &one, sizeof one) < 0)
         perror("inventoryd: loop stop");
     pthread_join(l->thread, NULL);
-    /* The engine first: an order still owed an answer is answered (-1) and resumes its
-     * connection on a daemon that is still there; then the daemon. */
-    engine_free(l->engine);
+    /* An order still in flight (Redis hung past every deadline) keeps the engine:
+     * its timers and callbacks point into it, and the process is ending. */
+    if (engine_in_flight(l->engine) == 0)
+        engine_free(l->engine);
+    else
+        fprintf(stderr, "inventoryd: loop %d stopped with %d orders unanswered\n",
+                l->index, engine_in_flight(l->engine));
     MHD_stop_daemon(l->daemon);
     free_events(l);
     event_base_free(l->base);

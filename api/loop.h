@@ -7,9 +7,8 @@
  * order lives and dies on its loop: the request handler starts it on the loop's
  * engine and suspends the connection; the engine's callback, on the same thread,
  * stores the reply, resumes the connection and kicks the loop, which runs the daemon
- * again. Other threads (the control pool) may resume a connection of the loop:
- * libmicrohttpd wakes the daemon's epoll fd through its own pipe, which the loop
- * watches.
+ * again. Other threads (the worker pools, the event-stream publisher) may resume a
+ * connection of the loop, then wake it (api_loop_wake): the loop runs the daemon.
  *
  * Stopping: api_loop_quiesce stops accepting (the listening socket is shared by every
  * loop and closed by the caller), api_loop_stop waits for the orders in flight, then
@@ -41,7 +40,16 @@ struct MHD_Daemon *api_loop_daemon(struct api_loop *l);
 /* Run the daemon again soon (a connection was resumed on this thread). Loop thread. */
 void api_loop_kick(struct api_loop *l);
 
-/* Stop accepting new connections (any thread). */
+/* Run fn(arg) on the loop's thread, soon, in the order posted (any thread). A call
+ * posted after api_loop_stop has begun may never run. */
+void api_loop_post(struct api_loop *l, void (*fn)(void *arg), void *arg);
+
+/* Run the daemon again soon, from any thread: after resuming one of its connections
+ * elsewhere (libmicrohttpd 0.9.75 does not wake an external epoll loop for that). */
+void api_loop_wake(struct api_loop *l);
+
+/* Stop accepting new connections (any thread but the loop's: it waits for the loop
+ * to do it). */
 void api_loop_quiesce(struct api_loop *l);
 
 /* Wait until no order is in flight (at most `wait_ms`), end the thread, stop the

@@ -10,8 +10,9 @@
  * `invalid_field`), check the Content-Type of a body (415 `unsupported_media_type`),
  * parse the body (400 `bad_json`/`invalid_field`) and, for admin writes, take the
  * request id from the body or the Idempotency-Key header. The server then runs
- * route->handle: on a pool worker with its own inv_conn when the route has
- * API_ROUTE_BACKEND, inline otherwise.
+ * route->start on the request's event loop when the route has one (POST /orders:
+ * the order engine, no thread blocks), else route->handle: on a pool worker with
+ * its own inv_conn when the route has API_ROUTE_BACKEND, inline otherwise.
  */
 #ifndef API_ROUTES_H
 #define API_ROUTES_H
@@ -21,6 +22,7 @@
 
 #include "api/parse.h"
 #include "api/reply.h"
+#include "segments/engine.h"
 #include "segments/inventory.h"
 #include "segments/sku.h"
 
@@ -32,6 +34,8 @@ struct api_sim;        /* api/simulate.h */
 struct api_ctx {
     inv *inv;                    /* process-wide domain handle (stats) */
     inv_conn *conn;              /* the worker's connection; NULL for inline routes */
+    engine *engine;              /* the request's event loop's order engine; NULL on a
+                                    pool worker */
     struct timespec started;     /* CLOCK_MONOTONIC at server start (uptime) */
     struct api_http_stats *http; /* the server's request counters (GET /metrics) */
     struct api_events *events;   /* the event streams and their tickets */
@@ -66,11 +70,11 @@ struct api_request {
 };
 
 enum api_route_flags {
-    API_ROUTE_BACKEND = 1, /* needs Redis: run on a pool worker */
+    API_ROUTE_BACKEND = 1, /* needs Redis: run on a pool worker (or `start`) */
     API_ROUTE_ADMIN = 2,   /* needs the admin token when one is configured */
-    API_ROUTE_SLOW = 4,    /* may block for hold_ms and lock waits (POST /orders): kept
-                              on its own pool so health and admin calls never queue
-                              behind a flood of orders */
+    API_ROUTE_SLOW = 4,    /* may block for lock waits (cancel, restock, rebalance):
+                              kept on its own pool so health and admin reads never
+                              queue behind them */
     API_ROUTE_WRITE = 8,   /* an admin write: applied once per request id */
     API_ROUTE_STREAM = 16, /* an event stream: the server opens it with
                               api_events_open() instead of running `handle` */
@@ -79,6 +83,10 @@ enum api_route_flags {
 typedef int (*api_parse_fn)(struct api_request *req, struct api_parse_error *err);
 typedef void (*api_handler_fn)(const struct api_ctx *ctx, struct api_request *req,
                                struct api_reply *rep);
+/* Starts the request on its event loop (ctx->engine), without blocking; calls
+ * done(tag) on that loop, later, once `rep` holds the reply. */
+typedef void (*api_start_fn)(const struct api_ctx *ctx, struct api_request *req,
+                             struct api_reply *rep, void (*done)(void *tag), void *tag);
 /* Answers inline, on the HTTP thread, when it can without blocking (true, reply set);
  * false sends the request on to `handle` on a worker. */
 typedef bool (*api_fast_fn)(const struct api_ctx *ctx, struct api_request *req,
@@ -91,7 +99,9 @@ struct api_route {
     unsigned flags;
     api_parse_fn parse; /* body parser (POST/PUT), or NULL: body ignored */
     api_handler_fn handle;
-    api_fast_fn fast; /* NULL, or tried inline before a BACKEND route is queued */
+    api_fast_fn fast;   /* NULL, or tried inline before a BACKEND route is queued */
+    api_start_fn start; /* NULL, or the route runs on the request's event loop (it
+                           then has no `handle`) */
 };
 
 /* The most routes the table may hold: api/metrics.c keeps counters per route. */

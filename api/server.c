@@ -1,7 +1,10 @@
-/* server.c -- libmicrohttpd glue: bodies, suspend/resume around the worker pool. */
+/* server.c -- libmicrohttpd glue: one daemon per event loop on a shared listening
+ * socket, bodies, orders on the loop's engine, other Redis calls on worker pools. */
 #include "api/server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include "api/events.h"
+#include "api/loop.h"
 #include "api/metrics.h"
 #include "api/routes.h"
 #include "api/simulate.h"
@@ -26,11 +30,11 @@
 #include "service/pool.h"
 
 #define LISTEN_BACKLOG 4096
-/* Workers for the quick Redis calls (health, admin, order lookups). */
+/* Workers for the quick Redis calls (health, admin reads, order lookups). */
 #define CONTROL_THREADS 4
-/* HTTP I/O threads, each with its own epoll set: one per core of the machines this
- * runs on, since at tens of thousands of requests/s a single one is the bottleneck. */
-#define HTTP_THREADS 2
+/* Workers for the admin calls that may wait for segment locks (cancel, restock,
+ * rebalance). */
+#define SLOW_THREADS 8
 /* Per-connection memory of libmicrohttpd (headers, read and write buffers). It is
  * cleared for every request, so the 32 KiB default costs a large memset each time;
  * requests here are small, and a body is copied out as it arrives. */
@@ -84,12 +88,22 @@
  * head was refused). docs/FAULTS.md has the same list with the tests that pin it.
  */
 
+/* One event loop's share of the front: its daemon's callbacks get this. */
+struct front {
+    struct api_server *srv;
+    struct api_loop *loop;
+};
+
 struct api_server {
     const struct cfg *cfg;
     inv *inv;
-    struct pool *orders;  /* POST /orders: cfg->threads workers */
-    struct pool *control; /* every other Redis-backed route */
-    struct MHD_Daemon *daemon;
+    struct pool *slow;    /* API_ROUTE_SLOW routes */
+    struct pool *control; /* every other Redis-backed route without `start` */
+    int listen_fd;        /* shared by every loop's daemon */
+    int nloops;
+    struct front *fronts;    /* nloops of them */
+    struct api_loop **loops; /* the same loops, for the simulations */
+    atomic_bool stopping;    /* api_server_stop began: orders get 503 shutting_down */
     struct timespec started;
     struct api_http_stats http; /* per-route counters for GET /metrics */
     struct api_sim *sim;        /* simulated-order runs (api/simulate.h) */
@@ -100,6 +114,7 @@ struct api_server {
  * completed callback (on_completed), which frees it. */
 struct request {
     struct api_server *srv;
+    struct api_loop *loop; /* the loop whose daemon owns the connection */
     struct MHD_Connection *conn;
     struct timespec started; /* CLOCK_MONOTONIC: the request line, then the headers */
     char target[ACCESS_PATH_MAX]; /* request-target as sent, no query: the access log */
@@ -109,7 +124,7 @@ struct request {
     size_t len, cap;
     bool too_large;
     bool replied;     /* a response was queued already */
-    atomic_bool done; /* the worker stored the reply (release/acquire) */
+    atomic_bool done; /* the worker or the loop stored the reply (release/acquire) */
     const struct api_route *route;
     struct api_request req;
     struct api_reply rep;
@@ -145,20 +160,30 @@ static enum MHD_Result send_reply(struct request *r)
     return rc;
 }
 
+/* What a handler gets: `conn` on a pool worker, `loop`'s engine on a loop. */
+static struct api_ctx context(struct request *r, inv_conn *conn)
+{
+    struct api_server *s = r->srv;
+    return (struct api_ctx){s->inv,
+                            conn,
+                            conn == NULL ? api_loop_engine(r->loop) : NULL,
+                            s->started,
+                            &s->http,
+                            s->events,
+                            s->sim,
+                            s->cfg->metrics_segments_max};
+}
+
 /* Runs on a pool worker: `state` is the worker's inv_conn. */
 static void run_job(void *state, void *arg)
 {
     struct request *r = arg;
-    struct api_ctx ctx = {r->srv->inv,
-                          state,
-                          r->srv->started,
-                          &r->srv->http,
-                          r->srv->events,
-                          r->srv->sim,
-                          r->srv->cfg->metrics_segments_max};
+    struct api_ctx ctx = context(r, state);
     r->route->handle(&ctx, &r->req, &r->rep);
+    struct api_loop *l = r->loop; /* r may be gone once resumed */
     atomic_store_explicit(&r->done, true, memory_order_release);
     MHD_resume_connection(r->conn);
+    api_loop_wake(l);
 }
 
 static void *worker_init(void *arg)
@@ -343,7 +368,9 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
     struct request *r = calloc(1, sizeof(*r));
     if (r == NULL)
         oom();
-    r->srv = cls;
+    struct front *f = cls;
+    r->srv = f->srv;
+    r->loop = f->loop;
     r->conn = conn;
     clock_gettime(CLOCK_MONOTONIC, &r->started);
     api_reply_init(&r->rep);
@@ -386,11 +413,33 @@ static enum MHD_Result on_headers(struct request *r, const char *url, const char
     return MHD_YES;
 }
 
+static enum MHD_Result reply_shutting_down(struct request *r)
+{
+    api_reply_error(&r->rep, 503, "shutting_down", "the server is shutting down");
+    api_reply_header(&r->rep, "Retry-After", "1");
+    api_reply_header(&r->rep, "Connection", "close");
+    return send_reply(r);
+}
+
+/* A route's `start` is done (on the loop): send its reply from the daemon. */
+static void on_loop_done(void *tag)
+{
+    struct request *r = tag;
+    atomic_store_explicit(&r->done, true, memory_order_release);
+    MHD_resume_connection(r->conn);
+    api_loop_kick(r->loop);
+}
+
+static void wake_loop(void *loop)
+{
+    api_loop_wake(loop);
+}
+
 /* GET /admin/events: queue the stream's response (api/events.h), or its error. */
 static enum MHD_Result open_stream(struct request *r)
 {
     struct MHD_Response *resp =
-        api_events_open(r->srv->events, r->conn, &r->req, &r->rep);
+        api_events_open(r->srv->events, r->conn, wake_loop, r->loop, &r->req, &r->rep);
     if (resp == NULL)
         return send_reply(r);
     r->rep.status = 200; /* for the metrics and the access log; the body is the stream */
@@ -407,7 +456,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    struct api_server *s = cls;
+    struct api_server *s = ((struct front *)cls)->srv;
     struct request *r = *con_cls;
 
     if (r == NULL) /* not seen by on_request_line: not expected, but harmless */
@@ -442,29 +491,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_reply(r);
     if (r->route->flags & API_ROUTE_STREAM)
         return open_stream(r);
-    struct api_ctx inline_ctx = {s->inv,
-                                 NULL,
-                                 s->started,
-                                 &s->http,
-                                 s->events,
-                                 s->sim,
-                                 s->cfg->metrics_segments_max};
+    struct api_ctx inline_ctx = context(r, NULL);
     if (!(r->route->flags & API_ROUTE_BACKEND)) {
         r->route->handle(&inline_ctx, req, &r->rep);
         return send_reply(r);
     }
     if (r->route->fast != NULL && r->route->fast(&inline_ctx, req, &r->rep))
         return send_reply(r);
+    if (r->route->start != NULL) {
+        if (atomic_load_explicit(&s->stopping, memory_order_relaxed))
+            return reply_shutting_down(r);
+        /* Suspend first: the loop answers later, never from inside start. */
+        MHD_suspend_connection(conn);
+        r->route->start(&inline_ctx, req, &r->rep, on_loop_done, r);
+        return MHD_YES;
+    }
 
     /* Suspend before handing off: the worker may resume before we return. */
-    struct pool *p = (r->route->flags & API_ROUTE_SLOW) ? s->orders : s->control;
+    struct pool *p = (r->route->flags & API_ROUTE_SLOW) ? s->slow : s->control;
     MHD_suspend_connection(conn);
     if (pool_submit(p, run_job, r) != 0) {
-        api_reply_error(&r->rep, 503, "shutting_down", "the server is shutting down");
-        api_reply_header(&r->rep, "Retry-After", "1");
-        api_reply_header(&r->rep, "Connection", "close");
-        atomic_store_explicit(&r->done, true, memory_order_release);
         MHD_resume_connection(conn);
+        return reply_shutting_down(r);
     }
     return MHD_YES;
 }
@@ -525,74 +573,127 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", line);
 }
 
-struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
-                                    size_t errlen)
+/* The listening socket, bound once and shared by every loop's daemon. No
+ * SO_REUSEPORT: a second process on the same port is refused, not handed half the
+ * connections. -1 with `err` filled when it cannot be had. */
+static int listen_on(const struct cfg *cfg, bool *v6, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
     memset(&addr, 0, sizeof(addr));
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    socklen_t len;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
     if (inet_pton(AF_INET, cfg->bind, &a4->sin_addr) == 1) {
         a4->sin_family = AF_INET;
         a4->sin_port = htons((uint16_t)cfg->port);
+        len = sizeof *a4;
+        *v6 = false;
     } else if (inet_pton(AF_INET6, cfg->bind, &a6->sin6_addr) == 1) {
         a6->sin6_family = AF_INET6;
         a6->sin6_port = htons((uint16_t)cfg->port);
-        flags |= MHD_USE_IPv6;
+        len = sizeof *a6;
+        *v6 = true;
     } else {
         snprintf(err, errlen, "bind: not a numeric address: %s", cfg->bind);
-        return NULL;
+        return -1;
     }
+    int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        (*v6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
+        bind(fd, (struct sockaddr *)&addr, len) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
+        snprintf(err, errlen, "cannot listen on %s port %d (%s)", cfg->bind, cfg->port,
+                 strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
 
+/* A loop's daemon: no thread of its own, driven through its epoll fd (api/loop.h);
+ * MHD_USE_ITC so that a pool worker's resume wakes that fd. */
+static struct MHD_Daemon *make_daemon(struct api_loop *l, void *arg)
+{
+    struct front *f = arg;
+    f->loop = l;
+    struct api_server *s = f->srv;
+    const struct cfg *cfg = s->cfg;
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+    struct sockaddr_storage addr;
+    socklen_t len = sizeof addr;
+    if (getsockname(s->listen_fd, (struct sockaddr *)&addr, &len) == 0 &&
+        addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    unsigned limit = (unsigned)((cfg->max_connections + s->nloops - 1) / s->nloops);
+    /* The logger goes first so that MHD reports option errors through it. */
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, f, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd, MHD_OPTION_CONNECTION_LIMIT,
+        limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, f, MHD_OPTION_URI_LOG_CALLBACK,
+        on_request_line, f, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
+}
+
+/* Free what api_server_start made, in reverse; the loops must be stopped. */
+static void free_server(struct api_server *s)
+{
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    api_events_free(s->events);
+    api_sim_free(s->sim);
+    pool_free(s->slow);
+    pool_free(s->control);
+    free(s->fronts);
+    free(s->loops);
+    free(s);
+}
+
+struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
+                                    size_t errlen)
+{
     struct api_server *s = calloc(1, sizeof(*s));
     if (s == NULL)
         oom();
     s->cfg = cfg;
     s->inv = v;
+    s->nloops = cfg->threads;
     clock_gettime(CLOCK_MONOTONIC, &s->started);
-    s->orders = pool_create(cfg->threads, worker_init, worker_fini, v, err, errlen);
-    if (s->orders == NULL) {
-        free(s);
-        return NULL;
-    }
-    s->control = pool_create(CONTROL_THREADS, worker_init, worker_fini, v, err, errlen);
-    if (s->control == NULL) {
-        pool_free(s->orders);
-        free(s);
+    bool v6;
+    if ((s->listen_fd = listen_on(cfg, &v6, err, errlen)) < 0 ||
+        (s->slow = pool_create(SLOW_THREADS, worker_init, worker_fini, v, err, errlen)) ==
+            NULL ||
+        (s->control = pool_create(CONTROL_THREADS, worker_init, worker_fini, v, err,
+                                  errlen)) == NULL) {
+        free_server(s);
         return NULL;
     }
     s->sim = api_sim_create(v);
     s->events = api_events_create(v, s->sim, cfg->admin_token, s->started, err, errlen);
     if (s->events == NULL) {
-        api_sim_free(s->sim);
-        pool_free(s->control);
-        pool_free(s->orders);
-        free(s);
+        free_server(s);
         return NULL;
     }
-    /* The logger goes first so that MHD reports option errors through it. */
-    s->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, s, MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)cfg->connection_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-        (unsigned)LISTEN_BACKLOG, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s, MHD_OPTION_UNESCAPE_CALLBACK,
-        unescape, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
-    if (s->daemon == NULL) {
-        snprintf(err, errlen,
-                 "cannot listen on %s port %d (in use, or not a local address?)",
-                 cfg->bind, cfg->port);
-        api_events_free(s->events);
-        api_sim_free(s->sim);
-        pool_free(s->control);
-        pool_free(s->orders);
-        free(s);
-        return NULL;
+    s->fronts = calloc((size_t)s->nloops, sizeof *s->fronts);
+    if (s->fronts == NULL)
+        oom();
+    for (int i = 0; i < s->nloops; i++) {
+        s->fronts[i].srv = s;
+        if (api_loop_start(v, i, make_daemon, &s->fronts[i], err, errlen) == NULL) {
+            for (int k = 0; k < i; k++)
+                api_loop_stop(s->fronts[k].loop, 0);
+            free_server(s);
+            return NULL;
+        }
     }
+    s->loops = calloc((size_t)s->nloops, sizeof *s->loops);
+    if (s->loops == NULL)
+        oom();
+    for (int i = 0; i < s->nloops; i++)
+        s->loops[i] = s->fronts[i].loop;
+    api_sim_attach(s->sim, s->loops, s->nloops);
     return s;
 }
 
@@ -600,19 +701,22 @@ void api_server_stop(struct api_server *s)
 {
     if (s == NULL)
         return;
-    MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
+    atomic_store(&s->stopping, true);
+    for (int i = 0; i < s->nloops; i++)
+        api_loop_quiesce(s->fronts[i].loop);
+    close(s->listen_fd);
+    s->listen_fd = -1;
     /* Simulations stop after their current order; event streams get their end (the
      * daemon must not stop with a stream's connection suspended). */
     api_sim_stop_all(s->sim);
     api_events_close(s->events, 1000);
-    pool_drain(s->orders);
+    pool_drain(s->slow);
     pool_drain(s->control);
-    MHD_stop_daemon(s->daemon);
-    if (lsock != MHD_INVALID_SOCKET)
-        close(lsock);
-    api_events_free(s->events);
-    api_sim_free(s->sim);
-    pool_free(s->orders);
-    pool_free(s->control);
-    free(s);
+    /* Orders in flight finish, holds and all, and release their locks: at most the
+     * longest hold, the lock wait and two Redis timeouts. */
+    const struct cfg *c = s->cfg;
+    int wait_ms = SKU_HOLD_MAX_MS + c->lock_wait_ms + 2 * c->redis_timeout_ms + 1000;
+    for (int i = 0; i < s->nloops; i++)
+        api_loop_stop(s->fronts[i].loop, wait_ms);
+    free_server(s);
 }

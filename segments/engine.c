@@ -1,6 +1,7 @@
 /* engine.c -- the order path on an event loop (states and transitions in engine.h). */
 #include "segments/engine.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "segments/record.h"
 #include "segments/redis/async.h"
 #include "segments/ring.h"
+#include "segments/skutab.h"
 #include "segments/xalloc.h"
 
 struct engine {
@@ -22,6 +24,7 @@ struct engine {
     ltab *tab;
     uint64_t rng, token_id, token_seq;
     int in_flight;
+    long long changes; /* inv.changes when this loop's table was last in step */
 };
 
 struct ord {
@@ -53,9 +56,11 @@ struct ord {
     int pending;     /* renewals owed a reply: the order outlives its answer for them */
     bool answered;
 
-    /* several segments */
+    /* several segments (an order's parts, or every segment for a spread) */
+    bool spreading; /* the locks are for the automatic rebalance */
     int mn, mk, mround;
     int *mseg;
+    int mhanded; /* the claim a multi-segment wait was handed, or -1 */
     long long *mpart;
     char (*mtok)[33];
 
@@ -183,6 +188,8 @@ static void answer_and_free(struct ord *o)
             o->res.record = NULL;
         }
         stat_add(e->v, order_outcome_stat(st), 1);
+        if (st != INV_UNKNOWN_SKU && o->s != NULL && ltab_shared(o->s) != NULL)
+            skutab_count(ltab_shared(o->s), order_outcome_stat(st));
         stat_observe(e->v, HIST_ORDER, (inv_now_ms() - o->started_ms) * 1000);
         e->in_flight--;
         o->fn(o->arg, &o->res);
@@ -221,6 +228,28 @@ static void finish(struct ord *o, inv_status st)
     answer_and_free(o);
 }
 
+/* Segments known empty in `gen`, here or by another loop (which tells the others
+ * through the shared entry). */
+static int empties(lsku *s, long long gen)
+{
+    int here = ltab_empty_count(s, gen);
+    int all = ltab_shared(s) != NULL ? skutab_loop_empties(ltab_shared(s), gen) : 0;
+    return here > all ? here : all;
+}
+
+static bool sold_out(lsku *s, long long gen)
+{
+    return ltab_valid(s) && ltab_view(s)->gen == gen &&
+           empties(s, gen) >= ltab_view(s)->cfg.segments;
+}
+
+/* What a reply said segment i holds now. */
+static void note_stock(struct ord *o, int i, long long stock)
+{
+    if (ltab_note_stock(o->s, o->view.gen, i, stock) && ltab_shared(o->s) != NULL)
+        skutab_loop_empty(ltab_shared(o->s), o->view.gen, i);
+}
+
 /* ---- settings ------------------------------------------------------------------- */
 
 static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
@@ -247,13 +276,28 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
     v.epoch = m->epoch;
     v.gen = m->gen;
     ltab_set_view(o->s, &v, inv_now_ms());
+    if (ltab_shared(o->s) == NULL)
+        ltab_set_shared(o->s, skutab_entry(o->e->v, o->sku));
+    skutab_loop_read(o->e->v, ltab_shared(o->s), v.gen);
     o->view = v;
     round_begin(o);
+}
+
+/* Another thread of this process changed a SKU (an admin write, a cancel): drop
+ * every cached view, as the thread that did it dropped its own. */
+static void sync_changes(engine *e)
+{
+    long long now = atomic_load_explicit(&e->v->changes, memory_order_acquire);
+    if (now != e->changes) {
+        e->changes = now;
+        ltab_invalidate_all(e->tab);
+    }
 }
 
 static void view(struct ord *o)
 {
     engine *e = o->e;
+    sync_changes(e);
     int64_t now = inv_now_ms();
     o->s = ltab_get(e->tab, o->sku, true);
     bool fresh = ltab_fresh(o->s, now, e->v->opt.meta_cache_ms);
@@ -289,7 +333,7 @@ static void short_of_stock(struct ord *o, int i, long long stock, bool known)
     stat_add(o->e->v, STAT_FALL_THROUGHS, 1);
     o->seen[i] = known ? stock : 0;
     if (known)
-        ltab_note_stock(o->s, o->view.gen, i, stock);
+        note_stock(o, i, stock);
     if (stock > 0)
         o->stock_left = true;
 }
@@ -306,7 +350,7 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
     }
     switch (r->code) {
     case RD_OK:
-        ltab_note_stock(o->s, o->view.gen, i, r->value);
+        note_stock(o, i, r->value);
         o->res.record = o->record;
         o->record = NULL;
         o->res.segment = i;
@@ -380,7 +424,7 @@ static void on_acquire(void *arg, int rc, struct rd_reply *r)
             send_deduct(o, o->token);
         return;
     case RD_BUSY:
-        ltab_note_stock(o->s, o->view.gen, i, r->value);
+        note_stock(o, i, r->value);
         stat_add(e->v, STAT_BUSY_SKIPS, 1);
         o->busy++;
         break;
@@ -411,6 +455,28 @@ static void multi_release(struct ord *o)
     o->mk = 0;
 }
 
+static void spread_end(struct ord *o)
+{
+    o->spreading = false;
+    ltab_rebalance_end(o->s);
+}
+
+/* The locks of a multi-segment order or a spread could not all be had: give back
+ * those taken. A spread gives way to the order (it goes on with its round); an
+ * order ends with `st`. */
+static void multi_give_up(struct ord *o, inv_status st)
+{
+    multi_release(o);
+    if (o->spreading && st != INV_UNAVAILABLE) {
+        spread_end(o);
+        round_begin(o);
+        return;
+    }
+    if (o->spreading)
+        spread_end(o);
+    finish(o, st);
+}
+
 static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *stocks)
 {
     struct ord *o = arg;
@@ -424,7 +490,7 @@ static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *sto
     }
     if (r->code == RD_OK || r->code == RD_SHORT)
         for (int k = 0; k < o->mn; k++)
-            ltab_note_stock(o->s, o->view.gen, o->mseg[k], stocks[k]);
+            note_stock(o, o->mseg[k], stocks[k]);
     switch (r->code) {
     case RD_OK:
         stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
@@ -467,6 +533,40 @@ static void multi_deduct(struct ord *o)
 
 static void multi_lock_next(struct ord *o);
 
+/* The ADJUST script evened the stock out (and released the locks) or refused. */
+static void on_spread(void *arg, int rc, struct rd_reply *r)
+{
+    struct ord *o = arg;
+    if (rc < 0) {
+        multi_give_up(o, INV_UNAVAILABLE);
+        return;
+    }
+    for (int k = 0; k < o->mn; k++)
+        ltab_unclaim(o->s, o->mseg[k]); /* the script released the locks */
+    o->mk = 0;
+    spread_end(o);
+    if (r->code == RD_OK) {
+        stat_add(o->e->v, STAT_REBALANCES, 1);
+        skutab_invalidate(o->e->v, o->sku); /* a new generation: every loop re-reads */
+        ltab_invalidate(o->s);
+        view(o);
+    } else if (r->code == RD_STALE) {
+        stale(o);
+    } else {
+        round_begin(o);
+    }
+}
+
+static void spread_apply(struct ord *o)
+{
+    const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
+    for (int k = 0; k < o->mn; k++)
+        tok[k] = o->mtok[k];
+    rda_adjust(o->e->rd, o->sku, o->view.epoch, o->mn, tok, "spread", 0, SKU_STOCK_MAX,
+               NULL, "", on_spread, o);
+    free(tok);
+}
+
 static void on_multi_retry(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -480,8 +580,7 @@ static void on_multi_locked(void *arg, int rc, int taken)
     int k = o->mk;
     if (rc < 0) {
         ltab_unclaim(o->s, o->mseg[k]);
-        multi_release(o);
-        finish(o, INV_UNAVAILABLE);
+        multi_give_up(o, INV_UNAVAILABLE);
         return;
     }
     if (taken) {
@@ -495,39 +594,86 @@ static void on_multi_locked(void *arg, int rc, int taken)
     stat_add(o->e->v, STAT_BUSY_SKIPS, 1);
     int left = (int)(o->deadline_ms - inv_now_ms());
     if (left <= 0) {
-        multi_release(o);
-        finish(o, INV_BUSY);
+        multi_give_up(o, INV_BUSY);
         return;
     }
     arm(o, ring_backoff_ms(o->mround++, rnd(o->e, UINT32_MAX), left), on_multi_retry);
 }
 
-/* Lock the next segment of the set (ascending order: no deadlock), then deduct. */
-static void multi_lock_next(struct ord *o)
+/* Lock segment mseg[mk], whose claim this order holds. */
+static void multi_lock_send(struct ord *o)
 {
-    if (o->mk == o->mn) {
-        multi_deduct(o);
-        return;
-    }
     int i = o->mseg[o->mk];
-    if (!ltab_claim(o->s, i)) { /* an order of this loop has it: try again shortly */
-        int left = (int)(o->deadline_ms - inv_now_ms());
-        if (left <= 0) {
-            multi_release(o);
-            finish(o, INV_BUSY);
-            return;
-        }
-        arm(o, ring_backoff_ms(o->mround++, rnd(o->e, UINT32_MAX), left), on_multi_retry);
-        return;
-    }
     new_token(o->e, o->mtok[o->mk]);
     stat_add(o->e->v, STAT_LOCK_ATTEMPTS, 1);
     rda_lock(o->e->rd, o->sku, i, o->mtok[o->mk], o->e->v->opt.lock_ttl_ms,
              on_multi_locked, o);
 }
 
-/* No segment holds qty but together they may: the largest first, in index order. */
-static void multi_begin(struct ord *o)
+static void on_multi_claimed(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    if (o->mhanded >= 0 && o->mhanded == o->mseg[o->mk])
+        multi_lock_send(o);
+    else
+        multi_lock_next(o); /* told to look again */
+}
+
+/* The claim of the segment this order waits for, handed over (or -1: look again);
+ * called from inside another order's step, so the lock goes out on the next turn. */
+static void on_multi_handed(struct lwait *w, int seg)
+{
+    struct ord *o = (struct ord *)((char *)w - offsetof(struct ord, wait));
+    o->waiting = false;
+    o->mhanded = seg;
+    arm(o, 0, on_multi_claimed);
+}
+
+/* The wait for a claim ran out: look once more (the deadline decides). */
+static void on_multi_wait_over(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    if (o->waiting)
+        ltab_unwait(o->s, &o->wait);
+    o->waiting = false;
+    multi_lock_next(o);
+}
+
+/* Lock the next segment of the set (ascending order: no deadlock), then deduct (or
+ * spread). A segment claimed by another order of this loop is waited for: its claim
+ * comes to this order first when given back (ltab_unclaim). */
+static void multi_lock_next(struct ord *o)
+{
+    if (o->mk == o->mn) {
+        if (o->spreading)
+            spread_apply(o);
+        else
+            multi_deduct(o);
+        return;
+    }
+    int i = o->mseg[o->mk];
+    if (ltab_claim(o->s, i)) {
+        multi_lock_send(o);
+        return;
+    }
+    int left = (int)(o->deadline_ms - inv_now_ms());
+    if (left <= 0) {
+        multi_give_up(o, INV_BUSY);
+        return;
+    }
+    o->mhanded = -1;
+    o->waiting = true;
+    o->wait.seg = i;
+    o->wait.handed = on_multi_handed;
+    ltab_wait(o->s, &o->wait);
+    arm(o, left, on_multi_wait_over);
+}
+
+static void multi_alloc(struct ord *o)
 {
     const int n = o->n;
     free(o->mseg);
@@ -536,14 +682,42 @@ static void multi_begin(struct ord *o)
     o->mseg = seg_malloc(sizeof *o->mseg * (size_t)n);
     o->mpart = seg_malloc(sizeof *o->mpart * (size_t)n);
     o->mtok = seg_calloc((size_t)n, sizeof *o->mtok);
+    o->mk = 0;
+    o->mround = 0;
+}
+
+/* The automatic rebalance, once per generation per loop, by the order that finds it
+ * due (mode lock, most segments seen empty, stock left): every segment locked in
+ * index order, then ADJUST "spread", so the end of a sale keeps every segment
+ * working. The order goes on once it is done. */
+static bool spread_begin(struct ord *o)
+{
+    const int n = o->n;
+    if (o->view.cfg.mode != SKU_MODE_LOCK || !o->view.cfg.rebalance || n < 2)
+        return false;
+    int empty = empties(o->s, o->view.gen);
+    if (empty * 2 < n || empty == n || !ltab_rebalance_begin(o->s, o->view.gen))
+        return false;
+    multi_alloc(o);
+    for (int i = 0; i < n; i++)
+        o->mseg[i] = i;
+    o->mn = n;
+    o->spreading = true;
+    multi_lock_next(o);
+    return true;
+}
+
+/* No segment holds qty but together they may: the largest first, in index order. */
+static void multi_begin(struct ord *o)
+{
+    const int n = o->n;
+    multi_alloc(o);
     int k = ring_plan_parts(o->seen, n, o->qty, o->mseg, o->mpart);
     if (k == 0) {
         finish(o, INV_INSUFFICIENT);
         return;
     }
     o->mn = k;
-    o->mk = 0;
-    o->mround = 0;
     if (o->view.cfg.mode == SKU_MODE_LOCK)
         multi_lock_next(o);
     else
@@ -631,6 +805,7 @@ static void round_end(struct ord *o)
         return;
     }
     o->waiting = true;
+    o->wait.seg = -1;
     o->wait.handed = on_handed;
     ltab_wait(o->s, &o->wait);
     arm(o, remaining, on_round_timer);
@@ -675,7 +850,7 @@ static void visit_next(struct ord *o)
 static void round_begin(struct ord *o)
 {
     engine *e = o->e;
-    if (o->handed < 0 && ltab_sold_out(o->s, o->view.gen)) {
+    if (o->handed < 0 && sold_out(o->s, o->view.gen)) {
         stat_add(e->v, STAT_SOLD_OUT_FAST, 1);
         finish(o, INV_SOLD_OUT);
         return;
@@ -689,6 +864,8 @@ static void round_begin(struct ord *o)
         ltab_unclaim(o->s, o->handed);
         o->handed = -1;
     }
+    if (o->handed < 0 && spread_begin(o))
+        return;
     o->start = o->handed >= 0 ? o->handed : (int)rnd(e, (uint32_t)o->n);
     o->k = 0;
     o->claimed = o->busy = 0;
@@ -756,7 +933,11 @@ engine *engine_create(inv *v, struct event_base *base)
     }
     e->rng |= 1;
     const struct rd_target to = inv_redis_target(v);
-    e->rd = rda_create(base, &to, &v->stats[STAT_REDIS_ERRORS]);
+    const struct rda_counters counts = {&v->stats[STAT_REDIS_ERRORS],
+                                        &v->stats[STAT_REDIS_COMMANDS],
+                                        &v->stats[STAT_REDIS_WRITES]};
+    e->rd = rda_create(base, &to, &counts);
+    e->changes = atomic_load_explicit(&v->changes, memory_order_acquire);
     return e;
 }
 
@@ -769,6 +950,11 @@ void engine_free(engine *e)
     free(e);
 }
 
+const char *engine_error(const engine *e)
+{
+    return rda_error(e->rd);
+}
+
 int engine_in_flight(const engine *e)
 {
     return e->in_flight;
@@ -776,12 +962,15 @@ int engine_in_flight(const engine *e)
 
 bool engine_sold_out_fast(engine *e, const char *sku)
 {
+    sync_changes(e);
     lsku *s = seg_valid_name(sku) ? ltab_get(e->tab, sku, false) : NULL;
     if (s == NULL || !ltab_fresh(s, inv_now_ms(), e->v->opt.meta_cache_ms) ||
-        !ltab_sold_out(s, ltab_view(s)->gen))
+        !sold_out(s, ltab_view(s)->gen))
         return false;
     stat_add(e->v, STAT_ORDERS_SOLD_OUT, 1);
     stat_add(e->v, STAT_SOLD_OUT_FAST, 1);
+    if (ltab_shared(s) != NULL)
+        skutab_count(ltab_shared(s), STAT_ORDERS_SOLD_OUT);
     stat_observe(e->v, HIST_ORDER, 0);
     return true;
 }

@@ -12,6 +12,10 @@
  *   VIEW      settings cached and fresh? else META sent (orders of the same SKU wait
  *             for one read)                                  -> ROUND
  *   ROUND     sold out in this generation?                   -> DONE (sold out)
+ *             most segments seen empty, stock left, lock mode, rebalance on, not
+ *             yet done this generation on this loop          -> SPREAD
+ *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new
+ *             generation); locks not had in time             -> ROUND
  *             the next segment of the ring that may hold qty, not claimed on this
  *             loop: claim it                                 -> ACQUIRE (atomic: DEDUCT)
  *             ring done: none busy, none left                -> DONE (sold out)
@@ -25,8 +29,9 @@
  *             EXISTS                                         -> DONE (replay/conflict)
  *             STALE                                          -> VIEW (re-read)
  *   DEDUCT    OK -> DONE (201); FENCED -> ROUND; EXISTS -> DONE; STALE -> VIEW
- *   MULTI     the segments needed locked in ascending order (SET NX PX GET, backoff)
- *             then DEDUCT_MULTI                              -> DONE / ROUND / VIEW
+ *   MULTI     the segments needed claimed and locked in ascending order (a claim
+ *             held on this loop: wait, first in line for it; a lock held elsewhere:
+ *             backoff timer; SET NX PX GET) then DEDUCT_MULTI -> DONE / ROUND / VIEW
  *   VERDICT   the stock of every segment: sold out, insufficient or busy -> DONE
  *   DONE      sold out or insufficient with a client id: the record is read, so a
  *             retry of a confirmed order gets its 200; then the callback.
@@ -56,6 +61,9 @@ typedef void (*engine_done_fn)(void *arg, struct order_result *res);
  * from inside this call. */
 void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
                   void *arg);
+
+/* The last failure of the engine's Redis connection, for error details. */
+const char *engine_error(const engine *e);
 
 /* Orders started and not yet answered. */
 int engine_in_flight(const engine *e);

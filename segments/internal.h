@@ -24,8 +24,9 @@ struct inv {
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];
-    skutab *tab;  /* in-process state per SKU (skutab.h) */
-    watchdog *wd; /* renews the leases of held locks (watchdog.h) */
+    skutab *tab;               /* in-process state per SKU (skutab.h) */
+    watchdog *wd;              /* renews the leases of held locks (watchdog.h) */
+    _Atomic long long changes; /* SKU changes made by this process (skutab_invalidate) */
 };
 
 struct inv_conn {

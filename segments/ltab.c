@@ -16,6 +16,7 @@ struct lsku {
     struct sku_view view;
     long long rebalanced_gen;
     int empty_count;
+    sku_local *shared; /* the process-wide entry (outcome counters), once known */
     struct lwait *first, *last; /* waiters for a handed claim, oldest first */
     unsigned char claimed[SEG_MAX_SEGMENTS];
     long long hint[SEG_MAX_SEGMENTS]; /* least stock seen this generation, -1 */
@@ -73,6 +74,11 @@ bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms)
     return s->valid && now_ms - s->fetched_ms < max_age_ms;
 }
 
+bool ltab_valid(const lsku *s)
+{
+    return s->valid;
+}
+
 const struct sku_view *ltab_view(const lsku *s)
 {
     return &s->view;
@@ -109,6 +115,13 @@ void ltab_invalidate(lsku *s)
     wake_all(s);
 }
 
+void ltab_invalidate_all(ltab *t)
+{
+    for (int b = 0; b < BUCKETS; b++)
+        for (lsku *s = t->bucket[b]; s != NULL; s = s->next)
+            ltab_invalidate(s);
+}
+
 bool ltab_refresh_begin(lsku *s)
 {
     if (s->refreshing)
@@ -137,22 +150,28 @@ bool ltab_claimed(const lsku *s, int i)
 
 void ltab_unclaim(lsku *s, int i)
 {
-    struct lwait *w = s->first;
-    if (w != NULL && s->hint[i] != 0 && s->valid && i < s->view.cfg.segments) {
-        s->first = w->next;
-        if (s->first == NULL)
-            s->last = NULL;
-        w->next = NULL;
-        w->handed(w, i); /* stays claimed: it changes hands */
+    struct lwait *any = NULL;
+    for (struct lwait *w = s->first; w != NULL; w = w->next) {
+        if (w->seg == i) {
+            any = w;
+            break;
+        }
+        if (any == NULL && w->seg < 0)
+            any = w;
+    }
+    if (any != NULL &&
+        (any->seg == i || (s->hint[i] != 0 && s->valid && i < s->view.cfg.segments))) {
+        ltab_unwait(s, any);
+        any->handed(any, i); /* stays claimed: it changes hands */
         return;
     }
     s->claimed[i] = 0;
 }
 
-void ltab_note_stock(lsku *s, long long gen, int i, long long stock)
+bool ltab_note_stock(lsku *s, long long gen, int i, long long stock)
 {
     if (!s->valid || s->view.gen != gen || (s->hint[i] >= 0 && stock >= s->hint[i]))
-        return;
+        return false;
     bool emptied = stock == 0 && s->hint[i] != 0;
     s->hint[i] = stock;
     if (emptied) {
@@ -161,6 +180,7 @@ void ltab_note_stock(lsku *s, long long gen, int i, long long stock)
         s->empty_count++;
         wake_all(s);
     }
+    return emptied;
 }
 
 long long ltab_hint(const lsku *s, int i)
@@ -202,6 +222,16 @@ bool ltab_unwait(lsku *s, struct lwait *w)
         s->last = prev;
     w->next = NULL;
     return true;
+}
+
+sku_local *ltab_shared(const lsku *s)
+{
+    return s->shared;
+}
+
+void ltab_set_shared(lsku *s, sku_local *e)
+{
+    s->shared = e;
 }
 
 bool ltab_rebalance_begin(lsku *s, long long gen)

@@ -30,6 +30,8 @@ typedef struct lsku lsku;
  * settings were dropped); it is no longer queued then. */
 struct lwait {
     struct lwait *next;
+    int seg; /* -1: any segment that may fill the order; else this one only (a
+                multi-segment lock taking its segments in order), served first */
     void (*handed)(struct lwait *w, int seg);
 };
 
@@ -42,21 +44,28 @@ lsku *ltab_get(ltab *t, const char *sku, bool add);
 /* Settings: valid and younger than `max_age_ms` at `now_ms`. */
 bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms);
 const struct sku_view *ltab_view(const lsku *s);
+/* Settings are known (whatever their age). */
+bool ltab_valid(const lsku *s);
 /* Store settings read at `now_ms` (hints start again when the generation changed). */
 void ltab_set_view(lsku *s, const struct sku_view *view, int64_t now_ms);
 /* Forget the settings (a reset or delete was seen): every waiter looks again. */
 void ltab_invalidate(lsku *s);
+/* The same for every entry (this process changed some SKU: a reset, a restock, a
+ * cancel -- which one does not matter, they are rare next to orders). */
+void ltab_invalidate_all(ltab *t);
 /* A refresh of the settings is on its way: true when the caller should send it. */
 bool ltab_refresh_begin(lsku *s);
 void ltab_refresh_end(lsku *s);
 
 bool ltab_claim(lsku *s, int i);
 bool ltab_claimed(const lsku *s, int i);
-/* Give a claim back: to the oldest waiter when the segment is not known empty and
- * the SKU has it, else free. */
+/* Give a claim back: to the oldest waiter for this very segment, else to the oldest
+ * waiter for any when the segment is not known empty and the SKU has it, else free. */
 void ltab_unclaim(lsku *s, int i);
 
-void ltab_note_stock(lsku *s, long long gen, int i, long long stock);
+/* Segment i held `stock` in `gen` (ignored when stale): true when this made it
+ * known empty. */
+bool ltab_note_stock(lsku *s, long long gen, int i, long long stock);
 long long ltab_hint(const lsku *s, int i);
 bool ltab_sold_out(const lsku *s, long long gen);
 int ltab_empty_count(const lsku *s, long long gen);
@@ -64,6 +73,11 @@ int ltab_empty_count(const lsku *s, long long gen);
 /* Queue `w` for a handed claim; ltab_unwait takes it out (true when it was queued). */
 void ltab_wait(lsku *s, struct lwait *w);
 bool ltab_unwait(lsku *s, struct lwait *w);
+
+/* The process-wide entry of the SKU (skutab.h: its outcome counters), NULL until
+ * set. */
+sku_local *ltab_shared(const lsku *s);
+void ltab_set_shared(lsku *s, sku_local *e);
 
 /* The automatic rebalance, once per generation: true when the caller should run it. */
 bool ltab_rebalance_begin(lsku *s, long long gen);

@@ -36,6 +36,14 @@ struct sku_local {
     bool rebalancing;
     long long rebalanced_gen; /* last generation a rebalance was started in */
     _Atomic long long outcomes[SKU_OUTCOMES];
+    _Atomic long long loop_gen; /* the generation an event loop read last */
+    /* Segments the event loops found empty in generation empty_gen (under mu), and
+     * their count published for lock-free readers: pub_gen, then pub_count. */
+    long long empty_gen;
+    int empty_n;
+    unsigned char empty_seen[SEG_MAX_SEGMENTS];
+    _Atomic long long pub_gen;
+    _Atomic int pub_count;
     unsigned char claimed[SEG_MAX_SEGMENTS];
     long long hint[SEG_MAX_SEGMENTS]; /* least stock seen this generation, -1 */
     sku_local *next;
@@ -105,6 +113,11 @@ static sku_local *find_or_add(skutab *t, const char *sku)
     }
     pthread_rwlock_unlock(&t->lock);
     return e;
+}
+
+sku_local *skutab_entry(inv *v, const char *sku)
+{
+    return find_or_add(v->tab, sku);
 }
 
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
@@ -204,6 +217,7 @@ sku_local *skutab_sold_out_now(inv *v, const char *sku)
 
 void skutab_invalidate(inv *v, const char *sku)
 {
+    atomic_fetch_add_explicit(&v->changes, 1, memory_order_release);
     pthread_rwlock_rdlock(&v->tab->lock);
     sku_local *e = find(v->tab, sku);
     pthread_rwlock_unlock(&v->tab->lock);
@@ -354,6 +368,38 @@ void skutab_foreach(skutab *t,
         }
     }
     pthread_rwlock_unlock(&t->lock);
+}
+
+void skutab_loop_read(inv *v, sku_local *e, long long gen)
+{
+    if (atomic_exchange_explicit(&e->loop_gen, gen, memory_order_acq_rel) != gen)
+        atomic_fetch_add_explicit(&v->changes, 1, memory_order_release);
+}
+
+void skutab_loop_empty(sku_local *e, long long gen, int i)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->empty_gen != gen) {
+        atomic_store_explicit(&e->pub_gen, 0, memory_order_release);
+        memset(e->empty_seen, 0, sizeof e->empty_seen);
+        e->empty_n = 0;
+        e->empty_gen = gen;
+    }
+    if (!e->empty_seen[i]) {
+        e->empty_seen[i] = 1;
+        e->empty_n++;
+    }
+    atomic_store_explicit(&e->pub_count, e->empty_n, memory_order_relaxed);
+    atomic_store_explicit(&e->pub_gen, gen, memory_order_release);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int skutab_loop_empties(sku_local *e, long long gen)
+{
+    if (atomic_load_explicit(&e->pub_gen, memory_order_acquire) != gen)
+        return 0;
+    int n = atomic_load_explicit(&e->pub_count, memory_order_relaxed);
+    return atomic_load_explicit(&e->pub_gen, memory_order_acquire) == gen ? n : 0;
 }
 
 bool skutab_rebalance_begin(sku_local *e, long long gen)

@@ -40,6 +40,10 @@ void skutab_free(skutab *t);
  * entry when this process has one, else NULL). */
 inv_status skutab_get(inv_conn *c, const char *sku, sku_local **e, struct sku_view *view);
 
+/* The entry of `sku`, made when there is none; never touches Redis. For a SKU that
+ * Redis knows (entries live until skutab_free). */
+sku_local *skutab_entry(inv *v, const char *sku);
+
 /* The entry of `sku` when its settings are cached and fresh and every segment is
  * known empty; NULL otherwise. Never touches Redis. */
 sku_local *skutab_sold_out_now(inv *v, const char *sku);
@@ -48,7 +52,8 @@ sku_local *skutab_sold_out_now(inv *v, const char *sku);
  * INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *view);
 
-/* Forget the cached settings of `sku` (after a local reset or delete). */
+/* Forget the cached settings of `sku` (after a local reset or delete), and count
+ * the change in inv.changes: the event loops' tables (ltab.h) drop theirs. */
 void skutab_invalidate(inv *v, const char *sku);
 
 /* Claim segment i for this worker: false when another local worker has it. */
@@ -72,6 +77,18 @@ void skutab_count(sku_local *e, enum stat_id outcome);
 void skutab_foreach(skutab *t,
                     void (*fn)(const char *sku, const long long *outcomes, void *arg),
                     void *arg);
+
+/* What the event loops (ltab.h, one table each) tell each other through the shared
+ * entry, lock-free. A loop read generation `gen` of the SKU: when another loop last
+ * read a different one, count a change (inv.changes) so that every loop re-reads
+ * its settings. */
+void skutab_loop_read(inv *v, sku_local *e, long long gen);
+/* A loop found segment i empty in `gen` (rare: once per segment and generation per
+ * loop; takes the entry's mutex). skutab_loop_empties: how many segments the loops
+ * found empty in `gen`, lock-free -- so that one loop's sold-out flag and automatic
+ * rebalance see what the others learned. */
+void skutab_loop_empty(sku_local *e, long long gen, int i);
+int skutab_loop_empties(sku_local *e, long long gen);
 
 /* Start a rebalance of the SKU unless one is running in this process: true when
  * the caller should do it, and then call skutab_rebalance_done. */

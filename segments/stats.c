@@ -26,6 +26,8 @@ static const char *const names[STAT__COUNT] = {
     [STAT_MULTI_SEGMENT] = "multi_segment_orders",
     [STAT_REBALANCES] = "rebalances",
     [STAT_RESTOCKS] = "restocks",
+    [STAT_REDIS_COMMANDS] = "redis_commands",
+    [STAT_REDIS_WRITES] = "redis_writes",
 };
 
 static const double bounds[HIST_BUCKETS] = {
@@ -110,6 +112,9 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_MULTI_SEGMENT] = "Orders filled from several segments.",
     [STAT_REBALANCES] = "Rebalances done, by hand or automatically.",
     [STAT_RESTOCKS] = "Restocks applied.",
+    [STAT_REDIS_COMMANDS] = "Commands the event loops sent to Redis.",
+    [STAT_REDIS_WRITES] = "Writes to Redis the event loops took to send them; commands "
+                          "per write is the mean pipeline batch.",
 };
 
 const char *stat_help(enum stat_id id)

@@ -32,6 +32,8 @@ enum stat_id {
     STAT_MULTI_SEGMENT, /* orders filled from several segments */
     STAT_REBALANCES,    /* rebalances done (by hand or automatically) */
     STAT_RESTOCKS,
+    STAT_REDIS_COMMANDS, /* commands the event loops sent to Redis */
+    STAT_REDIS_WRITES,   /* writes they took: commands / writes is the mean batch */
     STAT__COUNT
 };
 

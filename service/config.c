@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 /* How a setting's text or JSON value is checked and stored. */
@@ -117,7 +118,8 @@ void cfg_defaults(struct cfg *out)
     out->port = 8080;
     strcpy(out->redis_host, "127.0.0.1");
     out->redis_port = 6379;
-    out->threads = 64;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    out->threads = cores < 1 ? 1 : cores > 1024 ? 1024 : (int)cores;
     out->lock_ttl_ms = 3000;
     out->lock_wait_ms = 2000;
     out->redis_timeout_ms = 1000;
@@ -758,7 +760,7 @@ void cfg_usage(FILE *f, const char *prog)
         "  port              INVENTORY_PORT              --port              8080\n"
         "  redis             INVENTORY_REDIS             --redis             "
         "127.0.0.1:6379\n"
-        "  threads           INVENTORY_THREADS           --threads           64\n"
+        "  threads           INVENTORY_THREADS           --threads           cores\n"
         "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
         "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
         "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"

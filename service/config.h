@@ -46,11 +46,11 @@ struct cfg {
     char redis_user[CFG_TOKEN_MAX + 1];     /* ACL user for AUTH; "" = default user */
     char redis_password[CFG_TOKEN_MAX + 1]; /* AUTH on connect; "" = none (secret) */
     char redis_password_file[CFG_PATH_MAX]; /* read into redis_password at load */
-    int threads;                            /* worker pool size, 1..1024; 64 */
-    int lock_ttl_ms;                        /* 100..600000; 3000 */
-    int lock_wait_ms;                       /* 0..600000; 2000 */
-    int redis_timeout_ms;                   /* 10..600000; 1000 */
-    int meta_cache_ms;                      /* 0..60000; 100 */
+    int threads;          /* event loops (api/loop.h), 1..1024; the number of cores */
+    int lock_ttl_ms;      /* 100..600000; 3000 */
+    int lock_wait_ms;     /* 0..600000; 2000 */
+    int redis_timeout_ms; /* 10..600000; 1000 */
+    int meta_cache_ms;    /* 0..60000; 100 */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
     int max_connections;        /* 1..1000000; 10000 */

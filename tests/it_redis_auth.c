@@ -229,7 +229,7 @@ static void test_failures_and_reconnects_are_logged(void **state)
     assert_true(st == 200 || st == 201);
     assert_int_equal(h_svc_stop_clean(s), 0);
     h_svc_free(s);
-    assert_true(log_says(log, "redis", "temporarily unavailable"));
+    assert_true(log_says(log, "redis", "no reply within"));
     assert_true(log_says(log, "redis", "connected again"));
     h_rmtree(dir);
     free(dir);

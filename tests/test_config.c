@@ -94,7 +94,7 @@ static void defaults_without_a_file(void **state)
     assert_int_equal(c.port, 8080);
     assert_string_equal(c.redis_host, "127.0.0.1");
     assert_int_equal(c.redis_port, 6379);
-    assert_int_equal(c.threads, 64);
+    assert_int_equal(c.threads, (int)sysconf(_SC_NPROCESSORS_ONLN));
     assert_int_equal(c.lock_ttl_ms, 3000);
     assert_int_equal(c.lock_wait_ms, 2000);
     assert_int_equal(c.redis_timeout_ms, 1000);
@@ -462,7 +462,7 @@ static void system_file_when_no_local_one(void **state)
     assert_string_equal(c.config_path, "c.json");
     assert_int_equal(LOAD(env, &c, err, "--config", "d.json", NULL), 0);
     assert_string_equal(c.config_path, "d.json");
-    assert_int_equal(c.threads, 64);
+    assert_int_equal(c.threads, (int)sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 static void unreadable_search_file_is_an_error(void **state)

@@ -1,5 +1,6 @@
-/* test_lock.c -- segment locks, fenced writes, the watchdog and the order path,
- * called directly against a real redis-server (segments/lock.c, watchdog.c, order.c). */
+/* test_lock.c -- segment locks, fenced writes and the watchdog, called directly, and
+ * the order path through the event-driven engine on the test's own loop, against a
+ * real redis-server (segments/redis/calls.c, watchdog.c, engine.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "segments/engine.h"
 #include "segments/inventory.h"
 #include "segments/redis/calls.h"
 #include "segments/skutab.h"
@@ -16,6 +18,7 @@
 #include "segments/sku.h"
 #include "segments/stats.h"
 #include "segments/watchdog.h"
+#include "tests/engine_sync.h"
 #include "tests/harness.h"
 
 #define TTL_MS 300
@@ -24,6 +27,8 @@ struct fixture {
     h_redis *redis;
     inv *v;
     inv_conn *c;
+    struct event_base *base; /* the order tests' loop, turned by place_order */
+    engine *e;               /* the order tests' engine on it (loop_up) */
 };
 
 static int setup(void **state)
@@ -53,6 +58,30 @@ static int teardown(void **state)
     inv_conn_free(f->c);
     inv_free(f->v);
     h_redis_free(f->redis);
+    return 0;
+}
+
+/* A loop and an engine of its own for one order test. Not one for the group:
+ * watchdog_renews_after_reconnect kills every client, and an engine whose loop did not
+ * turn meanwhile learns of it only at its next order, which it answers INV_UNAVAILABLE
+ * (as every order until its reconnect, 50 ms later) instead of waiting for the new
+ * connection. */
+static int loop_up(void **state)
+{
+    struct fixture *f = *state;
+    if ((f->base = event_base_new()) == NULL)
+        return -1;
+    f->e = engine_create(f->v, f->base);
+    return 0;
+}
+
+static int loop_down(void **state)
+{
+    struct fixture *f = *state;
+    engine_free(f->e);
+    event_base_free(f->base);
+    f->e = NULL;
+    f->base = NULL;
     return 0;
 }
 
@@ -239,12 +268,12 @@ static void order_falls_through_to_every_unit(void **state)
     struct order_result res;
     int seen[20] = {0};
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(order_place(f->c, &req, &res), INV_OK);
+        assert_int_equal(place_order(f->e, f->base, &req, &res), INV_OK);
         assert_in_range(res.segment, 0, 2); /* 3 over 20: segments 0..2 hold one each */
         assert_int_equal(seen[res.segment]++, 0);
         order_result_clear(&res);
     }
-    assert_int_equal(order_place(f->c, &req, &res), INV_SOLD_OUT);
+    assert_int_equal(place_order(f->e, f->base, &req, &res), INV_SOLD_OUT);
     assert_null(res.record);
     assert_true(counter(f, STAT_FALL_THROUGHS) > 0);
 }
@@ -255,8 +284,8 @@ static void order_replay_conflict_and_insufficient(void **state)
     put(f, "rep", 10, 5); /* 2 per segment */
     struct order_request req = {.sku = "rep", .qty = 2, .order_id = "same-1"};
     struct order_result a, b;
-    assert_int_equal(order_place(f->c, &req, &a), INV_OK);
-    assert_int_equal(order_place(f->c, &req, &b), INV_REPLAYED);
+    assert_int_equal(place_order(f->e, f->base, &req, &a), INV_OK);
+    assert_int_equal(place_order(f->e, f->base, &req, &b), INV_REPLAYED);
     assert_string_equal(a.record, b.record);
     char *rec;
     assert_int_equal(order_get(f->c, "same-1", &rec), INV_OK);
@@ -266,13 +295,13 @@ static void order_replay_conflict_and_insufficient(void **state)
     order_result_clear(&b);
 
     struct order_request other = {.sku = "rep", .qty = 1, .order_id = "same-1"};
-    assert_int_equal(order_place(f->c, &other, &b), INV_CONFLICT);
+    assert_int_equal(place_order(f->e, f->base, &other, &b), INV_CONFLICT);
     struct order_request big = {.sku = "rep", .qty = 9}; /* 8 left in all */
-    assert_int_equal(order_place(f->c, &big, &b), INV_INSUFFICIENT);
+    assert_int_equal(place_order(f->e, f->base, &big, &b), INV_INSUFFICIENT);
     struct order_request bad = {.sku = "rep", .qty = 0};
-    assert_int_equal(order_place(f->c, &bad, &b), INV_INVALID);
+    assert_int_equal(place_order(f->e, f->base, &bad, &b), INV_INVALID);
     struct order_request none = {.sku = "nope", .qty = 1};
-    assert_int_equal(order_place(f->c, &none, &b), INV_UNKNOWN_SKU);
+    assert_int_equal(place_order(f->e, f->base, &none, &b), INV_UNKNOWN_SKU);
 
     struct sku_status st;
     assert_int_equal(sku_get(f->c, "rep", &st), INV_OK);
@@ -287,7 +316,7 @@ static void reset_and_delete_drop_records(void **state)
     put(f, "rs", 4, 2);
     struct order_request req = {.sku = "rs", .qty = 1, .order_id = "rs-1"};
     struct order_result res;
-    assert_int_equal(order_place(f->c, &req, &res), INV_OK);
+    assert_int_equal(place_order(f->e, f->base, &req, &res), INV_OK);
     order_result_clear(&res);
     put(f, "rs", 7, 3);
     struct sku_status st;
@@ -323,9 +352,12 @@ int main(void)
         cmocka_unit_test(resent_deduct_is_its_own),
         cmocka_unit_test(watchdog_renews_past_the_ttl),
         cmocka_unit_test(watchdog_renews_after_reconnect),
-        cmocka_unit_test(order_falls_through_to_every_unit),
-        cmocka_unit_test(order_replay_conflict_and_insufficient),
-        cmocka_unit_test(reset_and_delete_drop_records),
+        cmocka_unit_test_setup_teardown(order_falls_through_to_every_unit, loop_up,
+                                        loop_down),
+        cmocka_unit_test_setup_teardown(order_replay_conflict_and_insufficient, loop_up,
+                                        loop_down),
+        cmocka_unit_test_setup_teardown(reset_and_delete_drop_records, loop_up,
+                                        loop_down),
         cmocka_unit_test(stock_near_2_pow_53_is_exact),
     };
     h_deadline(120);

@@ -1,5 +1,7 @@
 /* test_order.c -- multi-segment orders, cancel, restock, rebalance and the sold-out
- * fast path, called directly against a real redis-server (segments/order.c, sku.c). */
+ * fast path against a real redis-server: orders through the event-driven engine, one
+ * per instance on its own loop, the rest called directly (segments/engine.c, order.c,
+ * sku.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,18 +11,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "segments/engine.h"
 #include "segments/inventory.h"
 #include "segments/order.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
+#include "tests/engine_sync.h"
 #include "tests/harness.h"
 
 #define CACHE_MS 100
 
 struct fixture {
     h_redis *redis;
-    inv *v, *other; /* two instances on one Redis */
-    inv_conn *c, *oc;
+    inv *v, *other;                  /* two instances on one Redis */
+    inv_conn *c;                     /* v's, for everything but orders */
+    struct event_base *base, *obase; /* each instance's loop, turned by place */
+    engine *e, *oe;                  /* each instance's engine on its loop */
 };
 
 static inv *instance(h_redis *r)
@@ -42,7 +48,10 @@ static int setup(void **state)
         (f.other = instance(f.redis)) == NULL)
         return -1;
     f.c = inv_conn_create(f.v);
-    f.oc = inv_conn_create(f.other);
+    if ((f.base = event_base_new()) == NULL || (f.obase = event_base_new()) == NULL)
+        return -1;
+    f.e = engine_create(f.v, f.base);
+    f.oe = engine_create(f.other, f.obase);
     *state = &f;
     return 0;
 }
@@ -50,8 +59,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
+    engine_free(f->e);
+    engine_free(f->oe);
+    event_base_free(f->base);
+    event_base_free(f->obase);
     inv_conn_free(f->c);
-    inv_conn_free(f->oc);
     inv_free(f->v);
     inv_free(f->other);
     h_redis_free(f->redis);
@@ -89,25 +101,12 @@ static long long counter(inv *v, enum stat_id id)
     return s[id];
 }
 
-static inv_status order(inv_conn *c, const char *sku, long long qty, const char *id,
-                        char **record)
-{
-    struct order_request req = {.sku = sku, .qty = qty, .order_id = id};
-    struct order_result res;
-    inv_status st = order_place(c, &req, &res);
-    if (record != NULL)
-        *record = res.record;
-    else
-        order_result_clear(&res);
-    return st;
-}
-
 static void multi_segment_order_is_all_or_nothing(void **state)
 {
     struct fixture *f = *state;
     put(f, "multi", 10, 5, false); /* 2 per segment */
     char *rec;
-    assert_int_equal(order(f->c, "multi", 5, "m-1", &rec), INV_OK);
+    assert_int_equal(place(f->e, f->base, "multi", 5, "m-1", &rec), INV_OK);
     json_t *o = json_loads(rec, 0, NULL);
     json_t *segs = json_object_get(o, "segments");
     assert_int_equal(json_array_size(segs), 3);
@@ -126,7 +125,7 @@ static void multi_segment_order_is_all_or_nothing(void **state)
     struct sku_status *st = status(f, "multi");
     assert_int_equal(st->sold, 5);
     assert_int_equal(st->orders, 1);
-    assert_int_equal(order(f->c, "multi", 6, NULL, NULL), INV_INSUFFICIENT);
+    assert_int_equal(place(f->e, f->base, "multi", 6, NULL, NULL), INV_INSUFFICIENT);
     assert_int_equal(status(f, "multi")->sold, 5);
     assert_true(counter(f->v, STAT_MULTI_SEGMENT) >= 1);
 }
@@ -135,8 +134,8 @@ static void cancel_returns_stock_and_is_idempotent(void **state)
 {
     struct fixture *f = *state;
     put(f, "cx", 6, 3, false);
-    assert_int_equal(order(f->c, "cx", 3, "c-1", NULL), INV_OK); /* multi */
-    assert_int_equal(order(f->c, "cx", 1, "c-2", NULL), INV_OK);
+    assert_int_equal(place(f->e, f->base, "cx", 3, "c-1", NULL), INV_OK); /* multi */
+    assert_int_equal(place(f->e, f->base, "cx", 1, "c-2", NULL), INV_OK);
     assert_int_equal(status(f, "cx")->sold, 4);
 
     char *rec;
@@ -156,7 +155,7 @@ static void cancel_returns_stock_and_is_idempotent(void **state)
     free(rec);
     assert_int_equal(order_cancel(f->c, "nope", &rec), INV_NOT_FOUND);
     /* Reusing a cancelled id replays the cancelled record, deducting nothing. */
-    assert_int_equal(order(f->c, "cx", 3, "c-1", NULL), INV_REPLAYED);
+    assert_int_equal(place(f->e, f->base, "cx", 3, "c-1", NULL), INV_REPLAYED);
     assert_int_equal(status(f, "cx")->sold, 1);
 }
 
@@ -179,7 +178,7 @@ static void rebalance_evens_the_rest(void **state)
     struct fixture *f = *state;
     put(f, "rb", 8, 4, false); /* 2 each; qty 2 empties one segment per order */
     for (int k = 0; k < 3; k++)
-        assert_int_equal(order(f->c, "rb", 2, NULL, NULL), INV_OK);
+        assert_int_equal(place(f->e, f->base, "rb", 2, NULL, NULL), INV_OK);
     assert_int_equal(status(f, "rb")->remaining, 2);
     assert_int_equal(sku_rebalance(f->c, "rb", NULL), INV_OK);
     struct sku_status *st = status(f, "rb");
@@ -194,8 +193,8 @@ static void rebalance_evens_a_skew_with_no_empty_segment(void **state)
 {
     struct fixture *f = *state;
     put(f, "skew", 12, 3, false); /* 4 4 4; two qty-3 orders leave 1 1 4 in some order */
-    assert_int_equal(order(f->c, "skew", 3, NULL, NULL), INV_OK);
-    assert_int_equal(order(f->c, "skew", 3, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->e, f->base, "skew", 3, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->e, f->base, "skew", 3, NULL, NULL), INV_OK);
     struct sku_status *st = status(f, "skew");
     assert_true(st->segment_stock[0] > 0 && st->segment_stock[1] > 0 &&
                 st->segment_stock[2] > 0);
@@ -210,11 +209,11 @@ static void automatic_rebalance_when_half_empty(void **state)
     struct fixture *f = *state;
     put(f, "auto", 8, 4, true);
     long long before = counter(f->v, STAT_REBALANCES);
-    assert_int_equal(order(f->c, "auto", 2, NULL, NULL), INV_OK);
-    assert_int_equal(order(f->c, "auto", 2, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->e, f->base, "auto", 2, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->e, f->base, "auto", 2, NULL, NULL), INV_OK);
     /* Two of four segments are empty, 4 units in the others: the next order first
      * spreads them over all four. */
-    assert_int_equal(order(f->c, "auto", 1, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->e, f->base, "auto", 1, NULL, NULL), INV_OK);
     assert_int_equal(counter(f->v, STAT_REBALANCES), before + 1);
     struct sku_status *st = status(f, "auto");
     int ones = 0;
@@ -227,16 +226,16 @@ static void sold_out_fast_path_and_restock_elsewhere(void **state)
 {
     struct fixture *f = *state;
     put(f, "so", 2, 2, false);
-    assert_int_equal(order(f->oc, "so", 1, NULL, NULL), INV_OK);
-    assert_int_equal(order(f->oc, "so", 1, NULL, NULL), INV_OK);
-    assert_int_equal(order(f->oc, "so", 1, NULL, NULL), INV_SOLD_OUT);
+    assert_int_equal(place(f->oe, f->obase, "so", 1, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->oe, f->obase, "so", 1, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->oe, f->obase, "so", 1, NULL, NULL), INV_SOLD_OUT);
     long long fast = counter(f->other, STAT_SOLD_OUT_FAST);
-    assert_int_equal(order(f->oc, "so", 1, NULL, NULL), INV_SOLD_OUT);
+    assert_int_equal(place(f->oe, f->obase, "so", 1, NULL, NULL), INV_SOLD_OUT);
     assert_int_equal(counter(f->other, STAT_SOLD_OUT_FAST), fast + 1);
     /* Restocked through the first instance: the second sees it after its cache time. */
     assert_int_equal(sku_restock(f->c, "so", 1, NULL), INV_OK);
     usleep((CACHE_MS + 50) * 1000);
-    assert_int_equal(order(f->oc, "so", 1, NULL, NULL), INV_OK);
+    assert_int_equal(place(f->oe, f->obase, "so", 1, NULL, NULL), INV_OK);
     assert_int_equal(status(f, "so")->sold, 3);
 }
 

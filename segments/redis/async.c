@@ -45,7 +45,7 @@ struct rda_conn {
     struct event_base *base;
     struct rd_target to;
     char host[256], unix_path[1024], user[256], password[256];
-    _Atomic long long *errors;
+    struct rda_counters counts;
     redisAsyncContext *ac;     /* NULL while down */
     void (*del_write)(void *); /* the adapter's, wrapped to count writes */
     char sha[SCRIPT__COUNT][41];
@@ -54,10 +54,17 @@ struct rda_conn {
     struct event *tick;  /* checks the reply deadline */
     struct event *retry; /* the next connection attempt */
     int backoff_ms;
-    bool failed; /* the last connection failed: log the next one that works */
+    bool reconnecting;    /* an attempt to connect is due now: calls wait for it (in
+                             `resend`) instead of failing at once */
+    long long attempt_ms; /* when the last attempt to connect began */
+    bool failed;          /* the last connection failed: log the next one that works */
     struct rda_stats stats;
     char errstr[160];
 };
+
+/* A call while down brings the next attempt to connect forward, to this long after
+ * the last one (no storm of connects while Redis is away). */
+#define RETRY_NOW_MS 50
 
 static long long now_ms(void)
 {
@@ -66,11 +73,16 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static void bump(_Atomic long long *counter)
+{
+    if (counter != NULL)
+        atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
 static void set_error(rda_conn *c, const char *what, const char *detail)
 {
     snprintf(c->errstr, sizeof c->errstr, "%s: %.100s", what, detail);
-    if (c->errors != NULL)
-        atomic_fetch_add_explicit(c->errors, 1, memory_order_relaxed);
+    bump(c->counts.errors);
     c->failed = true;
     store_log(true, what, detail);
 }
@@ -188,7 +200,17 @@ static void send_req(struct req *q)
 {
     rda_conn *c = q->c;
     if (c->ac == NULL) {
-        fail_later(q);
+        if (!c->reconnecting) {
+            /* Down: bring the next attempt forward (RETRY_NOW_MS after the last one)
+             * rather than wait for the backoff, so that the first call after Redis is
+             * back need not fail; calls meanwhile wait for that attempt. */
+            c->reconnecting = true;
+            long long wait = c->attempt_ms + RETRY_NOW_MS - now_ms();
+            struct timeval tv = {0, (suseconds_t)(wait > 0 ? wait * 1000 : 0)};
+            event_del(c->retry);
+            evtimer_add(c->retry, &tv);
+        }
+        link_tail(&c->resend, q); /* sent when the connection is back */
         return;
     }
     const char **argv;
@@ -202,6 +224,7 @@ static void send_req(struct req *q)
     q->sent_ms = now_ms();
     link_tail(&c->head, q);
     c->stats.commands++;
+    bump(c->counts.commands);
 }
 
 static struct req *new_req(rda_conn *c, enum kind kind, void (*fn)(void), void *arg)
@@ -314,6 +337,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     set_error(c, "connect", ac->errstr);
+    c->reconnecting = false;
     fail_resends(c);
     if (c->ac == ac) { /* hiredis frees the context after this callback */
         c->ac = NULL;
@@ -326,10 +350,18 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     rda_conn *c = ac->data;
     if (status != REDIS_OK)
         set_error(c, "redis", ac->errstr);
-    if (c->ac == ac) {
-        c->ac = NULL;
-        schedule_retry(c);
+    if (c->ac != ac)
+        return;
+    c->ac = NULL;
+    if (status != REDIS_OK && closed_by_peer(ac) && !c->reconnecting) {
+        /* A working connection closed by the server (CLIENT KILL, an idle timeout, a
+         * restart): connect again at once, and let calls wait for it. */
+        c->reconnecting = true;
+        static const struct timeval now = {0, 0};
+        evtimer_add(c->retry, &now);
+        return;
     }
+    schedule_retry(c);
 }
 
 /* The adapter's delWrite, counted: hiredis calls it when a write emptied its output
@@ -339,6 +371,7 @@ static void counting_del_write(void *privdata)
     redisLibeventEvents *e = privdata;
     rda_conn *c = e->context->data;
     c->stats.writes++;
+    bump(c->counts.writes);
     c->del_write(privdata);
 }
 
@@ -352,6 +385,7 @@ static void queue_setup(rda_conn *c, const char *what, struct rd_cmd *cmd)
 
 static void connect_now(rda_conn *c)
 {
+    c->attempt_ms = now_ms();
     redisAsyncContext *ac = c->unix_path[0] != '\0'
                                 ? redisAsyncConnectUnix(c->unix_path)
                                 : redisAsyncConnect(c->to.host, c->to.port);
@@ -359,6 +393,7 @@ static void connect_now(rda_conn *c)
         set_error(c, "connect", ac != NULL ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
+        c->reconnecting = false;
         fail_resends(c);
         schedule_retry(c);
         return;
@@ -367,6 +402,8 @@ static void connect_now(rda_conn *c)
     if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
         set_error(c, "connect", "cannot attach to the event loop");
         redisAsyncFree(ac);
+        c->reconnecting = false;
+        fail_resends(c);
         schedule_retry(c);
         return;
     }
@@ -375,6 +412,7 @@ static void connect_now(rda_conn *c)
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     c->ac = ac;
+    c->reconnecting = false;
     c->stats.connects++;
     struct rd_cmd cmd;
     if (c->password[0] != '\0') {
@@ -429,7 +467,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
-                     _Atomic long long *errors)
+                     const struct rda_counters *counts)
 {
     rda_conn *c = seg_calloc(1, sizeof *c);
     c->base = base;
@@ -439,7 +477,8 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
     snprintf(c->user, sizeof c->user, "%s", to->user ? to->user : "");
     snprintf(c->password, sizeof c->password, "%s", to->password ? to->password : "");
     c->to.host = c->host;
-    c->errors = errors;
+    if (counts != NULL)
+        c->counts = *counts;
     c->head.prev = c->head.next = &c->head;
     c->resend.prev = c->resend.next = &c->resend;
     c->retry = evtimer_new(base, on_retry, c);

@@ -20,8 +20,10 @@
  * that and after NOSCRIPT.
  *
  * Connection. Made at rda_create and again after every failure, with a backoff (50
- * ms doubling to 1 s); AUTH and SELECT first when configured. While no connection is
- * up, calls are answered -1 at once (on the next turn of the loop). Failures and
+ * ms doubling to 1 s); AUTH and SELECT first when configured. A working connection
+ * the server closes is made again at once, and calls meanwhile wait for it. While
+ * no connection is up otherwise, a call brings the next attempt forward (to 50 ms
+ * after the last one) and waits for it: answered -1 when that attempt fails. Failures and
  * reconnects go to the seam's logger (rd_set_logger).
  */
 #ifndef SEG_REDIS_ASYNC_H
@@ -42,10 +44,16 @@ struct rda_stats {
     long long connects; /* connections made (the first included) */
 };
 
-/* A connection on `base`, connecting now. `errors` (may be NULL) counts failures.
- * Free with rda_free on the loop's thread. */
+/* Process-wide counters a connection adds to (any may be NULL): failures, commands
+ * sent, writes (as in rda_stats), so that other threads can read them. */
+struct rda_counters {
+    _Atomic long long *errors, *commands, *writes;
+};
+
+/* A connection on `base`, connecting now; `counts` (may be NULL) is copied. Free
+ * with rda_free on the loop's thread. */
 rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
-                     _Atomic long long *errors);
+                     const struct rda_counters *counts);
 /* Close; every command still owed a reply is answered -1 first. NULL is fine. */
 void rda_free(rda_conn *c);
 /* The last failure, for logs and error details ("" when none). */
