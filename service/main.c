@@ -267,9 +267,10 @@ int main(int argc, char **argv)
     else
         snprintf(redis, sizeof(redis), "%s:%d", cfg.redis_host, cfg.redis_port);
     bool v6 = strchr(cfg.bind, ':') != NULL;
-    log_info("inventoryd %s listening on http://%s%s%s:%d/ (redis %s, %d event loops%s%s)",
-             INVENTORYD_VERSION, v6 ? "[" : "", cfg.bind, v6 ? "]" : "", cfg.port, redis,
-             cfg.threads, cfg.config_path[0] ? ", config " : "", cfg.config_path);
+    log_info(
+        "inventoryd %s listening on http://%s%s%s:%d/ (redis %s, %d event loops%s%s)",
+        INVENTORYD_VERSION, v6 ? "[" : "", cfg.bind, v6 ? "]" : "", cfg.port, redis,
+        cfg.threads, cfg.config_path[0] ? ", config " : "", cfg.config_path);
 
     int sig = 0;
     for (;;) {
