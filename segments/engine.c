@@ -38,7 +38,6 @@ struct ord {
 
     lsku *s;
     struct sku_view view;
-    bool refreshing; /* this order is reading the settings for the loop */
     int64_t started_ms, deadline_ms;
     int stale_tries;
 
@@ -52,6 +51,7 @@ struct ord {
     char token[33];
     char *record;
     bool holding;    /* a lock of ours (lease renewed) */
+    bool pipelined;  /* hold_ms 0: the lock went out with the DEDUCT, in one write */
     bool lease_lost; /* a renewal found it gone */
     int pending;     /* renewals owed a reply: the order outlives its answer for them */
     bool answered;
@@ -255,9 +255,6 @@ static void note_stock(struct ord *o, int i, long long stock)
 static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
 {
     struct ord *o = arg;
-    if (o->refreshing)
-        ltab_refresh_end(o->s);
-    o->refreshing = false;
     if (rc < 0) {
         finish(o, INV_UNAVAILABLE);
         return;
@@ -300,19 +297,15 @@ static void view(struct ord *o)
     sync_changes(e);
     int64_t now = inv_now_ms();
     o->s = ltab_get(e->tab, o->sku, true);
-    bool fresh = ltab_fresh(o->s, now, e->v->opt.meta_cache_ms);
-    if (!fresh && ltab_refresh_begin(o->s)) {
-        o->refreshing = true; /* this order reads them for the loop */
-        rda_meta_read(e->rd, o->sku, on_meta, o);
-        return;
-    }
-    if (fresh || ltab_fresh(o->s, now, INT32_MAX)) {
-        /* fresh, or being read by another order meanwhile: the cached ones do */
+    if (ltab_fresh(o->s, now, e->v->opt.meta_cache_ms)) {
         o->view = *ltab_view(o->s);
         round_begin(o);
         return;
     }
-    rda_meta_read(e->rd, o->sku, on_meta, o); /* none cached: wait for a read */
+    /* Every order that finds the settings old reads them: one that went on with old
+     * ones while Redis hangs would send its ACQUIRE into the hang, and the lock it
+     * takes when Redis wakes would stay until its TTL. */
+    rda_meta_read(e->rd, o->sku, on_meta, o);
 }
 
 /* The SKU is not what this order's view says (a reset or delete): read it again. */
@@ -342,6 +335,8 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
 {
     struct ord *o = arg;
     int i = o->seg;
+    bool pipelined = o->pipelined;
+    o->pipelined = false;
     lease_stop(o);
     unclaim(o, i);
     if (rc < 0) {
@@ -356,8 +351,8 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
         o->res.segment = i;
         finish(o, INV_OK);
         return;
-    case RD_FENCED:
-        stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
+    case RD_FENCED: /* pipelined: the lock was held elsewhere, nothing was tried */
+        stat_add(o->e->v, pipelined ? STAT_BUSY_SKIPS : STAT_FENCED_REJECTIONS, 1);
         o->busy++;
         break;
     case RD_STALE:
@@ -371,6 +366,16 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
         short_of_stock(o, i, r->value, r->code == RD_SHORT);
     }
     visit_next(o);
+}
+
+/* The lock that went out with the DEDUCT (its reply comes first). */
+static void on_piped_lock(void *arg, int rc, int taken)
+{
+    struct ord *o = arg;
+    if (rc == 0 && taken) {
+        stat_add(o->e->v, STAT_LOCK_ACQUIRED, 1);
+        stat_observe(o->e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
+    }
 }
 
 static void send_deduct(struct ord *o, const char *token)
@@ -839,6 +844,17 @@ static void visit_next(struct ord *o)
         }
         new_token(e, o->token);
         stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
+        if (o->view.cfg.hold_ms == 0) {
+            /* No work under the lock: SET NX PX and the fenced DEDUCT leave in one
+             * write and run back to back, so the lock is held for microseconds, not
+             * a round trip. A lock held elsewhere makes the DEDUCT answer FENCED
+             * having touched nothing; a short segment, SHORT with the lock released
+             * by the script. */
+            o->pipelined = true;
+            rda_lock(e->rd, o->sku, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock, o);
+            send_deduct(o, o->token);
+            return;
+        }
         rda_acquire(e->rd, o->sku, o->view.epoch, i, o->res.order_id, o->qty, o->token,
                     e->v->opt.lock_ttl_ms, on_acquire, o);
         return;

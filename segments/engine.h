@@ -9,26 +9,27 @@
  *
  * The states of an order (engine.c has the transitions):
  *
- *   VIEW      settings cached and fresh? else META sent (orders of the same SKU wait
- *             for one read)                                  -> ROUND
- *   ROUND     sold out in this generation?                   -> DONE (sold out)
+ *   VIEW      settings cached and fresh? else META sent      -> ROUND
+ *   ROUND     sold out in this generation (here or on another loop) -> DONE
  *             most segments seen empty, stock left, lock mode, rebalance on, not
  *             yet done this generation on this loop          -> SPREAD
- *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new
- *             generation); locks not had in time             -> ROUND
  *             the next segment of the ring that may hold qty, not claimed on this
- *             loop: claim it                                 -> ACQUIRE (atomic: DEDUCT)
+ *             loop: claim it                                 -> ACQUIRE (atomic: DEDUCT;
+ *             hold_ms 0: SET NX PX and DEDUCT leave together -> DEDUCT)
  *             ring done: none busy, none left                -> DONE (sold out)
  *                        none busy, stock spread thin        -> MULTI
  *                        deadline passed                     -> VERDICT
  *                        busy in Redis                       -> BACKOFF (timer)
  *                        claimed on this loop only           -> WAIT (FIFO, timer)
+ *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new
+ *             generation); locks not had in time             -> ROUND
  *   ACQUIRE   reply OK                                       -> HOLD (timer hold_ms;
  *             lease renewed by a timer every ttl/3)          -> DEDUCT
  *             BUSY/SHORT/MISSING                             -> ROUND (next segment)
  *             EXISTS                                         -> DONE (replay/conflict)
  *             STALE                                          -> VIEW (re-read)
- *   DEDUCT    OK -> DONE (201); FENCED -> ROUND; EXISTS -> DONE; STALE -> VIEW
+ *   DEDUCT    OK -> DONE (201); FENCED (a lock held elsewhere, or a lease lost)
+ *             -> ROUND; SHORT/MISSING -> ROUND; EXISTS -> DONE; STALE -> VIEW
  *   MULTI     the segments needed claimed and locked in ascending order (a claim
  *             held on this loop: wait, first in line for it; a lock held elsewhere:
  *             backoff timer; SET NX PX GET) then DEDUCT_MULTI -> DONE / ROUND / VIEW

@@ -11,7 +11,7 @@
 
 struct lsku {
     char name[SEG_NAME_MAX + 1];
-    bool valid, refreshing, rebalancing;
+    bool valid, rebalancing;
     int64_t fetched_ms;
     struct sku_view view;
     long long rebalanced_gen;
@@ -120,19 +120,6 @@ void ltab_invalidate_all(ltab *t)
     for (int b = 0; b < BUCKETS; b++)
         for (lsku *s = t->bucket[b]; s != NULL; s = s->next)
             ltab_invalidate(s);
-}
-
-bool ltab_refresh_begin(lsku *s)
-{
-    if (s->refreshing)
-        return false;
-    s->refreshing = true;
-    return true;
-}
-
-void ltab_refresh_end(lsku *s)
-{
-    s->refreshing = false;
 }
 
 bool ltab_claim(lsku *s, int i)

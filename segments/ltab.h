@@ -53,10 +53,6 @@ void ltab_invalidate(lsku *s);
 /* The same for every entry (this process changed some SKU: a reset, a restock, a
  * cancel -- which one does not matter, they are rare next to orders). */
 void ltab_invalidate_all(ltab *t);
-/* A refresh of the settings is on its way: true when the caller should send it. */
-bool ltab_refresh_begin(lsku *s);
-void ltab_refresh_end(lsku *s);
-
 bool ltab_claim(lsku *s, int i);
 bool ltab_claimed(const lsku *s, int i);
 /* Give a claim back: to the oldest waiter for this very segment, else to the oldest

@@ -1,4 +1,5 @@
-/* order.h -- the order path: pick a random segment, walk the ring, deduct under its lock.
+/* order.h -- what an order is, and its lookups and cancels on a blocking connection.
+ * Orders are placed by the engine on an event loop (engine.h), by this protocol:
  *
  * Mode `lock`, per segment: one script checks the order id, reads the stock and, when
  * there is enough, takes the segment lock (SET NX PX with a fresh token); another
@@ -9,7 +10,7 @@
  *
  * When no single segment holds qty but the segments together do, the order locks the
  * segments it needs in ascending index order and deducts from all of them in one
- * script fenced by every token, all or nothing (lockset.h). Only then is it
+ * script fenced by every token, all or nothing. Only then is it
  * INV_INSUFFICIENT.
  *
  * Invariants kept in Redis, per SKU: every segment's stock >= 0, remaining + sold =
@@ -40,18 +41,6 @@ struct order_result {
     int segment;  /* segment the stock came from, -1 when none */
     char *record; /* INV_OK/INV_REPLAYED: the order as JSON text, caller frees */
 };
-
-/* Place an order. Always fills `res` (record NULL unless OK/REPLAYED) and returns
- * res->status. Blocks for the SKU's hold_ms and at most about lock_wait_ms waiting. */
-inv_status order_place(inv_conn *c, const struct order_request *req,
-                       struct order_result *res);
-
-/* The sold-out fast path, for the HTTP thread: true when this process knows, without
- * asking Redis, that `sku` is sold out now (every segment seen empty in the current
- * generation, settings younger than meta_cache_ms); the rejection is counted as an
- * order outcome. False means "ask order_place", never "not sold out". An order with
- * a client order_id must still go through order_place: a replay gets its record. */
-bool order_sold_out_fast(inv *v, const char *sku);
 
 /* Look an order up: INV_OK with *record (JSON text, caller frees), INV_NOT_FOUND or
  * INV_UNAVAILABLE. `id` must be a valid name. */

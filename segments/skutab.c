@@ -12,15 +12,6 @@
 
 #define BUCKETS 256
 
-/* A worker in skutab_wait: it sleeps on its own condition variable until a claim is
- * handed to it (`got`) or it is told to look again (`again`). */
-struct waiter {
-    pthread_cond_t cv;
-    int got;
-    bool again;
-    struct waiter *next;
-};
-
 struct sku_local {
     char name[SEG_NAME_MAX + 1];
     pthread_mutex_t mu;
@@ -29,12 +20,8 @@ struct sku_local {
     bool refreshing;          /* a worker is re-reading them */
     struct sku_view view;
     int64_t fetched_ms;
-    struct waiter *first, *last;              /* skutab_wait callers, oldest first */
     unsigned short wanted[SEG_MAX_SEGMENTS];  /* skutab_claim_wait callers per segment */
     unsigned char reserved[SEG_MAX_SEGMENTS]; /* released to one of them */
-    int empty_count;
-    bool rebalancing;
-    long long rebalanced_gen; /* last generation a rebalance was started in */
     _Atomic long long outcomes[SKU_OUTCOMES];
     _Atomic long long loop_gen; /* the generation an event loop read last */
     /* Segments the event loops found empty in generation empty_gen (under mu), and
@@ -45,7 +32,6 @@ struct sku_local {
     _Atomic long long pub_gen;
     _Atomic int pub_count;
     unsigned char claimed[SEG_MAX_SEGMENTS];
-    long long hint[SEG_MAX_SEGMENTS]; /* least stock seen this generation, -1 */
     sku_local *next;
 };
 
@@ -171,11 +157,6 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
     pthread_mutex_lock(&e->mu);
     e->refreshing = false;
     if (st == INV_OK) {
-        if (!e->valid || e->view.gen != fetched.gen) {
-            for (int i = 0; i < SEG_MAX_SEGMENTS; i++)
-                e->hint[i] = -1;
-            e->empty_count = 0;
-        }
         e->view = fetched;
         e->valid = true;
         e->fetched_ms = now;
@@ -188,33 +169,6 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
     return st;
 }
 
-/* Send every waiter back to look again; called with e->mu held. */
-static void wake_all(sku_local *e)
-{
-    for (struct waiter *w = e->first, *next; w != NULL; w = next) {
-        next = w->next;
-        w->next = NULL;
-        w->again = true;
-        pthread_cond_signal(&w->cv);
-    }
-    e->first = e->last = NULL;
-}
-
-sku_local *skutab_sold_out_now(inv *v, const char *sku)
-{
-    pthread_rwlock_rdlock(&v->tab->lock);
-    sku_local *e = find(v->tab, sku);
-    pthread_rwlock_unlock(&v->tab->lock);
-    if (e == NULL)
-        return NULL;
-    int64_t now = inv_now_ms();
-    pthread_mutex_lock(&e->mu);
-    bool out = e->valid && now - e->fetched_ms < v->opt.meta_cache_ms &&
-               e->empty_count >= e->view.cfg.segments;
-    pthread_mutex_unlock(&e->mu);
-    return out ? e : NULL;
-}
-
 void skutab_invalidate(inv *v, const char *sku)
 {
     atomic_fetch_add_explicit(&v->changes, 1, memory_order_release);
@@ -225,17 +179,7 @@ void skutab_invalidate(inv *v, const char *sku)
         return;
     pthread_mutex_lock(&e->mu);
     e->valid = false;
-    wake_all(e);
     pthread_mutex_unlock(&e->mu);
-}
-
-bool skutab_claim(sku_local *e, int i)
-{
-    pthread_mutex_lock(&e->mu);
-    bool ok = !e->claimed[i];
-    e->claimed[i] = 1;
-    pthread_mutex_unlock(&e->mu);
-    return ok;
 }
 
 void skutab_unclaim(sku_local *e, int i)
@@ -244,89 +188,10 @@ void skutab_unclaim(sku_local *e, int i)
     if (e->wanted[i] > 0) {
         e->reserved[i] = 1; /* stays claimed: goes to whoever waits for i itself */
         pthread_cond_broadcast(&e->cv_wanted);
-    } else if (e->first != NULL && e->hint[i] != 0 && e->valid &&
-               i < e->view.cfg.segments) {
-        /* (A segment the SKU no longer has is nobody's to wait for: it is freed.) */
-        struct waiter *w = e->first; /* the oldest waiter: first come, first served */
-        e->first = w->next;
-        if (e->first == NULL)
-            e->last = NULL;
-        w->next = NULL;
-        w->got = i; /* stays claimed: it changes hands */
-        pthread_cond_signal(&w->cv);
     } else {
         e->claimed[i] = 0;
     }
     pthread_mutex_unlock(&e->mu);
-}
-
-void skutab_note_stock(sku_local *e, long long gen, int i, long long stock)
-{
-    pthread_mutex_lock(&e->mu);
-    if (e->valid && e->view.gen == gen && (e->hint[i] < 0 || stock < e->hint[i])) {
-        e->hint[i] = stock;
-        if (stock == 0) {
-            /* Waiters may now be owed an answer (sold out, insufficient) rather
-             * than a claim that will never come: wake them all to look again. */
-            e->empty_count++;
-            wake_all(e);
-        }
-    }
-    pthread_mutex_unlock(&e->mu);
-}
-
-long long skutab_hint(sku_local *e, int i)
-{
-    pthread_mutex_lock(&e->mu);
-    long long hint = e->hint[i];
-    pthread_mutex_unlock(&e->mu);
-    return hint;
-}
-
-bool skutab_sold_out(sku_local *e, long long gen)
-{
-    pthread_mutex_lock(&e->mu);
-    bool out = e->valid && e->view.gen == gen && e->empty_count >= e->view.cfg.segments;
-    pthread_mutex_unlock(&e->mu);
-    return out;
-}
-
-int skutab_wait(sku_local *e, int n, long long qty, bool rescan, int ms)
-{
-    struct timespec ts = inv_deadline(ms);
-    pthread_mutex_lock(&e->mu);
-    bool hopeless = true; /* no segment can fill qty: nothing worth waiting for */
-    for (int i = 0; i < n; i++) {
-        bool may_fill = e->hint[i] < 0 || e->hint[i] >= qty;
-        hopeless &= !may_fill;
-        if ((rescan && !e->claimed[i] && may_fill) || (i == n - 1 && hopeless)) {
-            pthread_mutex_unlock(&e->mu);
-            return -1;
-        }
-    }
-    struct waiter me = {.got = -1};
-    inv_cond_init(&me.cv);
-    if (e->last != NULL)
-        e->last->next = &me;
-    else
-        e->first = &me;
-    e->last = &me;
-
-    while (me.got < 0 && !me.again && pthread_cond_timedwait(&me.cv, &e->mu, &ts) == 0)
-        ;
-    if (me.got < 0 && !me.again) { /* timed out: still queued */
-        struct waiter **p = &e->first, *prev = NULL;
-        while (*p != &me) {
-            prev = *p;
-            p = &(*p)->next;
-        }
-        *p = me.next;
-        if (e->last == &me)
-            e->last = prev;
-    }
-    pthread_mutex_unlock(&e->mu);
-    pthread_cond_destroy(&me.cv);
-    return me.got;
 }
 
 bool skutab_claim_wait(sku_local *e, int i, int ms)
@@ -400,31 +265,4 @@ int skutab_loop_empties(sku_local *e, long long gen)
         return 0;
     int n = atomic_load_explicit(&e->pub_count, memory_order_relaxed);
     return atomic_load_explicit(&e->pub_gen, memory_order_acquire) == gen ? n : 0;
-}
-
-bool skutab_rebalance_begin(sku_local *e, long long gen)
-{
-    pthread_mutex_lock(&e->mu);
-    bool go = !e->rebalancing && e->rebalanced_gen != gen;
-    if (go) {
-        e->rebalancing = true;
-        e->rebalanced_gen = gen;
-    }
-    pthread_mutex_unlock(&e->mu);
-    return go;
-}
-
-void skutab_rebalance_done(sku_local *e)
-{
-    pthread_mutex_lock(&e->mu);
-    e->rebalancing = false;
-    pthread_mutex_unlock(&e->mu);
-}
-
-int skutab_empty_count(sku_local *e, long long gen)
-{
-    pthread_mutex_lock(&e->mu);
-    int n = e->valid && e->view.gen == gen ? e->empty_count : 0;
-    pthread_mutex_unlock(&e->mu);
-    return n;
 }

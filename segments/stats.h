@@ -41,7 +41,7 @@ enum stat_id {
 #define SKU_OUTCOMES (STAT_ORDERS_CANCELLED + 1)
 
 enum hist_id {
-    HIST_ORDER,     /* whole order_place, seconds */
+    HIST_ORDER,     /* a whole order, start to answer, seconds */
     HIST_LOCK_WAIT, /* order start to the segment lock taken (mode lock) */
     HIST__COUNT
 };
