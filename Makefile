@@ -43,7 +43,7 @@ else
 $(error SANITIZER must be address, undefined or thread)
 endif
 
-LIB_SRC   := $(wildcard segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The dashboard's files (api/ui/), compiled in as byte arrays by api/ui_embed.sh.
 UI_FILES  := $(sort $(wildcard api/ui/*))
@@ -131,7 +131,7 @@ fuzz: deps
 	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 
-FORMAT_SRC = $(wildcard service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
+FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

@@ -12,10 +12,10 @@
 
 #include "api/admin.h"
 #include "api/parse.h"
+#include "base/log.h"
 #include "segments/names.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
-#include "service/log.h"
 
 #define RATE_SAMPLES 5 /* ticks kept per rate: the last second at EVENTS_INTERVAL_MS */
 #define TICKET_LEN 32  /* hex digits */

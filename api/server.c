@@ -23,11 +23,11 @@
 #include "api/events.h"
 #include "api/loop.h"
 #include "api/metrics.h"
+#include "api/pool.h"
 #include "api/routes.h"
 #include "api/simulate.h"
+#include "base/log.h"
 #include "segments/names.h"
-#include "service/log.h"
-#include "service/pool.h"
 
 #define LISTEN_BACKLOG 4096
 /* Workers for the quick Redis calls (health, admin reads, order lookups). */
@@ -95,7 +95,7 @@ struct front {
 };
 
 struct api_server {
-    const struct cfg *cfg;
+    struct api_options opt; /* copied at start; its strings are borrowed */
     inv *inv;
     struct pool *slow;    /* API_ROUTE_SLOW routes */
     struct pool *control; /* every other Redis-backed route without `start` */
@@ -171,7 +171,7 @@ static struct api_ctx context(struct request *r, inv_conn *conn)
                             &s->http,
                             s->events,
                             s->sim,
-                            s->cfg->metrics_segments_max};
+                            s->opt.metrics_segments_max};
 }
 
 /* Runs on a pool worker: `state` is the worker's inv_conn. */
@@ -200,7 +200,7 @@ static void worker_fini(void *state, void *arg)
 /* Append an upload chunk; past max_body_bytes the body is dropped and flagged. */
 static void append_body(struct request *r, const char *data, size_t n)
 {
-    size_t max = (size_t)r->srv->cfg->max_body_bytes;
+    size_t max = (size_t)r->srv->opt.max_body_bytes;
     if (r->too_large)
         return;
     if (n > max - r->len) {
@@ -229,7 +229,7 @@ static void append_body(struct request *r, const char *data, size_t n)
 static enum MHD_Result reply_too_large(struct request *r)
 {
     api_reply_error(&r->rep, 413, "payload_too_large", "the body exceeds %d bytes",
-                    r->srv->cfg->max_body_bytes);
+                    r->srv->opt.max_body_bytes);
     return send_reply(r);
 }
 
@@ -406,7 +406,7 @@ static enum MHD_Result on_headers(struct request *r, const char *url, const char
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL &&
-        strtoull(cl, NULL, 10) > (unsigned long long)r->srv->cfg->max_body_bytes) {
+        strtoull(cl, NULL, 10) > (unsigned long long)r->srv->opt.max_body_bytes) {
         r->too_large = true;
         return reply_too_large(r);
     }
@@ -486,7 +486,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     req->body = r->body;
     req->body_len = r->len;
-    r->route = api_route_prepare(req, s->cfg->admin_token, &r->rep);
+    r->route = api_route_prepare(req, s->opt.admin_token, &r->rep);
     if (r->route == NULL)
         return send_reply(r);
     if (r->route->flags & API_ROUTE_STREAM)
@@ -576,25 +576,25 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 /* The listening socket, bound once and shared by every loop's daemon. No
  * SO_REUSEPORT: a second process on the same port is refused, not handed half the
  * connections. -1 with `err` filled when it cannot be had. */
-static int listen_on(const struct cfg *cfg, bool *v6, char *err, size_t errlen)
+static int listen_on(const struct api_options *opt, bool *v6, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
     memset(&addr, 0, sizeof(addr));
     socklen_t len;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
-    if (inet_pton(AF_INET, cfg->bind, &a4->sin_addr) == 1) {
+    if (inet_pton(AF_INET, opt->bind, &a4->sin_addr) == 1) {
         a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)cfg->port);
+        a4->sin_port = htons((uint16_t)opt->port);
         len = sizeof *a4;
         *v6 = false;
-    } else if (inet_pton(AF_INET6, cfg->bind, &a6->sin6_addr) == 1) {
+    } else if (inet_pton(AF_INET6, opt->bind, &a6->sin6_addr) == 1) {
         a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)cfg->port);
+        a6->sin6_port = htons((uint16_t)opt->port);
         len = sizeof *a6;
         *v6 = true;
     } else {
-        snprintf(err, errlen, "bind: not a numeric address: %s", cfg->bind);
+        snprintf(err, errlen, "bind: not a numeric address: %s", opt->bind);
         return -1;
     }
     int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -602,7 +602,7 @@ static int listen_on(const struct cfg *cfg, bool *v6, char *err, size_t errlen)
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         (*v6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
         bind(fd, (struct sockaddr *)&addr, len) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
-        snprintf(err, errlen, "cannot listen on %s port %d (%s)", cfg->bind, cfg->port,
+        snprintf(err, errlen, "cannot listen on %s port %d (%s)", opt->bind, opt->port,
                  strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -618,7 +618,7 @@ static struct MHD_Daemon *make_daemon(struct api_loop *l, void *arg)
     struct front *f = arg;
     f->loop = l;
     struct api_server *s = f->srv;
-    const struct cfg *cfg = s->cfg;
+    const struct api_options *opt = &s->opt;
     unsigned flags = MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_TURBO | MHD_USE_ERROR_LOG;
     struct sockaddr_storage addr;
@@ -626,12 +626,12 @@ static struct MHD_Daemon *make_daemon(struct api_loop *l, void *arg)
     if (getsockname(s->listen_fd, (struct sockaddr *)&addr, &len) == 0 &&
         addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    unsigned limit = (unsigned)((cfg->max_connections + s->nloops - 1) / s->nloops);
+    unsigned limit = (unsigned)((opt->max_connections + s->nloops - 1) / s->nloops);
     /* The logger goes first so that MHD reports option errors through it. */
     return MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, f, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd, MHD_OPTION_CONNECTION_LIMIT,
-        limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opt->connection_timeout_s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, f, MHD_OPTION_URI_LOG_CALLBACK,
         on_request_line, f, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
@@ -651,18 +651,18 @@ static void free_server(struct api_server *s)
     free(s);
 }
 
-struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
+struct api_server *api_server_start(const struct api_options *opt, inv *v, char *err,
                                     size_t errlen)
 {
     struct api_server *s = calloc(1, sizeof(*s));
     if (s == NULL)
         oom();
-    s->cfg = cfg;
+    s->opt = *opt;
     s->inv = v;
-    s->nloops = cfg->threads;
+    s->nloops = opt->threads;
     clock_gettime(CLOCK_MONOTONIC, &s->started);
     bool v6;
-    if ((s->listen_fd = listen_on(cfg, &v6, err, errlen)) < 0 ||
+    if ((s->listen_fd = listen_on(opt, &v6, err, errlen)) < 0 ||
         (s->slow = pool_create(SLOW_THREADS, worker_init, worker_fini, v, err, errlen)) ==
             NULL ||
         (s->control = pool_create(CONTROL_THREADS, worker_init, worker_fini, v, err,
@@ -671,7 +671,7 @@ struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
         return NULL;
     }
     s->sim = api_sim_create(v);
-    s->events = api_events_create(v, s->sim, cfg->admin_token, s->started, err, errlen);
+    s->events = api_events_create(v, s->sim, opt->admin_token, s->started, err, errlen);
     if (s->events == NULL) {
         free_server(s);
         return NULL;
@@ -714,8 +714,8 @@ void api_server_stop(struct api_server *s)
     pool_drain(s->control);
     /* Orders in flight finish, holds and all, and release their locks: at most the
      * longest hold, the lock wait and two Redis timeouts. */
-    const struct cfg *c = s->cfg;
-    int wait_ms = SKU_HOLD_MAX_MS + c->lock_wait_ms + 2 * c->redis_timeout_ms + 1000;
+    int wait_ms =
+        SKU_HOLD_MAX_MS + s->opt.lock_wait_ms + 2 * s->opt.redis_timeout_ms + 1000;
     for (int i = 0; i < s->nloops; i++)
         api_loop_stop(s->fronts[i].loop, wait_ms);
     free_server(s);

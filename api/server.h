@@ -1,15 +1,17 @@
-/* server.h -- the HTTP front: a libmicrohttpd daemon plus a worker pool.
+/* server.h -- the HTTP front: one libmicrohttpd daemon per event loop, plus worker
+ * pools.
  *
- * One internal epoll thread owns every connection (thousands of idle keep-alive
- * connections cost a socket each, no thread). For each request it accumulates the
- * body (at most cfg->max_body_bytes, else 413 `payload_too_large`) and runs the
- * inline checks of routes.h. A request that needs Redis is handed to a worker pool
- * and its connection suspended, so a slow order (hold_ms, lock waits) blocks one
- * worker, never the event loop; the worker runs the handler on its own inv_conn,
- * stores the reply and resumes the connection, and the event loop sends it.
- * Orders have a pool of cfg->threads workers; the quick Redis calls (healthz,
- * admin, order lookups) a small one of their own, so they stay fast while every
- * order worker is waiting. Per-request state lives in MHD's con_cls, from the
+ * `threads` event loops (api/loop.h) share one listening socket; each drives its own
+ * daemon, which owns the connections it accepted (thousands of idle keep-alive
+ * connections cost a socket each, no thread). For each request the loop accumulates
+ * the body (at most `max_body_bytes`, else 413 `payload_too_large`) and runs the
+ * inline checks of routes.h. An order starts on the loop's engine (segments/engine.h)
+ * and its connection is suspended until the engine answers, on the same thread. The
+ * other Redis-backed routes go to a worker pool (api/pool.h): a small control pool
+ * for the quick calls (healthz, admin reads, order lookups) and a slow one for those
+ * that wait for segment locks (cancel, restock, rebalance); the worker runs the
+ * handler on its own inv_conn, stores the reply, resumes the connection and wakes
+ * the loop, which sends it. Per-request state lives in MHD's con_cls, from the
  * request line (MHD's URI-log callback) to the request-completed callback, which
  * frees it.
  *
@@ -37,15 +39,32 @@
 #include <stddef.h>
 
 #include "segments/inventory.h"
-#include "service/config.h"
 
 struct api_server;
 
-/* Start the pools (one inv_conn per worker) and the daemon on
- * cfg->bind:cfg->port. `cfg` and `v` are borrowed and must outlive the server.
- * Returns NULL with `err` filled when the address cannot be bound or a thread
- * cannot be started. */
-struct api_server *api_server_start(const struct cfg *cfg, inv *v, char *err,
+/* What the server needs of the configuration; the process fills it (service/main.c
+ * from its `struct cfg`, whose checks guarantee the ranges noted here). */
+struct api_options {
+    const char *bind;         /* numeric IPv4 or IPv6 address; borrowed */
+    int port;                 /* 1..65535 */
+    int threads;              /* event loops, each with its own daemon; >= 1 */
+    int max_connections;      /* open connections, shared out among the loops; >= 1 */
+    int connection_timeout_s; /* idle connection timeout; 0 = none */
+    int max_body_bytes;       /* larger request bodies get 413; >= 1 */
+    /* The admin API's bearer token; NULL or "" leaves it open. Borrowed. */
+    const char *admin_token;
+    int metrics_segments_max; /* GET /metrics: per-segment series up to this many */
+    /* The domain's own limits (as given to inv_create), to bound the wait at
+     * shutdown for the orders in flight: */
+    int lock_wait_ms;
+    int redis_timeout_ms;
+};
+
+/* Start the pools (one inv_conn per worker), the event loops and their daemons on
+ * opt->bind:opt->port. `opt` is copied; the strings it points to and `v` are borrowed
+ * and must outlive the server. Returns NULL with `err` filled when the address cannot
+ * be bound or a thread cannot be started. */
+struct api_server *api_server_start(const struct api_options *opt, inv *v, char *err,
                                     size_t errlen);
 
 /* Shut down as described above and free the server. NULL is a no-op. */

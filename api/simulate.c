@@ -14,10 +14,10 @@
 #include <time.h>
 
 #include "api/loop.h"
+#include "base/log.h"
 #include "segments/engine.h"
 #include "segments/order.h"
 #include "segments/sku.h"
-#include "service/log.h"
 
 /* How long api_sim_stop_all waits for the runs' orders in flight to be answered. */
 #define STOP_WAIT_MS 30000

@@ -338,7 +338,8 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
     bool pipelined = o->pipelined;
     o->pipelined = false;
     lease_stop(o);
-    unclaim(o, i);
+    if (!pipelined)
+        unclaim(o, i);
     if (rc < 0) {
         finish(o, INV_UNAVAILABLE);
         return;
@@ -837,6 +838,22 @@ static void visit_next(struct ord *o)
             send_deduct(o, "");
             return;
         }
+        if (o->view.cfg.hold_ms == 0) {
+            /* No work under the lock: SET NX PX and the fenced DEDUCT leave in one
+             * write and run back to back, so the lock is held for microseconds, not
+             * a round trip, and orders of this loop need no claim to keep out of
+             * each other's way (a connection's commands run in order). A lock held
+             * elsewhere makes the DEDUCT answer FENCED having touched nothing; a
+             * short segment, SHORT with the lock released by the script. */
+            if (mine)
+                ltab_unclaim(o->s, i);
+            new_token(e, o->token);
+            stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
+            o->pipelined = true;
+            rda_lock(e->rd, o->sku, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock, o);
+            send_deduct(o, o->token);
+            return;
+        }
         if (!mine && !ltab_claim(o->s, i)) {
             stat_add(e->v, STAT_BUSY_SKIPS, 1);
             o->claimed++;
@@ -844,17 +861,6 @@ static void visit_next(struct ord *o)
         }
         new_token(e, o->token);
         stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
-        if (o->view.cfg.hold_ms == 0) {
-            /* No work under the lock: SET NX PX and the fenced DEDUCT leave in one
-             * write and run back to back, so the lock is held for microseconds, not
-             * a round trip. A lock held elsewhere makes the DEDUCT answer FENCED
-             * having touched nothing; a short segment, SHORT with the lock released
-             * by the script. */
-            o->pipelined = true;
-            rda_lock(e->rd, o->sku, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock, o);
-            send_deduct(o, o->token);
-            return;
-        }
         rda_acquire(e->rd, o->sku, o->view.epoch, i, o->res.order_id, o->qty, o->token,
                     e->v->opt.lock_ttl_ms, on_acquire, o);
         return;

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "service/log.h"
+#include "base/log.h"
 
 /* The configuration files tried when neither --config nor $INVENTORY_CONFIG names
  * one: a checkout's (relative to the working directory), then the installed one. */

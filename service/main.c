@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "api/server.h"
+#include "base/log.h"
 #include "segments/inventory.h"
 #include "segments/stats.h"
 #include "service/config.h"
-#include "service/log.h"
 
 #define INVENTORYD_VERSION "0.1.0"
 
@@ -127,8 +127,8 @@ static void log_stats(inv *v, const struct timespec *started)
 /* SIGHUP: reopen the log file (after rotation), read the configuration again from
  * the same sources and apply its log_level; any other change is only reported, as it
  * needs a restart. A configuration that no longer loads changes nothing. `running` is
- * the configuration the service started with (the HTTP server holds it: read-only),
- * `*level` the log level in force. */
+ * the configuration the service started with (the HTTP server borrows its bind address
+ * and admin token: read-only), `*level` the log level in force. */
 static void reload(int argc, char **argv, const struct cfg *running,
                    enum log_level *level)
 {
@@ -252,7 +252,19 @@ int main(int argc, char **argv)
         log_error("cannot start the inventory: %s", err);
         return 1;
     }
-    struct api_server *srv = api_server_start(&cfg, v, err, sizeof(err));
+    struct api_options api = {
+        .bind = cfg.bind,
+        .port = cfg.port,
+        .threads = cfg.threads,
+        .max_connections = cfg.max_connections,
+        .connection_timeout_s = cfg.connection_timeout_s,
+        .max_body_bytes = cfg.max_body_bytes,
+        .admin_token = cfg.admin_token,
+        .metrics_segments_max = cfg.metrics_segments_max,
+        .lock_wait_ms = cfg.lock_wait_ms,
+        .redis_timeout_ms = cfg.redis_timeout_ms,
+    };
+    struct api_server *srv = api_server_start(&api, v, err, sizeof(err));
     if (srv == NULL) {
         log_error("cannot start the HTTP server: %s", err);
         inv_free(v);

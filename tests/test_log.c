@@ -1,4 +1,4 @@
-/* test_log.c -- the logger (service/log.c): text and JSON lines, escaping, cut lines,
+/* test_log.c -- the logger (base/log.c): text and JSON lines, escaping, cut lines,
  * levels, the access log, rate-limited lines and reopening the file. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "service/log.h"
+#include "base/log.h"
 
 struct fixture {
     char dir[64];

@@ -1,4 +1,4 @@
-/* test_pool.c -- the worker pool (service/pool.c): per-thread state, FIFO, drain. */
+/* test_pool.c -- the worker pool (api/pool.c): per-thread state, FIFO, drain. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "service/pool.h"
+#include "api/pool.h"
 
 struct counts {
     atomic_int inits, finis, jobs;

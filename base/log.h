@@ -21,9 +21,12 @@
  * level and reopens the file on SIGHUP. Every function here may be called from any
  * thread at any time; none is async-signal-safe (main takes signals with sigwait(),
  * never in a handler). Failures to write are ignored: logging never stops the service.
+ *
+ * Place. base/ is the bottom of the folder graph: this file includes nothing of the
+ * project, and every folder (service/, api/, segments/) may include it.
  */
-#ifndef SERVICE_LOG_H
-#define SERVICE_LOG_H
+#ifndef BASE_LOG_H
+#define BASE_LOG_H
 
 #include <stdbool.h>
 #include <stddef.h>

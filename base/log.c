@@ -1,6 +1,6 @@
 /* log.c -- leveled, line-atomic logging as text or JSON, to stderr or a reopenable
  * file; the access log line and rate-limited lines. */
-#include "service/log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

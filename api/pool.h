@@ -11,8 +11,8 @@
  * queue is unbounded, so the producer bounds it (the HTTP server has at most one job
  * per connection).
  */
-#ifndef SERVICE_POOL_H
-#define SERVICE_POOL_H
+#ifndef API_POOL_H
+#define API_POOL_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* pool.c -- worker threads, a mutex-protected FIFO and a condition variable. */
-#include "service/pool.h"
+#include "api/pool.h"
 
 #include <pthread.h>
 #include <stdbool.h>
