@@ -58,7 +58,7 @@ IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o
 
 .SECONDARY:
-.PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check clean \
+.PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
         soak
 
 all: $(BIN)
@@ -122,7 +122,7 @@ loadtest-quick: deps
 	@loadtest/run.sh --bin $(BIN) --quick $(ARGS)
 
 FUZZ_SECONDS ?= 20
-FUZZ_SRC := api/parse.c segments/names.c segments/redis/keys.c
+FUZZ_SRC := api/parse.c base/names.c segments/redis/keys.c
 fuzz: deps
 	@mkdir -p build/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \
@@ -134,6 +134,11 @@ fuzz: deps
 FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)
+# The layering rules of docs/DESIGN.md: no folder includes one that includes it back,
+# no two files of segments/ call each other round.
+layers: all
+	@python3 tests/layers.py $(BUILD)
+
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_SRC)
 

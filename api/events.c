@@ -13,7 +13,7 @@
 #include "api/admin.h"
 #include "api/parse.h"
 #include "base/log.h"
-#include "segments/names.h"
+#include "base/names.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
 

@@ -1,8 +1,8 @@
 /* parse.h -- request validation: bodies, path names and headers into plain values.
  *
  * Pure functions with no HTTP or Redis in them: they depend only on jansson and the
- * limits in segments/names.h, order.h and sku.h, so the fuzzer links this file and
- * segments/names.c alone. Bodies are parsed whole with duplicate keys rejected; a
+ * limits in base/names.h, order.h and sku.h, so the fuzzer links this file and
+ * base/names.c alone. Bodies are parsed whole with duplicate keys rejected; a
  * body that is not a JSON object is `bad_json`; a missing, unknown, wrongly typed or
  * out-of-range field is `invalid_field` with a detail that starts with the field
  * name. Numbers must be JSON integers (no reals, strings or booleans).
@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "segments/names.h"
+#include "base/names.h"
 #include "segments/order.h"
 #include "segments/sku.h"
 

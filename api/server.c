@@ -27,7 +27,7 @@
 #include "api/routes.h"
 #include "api/simulate.h"
 #include "base/log.h"
-#include "segments/names.h"
+#include "base/names.h"
 
 #define LISTEN_BACKLOG 4096
 /* Workers for the quick Redis calls (health, admin reads, order lookups). */

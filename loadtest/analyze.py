@@ -646,15 +646,32 @@ def targets(rows):
     def val(name, key):
         return by.get(name, {}).get(key)
 
+    def cost(name, key):
+        return (by.get(name, {}).get("cost") or {}).get(key)
+
+    idle = idle_summary(rows) or {}
+    rss_with = idle.get("rss_kb_with_max")
     goals = [
         ("20 segments / 1 segment, hold 20 ms", ">= 19", 19, None,
          ratio(val("curve-20", "orders_s"), val("curve-1", "orders_s"))),
+        ("lock 20 segments, hold 0 ms / GET /livez req/s", ">= 0.30", 0.30, None,
+         ratio(val("lock20-h0", "orders_s"), val("livez", "req_s"))),
+        ("atomic, hold 0 ms / GET /livez req/s", ">= 0.50", 0.50, None,
+         ratio(val("atomic-h0", "orders_s"), val("livez", "req_s"))),
         ("lock 20 segments / atomic, hold 0 ms", ">= 0.6", 0.6, None,
          ratio(val("lock20-h0", "orders_s"), val("atomic-h0", "orders_s"))),
         ("atomic / redis-benchmark EVAL", ">= 0.35", 0.35, None,
          ratio(val("atomic-h0", "orders_s"), val("redis", "orders_s"))),
-        ("p99 ms, lock 20 segments, hold 0 ms", "<= 10 ms", None, 10,
+        ("p99 ms, lock 20 segments, hold 0 ms", "<= 5 ms", None, 5,
          val("lock20-h0", "p99_ms")),
+        ("service CPU us per order, lock 20 segments, hold 0 ms", "<= 25", None, 25,
+         cost("lock20-h0", "service_cpu_us_per_order")),
+        ("Redis CPU us per order, lock 20 segments, hold 0 ms", "<= 12", None, 12,
+         cost("lock20-h0", "redis_cpu_us_per_order")),
+        ("orders/s with / without 10,000 idle connections", ">= 0.9", 0.9, None,
+         idle.get("with_over_without")),
+        ("service RSS MiB with 10,000 idle connections", "<= 200", None, 200,
+         rss_with / 1024 if rss_with is not None else None),
         ("sold-out storm req/s / GET /livez req/s", ">= 0.8", 0.8, None,
          ratio(val("soldout", "req_s"), val("livez", "req_s"))),
         (f"orders/s at {WIDE_SEGS} segments, {WIDE_CONNS} connections, hold 20 ms "

@@ -15,7 +15,7 @@
 #include "segments/redis/async.h"
 #include "segments/ring.h"
 #include "segments/skutab.h"
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 struct engine {
     inv *v;

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "segments/clock.h"
+#include "segments/rand.h"
 #include "segments/ring.h"
 #include "segments/watchdog.h"
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 struct lockset {
     sku_local *e;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 #define BUCKETS 256
 

@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/clock.h"
 #include "segments/internal.h"
 #include "segments/lockset.h"
 #include "segments/record.h"
 #include "segments/skutab.h"
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 /* How many views a cancel tries before answering busy. */
 #define STALE_TRIES 4

@@ -25,7 +25,7 @@
 
 #include "segments/inventory.h"
 #include "segments/stats.h"
-#include "segments/names.h"
+#include "base/names.h"
 
 #define ORDER_QTY_MAX 1000000
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 char *record_build(const char *id, const char *sku, long long qty, int n, const int *seg,
                    const long long *part, const char *status)

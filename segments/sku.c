@@ -5,26 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/clock.h"
 #include "segments/internal.h"
 #include "segments/lockset.h"
+#include "segments/rand.h"
 #include "segments/skutab.h"
-#include "segments/xalloc.h"
-
-const char *sku_mode_name(sku_mode m)
-{
-    return m == SKU_MODE_ATOMIC ? "atomic" : "lock";
-}
-
-int sku_mode_parse(const char *s, sku_mode *out)
-{
-    if (s != NULL && strcmp(s, "lock") == 0)
-        *out = SKU_MODE_LOCK;
-    else if (s != NULL && strcmp(s, "atomic") == 0)
-        *out = SKU_MODE_ATOMIC;
-    else
-        return -1;
-    return 0;
-}
+#include "base/xalloc.h"
 
 /* What an admin write is, for its request id: a retry under the same id must be the
  * same write. */

@@ -14,13 +14,12 @@
 #include <stdbool.h>
 
 #include "segments/inventory.h"
-#include "segments/names.h"
+#include "base/names.h"
+#include "segments/skumode.h"
 
 #define SKU_STOCK_MAX 9007199254740991LL /* 2^53 - 1: exact in a JSON number */
 #define SKU_HOLD_MAX_MS 10000
 #define SKU_RESTOCK_MAX 1000000000000LL
-
-typedef enum sku_mode { SKU_MODE_LOCK = 0, SKU_MODE_ATOMIC = 1 } sku_mode;
 
 struct sku_config {
     long long stock; /* 0..SKU_STOCK_MAX */
@@ -43,10 +42,6 @@ struct sku_status {
     bool segment_locked[SEG_MAX_SEGMENTS];      /* segment i's lock is held right now */
     int locks_held; /* segment locks held right now (any instance) */
 };
-
-/* "lock" / "atomic" and back; sku_mode_parse returns -1 for anything else. */
-const char *sku_mode_name(sku_mode m);
-int sku_mode_parse(const char *s, sku_mode *out);
 
 /* Admin writes take a request id `rid` (a valid name, or NULL/"" for none): a write
  * is applied once per id -- sent again under the same id it changes nothing and

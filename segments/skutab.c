@@ -8,7 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "segments/xalloc.h"
+#include "segments/clock.h"
+#include "segments/skumode.h"
+#include "base/xalloc.h"
 
 #define BUCKETS 256
 

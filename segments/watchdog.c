@@ -7,13 +7,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "segments/xalloc.h"
+#include "segments/clock.h"
+#include "base/xalloc.h"
 
 #define BATCH 64
 
 struct watchdog {
     inv *v;
-    inv_conn *conn; /* used by the watchdog thread only */
+    rd_conn *rd; /* its own Redis connection, used by the watchdog thread only */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -46,7 +47,7 @@ static struct lease *find(watchdog *w, uint64_t id)
 /* Renew one lease: 1 renewed, 0 no longer ours, -1 Redis did not answer. */
 static int renew(watchdog *w, const struct due *d)
 {
-    return rd_renew(w->conn->rd, d->sku, d->seg, d->token, w->v->opt.lock_ttl_ms);
+    return rd_renew(w->rd, d->sku, d->seg, d->token, w->v->opt.lock_ttl_ms);
 }
 
 static void *run(void *arg)
@@ -95,18 +96,18 @@ static void *run(void *arg)
     return NULL;
 }
 
-watchdog *watchdog_create(inv *v, char *err, size_t errlen)
+watchdog *watchdog_create(inv *v, const struct rd_target *to, char *err, size_t errlen)
 {
     watchdog *w = seg_calloc(1, sizeof *w);
     w->v = v;
-    w->conn = inv_conn_create(v);
+    w->rd = rd_conn_create(to, &v->stats[STAT_REDIS_ERRORS]);
     w->head.next = w->head.prev = &w->head;
     pthread_mutex_init(&w->mu, NULL);
     inv_cond_init(&w->cv);
     int rc = pthread_create(&w->thread, NULL, run, w);
     if (rc != 0) {
         snprintf(err, errlen, "watchdog thread: %s", strerror(rc));
-        inv_conn_free(w->conn);
+        rd_conn_free(w->rd);
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
         free(w);
@@ -124,7 +125,7 @@ void watchdog_free(watchdog *w)
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
-    inv_conn_free(w->conn);
+    rd_conn_free(w->rd);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);

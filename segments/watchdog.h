@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "segments/internal.h"
-#include "segments/names.h"
+#include "base/names.h"
 
 struct lease {
     char sku[SEG_NAME_MAX + 1]; /* the lock: segment `seg` of `sku` */
@@ -29,8 +29,10 @@ struct lease {
     struct lease *prev, *next;
 };
 
-/* Start the thread. NULL with `err` filled when it cannot be started. */
-watchdog *watchdog_create(inv *v, char *err, size_t errlen);
+/* Start the thread, renewing on a connection of its own to `to` (copied) whose
+ * failures count in v's Redis error counter. NULL with `err` filled when the thread
+ * cannot be started. */
+watchdog *watchdog_create(inv *v, const struct rd_target *to, char *err, size_t errlen);
 /* Stop the thread and free; leases still registered are forgotten, not released. */
 void watchdog_free(watchdog *w);
 

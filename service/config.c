@@ -1,7 +1,7 @@
 /* config.c -- load and validate the configuration from defaults, file, env and flags. */
 #include "service/config.h"
 
-#include "segments/names.h"
+#include "base/names.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -11,7 +11,7 @@
 
 #include "segments/redis/proto.h"
 #include "segments/redis/store.h"
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 enum kind {
     K_SETUP,

@@ -9,13 +9,7 @@
 #include "segments/redis/keys.h"
 #include "segments/redis/proto.h"
 #include "segments/redis/store.h"
-#include "segments/xalloc.h"
-
-void rd_reply_clear(struct rd_reply *r)
-{
-    free(r->record);
-    r->record = NULL;
-}
+#include "base/xalloc.h"
 
 /* Send `cmd` (freed here) and hand its reply to the caller: NULL when Redis gave no
  * usable answer. */

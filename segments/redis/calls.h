@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "segments/names.h"
+#include "base/names.h"
 
 /* Script reply codes, as numbers so that scripts.c can splice them into Lua:
  *   RD_OK        done

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 /* A script's vector starts with three slots cmd_argv fills (EVALSHA, sha, nkeys). */
 #define HEAD 3

@@ -28,12 +28,12 @@
  *                             what it was ("restock:100", ...); kept for a day
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
- * Names are valid ids (segments/names.h), so none carries a brace into a key.
+ * Names are valid ids (base/names.h), so none carries a brace into a key.
  */
 #ifndef SEG_KEYS_H
 #define SEG_KEYS_H
 
-#include "segments/names.h"
+#include "base/names.h"
 
 #define SEG_KEY_MAX 160
 

@@ -1,4 +1,5 @@
-/* proto.c -- encoders and decoders of the seam's calls (see proto.h). */
+/* proto.c -- encoders and decoders of the seam's calls, and rd_reply_clear for what
+ * the decoders fill (see proto.h). */
 #include "segments/redis/proto.h"
 
 #include <errno.h>
@@ -7,7 +8,7 @@
 #include <string.h>
 
 #include "segments/redis/keys.h"
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 /* ---- encoders ------------------------------------------------------------------ */
 
@@ -255,6 +256,14 @@ long long proto_integer(const redisReply *r, long long dflt)
 static bool is_array(const redisReply *r, size_t n)
 {
     return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= n;
+}
+
+/* Declared in calls.h with struct rd_reply; here, next to the decoders that fill
+ * `record`. */
+void rd_reply_clear(struct rd_reply *r)
+{
+    free(r->record);
+    r->record = NULL;
 }
 
 int proto_scripted(const redisReply *r, struct rd_reply *out)

@@ -1,7 +1,7 @@
 /* store.c -- one Redis connection (see store.h). */
 #include "segments/redis/store.h"
 
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -4,8 +4,8 @@
  * the domain never threads allocation failures through its results (as Redis's
  * zmalloc). Free with free().
  */
-#ifndef SEG_XALLOC_H
-#define SEG_XALLOC_H
+#ifndef BASE_XALLOC_H
+#define BASE_XALLOC_H
 
 #include <stddef.h>
 

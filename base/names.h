@@ -5,8 +5,8 @@
  * A name is 1..SEG_NAME_MAX characters of [A-Za-z0-9_.-], so it can never carry a
  * hash-tag brace, a glob character, a separator or whitespace into a key or a log.
  */
-#ifndef SEG_NAMES_H
-#define SEG_NAMES_H
+#ifndef BASE_NAMES_H
+#define BASE_NAMES_H
 
 #include <stdbool.h>
 

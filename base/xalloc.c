@@ -1,5 +1,5 @@
 /* xalloc.c -- allocation that aborts on out of memory (see xalloc.h). */
-#include "segments/xalloc.h"
+#include "base/xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

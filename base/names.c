@@ -1,5 +1,5 @@
 /* names.c -- name validation (see names.h). */
-#include "segments/names.h"
+#include "base/names.h"
 
 #include <stddef.h>
 
