@@ -472,15 +472,14 @@ static void spread_end(struct ord *o)
  * order ends with `st`. */
 static void multi_give_up(struct ord *o, inv_status st)
 {
+    bool spreading = o->spreading;
     multi_release(o);
-    if (o->spreading && st != INV_UNAVAILABLE) {
+    if (spreading)
         spread_end(o);
+    if (spreading && st != INV_UNAVAILABLE)
         round_begin(o);
-        return;
-    }
-    if (o->spreading)
-        spread_end(o);
-    finish(o, st);
+    else
+        finish(o, st);
 }
 
 static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *stocks)

@@ -56,34 +56,33 @@ static const char acquire_lua[] =
  *      | {OK, stock left}.
  * A record written by this very attempt (the script sent again after its reply was
  * lost) is OK: the first run placed the order. Every reply releases the lock when
- * the token still owns it. */
+ * the token still owns it. The lock, the epoch and the stock are read in one MGET
+ * (a lock order makes 7 calls, not 10: Redis CPU is the hold-0 bottleneck). */
 static const char deduct_lua[] =
     "local locked = ARGV[1] ~= ''\n"
+    "local v = redis.call('MGET', KEYS[1], KEYS[6], KEYS[2])\n"
+    "local mine = locked and v[1] == ARGV[1]\n"
     "local function done(r)\n"
-    "  if locked and redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "    redis.call('DEL', KEYS[1])\n"
-    "  end\n"
+    "  if mine then redis.call('DEL', KEYS[1]) end\n"
     "  return r\n"
     "end\n"
     "local rec = redis.call('HGET', KEYS[5], 'r')\n"
     "if rec and redis.call('HGET', KEYS[5], 't') == ARGV[5] then\n"
     "  return done({" S(
-        RD_OK) ", tonumber(redis.call('GET', KEYS[2]) or '0')})\n"
+        RD_OK) ", tonumber(v[3] or '0')})\n"
                "end\n"
-               "if locked and redis.call('GET', KEYS[1]) ~= ARGV[1] then return {" S(
+               "if locked and not mine then return {" S(
                    RD_FENCED) "} end\n"
-                              "if redis.call('GET', KEYS[6]) ~= ARGV[6] then return "
-                              "done({" S(
+                              "if v[2] ~= ARGV[6] then return done({" S(
                                   RD_STALE) "}) end\n"
                                             "if rec then return done({" S(
                                                 RD_EXISTS) ", rec}) end\n"
-                                                           "local s = redis.call('GET', "
-                                                           "KEYS[2])\n"
-                                                           "if not s then return "
+                                                           "if not v[3] then return "
                                                            "done({" S(
                                                                RD_MISSING) "}) end\n"
-                                                                           "s = "
-                                                                           "tonumber(s)\n"
+                                                                           "local s = "
+                                                                           "tonumber(v[3]"
+                                                                           ")\n"
                                                                            "local q = "
                                                                            "tonumber("
                                                                            "ARGV[2])\n"
