@@ -345,6 +345,39 @@ static void test_check_config(void **state)
     expect_refused(args, NULL, "lock_ttl_ms", NULL);
 }
 
+/* Every event loop serves the one listening socket, bound once without SO_REUSEPORT:
+ * a second process started on the same port is refused (exit 1, one line saying
+ * why), not handed part of the connections, and the first goes on serving. */
+static void test_second_process_on_the_port_is_refused(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    const char *first_args[] = {"--config", e->empty_cfg, NULL};
+    h_svc *first = h_svc_start_args(e->redis, first_args);
+    assert_non_null(first);
+    char port[16], redis[64];
+    snprintf(port, sizeof port, "%d", h_svc_port(first));
+    snprintf(redis, sizeof redis, "127.0.0.1:%d", h_redis_port(e->redis));
+    const char *argv[] = {bin(), "--config", e->empty_cfg, "--port",
+                          port,  "--redis",  redis,        NULL};
+    char *out = NULL, *err = NULL;
+    int st = h_run_cmd(argv, NULL, 5000, &out, &err);
+    if (st != 1 || strstr(err, "cannot listen") == NULL)
+        fprintf(stderr, "second process: exit %d: %s%s\n", st, out, err);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(err, "Address already in use"));
+    free(out);
+    free(err);
+    for (int i = 0; i < 20; i++) { /* every connection still reaches the first */
+        struct h_resp r;
+        assert_int_equal(h_req(h_svc_port(first), "GET", "/livez", NULL, NULL, &r), 200);
+        h_resp_free(&r);
+    }
+    assert_true(h_svc_alive(first));
+    assert_int_equal(h_svc_stop_clean(first), 0);
+    h_svc_free(first);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_precedence_file_env_flag),
         cmocka_unit_test(test_non_loopback_needs_token),
         cmocka_unit_test(test_check_config),
+        cmocka_unit_test(test_second_process_on_the_port_is_refused),
     };
     return cmocka_run_group_tests_name("config", tests, group_setup, group_teardown);
 }
