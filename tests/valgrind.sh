@@ -19,18 +19,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A port the kernel says is free (bind to port 0), like the test harness: a random
+# pick in the ephemeral range could be a client connection's local port.
 free_port() {
-    local p
-    for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 20000))
-        ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && { echo "$p"; return; }
-    done
-    echo "valgrind.sh: no free port" >&2
-    exit 1
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 fail() {
     echo "valgrind.sh: FAILED: $*" >&2
     [ -f "$dir/valgrind.log" ] && tail -40 "$dir/valgrind.log" >&2
+    [ -f "$dir/service.log" ] && tail -5 "$dir/service.log" >&2
     exit 1
 }
 
