@@ -73,6 +73,7 @@ static void round_begin(struct ord *o);
 static void visit_next(struct ord *o);
 static void finish(struct ord *o, inv_status st);
 static void view(struct ord *o);
+static void on_verdict(void *arg, int rc, const long long *stock);
 
 /* ---- small things --------------------------------------------------------------- */
 
@@ -514,10 +515,20 @@ static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *sto
     case RD_FENCED:
         stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
         break;
+    case RD_SHORT:
+        /* The plan came from hints, and the script's stocks did not update them:
+         * they belong to a newer generation (a cancel or restock since this loop
+         * read the settings). Read the settings again before another plan. */
+        ltab_invalidate(o->s);
+        break;
     default:
         break;
     }
-    round_begin(o); /* look again with what the script saw */
+    if (inv_now_ms() >= o->deadline_ms) { /* the deadline holds here too */
+        rda_stocks_read(o->e->rd, o->sku, o->n, on_verdict, o);
+        return;
+    }
+    view(o); /* look again, with what the script saw */
 }
 
 static void multi_deduct(struct ord *o)
@@ -773,14 +784,14 @@ static void round_end(struct ord *o)
         finish(o, INV_SOLD_OUT);
         return;
     }
-    if (o->claimed + o->busy == 0) {
+    int remaining = (int)(o->deadline_ms - inv_now_ms());
+    if (o->claimed + o->busy == 0 && (o->n == 1 || remaining > 0)) {
         if (o->n > 1)
             multi_begin(o);
         else
             finish(o, INV_INSUFFICIENT);
         return;
     }
-    int remaining = (int)(o->deadline_ms - inv_now_ms());
     if (remaining <= 0) {
         /* Busy with what? When every segment together cannot fill the order, the
          * honest answer is sold out or insufficient, not "busy, retry". */
