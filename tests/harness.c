@@ -734,6 +734,255 @@ int h_redis_get(const h_redis *r, const char *key, char *buf, size_t len)
     return res;
 }
 
+/* ---- redis cluster ------------------------------------------------------------- */
+
+#define H_CLUSTER_PORT_LO 12000
+#define H_CLUSTER_PORT_HI 22000 /* exclusive; bus ports end below 32000 */
+#define H_CLUSTER_BUS 10000     /* redis-server's default bus port offset */
+
+struct h_cluster {
+    int n, masters;
+    h_redis **node;
+};
+
+/* True when 127.0.0.1:port can be bound right now. */
+static bool port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    bool ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port whose bus port is free too and that no node of `c` (nodes 0..upto-1) uses;
+ * 0 when none turned up in a few hundred draws. */
+static int cluster_port(const h_cluster *c, int upto, unsigned *seed)
+{
+    for (int draw = 0; draw < 500; draw++) {
+        int port = H_CLUSTER_PORT_LO +
+                   (int)(rand_r(seed) % (H_CLUSTER_PORT_HI - H_CLUSTER_PORT_LO));
+        bool taken = false;
+        for (int i = 0; i < upto && !taken; i++)
+            taken = c->node[i] != NULL && c->node[i]->port == port;
+        if (!taken && port_free(port) && port_free(port + H_CLUSTER_BUS))
+            return port;
+    }
+    return 0;
+}
+
+/* Start node i of `c`: 0 or -1. */
+static int cluster_node_start(h_cluster *c, int i, unsigned *seed)
+{
+    h_redis *r = xcalloc(1, sizeof *r);
+    c->node[i] = r;
+    if ((r->dir = h_tempdir("cnode")) == NULL)
+        return -1;
+    /* A port found free can be taken before redis binds it: try a few. */
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if ((r->port = cluster_port(c, i, seed)) == 0)
+            continue;
+        snprintf(r->addr, sizeof r->addr, "127.0.0.1:%d", r->port);
+        char conf[700];
+        snprintf(conf, sizeof conf, "%s/nodes-%d.conf", r->dir, r->port);
+        /* A replica's first sync starts at once (not after the diskless default's
+         * 5 s wait for more replicas). */
+        const char *extra[] = {"--cluster-enabled",
+                               "yes",
+                               "--cluster-config-file",
+                               conf,
+                               "--cluster-node-timeout",
+                               "1000",
+                               "--repl-diskless-sync-delay",
+                               "0",
+                               NULL};
+        for (int k = 0; r->extra[k] != NULL; k++) {
+            free(r->extra[k]);
+            r->extra[k] = NULL;
+        }
+        for (int k = 0; extra[k] != NULL; k++)
+            r->extra[k] = xstrdup(extra[k]);
+        if (redis_launch(r) == 0)
+            return 0;
+    }
+    say("could not start cluster node %d", i);
+    return -1;
+}
+
+/* A reply to `cmd` on a fresh connection to `port` (caller frees), or NULL. */
+static redisReply *node_command(int port, const char *cmd)
+{
+    redisContext *rc = connect_port(port, 1000);
+    if (rc == NULL)
+        return NULL;
+    redisReply *r = redisCommand(rc, cmd);
+    redisFree(rc);
+    return r;
+}
+
+/* Whether node `port` sees the cluster whole: cluster_state:ok, `masters` masters and
+ * `replicas` replicas with no failure or handshake flag, -- a replica -- its link to
+ * its master up, and no AOF rewrite or load under way. On false, `why` says what is
+ * missing. */
+static bool node_ready(int port, int masters, int replicas, char *why, size_t len)
+{
+    redisReply *info = node_command(port, "CLUSTER INFO");
+    bool ok = info != NULL && info->type == REDIS_REPLY_STRING &&
+              strstr(info->str, "cluster_state:ok") != NULL;
+    if (info != NULL)
+        freeReplyObject(info);
+    if (!ok) {
+        snprintf(why, len, "port %d: cluster_state not ok", port);
+        return false;
+    }
+    redisReply *nodes = node_command(port, "CLUSTER NODES");
+    int m = 0, s = 0, bad = 0;
+    if (nodes != NULL && nodes->type == REDIS_REPLY_STRING) {
+        /* <id> <ip:port@bus> <flags> ...: one node per line */
+        for (char *line = nodes->str; line != NULL && *line != '\0';) {
+            char *end = strchr(line, '\n');
+            char flags[128] = "";
+            if (sscanf(line, "%*s %*s %127s", flags) == 1) {
+                m += strstr(flags, "master") != NULL;
+                s += strstr(flags, "slave") != NULL;
+                bad += strstr(flags, "fail") != NULL ||
+                       strstr(flags, "handshake") != NULL ||
+                       strstr(flags, "noaddr") != NULL;
+            }
+            line = end != NULL ? end + 1 : NULL;
+        }
+    }
+    if (nodes != NULL)
+        freeReplyObject(nodes);
+    if (m != masters || s != replicas || bad != 0) {
+        snprintf(why, len, "port %d sees %d masters, %d replicas, %d flagged", port, m, s,
+                 bad);
+        return false;
+    }
+    /* ROLE: ["master", ...] or ["slave", host, port, state, offset] */
+    redisReply *role = node_command(port, "ROLE");
+    ok = role != NULL && role->type == REDIS_REPLY_ARRAY && role->elements >= 1 &&
+         role->element[0]->type == REDIS_REPLY_STRING &&
+         (strcmp(role->element[0]->str, "master") == 0 ||
+          (role->elements >= 4 && role->element[3]->type == REDIS_REPLY_STRING &&
+           strcmp(role->element[3]->str, "connected") == 0));
+    if (role != NULL)
+        freeReplyObject(role);
+    if (!ok) {
+        snprintf(why, len, "port %d: replica not connected to its master", port);
+        return false;
+    }
+    /* A replica rewrites its AOF after its first sync, and refuses SIGTERM while it
+     * does ("Writing initial AOF, can't exit"): wait that out too. */
+    redisReply *pers = node_command(port, "INFO persistence");
+    ok = pers != NULL && pers->type == REDIS_REPLY_STRING &&
+         strstr(pers->str, "aof_rewrite_in_progress:0") != NULL &&
+         strstr(pers->str, "aof_rewrite_scheduled:0") != NULL &&
+         strstr(pers->str, "loading:0") != NULL;
+    if (pers != NULL)
+        freeReplyObject(pers);
+    if (!ok)
+        snprintf(why, len, "port %d: loading or rewriting its AOF", port);
+    return ok;
+}
+
+h_cluster *h_cluster_start(int masters, int replicas_per_master)
+{
+    if (masters < 3 || replicas_per_master < 0 ||
+        masters * (1 + replicas_per_master) > MAX_CHILDREN / 2) {
+        say("h_cluster_start(%d, %d): out of range", masters, replicas_per_master);
+        return NULL;
+    }
+    h_cluster *c = xcalloc(1, sizeof *c);
+    c->masters = masters;
+    c->n = masters * (1 + replicas_per_master);
+    c->node = xcalloc((size_t)c->n, sizeof *c->node);
+    unsigned seed = (unsigned)getpid() ^ (unsigned)h_now_ms();
+    for (int i = 0; i < c->n; i++) {
+        if (cluster_node_start(c, i, &seed) != 0) {
+            h_cluster_free(c);
+            return NULL;
+        }
+    }
+
+    const char *cli = getenv("REDIS_CLI");
+    if (cli == NULL || cli[0] == '\0')
+        cli = "redis-cli";
+    const char **argv = xcalloc((size_t)c->n + 8, sizeof *argv);
+    char replicas[16];
+    snprintf(replicas, sizeof replicas, "%d", replicas_per_master);
+    int k = 0;
+    argv[k++] = cli;
+    argv[k++] = "--cluster";
+    argv[k++] = "create";
+    for (int i = 0; i < c->n; i++)
+        argv[k++] = c->node[i]->addr;
+    argv[k++] = "--cluster-replicas";
+    argv[k++] = replicas;
+    argv[k++] = "--cluster-yes";
+    char *out = NULL, *err = NULL;
+    int st = h_run_cmd(argv, NULL, 30000, &out, &err);
+    free(argv);
+    if (st != 0) {
+        say("redis-cli --cluster create exited %d:\n%s%s", st, out, err);
+        free(out);
+        free(err);
+        h_cluster_free(c);
+        return NULL;
+    }
+    free(out);
+    free(err);
+
+    char why[160] = "";
+    long long end = h_now_ms() + 20000;
+    for (int i = 0; i < c->n;) {
+        if (node_ready(c->node[i]->port, masters, c->n - masters, why, sizeof why)) {
+            i++;
+            continue;
+        }
+        if (h_now_ms() >= end) {
+            say("cluster not ready in 20 s: %s", why);
+            h_cluster_free(c);
+            return NULL;
+        }
+        h_sleep_ms(50);
+    }
+    return c;
+}
+
+int h_cluster_size(const h_cluster *c)
+{
+    return c->n;
+}
+
+int h_cluster_port(const h_cluster *c, int i)
+{
+    return i >= 0 && i < c->n ? c->node[i]->port : 0;
+}
+
+h_redis *h_cluster_node(const h_cluster *c, int i)
+{
+    return i >= 0 && i < c->n ? c->node[i] : NULL;
+}
+
+void h_cluster_free(h_cluster *c)
+{
+    if (c == NULL)
+        return;
+    /* Replicas (the last nodes) first, so no master waits on SIGTERM for a replica to
+     * catch up. */
+    for (int i = c->n - 1; i >= 0; i--)
+        h_redis_free(c->node[i]);
+    free(c->node);
+    free(c);
+}
+
 /* ---- inventoryd ----------------------------------------------------------------- */
 
 struct h_svc {

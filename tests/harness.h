@@ -106,6 +106,38 @@ int h_redis_set_px(const h_redis *r, const char *key, const char *value, long px
  * 0 when not, -1 on error. */
 int h_redis_get(const h_redis *r, const char *key, char *buf, size_t len);
 
+/* ---- redis cluster ------------------------------------------------------------ */
+
+/* A Redis Cluster of redis-server children: each an h_redis (its own temp dir, AOF
+ * on, 127.0.0.1) started with --cluster-enabled yes, --cluster-config-file
+ * <its dir>/nodes-<port>.conf and --cluster-node-timeout 1000. Ports are drawn from
+ * 12000-21999, so every bus port (port + 10000) lies in 22000-31999: both below the
+ * kernel's default ephemeral range (32768-60999, where a connection's local port can
+ * make a bind fail) and below 55535. Each port and its bus port are checked free by
+ * binding them first. */
+typedef struct h_cluster h_cluster;
+
+/* Start masters * (1 + replicas_per_master) nodes, join them with `redis-cli --cluster
+ * create ... --cluster-replicas N --cluster-yes` ($REDIS_CLI or redis-cli; masters must
+ * be at least 3, its minimum), and wait until every node says cluster_state:ok, sees
+ * `masters` masters and the replicas without a failure flag, every replica's link to
+ * its master is up and no node is rewriting its AOF (a replica does after its first
+ * sync, and ignores SIGTERM meanwhile). Nodes also get --repl-diskless-sync-delay 0,
+ * so that first sync starts at once. Bounded (about a minute at worst); NULL after
+ * tearing down what started, with the reason printed. Free with h_cluster_free. */
+h_cluster *h_cluster_start(int masters, int replicas_per_master);
+
+/* How many nodes; node i's port (0 <= i < size), in the order given to redis-cli,
+ * which makes the first `masters` of them the masters; node i itself (borrowed: for
+ * h_redis_connect, h_redis_pause, ...). */
+int h_cluster_size(const h_cluster *c);
+int h_cluster_port(const h_cluster *c, int i);
+h_redis *h_cluster_node(const h_cluster *c, int i);
+
+/* Stop every node (by pid: SIGTERM, SIGKILL after 10 s), remove their dirs, free.
+ * NULL is fine. */
+void h_cluster_free(h_cluster *c);
+
 /* ---- inventoryd --------------------------------------------------------------- */
 
 typedef struct h_svc h_svc;
