@@ -226,11 +226,6 @@ engine *api_loop_engine(struct api_loop *l)
     return l->engine;
 }
 
-struct MHD_Daemon *api_loop_daemon(struct api_loop *l)
-{
-    return l->daemon;
-}
-
 void api_loop_kick(struct api_loop *l)
 {
     event_active(l->kick, 0, 0);

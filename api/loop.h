@@ -35,7 +35,6 @@ struct api_loop *api_loop_start(inv *v, int index, api_loop_daemon_fn mk, void *
 
 int api_loop_index(const struct api_loop *l);
 engine *api_loop_engine(struct api_loop *l);
-struct MHD_Daemon *api_loop_daemon(struct api_loop *l);
 
 /* Run the daemon again soon (a connection was resumed on this thread). Loop thread. */
 void api_loop_kick(struct api_loop *l);

@@ -17,3 +17,11 @@ bool seg_valid_name(const char *s)
     }
     return n > 0;
 }
+
+unsigned seg_name_hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}

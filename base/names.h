@@ -16,4 +16,7 @@
 /* True when `s` is a valid SKU, order or request id. NULL is not valid. */
 bool seg_valid_name(const char *s);
 
+/* FNV-1a of a name, for the tables keyed by SKU (skutab.c, ltab.c). */
+unsigned seg_name_hash(const char *s);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/names.h"
 #include "base/xalloc.h"
 
 #define BUCKETS 256
@@ -27,14 +28,6 @@ struct ltab {
     lsku *bucket[BUCKETS];
 };
 
-static unsigned hash(const char *s)
-{
-    unsigned h = 2166136261u; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % BUCKETS;
-}
-
 ltab *ltab_create(void)
 {
     return seg_calloc(1, sizeof(ltab));
@@ -54,7 +47,7 @@ void ltab_free(ltab *t)
 
 lsku *ltab_get(ltab *t, const char *sku, bool add)
 {
-    unsigned b = hash(sku);
+    unsigned b = seg_name_hash(sku) % BUCKETS;
     for (lsku *s = t->bucket[b]; s != NULL; s = s->next)
         if (strcmp(s->name, sku) == 0)
             return s;

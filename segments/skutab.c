@@ -8,9 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/names.h"
+#include "base/xalloc.h"
 #include "segments/clock.h"
 #include "segments/skumode.h"
-#include "base/xalloc.h"
 
 #define BUCKETS 256
 
@@ -42,14 +43,6 @@ struct skutab {
     sku_local *bucket[BUCKETS];
 };
 
-static unsigned hash(const char *s)
-{
-    unsigned h = 2166136261u; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % BUCKETS;
-}
-
 skutab *skutab_create(void)
 {
     skutab *t = seg_calloc(1, sizeof *t);
@@ -75,7 +68,7 @@ void skutab_free(skutab *t)
 
 static sku_local *find(skutab *t, const char *sku)
 {
-    for (sku_local *e = t->bucket[hash(sku)]; e != NULL; e = e->next)
+    for (sku_local *e = t->bucket[seg_name_hash(sku) % BUCKETS]; e != NULL; e = e->next)
         if (strcmp(e->name, sku) == 0)
             return e;
     return NULL;
@@ -95,7 +88,7 @@ static sku_local *find_or_add(skutab *t, const char *sku)
         snprintf(e->name, sizeof e->name, "%s", sku);
         pthread_mutex_init(&e->mu, NULL);
         inv_cond_init(&e->cv_wanted);
-        unsigned b = hash(sku);
+        unsigned b = seg_name_hash(sku) % BUCKETS;
         e->next = t->bucket[b];
         t->bucket[b] = e;
     }
