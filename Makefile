@@ -45,10 +45,13 @@ endif
 
 LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
-# The dashboard's files (api/ui/), compiled in as byte arrays by api/ui_embed.sh.
+# Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/) and the
+# Lua scripts (segments/redis/lua/).
 UI_FILES  := $(sort $(wildcard api/ui/*))
 UI_C      := $(BUILD)/gen/ui_files.c
-LIB_OBJ   += $(UI_C:%.c=%.o)
+LUA_FILES := $(sort $(wildcard segments/redis/lua/*.lua))
+LUA_C     := $(BUILD)/gen/lua_files.c
+LIB_OBJ   += $(UI_C:%.c=%.o) $(LUA_C:%.c=%.o)
 BIN       := $(BUILD)/inventoryd
 
 UNIT_SRC  := $(wildcard tests/test_*.c)
@@ -70,11 +73,15 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(UI_C): api/ui_embed.sh $(UI_FILES)
+$(UI_C): base/embed.sh $(UI_FILES)
 	@mkdir -p $(dir $@)
-	api/ui_embed.sh $@ $(UI_FILES)
+	base/embed.sh $@ api_ui_files $(UI_FILES)
 
-$(UI_C:%.c=%.o): $(UI_C)
+$(LUA_C): base/embed.sh $(LUA_FILES)
+	@mkdir -p $(dir $@)
+	base/embed.sh $@ rd_lua_files $(LUA_FILES)
+
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ) $(HARNESS)

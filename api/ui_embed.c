@@ -37,10 +37,8 @@ void api_ui_get(const struct api_ctx *ctx, struct api_request *req, struct api_r
         api_reply_header(rep, "Cache-Control", "no-store");
         return;
     }
-    const struct api_ui_file *f = api_ui_files;
-    while (f->name != NULL && strcmp(f->name, name) != 0)
-        f++;
-    if (f->name == NULL) {
+    const struct embed_file *f = embed_find(api_ui_files, name);
+    if (f == NULL) {
         api_reply_error(rep, 404, "not_found", "no such resource: %.100s", req->path);
         return;
     }

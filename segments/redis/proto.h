@@ -2,7 +2,7 @@
  * per call (C values to a command, cmd.h) and one decoder per reply shape (a
  * redisReply to C values). calls.c sends them on a blocking connection, async.c on an
  * event loop; neither builds a key or parses a reply itself. Private to
- * segments/redis/. The scripts' KEYS and ARGV are documented in scripts.c.
+ * segments/redis/. The scripts' KEYS and ARGV are documented atop each file of lua/.
  */
 #ifndef SEG_REDIS_PROTO_H
 #define SEG_REDIS_PROTO_H

@@ -1,6 +1,6 @@
 /* scripts.h -- the Lua scripts; the only place Lua lives (inside the Redis seam).
  *
- * Each script's KEYS/ARGV and reply are documented beside its source in scripts.c.
+ * Each script's KEYS/ARGV and reply are documented atop its source, lua/<name>.lua.
  * Replies are arrays whose first element is one of the RD_* codes of calls.h.
  *
  * Every script that writes a SKU carries what the caller believes of it (its epoch,

@@ -1,0 +1,46 @@
+-- CANCEL: give an order's stock back to the segments it came from.
+-- KEYS: order record, meta, then per segment of the order: lock, stock, sold, hash,
+--       epoch, and last the cancelled set of the order's first segment.
+-- ARGV: order_id, cancelled record JSON, the confirmed record as the caller read it,
+--       epoch, then per segment: token.
+-- Reply: {MISSING} (no such order) | {EXISTS, record} (already cancelled: also what a
+--      resend of a cancel that worked finds) | {STALE} (the order is not the one the
+--      caller read, or the SKU was reset) | {FENCED} | {OK}.
+-- The units given back are the ones the segments' hashes record for the order, not the
+-- caller's. Every reply releases the locks the tokens still own; OK bumps gen.
+local n = (#KEYS - 3) / 5
+local function done(r)
+  for i = 0, n - 1 do
+    if redis.call('GET', KEYS[3 + 5 * i]) == ARGV[5 + i] then
+      redis.call('DEL', KEYS[3 + 5 * i])
+    end
+  end
+  return r
+end
+local rec = redis.call('HGET', KEYS[1], 'r')
+if not rec then return done({MISSING}) end
+if rec ~= ARGV[3] then
+  if redis.call('SISMEMBER', KEYS[#KEYS], ARGV[1]) == 1 then
+    return done({EXISTS, rec})
+  end
+  return done({STALE})
+end
+for i = 0, n - 1 do
+  if redis.call('GET', KEYS[3 + 5 * i]) ~= ARGV[5 + i] then return done({FENCED}) end
+end
+local q = {}
+for i = 0, n - 1 do
+  q[i] = redis.call('HGET', KEYS[6 + 5 * i], ARGV[1])
+  if redis.call('GET', KEYS[7 + 5 * i]) ~= ARGV[4] or not q[i] then
+    return done({STALE})
+  end
+end
+for i = 0, n - 1 do
+  redis.call('INCRBY', KEYS[4 + 5 * i], q[i])
+  redis.call('DECRBY', KEYS[5 + 5 * i], q[i])
+  redis.call('HDEL', KEYS[6 + 5 * i], ARGV[1])
+end
+redis.call('SADD', KEYS[#KEYS], ARGV[1])
+redis.call('HSET', KEYS[1], 'r', ARGV[2])
+redis.call('HINCRBY', KEYS[2], 'gen', 1)
+return done({OK})

@@ -1,0 +1,32 @@
+-- DEDUCT: the fenced write (with an empty token it is mode `atomic`'s whole attempt).
+-- KEYS: segment lock, stock, sold, orders hash, order record, segment epoch.
+-- ARGV: token ('' = no lock), qty, order_id, record JSON, attempt id, epoch.
+-- Reply: {FENCED} | {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock}
+--      | {OK, stock left}.
+-- A record written by this very attempt (the script sent again after its reply was
+-- lost) is OK: the first run placed the order. Every reply releases the lock when the
+-- token still owns it. The lock, the epoch and the stock are read in one MGET (a lock
+-- order makes 7 calls, not 10: Redis CPU is the hold-0 bottleneck).
+local locked = ARGV[1] ~= ''
+local v = redis.call('MGET', KEYS[1], KEYS[6], KEYS[2])
+local mine = locked and v[1] == ARGV[1]
+local function done(r)
+  if mine then redis.call('DEL', KEYS[1]) end
+  return r
+end
+local rec = redis.call('HGET', KEYS[5], 'r')
+if rec and redis.call('HGET', KEYS[5], 't') == ARGV[5] then
+  return done({OK, tonumber(v[3] or '0')})
+end
+if locked and not mine then return {FENCED} end
+if v[2] ~= ARGV[6] then return done({STALE}) end
+if rec then return done({EXISTS, rec}) end
+if not v[3] then return done({MISSING}) end
+local s = tonumber(v[3])
+local q = tonumber(ARGV[2])
+if s < q then return done({SHORT, s}) end
+redis.call('DECRBY', KEYS[2], ARGV[2])
+redis.call('INCRBY', KEYS[3], ARGV[2])
+redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
+redis.call('HSET', KEYS[5], 'r', ARGV[4], 't', ARGV[5])
+return done({OK, s - q})
