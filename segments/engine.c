@@ -223,7 +223,7 @@ static void finish(struct ord *o, inv_status st)
     if ((st == INV_SOLD_OUT || st == INV_INSUFFICIENT) && o->has_id) {
         /* Segments known empty were skipped without Redis, so the scripts that spot a
          * replay may not have run: a retry of a confirmed order must still get it. */
-        rda_record_read(o->e->rd, o->res.order_id, on_record, o);
+        rda_record_read(o->e->rd, o->res.order_id, o->sku, o->view.epoch, on_record, o);
         return;
     }
     answer_and_free(o);

@@ -198,6 +198,76 @@ static void test_conflicting_reuse(void **state)
     assert_int_equal(h_audit(e->port, NULL, "idem-b", 10, true), 0);
 }
 
+/* 1 when key `inv:order:{id}` exists in e's Redis, 0 when not. */
+static int record_exists(struct h_env *e, const char *id)
+{
+    redisContext *rc = h_redis_connect(e->redis);
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "EXISTS inv:order:{%s}", id);
+    assert_non_null(r);
+    int n = (int)r->integer;
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/* A reset drops the records of the SKU's orders, cancelled ones included: their ids
+ * are free again, and nothing of them is left in Redis. */
+static void test_reset_drops_records(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    const char *ids[] = {"reset-1", "reset-2", "reset-3"};
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-reset", 10, 2, "lock", 0), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(h_order(e->port, "idem-reset", 1, ids[i], NULL), 201);
+    struct h_resp cancelled;
+    assert_int_equal(h_req(e->port, "DELETE", "/orders/reset-2", NULL, NULL, &cancelled),
+                     200);
+    h_resp_free(&cancelled);
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-reset", 10, 4, "lock", 0), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(record_exists(e, ids[i]), 0);
+        assert_int_equal(h_order_status(e->port, ids[i]), 404);
+    }
+    assert_int_equal(h_order(e->port, "idem-reset", 1, "reset-1", NULL), 201);
+    assert_int_equal(h_audit(e->port, NULL, "idem-reset", 10, true), 0);
+}
+
+/* A record a reset left behind (the service died between the reset and the drop of its
+ * records: here, the record is put back by hand) is no order: GET /orders/{id} does
+ * not show it, and an order with that id is a new sale, not a replay. */
+static void test_record_left_by_reset_is_dead(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-dead", 10, 2, "lock", 0), 0);
+    assert_int_equal(h_order(e->port, "idem-dead", 1, "left-1", NULL), 201);
+    redisContext *rc = h_redis_connect(e->redis);
+    assert_non_null(rc);
+    redisReply *dump = redisCommand(rc, "DUMP inv:order:{left-1}");
+    assert_non_null(dump);
+    assert_int_equal(dump->type, REDIS_REPLY_STRING);
+
+    assert_int_equal(h_put_sku(e->port, NULL, "idem-dead", 10, 2, "lock", 0), 0);
+    redisReply *r =
+        redisCommand(rc, "RESTORE inv:order:{left-1} 0 %b REPLACE", dump->str, dump->len);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    freeReplyObject(dump);
+    redisFree(rc);
+
+    assert_int_equal(h_order_status(e->port, "left-1"), 404);
+    struct h_resp again;
+    assert_int_equal(h_order(e->port, "idem-dead", 1, "left-1", &again), 201);
+    h_resp_free(&again);
+    assert_int_equal(h_order_status(e->port, "left-1"), 200);
+    assert_int_equal(h_order(e->port, "idem-dead", 1, "left-1", NULL), 200);
+    assert_int_equal(sold_of(e->port, "idem-dead"), 1);
+    assert_int_equal(h_audit(e->port, NULL, "idem-dead", 10, true), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +277,8 @@ int main(void)
         cmocka_unit_test(test_concurrent_replay_with_hold),
         cmocka_unit_test(test_concurrent_replay_atomic),
         cmocka_unit_test(test_conflicting_reuse),
+        cmocka_unit_test(test_reset_drops_records),
+        cmocka_unit_test(test_record_left_by_reset_is_dead),
     };
     int failed =
         cmocka_run_group_tests_name("idempotency", tests, group_setup, group_teardown);

@@ -32,8 +32,10 @@ struct req {
     rda_conn *c;
     struct rd_cmd cmd;
     enum kind kind;
-    int n;          /* K_MULTI, K_STOCKS: how many segments */
-    char token[33]; /* K_INT_TAKEN: ours */
+    int n;                      /* K_MULTI, K_STOCKS: how many segments */
+    char token[33];             /* K_INT_TAKEN: ours */
+    char sku[SEG_NAME_MAX + 1]; /* K_RECORD: the SKU the caller expects, and */
+    long long epoch;            /* its epoch */
     void (*fn)(void);
     void *arg;
     long long sent_ms;
@@ -117,9 +119,17 @@ static void answer(struct req *q, redisReply *r)
         case K_META:
             rc = proto_meta(r, &meta, &found);
             break;
-        case K_RECORD:
-            rc = proto_record(r, &record);
+        case K_RECORD: {
+            char owner[SEG_NAME_MAX + 1];
+            long long epoch;
+            rc = proto_record(r, &record, owner, &epoch);
+            if (rc == 0 && record != NULL &&
+                proto_record_dead(owner, epoch, q->sku, q->epoch)) {
+                free(record);
+                record = NULL;
+            }
             break;
+        }
         case K_STOCKS:
             rc = proto_stocks(r, q->n, stocks);
             break;
@@ -539,9 +549,12 @@ void rda_meta_read(rda_conn *c, const char *sku, rda_meta_fn fn, void *arg)
     send_req(q);
 }
 
-void rda_record_read(rda_conn *c, const char *id, rda_record_fn fn, void *arg)
+void rda_record_read(rda_conn *c, const char *id, const char *sku, long long epoch,
+                     rda_record_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_RECORD, FN(fn), arg);
+    snprintf(q->sku, sizeof q->sku, "%s", sku);
+    q->epoch = epoch;
     proto_record_read(&q->cmd, id);
     send_req(q);
 }

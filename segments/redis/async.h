@@ -74,7 +74,11 @@ typedef void (*rda_stocks_fn)(void *arg, int rc, const long long *stock);
  * nobody waits for the answer (a release on the way out). */
 void rda_ping(rda_conn *c, rda_int_fn fn, void *arg);
 void rda_meta_read(rda_conn *c, const char *sku, rda_meta_fn fn, void *arg);
-void rda_record_read(rda_conn *c, const char *id, rda_record_fn fn, void *arg);
+/* As rd_record_read, for a caller that knows the SKU it expects and that SKU's epoch:
+ * a record of `sku` from another epoch was left behind by a reset, and reads as none.
+ * (A record of another SKU is answered as it is.) */
+void rda_record_read(rda_conn *c, const char *id, const char *sku, long long epoch,
+                     rda_record_fn fn, void *arg);
 void rda_stocks_read(rda_conn *c, const char *sku, int n, rda_stocks_fn fn, void *arg);
 void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const char *id,
                  long long qty, const char *token, int ttl_ms, rda_reply_fn fn,

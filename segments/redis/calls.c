@@ -59,12 +59,23 @@ int rd_meta_read(rd_conn *c, const char *sku, struct rd_meta *out)
 int rd_record_read(rd_conn *c, const char *id, char **record)
 {
     struct rd_cmd cmd;
+    char owner[SEG_NAME_MAX + 1];
+    long long epoch;
     proto_record_read(&cmd, id);
     redisReply *r = run(c, &cmd);
-    int rc = r != NULL ? proto_record(r, record) : -1;
+    int rc = r != NULL ? proto_record(r, record, owner, &epoch) : -1;
     if (r != NULL)
         freeReplyObject(r);
-    return rc < 0 ? -1 : *record != NULL;
+    if (rc < 0 || *record == NULL || owner[0] == '\0')
+        return rc < 0 ? -1 : *record != NULL;
+    /* Its SKU's epoch says whether a reset has left it behind since. */
+    struct rd_meta meta;
+    int found = rd_meta_read(c, owner, &meta);
+    if (found == 1 && !proto_record_dead(owner, epoch, owner, meta.epoch))
+        return 1;
+    free(*record);
+    *record = NULL;
+    return found < 0 ? -1 : 0;
 }
 
 struct segment_reads {
@@ -230,11 +241,48 @@ int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
     return scripted(c, &cmd, out);
 }
 
+/* Records dropped per DROP_RECORDS call: a reset of a SKU with a million orders
+ * deletes their records in bounded steps, not in one command. */
+#define DROP_BATCH 512
+
+/* Delete the records of ids[0..n-1] that the reset of `sku` out of `epoch` left
+ * behind. Best effort: one that stays is dead anyway (keys.h); a failure is logged. */
+static void drop_records(rd_conn *c, const char *sku, long long epoch, char *const *ids,
+                         size_t n)
+{
+    for (size_t i = 0; i < n; i += DROP_BATCH) {
+        struct rd_cmd cmd;
+        proto_drop_records(&cmd, sku, epoch, ids + i,
+                           n - i < DROP_BATCH ? n - i : DROP_BATCH);
+        redisReply *r = run(c, &cmd);
+        if (r == NULL) {
+            char detail[160];
+            snprintf(detail, sizeof detail, "%s: %zu records left (dead): %s", sku, n - i,
+                     rd_conn_error(c));
+            store_log(true, "drop records", detail);
+            return;
+        }
+        freeReplyObject(r);
+    }
+}
+
 int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
              const struct rd_reset *to, const char *rid, const char *sig,
              struct rd_reply *out)
 {
     struct rd_cmd cmd;
+    char **ids = NULL;
+    size_t n = 0;
+    memset(out, 0, sizeof *out);
     proto_reset(&cmd, sku, old_epoch, old_segments, to, rid, sig);
-    return scripted(c, &cmd, out);
+    redisReply *r = run(c, &cmd);
+    int rc = r != NULL ? proto_reset_ids(r, out, &ids, &n) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    if (rc == 0 && out->code == RD_OK)
+        drop_records(c, sku, old_epoch, ids, n);
+    for (size_t i = 0; i < n; i++)
+        free(ids[i]);
+    free(ids);
+    return rc;
 }

@@ -99,7 +99,8 @@ struct rd_meta {
 int rd_ping(rd_conn *c);
 /* The settings of `sku`: 1 (found), 0 (no such SKU) or -1. */
 int rd_meta_read(rd_conn *c, const char *sku, struct rd_meta *out);
-/* The record of order `id`: 1 with *record (malloc'd), 0 (none) or -1. */
+/* The record of order `id`: 1 with *record (malloc'd), 0 (none, or one a reset of its
+ * SKU left behind) or -1. */
 int rd_record_read(rd_conn *c, const char *id, char **record);
 /* Segments 0..n-1 of `sku`, in one round trip: stock[i] (absent: 0) and, when
  * `sold` is not NULL, also sold[i], orders[i] (orders recorded first in segment i)
@@ -183,9 +184,10 @@ struct rd_reset {
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:
- * none), dropping every key and order record of the old segments. `rid`/`sig` as
- * for rd_adjust. Codes: OK, REPLAYED, CONFLICT, STALE, MISSING (delete of no SKU).
- * 0 or -1. */
+ * none), dropping every key of the old segments, then (after OK) the records of their
+ * orders, in batches; a record not dropped (Redis went away meanwhile) is dead and
+ * ignored by every read (keys.h). `rid`/`sig` as for rd_adjust. Codes: OK, REPLAYED,
+ * CONFLICT, STALE, MISSING (delete of no SKU). 0 or -1. */
 int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
              const struct rd_reset *to, const char *rid, const char *sig,
              struct rd_reply *out);

@@ -20,10 +20,16 @@
  *   inv:{sku:i}:cancelled     set of cancelled order ids whose first segment is i
  *   inv:order:{id}            hash: r = the order record (JSON), t = the attempt that
  *                             wrote it (so a script resent after a lost reply knows its
- *                             own work). Written in the same script as the deduction;
- *                             unique per order_id (idempotency). It lives in its own
- *                             slot: under Redis Cluster the order scripts would need it
- *                             moved into the segment's slot (not done yet).
+ *                             own work), k = its SKU, e = that SKU's epoch then.
+ *                             Written in the same script as the deduction; unique per
+ *                             order_id (idempotency). A record whose SKU has another
+ *                             epoch now was left behind by a reset (RESET names only
+ *                             segment keys; the records it answers are dropped after it,
+ *                             in batches, and a crash can leave some): it is dead, every
+ *                             read ignores it and the next order with that id overwrites
+ *                             it. It lives in its own slot: under Redis Cluster the order
+ *                             scripts would need it moved into the segment's slot (not
+ *                             done yet).
  *   inv:req:{sku}:rid         an admin write already applied under request id `rid`:
  *                             what it was ("restock:100", ...); kept for a day
  *   inv:events                pub/sub channel: SKU settings changed (name as message)

@@ -31,9 +31,11 @@ void proto_meta_read(struct rd_cmd *c, const char *sku)
 void proto_record_read(struct rd_cmd *c, const char *id)
 {
     char key[SEG_KEY_MAX];
-    cmd_plain(c, "HGET");
+    cmd_plain(c, "HMGET");
     cmd_arg(c, seg_key_order(key, id));
     cmd_arg(c, "r");
+    cmd_arg(c, "k");
+    cmd_arg(c, "e");
 }
 
 void proto_stocks_read(struct rd_cmd *c, const char *sku, int n)
@@ -64,6 +66,7 @@ void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_arg(c, token);
     cmd_argll(c, ttl_ms);
     cmd_argll(c, epoch);
+    cmd_arg(c, sku);
 }
 
 void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
@@ -84,6 +87,7 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_arg(c, record);
     cmd_arg(c, attempt);
     cmd_argll(c, epoch);
+    cmd_arg(c, sku);
 }
 
 void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms)
@@ -126,8 +130,8 @@ void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, in
  * KEYS: the order record (and for CANCEL the meta), then per part its lock, stock,
  * sold, the orders hash (first part) or parts hash, and epoch (for CANCEL, last, the
  * first segment's cancelled set). ARGV: `id`, `record`, `extra` (DEDUCT_MULTI: the
- * attempt id; CANCEL: the record as read), the epoch, then per part its token and,
- * for DEDUCT_MULTI, its qty. */
+ * attempt id; CANCEL: the record as read), the epoch, the SKU, then per part its
+ * token and, for DEDUCT_MULTI, its qty. */
 static void parts(struct rd_cmd *c, enum script_id script, const char *sku,
                   long long epoch, const char *id, const char *record, const char *extra,
                   const struct rd_parts *p)
@@ -152,6 +156,7 @@ static void parts(struct rd_cmd *c, enum script_id script, const char *sku,
     cmd_arg(c, record);
     cmd_arg(c, extra);
     cmd_argll(c, epoch);
+    cmd_arg(c, sku);
     for (int j = 0; j < p->n; j++) {
         cmd_arg(c, p->tok[j]);
         if (!cancel)
@@ -212,15 +217,8 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
         cmd_key(c, seg_key_cancelled(key, sku, i));
         cmd_key(c, seg_key_epoch(key, sku, i));
     }
-    /* Order keys are "<prefix><id><suffix>": split a key built around an empty id. */
-    char order_key[SEG_KEY_MAX], prefix[SEG_KEY_MAX];
-    seg_key_order(order_key, "");
-    const char *suffix = strchr(order_key, '}');
-    snprintf(prefix, sizeof prefix, "%.*s", (int)(suffix - order_key), order_key);
     long long stock = to->stock;
     cmd_arg(c, sku);
-    cmd_arg(c, prefix);
-    cmd_arg(c, suffix);
     cmd_argll(c, n);
     cmd_arg(c, to->mode ? to->mode : "lock");
     cmd_argll(c, to->hold_ms);
@@ -233,6 +231,17 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_argll(c, old_segments);
     cmd_argll(c, to->epoch);
     cmd_arg(c, rid != NULL ? sig : "");
+}
+
+void proto_drop_records(struct rd_cmd *c, const char *sku, long long epoch,
+                        char *const *ids, size_t n)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_DROP_RECORDS);
+    for (size_t i = 0; i < n; i++)
+        cmd_key(c, seg_key_order(key, ids[i]));
+    cmd_arg(c, sku);
+    cmd_argll(c, epoch);
 }
 
 /* ---- decoders ------------------------------------------------------------------ */
@@ -332,11 +341,52 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
     return 0;
 }
 
-int proto_record(const redisReply *r, char **record)
+static bool is_string_or_nil(const redisReply *r)
 {
-    if (r == NULL || (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_STRING))
+    return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL);
+}
+
+int proto_record(const redisReply *r, char **record, char *sku, long long *epoch)
+{
+    *record = NULL;
+    sku[0] = '\0';
+    *epoch = 0;
+    if (!is_array(r, 3))
         return -1;
-    *record = r->type == REDIS_REPLY_STRING ? seg_strdup(r->str) : NULL;
+    const redisReply *json = r->element[0], *k = r->element[1], *e = r->element[2];
+    if (!is_string_or_nil(json) || !is_string_or_nil(k) || !is_string_or_nil(e))
+        return -1;
+    if (json->type == REDIS_REPLY_NIL)
+        return 0;
+    if (k->type == REDIS_REPLY_STRING)
+        snprintf(sku, SEG_NAME_MAX + 1, "%s", k->str);
+    *epoch = proto_integer(e, 0);
+    *record = seg_strdup(json->str);
+    return 0;
+}
+
+bool proto_record_dead(const char *owner, long long owner_epoch, const char *sku,
+                       long long epoch)
+{
+    return owner[0] != '\0' && strcmp(owner, sku) == 0 && owner_epoch != epoch;
+}
+
+int proto_reset_ids(const redisReply *r, struct rd_reply *out, char ***ids, size_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    if (proto_scripted(r, out) != 0)
+        return -1;
+    if (out->code != RD_OK)
+        return 0;
+    for (size_t i = 1; i < r->elements; i++)
+        if (r->element[i]->type != REDIS_REPLY_STRING)
+            return -1;
+    if (r->elements > 1) {
+        *ids = seg_calloc(r->elements - 1, sizeof **ids);
+        for (size_t i = 1; i < r->elements; i++)
+            (*ids)[(*n)++] = seg_strdup(r->element[i]->str);
+    }
     return 0;
 }
 

@@ -54,8 +54,20 @@ int proto_done(const redisReply *r, int *done);
 int proto_taken(const redisReply *r, const char *token, int *taken);
 /* HMGET of the meta: *found 1 with `out` filled, or 0. */
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found);
-/* HGET of a record: *record (malloc'd) or NULL. */
-int proto_record(const redisReply *r, char **record);
+/* HMGET of a record: *record (malloc'd) or NULL, and the SKU and epoch it was
+ * written in (`sku`: SEG_NAME_MAX + 1 bytes; "" and 0 for a record older than those
+ * fields). */
+int proto_record(const redisReply *r, char **record, char *sku, long long *epoch);
+/* True when a record written for `owner` in `owner_epoch` was left behind by a reset
+ * of `sku`, now in `epoch` (keys.h): no order any more. */
+bool proto_record_dead(const char *owner, long long owner_epoch, const char *sku,
+                       long long epoch);
+/* RESET's: as proto_scripted, and for OK the ids of the old segments' orders
+ * (*ids: malloc'd array of *n malloc'd strings, NULL when none). */
+int proto_reset_ids(const redisReply *r, struct rd_reply *out, char ***ids, size_t *n);
+/* DROP_RECORDS of the records of `ids[0..n-1]`, for `sku` in the epoch a reset ended. */
+void proto_drop_records(struct rd_cmd *c, const char *sku, long long epoch,
+                        char *const *ids, size_t n);
 /* MGET of stocks: stock[0..n-1] (absent: 0). */
 int proto_stocks(const redisReply *r, int n, long long *stock);
 

@@ -38,6 +38,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_RESET] = "reset.lua",
     [SCRIPT_CANCEL] = "cancel.lua",
     [SCRIPT_ADJUST] = "adjust.lua",
+    [SCRIPT_DROP_RECORDS] = "drop_records.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

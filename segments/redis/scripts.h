@@ -20,9 +20,10 @@ enum script_id {
     SCRIPT_DEDUCT_MULTI, /* fenced by every token: one order over several segments */
     SCRIPT_RELEASE,      /* compare-and-delete */
     SCRIPT_RENEW,        /* compare-and-pexpire */
-    SCRIPT_RESET,        /* drop a SKU's keys and records; optionally write fresh ones */
+    SCRIPT_RESET,        /* drop a SKU's keys; optionally write fresh ones */
     SCRIPT_CANCEL,       /* fenced: give an order's units back, mark it cancelled */
     SCRIPT_ADJUST,       /* fenced: restock or rebalance every segment */
+    SCRIPT_DROP_RECORDS, /* delete the order records a reset left behind */
     SCRIPT__COUNT
 };
 

@@ -1,15 +1,17 @@
 -- ACQUIRE: check the order id, read the segment's stock and, when it holds enough,
 -- take the segment's lock.
 -- KEYS: order record, segment stock, segment lock, segment epoch.
--- ARGV: qty, token, ttl_ms, epoch.
+-- ARGV: qty, token, ttl_ms, epoch, sku.
 -- Reply: {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock} | {BUSY, stock}
 --      | {OK, stock}.
 -- The stock is read before the lock is tried, so an empty segment is skipped without
 -- ever being locked; stock only rises under a lock, so "short" stays true. Taking a
 -- lock the same token already holds is OK, so a retry after a lost reply is safe.
+-- A record is the order's unless a reset left it behind: its SKU (k) is this one and
+-- its epoch (e) is not (keys.h); such a record is ignored and later overwritten.
 if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {STALE} end
-local rec = redis.call('HGET', KEYS[1], 'r')
-if rec then return {EXISTS, rec} end
+local rec = redis.call('HMGET', KEYS[1], 'r', 'k', 'e')
+if rec[1] and (rec[2] ~= ARGV[5] or rec[3] == ARGV[4]) then return {EXISTS, rec[1]} end
 local s = redis.call('GET', KEYS[2])
 if not s then return {MISSING} end
 s = tonumber(s)

@@ -2,8 +2,8 @@
 -- KEYS: order record, meta, then per segment of the order: lock, stock, sold, hash,
 --       epoch, and last the cancelled set of the order's first segment.
 -- ARGV: order_id, cancelled record JSON, the confirmed record as the caller read it,
---       epoch, then per segment: token.
--- Reply: {MISSING} (no such order) | {EXISTS, record} (already cancelled: also what a
+--       epoch, sku, then per segment: token.
+-- Reply: {MISSING} (no such order, or a record a reset left behind: keys.h) | {EXISTS, record} (already cancelled: also what a
 --      resend of a cancel that worked finds) | {STALE} (the order is not the one the
 --      caller read, or the SKU was reset) | {FENCED} | {OK}.
 -- The units given back are the ones the segments' hashes record for the order, not the
@@ -11,14 +11,17 @@
 local n = (#KEYS - 3) / 5
 local function done(r)
   for i = 0, n - 1 do
-    if redis.call('GET', KEYS[3 + 5 * i]) == ARGV[5 + i] then
+    if redis.call('GET', KEYS[3 + 5 * i]) == ARGV[6 + i] then
       redis.call('DEL', KEYS[3 + 5 * i])
     end
   end
   return r
 end
-local rec = redis.call('HGET', KEYS[1], 'r')
-if not rec then return done({MISSING}) end
+local r = redis.call('HMGET', KEYS[1], 'r', 'k', 'e')
+local rec = r[1]
+if not rec or (r[2] == ARGV[5] and r[3] ~= redis.call('HGET', KEYS[2], 'epoch')) then
+  return done({MISSING})
+end
 if rec ~= ARGV[3] then
   if redis.call('SISMEMBER', KEYS[#KEYS], ARGV[1]) == 1 then
     return done({EXISTS, rec})
@@ -26,7 +29,7 @@ if rec ~= ARGV[3] then
   return done({STALE})
 end
 for i = 0, n - 1 do
-  if redis.call('GET', KEYS[3 + 5 * i]) ~= ARGV[5 + i] then return done({FENCED}) end
+  if redis.call('GET', KEYS[3 + 5 * i]) ~= ARGV[6 + i] then return done({FENCED}) end
 end
 local q = {}
 for i = 0, n - 1 do

@@ -1,10 +1,11 @@
 -- DEDUCT: the fenced write (with an empty token it is mode `atomic`'s whole attempt).
 -- KEYS: segment lock, stock, sold, orders hash, order record, segment epoch.
--- ARGV: token ('' = no lock), qty, order_id, record JSON, attempt id, epoch.
+-- ARGV: token ('' = no lock), qty, order_id, record JSON, attempt id, epoch, sku.
 -- Reply: {FENCED} | {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock}
 --      | {OK, stock left}.
 -- A record written by this very attempt (the script sent again after its reply was
--- lost) is OK: the first run placed the order. Every reply releases the lock when the
+-- lost) is OK: the first run placed the order. A record a reset left behind (its SKU
+-- is this one, its epoch is not: keys.h) is no order; it is overwritten. Every reply releases the lock when the
 -- token still owns it. The lock, the epoch and the stock are read in one MGET (a lock
 -- order makes 7 calls, not 10: Redis CPU is the hold-0 bottleneck).
 local locked = ARGV[1] ~= ''
@@ -14,13 +15,15 @@ local function done(r)
   if mine then redis.call('DEL', KEYS[1]) end
   return r
 end
-local rec = redis.call('HGET', KEYS[5], 'r')
-if rec and redis.call('HGET', KEYS[5], 't') == ARGV[5] then
+local rec = redis.call('HMGET', KEYS[5], 'r', 't', 'k', 'e')
+if rec[1] and rec[2] == ARGV[5] then
   return done({OK, tonumber(v[3] or '0')})
 end
 if locked and not mine then return {FENCED} end
 if v[2] ~= ARGV[6] then return done({STALE}) end
-if rec then return done({EXISTS, rec}) end
+if rec[1] and (rec[3] ~= ARGV[7] or rec[4] == ARGV[6]) then
+  return done({EXISTS, rec[1]})
+end
 if not v[3] then return done({MISSING}) end
 local s = tonumber(v[3])
 local q = tonumber(ARGV[2])
@@ -28,5 +31,5 @@ if s < q then return done({SHORT, s}) end
 redis.call('DECRBY', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
-redis.call('HSET', KEYS[5], 'r', ARGV[4], 't', ARGV[5])
+redis.call('HSET', KEYS[5], 'r', ARGV[4], 't', ARGV[5], 'k', ARGV[7], 'e', ARGV[6])
 return done({OK, s - q})

@@ -1,15 +1,16 @@
 -- DEDUCT_MULTI: one order over several segments, all or nothing.
 -- KEYS: order record, then per segment: lock, stock, sold, hash (orders for the first
 --       segment, parts for the others), epoch.
--- ARGV: order_id, record JSON, attempt id, epoch, then per segment: token ('' = mode
---       atomic, no lock), qty taken from it.
+-- ARGV: order_id, record JSON, attempt id, epoch, sku, then per segment: token ('' =
+--       mode atomic, no lock), qty taken from it.
 -- Reply: {FENCED} | {STALE} | {EXISTS, record} | {SHORT, stock of each segment}
 --      | {OK, stock left in each segment}. A record written by this attempt is OK.
--- Every reply releases the locks the tokens still own.
+-- A record a reset left behind is no order (keys.h). Every reply releases the locks
+-- the tokens still own.
 local n = (#KEYS - 1) / 5
 local function done(r)
   for i = 0, n - 1 do
-    local t = ARGV[5 + 2 * i]
+    local t = ARGV[6 + 2 * i]
     if t ~= '' and redis.call('GET', KEYS[2 + 5 * i]) == t then
       redis.call('DEL', KEYS[2 + 5 * i])
     end
@@ -23,29 +24,31 @@ local function stocks(code)
   end
   return out
 end
-local rec = redis.call('HGET', KEYS[1], 'r')
-if rec and redis.call('HGET', KEYS[1], 't') == ARGV[3] then
+local rec = redis.call('HMGET', KEYS[1], 'r', 't', 'k', 'e')
+if rec[1] and rec[2] == ARGV[3] then
   return done(stocks(OK))
 end
 for i = 0, n - 1 do
-  local t = ARGV[5 + 2 * i]
+  local t = ARGV[6 + 2 * i]
   if t ~= '' and redis.call('GET', KEYS[2 + 5 * i]) ~= t then return done({FENCED}) end
 end
 for i = 0, n - 1 do
   if redis.call('GET', KEYS[6 + 5 * i]) ~= ARGV[4] then return done({STALE}) end
 end
-if rec then return done({EXISTS, rec}) end
+if rec[1] and (rec[3] ~= ARGV[5] or rec[4] == ARGV[4]) then
+  return done({EXISTS, rec[1]})
+end
 local st = stocks(OK)
 for i = 0, n - 1 do
-  if st[i + 2] < tonumber(ARGV[6 + 2 * i]) then st[1] = SHORT end
+  if st[i + 2] < tonumber(ARGV[7 + 2 * i]) then st[1] = SHORT end
 end
 if st[1] == SHORT then return done(st) end
 local left = {OK}
 for i = 0, n - 1 do
-  local q = ARGV[6 + 2 * i]
+  local q = ARGV[7 + 2 * i]
   left[i + 2] = redis.call('DECRBY', KEYS[3 + 5 * i], q)
   redis.call('INCRBY', KEYS[4 + 5 * i], q)
   redis.call('HSET', KEYS[5 + 5 * i], ARGV[1], q)
 end
-redis.call('HSET', KEYS[1], 'r', ARGV[2], 't', ARGV[3])
+redis.call('HSET', KEYS[1], 'r', ARGV[2], 't', ARGV[3], 'k', ARGV[5], 'e', ARGV[4])
 return done(left)
