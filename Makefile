@@ -93,8 +93,9 @@ $(BUILD)/tests/test_lock $(BUILD)/tests/test_order: $(BUILD)/tests/engine_sync.o
 $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
-# Integration tests that call the Redis seam itself (the cluster slot map, slots.h).
-$(BUILD)/tests/it_cluster_slots: $(LIB_OBJ)
+# Integration tests that call the Redis seam itself (the cluster slot map, slots.h;
+# the routing of async.h).
+$(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route: $(LIB_OBJ)
 
 # Installs whatever of DEB_PKGS is missing; a no-op when all are present.
 deps:

@@ -72,7 +72,8 @@ const char *h_redis_dir(const h_redis *r);
 /* Stop gracefully (SIGCONT, SIGTERM, wait; SIGKILL after 10 s): AOF is flushed. */
 int h_redis_stop(h_redis *r);
 
-/* SIGKILL and reap: whatever the last everysec fsync missed is lost. */
+/* SIGKILL and reap: whatever the last everysec fsync missed is lost. Returns the
+ * exit status as a shell shows it (137), -1 when it was not running. */
 int h_redis_kill(h_redis *r);
 
 /* SIGSTOP / SIGCONT: a hung Redis that keeps its connections open. */

@@ -1,21 +1,18 @@
-/* async.c -- one asynchronous Redis connection on a libevent loop (see async.h). */
+/* async.c -- the Redis seam on an event loop (see async.h): the typed calls, the
+ * decoding of their answers, and the routing of each call to a link (link.h). */
 #include "segments/redis/async.h"
 
-#include <errno.h>
-#include <hiredis/adapters/libevent.h>
-#include <hiredis/async.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "segments/redis/proto.h"
-#include "segments/redis/store.h"
 #include "base/xalloc.h"
+#include "segments/redis/link.h"
+#include "segments/redis/proto.h"
+#include "segments/redis/slots.h"
 
 enum kind {
-    K_SETUP,
-    K_SCRIPT_LOAD,
     K_REPLY,
     K_MULTI,
     K_INT_DONE,
@@ -26,11 +23,10 @@ enum kind {
     K_PING
 };
 
-/* A command on its way: sent and owed a reply (in the connection's list, oldest
- * first), or failed and waiting for the next turn of the loop to say so. */
+/* A call on its way: in a link, or waiting out a TRYAGAIN in `delayed`. */
 struct req {
+    struct lreq lq; /* first: the link hands back &q->lq */
     rda_conn *c;
-    struct rd_cmd cmd;
     enum kind kind;
     int n;                      /* K_MULTI, K_STOCKS: how many segments */
     char token[33];             /* K_INT_TAKEN: ours */
@@ -38,55 +34,50 @@ struct req {
     long long epoch;            /* its epoch */
     void (*fn)(void);
     void *arg;
-    long long sent_ms;
-    bool resent; /* sent again once after its connection was closed under it */
-    struct req *prev, *next;
+    long long born_ms; /* TRYAGAIN and CLUSTERDOWN are retried within timeout_ms */
+    int hops;          /* MOVED and ASK followed */
+    long long due_ms;  /* in `delayed`: when to send it again */
+    struct req *later; /* next in `delayed` */
+};
+
+/* A cluster's map request: CLUSTER SHARDS, or CLUSTER SLOTS where SHARDS is unknown. */
+struct map_req {
+    struct lreq lq;
+    rda_conn *c;
+    bool slots;
 };
 
 struct rda_conn {
     struct event_base *base;
-    struct rd_target to;
+    struct rd_target to; /* host and port: the seed */
     char host[256], unix_path[1024], user[256], password[256];
-    struct rda_counters counts;
-    redisAsyncContext *ac;     /* NULL while down */
-    void (*del_write)(void *); /* the adapter's, wrapped to count writes */
-    char sha[SCRIPT__COUNT][41];
-    struct req head;     /* sentinel of the list of commands owed a reply */
-    struct req resend;   /* sentinel: to send again on the next connection */
-    struct event *tick;  /* checks the reply deadline */
-    struct event *retry; /* the next connection attempt */
-    int backoff_ms;
-    bool reconnecting;    /* an attempt to connect is due now: calls wait for it (in
-                             `resend`) instead of failing at once */
-    long long attempt_ms; /* when the last attempt to connect began */
-    bool failed;          /* the last connection failed: log the next one that works */
-    struct rda_stats stats;
-    char errstr[160];
+    struct link_owner own;
+    struct link **links; /* links[0]: the seed (standalone: the only link) */
+    int nlinks, cap;
+    /* A cluster only: */
+    int16_t route[RD_SLOTS];     /* slot -> index in links of its master; -1 unknown */
+    bool refreshing;             /* a map request is out */
+    long long refreshed_ms;      /* when the last one was sent */
+    struct event *refresh_soon;  /* a refresh held back by the throttle */
+    struct event *refresh_every; /* the periodic refresh */
+    struct req *delayed;         /* calls waiting to be sent again */
+    struct event *retry;         /* fires when the first of them is due */
+    unsigned jitter;
+    bool closing;
 };
 
-/* A call while down brings the next attempt to connect forward, to this long after
- * the last one (no storm of connects while Redis is away). */
-#define RETRY_NOW_MS 50
+/* Cluster timing: a refresh at most every REFRESH_MIN_MS, and one at least every
+ * REFRESH_EVERY_MS; a TRYAGAIN or CLUSTERDOWN is retried after 5..25 ms, within the
+ * call's timeout; at most MAX_HOPS redirects per call. */
+#define REFRESH_MIN_MS 100
+#define REFRESH_EVERY_MS 5000
+#define MAX_HOPS 5
 
 static long long now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void bump(_Atomic long long *counter)
-{
-    if (counter != NULL)
-        atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
-}
-
-static void set_error(rda_conn *c, const char *what, const char *detail)
-{
-    snprintf(c->errstr, sizeof c->errstr, "%s: %.100s", what, detail);
-    bump(c->counts.errors);
-    c->failed = true;
-    store_log(true, what, detail);
 }
 
 /* ---- answering ------------------------------------------------------------------ */
@@ -136,105 +127,280 @@ static void answer(struct req *q, redisReply *r)
         case K_PING:
             rc = 0;
             break;
-        default:
-            rc = 0;
         }
     }
-    switch (q->fn != NULL ? q->kind : K_SETUP) { /* no callback: nobody asked */
-    case K_REPLY:
-        ((rda_reply_fn)q->fn)(q->arg, rc, &out);
-        break;
-    case K_MULTI:
-        ((rda_multi_fn)q->fn)(q->arg, rc, &out, stocks);
-        break;
-    case K_INT_DONE:
-    case K_INT_TAKEN:
-    case K_PING:
-        ((rda_int_fn)q->fn)(q->arg, rc, value);
-        break;
-    case K_META:
-        ((rda_meta_fn)q->fn)(q->arg, rc, rc == 0 && found,
-                             rc == 0 && found ? &meta : NULL);
-        break;
-    case K_RECORD:
-        ((rda_record_fn)q->fn)(q->arg, rc, record);
-        break;
-    case K_STOCKS:
-        ((rda_stocks_fn)q->fn)(q->arg, rc, stocks);
-        break;
-    default:
-        break;
+    if (q->fn != NULL) { /* no callback: nobody asked */
+        switch (q->kind) {
+        case K_REPLY:
+            ((rda_reply_fn)q->fn)(q->arg, rc, &out);
+            break;
+        case K_MULTI:
+            ((rda_multi_fn)q->fn)(q->arg, rc, &out, stocks);
+            break;
+        case K_INT_DONE:
+        case K_INT_TAKEN:
+        case K_PING:
+            ((rda_int_fn)q->fn)(q->arg, rc, value);
+            break;
+        case K_META:
+            ((rda_meta_fn)q->fn)(q->arg, rc, rc == 0 && found,
+                                 rc == 0 && found ? &meta : NULL);
+            break;
+        case K_RECORD:
+            ((rda_record_fn)q->fn)(q->arg, rc, record);
+            record = NULL;
+            break;
+        case K_STOCKS:
+            ((rda_stocks_fn)q->fn)(q->arg, rc, stocks);
+            break;
+        }
     }
+    free(record);
     rd_reply_clear(&out);
     free(stocks);
-    cmd_free(&q->cmd);
+    cmd_free(&q->lq.cmd);
     free(q);
 }
 
-static void unlink_req(struct req *q)
+/* ---- routing -------------------------------------------------------------------- */
+
+static bool is_cluster(const rda_conn *c)
 {
-    q->prev->next = q->next;
-    q->next->prev = q->prev;
-    q->prev = q->next = q;
+    return c->to.cluster;
 }
 
-static void link_tail(struct req *head, struct req *q)
+/* The link to host:port, made when there is none yet. */
+static int link_index(rda_conn *c, const char *host, int port)
 {
-    q->prev = head->prev;
-    q->next = head;
-    head->prev->next = q;
-    head->prev = q;
+    for (int i = 0; i < c->nlinks; i++)
+        if (link_port(c->links[i]) == port && strcmp(link_host(c->links[i]), host) == 0)
+            return i;
+    if (c->nlinks == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 8;
+        c->links = seg_realloc(c->links, sizeof *c->links * (size_t)c->cap);
+    }
+    struct rd_target to = c->to;
+    to.host = host;
+    to.port = port;
+    to.unix_path = NULL;
+    c->links[c->nlinks] = link_create(c->base, &to, &c->own);
+    return c->nlinks++;
 }
 
-/* Answer -1 on the next turn of the loop (never from inside the caller's call). */
-static void fail_later_cb(evutil_socket_t fd, short what, void *arg)
+/* The link for a command on `slot` (-1: keyless): the slot's master when known, else
+ * the seed, whose MOVED then says where it lives. */
+static struct link *link_for(const rda_conn *c, int slot)
+{
+    if (is_cluster(c) && slot >= 0 && c->route[slot] >= 0)
+        return c->links[c->route[slot]];
+    return c->links[0];
+}
+
+static void route(struct req *q)
+{
+    rda_conn *c = q->c;
+    if (c->closing) { /* a callback calling on a handle being freed: answered -1 */
+        q->later = c->delayed;
+        c->delayed = q;
+        return;
+    }
+    link_send(link_for(c, q->lq.cmd.slot), &q->lq);
+}
+
+static void map_done(struct lreq *lq, redisReply *r);
+
+static void send_map_request(rda_conn *c, bool slots)
+{
+    struct map_req *m = seg_calloc(1, sizeof *m);
+    m->c = c;
+    m->slots = slots;
+    m->lq.done = map_done;
+    cmd_plain(&m->lq.cmd, "CLUSTER");
+    cmd_arg(&m->lq.cmd, slots ? "SLOTS" : "SHARDS");
+    /* Ask a node whose connection is up, the seed when none is. */
+    struct link *l = c->links[0];
+    for (int i = 0; i < c->nlinks; i++)
+        if (link_up(c->links[i])) {
+            l = c->links[i];
+            break;
+        }
+    c->refreshing = true;
+    c->refreshed_ms = now_ms();
+    c->own.stats.map_refreshes++;
+    link_send(l, &m->lq);
+}
+
+/* Ask for the slot map now, or as soon as the throttle allows. */
+static void want_refresh(rda_conn *c)
+{
+    if (!is_cluster(c) || c->refreshing || c->closing)
+        return;
+    long long wait = c->refreshed_ms + REFRESH_MIN_MS - now_ms();
+    if (wait <= 0) {
+        send_map_request(c, false);
+    } else if (!evtimer_pending(c->refresh_soon, NULL)) {
+        struct timeval tv = {0, (suseconds_t)(wait * 1000)};
+        evtimer_add(c->refresh_soon, &tv);
+    }
+}
+
+/* Route every slot to its master in `m`. */
+static void apply_map(rda_conn *c, const struct rd_slot_map *m)
+{
+    int *idx = seg_calloc((size_t)m->nmasters + 1, sizeof *idx);
+    for (int k = 0; k < m->nmasters; k++)
+        idx[k] = link_index(c, m->masters[k].master.host, m->masters[k].master.port);
+    for (int s = 0; s < RD_SLOTS; s++)
+        c->route[s] = (int16_t)(m->slot[s] >= 0 ? idx[m->slot[s]] : -1);
+    free(idx);
+}
+
+static void map_done(struct lreq *lq, redisReply *r)
+{
+    struct map_req *m = (struct map_req *)lq;
+    rda_conn *c = m->c;
+    bool slots = m->slots;
+    char host[RD_HOST_MAX];
+    snprintf(host, sizeof host, "%s", lq->l != NULL ? link_host(lq->l) : c->host);
+    cmd_free(&lq->cmd);
+    free(m);
+    c->refreshing = false;
+    if (c->closing)
+        return;
+    if (r == NULL)
+        return; /* the link logged why; the next refresh asks another node */
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (!slots) { /* a server before 7.0 knows only CLUSTER SLOTS */
+            send_map_request(c, true);
+            return;
+        }
+        link_owner_error(&c->own, "cluster map", r->str);
+        return;
+    }
+    struct rd_slot_map map;
+    char err[160];
+    int rc = slots ? rd_slot_map_from_slots(r, host, &map, err, sizeof err)
+                   : rd_slot_map_from_shards(r, host, &map, err, sizeof err);
+    if (rc != 0) {
+        if (!slots) { /* e.g. a shard naming two masters mid-failover */
+            send_map_request(c, true);
+            return;
+        }
+        link_owner_error(&c->own, "cluster map", err);
+        return;
+    }
+    apply_map(c, &map);
+    rd_slot_map_clear(&map);
+}
+
+static void on_refresh(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    answer(arg, NULL);
+    want_refresh(arg);
 }
 
-static void fail_later(struct req *q)
-{
-    static const struct timeval zero = {0, 0};
-    if (event_base_once(q->c->base, -1, EV_TIMEOUT, fail_later_cb, q, &zero) != 0)
-        answer(q, NULL); /* cannot happen short of out of memory */
-}
-
-/* ---- sending -------------------------------------------------------------------- */
-
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
-
-/* Send `q` on the connection (by EVALSHA when the script is loaded). */
-static void send_req(struct req *q)
+/* Queue `q` to be routed again in 5..25 ms. */
+static void delay(struct req *q)
 {
     rda_conn *c = q->c;
-    if (c->ac == NULL) {
-        if (!c->reconnecting) {
-            /* Down: bring the next attempt forward (RETRY_NOW_MS after the last one)
-             * rather than wait for the backoff, so that the first call after Redis is
-             * back need not fail; calls meanwhile wait for that attempt. */
-            c->reconnecting = true;
-            long long wait = c->attempt_ms + RETRY_NOW_MS - now_ms();
-            struct timeval tv = {0, (suseconds_t)(wait > 0 ? wait * 1000 : 0)};
-            event_del(c->retry);
-            evtimer_add(c->retry, &tv);
+    c->jitter = c->jitter * 1103515245u + 12345u;
+    q->due_ms = now_ms() + 5 + (long long)((c->jitter >> 16) % 21);
+    q->later = c->delayed;
+    c->delayed = q;
+    if (!evtimer_pending(c->retry, NULL)) {
+        struct timeval tv = {0, 5000};
+        evtimer_add(c->retry, &tv);
+    }
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    rda_conn *c = arg;
+    long long now = now_ms();
+    struct req *due = NULL, **p = &c->delayed;
+    while (*p != NULL) {
+        struct req *q = *p;
+        if (q->due_ms <= now) {
+            *p = q->later;
+            q->later = due;
+            due = q;
+        } else {
+            p = &q->later;
         }
-        link_tail(&c->resend, q); /* sent when the connection is back */
+    }
+    if (c->delayed != NULL) {
+        struct timeval tv = {0, 5000};
+        evtimer_add(c->retry, &tv);
+    }
+    while (due != NULL) {
+        struct req *q = due;
+        due = q->later;
+        route(q);
+    }
+}
+
+/* A cluster's error reply: follow it when it is a redirect (true), else false. */
+static bool redirected(struct req *q, const redisReply *r)
+{
+    rda_conn *c = q->c;
+    struct rd_redirect d;
+    if (rd_redirect_parse(r->str, r->len, &d) != 0 || d.kind == RD_REDIR_NONE)
+        return false;
+    switch (d.kind) {
+    case RD_REDIR_MOVED:
+    case RD_REDIR_ASK: {
+        if (++q->hops > MAX_HOPS)
+            return false;
+        const char *host = d.host[0] != '\0' && strcmp(d.host, "?") != 0
+                               ? d.host
+                               : link_host(q->lq.l); /* the node that answered */
+        int i = link_index(c, host, d.port);
+        if (d.kind == RD_REDIR_MOVED) {
+            c->own.stats.moved++;
+            c->route[d.slot] = (int16_t)i;
+            want_refresh(c);
+        } else {
+            c->own.stats.asked++;
+            link_asking(c->links[i]);
+        }
+        link_send(c->links[i], &q->lq);
+        return true;
+    }
+    case RD_REDIR_CLUSTERDOWN:
+    case RD_REDIR_READONLY:
+        want_refresh(c);
+        /* fall through */
+    case RD_REDIR_TRYAGAIN:
+        if (now_ms() + 25 - q->born_ms > c->to.timeout_ms)
+            return false;
+        c->own.stats.retried++;
+        delay(q);
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void req_done(struct lreq *lq, redisReply *r)
+{
+    struct req *q = (struct req *)lq;
+    rda_conn *c = q->c;
+    if (r == NULL) {
+        want_refresh(c); /* a node gone may be a failover */
+        answer(q, NULL);
         return;
     }
-    const char **argv;
-    const size_t *len;
-    const char *sha = q->cmd.script >= 0 ? c->sha[q->cmd.script] : NULL;
-    int argc = cmd_argv(&q->cmd, sha, &argv, &len);
-    if (redisAsyncCommandArgv(c->ac, on_reply, q, argc, argv, len) != REDIS_OK) {
-        fail_later(q);
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (is_cluster(c) && !c->closing && redirected(q, r))
+            return;
+        link_owner_error(&c->own, "redis error", r->str);
+        answer(q, NULL);
         return;
     }
-    q->sent_ms = now_ms();
-    link_tail(&c->head, q);
-    c->stats.commands++;
-    bump(c->counts.commands);
+    answer(q, r);
 }
 
 static struct req *new_req(rda_conn *c, enum kind kind, void (*fn)(void), void *arg)
@@ -244,237 +410,12 @@ static struct req *new_req(rda_conn *c, enum kind kind, void (*fn)(void), void *
     q->kind = kind;
     q->fn = fn;
     q->arg = arg;
-    q->prev = q->next = q;
+    q->born_ms = now_ms();
+    q->lq.done = req_done;
     return q;
 }
 
-static void drop(rda_conn *c, const char *why);
-
-/* True when the server closed the connection under us (a restart, CLIENT KILL, a
- * reset), as opposed to our own drop at the deadline or after a refused AUTH. */
-static bool closed_by_peer(const redisAsyncContext *ac)
-{
-    return ac->err == REDIS_ERR_EOF ||
-           (ac->err == REDIS_ERR_IO && (strcmp(ac->errstr, strerror(ECONNRESET)) == 0 ||
-                                        strcmp(ac->errstr, strerror(EPIPE)) == 0));
-}
-
-/* Answer -1 to every command waiting to be sent again. */
-static void fail_resends(rda_conn *c)
-{
-    while (c->resend.next != &c->resend) {
-        struct req *q = c->resend.next;
-        unlink_req(q);
-        fail_later(q);
-    }
-}
-
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct req *q = privdata;
-    rda_conn *c = q->c;
-    redisReply *r = reply;
-    unlink_req(q);
-    if (r == NULL && !q->resent && q->kind != K_SETUP && q->kind != K_SCRIPT_LOAD &&
-        closed_by_peer(ac)) {
-        /* Once more on the next connection: every script recognises its own earlier
-         * run (scripts.c), so a reply lost on the wire does not become a false answer.
-         * A timeout is never sent again: that would only double the wait. */
-        q->resent = true;
-        link_tail(&c->resend, q);
-        return;
-    }
-    if (r != NULL && r->type == REDIS_REPLY_ERROR) {
-        if (q->cmd.script >= 0 && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-            c->sha[q->cmd.script][0] = '\0'; /* EVAL sends the source and caches it */
-            send_req(q);
-            return;
-        }
-        set_error(c, q->kind == K_SETUP ? q->token : "redis error", r->str);
-        if (q->kind == K_SETUP) /* AUTH or SELECT refused: this connection is no use */
-            drop(c, NULL);
-        r = NULL;
-    }
-    if (q->kind == K_SCRIPT_LOAD) {
-        if (r != NULL && r->type == REDIS_REPLY_STRING && r->len == 40)
-            memcpy(c->sha[q->n], r->str, 41);
-        cmd_free(&q->cmd);
-        free(q);
-        return;
-    }
-    if (q->kind == K_SETUP) {
-        cmd_free(&q->cmd);
-        free(q);
-        return;
-    }
-    answer(q, r);
-}
-
-/* ---- the connection ------------------------------------------------------------- */
-
-static void schedule_retry(rda_conn *c)
-{
-    c->backoff_ms = c->backoff_ms == 0 ? 50 : c->backoff_ms * 2;
-    if (c->backoff_ms > 1000)
-        c->backoff_ms = 1000;
-    struct timeval tv = {c->backoff_ms / 1000, (c->backoff_ms % 1000) * 1000};
-    evtimer_add(c->retry, &tv);
-}
-
-/* Give up the connection: every command owed a reply is answered -1 (hiredis calls
- * on_reply with NULL for each), and a new connection follows the backoff. */
-static void drop(rda_conn *c, const char *why)
-{
-    if (why != NULL)
-        set_error(c, "redis", why);
-    redisAsyncContext *ac = c->ac;
-    if (ac == NULL)
-        return;
-    c->ac = NULL; /* on_disconnect must not schedule a second retry */
-    redisAsyncFree(ac);
-    schedule_retry(c);
-}
-
-static void on_connect(const redisAsyncContext *ac, int status)
-{
-    rda_conn *c = ac->data;
-    if (status == REDIS_OK) {
-        if (c->failed)
-            store_log(false, "connect",
-                      c->unix_path[0] != '\0' ? c->unix_path : c->to.host);
-        c->failed = false;
-        c->backoff_ms = 0;
-        return;
-    }
-    set_error(c, "connect", ac->errstr);
-    c->reconnecting = false;
-    fail_resends(c);
-    if (c->ac == ac) { /* hiredis frees the context after this callback */
-        c->ac = NULL;
-        schedule_retry(c);
-    }
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-    rda_conn *c = ac->data;
-    if (status != REDIS_OK)
-        set_error(c, "redis", ac->errstr);
-    if (c->ac != ac)
-        return;
-    c->ac = NULL;
-    if (status != REDIS_OK && closed_by_peer(ac) && !c->reconnecting) {
-        /* A working connection closed by the server (CLIENT KILL, an idle timeout, a
-         * restart): connect again at once, and let calls wait for it. */
-        c->reconnecting = true;
-        static const struct timeval now = {0, 0};
-        evtimer_add(c->retry, &now);
-        return;
-    }
-    schedule_retry(c);
-}
-
-/* The adapter's delWrite, counted: hiredis calls it when a write emptied its output
- * buffer, so once per batch of commands written. */
-static void counting_del_write(void *privdata)
-{
-    redisLibeventEvents *e = privdata;
-    rda_conn *c = e->context->data;
-    c->stats.writes++;
-    bump(c->counts.writes);
-    c->del_write(privdata);
-}
-
-static void queue_setup(rda_conn *c, const char *what, struct rd_cmd *cmd)
-{
-    struct req *q = new_req(c, K_SETUP, NULL, NULL);
-    q->cmd = *cmd;
-    snprintf(q->token, sizeof q->token, "%s", what);
-    send_req(q);
-}
-
-static void connect_now(rda_conn *c)
-{
-    c->attempt_ms = now_ms();
-    redisAsyncContext *ac = c->unix_path[0] != '\0'
-                                ? redisAsyncConnectUnix(c->unix_path)
-                                : redisAsyncConnect(c->to.host, c->to.port);
-    if (ac == NULL || ac->err) {
-        set_error(c, "connect", ac != NULL ? ac->errstr : "out of memory");
-        if (ac != NULL)
-            redisAsyncFree(ac);
-        c->reconnecting = false;
-        fail_resends(c);
-        schedule_retry(c);
-        return;
-    }
-    ac->data = c;
-    if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
-        set_error(c, "connect", "cannot attach to the event loop");
-        redisAsyncFree(ac);
-        c->reconnecting = false;
-        fail_resends(c);
-        schedule_retry(c);
-        return;
-    }
-    c->del_write = ac->ev.delWrite;
-    ac->ev.delWrite = counting_del_write;
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    c->ac = ac;
-    c->reconnecting = false;
-    c->stats.connects++;
-    struct rd_cmd cmd;
-    if (c->password[0] != '\0') {
-        cmd_plain(&cmd, "AUTH");
-        if (c->user[0] != '\0')
-            cmd_arg(&cmd, c->user);
-        cmd_arg(&cmd, c->password);
-        queue_setup(c, "AUTH", &cmd);
-    }
-    if (c->to.db != 0) {
-        cmd_plain(&cmd, "SELECT");
-        cmd_argll(&cmd, c->to.db);
-        queue_setup(c, "SELECT", &cmd);
-    }
-    for (int i = 0; i < SCRIPT__COUNT; i++) {
-        if (c->sha[i][0] != '\0')
-            continue;
-        struct req *q = new_req(c, K_SCRIPT_LOAD, NULL, NULL);
-        q->n = i;
-        cmd_plain(&q->cmd, "SCRIPT");
-        cmd_arg(&q->cmd, "LOAD");
-        cmd_arg(&q->cmd, script_source((enum script_id)i));
-        send_req(q);
-    }
-    while (c->resend.next != &c->resend) { /* what the last connection owed */
-        struct req *q = c->resend.next;
-        unlink_req(q);
-        send_req(q);
-    }
-}
-
-static void on_retry(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    connect_now(arg);
-}
-
-/* The deadline: the oldest reply owed is older than timeout_ms -> drop and redo. */
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    rda_conn *c = arg;
-    struct req *oldest = c->head.next;
-    if (oldest != &c->head && now_ms() - oldest->sent_ms > c->to.timeout_ms) {
-        char why[64];
-        snprintf(why, sizeof why, "no reply within %d ms", c->to.timeout_ms);
-        c->stats.timeouts++;
-        drop(c, why);
-    }
-}
+/* ---- the handle ----------------------------------------------------------------- */
 
 rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
                      const struct rda_counters *counts)
@@ -487,19 +428,30 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
     snprintf(c->user, sizeof c->user, "%s", to->user ? to->user : "");
     snprintf(c->password, sizeof c->password, "%s", to->password ? to->password : "");
     c->to.host = c->host;
+    c->to.unix_path = c->unix_path;
+    c->to.user = c->user;
+    c->to.password = c->password;
     if (counts != NULL)
-        c->counts = *counts;
-    c->head.prev = c->head.next = &c->head;
-    c->resend.prev = c->resend.next = &c->resend;
+        c->own.counts = *counts;
+    for (int s = 0; s < RD_SLOTS; s++)
+        c->route[s] = -1;
+    c->jitter = (unsigned)(uintptr_t)c ^ (unsigned)now_ms();
+    c->refresh_soon = evtimer_new(base, on_refresh, c);
+    c->refresh_every = event_new(base, -1, EV_PERSIST, on_refresh, c);
     c->retry = evtimer_new(base, on_retry, c);
-    c->tick = event_new(base, -1, EV_PERSIST, on_tick, c);
-    int every = to->timeout_ms / 4;
-    struct timeval tv = {0, (every < 5 ? 5 : every > 100 ? 100 : every) * 1000};
-    if (c->retry == NULL || c->tick == NULL || evtimer_add(c->tick, &tv) != 0) {
+    if (c->refresh_soon == NULL || c->refresh_every == NULL || c->retry == NULL) {
         fputs("inventoryd: cannot create the Redis connection's timers\n", stderr);
         abort();
     }
-    connect_now(c);
+    c->cap = 8;
+    c->links = seg_calloc((size_t)c->cap, sizeof *c->links);
+    c->links[c->nlinks++] = link_create(base, &c->to, &c->own);
+    if (is_cluster(c)) {
+        struct timeval every = {REFRESH_EVERY_MS / 1000,
+                                (REFRESH_EVERY_MS % 1000) * 1000};
+        evtimer_add(c->refresh_every, &every);
+        send_map_request(c, false);
+    }
     return c;
 }
 
@@ -507,28 +459,30 @@ void rda_free(rda_conn *c)
 {
     if (c == NULL)
         return;
-    redisAsyncContext *ac = c->ac;
-    c->ac = NULL;
-    if (ac != NULL)
-        redisAsyncFree(ac); /* answers every command owed a reply */
-    while (c->resend.next != &c->resend) {
-        struct req *q = c->resend.next;
-        unlink_req(q);
+    c->closing = true;
+    for (int i = 0; i < c->nlinks; i++)
+        link_free(c->links[i]); /* answers every call still in it */
+    while (c->delayed != NULL) {
+        struct req *q = c->delayed;
+        c->delayed = q->later;
         answer(q, NULL);
     }
-    event_free(c->tick);
+    event_free(c->refresh_soon);
+    event_free(c->refresh_every);
     event_free(c->retry);
+    free(c->links);
     free(c);
 }
 
 const char *rda_error(const rda_conn *c)
 {
-    return c->errstr;
+    return c->own.errstr;
 }
 
 void rda_stats(const rda_conn *c, struct rda_stats *out)
 {
-    *out = c->stats;
+    *out = c->own.stats;
+    out->links = c->nlinks;
 }
 
 /* ---- the calls ------------------------------------------------------------------ */
@@ -538,15 +492,15 @@ void rda_stats(const rda_conn *c, struct rda_stats *out)
 void rda_ping(rda_conn *c, rda_int_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_PING, FN(fn), arg);
-    proto_ping(&q->cmd);
-    send_req(q);
+    proto_ping(&q->lq.cmd);
+    route(q);
 }
 
 void rda_meta_read(rda_conn *c, const char *sku, rda_meta_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_META, FN(fn), arg);
-    proto_meta_read(&q->cmd, sku);
-    send_req(q);
+    proto_meta_read(&q->lq.cmd, sku);
+    route(q);
 }
 
 void rda_record_read(rda_conn *c, const char *id, const char *sku, long long epoch,
@@ -555,24 +509,24 @@ void rda_record_read(rda_conn *c, const char *id, const char *sku, long long epo
     struct req *q = new_req(c, K_RECORD, FN(fn), arg);
     snprintf(q->sku, sizeof q->sku, "%s", sku);
     q->epoch = epoch;
-    proto_record_read(&q->cmd, id);
-    send_req(q);
+    proto_record_read(&q->lq.cmd, id);
+    route(q);
 }
 
 void rda_stocks_read(rda_conn *c, const char *sku, int n, rda_stocks_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_STOCKS, FN(fn), arg);
     q->n = n;
-    proto_stocks_read(&q->cmd, sku, n);
-    send_req(q);
+    proto_stocks_read(&q->lq.cmd, sku, n);
+    route(q);
 }
 
 void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const char *id,
                  long long qty, const char *token, int ttl_ms, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_acquire(&q->cmd, sku, epoch, i, id, qty, token, ttl_ms);
-    send_req(q);
+    proto_acquire(&q->lq.cmd, sku, epoch, i, id, qty, token, ttl_ms);
+    route(q);
 }
 
 void rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
@@ -580,8 +534,8 @@ void rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char
                 rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_deduct(&q->cmd, sku, epoch, i, token, attempt, id, qty, record);
-    send_req(q);
+    proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record);
+    route(q);
 }
 
 void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
@@ -589,24 +543,24 @@ void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms
 {
     struct req *q = new_req(c, K_INT_TAKEN, FN(fn), arg);
     snprintf(q->token, sizeof q->token, "%s", token);
-    proto_lock(&q->cmd, sku, i, token, ttl_ms);
-    send_req(q);
+    proto_lock(&q->lq.cmd, sku, i, token, ttl_ms);
+    route(q);
 }
 
 void rda_release(rda_conn *c, const char *sku, int i, const char *token, rda_int_fn fn,
                  void *arg)
 {
     struct req *q = new_req(c, K_INT_DONE, FN(fn), arg);
-    proto_release(&q->cmd, sku, i, token);
-    send_req(q);
+    proto_release(&q->lq.cmd, sku, i, token);
+    route(q);
 }
 
 void rda_renew(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
                rda_int_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_INT_DONE, FN(fn), arg);
-    proto_renew(&q->cmd, sku, i, token, ttl_ms);
-    send_req(q);
+    proto_renew(&q->lq.cmd, sku, i, token, ttl_ms);
+    route(q);
 }
 
 void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char *id,
@@ -615,8 +569,8 @@ void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char 
 {
     struct req *q = new_req(c, K_MULTI, FN(fn), arg);
     q->n = p->n;
-    proto_deduct_multi(&q->cmd, sku, epoch, id, record, attempt, p);
-    send_req(q);
+    proto_deduct_multi(&q->lq.cmd, sku, epoch, id, record, attempt, p);
+    route(q);
 }
 
 void rda_cancel(rda_conn *c, const char *sku, long long epoch, const char *id,
@@ -624,8 +578,8 @@ void rda_cancel(rda_conn *c, const char *sku, long long epoch, const char *id,
                 rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_cancel(&q->cmd, sku, epoch, id, cancelled, expected, p);
-    send_req(q);
+    proto_cancel(&q->lq.cmd, sku, epoch, id, cancelled, expected, p);
+    route(q);
 }
 
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
@@ -633,6 +587,6 @@ void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
                 const char *rid, const char *sig, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_adjust(&q->cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
-    send_req(q);
+    proto_adjust(&q->lq.cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
+    route(q);
 }

@@ -1,29 +1,38 @@
-/* async.h -- the Redis seam on an event loop: one asynchronous connection, and one
- * typed call per script or read (the same calls as calls.h), answered through a
- * callback with C values.
+/* async.h -- the Redis seam on an event loop: one handle, and one typed call per
+ * script or read (the same calls as calls.h), answered through a callback with C
+ * values.
  *
- * A connection lives on one libevent event_base and is used from that loop's thread
- * only (hiredis's async API with its libevent adapter). Calls are written as they
- * come; every command queued during one turn of the loop goes out in one write, so
- * many orders share a round trip (pipelining: rda_stats counts commands and writes).
+ * A handle lives on one libevent event_base and is used from that loop's thread only.
+ * Under it are links (link.h), pipelined connections to one node each: every command
+ * queued during one turn of the loop goes out in one write, so many orders share a
+ * round trip (rda_stats counts commands and writes).
  *
  * Replies. Every call's callback runs exactly once, on the loop, never from inside
  * the call itself. `rc` is 0 with the decoded reply, or -1 when Redis gave none:
- * refused, closed, an error reply, or no reply within `timeout_ms` -- hiredis 0.14.1
- * has no command timeout, so the connection keeps its own deadline (the oldest reply
- * owed): when it passes, the connection is dropped, every command waiting on it is
- * answered -1 (its outcome is unknown; the caller's ids make a retry safe), and a new
- * one is made. A command whose connection the server closed under it (a restart,
- * CLIENT KILL) is sent once more on the next connection: every script recognises its
- * own earlier run (scripts.c), so a reply lost on the wire does not turn into a false
- * answer. Scripts go by EVALSHA once the connection has loaded them, by EVAL before
- * that and after NOSCRIPT.
+ * refused, closed, an error reply, or no reply within `timeout_ms` (the link's own
+ * deadline; the outcome is unknown and the caller's ids make a retry safe). A command
+ * whose connection the server closed under it is sent once more (link.h).
  *
- * Connection. Made at rda_create and again after every failure, with a backoff (50
- * ms doubling to 1 s); AUTH and SELECT first when configured. A working connection
- * the server closes is made again at once, and calls meanwhile wait for it. While
- * no connection is up otherwise, a call brings the next attempt forward (to 50 ms
- * after the last one) and waits for it: answered -1 when that attempt fails. Failures and
+ * Routing. A standalone Redis is one link. With `cluster` set in the target, host:port
+ * is a seed of a Redis Cluster: the handle asks it for the slot map (CLUSTER SHARDS,
+ * or CLUSTER SLOTS before 7.0) and sends each command to the master of its first
+ * key's slot (cmd.h; a command's keys must share it), over one link per master, made
+ * as the map names them. A command whose slot is not known yet goes to the seed. The
+ * map is asked for again on MOVED, on a link's failure and every 5 s, at most every
+ * 100 ms. Error replies that redirect are followed, never answered:
+ *   MOVED        the slot lives elsewhere: the command goes there, and so does the
+ *                route of the slot at once (before the new map arrives);
+ *   ASK          the slot is migrating: ASKING, then the command, on that node; the
+ *                route stays;
+ *   TRYAGAIN     (a multi-key command mid-migration), CLUSTERDOWN, READONLY (a
+ *                demoted master): sent again after 5..25 ms, while the call is
+ *                younger than timeout_ms; CLUSTERDOWN and READONLY refresh the map.
+ * At most 5 MOVED/ASK per call. A command whose link failed is answered -1, never
+ * sent to another node: its outcome is unknown. NOSCRIPT is answered per node, which
+ * has its own script cache (link.h).
+ *
+ * Connection. Each link connects at once and again after failures, with a backoff;
+ * a call to a link that is down waits for its next attempt (link.h). Failures and
  * reconnects go to the seam's logger (rd_set_logger).
  */
 #ifndef SEG_REDIS_ASYNC_H
@@ -42,6 +51,12 @@ struct rda_stats {
                            is the mean pipeline batch */
     long long timeouts; /* connections dropped at the reply deadline */
     long long connects; /* connections made (the first included) */
+    /* A cluster: */
+    long long moved;         /* MOVED replies followed (the map was stale) */
+    long long asked;         /* ASK replies followed (a slot in migration) */
+    long long retried;       /* TRYAGAIN, CLUSTERDOWN, READONLY: sent again later */
+    long long map_refreshes; /* slot map requests sent */
+    int links;               /* connections to nodes (1 for a standalone Redis) */
 };
 
 /* Process-wide counters a connection adds to (any may be NULL): failures, commands
@@ -54,7 +69,8 @@ struct rda_counters {
  * with rda_free on the loop's thread. */
 rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
                      const struct rda_counters *counts);
-/* Close; every command still owed a reply is answered -1 first. NULL is fine. */
+/* Close every link; every call still owed a reply is answered -1 first. NULL is
+ * fine. */
 void rda_free(rda_conn *c);
 /* The last failure, for logs and error details ("" when none). */
 const char *rda_error(const rda_conn *c);

@@ -59,6 +59,7 @@ struct rd_target {
     const char *password;  /* AUTH on every (re)connect when set; copied */
     int db;                /* SELECT on every (re)connect when not 0 */
     int timeout_ms;        /* connect and per-command timeout */
+    bool cluster;          /* host:port is a seed of a Redis Cluster (async.h routes) */
 };
 
 /* Where the seam reports what an operator should see: every failure (`failure`

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/redis/slots.h"
 
 /* A script's vector starts with three slots cmd_argv fills (EVALSHA, sha, nkeys). */
 #define HEAD 3
@@ -27,6 +28,7 @@ static void start(struct rd_cmd *c, int script)
 {
     memset(c, 0, sizeof *c);
     c->script = script;
+    c->slot = -1;
     if (script >= 0)
         for (int i = 0; i < HEAD; i++)
             push(c, ""); /* placeholders, replaced by cmd_argv */
@@ -51,6 +53,8 @@ void cmd_key(struct rd_cmd *c, const char *key)
     }
     push(c, key);
     c->nkeys++;
+    if (c->slot < 0)
+        c->slot = rd_key_slot(key, strlen(key));
 }
 
 void cmd_arg(struct rd_cmd *c, const char *arg)

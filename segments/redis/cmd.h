@@ -19,6 +19,7 @@
 struct rd_cmd {
     int script; /* enum script_id, or -1 for a plain command */
     int nkeys;
+    int slot;      /* the cluster slot of its first key; -1 when it has none */
     int argc, cap; /* argv[0..argc): plain: the command; script: keys then args */
     char **argv;
     size_t *len;
@@ -29,7 +30,9 @@ struct rd_cmd {
 void cmd_plain(struct rd_cmd *c, const char *name);
 void cmd_script(struct rd_cmd *c, enum script_id id);
 
-/* Append a key (scripts: before any argument) or an argument. */
+/* Append a key (scripts: before any argument; plain commands: at its place among the
+ * arguments) or an argument. The first key gives the command its slot, which is where
+ * a cluster routes it: a command's keys must share that slot. */
 void cmd_key(struct rd_cmd *c, const char *key);
 void cmd_arg(struct rd_cmd *c, const char *arg);
 void cmd_argll(struct rd_cmd *c, long long v);

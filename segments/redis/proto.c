@@ -23,7 +23,7 @@ void proto_meta_read(struct rd_cmd *c, const char *sku)
     static const char *const fields[] = {"segments", "mode",      "hold_ms", "initial",
                                          "gen",      "rebalance", "epoch"};
     cmd_plain(c, "HMGET");
-    cmd_arg(c, seg_key_meta(key, sku));
+    cmd_key(c, seg_key_meta(key, sku));
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         cmd_arg(c, fields[i]);
 }
@@ -32,7 +32,7 @@ void proto_record_read(struct rd_cmd *c, const char *id)
 {
     char key[SEG_KEY_MAX];
     cmd_plain(c, "HMGET");
-    cmd_arg(c, seg_key_order(key, id));
+    cmd_key(c, seg_key_order(key, id));
     cmd_arg(c, "r");
     cmd_arg(c, "k");
     cmd_arg(c, "e");
@@ -43,14 +43,14 @@ void proto_stocks_read(struct rd_cmd *c, const char *sku, int n)
     char key[SEG_KEY_MAX];
     cmd_plain(c, "MGET");
     for (int i = 0; i < n; i++)
-        cmd_arg(c, seg_key_stock(key, sku, i));
+        cmd_key(c, seg_key_stock(key, sku, i));
 }
 
 void proto_skus_list(struct rd_cmd *c)
 {
     char key[SEG_KEY_MAX];
     cmd_plain(c, "SMEMBERS");
-    cmd_arg(c, seg_key_skus(key));
+    cmd_key(c, seg_key_skus(key));
 }
 
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
@@ -96,7 +96,7 @@ void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int
      * ours, this is the command sent again after its reply was lost. */
     char key[SEG_KEY_MAX];
     cmd_plain(c, "SET");
-    cmd_arg(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_lock(key, sku, i));
     cmd_arg(c, token);
     cmd_arg(c, "NX");
     cmd_arg(c, "PX");
