@@ -185,6 +185,46 @@ static void test_calls_reach_the_slot_master(void **state)
     rd_slot_map_clear(&m);
 }
 
+/* The blocking seam (store.c) routes the same way: each segment's lock, renewal and
+ * release on its slot's master, and the segment reads of GET /admin/skus (one command
+ * per key) from all three. */
+static void test_blocking_calls_route(void **state)
+{
+    struct fixture *f = *state;
+    h_deadline(60);
+    struct rd_slot_map m;
+    fetch(f, 0, &m);
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 1),
+                                   .timeout_ms = 1000,
+                                   .cluster = true};
+    rd_conn *rd = rd_conn_create(&seed, NULL);
+    for (int seg = 0; seg < 60; seg++) {
+        char key[SEG_KEY_MAX], got[64];
+        seg_key_lock(key, "blocking", seg);
+        const struct rd_node *owner =
+            rd_slot_map_master(&m, rd_key_slot(key, strlen(key)));
+        assert_int_equal(rd_lock(rd, "blocking", seg, "tok-b", 60000), 1);
+        value_on(owner->port, key, got, sizeof got);
+        assert_string_equal(got, "tok-b");
+        assert_int_equal(rd_renew(rd, "blocking", seg, "tok-b", 60000), 1);
+    }
+    long long stock[60], sold[60], orders[60];
+    bool locked[60];
+    assert_int_equal(rd_segments_read(rd, "blocking", 60, stock, sold, orders, locked),
+                     0);
+    for (int seg = 0; seg < 60; seg++) {
+        assert_true(locked[seg]);
+        assert_int_equal(rd_release(rd, "blocking", seg, "tok-b"), 1);
+    }
+    assert_int_equal(rd_segments_read(rd, "blocking", 60, stock, sold, orders, locked),
+                     0);
+    for (int seg = 0; seg < 60; seg++)
+        assert_false(locked[seg]);
+    rd_conn_free(rd);
+    rd_slot_map_clear(&m);
+}
+
 /* The slot of a segment's lock key, its master (a) and another master (b). */
 struct move {
     char key[SEG_KEY_MAX];
@@ -242,6 +282,24 @@ static void test_moved_when_a_slot_moved(void **state)
     assert_int_equal(release(f, "moved", 0, "t2").value, 1);
     rda_stats(f->rd, &after);
     assert_int_equal(after.moved, before.moved);
+
+    /* A blocking connection whose map predates the move follows MOVED too. */
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 0),
+                                   .timeout_ms = 1000,
+                                   .cluster = true};
+    rd_conn *rd = rd_conn_create(&seed, NULL);
+    assert_int_equal(rd_lock(rd, "moved", 1, "warm", 1000), 1); /* fetches the map */
+    expect_status(mv.a->port, "CLUSTER SETSLOT %d IMPORTING %s", mv.slot, mv.b->id);
+    expect_status(mv.b->port, "CLUSTER SETSLOT %d MIGRATING %s", mv.slot, mv.a->id);
+    for (int i = 0; i < m.nmasters; i++)
+        expect_status(m.masters[i].master.port, "CLUSTER SETSLOT %d NODE %s", mv.slot,
+                      mv.a->id);
+    assert_int_equal(rd_lock(rd, "moved", 0, "t3", 60000), 1); /* b's map: MOVED to a */
+    value_on(mv.a->port, mv.key, got, sizeof got);
+    assert_string_equal(got, "t3");
+    assert_int_equal(rd_release(rd, "moved", 0, "t3"), 1);
+    rd_conn_free(rd);
     rd_slot_map_clear(&m);
 }
 
@@ -334,6 +392,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calls_reach_the_slot_master),
+        cmocka_unit_test(test_blocking_calls_route),
         cmocka_unit_test(test_moved_when_a_slot_moved),
         cmocka_unit_test(test_ask_during_migration),
         cmocka_unit_test(test_failover_reroutes),

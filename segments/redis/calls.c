@@ -78,48 +78,26 @@ int rd_record_read(rd_conn *c, const char *id, char **record)
     return found < 0 ? -1 : 0;
 }
 
-struct segment_reads {
-    const char *sku;
-    int n;
-    bool full; /* also sold, orders and the lock */
-};
-
-static void append_segment_reads(redisContext *rc, void *arg)
-{
-    const struct segment_reads *s = arg;
-    char key[SEG_KEY_MAX];
-    for (int i = 0; i < s->n; i++) {
-        redisAppendCommand(rc, "GET %s", seg_key_stock(key, s->sku, i));
-        if (!s->full)
-            continue;
-        redisAppendCommand(rc, "GET %s", seg_key_sold(key, s->sku, i));
-        redisAppendCommand(rc, "HLEN %s", seg_key_orders(key, s->sku, i));
-        redisAppendCommand(rc, "EXISTS %s", seg_key_lock(key, s->sku, i));
-    }
-}
-
 int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
                      long long *sold, long long *orders, bool *locked)
 {
-    if (sold == NULL) { /* the stock alone: one MGET */
-        struct rd_cmd cmd;
-        proto_stocks_read(&cmd, sku, n);
-        redisReply *r = run(c, &cmd);
-        int rc = r != NULL ? proto_stocks(r, n, stock) : -1;
-        if (r != NULL)
-            freeReplyObject(r);
-        return rc;
-    }
-    struct segment_reads s = {sku, n, true};
-    int per = s.full ? 4 : 1;
+    bool full = sold != NULL; /* also sold, orders and the lock */
+    int per = full ? 4 : 1;
+    struct rd_cmd *cmds = seg_calloc((size_t)(per * n), sizeof *cmds);
+    for (int i = 0; i < n; i++)
+        proto_segment_reads(&cmds[per * i], sku, i, full);
     redisReply **r = seg_malloc(sizeof *r * (size_t)(per * n));
-    if (store_pipeline(c, per * n, append_segment_reads, &s, r) != 0) {
+    int rc = store_pipeline(c, per * n, cmds, r);
+    for (int i = 0; i < per * n; i++)
+        cmd_free(&cmds[i]);
+    free(cmds);
+    if (rc != 0) {
         free(r);
         return -1;
     }
     for (int i = 0; i < n; i++) {
         stock[i] = proto_integer(r[per * i], 0);
-        if (s.full) {
+        if (full) {
             sold[i] = proto_integer(r[4 * i + 1], 0);
             orders[i] = proto_integer(r[4 * i + 2], 0);
             locked[i] = proto_integer(r[4 * i + 3], 0) > 0;

@@ -46,6 +46,24 @@ void proto_stocks_read(struct rd_cmd *c, const char *sku, int n)
         cmd_key(c, seg_key_stock(key, sku, i));
 }
 
+/* One command on `key` of segment i. */
+static void one_key(struct rd_cmd *c, const char *name, const char *key)
+{
+    cmd_plain(c, name);
+    cmd_key(c, key);
+}
+
+void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full)
+{
+    char key[SEG_KEY_MAX];
+    one_key(&c[0], "GET", seg_key_stock(key, sku, i));
+    if (!full)
+        return;
+    one_key(&c[1], "GET", seg_key_sold(key, sku, i));
+    one_key(&c[2], "HLEN", seg_key_orders(key, sku, i));
+    one_key(&c[3], "EXISTS", seg_key_lock(key, sku, i));
+}
+
 void proto_skus_list(struct rd_cmd *c)
 {
     char key[SEG_KEY_MAX];

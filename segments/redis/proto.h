@@ -19,6 +19,9 @@ void proto_meta_read(struct rd_cmd *c, const char *sku);
 void proto_record_read(struct rd_cmd *c, const char *id);
 /* MGET of the stock of segments 0..n-1. */
 void proto_stocks_read(struct rd_cmd *c, const char *sku, int n);
+/* Segment i's stock (c[0]: GET) and, when `full`, its sold count, orders and lock
+ * (c[1..3]: GET, HLEN, EXISTS): one command per key, each in the segment's slot. */
+void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full);
 void proto_skus_list(struct rd_cmd *c);
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
                    const char *id, long long qty, const char *token, int ttl_ms);

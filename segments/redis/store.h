@@ -1,4 +1,5 @@
-/* store.h -- one Redis connection: lazy connect, timeouts, script calls. Private to
+/* store.h -- one blocking Redis connection (to a node, or over a cluster's masters):
+ * lazy connect, timeouts, script calls. Private to
  * segments/redis/: the rest of the program sees only calls.h.
  *
  * A connection is made on first use with the configured timeout, which also bounds
@@ -8,6 +9,15 @@
  * connection the server closed (a restart, CLIENT KILL) is sent once more on a new
  * one: every script recognises its own earlier run (scripts.h), so a resend after a
  * lost reply reports what really happened.
+ *
+ * A cluster (`cluster` in the target: host:port is a seed). The connection fetches the
+ * slot map from the seed on first use (rd_slot_map_fetch), keeps one connection per
+ * node it has needed, and sends each command to the master of its first key's slot
+ * (cmd.h). MOVED (the route is updated and the map fetched again, at most every 100
+ * ms) and ASK (ASKING first) are followed, up to 5 per command; TRYAGAIN, CLUSTERDOWN
+ * and READONLY are retried every 20 ms within the timeout. A command that got no
+ * reply is never sent to another node (its outcome is unknown); the map is fetched
+ * again for the next one.
  *
  * Every call returns NULL when Redis did not give a usable answer: I/O errors and
  * timeouts (the connection is dropped; the next call reconnects) and error replies
@@ -35,9 +45,9 @@ void store_drop(rd_conn *c);
 /* Send `cmd` (a script by EVALSHA, EVAL after NOSCRIPT) and wait for its reply. */
 redisReply *store_run(rd_conn *c, struct rd_cmd *cmd);
 
-/* Send `n` commands built with redisAppendCommand by `append` (called once with the
- * context) and read their replies into out[0..n-1]. 0, or -1 with nothing to free. */
-int store_pipeline(rd_conn *c, int n, void (*append)(redisContext *rc, void *arg),
-                   void *arg, redisReply **out);
+/* Send cmds[0..n-1] (plain commands) and read their replies into out[0..n-1]: in one
+ * round trip to a standalone Redis, one by one (each to its slot's master) on a
+ * cluster. 0, or -1 with nothing to free. */
+int store_pipeline(rd_conn *c, int n, struct rd_cmd *cmds, redisReply **out);
 
 #endif
