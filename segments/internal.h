@@ -22,6 +22,7 @@ typedef struct watchdog watchdog;
 struct inv {
     struct inv_options opt; /* opt.redis_host points at `host` */
     char *host;
+    bool cluster; /* Redis is a cluster (forced, or said so by INFO cluster at start) */
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];

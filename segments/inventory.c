@@ -1,6 +1,7 @@
 /* inventory.c -- the process-wide domain handle and per-worker connections. */
 #include "segments/inventory.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "segments/internal.h"
@@ -9,12 +10,40 @@
 #include "segments/watchdog.h"
 #include "base/xalloc.h"
 
+/* Which seed answers, and whether it is a cluster node (rd_pick_seed). When none
+ * answers, the first seed stays and a cluster is what the options say: a standalone
+ * Redis may just be late, and connections are retried anyway. */
+static void pick_seed(inv *v)
+{
+    struct rd_target to = inv_redis_target(v);
+    char host[256], why[256];
+    if (rd_pick_seed(&to, v->opt.redis_seeds, host, sizeof host, why, sizeof why) != 0) {
+        v->cluster = v->opt.redis_cluster;
+        char detail[320];
+        snprintf(detail, sizeof detail, "no seed answered at start (%s): %s", why,
+                 v->cluster ? "a cluster, as configured" : "taken as standalone");
+        rd_log(true, "seed", detail);
+        return;
+    }
+    free(v->host);
+    v->host = seg_strdup(host);
+    v->opt.redis_host = v->host;
+    v->opt.redis_port = to.port;
+    v->cluster = to.cluster;
+}
+
+bool inv_redis_cluster(const inv *v)
+{
+    return v->cluster;
+}
+
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
 {
     inv *v = seg_calloc(1, sizeof *v);
     v->opt = *opt;
     v->host = seg_strdup(opt->redis_host ? opt->redis_host : "127.0.0.1");
     v->opt.redis_host = v->host;
+    pick_seed(v);
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
     v->tab = skutab_create();
@@ -109,6 +138,7 @@ struct rd_target inv_redis_target(const inv *v)
         .password = v->opt.redis_password,
         .db = v->opt.redis_db,
         .timeout_ms = v->opt.redis_timeout_ms,
+        .cluster = v->cluster,
     };
 }
 

@@ -43,6 +43,8 @@ struct inv_options {
     const char *redis_user;     /* ACL user for AUTH */
     const char *redis_password; /* AUTH on every (re)connect */
     int redis_db;               /* SELECT on every (re)connect when not 0 */
+    const char *redis_seeds;    /* more Redis Cluster seeds, "host:port,host:port" */
+    bool redis_cluster;         /* a Redis Cluster without asking (else INFO cluster) */
     int redis_timeout_ms; /* connect and per-command timeout (a hung Redis -> 503) */
     int lock_ttl_ms;      /* lease of a segment lock; renewed every ttl/3 while held */
     int lock_wait_ms;     /* how long an order waits for a free segment before BUSY */
@@ -65,6 +67,10 @@ void inv_conn_free(inv_conn *c);
  * before inv_create. */
 typedef void (*inv_log_fn)(bool failure, const char *what, const char *detail);
 void inv_set_redis_logger(inv_log_fn fn);
+
+/* True when Redis is a cluster: configured so, or found so at start (INFO cluster on
+ * the first seed that answered). */
+bool inv_redis_cluster(const inv *v);
 
 /* PING Redis: INV_OK or INV_UNAVAILABLE. */
 inv_status inv_ping(inv_conn *c);

@@ -72,6 +72,8 @@ static const struct setting settings[] = {
                 redis_password),
     STR_SETTING("redis_password_file", "INVENTORY_REDIS_PASSWORD_FILE",
                 "--redis-password-file", K_STR, redis_password_file),
+    BOOL_SETTING("redis_cluster", "INVENTORY_REDIS_CLUSTER", "--redis-cluster",
+                 redis_cluster),
     INT_SETTING("threads", "INVENTORY_THREADS", "--threads", threads, 1, 1024),
     INT_SETTING("lock_ttl_ms", "INVENTORY_LOCK_TTL_MS", "--lock-ttl-ms", lock_ttl_ms, 100,
                 600000),
@@ -273,7 +275,28 @@ static int set_redis(const char *text, const char *where, struct cfg *c, char *e
     if (strstr(text, "://") != NULL)
         return fail(err, errlen, "%s: only redis:// and unix:// are supported, got '%s'",
                     where, text);
-    return set_host_port(text, strlen(text), where, c, err, errlen);
+    /* HOST:PORT[,HOST:PORT...]: cluster seeds, the first tried first. */
+    const char *comma = strchr(text, ',');
+    if (comma == NULL) {
+        c->redis_seeds[0] = '\0';
+        return set_host_port(text, strlen(text), where, c, err, errlen);
+    }
+    if (strlen(comma + 1) >= sizeof c->redis_seeds)
+        return fail(err, errlen, "%s: the seed list is too long", where);
+    for (const char *p = comma + 1; *p != '\0';) { /* each must parse on its own */
+        struct cfg probe;
+        const char *end = strchr(p, ',');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (set_host_port(p, n, where, &probe, err, errlen) != 0)
+            return -1;
+        p += n + (end != NULL);
+        if (end != NULL && *p == '\0')
+            return fail(err, errlen, "%s: empty seed after the last ','", where);
+    }
+    if (set_host_port(text, (size_t)(comma - text), where, c, err, errlen) != 0)
+        return -1;
+    snprintf(c->redis_seeds, sizeof c->redis_seeds, "%s", comma + 1);
+    return 0;
 }
 
 /* Read the redis_password_file (its first line) into redis_password. */
@@ -653,6 +676,8 @@ static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, boo
             append(buf, len, "[%s]:%d", c->redis_host, c->redis_port);
         else
             append(buf, len, "%s:%d", c->redis_host, c->redis_port);
+        if (c->redis_seeds[0] != '\0')
+            append(buf, len, ",%s", c->redis_seeds);
         if (c->redis_db != 0)
             append(buf, len, " (db %d)", c->redis_db);
         break;
@@ -742,8 +767,9 @@ void cfg_usage(FILE *f, const char *prog)
 {
     fprintf(
         f,
-        "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT]\n"
-        "          [--threads N] [--lock-ttl-ms N] [--lock-wait-ms N]\n"
+        "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT[,...]]\n"
+        "          [--redis-cluster B] [--threads N] [--lock-ttl-ms N] [--lock-wait-ms "
+        "N]\n"
         "          [--redis-timeout-ms N] [--admin-token T] [--check-config]\n"
         "          [--log-level L] [--log-format F] [--log-file PATH] [--access-log B]\n"
         "          [--help] [--version]\n"
@@ -760,6 +786,7 @@ void cfg_usage(FILE *f, const char *prog)
         "  port              INVENTORY_PORT              --port              8080\n"
         "  redis             INVENTORY_REDIS             --redis             "
         "127.0.0.1:6379\n"
+        "  redis_cluster     INVENTORY_REDIS_CLUSTER     --redis-cluster     false\n"
         "  threads           INVENTORY_THREADS           --threads           cores\n"
         "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
         "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
@@ -774,6 +801,11 @@ void cfg_usage(FILE *f, const char *prog)
         "  log_format        INVENTORY_LOG_FORMAT        --log-format        text\n"
         "  log_file          INVENTORY_LOG_FILE          --log-file          - (stderr)\n"
         "  access_log        INVENTORY_ACCESS_LOG        --access-log        true\n"
+        "\n"
+        "redis: HOST:PORT, HOST:PORT,HOST:PORT,... (Redis Cluster seeds, tried in\n"
+        "order), redis://[user[:password]@]host[:port][/db] or unix:///path. A Redis\n"
+        "Cluster is recognised at start (INFO cluster); redis_cluster true says so\n"
+        "without asking.\n"
         "\n"
         "log_level: debug|info|warn|error; log_format: text|json (one JSON object per\n"
         "line); access_log: true|false. SIGHUP reopens log_file and re-reads log_level;\n"

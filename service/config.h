@@ -46,6 +46,8 @@ struct cfg {
     char redis_user[CFG_TOKEN_MAX + 1];     /* ACL user for AUTH; "" = default user */
     char redis_password[CFG_TOKEN_MAX + 1]; /* AUTH on connect; "" = none (secret) */
     char redis_password_file[CFG_PATH_MAX]; /* read into redis_password at load */
+    char redis_seeds[CFG_PATH_MAX];         /* more cluster seeds: "h:p,h:p"; "" */
+    bool redis_cluster;                     /* a Redis Cluster, without asking; false */
     int threads;          /* event loops (api/loop.h), 1..1024; the number of cores */
     int lock_ttl_ms;      /* 100..600000; 3000 */
     int lock_wait_ms;     /* 0..600000; 2000 */

@@ -241,6 +241,8 @@ int main(int argc, char **argv)
         .redis_user = cfg.redis_user,
         .redis_password = cfg.redis_password,
         .redis_db = cfg.redis_db,
+        .redis_seeds = cfg.redis_seeds,
+        .redis_cluster = cfg.redis_cluster,
         .redis_timeout_ms = cfg.redis_timeout_ms,
         .lock_ttl_ms = cfg.lock_ttl_ms,
         .lock_wait_ms = cfg.lock_wait_ms,
@@ -277,7 +279,8 @@ int main(int argc, char **argv)
     if (cfg.redis_unix[0] != '\0')
         snprintf(redis, sizeof(redis), "unix://%s", cfg.redis_unix);
     else
-        snprintf(redis, sizeof(redis), "%s:%d", cfg.redis_host, cfg.redis_port);
+        snprintf(redis, sizeof(redis), "%s:%d%s", cfg.redis_host, cfg.redis_port,
+                 inv_redis_cluster(v) ? ", a cluster" : "");
     bool v6 = strchr(cfg.bind, ':') != NULL;
     log_info(
         "inventoryd %s listening on http://%s%s%s:%d/ (redis %s, %d event loops%s%s)",

@@ -189,6 +189,17 @@ static void every_flag_and_env_var(void **state)
     assert_int_equal(c.redis_timeout_ms, 10);
     assert_string_equal(c.redis_host, "::1");
     assert_int_equal(c.redis_port, 7000);
+    assert_string_equal(c.redis_seeds, "");
+    assert_false(c.redis_cluster);
+
+    /* Cluster seeds: the first becomes host:port, the rest are kept as given. */
+    assert_int_equal(LOAD(env, &c, err, "--redis", "10.0.0.1:7000,[::1]:7001,h:7002",
+                          "--redis-cluster", "true", NULL),
+                     0);
+    assert_string_equal(c.redis_host, "10.0.0.1");
+    assert_int_equal(c.redis_port, 7000);
+    assert_string_equal(c.redis_seeds, "[::1]:7001,h:7002");
+    assert_true(c.redis_cluster);
 }
 
 static void file_only_keys(void **state)
@@ -392,6 +403,12 @@ static void flag_errors_name_the_flag(void **state)
                  NULL, "--lock-wait-ms");
     expect_error((const char *const[]){"inventoryd", "--redis", "nocolon", NULL}, NULL,
                  "--redis");
+    expect_error((const char *const[]){"inventoryd", "--redis", "a:1,b", NULL}, NULL,
+                 "--redis: must be HOST:PORT, got 'b'");
+    expect_error((const char *const[]){"inventoryd", "--redis", "a:1,b:2,", NULL}, NULL,
+                 "--redis: empty seed");
+    expect_error((const char *const[]){"inventoryd", "--redis-cluster", "yes", NULL},
+                 NULL, "--redis-cluster");
     expect_error((const char *const[]){"inventoryd", "--bind", "1.2.3", NULL}, NULL,
                  "--bind");
     expect_error((const char *const[]){"inventoryd", "--redis-timeout-ms", "0", NULL},

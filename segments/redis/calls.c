@@ -237,7 +237,7 @@ static void drop_records(rd_conn *c, const char *sku, long long epoch, char *con
             char detail[160];
             snprintf(detail, sizeof detail, "%s: %zu records left (dead): %s", sku, n - i,
                      rd_conn_error(c));
-            store_log(true, "drop records", detail);
+            rd_log(true, "drop records", detail);
             return;
         }
         freeReplyObject(r);

@@ -62,6 +62,14 @@ struct rd_target {
     bool cluster;          /* host:port is a seed of a Redis Cluster (async.h routes) */
 };
 
+/* Which of `to` (host:port) and the seeds in `seeds` ("host:port,host:port", may be
+ * NULL) answers first, and whether it is a Redis Cluster node: fills `to->host` (into
+ * host[0..hostlen), `to->port` and `to->cluster` from the first that answers and
+ * returns 0, or -1 when none does (`to` unchanged). `to->cluster` already true is
+ * kept. A unix socket is asked nothing: 0, standalone. Blocking. */
+int rd_pick_seed(struct rd_target *to, const char *seeds, char *host, size_t hostlen,
+                 char *err, size_t errlen);
+
 /* Where the seam reports what an operator should see: every failure (`failure`
  * true: refused, timed out, AUTH, OOM, LOADING, NOSCRIPT, ...) with `what` naming
  * the step, and a connection made again after a failure (`failure` false). Called
@@ -69,6 +77,8 @@ struct rd_target {
  * should rate-limit by `what`. Set once, before any connection is used. */
 typedef void (*rd_log_fn)(bool failure, const char *what, const char *detail);
 void rd_set_logger(rd_log_fn fn);
+/* Hand a failure or a reconnect to that logger, if any. */
+void rd_log(bool failure, const char *what, const char *detail);
 
 /* A connection, made lazily on first use. `errors` (may be NULL) counts failures. */
 rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors);

@@ -60,7 +60,7 @@ void link_owner_error(struct link_owner *o, const char *what, const char *detail
 {
     snprintf(o->errstr, sizeof o->errstr, "%s: %.100s", what, detail);
     bump(o->counts.errors);
-    store_log(true, what, detail);
+    rd_log(true, what, detail);
 }
 
 static void set_error(struct link *l, const char *what, const char *detail)
@@ -243,7 +243,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     struct link *l = ac->data;
     if (status == REDIS_OK) {
         if (l->failed)
-            store_log(false, "connect", l->unix_path[0] != '\0' ? l->unix_path : l->host);
+            rd_log(false, "connect", l->unix_path[0] != '\0' ? l->unix_path : l->host);
         l->failed = false;
         l->backoff_ms = 0;
         return;

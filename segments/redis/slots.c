@@ -525,6 +525,101 @@ static const char *why(const redisContext *rc, const redisReply *r)
     return r->type == REDIS_REPLY_ERROR && r->str != NULL ? r->str : "unexpected reply";
 }
 
+/* A blocking connection to `seed` with AUTH done, or NULL with the reason in err. */
+static redisContext *seed_connect(const struct rd_target *seed, const char **host,
+                                  char *err, size_t errlen)
+{
+    *host = seed->host != NULL && seed->host[0] != '\0' ? seed->host : "127.0.0.1";
+    int ms = seed->timeout_ms > 0 ? seed->timeout_ms : 1000;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    redisContext *rc = redisConnectWithTimeout(*host, seed->port, tv);
+    if (rc == NULL) {
+        fetch_fail(NULL, NULL, err, errlen, "connect: out of memory");
+        return NULL;
+    }
+    if (rc->err || redisSetTimeout(rc, tv) != REDIS_OK) {
+        fetch_fail(rc, NULL, err, errlen, "connect %s:%d: %s", *host, seed->port,
+                   rc->errstr);
+        return NULL;
+    }
+    if (seed->password != NULL && seed->password[0] != '\0') {
+        const char *argv[3] = {"AUTH"};
+        int argc = 1;
+        if (seed->user != NULL && seed->user[0] != '\0')
+            argv[argc++] = seed->user;
+        argv[argc++] = seed->password;
+        redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            fetch_fail(rc, r, err, errlen, "AUTH: %s", why(rc, r));
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+int rd_cluster_probe(const struct rd_target *seed, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (seed->unix_path != NULL && seed->unix_path[0] != '\0')
+        return 0; /* a cluster node is reached over TCP */
+    const char *host;
+    redisContext *rc = seed_connect(seed, &host, err, errlen);
+    if (rc == NULL)
+        return -1;
+    redisReply *r = redisCommand(rc, "INFO cluster");
+    if (r == NULL || r->type != REDIS_REPLY_STRING)
+        return fetch_fail(rc, r, err, errlen, "INFO cluster: %s", why(rc, r));
+    int on = strstr(r->str, "cluster_enabled:1") != NULL;
+    freeReplyObject(r);
+    redisFree(rc);
+    return on;
+}
+
+int rd_pick_seed(struct rd_target *to, const char *seeds, char *host, size_t hostlen,
+                 char *err, size_t errlen)
+{
+    snprintf(host, hostlen, "%s", to->host != NULL ? to->host : "127.0.0.1");
+    if (to->unix_path != NULL && to->unix_path[0] != '\0')
+        return 0;
+    const char *next = seeds != NULL ? seeds : "";
+    struct rd_target t = *to;
+    char h[RD_HOST_MAX];
+    snprintf(h, sizeof h, "%s", host);
+    for (;;) {
+        t.host = h;
+        int on = rd_cluster_probe(&t, err, errlen);
+        if (on >= 0) {
+            snprintf(host, hostlen, "%s", h);
+            to->host = host;
+            to->port = t.port;
+            to->cluster = to->cluster || on == 1;
+            return 0;
+        }
+        if (*next == '\0')
+            return -1;
+        /* The next "host:port" (an IPv6 host bracketed: "[::1]:7000"). */
+        size_t n = strcspn(next, ",");
+        char one[RD_HOST_MAX + 16];
+        snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one - 1 ? n : sizeof one - 1),
+                 next);
+        next += n + (next[n] == ',');
+        char *colon = strrchr(one, ':');
+        if (colon == NULL)
+            continue;
+        *colon = '\0';
+        t.port = atoi(colon + 1);
+        const char *name = one;
+        size_t len = strlen(one);
+        if (one[0] == '[' && len >= 2 && one[len - 1] == ']') {
+            one[len - 1] = '\0';
+            name = one + 1;
+        }
+        snprintf(h, sizeof h, "%.*s", (int)sizeof h - 1, name);
+    }
+}
+
 int rd_slot_map_fetch(const struct rd_target *seed, struct rd_slot_map *out, char *err,
                       size_t errlen)
 {
@@ -537,27 +632,10 @@ int rd_slot_map_fetch(const struct rd_target *seed, struct rd_slot_map *out, cha
     if (seed->db != 0)
         return fetch_fail(NULL, NULL, err, errlen, "a cluster has db 0 only, not db %d",
                           seed->db);
-    const char *host =
-        seed->host != NULL && seed->host[0] != '\0' ? seed->host : "127.0.0.1";
-    int ms = seed->timeout_ms > 0 ? seed->timeout_ms : 1000;
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    redisContext *rc = redisConnectWithTimeout(host, seed->port, tv);
+    const char *host;
+    redisContext *rc = seed_connect(seed, &host, err, errlen);
     if (rc == NULL)
-        return fetch_fail(NULL, NULL, err, errlen, "connect: out of memory");
-    if (rc->err || redisSetTimeout(rc, tv) != REDIS_OK)
-        return fetch_fail(rc, NULL, err, errlen, "connect %s:%d: %s", host, seed->port,
-                          rc->errstr);
-    if (seed->password != NULL && seed->password[0] != '\0') {
-        const char *argv[3] = {"AUTH"};
-        int argc = 1;
-        if (seed->user != NULL && seed->user[0] != '\0')
-            argv[argc++] = seed->user;
-        argv[argc++] = seed->password;
-        redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR)
-            return fetch_fail(rc, r, err, errlen, "AUTH: %s", why(rc, r));
-        freeReplyObject(r);
-    }
+        return -1;
     /* SHARDS first: it lists every replica. SLOTS when SHARDS answers an error (a
      * server before 7.0) or a map the parser refuses (a shard naming two masters,
      * where only SLOTS says which one serves the slots). */

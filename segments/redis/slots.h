@@ -149,4 +149,9 @@ int rd_slot_map_from_slots(const struct redisReply *r, const char *same_host,
 int rd_slot_map_fetch(const struct rd_target *seed, struct rd_slot_map *out, char *err,
                       size_t errlen);
 
+/* Whether `seed` is a cluster node (INFO cluster says cluster_enabled:1): 1, 0 (also
+ * for a unix socket), or -1 with the reason in err[0..errlen) when it could not be
+ * asked. Blocking, on a connection of its own. */
+int rd_cluster_probe(const struct rd_target *seed, char *err, size_t errlen);
+
 #endif

@@ -110,7 +110,7 @@ void rd_set_logger(rd_log_fn fn)
     logger = fn;
 }
 
-void store_log(bool failure, const char *what, const char *detail)
+void rd_log(bool failure, const char *what, const char *detail)
 {
     if (logger != NULL)
         logger(failure, what, detail);

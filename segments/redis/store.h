@@ -33,9 +33,6 @@
 #include "segments/redis/cmd.h"
 #include "segments/redis/scripts.h"
 
-/* Hand a failure or a reconnect to the logger set by rd_set_logger, if any. */
-void store_log(bool failure, const char *what, const char *detail);
-
 /* 0 when connected (scripts loaded), -1 with the error set. */
 int store_connect(rd_conn *c);
 
