@@ -228,10 +228,10 @@ int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
 static void drop_records(rd_conn *c, const char *sku, long long epoch, char *const *ids,
                          size_t n)
 {
-    for (size_t i = 0; i < n; i += DROP_BATCH) {
+    size_t batch = store_cluster(c) ? 1 : DROP_BATCH; /* a cluster: each its own slot */
+    for (size_t i = 0; i < n; i += batch) {
         struct rd_cmd cmd;
-        proto_drop_records(&cmd, sku, epoch, ids + i,
-                           n - i < DROP_BATCH ? n - i : DROP_BATCH);
+        proto_drop_records(&cmd, sku, epoch, ids + i, n - i < batch ? n - i : batch);
         redisReply *r = run(c, &cmd);
         if (r == NULL) {
             char detail[160];
@@ -244,6 +244,79 @@ static void drop_records(rd_conn *c, const char *sku, long long epoch, char *con
     }
 }
 
+/* The ids a script answered after its code, appended to *ids (*n of them). */
+static void take_ids(const redisReply *r, char ***ids, size_t *n)
+{
+    if (r->elements <= 1)
+        return;
+    *ids = seg_realloc(*ids, sizeof **ids * (*n + r->elements - 1));
+    for (size_t i = 1; i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING)
+            (*ids)[(*n)++] = seg_strdup(r->element[i]->str);
+}
+
+/* Run `cmd` (freed) and read its code (and the reply, kept in *kept when not NULL):
+ * the code, or -1 when Redis gave no usable answer. */
+static int step(rd_conn *c, struct rd_cmd *cmd, redisReply **kept)
+{
+    redisReply *r = run(c, cmd);
+    struct rd_reply out;
+    int rc = r != NULL ? proto_scripted(r, &out) : -1;
+    int code = rc < 0 ? -1 : out.code;
+    if (rc == 0)
+        rd_reply_clear(&out);
+    if (kept != NULL && code >= 0)
+        *kept = r;
+    else if (r != NULL)
+        freeReplyObject(r);
+    return code;
+}
+
+/* How long a cluster reset may take before another may take it over (its process
+ * is taken for dead). */
+#define RESET_LEASE_MS 15000
+
+/* RESET on a cluster, where a SKU's keys span slots: BEGIN marks the reset pending in
+ * the meta (or takes over a dead one), each segment is reset on its own (old, dead
+ * and new segments alike), COMMIT writes the new meta, then the SKU set. The ids of
+ * the orders of the segments reset are appended to *ids. A reset that dies half way
+ * leaves the old meta (orders on the segments it reached answer STALE) until another
+ * reset takes it over. The code, or -1 when Redis gave no usable answer. */
+static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
+                         int old_segments, const struct rd_reset *to, const char *rid,
+                         const char *sig, char ***ids, size_t *nids)
+{
+    struct rd_cmd cmd;
+    redisReply *r = NULL;
+    proto_reset_begin(&cmd, sku, old_epoch, old_segments, to->epoch, to->segments,
+                      RESET_LEASE_MS, rid, sig);
+    int code = step(c, &cmd, &r);
+    if (code != RD_OK)
+        return code;
+    long long dead = r->elements > 2 ? proto_integer(r->element[1], 0) : 0;
+    int dead_n = r->elements > 2 ? (int)proto_integer(r->element[2], 0) : 0;
+    freeReplyObject(r);
+    int n = to->segments, m = old_segments > n ? old_segments : n;
+    if (dead_n > m && dead_n <= SEG_MAX_SEGMENTS)
+        m = dead_n;
+    for (int i = 0; i < m; i++) {
+        long long share = n ? to->stock / n + (i < to->stock % n) : 0;
+        proto_reset_segment(&cmd, sku, i, old_epoch, dead, to->epoch, i < n ? share : -1);
+        if ((code = step(c, &cmd, &r)) != RD_OK)
+            return code;
+        take_ids(r, ids, nids);
+        freeReplyObject(r);
+    }
+    proto_reset_commit(&cmd, sku, to, rid, sig);
+    if ((code = step(c, &cmd, NULL)) != RD_OK)
+        return code;
+    proto_skus_change(&cmd, sku, n > 0);
+    if ((r = run(c, &cmd)) == NULL)
+        return -1;
+    freeReplyObject(r);
+    return RD_OK;
+}
+
 int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
              const struct rd_reset *to, const char *rid, const char *sig,
              struct rd_reply *out)
@@ -252,6 +325,16 @@ int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
     char **ids = NULL;
     size_t n = 0;
     memset(out, 0, sizeof *out);
+    if (store_cluster(c)) {
+        int code = reset_cluster(c, sku, old_epoch, old_segments, to, rid, sig, &ids, &n);
+        if (code == RD_OK)
+            drop_records(c, sku, old_epoch, ids, n);
+        for (size_t i = 0; i < n; i++)
+            free(ids[i]);
+        free(ids);
+        out->code = code < 0 ? 0 : code;
+        return code < 0 ? -1 : 0;
+    }
     proto_reset(&cmd, sku, old_epoch, old_segments, to, rid, sig);
     redisReply *r = run(c, &cmd);
     int rc = r != NULL ? proto_reset_ids(r, out, &ids, &n) : -1;

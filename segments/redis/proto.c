@@ -251,6 +251,67 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_arg(c, rid != NULL ? sig : "");
 }
 
+void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
+                       int old_segments, long long epoch, int segments, int lease_ms,
+                       const char *rid, const char *sig)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_RESET_BEGIN);
+    cmd_key(c, seg_key_meta(key, sku));
+    cmd_key(c, rid != NULL ? seg_key_request(key, sku, rid) : seg_key_meta(key, sku));
+    cmd_argll(c, old_epoch);
+    cmd_argll(c, old_segments);
+    cmd_argll(c, epoch);
+    cmd_argll(c, segments);
+    cmd_argll(c, lease_ms);
+    cmd_arg(c, rid != NULL ? sig : "");
+}
+
+void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
+                         long long dead_epoch, long long epoch, long long stock)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_RESET_SEGMENT);
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_sold(key, sku, i));
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_key(c, seg_key_parts(key, sku, i));
+    cmd_key(c, seg_key_cancelled(key, sku, i));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_argll(c, old_epoch);
+    cmd_argll(c, dead_epoch);
+    cmd_argll(c, epoch);
+    if (stock >= 0)
+        cmd_argll(c, stock);
+    else
+        cmd_arg(c, "");
+}
+
+void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,
+                        const char *rid, const char *sig)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_RESET_COMMIT);
+    cmd_key(c, seg_key_meta(key, sku));
+    cmd_key(c, rid != NULL ? seg_key_request(key, sku, rid) : seg_key_meta(key, sku));
+    cmd_argll(c, to->epoch);
+    cmd_argll(c, to->segments);
+    cmd_arg(c, to->mode ? to->mode : "lock");
+    cmd_argll(c, to->hold_ms);
+    cmd_argll(c, to->stock);
+    cmd_arg(c, to->rebalance ? "1" : "0");
+    cmd_arg(c, rid != NULL ? sig : "");
+}
+
+void proto_skus_change(struct rd_cmd *c, const char *sku, bool add)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, add ? "SADD" : "SREM");
+    cmd_key(c, seg_key_skus(key));
+    cmd_arg(c, sku);
+}
+
 void proto_drop_records(struct rd_cmd *c, const char *sku, long long epoch,
                         char *const *ids, size_t n)
 {

@@ -68,6 +68,16 @@ bool proto_record_dead(const char *owner, long long owner_epoch, const char *sku
 /* RESET's: as proto_scripted, and for OK the ids of the old segments' orders
  * (*ids: malloc'd array of *n malloc'd strings, NULL when none). */
 int proto_reset_ids(const redisReply *r, struct rd_reply *out, char ***ids, size_t *n);
+/* A reset on a cluster: RESET_BEGIN, RESET_SEGMENT of segment i (`stock` < 0: the
+ * segment goes), RESET_COMMIT, and the SADD (or SREM) of the SKU's name. */
+void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
+                       int old_segments, long long epoch, int segments, int lease_ms,
+                       const char *rid, const char *sig);
+void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
+                         long long dead_epoch, long long epoch, long long stock);
+void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,
+                        const char *rid, const char *sig);
+void proto_skus_change(struct rd_cmd *c, const char *sku, bool add);
 /* DROP_RECORDS of the records of `ids[0..n-1]`, for `sku` in the epoch a reset ended. */
 void proto_drop_records(struct rd_cmd *c, const char *sku, long long epoch,
                         char *const *ids, size_t n);

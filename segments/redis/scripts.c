@@ -39,6 +39,9 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_CANCEL] = "cancel.lua",
     [SCRIPT_ADJUST] = "adjust.lua",
     [SCRIPT_DROP_RECORDS] = "drop_records.lua",
+    [SCRIPT_RESET_BEGIN] = "reset_begin.lua",
+    [SCRIPT_RESET_SEGMENT] = "reset_segment.lua",
+    [SCRIPT_RESET_COMMIT] = "reset_commit.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

@@ -24,6 +24,10 @@ enum script_id {
     SCRIPT_CANCEL,       /* fenced: give an order's units back, mark it cancelled */
     SCRIPT_ADJUST,       /* fenced: restock or rebalance every segment */
     SCRIPT_DROP_RECORDS, /* delete the order records a reset left behind */
+    /* A reset on a Redis Cluster, one slot per script: */
+    SCRIPT_RESET_BEGIN, /* mark the reset pending in the meta (or take over a dead one) */
+    SCRIPT_RESET_SEGMENT, /* empty one segment and give it its new stock and epoch */
+    SCRIPT_RESET_COMMIT,  /* the new settings: the reset becomes visible */
     SCRIPT__COUNT
 };
 

@@ -230,6 +230,11 @@ static int connect_node(rd_conn *c, struct node *n)
     return 0;
 }
 
+bool store_cluster(const rd_conn *c)
+{
+    return c->to.cluster;
+}
+
 int store_connect(rd_conn *c)
 {
     return connect_node(c, &c->nodes[0]);

@@ -33,6 +33,9 @@
 #include "segments/redis/cmd.h"
 #include "segments/redis/scripts.h"
 
+/* True when the connection routes over a cluster's masters. */
+bool store_cluster(const rd_conn *c);
+
 /* 0 when connected (scripts loaded), -1 with the error set. */
 int store_connect(rd_conn *c);
 

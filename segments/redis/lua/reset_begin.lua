@@ -1,0 +1,32 @@
+-- RESET_BEGIN: the first step of a reset on a Redis Cluster, where a SKU's keys span
+-- slots and RESET cannot run as one script (reset_segment.lua, reset_commit.lua follow).
+-- KEYS: meta, request key.
+-- ARGV: the epoch and segment count the caller found ('0', '0' for no SKU), the new
+--       epoch, the new segment count, the lease in ms, the request's signature ('' =
+--       no request id).
+-- Marks the reset as pending in the meta (fields pending, pending_segments,
+-- pending_until), so that one reset at a time works on the SKU's segments. A pending
+-- reset whose lease ran out (its process died) is taken over: its epoch and segment
+-- count are answered, so the segments it reached are reset too and none is orphaned.
+-- Reply: {REPLAYED} | {CONFLICT} | {STALE} (not as the caller found it, or another
+--      reset is under way) | {MISSING} (delete of no SKU)
+--      | {OK, epoch of a dead pending reset ('0': none), its segment count}.
+if ARGV[6] ~= '' then
+  local prev = redis.call('GET', KEYS[2])
+  if prev == ARGV[6] then return {REPLAYED} end
+  if prev then return {CONFLICT} end
+end
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'segments', 'pending', 'pending_segments',
+                     'pending_until')
+if (m[1] or '0') ~= ARGV[1] or (m[2] or '0') ~= ARGV[2] then return {STALE} end
+if ARGV[4] == '0' and not m[2] and not m[3] then return {MISSING} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead, dead_n = '0', '0'
+if m[3] and m[3] ~= ARGV[3] then
+  if tonumber(m[5] or '0') > now then return {STALE} end
+  dead, dead_n = m[3], m[4] or '0'
+end
+redis.call('HSET', KEYS[1], 'pending', ARGV[3], 'pending_segments', ARGV[4],
+           'pending_until', string.format('%d', now + tonumber(ARGV[5])))
+return {OK, dead, dead_n}
