@@ -41,6 +41,13 @@ struct ord {
     int64_t started_ms, deadline_ms;
     int stale_tries;
 
+    /* a cluster: the order id's claim (rda_claim) */
+    char attempt[33]; /* this order's, for the claim and the record */
+    bool claim_ok;    /* the id is ours until `until` (the claim's node's clock) */
+    long long until;
+    char *dead;      /* the attempt of a dead claim being taken over */
+    char *recovered; /* its order, found in a segment: the record to confirm */
+
     /* the current round */
     int n, start, k, handed, claimed, busy, remote_rounds;
     bool stock_left;
@@ -70,6 +77,7 @@ struct ord {
 };
 
 static void round_begin(struct ord *o);
+static void proceed(struct ord *o);
 static void visit_next(struct ord *o);
 static void finish(struct ord *o, inv_status st);
 static void view(struct ord *o);
@@ -202,6 +210,8 @@ static void answer_and_free(struct ord *o)
     event_free(o->renew);
     free(o->seen);
     free(o->record);
+    free(o->dead);
+    free(o->recovered);
     free(o->mseg);
     free(o->mpart);
     free(o->mtok);
@@ -217,6 +227,14 @@ static void finish(struct ord *o, inv_status st)
     o->res.status = st;
     lease_stop(o);
     event_del(o->timer);
+    if (o->claim_ok && st != INV_OK && st != INV_REPLAYED && st != INV_UNAVAILABLE) {
+        /* No sale for certain: the id is free again. (After no answer it stays
+         * claimed: a deduction may have landed, and only the claim's end and a look
+         * into the segments may say.) */
+        rda_confirm(o->e->rd, o->res.order_id, o->attempt, NULL, o->sku, o->view.epoch,
+                    NULL, NULL);
+        o->claim_ok = false;
+    }
     if (o->waiting && o->s != NULL)
         ltab_unwait(o->s, &o->wait);
     o->waiting = false;
@@ -278,7 +296,7 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
         ltab_set_shared(o->s, skutab_entry(o->e->v, o->sku));
     skutab_loop_read(o->e->v, ltab_shared(o->s), v.gen);
     o->view = v;
-    round_begin(o);
+    proceed(o);
 }
 
 /* Another thread of this process changed a SKU (an admin write, a cancel): drop
@@ -300,7 +318,7 @@ static void view(struct ord *o)
     o->s = ltab_get(e->tab, o->sku, true);
     if (ltab_fresh(o->s, now, e->v->opt.meta_cache_ms)) {
         o->view = *ltab_view(o->s);
-        round_begin(o);
+        proceed(o);
         return;
     }
     /* Every order that finds the settings old reads them: one that went on with old
@@ -317,7 +335,114 @@ static void stale(struct ord *o)
         return;
     }
     ltab_invalidate(o->s);
+    o->claim_ok = false; /* on a cluster, a STALE may be the claim's end: claim again */
     view(o);
+}
+
+/* ---- the order id's claim (a cluster) ------------------------------------------- */
+
+/* How much longer than the order may live its id's claim lasts; a segment refuses a
+ * deduction within CLAIM_MARGIN_MS of the claim's end (the clocks of two masters). */
+#define CLAIM_SLACK_MS 3000
+#define CLAIM_MARGIN_MS 1000
+
+static void on_claim(void *arg, int rc, struct rd_reply *r);
+
+static void claim(struct ord *o)
+{
+    engine *e = o->e;
+    int lease = e->v->opt.lock_wait_ms + o->view.cfg.hold_ms +
+                2 * e->v->opt.redis_timeout_ms + CLAIM_SLACK_MS;
+    rda_claim(e->rd, o->res.order_id, o->attempt, o->sku, o->view.epoch, lease, o->dead,
+              on_claim, o);
+}
+
+static void on_claim_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    claim(arg);
+}
+
+static void on_recovered(void *arg, int rc, struct rd_reply *r)
+{
+    struct ord *o = arg;
+    if (rc < 0 || r->code != RD_OK) {
+        finish(o, rc < 0 ? INV_UNAVAILABLE : INV_BUSY);
+        return;
+    }
+    o->claim_ok = false; /* the id has its record now */
+    char *record = o->recovered;
+    o->recovered = NULL;
+    replayed(o, record);
+}
+
+/* Where the order of a dead claim went: its record is written from the segment
+ * that holds it (the same record its own CONFIRM would have written), or, when no
+ * segment does, the id is claimed afresh. Either way the dead claim is taken over
+ * first: its attempt can no longer deduct (deduct_slot.lua refuses past its end). */
+static void on_found(void *arg, int rc, int seg, long long qty)
+{
+    struct ord *o = arg;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    if (seg >= 0)
+        o->recovered =
+            record_build(o->res.order_id, o->sku, qty, 1, &seg, &qty, "confirmed");
+    claim(o);
+}
+
+static void on_claim(void *arg, int rc, struct rd_reply *r)
+{
+    struct ord *o = arg;
+    engine *e = o->e;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    switch (r->code) {
+    case RD_OK:
+        o->claim_ok = true;
+        o->until = r->value;
+        free(o->dead);
+        o->dead = NULL;
+        if (o->recovered != NULL)
+            rda_confirm(e->rd, o->res.order_id, o->attempt, o->recovered, o->sku,
+                        o->view.epoch, on_recovered, o);
+        else
+            round_begin(o);
+        return;
+    case RD_EXISTS:
+        replayed(o, r->record);
+        r->record = NULL;
+        return;
+    case RD_BUSY: /* the same id in flight elsewhere: its answer will be ours */
+        if (inv_now_ms() + 20 < o->deadline_ms)
+            arm(o, 20, on_claim_retry);
+        else
+            finish(o, INV_BUSY);
+        return;
+    case RD_MISSING: /* a claim that ran out with no record */
+        free(o->dead);
+        o->dead = r->record;
+        r->record = NULL;
+        rda_find_order(e->rd, o->sku, o->view.cfg.segments, o->res.order_id, on_found, o);
+        return;
+    default:
+        finish(o, INV_UNAVAILABLE);
+    }
+}
+
+/* Settings known: on a cluster an order with a client id claims the id first. */
+static void proceed(struct ord *o)
+{
+    if (rda_cluster(o->e->rd) && o->has_id && !o->claim_ok) {
+        claim(o);
+        return;
+    }
+    round_begin(o);
 }
 
 /* ---- one segment ---------------------------------------------------------------- */
@@ -330,6 +455,26 @@ static void short_of_stock(struct ord *o, int i, long long stock, bool known)
         note_stock(o, i, stock);
     if (stock > 0)
         o->stock_left = true;
+}
+
+static void placed(struct ord *o)
+{
+    o->claim_ok = false;
+    o->res.record = o->record;
+    o->record = NULL;
+    finish(o, INV_OK);
+}
+
+/* A cluster: the record of a deduction that was OK. No answer: the outcome is
+ * unknown to the client, and the claim stays for a retry to settle. */
+static void on_confirmed(void *arg, int rc, struct rd_reply *r)
+{
+    struct ord *o = arg;
+    if (rc < 0 || r->code != RD_OK) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    placed(o);
 }
 
 static void on_deduct(void *arg, int rc, struct rd_reply *r)
@@ -348,10 +493,13 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
     switch (r->code) {
     case RD_OK:
         note_stock(o, i, r->value);
-        o->res.record = o->record;
-        o->record = NULL;
         o->res.segment = i;
-        finish(o, INV_OK);
+        if (rda_cluster(o->e->rd)) { /* the record, in the id's slot */
+            rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku,
+                        o->view.epoch, on_confirmed, o);
+            return;
+        }
+        placed(o);
         return;
     case RD_FENCED: /* pipelined: the lock was held elsewhere, nothing was tried */
         stat_add(o->e->v, pipelined ? STAT_BUSY_SKIPS : STAT_FENCED_REJECTIONS, 1);
@@ -390,8 +538,9 @@ static void send_deduct(struct ord *o, const char *token)
         snprintf(attempt, sizeof attempt, "%s", token);
     else
         new_token(o->e, attempt);
+    long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
     rda_deduct(o->e->rd, o->sku, o->view.epoch, o->seg, token, attempt, o->res.order_id,
-               o->qty, o->record, on_deduct, o);
+               o->qty, o->record, until, on_deduct, o);
 }
 
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
@@ -709,7 +858,8 @@ static void multi_alloc(struct ord *o)
 static bool spread_begin(struct ord *o)
 {
     const int n = o->n;
-    if (o->view.cfg.mode != SKU_MODE_LOCK || !o->view.cfg.rebalance || n < 2)
+    if (o->view.cfg.mode != SKU_MODE_LOCK || !o->view.cfg.rebalance || n < 2 ||
+        rda_cluster(o->e->rd)) /* ADJUST spans the segments' slots */
         return false;
     int empty = empties(o->s, o->view.gen);
     if (empty * 2 < n || empty == n || !ltab_rebalance_begin(o->s, o->view.gen))
@@ -786,10 +936,12 @@ static void round_end(struct ord *o)
     }
     int remaining = (int)(o->deadline_ms - inv_now_ms());
     if (o->claimed + o->busy == 0 && (o->n == 1 || remaining > 0)) {
-        if (o->n > 1)
-            multi_begin(o);
-        else
+        if (o->n == 1)
             finish(o, INV_INSUFFICIENT);
+        else if (!rda_cluster(e->rd))
+            multi_begin(o);
+        else /* DEDUCT_MULTI spans slots: sold out, insufficient or busy */
+            rda_stocks_read(e->rd, o->sku, o->n, on_verdict, o);
         return;
     }
     if (remaining <= 0) {
@@ -929,6 +1081,7 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
     o->res.segment = -1;
     o->started_ms = inv_now_ms();
     o->deadline_ms = o->started_ms + e->v->opt.lock_wait_ms;
+    new_token(e, o->attempt);
     o->timer = evtimer_new(e->base, on_start, o);
     o->renew = event_new(e->base, -1, EV_PERSIST, on_renew_tick, o);
     if (o->timer == NULL || o->renew == NULL) {

@@ -9,7 +9,13 @@
  *
  * The states of an order (engine.c has the transitions):
  *
- *   VIEW      settings cached and fresh? else META sent      -> ROUND
+ *   VIEW      settings cached and fresh? else META sent      -> ROUND (a Redis
+ *             Cluster, an order with a client id: CLAIM first)
+ *   CLAIM     (a cluster) the id claimed in its slot: OK     -> ROUND; EXISTS -> DONE
+ *             (replay); BUSY (the id in flight elsewhere)    -> CLAIM again (timer);
+ *             a claim that ran out with no record            -> FIND (its order in the
+ *             segments' orders: found -> its record CONFIRMed, DONE (replay); not
+ *             found -> CLAIM, taking the dead claim over)
  *   ROUND     sold out in this generation (here or on another loop) -> DONE
  *             most segments seen empty, stock left, lock mode, rebalance on, not
  *             yet done this generation on this loop          -> SPREAD
@@ -28,7 +34,8 @@
  *             BUSY/SHORT/MISSING                             -> ROUND (next segment)
  *             EXISTS                                         -> DONE (replay/conflict)
  *             STALE                                          -> VIEW (re-read)
- *   DEDUCT    OK -> DONE (201); FENCED (a lock held elsewhere, or a lease lost)
+ *   DEDUCT    OK -> DONE (201; a cluster: CONFIRM the record in the id's slot
+ *             first, no answer -> unavailable, the claim kept); FENCED (a lock held elsewhere, or a lease lost)
  *             -> ROUND; SHORT/MISSING -> ROUND; EXISTS -> DONE; STALE -> VIEW
  *   MULTI     the segments needed claimed and locked in ascending order (a claim
  *             held on this loop: wait, first in line for it; a lock held elsewhere:
@@ -37,6 +44,9 @@
  *   DONE      sold out or insufficient with a client id: the record is read, so a
  *             retry of a confirmed order gets its 200; then the callback.
  * No Redis answer at any step -> DONE (unavailable: the 503 names the order id).
+ * On a cluster SPREAD and MULTI are not used (their scripts span slots): an order no
+ * single segment can fill gets the VERDICT. A claim is given up when the order ends
+ * without a sale for certain.
  */
 #ifndef SEG_ENGINE_H
 #define SEG_ENGINE_H

@@ -20,8 +20,11 @@ enum kind {
     K_META,
     K_RECORD,
     K_STOCKS,
-    K_PING
+    K_PING,
+    K_PART /* one command of a fan-out (struct fan) */
 };
+
+struct fan;
 
 /* A call on its way: in a link, or waiting out a TRYAGAIN in `delayed`. */
 struct req {
@@ -38,7 +41,23 @@ struct req {
     int hops;          /* MOVED and ASK followed */
     long long due_ms;  /* in `delayed`: when to send it again */
     struct req *later; /* next in `delayed` */
+    struct fan *fan;   /* K_PART: the fan-out it is part of, and */
+    int part;          /* which part */
 };
+
+/* One call made of one command per segment (each in its segment's slot): the stock
+ * of every segment on a cluster, where one MGET cannot span the slots; the segment
+ * whose orders hold an id. Answered when the last part is. */
+struct fan {
+    int n, left;
+    bool failed;
+    long long *v; /* per part: its integer (a string holding one), -1 for nil */
+    bool find;    /* rda_find_order: else rda_stocks_read */
+    void (*fn)(void);
+    void *arg;
+};
+
+static void fan_part_done(struct fan *f, int part, const redisReply *r);
 
 /* A cluster's map request: CLUSTER SHARDS, or CLUSTER SLOTS where SHARDS is unknown. */
 struct map_req {
@@ -127,7 +146,15 @@ static void answer(struct req *q, redisReply *r)
         case K_PING:
             rc = 0;
             break;
+        case K_PART:
+            break;
         }
+    }
+    if (q->kind == K_PART) {
+        fan_part_done(q->fan, q->part, r);
+        cmd_free(&q->lq.cmd);
+        free(q);
+        return;
     }
     if (q->fn != NULL) { /* no callback: nobody asked */
         switch (q->kind) {
@@ -152,6 +179,8 @@ static void answer(struct req *q, redisReply *r)
             break;
         case K_STOCKS:
             ((rda_stocks_fn)q->fn)(q->arg, rc, stocks);
+            break;
+        case K_PART:
             break;
         }
     }
@@ -513,28 +542,129 @@ void rda_record_read(rda_conn *c, const char *id, const char *sku, long long epo
     route(q);
 }
 
+/* Send a fan-out of f->n parts: part i built by `build`, each to its own slot. */
+static void fan_out(rda_conn *c, struct fan *f,
+                    void (*build)(struct rd_cmd *cmd, const char *sku, int i,
+                                  const char *id),
+                    const char *sku, const char *id)
+{
+    f->left = f->n;
+    f->v = seg_calloc((size_t)f->n + 1, sizeof *f->v);
+    for (int i = 0; i < f->n; i++) {
+        struct req *q = new_req(c, K_PART, NULL, NULL);
+        q->fan = f;
+        q->part = i;
+        build(&q->lq.cmd, sku, i, id);
+        route(q);
+    }
+}
+
+static void fan_part_done(struct fan *f, int part, const redisReply *r)
+{
+    if (r == NULL)
+        f->failed = true;
+    else if (r->type == REDIS_REPLY_NIL)
+        f->v[part] = -1;
+    else
+        f->v[part] = proto_integer(r, 0);
+    if (--f->left > 0)
+        return;
+    int rc = f->failed ? -1 : 0;
+    if (f->find) {
+        int seg = -1;
+        for (int i = 0; rc == 0 && i < f->n && seg < 0; i++)
+            if (f->v[i] >= 0)
+                seg = i;
+        ((rda_found_fn)f->fn)(f->arg, rc, seg, seg >= 0 ? f->v[seg] : 0);
+    } else {
+        for (int i = 0; i < f->n; i++)
+            f->v[i] = f->v[i] < 0 ? 0 : f->v[i];
+        ((rda_stocks_fn)f->fn)(f->arg, rc, f->v);
+    }
+    free(f->v);
+    free(f);
+}
+
+static void build_stock_read(struct rd_cmd *cmd, const char *sku, int i, const char *id)
+{
+    (void)id;
+    proto_stock_read(cmd, sku, i);
+}
+
+static void build_order_find(struct rd_cmd *cmd, const char *sku, int i, const char *id)
+{
+    proto_order_in_segment(cmd, sku, i, id);
+}
+
 void rda_stocks_read(rda_conn *c, const char *sku, int n, rda_stocks_fn fn, void *arg)
 {
+    if (is_cluster(c) && n > 1) { /* one MGET cannot span the segments' slots */
+        struct fan *f = seg_calloc(1, sizeof *f);
+        f->n = n;
+        f->fn = FN(fn);
+        f->arg = arg;
+        fan_out(c, f, build_stock_read, sku, NULL);
+        return;
+    }
     struct req *q = new_req(c, K_STOCKS, FN(fn), arg);
     q->n = n;
     proto_stocks_read(&q->lq.cmd, sku, n);
     route(q);
 }
 
+void rda_find_order(rda_conn *c, const char *sku, int n, const char *id, rda_found_fn fn,
+                    void *arg)
+{
+    struct fan *f = seg_calloc(1, sizeof *f);
+    f->n = n;
+    f->find = true;
+    f->fn = FN(fn);
+    f->arg = arg;
+    fan_out(c, f, build_order_find, sku, id);
+}
+
+void rda_claim(rda_conn *c, const char *id, const char *attempt, const char *sku,
+               long long epoch, int lease_ms, const char *dead, rda_reply_fn fn,
+               void *arg)
+{
+    struct req *q = new_req(c, K_REPLY, FN(fn), arg);
+    proto_claim(&q->lq.cmd, id, attempt, sku, epoch, lease_ms, dead);
+    route(q);
+}
+
+void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *record,
+                 const char *sku, long long epoch, rda_reply_fn fn, void *arg)
+{
+    struct req *q = new_req(c, K_REPLY, FN(fn), arg);
+    proto_confirm(&q->lq.cmd, id, attempt, record, sku, epoch);
+    route(q);
+}
+
+bool rda_cluster(const rda_conn *c)
+{
+    return is_cluster(c);
+}
+
 void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const char *id,
                  long long qty, const char *token, int ttl_ms, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_acquire(&q->lq.cmd, sku, epoch, i, id, qty, token, ttl_ms);
+    if (is_cluster(c)) /* the id was claimed: CLAIM checked the record */
+        proto_acquire_slot(&q->lq.cmd, sku, epoch, i, qty, token, ttl_ms);
+    else
+        proto_acquire(&q->lq.cmd, sku, epoch, i, id, qty, token, ttl_ms);
     route(q);
 }
 
 void rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
                 const char *attempt, const char *id, long long qty, const char *record,
-                rda_reply_fn fn, void *arg)
+                long long until, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record);
+    if (is_cluster(c)) /* the record is CONFIRM's, in the id's slot */
+        proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until);
+    else
+        proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record);
     route(q);
 }
 

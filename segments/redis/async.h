@@ -85,6 +85,7 @@ typedef void (*rda_int_fn)(void *arg, int rc, int value);
 typedef void (*rda_meta_fn)(void *arg, int rc, int found, const struct rd_meta *m);
 typedef void (*rda_record_fn)(void *arg, int rc, char *record); /* record: callee frees */
 typedef void (*rda_stocks_fn)(void *arg, int rc, const long long *stock);
+typedef void (*rda_found_fn)(void *arg, int rc, int seg, long long qty);
 
 /* The calls of calls.h, with the same arguments and codes. `fn` may be NULL when
  * nobody waits for the answer (a release on the way out). */
@@ -99,9 +100,12 @@ void rda_stocks_read(rda_conn *c, const char *sku, int n, rda_stocks_fn fn, void
 void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const char *id,
                  long long qty, const char *token, int ttl_ms, rda_reply_fn fn,
                  void *arg);
+/* `until`: on a cluster, the end of the id's claim (rda_claim; 0 for a fresh id):
+ * the segment refuses (STALE) past it. A cluster's DEDUCT writes no record: the
+ * caller confirms it (rda_confirm) once the deduction is OK. */
 void rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
                 const char *attempt, const char *id, long long qty, const char *record,
-                rda_reply_fn fn, void *arg);
+                long long until, rda_reply_fn fn, void *arg);
 /* value: 1 taken (ours), 0 held by another token. */
 void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
               rda_int_fn fn, void *arg);
@@ -119,5 +123,28 @@ void rda_cancel(rda_conn *c, const char *sku, long long epoch, const char *id,
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
                 const char *const *tok, const char *op, long long add, long long limit,
                 const char *rid, const char *sig, rda_reply_fn fn, void *arg);
+
+/* ---- the order path on a Redis Cluster (lua/claim.lua, confirm.lua) ------------
+ * The record of an order lives in its id's slot, its deduction in its segment's: so
+ * an order with a client id claims the id first (one attempt at a time), and every
+ * order's record is written after its deduction. */
+
+/* True when the handle routes over a cluster. */
+bool rda_cluster(const rda_conn *c);
+/* CLAIM order `id` for `attempt` for lease_ms (`dead`: the attempt of a dead claim
+ * being taken over, or NULL). Codes: OK (value = the claim's end, for rda_deduct),
+ * EXISTS (record), BUSY (another attempt holds it), MISSING (record = the attempt of
+ * a claim that ran out without a record: find its order, then claim naming it). */
+void rda_claim(rda_conn *c, const char *id, const char *attempt, const char *sku,
+               long long epoch, int lease_ms, const char *dead, rda_reply_fn fn,
+               void *arg);
+/* CONFIRM: write `record` for `id` under the claim of `attempt` (or, record NULL or
+ * "", give the claim up). Codes: OK, STALE (another attempt holds the claim). */
+void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *record,
+                 const char *sku, long long epoch, rda_reply_fn fn, void *arg);
+/* The first of segments 0..n-1 whose orders hash holds `id`: seg and qty, or seg -1
+ * when none does. One HGET per segment. */
+void rda_find_order(rda_conn *c, const char *sku, int n, const char *id, rda_found_fn fn,
+                    void *arg);
 
 #endif

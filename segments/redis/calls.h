@@ -89,7 +89,8 @@ const char *rd_conn_error(const rd_conn *c);
 struct rd_reply {
     int code;        /* RD_* */
     long long value; /* OK/BUSY/SHORT: a segment's stock; ADJUST OK: the new gen */
-    char *record;    /* EXISTS: the order record (JSON, malloc'd; rd_reply_clear) */
+    char *record;    /* EXISTS: the order record (JSON); CLAIM MISSING: the dead claim's
+                        attempt (malloc'd; rd_reply_clear) */
 };
 void rd_reply_clear(struct rd_reply *r);
 

@@ -108,6 +108,77 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_arg(c, sku);
 }
 
+void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                        long long qty, const char *token, int ttl_ms)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_ACQUIRE_SLOT);
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_argll(c, qty);
+    cmd_arg(c, token);
+    cmd_argll(c, ttl_ms);
+    cmd_argll(c, epoch);
+}
+
+void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                       const char *token, const char *id, long long qty, long long until)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_DEDUCT_SLOT);
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_sold(key, sku, i));
+    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_arg(c, token);
+    cmd_argll(c, qty);
+    cmd_arg(c, id);
+    cmd_argll(c, epoch);
+    cmd_argll(c, until);
+}
+
+void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const char *sku,
+                 long long epoch, int lease_ms, const char *dead)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_CLAIM);
+    cmd_key(c, seg_key_order(key, id));
+    cmd_arg(c, attempt);
+    cmd_arg(c, sku);
+    cmd_argll(c, epoch);
+    cmd_argll(c, lease_ms);
+    cmd_arg(c, dead != NULL ? dead : "");
+}
+
+void proto_confirm(struct rd_cmd *c, const char *id, const char *attempt,
+                   const char *record, const char *sku, long long epoch)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_CONFIRM);
+    cmd_key(c, seg_key_order(key, id));
+    cmd_arg(c, attempt);
+    cmd_arg(c, record != NULL ? record : "");
+    cmd_arg(c, sku);
+    cmd_argll(c, epoch);
+}
+
+void proto_order_in_segment(struct rd_cmd *c, const char *sku, int i, const char *id)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "HGET");
+    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_arg(c, id);
+}
+
+void proto_stock_read(struct rd_cmd *c, const char *sku, int i)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "GET");
+    cmd_key(c, seg_key_stock(key, sku, i));
+}
+
 void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms)
 {
     /* With GET, a SET that did not happen answers the holder's token: when it is
@@ -364,8 +435,8 @@ int proto_scripted(const redisReply *r, struct rd_reply *out)
         const redisReply *val = r->element[1];
         if (val->type == REDIS_REPLY_INTEGER)
             out->value = val->integer;
-        else if (val->type == REDIS_REPLY_STRING && out->code == RD_EXISTS)
-            out->record = seg_strdup(val->str);
+        else if (val->type == REDIS_REPLY_STRING)
+            out->record = seg_strdup(val->str); /* EXISTS: a record; CLAIM: an attempt */
     }
     return 0;
 }

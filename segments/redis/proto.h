@@ -29,6 +29,19 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
                   const char *token, const char *attempt, const char *id, long long qty,
                   const char *record);
 void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
+/* The order path on a cluster (lua/claim.lua, confirm.lua, acquire_slot.lua,
+ * deduct_slot.lua), and the one-key reads it fans out: HGET of `id` in segment i's
+ * orders hash, GET of segment i's stock. */
+void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                        long long qty, const char *token, int ttl_ms);
+void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                       const char *token, const char *id, long long qty, long long until);
+void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const char *sku,
+                 long long epoch, int lease_ms, const char *dead);
+void proto_confirm(struct rd_cmd *c, const char *id, const char *attempt,
+                   const char *record, const char *sku, long long epoch);
+void proto_order_in_segment(struct rd_cmd *c, const char *sku, int i, const char *id);
+void proto_stock_read(struct rd_cmd *c, const char *sku, int i);
 void proto_release(struct rd_cmd *c, const char *sku, int i, const char *token);
 void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
 void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,

@@ -42,6 +42,10 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_RESET_BEGIN] = "reset_begin.lua",
     [SCRIPT_RESET_SEGMENT] = "reset_segment.lua",
     [SCRIPT_RESET_COMMIT] = "reset_commit.lua",
+    [SCRIPT_CLAIM] = "claim.lua",
+    [SCRIPT_CONFIRM] = "confirm.lua",
+    [SCRIPT_ACQUIRE_SLOT] = "acquire_slot.lua",
+    [SCRIPT_DEDUCT_SLOT] = "deduct_slot.lua",
 };
 
 static char *sources[SCRIPT__COUNT];
