@@ -57,6 +57,7 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
     set(o, "rebalance", json_boolean(st->cfg.rebalance));
+    set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
     set(o, "initial", json_integer(st->cfg.stock));
     set(o, "remaining", json_integer(st->remaining));
     set(o, "sold", json_integer(st->sold));

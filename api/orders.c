@@ -61,6 +61,13 @@ static void reply_order(const struct placing *p, const struct order_result *res)
         api_reply_status(rep, s, "no segment lock of sku %s could be had in time",
                          b->sku);
         break;
+    case INV_NOT_REPLICATED:
+        api_reply_status(rep, s,
+                         "order %s was applied but no replica confirmed it in time, so a "
+                         "failover may lose it; retry with order_id %s: 200 if it "
+                         "survived, placed again if it was lost",
+                         res->order_id, res->order_id);
+        break;
     case INV_UNAVAILABLE:
         /* The deduction may have been applied before the answer was lost. */
         api_reply_status(rep, s,

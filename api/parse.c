@@ -135,8 +135,9 @@ int api_parse_order(const char *body, size_t len, struct api_order_body *out,
 int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
                          char request_id[SEG_NAME_MAX + 1], struct api_parse_error *err)
 {
-    static const char *const known[] = {"stock",     "segments",   "mode", "hold_ms",
-                                        "rebalance", "request_id", NULL};
+    static const char *const known[] = {"stock",      "segments",  "mode",
+                                        "hold_ms",    "rebalance", "request_id",
+                                        "durability", NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;
@@ -165,6 +166,15 @@ int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
             rc = fail(err, "invalid_field", "rebalance: must be true or false");
         else if (v != NULL)
             out->rebalance = json_is_true(v);
+    }
+    out->replicated = false;
+    if (rc == 0) {
+        json_t *v = get_string(root, "durability", false, err, &rc);
+        if (v != NULL && strcmp(json_string_value(v), "replicated") == 0)
+            out->replicated = true;
+        else if (v != NULL && strcmp(json_string_value(v), "async") != 0)
+            rc = fail(err, "invalid_field",
+                      "durability: must be \"async\" or \"replicated\"");
     }
     if (rc == 0)
         rc = get_name(root, "request_id", false, request_id, err);

@@ -120,7 +120,7 @@ void api_reply_status(struct api_reply *r, inv_status s, const char *fmt, ...)
     const char *code = api_status_code(s);
     reply_errorv(r, api_status_http(s), code != NULL ? code : "internal", fmt, ap);
     va_end(ap);
-    if (s == INV_BUSY || s == INV_UNAVAILABLE)
+    if (s == INV_BUSY || s == INV_UNAVAILABLE || s == INV_NOT_REPLICATED)
         api_reply_header(r, "Retry-After", "1");
 }
 
@@ -140,6 +140,7 @@ int api_status_http(inv_status s)
         return 404;
     case INV_BUSY:
     case INV_UNAVAILABLE:
+    case INV_NOT_REPLICATED:
         return 503;
     case INV_INVALID:
         return 400;

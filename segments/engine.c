@@ -289,6 +289,7 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
     v.cfg.hold_ms = m->hold_ms;
     v.cfg.stock = m->initial;
     v.cfg.rebalance = m->rebalance;
+    v.cfg.replicated = m->replicated;
     v.epoch = m->epoch;
     v.gen = m->gen;
     ltab_set_view(o->s, &v, inv_now_ms());
@@ -457,12 +458,27 @@ static void short_of_stock(struct ord *o, int i, long long stock, bool known)
         o->stock_left = true;
 }
 
+static void on_waited(void *arg, int rc, int replicas)
+{
+    struct ord *o = arg;
+    finish(o, rc < 0 ? INV_UNAVAILABLE : replicas < 1 ? INV_NOT_REPLICATED : INV_OK);
+}
+
+/* The order is placed (and, on a cluster, its record written). Durability
+ * "replicated": 201 only once a replica has it too (WAIT 1, half the Redis timeout);
+ * otherwise 503 not_replicated, and a retry with the id settles it. */
 static void placed(struct ord *o)
 {
+    engine *e = o->e;
     o->claim_ok = false;
     o->res.record = o->record;
     o->record = NULL;
-    finish(o, INV_OK);
+    if (!o->view.cfg.replicated) {
+        finish(o, INV_OK);
+        return;
+    }
+    rda_wait(e->rd, o->sku, o->res.segment, o->res.order_id,
+             e->v->opt.redis_timeout_ms / 2, on_waited, o);
 }
 
 /* A cluster: the record of a deduction that was OK. No answer: the outcome is

@@ -35,7 +35,8 @@
  *             EXISTS                                         -> DONE (replay/conflict)
  *             STALE                                          -> VIEW (re-read)
  *   DEDUCT    OK -> DONE (201; a cluster: CONFIRM the record in the id's slot
- *             first, no answer -> unavailable, the claim kept); FENCED (a lock held elsewhere, or a lease lost)
+ *             first, no answer -> unavailable, the claim kept); FENCED (a lock held
+ * elsewhere, or a lease lost)
  *             -> ROUND; SHORT/MISSING -> ROUND; EXISTS -> DONE; STALE -> VIEW
  *   MULTI     the segments needed claimed and locked in ascending order (a claim
  *             held on this loop: wait, first in line for it; a lock held elsewhere:

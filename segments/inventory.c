@@ -124,6 +124,8 @@ const char *inv_status_name(inv_status s)
         return "invalid_field";
     case INV_REQUEST_CONFLICT:
         return "request_id_conflict";
+    case INV_NOT_REPLICATED:
+        return "not_replicated";
     }
     return "unknown";
 }

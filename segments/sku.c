@@ -18,8 +18,8 @@ static void signature(char *buf, size_t len, const char *op, long long n,
                       const struct sku_config *cfg)
 {
     if (cfg != NULL)
-        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d", op, cfg->stock, cfg->segments,
-                 sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance);
+        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d", op, cfg->stock, cfg->segments,
+                 sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance, cfg->replicated);
     else
         snprintf(buf, len, "%s:%lld", op, n);
 }
@@ -70,6 +70,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .hold_ms = cfg ? cfg->hold_ms : 0,
         .stock = cfg ? cfg->stock : 0,
         .rebalance = cfg && cfg->rebalance,
+        .replicated = cfg && cfg->replicated,
         .epoch = inv_new_epoch(),
     };
     struct rd_reply r;

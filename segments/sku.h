@@ -25,9 +25,11 @@ struct sku_config {
     long long stock; /* 0..SKU_STOCK_MAX */
     int segments;    /* 1..SEG_MAX_SEGMENTS */
     sku_mode mode;
-    int hold_ms;    /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
-    bool rebalance; /* mode lock: rebalance automatically once half the segments are
-                       empty while stock remains (order.h) */
+    int hold_ms;     /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
+    bool rebalance;  /* mode lock: rebalance automatically once half the segments are
+                        empty while stock remains (order.h) */
+    bool replicated; /* durability "replicated": an order is 201 only once a replica
+                        has it (WAIT 1); else "async" (the master applied it) */
 };
 
 struct sku_status {

@@ -114,6 +114,7 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     out->cfg.hold_ms = m.hold_ms;
     out->cfg.stock = m.initial;
     out->cfg.rebalance = m.rebalance;
+    out->cfg.replicated = m.replicated;
     out->epoch = m.epoch;
     out->gen = m.gen;
     return INV_OK;

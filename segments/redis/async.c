@@ -52,7 +52,12 @@ struct fan {
     int n, left;
     bool failed;
     long long *v; /* per part: its integer (a string holding one), -1 for nil */
-    bool find;    /* rda_find_order: else rda_stocks_read */
+    enum {
+        FAN_STOCKS,
+        FAN_FIND,
+        FAN_LEAST
+    } what; /* rda_stocks_read, rda_find_order,
+               rda_wait (the least of the parts) */
     void (*fn)(void);
     void *arg;
 };
@@ -570,7 +575,12 @@ static void fan_part_done(struct fan *f, int part, const redisReply *r)
     if (--f->left > 0)
         return;
     int rc = f->failed ? -1 : 0;
-    if (f->find) {
+    if (f->what == FAN_LEAST) {
+        long long least = f->v[0];
+        for (int i = 1; i < f->n; i++)
+            least = f->v[i] < least ? f->v[i] : least;
+        ((rda_int_fn)f->fn)(f->arg, rc, (int)least);
+    } else if (f->what == FAN_FIND) {
         int seg = -1;
         for (int i = 0; rc == 0 && i < f->n && seg < 0; i++)
             if (f->v[i] >= 0)
@@ -617,7 +627,7 @@ void rda_find_order(rda_conn *c, const char *sku, int n, const char *id, rda_fou
 {
     struct fan *f = seg_calloc(1, sizeof *f);
     f->n = n;
-    f->find = true;
+    f->what = FAN_FIND;
     f->fn = FN(fn);
     f->arg = arg;
     fan_out(c, f, build_order_find, sku, id);
@@ -638,6 +648,28 @@ void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *r
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
     proto_confirm(&q->lq.cmd, id, attempt, record, sku, epoch);
     route(q);
+}
+
+void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,
+              rda_int_fn fn, void *arg)
+{
+    struct fan *f = seg_calloc(1, sizeof *f);
+    f->n = is_cluster(c) ? 2 : 1; /* a standalone Redis: one connection, one WAIT */
+    f->left = f->n;
+    f->what = FAN_LEAST;
+    f->fn = FN(fn);
+    f->arg = arg;
+    f->v = seg_calloc(2, sizeof *f->v);
+    for (int part = 0; part < f->n; part++) {
+        struct req *q = new_req(c, K_PART, NULL, NULL);
+        q->fan = f;
+        q->part = part;
+        if (part == 0)
+            proto_wait_segment(&q->lq.cmd, sku, i, timeout_ms);
+        else
+            proto_wait_record(&q->lq.cmd, id, timeout_ms);
+        route(q);
+    }
 }
 
 bool rda_cluster(const rda_conn *c)

@@ -142,6 +142,13 @@ void rda_claim(rda_conn *c, const char *id, const char *attempt, const char *sku
  * "", give the claim up). Codes: OK, STALE (another attempt holds the claim). */
 void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *record,
                  const char *sku, long long epoch, rda_reply_fn fn, void *arg);
+/* WAIT 1 timeout_ms on the node that holds segment i of `sku` (and, on a cluster,
+ * on the one that holds the record of `id`): value = how many replicas have every
+ * write made so far on those connections (the least of the two). The WAIT holds up
+ * the commands behind it on its connection until a replica answers or timeout_ms
+ * passes: keep it well under the connection's timeout. */
+void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,
+              rda_int_fn fn, void *arg);
 /* The first of segments 0..n-1 whose orders hash holds `id`: seg and qty, or seg -1
  * when none does. One HGET per segment. */
 void rda_find_order(rda_conn *c, const char *sku, int n, const char *id, rda_found_fn fn,

@@ -103,6 +103,7 @@ struct rd_meta {
     long long epoch; /* 0 for a SKU written before epochs existed */
     long long gen;
     bool rebalance;
+    bool replicated; /* durability "replicated" */
 };
 
 /* ---- reads ------------------------------------------------------------------- */
@@ -192,6 +193,7 @@ struct rd_reset {
     int hold_ms;
     long long stock;
     bool rebalance;
+    bool replicated; /* durability "replicated" */
     long long epoch; /* the new epoch */
 };
 

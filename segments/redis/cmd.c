@@ -57,6 +57,11 @@ void cmd_key(struct rd_cmd *c, const char *key)
         c->slot = rd_key_slot(key, strlen(key));
 }
 
+void cmd_route_as(struct rd_cmd *c, const char *key)
+{
+    c->slot = rd_key_slot(key, strlen(key));
+}
+
 void cmd_arg(struct rd_cmd *c, const char *arg)
 {
     push(c, arg);

@@ -36,6 +36,8 @@ void cmd_script(struct rd_cmd *c, enum script_id id);
 void cmd_key(struct rd_cmd *c, const char *key);
 void cmd_arg(struct rd_cmd *c, const char *arg);
 void cmd_argll(struct rd_cmd *c, long long v);
+/* Route a keyless command (WAIT) as if it had `key`: to the node of key's slot. */
+void cmd_route_as(struct rd_cmd *c, const char *key);
 
 /* The vector to send: for a script, EVALSHA with `sha` (or EVAL with the source when
  * `sha` is NULL or ""), then the keys and arguments. Valid until the next call on

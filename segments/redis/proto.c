@@ -20,8 +20,9 @@ void proto_ping(struct rd_cmd *c)
 void proto_meta_read(struct rd_cmd *c, const char *sku)
 {
     char key[SEG_KEY_MAX];
-    static const char *const fields[] = {"segments", "mode",      "hold_ms", "initial",
-                                         "gen",      "rebalance", "epoch"};
+    static const char *const fields[] = {"segments", "mode",      "hold_ms",
+                                         "initial",  "gen",       "rebalance",
+                                         "epoch",    "durability"};
     cmd_plain(c, "HMGET");
     cmd_key(c, seg_key_meta(key, sku));
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
@@ -172,6 +173,24 @@ void proto_order_in_segment(struct rd_cmd *c, const char *sku, int i, const char
     cmd_arg(c, id);
 }
 
+void proto_wait_segment(struct rd_cmd *c, const char *sku, int i, int timeout_ms)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "WAIT");
+    cmd_route_as(c, seg_key_stock(key, sku, i));
+    cmd_arg(c, "1");
+    cmd_argll(c, timeout_ms);
+}
+
+void proto_wait_record(struct rd_cmd *c, const char *id, int timeout_ms)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "WAIT");
+    cmd_route_as(c, seg_key_order(key, id));
+    cmd_arg(c, "1");
+    cmd_argll(c, timeout_ms);
+}
+
 void proto_stock_read(struct rd_cmd *c, const char *sku, int i)
 {
     char key[SEG_KEY_MAX];
@@ -320,6 +339,7 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_argll(c, old_segments);
     cmd_argll(c, to->epoch);
     cmd_arg(c, rid != NULL ? sig : "");
+    cmd_arg(c, to->replicated ? "replicated" : "async");
 }
 
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
@@ -373,6 +393,7 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
     cmd_argll(c, to->stock);
     cmd_arg(c, to->rebalance ? "1" : "0");
     cmd_arg(c, rid != NULL ? sig : "");
+    cmd_arg(c, to->replicated ? "replicated" : "async");
 }
 
 void proto_skus_change(struct rd_cmd *c, const char *sku, bool add)
@@ -474,7 +495,7 @@ int proto_taken(const redisReply *r, const char *token, int *taken)
 
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
 {
-    if (!is_array(r, 7))
+    if (!is_array(r, 8))
         return -1;
     *found = r->element[0]->type == REDIS_REPLY_STRING;
     if (*found) {
@@ -487,6 +508,9 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
         out->gen = proto_integer(r->element[4], 0);
         out->rebalance = proto_integer(r->element[5], 1) != 0;
         out->epoch = proto_integer(r->element[6], 0);
+        const redisReply *d = r->element[7];
+        out->replicated =
+            d->type == REDIS_REPLY_STRING && strcmp(d->str, "replicated") == 0;
     }
     return 0;
 }

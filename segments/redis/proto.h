@@ -42,6 +42,10 @@ void proto_confirm(struct rd_cmd *c, const char *id, const char *attempt,
                    const char *record, const char *sku, long long epoch);
 void proto_order_in_segment(struct rd_cmd *c, const char *sku, int i, const char *id);
 void proto_stock_read(struct rd_cmd *c, const char *sku, int i);
+/* WAIT 1 timeout_ms on the node of segment i (of the record of `id`): how many
+ * replicas have every write of this connection so far. */
+void proto_wait_segment(struct rd_cmd *c, const char *sku, int i, int timeout_ms);
+void proto_wait_record(struct rd_cmd *c, const char *id, int timeout_ms);
 void proto_release(struct rd_cmd *c, const char *sku, int i, const char *token);
 void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
 void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,

@@ -4,7 +4,7 @@
 -- ARGV: sku, segments (0 = delete the SKU), mode, hold_ms, initial, share+1, share,
 --       count of segments given share+1, rebalance (0/1), the epoch and segment count
 --       the caller found ('0', '0' for no SKU), the new epoch, the request's signature
---       ('' = no request id).
+--       ('' = no request id), durability ('async' | 'replicated').
 -- Refuses (STALE) when the SKU is not as the caller found it, so every key of every
 -- old segment is listed and none is orphaned. Deletes every listed segment key; then,
 -- unless deleting, writes the new shares, zero sold counts, each segment's epoch and a
@@ -52,6 +52,6 @@ for i = 0, n - 1 do
 end
 redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'mode', ARGV[3],
            'hold_ms', ARGV[4], 'initial', ARGV[5], 'rebalance', ARGV[9],
-           'epoch', ARGV[12], 'gen', ARGV[12])
+           'epoch', ARGV[12], 'gen', ARGV[12], 'durability', ARGV[14])
 redis.call('SADD', KEYS[2], ARGV[1])
 return out

@@ -1,0 +1,106 @@
+/* it_durability.c -- a SKU's durability "replicated" against a real redis-server and
+ * its replica: an order is 201 only once WAIT says a replica has it; without a
+ * replica it is 503 not_replicated naming the order id, the order stands on the
+ * master, and its retry answers 200; "async" SKUs are untouched.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness.h"
+
+static int group_setup(void **state)
+{
+    *state = h_env_start(NULL);
+    return *state != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    return h_env_stop(*state);
+}
+
+static void put(struct h_env *e, const char *sku, const char *durability)
+{
+    char path[128], body[160];
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\": 10, \"segments\": 2, \"durability\": \"%s\"}", durability);
+    struct h_resp r;
+    int st = h_req(e->port, "PUT", path, NULL, body, &r);
+    if (st != 200 && st != 201)
+        fail_msg("PUT %s: %d %s", path, st, r.body);
+    h_resp_free(&r);
+}
+
+static void test_replicated_needs_a_replica(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    put(e, "dur-rep", "replicated");
+    json_t *j = h_get_sku(e->port, NULL, "dur-rep");
+    assert_string_equal(json_string_value(json_object_get(j, "durability")),
+                        "replicated");
+    json_decref(j);
+
+    /* No replica: applied on the master, but not acknowledged. */
+    struct h_resp r;
+    h_order(e->port, "dur-rep", 1, "dur-1", &r);
+    assert_int_equal(h_expect_error(&r, 503, "not_replicated"), 0);
+    assert_non_null(strstr(r.body, "dur-1"));
+    h_resp_free(&r);
+    assert_int_equal(h_order_status(e->port, "dur-1"), 200);
+    assert_int_equal(h_order(e->port, "dur-rep", 1, "dur-1", NULL), 200);
+
+    /* An "async" SKU on the same Redis: 201 as ever. */
+    put(e, "dur-async", "async");
+    assert_int_equal(h_order(e->port, "dur-async", 1, "dur-2", NULL), 201);
+
+    /* With a replica attached and in sync, "replicated" is 201. */
+    char port[16];
+    snprintf(port, sizeof port, "%d", h_redis_port(e->redis));
+    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
+    h_redis *replica = h_redis_start_args(args);
+    assert_non_null(replica);
+    long long end = h_now_ms() + 20000;
+    int st = 0;
+    for (int i = 0; h_now_ms() < end && st != 201; i++) { /* until it has synced */
+        char id[32];
+        snprintf(id, sizeof id, "dur-sync-%d", i);
+        if ((st = h_order(e->port, "dur-rep", 1, id, NULL)) != 201)
+            h_sleep_ms(200);
+    }
+    assert_int_equal(st, 201);
+    assert_int_equal(h_order(e->port, "dur-rep", 1, "dur-4", NULL), 201);
+    h_redis_free(replica);
+    assert_int_equal(h_audit(e->port, NULL, "dur-rep", 10, true), 0);
+}
+
+static void test_durability_is_checked(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(30);
+    struct h_resp r;
+    h_req(e->port, "PUT", "/admin/skus/dur-bad", NULL,
+          "{\"stock\": 1, \"durability\": \"sometimes\"}", &r);
+    assert_int_equal(h_expect_error(&r, 400, "invalid_field"), 0);
+    h_resp_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_replicated_needs_a_replica),
+        cmocka_unit_test(test_durability_is_checked),
+    };
+    int failed =
+        cmocka_run_group_tests_name("durability", tests, group_setup, group_teardown);
+    return h_exit_status(failed);
+}
