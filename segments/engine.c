@@ -60,7 +60,8 @@ struct ord {
     bool holding;    /* a lock of ours (lease renewed) */
     bool pipelined;  /* hold_ms 0: the lock went out with the DEDUCT, in one write */
     bool lease_lost; /* a renewal found it gone */
-    int pending;     /* renewals owed a reply: the order outlives its answer for them */
+    int pending;     /* renewals and piped locks owed a reply: the order outlives its
+                        answer for them */
     bool answered;
 
     /* several segments (an order's parts, or every segment for a spread) */
@@ -534,14 +535,19 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
     visit_next(o);
 }
 
-/* The lock that went out with the DEDUCT (its reply comes first). */
+/* The lock that went out with the DEDUCT. Its reply comes first on one connection;
+ * on a cluster a redirect or a retry can put it after the DEDUCT's, so the order
+ * counts it as owed (`pending`) and outlives its answer for it. */
 static void on_piped_lock(void *arg, int rc, int taken)
 {
     struct ord *o = arg;
+    o->pending--;
     if (rc == 0 && taken) {
         stat_add(o->e->v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(o->e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
     }
+    if (o->answered && o->pending == 0)
+        finish(o, o->res.status); /* frees it */
 }
 
 static void send_deduct(struct ord *o, const char *token)
@@ -1028,6 +1034,7 @@ static void visit_next(struct ord *o)
             new_token(e, o->token);
             stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
             o->pipelined = true;
+            o->pending++;
             rda_lock(e->rd, o->sku, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock, o);
             send_deduct(o, o->token);
             return;

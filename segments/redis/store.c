@@ -256,7 +256,16 @@ static void refresh_map(rd_conn *c)
     c->mapped_ms = now_ms();
     struct rd_slot_map m;
     char err[160];
-    if (rd_slot_map_fetch(&c->to, &m, err, sizeof err) != 0) {
+    /* Ask the seed, else any node met so far (the seed may be the master that died). */
+    int rc = rd_slot_map_fetch(&c->to, &m, err, sizeof err);
+    for (int i = 0; rc != 0 && i < c->nnodes; i++) {
+        struct rd_target t = c->to;
+        t.host = c->nodes[i].host;
+        t.port = c->nodes[i].port;
+        t.unix_path = NULL;
+        rc = rd_slot_map_fetch(&t, &m, err, sizeof err);
+    }
+    if (rc != 0) {
         set_error(c, "cluster map", err);
         return;
     }

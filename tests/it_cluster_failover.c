@@ -1,0 +1,351 @@
+/* it_cluster_failover.c -- failover under load on a real Redis Cluster (3 masters
+ * with a replica each): orders run from client threads, every 201 goes into a
+ * client-side ledger, and a master holding hot segments is SIGKILLed 5 times (its
+ * replica promoted each time, the old master restarted as a replica).
+ *
+ * Before each kill the victim's replica is cut off for 300 ms (SIGSTOP, and its
+ * link dropped with CLIENT KILL TYPE replica), so the master acknowledges writes no
+ * replica has: with durability "async" those orders
+ * are lost in the failover (the test counts them: the ledger check catches a loss),
+ * with "replicated" WAIT holds their 201 back (503 not_replicated) and the test
+ * demands that no ledger order is lost. Afterwards every ledger order must be found
+ * by GET /orders/{id} (replicated) and the audit hold: remaining + sold = initial, no
+ * segment below zero, one record per sale.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/redis/keys.h"
+#include "segments/redis/slots.h"
+#include "tests/harness.h"
+
+#define MASTERS 3
+#define REPLICAS 1
+#define KILLS 5
+#define CLIENTS 4
+#define LEDGER_MAX 200000
+
+struct fixture {
+    h_cluster *cluster;
+    h_svc *svc;
+    int port;
+};
+
+static int group_setup(void **state)
+{
+    h_deadline(120);
+    struct fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    f->cluster = h_cluster_start(MASTERS, REPLICAS);
+    if (f->cluster == NULL)
+        return -1;
+    f->svc = h_svc_start(h_cluster_node(f->cluster, 0), NULL);
+    if (f->svc == NULL)
+        return -1;
+    f->port = h_svc_port(f->svc);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    struct fixture *f = *state;
+    int rc = h_svc_stop_clean(f->svc);
+    h_svc_free(f->svc);
+    h_cluster_free(f->cluster);
+    free(f);
+    return rc;
+}
+
+/* The cluster index of the node at `port`, or -1. */
+static int node_at(struct fixture *f, int port)
+{
+    for (int i = 0; i < h_cluster_size(f->cluster); i++)
+        if (h_cluster_port(f->cluster, i) == port)
+            return i;
+    return -1;
+}
+
+/* The map as some live node sees it: 0, or -1 when none answers. */
+static int fetch_any(struct fixture *f, int skip, struct rd_slot_map *m)
+{
+    for (int i = 0; i < h_cluster_size(f->cluster); i++) {
+        if (i == skip)
+            continue;
+        const struct rd_target seed = {.host = "127.0.0.1",
+                                       .port = h_cluster_port(f->cluster, i),
+                                       .timeout_ms = 500};
+        char err[256];
+        if (rd_slot_map_fetch(&seed, m, err, sizeof err) == 0 &&
+            rd_slot_map_assigned(m) == RD_SLOTS)
+            return 0;
+        rd_slot_map_clear(m);
+    }
+    return -1;
+}
+
+/* True when node i answers ROLE as a replica whose link to its master is up. */
+static bool synced_replica(struct fixture *f, int i)
+{
+    redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
+    if (rc == NULL)
+        return false;
+    redisReply *r = redisCommand(rc, "ROLE");
+    bool ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 4 &&
+              strcmp(r->element[0]->str, "slave") == 0 &&
+              strcmp(r->element[3]->str, "connected") == 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    redisFree(rc);
+    return ok;
+}
+
+struct run {
+    struct fixture *f;
+    const char *sku;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    char (*ledger)[48];
+    int acked, failed, not_replicated;
+    int kills;
+    long long failover_ms[KILLS];
+    char error[160];
+};
+
+/* The killer: r->error stays "" when all KILLS went as planned, else says what went
+ * wrong (the client threads are stopped and joined before the test fails on it). */
+static void kill_masters(struct run *r)
+{
+    struct fixture *f = r->f;
+    for (int k = 0; k < KILLS; k++) {
+        h_sleep_ms(700); /* orders flow on the healthy cluster first */
+        struct rd_slot_map m;
+        if (fetch_any(f, -1, &m) != 0) {
+            snprintf(r->error, sizeof r->error, "kill %d: no node gives a full map", k);
+            return;
+        }
+        char key[SEG_KEY_MAX];
+        seg_key_stock(key, r->sku, k % 20); /* a different hot segment each time */
+        int slot = rd_key_slot(key, strlen(key));
+        const struct rd_shard *sh = &m.masters[m.slot[slot]];
+        int victim = node_at(f, sh->master.port);
+        int replica = sh->nreplicas > 0 ? node_at(f, sh->replicas[0].port) : -1;
+        rd_slot_map_clear(&m);
+        if (victim < 0 || replica < 0) {
+            snprintf(r->error, sizeof r->error,
+                     "kill %d: the slot's master has no replica", k);
+            return;
+        }
+        h_redis *master = h_cluster_node(f->cluster, victim);
+        h_redis *standby = h_cluster_node(f->cluster, replica);
+
+        /* Cut the replica off (stopped, and its link dropped by the master): what the
+         * master acknowledges for the next 300 ms reaches no replica. */
+        h_redis_pause(standby);
+        redisContext *rc = h_redis_connect(master);
+        if (rc != NULL) {
+            redisReply *x = redisCommand(rc, "CLIENT KILL TYPE replica");
+            if (x != NULL)
+                freeReplyObject(x);
+            redisFree(rc);
+        }
+        h_sleep_ms(300);
+        int st = h_redis_kill(master);
+        long long killed = h_now_ms();
+        h_redis_resume(standby);
+        if (st == -1) {
+            snprintf(r->error, sizeof r->error, "kill %d: the master was not running", k);
+            return;
+        }
+
+        /* The replica is promoted: the slot has a new master. */
+        bool promoted = false;
+        while (!promoted && h_now_ms() - killed < 30000) {
+            h_sleep_ms(100);
+            if (fetch_any(f, victim, &m) == 0) {
+                const struct rd_node *n = rd_slot_map_master(&m, slot);
+                promoted = n != NULL && n->port == h_cluster_port(f->cluster, replica);
+                rd_slot_map_clear(&m);
+            }
+        }
+        if (!promoted) {
+            snprintf(r->error, sizeof r->error, "kill %d: no failover within 30 s", k);
+            return;
+        }
+        r->failover_ms[k] = h_now_ms() - killed;
+
+        /* The old master comes back as a replica of the new one. */
+        if (h_redis_restart(master) != 0) {
+            snprintf(r->error, sizeof r->error, "kill %d: the old master did not restart",
+                     k);
+            return;
+        }
+        long long back = h_now_ms();
+        while (!synced_replica(f, victim) && h_now_ms() - back < 30000)
+            h_sleep_ms(100);
+        if (!synced_replica(f, victim)) {
+            snprintf(r->error, sizeof r->error,
+                     "kill %d: the old master did not rejoin as a replica", k);
+            return;
+        }
+        r->kills++;
+    }
+}
+
+static void load(struct run *r, int idx)
+{
+    for (int k = 0; !atomic_load(&r->stop); k++) {
+        char id[48];
+        snprintf(id, sizeof id, "%s-%d-%d", r->sku, idx, k);
+        struct h_resp resp;
+        int st = h_order(r->f->port, r->sku, 1, id, &resp);
+        char code[64];
+        h_error_code(&resp, code, sizeof code);
+        h_resp_free(&resp);
+        pthread_mutex_lock(&r->mu);
+        if (st == 201 && r->acked < LEDGER_MAX)
+            snprintf(r->ledger[r->acked++], sizeof r->ledger[0], "%s", id);
+        else if (strcmp(code, "not_replicated") == 0)
+            r->not_replicated++;
+        else if (st != 201)
+            r->failed++;
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+struct client {
+    pthread_t thread;
+    struct run *r;
+    int idx;
+};
+
+static void *client_main(void *arg)
+{
+    struct client *c = arg;
+    load(c->r, c->idx);
+    return NULL;
+}
+
+/* One run: returns how many ledger orders were lost. */
+static int run_failovers(struct fixture *f, const char *sku, const char *durability)
+{
+    char path[128], body[160];
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\": 1000000, \"segments\": 20, \"durability\": \"%s\"}",
+             durability);
+    struct h_resp resp;
+    int st = h_req(f->port, "PUT", path, NULL, body, &resp);
+    h_resp_free(&resp);
+    assert_true(st == 200 || st == 201);
+
+    struct run *r = calloc(1, sizeof *r);
+    r->f = f;
+    r->sku = sku;
+    r->ledger = calloc(LEDGER_MAX, sizeof *r->ledger);
+    assert_true(r->ledger != NULL);
+    pthread_mutex_init(&r->mu, NULL);
+    /* The killer is this thread: the harness ties each redis-server it starts to the
+     * thread that started it (PR_SET_PDEATHSIG), so a restart from a thread that ends
+     * would take the node down with it. */
+    struct client clients[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        clients[i] = (struct client){.r = r, .idx = i + 1};
+        assert_int_equal(
+            pthread_create(&clients[i].thread, NULL, client_main, &clients[i]), 0);
+    }
+    kill_masters(r);
+    atomic_store(&r->stop, true);
+    for (int i = 0; i < CLIENTS; i++)
+        pthread_join(clients[i].thread, NULL);
+    if (r->error[0] != '\0')
+        fail_msg("%s", r->error);
+
+    fprintf(stderr, "%s: %d kills, %d acknowledged; reading them back\n", durability,
+            r->kills, r->acked);
+    /* Every acknowledged order, read back through the service. */
+    int lost = 0;
+    for (int i = 0; i < r->acked; i++) {
+        int got = h_order_status(f->port, r->ledger[i]);
+        for (int t = 0; got != 200 && got != 404 && t < 3; t++) { /* settle first */
+            h_sleep_ms(100);
+            got = h_order_status(f->port, r->ledger[i]);
+        }
+        if (got != 200) {
+            if (lost < 5)
+                fprintf(stderr, "%s: acknowledged order %s lost (GET %d)\n", durability,
+                        r->ledger[i], got);
+            if (lost == 0 && got != 404) {
+                char where[96];
+                snprintf(where, sizeof where, "/orders/%s", r->ledger[i]);
+                struct h_resp g;
+                h_req(f->port, "GET", where, NULL, NULL, &g);
+                fprintf(stderr, "GET %s: %d %s\n", where, g.status, g.body);
+                h_resp_free(&g);
+                h_svc_dump_log(f->svc, 6000);
+                for (int n = 0; n < h_cluster_size(f->cluster); n++) {
+                    redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, n));
+                    redisReply *x = rc ? redisCommand(rc, "CLUSTER NODES") : NULL;
+                    fprintf(stderr, "node %d (port %d): %s\n", n,
+                            h_cluster_port(f->cluster, n),
+                            x && x->type == REDIS_REPLY_STRING ? x->str : "no answer");
+                    if (x)
+                        freeReplyObject(x);
+                    if (rc)
+                        redisFree(rc);
+                }
+            }
+            lost++;
+        }
+    }
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    long long sold = json_integer_value(json_object_get(j, "sold"));
+    json_decref(j);
+    fprintf(stderr,
+            "failover %s: %d kills (failover %lld, %lld, %lld, %lld, %lld ms), %d "
+            "acknowledged, %d lost, %d not_replicated, %d other failures, %lld sold\n",
+            durability, r->kills, r->failover_ms[0], r->failover_ms[1], r->failover_ms[2],
+            r->failover_ms[3], r->failover_ms[4], r->acked, lost, r->not_replicated,
+            r->failed, sold);
+    assert_int_equal(r->kills, KILLS);
+    assert_true(r->acked > 0);
+    assert_int_equal(h_audit(f->port, NULL, sku, 1000000, true), 0);
+    pthread_mutex_destroy(&r->mu);
+    free(r->ledger);
+    free(r);
+    return lost;
+}
+
+static void test_failover_replicated_loses_nothing(void **state)
+{
+    h_deadline(240);
+    assert_int_equal(run_failovers(*state, "fo-repl", "replicated"), 0);
+}
+
+static void test_failover_async_counts_losses(void **state)
+{
+    h_deadline(240);
+    int lost = run_failovers(*state, "fo-async", "async");
+    fprintf(stderr, "async: %d acknowledged orders lost (reported, not judged)\n", lost);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failover_replicated_loses_nothing),
+        cmocka_unit_test(test_failover_async_counts_losses),
+    };
+    int failed = cmocka_run_group_tests_name("cluster_failover", tests, group_setup,
+                                             group_teardown);
+    return h_exit_status(failed);
+}
