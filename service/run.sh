@@ -6,6 +6,11 @@
 #
 # The Redis address and HTTP port are found the way inventoryd finds them: a flag,
 # else INVENTORY_REDIS / INVENTORY_PORT, else the config file, else the defaults.
+#
+# CLUSTER=N (make run CLUSTER=3): a local Redis Cluster instead, N masters (3 or more)
+# with a replica each on ports 7000.. (bus ports 17000..), data in var/cluster/<port>;
+# made on first use with redis-cli --cluster create, started again as it was later.
+# The service gets every node as a seed (--redis 127.0.0.1:7000,...).
 set -euo pipefail
 
 bin=$1
@@ -35,6 +40,7 @@ redis_port=${redis_addr##*:}
 
 redis_pid=
 svc_pid=
+cluster_pids=()
 cleanup() {
     trap - EXIT INT TERM
     [ -n "$svc_pid" ] && kill -TERM "$svc_pid" 2>/dev/null && wait "$svc_pid" 2>/dev/null
@@ -42,11 +48,59 @@ cleanup() {
         kill -TERM "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
         echo "run: stopped redis-server (data kept in var/redis)"
     fi
+    if [ "${#cluster_pids[@]}" -gt 0 ]; then
+        kill -TERM "${cluster_pids[@]}" 2>/dev/null
+        wait "${cluster_pids[@]}" 2>/dev/null
+        echo "run: stopped the Redis Cluster (data kept in var/cluster)"
+    fi
     exit 0
 }
 trap cleanup EXIT INT TERM
 
-if redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null 2>&1; then
+cluster=${CLUSTER:-}
+if [ -n "$cluster" ]; then
+    if ! [ "$cluster" -ge 3 ] 2>/dev/null; then
+        echo "run: CLUSTER must be a number of masters, 3 or more (got '$cluster')" >&2
+        exit 2
+    fi
+    nodes=$((2 * cluster))
+    seeds=
+    for ((i = 0; i < nodes; i++)); do
+        p=$((7000 + i))
+        mkdir -p "var/cluster/$p"
+        redis-server --bind 127.0.0.1 --port "$p" --dir "$PWD/var/cluster/$p" \
+            --cluster-enabled yes --cluster-config-file nodes.conf \
+            --cluster-node-timeout 2000 --appendonly yes --save '' \
+            --logfile "$PWD/var/cluster/$p/redis.log" --daemonize no &
+        cluster_pids+=($!)
+        seeds+="${seeds:+,}127.0.0.1:$p"
+    done
+    for ((i = 0; i < nodes; i++)); do
+        for _ in $(seq 100); do
+            redis-cli -p $((7000 + i)) ping >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+    done
+    if ! redis-cli -p 7000 cluster info | grep -q 'cluster_state:ok'; then
+        if [ "$(redis-cli -p 7000 cluster info | sed -n 's/^cluster_known_nodes:\([0-9]*\).*/\1/p')" = 1 ]; then
+            echo "run: creating a Redis Cluster of $cluster masters with a replica each"
+            redis-cli --cluster create $(echo "$seeds" | tr ',' ' ') --cluster-replicas 1 \
+                --cluster-yes >var/cluster/create.log 2>&1 ||
+                { echo "run: redis-cli --cluster create failed; see var/cluster/create.log" >&2; exit 1; }
+        fi
+        for _ in $(seq 150); do
+            redis-cli -p 7000 cluster info | grep -q 'cluster_state:ok' && break
+            sleep 0.2
+        done
+    fi
+    echo "run: Redis Cluster on 127.0.0.1:7000-$((7000 + nodes - 1)) (data in var/cluster)"
+    set -- "$@" --redis "$seeds"
+    redis_addr=$seeds
+fi
+
+if [ -n "$cluster" ]; then
+    :
+elif redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null 2>&1; then
     echo "run: using the Redis that answers at $redis_addr"
 else
     case $redis_host in
