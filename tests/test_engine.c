@@ -63,7 +63,7 @@ static int teardown(void **state)
 static void put(struct fixture *f, const char *sku, long long stock, int n, sku_mode mode,
                 int hold_ms)
 {
-    struct sku_config cfg = {stock, n, mode, hold_ms, false};
+    struct sku_config cfg = {stock, n, mode, hold_ms, false, false};
     assert_int_equal(sku_put(f->c, sku, &cfg, NULL), INV_OK);
 }
 
