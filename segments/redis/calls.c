@@ -255,8 +255,9 @@ static void take_ids(const redisReply *r, char ***ids, size_t *n)
             (*ids)[(*n)++] = seg_strdup(r->element[i]->str);
 }
 
-/* Run `cmd` (freed) and read its code (and the reply, kept in *kept when not NULL):
- * the code, or -1 when Redis gave no usable answer. */
+/* Run `cmd` (freed) and read its code: the code, or -1 when Redis gave no usable
+ * answer. An OK reply is handed over in *kept (the caller frees it) when `kept` is
+ * not NULL; any other is freed here. */
 static int step(rd_conn *c, struct rd_cmd *cmd, redisReply **kept)
 {
     redisReply *r = run(c, cmd);
@@ -265,7 +266,7 @@ static int step(rd_conn *c, struct rd_cmd *cmd, redisReply **kept)
     int code = rc < 0 ? -1 : out.code;
     if (rc == 0)
         rd_reply_clear(&out);
-    if (kept != NULL && code >= 0)
+    if (kept != NULL && code == RD_OK)
         *kept = r;
     else if (r != NULL)
         freeReplyObject(r);
