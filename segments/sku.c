@@ -164,6 +164,8 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
 static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
                          const char *rid)
 {
+    if (c->v->cluster) /* ADJUST spans the segments' slots and the meta's */
+        return INV_UNSUPPORTED;
     for (int try = 0; try < 4; try++) {
         sku_local *e;
         struct sku_view view;

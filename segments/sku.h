@@ -66,8 +66,8 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
  * take the remainder) under every segment's lock, raising the initial stock by as
  * much; safe while orders run. INV_OK, INV_UNKNOWN_SKU, INV_INVALID (also when the
  * initial stock would pass SKU_STOCK_MAX: checked in the script, exactly),
- * INV_REQUEST_CONFLICT, INV_BUSY (the locks were not had within lock_wait_ms) or
- * INV_UNAVAILABLE. */
+ * INV_REQUEST_CONFLICT, INV_BUSY (the locks were not had within lock_wait_ms),
+ * INV_UNAVAILABLE, or on a Redis Cluster INV_UNSUPPORTED (not done there yet). */
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid);
 
 /* Even the remaining stock out over the segments, under every segment's lock taken

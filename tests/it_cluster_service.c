@@ -293,12 +293,37 @@ static void test_dead_claim_recovered(void **state)
     assert_int_equal(h_audit(f->port, NULL, "c-dead", 40, false), 0);
 }
 
+/* What is not done on a cluster yet says so (501), and changes nothing. */
+static void test_unsupported_on_cluster(void **state)
+{
+    struct fixture *f = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(f->port, NULL, "c-uns", 10, 4, "lock", 0), 0);
+    assert_int_equal(h_order(f->port, "c-uns", 1, "uns-1", NULL), 201);
+    struct h_resp r;
+    h_req(f->port, "POST", "/admin/skus/c-uns/restock", NULL, "{\"qty\": 5}", &r);
+    assert_int_equal(h_expect_error(&r, 501, "not_supported_on_cluster"), 0);
+    h_resp_free(&r);
+    h_req(f->port, "POST", "/admin/skus/c-uns/rebalance", NULL, NULL, &r);
+    assert_int_equal(h_expect_error(&r, 501, "not_supported_on_cluster"), 0);
+    h_resp_free(&r);
+    h_req(f->port, "DELETE", "/orders/uns-1", NULL, NULL, &r);
+    assert_int_equal(h_expect_error(&r, 501, "not_supported_on_cluster"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_order_status(f->port, "uns-1"), 200);
+    assert_int_equal(h_audit(f->port, NULL, "c-uns", 10, true), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sku_lifecycle), cmocka_unit_test(test_sell_out_lock),
-        cmocka_unit_test(test_sell_out_hold), cmocka_unit_test(test_sell_out_atomic),
-        cmocka_unit_test(test_last_units),    cmocka_unit_test(test_dead_claim_recovered),
+        cmocka_unit_test(test_sku_lifecycle),
+        cmocka_unit_test(test_sell_out_lock),
+        cmocka_unit_test(test_sell_out_hold),
+        cmocka_unit_test(test_sell_out_atomic),
+        cmocka_unit_test(test_last_units),
+        cmocka_unit_test(test_dead_claim_recovered),
+        cmocka_unit_test(test_unsupported_on_cluster),
     };
     int failed = cmocka_run_group_tests_name("cluster_service", tests, group_setup,
                                              group_teardown);
