@@ -1211,6 +1211,61 @@ void h_env_free(struct h_env *e)
     free(e);
 }
 
+struct h_cluster_env *h_cluster_env_start(int masters, int replicas_per_master)
+{
+    struct h_cluster_env *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
+    e->cluster = h_cluster_start(masters, replicas_per_master);
+    if (e->cluster != NULL)
+        e->svc = h_svc_start(h_cluster_node(e->cluster, 0), NULL);
+    if (e->svc == NULL) {
+        h_cluster_free(e->cluster);
+        free(e);
+        return NULL;
+    }
+    e->port = h_svc_port(e->svc);
+    return e;
+}
+
+int h_cluster_env_stop(struct h_cluster_env *e)
+{
+    if (e == NULL)
+        return 0;
+    int rc = h_svc_stop_clean(e->svc);
+    h_svc_free(e->svc);
+    h_cluster_free(e->cluster);
+    free(e);
+    return rc;
+}
+
+redisReply *h_port_command(int port, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = h_port_vcommand(port, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+redisReply *h_port_vcommand(int port, const char *fmt, va_list ap)
+{
+    struct timeval tv = {2, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (rc == NULL || rc->err) {
+        say("cannot connect to redis on port %d: %s", port,
+            rc ? rc->errstr : "no memory");
+        redisFree(rc);
+        return NULL;
+    }
+    redisSetTimeout(rc, tv);
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    if (r == NULL)
+        say("no reply from redis on port %d: %s", port, rc->errstr);
+    redisFree(rc);
+    return r;
+}
+
 int h_exit_status(int failed)
 {
     return failed != 0 || stop_failed ? 1 : 0;

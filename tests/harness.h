@@ -22,6 +22,7 @@
 #ifndef TESTS_HARNESS_H
 #define TESTS_HARNESS_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -139,6 +140,11 @@ h_redis *h_cluster_node(const h_cluster *c, int i);
  * NULL is fine. */
 void h_cluster_free(h_cluster *c);
 
+/* A command on a fresh connection to 127.0.0.1:port (2 s timeouts), closed after:
+ * the reply (caller frees), or NULL with the reason printed. */
+redisReply *h_port_command(int port, const char *fmt, ...);
+redisReply *h_port_vcommand(int port, const char *fmt, va_list ap);
+
 /* ---- inventoryd --------------------------------------------------------------- */
 
 typedef struct h_svc h_svc;
@@ -214,6 +220,17 @@ int h_env_stop(struct h_env *e);
 /* Stop the service and redis-server without judging the exit, remove their temp dirs
  * and free `e`. NULL is fine. */
 void h_env_free(struct h_env *e);
+
+/* What the Redis Cluster groups share: a cluster (h_cluster_start) and an inventoryd
+ * seeded with its node 0, which finds it to be a cluster. NULL after tearing down what
+ * started. End with h_cluster_env_stop (judged as h_env_stop). */
+struct h_cluster_env {
+    h_cluster *cluster;
+    h_svc *svc;
+    int port; /* svc's HTTP port */
+};
+struct h_cluster_env *h_cluster_env_start(int masters, int replicas_per_master);
+int h_cluster_env_stop(struct h_cluster_env *e);
 
 /* What main returns: 1 when cmocka reported `failed` tests or any h_svc_stop_clean in
  * this process returned -1, else 0. cmocka 1.1.5 reports a failed group teardown but

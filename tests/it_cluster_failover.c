@@ -35,39 +35,20 @@
 #define CLIENTS 4
 #define LEDGER_MAX 200000
 
-struct fixture {
-    h_cluster *cluster;
-    h_svc *svc;
-    int port;
-};
-
 static int group_setup(void **state)
 {
     h_deadline(120);
-    struct fixture *f = calloc(1, sizeof *f);
-    *state = f;
-    f->cluster = h_cluster_start(MASTERS, REPLICAS);
-    if (f->cluster == NULL)
-        return -1;
-    f->svc = h_svc_start(h_cluster_node(f->cluster, 0), NULL);
-    if (f->svc == NULL)
-        return -1;
-    f->port = h_svc_port(f->svc);
-    return 0;
+    *state = h_cluster_env_start(MASTERS, REPLICAS);
+    return *state != NULL ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    struct fixture *f = *state;
-    int rc = h_svc_stop_clean(f->svc);
-    h_svc_free(f->svc);
-    h_cluster_free(f->cluster);
-    free(f);
-    return rc;
+    return h_cluster_env_stop(*state);
 }
 
 /* The cluster index of the node at `port`, or -1. */
-static int node_at(struct fixture *f, int port)
+static int node_at(struct h_cluster_env *f, int port)
 {
     for (int i = 0; i < h_cluster_size(f->cluster); i++)
         if (h_cluster_port(f->cluster, i) == port)
@@ -76,7 +57,7 @@ static int node_at(struct fixture *f, int port)
 }
 
 /* The map as some live node sees it: 0, or -1 when none answers. */
-static int fetch_any(struct fixture *f, int skip, struct rd_slot_map *m)
+static int fetch_any(struct h_cluster_env *f, int skip, struct rd_slot_map *m)
 {
     for (int i = 0; i < h_cluster_size(f->cluster); i++) {
         if (i == skip)
@@ -94,7 +75,7 @@ static int fetch_any(struct fixture *f, int skip, struct rd_slot_map *m)
 }
 
 /* True when node i answers ROLE as a replica whose link to its master is up. */
-static bool synced_replica(struct fixture *f, int i)
+static bool synced_replica(struct h_cluster_env *f, int i)
 {
     redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
     if (rc == NULL)
@@ -110,7 +91,7 @@ static bool synced_replica(struct fixture *f, int i)
 }
 
 struct run {
-    struct fixture *f;
+    struct h_cluster_env *f;
     const char *sku;
     atomic_bool stop;
     pthread_mutex_t mu;
@@ -125,7 +106,7 @@ struct run {
  * wrong (the client threads are stopped and joined before the test fails on it). */
 static void kill_masters(struct run *r)
 {
-    struct fixture *f = r->f;
+    struct h_cluster_env *f = r->f;
     for (int k = 0; k < KILLS; k++) {
         h_sleep_ms(700); /* orders flow on the healthy cluster first */
         struct rd_slot_map m;
@@ -236,7 +217,7 @@ static void *client_main(void *arg)
 }
 
 /* One run: returns how many ledger orders were lost. */
-static int run_failovers(struct fixture *f, const char *sku, const char *durability)
+static int run_failovers(struct h_cluster_env *f, const char *sku, const char *durability)
 {
     char path[128], body[160];
     snprintf(path, sizeof path, "/admin/skus/%s", sku);

@@ -25,35 +25,16 @@
 #define MASTERS 3
 #define REPLICAS 1
 
-struct fixture {
-    h_cluster *cluster;
-    h_svc *svc;
-    int port;
-};
-
 static int group_setup(void **state)
 {
-    h_deadline(90);
-    struct fixture *f = calloc(1, sizeof *f);
-    *state = f;
-    f->cluster = h_cluster_start(MASTERS, REPLICAS);
-    if (f->cluster == NULL)
-        return -1;
-    f->svc = h_svc_start(h_cluster_node(f->cluster, 0), NULL);
-    if (f->svc == NULL)
-        return -1;
-    f->port = h_svc_port(f->svc);
-    return 0;
+    h_deadline(120);
+    *state = h_cluster_env_start(MASTERS, REPLICAS);
+    return *state != NULL ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    struct fixture *f = *state;
-    int rc = h_svc_stop_clean(f->svc);
-    h_svc_free(f->svc);
-    h_cluster_free(f->cluster);
-    free(f);
-    return rc;
+    return h_cluster_env_stop(*state);
 }
 
 static long long jint(json_t *j, const char *key)
@@ -62,7 +43,7 @@ static long long jint(json_t *j, const char *key)
 }
 
 /* How many keys of SKU `sku`'s segments the masters hold together. */
-static long long segment_keys(struct fixture *f, const char *sku)
+static long long segment_keys(struct h_cluster_env *f, const char *sku)
 {
     long long n = 0;
     for (int i = 0; i < h_cluster_size(f->cluster); i++) {
@@ -88,7 +69,7 @@ static long long segment_keys(struct fixture *f, const char *sku)
  * per-slot scripts, the segments spread over the masters, nothing left behind. */
 static void test_sku_lifecycle(void **state)
 {
-    struct fixture *f = *state;
+    struct h_cluster_env *f = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(f->port, NULL, "clu", 1500, 20, "lock", 0), 0);
     json_t *j = h_get_sku(f->port, NULL, "clu");
@@ -156,8 +137,8 @@ static void burst_worker(int idx, void *ctx)
 /* `threads` x `per` orders with client ids against `stock` units: exactly `stock`
  * 201s, the rest 409 sold_out, every 201 readable by its id and replayed as 200, and
  * the audit holds. */
-static void sell_out(struct fixture *f, const char *sku, long long stock, int segments,
-                     const char *mode, int hold_ms, int threads, int per)
+static void sell_out(struct h_cluster_env *f, const char *sku, long long stock,
+                     int segments, const char *mode, int hold_ms, int threads, int per)
 {
     assert_int_equal(h_put_sku(f->port, NULL, sku, stock, segments, mode, hold_ms), 0);
     struct burst b = {.port = f->port, .sku = sku, .per_thread = per};
@@ -208,7 +189,7 @@ static void test_sell_out_atomic(void **state)
 /* 3 units over 20 segments: the ring finds them wherever an order starts. */
 static void test_last_units(void **state)
 {
-    struct fixture *f = *state;
+    struct h_cluster_env *f = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(f->port, NULL, "c-last", 3, 20, "lock", 0), 0);
     for (int i = 0; i < 3; i++)
@@ -221,7 +202,7 @@ static void test_last_units(void **state)
 }
 
 /* The slot's master of key `key`, as a fresh connection. */
-static redisContext *master_of(struct fixture *f, const char *key)
+static redisContext *master_of(struct h_cluster_env *f, const char *key)
 {
     for (int i = 0; i < h_cluster_size(f->cluster); i++) {
         redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
@@ -238,7 +219,7 @@ static redisContext *master_of(struct fixture *f, const char *key)
     return NULL;
 }
 
-static void command_on(struct fixture *f, const char *key, const char *fmt,
+static void command_on(struct h_cluster_env *f, const char *key, const char *fmt,
                        const char *a1, const char *a2)
 {
     redisContext *rc = master_of(f, key);
@@ -256,7 +237,7 @@ static void command_on(struct fixture *f, const char *key, const char *fmt,
  * sale. A dead claim with no order anywhere is taken over: a new sale. */
 static void test_dead_claim_recovered(void **state)
 {
-    struct fixture *f = *state;
+    struct h_cluster_env *f = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(f->port, NULL, "c-dead", 40, 4, "lock", 0), 0);
     json_t *j = h_get_sku(f->port, NULL, "c-dead");
@@ -296,7 +277,7 @@ static void test_dead_claim_recovered(void **state)
 /* What is not done on a cluster yet says so (501), and changes nothing. */
 static void test_unsupported_on_cluster(void **state)
 {
-    struct fixture *f = *state;
+    struct h_cluster_env *f = *state;
     h_deadline(60);
     assert_int_equal(h_put_sku(f->port, NULL, "c-uns", 10, 4, "lock", 0), 0);
     assert_int_equal(h_order(f->port, "c-uns", 1, "uns-1", NULL), 201);

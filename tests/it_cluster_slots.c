@@ -77,15 +77,10 @@ static void assert_same_routes(const struct rd_slot_map *a, const struct rd_slot
 /* A reply to a command on a fresh connection to `port` (caller frees). */
 static redisReply *command(int port, const char *fmt, ...)
 {
-    struct timeval tv = {2, 0};
-    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
-    assert_non_null(rc);
-    assert_int_equal(rc->err, 0);
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(rc, fmt, ap);
+    redisReply *r = h_port_vcommand(port, fmt, ap);
     va_end(ap);
-    redisFree(rc);
     if (r == NULL)
         fail_msg("no reply from port %d", port);
     return r;
