@@ -162,8 +162,6 @@ inv_status order_cancel(inv_conn *c, const char *id, char **record)
     *record = NULL;
     if (!seg_valid_name(id))
         return INV_INVALID;
-    if (c->v->cluster) /* CANCEL spans the record's slot, the segments' and the meta's */
-        return INV_UNSUPPORTED;
     /* The units given back are the ones Redis holds for the order, and only while
      * the order is still the one read here (the script checks): when it is not (the
      * SKU was reset and the id placed again meanwhile), read it again. */

@@ -49,8 +49,7 @@ inv_status order_get(inv_conn *c, const char *id, char **record);
 /* Cancel an order: its units go back to the segments they came from, under their
  * locks; the record says "cancelled" and the sold counts go down. Idempotent: a
  * cancelled order is INV_OK again. INV_OK with *record (caller frees), INV_NOT_FOUND,
- * INV_BUSY, INV_UNAVAILABLE, INV_INVALID, or on a Redis Cluster INV_UNSUPPORTED (not
- * done there yet). */
+ * INV_BUSY, INV_UNAVAILABLE or INV_INVALID. */
 inv_status order_cancel(inv_conn *c, const char *id, char **record);
 
 /* The counter an order's final status is counted under (stats.h). */

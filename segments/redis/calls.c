@@ -199,10 +199,16 @@ int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id
     return rc;
 }
 
+static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
+                          const char *cancelled, const char *expected,
+                          const struct rd_parts *p, struct rd_reply *out);
+
 int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
               const char *cancelled, const char *expected, const struct rd_parts *p,
               struct rd_reply *out)
 {
+    if (store_cluster(c))
+        return cancel_cluster(c, sku, epoch, id, cancelled, expected, p, out);
     struct rd_cmd cmd;
     proto_cancel(&cmd, sku, epoch, id, cancelled, expected, p);
     return scripted(c, &cmd, out);
@@ -271,6 +277,62 @@ static int step(rd_conn *c, struct rd_cmd *cmd, redisReply **kept)
     else if (r != NULL)
         freeReplyObject(r);
     return code;
+}
+
+/* CANCEL on a cluster, where the record, the segment and the meta are three slots
+ * (an order there has one segment: several are not placed on a cluster): the record
+ * checked, the segment's units given back (CANCEL_SEGMENT, under the caller's lock),
+ * the record marked (CANCEL_RECORD), the SKU's gen bumped. Each step is safe to run
+ * again, so a cancel that died half way is finished by its retry. Codes as rd_cancel. */
+static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
+                          const char *cancelled, const char *expected,
+                          const struct rd_parts *p, struct rd_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    if (p->n != 1) {
+        out->code = RD_STALE; /* not an order a cluster places */
+        return 0;
+    }
+    char *rec = NULL;
+    int found = rd_record_read(c, id, &rec);
+    if (found <= 0) {
+        out->code = RD_MISSING;
+        return found < 0 ? -1 : 0;
+    }
+    if (strcmp(rec, expected) != 0) {
+        if (strcmp(rec, cancelled) == 0) { /* cancelled already */
+            out->code = RD_EXISTS;
+            out->record = rec;
+            return 0;
+        }
+        free(rec);
+        out->code = RD_STALE;
+        return 0;
+    }
+    free(rec);
+    struct rd_cmd cmd;
+    proto_cancel_segment(&cmd, sku, epoch, p->seg[0], id, p->tok[0]);
+    int code = step(c, &cmd, NULL);
+    if (code < 0)
+        return -1;
+    if (code != RD_OK && code != RD_EXISTS) { /* EXISTS: a cancel that died half way */
+        out->code = code;
+        return 0;
+    }
+    proto_cancel_record(&cmd, id, expected, cancelled);
+    if ((code = step(c, &cmd, NULL)) < 0)
+        return -1;
+    if (code != RD_OK) {
+        out->code = RD_STALE;
+        return 0;
+    }
+    proto_gen_bump(&cmd, sku);
+    redisReply *r = run(c, &cmd);
+    if (r == NULL)
+        return -1;
+    freeReplyObject(r);
+    out->code = RD_OK;
+    return 0;
 }
 
 /* How long a cluster reset may take before another may take it over (its process

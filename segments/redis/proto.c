@@ -396,6 +396,41 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
     cmd_arg(c, to->replicated ? "replicated" : "async");
 }
 
+void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                          const char *id, const char *token)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_CANCEL_SEGMENT);
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_sold(key, sku, i));
+    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_cancelled(key, sku, i));
+    cmd_arg(c, id);
+    cmd_arg(c, token);
+    cmd_argll(c, epoch);
+}
+
+void proto_cancel_record(struct rd_cmd *c, const char *id, const char *expected,
+                         const char *cancelled)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_CANCEL_RECORD);
+    cmd_key(c, seg_key_order(key, id));
+    cmd_arg(c, expected);
+    cmd_arg(c, cancelled);
+}
+
+void proto_gen_bump(struct rd_cmd *c, const char *sku)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "HINCRBY");
+    cmd_key(c, seg_key_meta(key, sku));
+    cmd_arg(c, "gen");
+    cmd_arg(c, "1");
+}
+
 void proto_skus_change(struct rd_cmd *c, const char *sku, bool add)
 {
     char key[SEG_KEY_MAX];

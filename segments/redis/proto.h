@@ -95,6 +95,13 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,
                         const char *rid, const char *sig);
 void proto_skus_change(struct rd_cmd *c, const char *sku, bool add);
+/* A cancel on a cluster: CANCEL_SEGMENT in segment i, CANCEL_RECORD, and the SKU's gen
+ * bumped (HINCRBY) so that every cache sees the stock rise. */
+void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                          const char *id, const char *token);
+void proto_cancel_record(struct rd_cmd *c, const char *id, const char *expected,
+                         const char *cancelled);
+void proto_gen_bump(struct rd_cmd *c, const char *sku);
 /* DROP_RECORDS of the records of `ids[0..n-1]`, for `sku` in the epoch a reset ended. */
 void proto_drop_records(struct rd_cmd *c, const char *sku, long long epoch,
                         char *const *ids, size_t n);

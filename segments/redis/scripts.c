@@ -46,6 +46,8 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_CONFIRM] = "confirm.lua",
     [SCRIPT_ACQUIRE_SLOT] = "acquire_slot.lua",
     [SCRIPT_DEDUCT_SLOT] = "deduct_slot.lua",
+    [SCRIPT_CANCEL_SEGMENT] = "cancel_segment.lua",
+    [SCRIPT_CANCEL_RECORD] = "cancel_record.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

@@ -29,10 +29,12 @@ enum script_id {
     SCRIPT_RESET_SEGMENT, /* empty one segment and give it its new stock and epoch */
     SCRIPT_RESET_COMMIT,  /* the new settings: the reset becomes visible */
     /* The order path on a Redis Cluster, one slot per script: */
-    SCRIPT_CLAIM,        /* the order id's claim (in the id's slot) */
-    SCRIPT_CONFIRM,      /* the record under the claim, or the claim given up */
-    SCRIPT_ACQUIRE_SLOT, /* ACQUIRE without the record */
-    SCRIPT_DEDUCT_SLOT,  /* DEDUCT without the record, fenced by the claim's end too */
+    SCRIPT_CLAIM,          /* the order id's claim (in the id's slot) */
+    SCRIPT_CONFIRM,        /* the record under the claim, or the claim given up */
+    SCRIPT_ACQUIRE_SLOT,   /* ACQUIRE without the record */
+    SCRIPT_DEDUCT_SLOT,    /* DEDUCT without the record, fenced by the claim's end too */
+    SCRIPT_CANCEL_SEGMENT, /* a cancel's units given back in its segment */
+    SCRIPT_CANCEL_RECORD,  /* ... and its record marked cancelled */
     SCRIPT__COUNT
 };
 
