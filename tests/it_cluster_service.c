@@ -5,8 +5,8 @@
  * in per-slot steps) and reading it back, the segments' keys on the masters of their
  * slots; orders in every mode (the id claimed in its slot, the deduction in the
  * segment's, the record confirmed after), exact sell-outs, replays, the last units
- * found by the ring, and an order whose process died between its deduction and its
- * record recovered by the retry with its id.
+ * found by the ring, an order whose process died between its deduction and its
+ * record recovered by the retry with its id, cancels, and two instances at once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -104,6 +104,7 @@ static void test_sku_lifecycle(void **state)
 
 struct burst {
     int port;
+    int port2; /* a second instance: the odd threads order there (0: none) */
     const char *sku;
     int per_thread;
     pthread_mutex_t mu;
@@ -119,7 +120,7 @@ static void burst_worker(int idx, void *ctx)
         char id[64];
         snprintf(id, sizeof id, "%s-%d-%d", b->sku, idx, k);
         struct h_resp r;
-        int st = h_order(b->port, b->sku, 1, id, &r);
+        int st = h_order(idx % 2 && b->port2 ? b->port2 : b->port, b->sku, 1, id, &r);
         char code[64];
         h_error_code(&r, code, sizeof code);
         pthread_mutex_lock(&b->mu);
@@ -137,11 +138,12 @@ static void burst_worker(int idx, void *ctx)
 /* `threads` x `per` orders with client ids against `stock` units: exactly `stock`
  * 201s, the rest 409 sold_out, every 201 readable by its id and replayed as 200, and
  * the audit holds. */
-static void sell_out(struct h_cluster_env *f, const char *sku, long long stock,
-                     int segments, const char *mode, int hold_ms, int threads, int per)
+static void sell_out2(struct h_cluster_env *f, int port2, const char *sku,
+                      long long stock, int segments, const char *mode, int hold_ms,
+                      int threads, int per)
 {
     assert_int_equal(h_put_sku(f->port, NULL, sku, stock, segments, mode, hold_ms), 0);
-    struct burst b = {.port = f->port, .sku = sku, .per_thread = per};
+    struct burst b = {.port = f->port, .port2 = port2, .sku = sku, .per_thread = per};
     pthread_mutex_init(&b.mu, NULL);
     b.ids = calloc((size_t)(threads * per), sizeof *b.ids);
     assert_non_null(b.ids);
@@ -166,6 +168,25 @@ static void sell_out(struct h_cluster_env *f, const char *sku, long long stock,
     json_decref(j);
     free(b.ids);
     pthread_mutex_destroy(&b.mu);
+}
+
+static void sell_out(struct h_cluster_env *f, const char *sku, long long stock,
+                     int segments, const char *mode, int hold_ms, int threads, int per)
+{
+    sell_out2(f, 0, sku, stock, segments, mode, hold_ms, threads, per);
+}
+
+/* Two instances against one cluster at once, half the clients on each: still
+ * exactly the stock, every 201 readable on the first. */
+static void test_two_instances(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(120);
+    h_svc *second = h_svc_start(h_cluster_node(f->cluster, 1), NULL);
+    assert_non_null(second);
+    sell_out2(f, h_svc_port(second), "c-two", 600, 10, "lock", 0, 10, 90);
+    assert_int_equal(h_svc_stop_clean(second), 0);
+    h_svc_free(second);
 }
 
 static void test_sell_out_lock(void **state)
@@ -354,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_dead_claim_recovered),
         cmocka_unit_test(test_unsupported_on_cluster),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_two_instances),
     };
     int failed = cmocka_run_group_tests_name("cluster_service", tests, group_setup,
                                              group_teardown);
