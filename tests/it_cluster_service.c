@@ -16,10 +16,13 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/redis/keys.h"
+#include "segments/redis/slots.h"
 #include "tests/harness.h"
 
 #define MASTERS 3
@@ -364,6 +367,117 @@ static void test_cancel(void **state)
     assert_int_equal(h_audit(f->port, NULL, "c-cancel", 10, false), 0);
 }
 
+/* ---- a hot segment's slot resharded mid-sale ----------------------------------- */
+
+struct ledger {
+    struct h_cluster_env *f;
+    const char *sku;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    char (*ids)[48];
+    int acked, max, failed;
+};
+
+static void *ledger_client(void *arg)
+{
+    struct ledger *l = arg;
+    static atomic_int next;
+    int me = atomic_fetch_add(&next, 1);
+    for (int k = 0; !atomic_load(&l->stop); k++) {
+        char id[48];
+        snprintf(id, sizeof id, "rs-%d-%d", me, k);
+        int st = h_order(l->f->port, l->sku, 1, id, NULL);
+        pthread_mutex_lock(&l->mu);
+        if (st == 201 && l->acked < l->max)
+            snprintf(l->ids[l->acked++], sizeof l->ids[0], "%s", id);
+        else if (st != 201 && st != 409)
+            l->failed++;
+        pthread_mutex_unlock(&l->mu);
+    }
+    return NULL;
+}
+
+static void expect_ok(int port, redisReply *r)
+{
+    if (r == NULL || r->type == REDIS_REPLY_ERROR)
+        fail_msg("port %d: %s", port, r != NULL ? r->str : "no reply");
+    freeReplyObject(r);
+}
+
+/* While orders run, the slot of a hot segment moves to another master key by key
+ * (MIGRATING/IMPORTING, MIGRATE, SETSLOT NODE), slowly enough that orders meet the
+ * slot half moved (TRYAGAIN for the scripts whose keys are split, ASK for keys gone).
+ * Orders keep being placed, every 201 is readable after, and the audit holds. */
+static void test_reshard_mid_sale(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(120);
+    assert_int_equal(h_put_sku(f->port, NULL, "c-rs", 100000, 4, "lock", 0), 0);
+    const struct rd_target seed = {
+        .host = "127.0.0.1", .port = h_cluster_port(f->cluster, 0), .timeout_ms = 2000};
+    struct rd_slot_map m;
+    char err[256];
+    if (rd_slot_map_fetch(&seed, &m, err, sizeof err) != 0)
+        fail_msg("map: %s", err);
+    char key[SEG_KEY_MAX];
+    seg_key_stock(key, "c-rs", 0);
+    int slot = rd_key_slot(key, strlen(key));
+    const struct rd_node *a = &m.masters[m.slot[slot]].master;
+    const struct rd_node *b = &m.masters[(m.slot[slot] + 1) % m.nmasters].master;
+
+    struct ledger l = {.f = f, .sku = "c-rs", .max = 200000};
+    pthread_mutex_init(&l.mu, NULL);
+    l.ids = calloc((size_t)l.max, sizeof *l.ids);
+    assert_non_null(l.ids);
+    pthread_t clients[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&clients[i], NULL, ledger_client, &l), 0);
+    h_sleep_ms(300);
+    int before = l.acked;
+
+    expect_ok(b->port,
+              h_port_command(b->port, "CLUSTER SETSLOT %d IMPORTING %s", slot, a->id));
+    expect_ok(a->port,
+              h_port_command(a->port, "CLUSTER SETSLOT %d MIGRATING %s", slot, b->id));
+    for (int moved = 0;; moved++) { /* one key at a time, with orders in between */
+        redisReply *keys = h_port_command(a->port, "CLUSTER GETKEYSINSLOT %d 1", slot);
+        assert_non_null(keys);
+        if (keys->elements == 0 || moved > 50) {
+            freeReplyObject(keys);
+            break;
+        }
+        char one[SEG_KEY_MAX];
+        snprintf(one, sizeof one, "%s", keys->element[0]->str);
+        freeReplyObject(keys);
+        expect_ok(a->port,
+                  h_port_command(a->port, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %s",
+                                 b->port, "", one));
+        h_sleep_ms(100);
+    }
+    for (int i = 0; i < m.nmasters; i++)
+        expect_ok(m.masters[i].master.port,
+                  h_port_command(m.masters[i].master.port, "CLUSTER SETSLOT %d NODE %s",
+                                 slot, b->id));
+    h_sleep_ms(500);
+    atomic_store(&l.stop, true);
+    for (int i = 0; i < 4; i++)
+        pthread_join(clients[i], NULL);
+    fprintf(stderr, "reshard: %d orders placed (%d after the move began), %d failed\n",
+            l.acked, l.acked - before, l.failed);
+    assert_true(l.acked > before);
+    for (int i = 0; i < l.acked; i++)
+        assert_int_equal(h_order_status(f->port, l.ids[i]), 200);
+    assert_int_equal(h_audit(f->port, NULL, "c-rs", 100000, true), 0);
+    /* The segment's keys are b's now. */
+    redisReply *r = h_port_command(b->port, "EXISTS %s", key);
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    free(l.ids);
+    pthread_mutex_destroy(&l.mu);
+    rd_slot_map_clear(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_unsupported_on_cluster),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_two_instances),
+        cmocka_unit_test(test_reshard_mid_sale),
     };
     int failed = cmocka_run_group_tests_name("cluster_service", tests, group_setup,
                                              group_teardown);
