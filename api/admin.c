@@ -63,6 +63,18 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "sold", json_integer(st->sold));
     set(o, "orders", json_integer(st->orders));
     set(o, "segment_stock", int_array(st->segment_stock, n));
+    if (st->nnodes > 0) { /* a Redis Cluster: where each segment lives */
+        json_t *slots = must(json_array()), *nodes = must(json_array());
+        for (int i = 0; i < n; i++) {
+            json_array_append_new(slots, must(json_integer(st->segment_slot[i])));
+            int k = st->segment_node[i];
+            json_array_append_new(nodes,
+                                  must(k >= 0 ? json_string(st->nodes[k]) : json_null()));
+        }
+        set(o, "segment_slot", slots);
+        set(o, "segment_node", nodes);
+        set(o, "placed_as", json_string(st->placed));
+    }
     set(o, "segment_sold", int_array(st->segment_sold, n));
     set(o, "segment_locked", bool_array(st->segment_locked, n));
     set(o, "locks_held", json_integer(st->locks_held));

@@ -38,6 +38,7 @@ struct ord {
 
     lsku *s;
     struct sku_view view;
+    char placed[RD_SKU_PLACED_MAX]; /* the SKU as its segments' calls take it */
     int64_t started_ms, deadline_ms;
     int stale_tries;
 
@@ -140,7 +141,7 @@ static void on_renew_tick(evutil_socket_t fd, short what, void *arg)
     if (!o->holding || o->lease_lost)
         return;
     o->pending++;
-    rda_renew(o->e->rd, o->sku, o->seg, o->token, o->e->v->opt.lock_ttl_ms, on_renewed,
+    rda_renew(o->e->rd, o->placed, o->seg, o->token, o->e->v->opt.lock_ttl_ms, on_renewed,
               o);
 }
 
@@ -291,6 +292,7 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
     v.cfg.stock = m->initial;
     v.cfg.rebalance = m->rebalance;
     v.cfg.replicated = m->replicated;
+    v.salt = m->salt;
     v.epoch = m->epoch;
     v.gen = m->gen;
     ltab_set_view(o->s, &v, inv_now_ms());
@@ -430,7 +432,8 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
         free(o->dead);
         o->dead = r->record;
         r->record = NULL;
-        rda_find_order(e->rd, o->sku, o->view.cfg.segments, o->res.order_id, on_found, o);
+        rda_find_order(e->rd, o->placed, o->view.cfg.segments, o->res.order_id, on_found,
+                       o);
         return;
     default:
         finish(o, INV_UNAVAILABLE);
@@ -440,6 +443,7 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
 /* Settings known: on a cluster an order with a client id claims the id first. */
 static void proceed(struct ord *o)
 {
+    rd_sku_placed(o->placed, o->sku, o->view.salt);
     if (rda_cluster(o->e->rd) && o->has_id && !o->claim_ok) {
         claim(o);
         return;
@@ -478,7 +482,7 @@ static void placed(struct ord *o)
         finish(o, INV_OK);
         return;
     }
-    rda_wait(e->rd, o->sku, o->res.segment, o->res.order_id,
+    rda_wait(e->rd, o->placed, o->res.segment, o->res.order_id,
              e->v->opt.redis_timeout_ms / 2, on_waited, o);
 }
 
@@ -561,8 +565,8 @@ static void send_deduct(struct ord *o, const char *token)
     else
         new_token(o->e, attempt);
     long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
-    rda_deduct(o->e->rd, o->sku, o->view.epoch, o->seg, token, attempt, o->res.order_id,
-               o->qty, o->record, until, on_deduct, o);
+    rda_deduct(o->e->rd, o->placed, o->view.epoch, o->seg, token, attempt,
+               o->res.order_id, o->qty, o->record, until, on_deduct, o);
 }
 
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
@@ -627,7 +631,7 @@ static void on_acquire(void *arg, int rc, struct rd_reply *r)
 static void multi_release(struct ord *o)
 {
     for (int k = 0; k < o->mk; k++) {
-        rda_release(o->e->rd, o->sku, o->mseg[k], o->mtok[k], NULL, NULL);
+        rda_release(o->e->rd, o->placed, o->mseg[k], o->mtok[k], NULL, NULL);
         ltab_unclaim(o->s, o->mseg[k]);
     }
     o->mk = 0;
@@ -696,7 +700,7 @@ static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *sto
         break;
     }
     if (inv_now_ms() >= o->deadline_ms) { /* the deadline holds here too */
-        rda_stocks_read(o->e->rd, o->sku, o->n, on_verdict, o);
+        rda_stocks_read(o->e->rd, o->placed, o->n, on_verdict, o);
         return;
     }
     view(o); /* look again, with what the script saw */
@@ -713,8 +717,8 @@ static void multi_deduct(struct ord *o)
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->view.cfg.mode == SKU_MODE_LOCK ? o->mtok[k] : "";
     const struct rd_parts parts = {o->mn, o->mseg, o->mpart, tok};
-    rda_deduct_multi(o->e->rd, o->sku, o->view.epoch, o->res.order_id, o->record, attempt,
-                     &parts, on_multi, o);
+    rda_deduct_multi(o->e->rd, o->placed, o->view.epoch, o->res.order_id, o->record,
+                     attempt, &parts, on_multi, o);
     free(tok);
 }
 
@@ -749,7 +753,7 @@ static void spread_apply(struct ord *o)
     const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->mtok[k];
-    rda_adjust(o->e->rd, o->sku, o->view.epoch, o->mn, tok, "spread", 0, SKU_STOCK_MAX,
+    rda_adjust(o->e->rd, o->placed, o->view.epoch, o->mn, tok, "spread", 0, SKU_STOCK_MAX,
                NULL, "", on_spread, o);
     free(tok);
 }
@@ -793,7 +797,7 @@ static void multi_lock_send(struct ord *o)
     int i = o->mseg[o->mk];
     new_token(o->e, o->mtok[o->mk]);
     stat_add(o->e->v, STAT_LOCK_ATTEMPTS, 1);
-    rda_lock(o->e->rd, o->sku, i, o->mtok[o->mk], o->e->v->opt.lock_ttl_ms,
+    rda_lock(o->e->rd, o->placed, i, o->mtok[o->mk], o->e->v->opt.lock_ttl_ms,
              on_multi_locked, o);
 }
 
@@ -963,13 +967,13 @@ static void round_end(struct ord *o)
         else if (!rda_cluster(e->rd))
             multi_begin(o);
         else /* DEDUCT_MULTI spans slots: sold out, insufficient or busy */
-            rda_stocks_read(e->rd, o->sku, o->n, on_verdict, o);
+            rda_stocks_read(e->rd, o->placed, o->n, on_verdict, o);
         return;
     }
     if (remaining <= 0) {
         /* Busy with what? When every segment together cannot fill the order, the
          * honest answer is sold out or insufficient, not "busy, retry". */
-        rda_stocks_read(e->rd, o->sku, o->n, on_verdict, o);
+        rda_stocks_read(e->rd, o->placed, o->n, on_verdict, o);
         return;
     }
     stat_add(e->v, STAT_LOCK_WAITS, 1);
@@ -1035,7 +1039,8 @@ static void visit_next(struct ord *o)
             stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
             o->pipelined = true;
             o->pending++;
-            rda_lock(e->rd, o->sku, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock, o);
+            rda_lock(e->rd, o->placed, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock,
+                     o);
             send_deduct(o, o->token);
             return;
         }
@@ -1046,7 +1051,7 @@ static void visit_next(struct ord *o)
         }
         new_token(e, o->token);
         stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
-        rda_acquire(e->rd, o->sku, o->view.epoch, i, o->res.order_id, o->qty, o->token,
+        rda_acquire(e->rd, o->placed, o->view.epoch, i, o->res.order_id, o->qty, o->token,
                     e->v->opt.lock_ttl_ms, on_acquire, o);
         return;
     }

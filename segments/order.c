@@ -105,8 +105,10 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     struct sku_view view;
     inv_status st = skutab_get(c, p->sku, &e, &view);
     struct lockset *set = NULL;
+    char placed[RD_SKU_PLACED_MAX];
+    rd_sku_placed(placed, p->sku, view.salt);
     if (st == INV_OK)
-        set = lockset_take(c, e, p->sku, p->seg, p->n,
+        set = lockset_take(c, e, placed, p->seg, p->n,
                            inv_now_ms() + c->v->opt.lock_wait_ms, &st);
     if (set == NULL) {
         free(p);
@@ -119,7 +121,7 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         tok[j] = lockset_token(set, j);
     const struct rd_parts parts = {p->n, p->seg, NULL, tok};
     struct rd_reply r;
-    int code = rd_cancel(c->rd, p->sku, view.epoch, id, cancelled, rec, &parts, &r) < 0
+    int code = rd_cancel(c->rd, placed, view.epoch, id, cancelled, rec, &parts, &r) < 0
                    ? -1
                    : r.code;
     free(tok);

@@ -71,6 +71,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .stock = cfg ? cfg->stock : 0,
         .rebalance = cfg && cfg->rebalance,
         .replicated = cfg && cfg->replicated,
+        .salt = old->epoch != 0 ? old->salt : -1, /* kept; a new SKU is placed */
         .epoch = inv_new_epoch(),
     };
     struct rd_reply r;
@@ -220,8 +221,24 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     st->cfg = view.cfg;
 
     int n = view.cfg.segments;
-    int rc_read = rd_segments_read(c->rd, sku, n, st->segment_stock, st->segment_sold,
+    char *placed = st->placed;
+    rd_sku_placed(placed, sku, view.salt);
+    int rc_read = rd_segments_read(c->rd, placed, n, st->segment_stock, st->segment_sold,
                                    st->segment_orders, st->segment_locked);
+    for (int i = 0; i < n && rc_read == 0; i++) {
+        char node[48];
+        rc_read =
+            rd_segment_place(c->rd, placed, i, &st->segment_slot[i], node, sizeof node);
+        st->segment_node[i] = -1;
+        for (int k = 0; node[0] != '\0' && k <= st->nnodes && k < SKU_NODES_MAX; k++) {
+            if (k == st->nnodes)
+                snprintf(st->nodes[st->nnodes++], sizeof st->nodes[0], "%s", node);
+            if (strcmp(st->nodes[k], node) == 0) {
+                st->segment_node[i] = (short)k;
+                break;
+            }
+        }
+    }
     for (int i = 0; i < n && rc_read == 0; i++) {
         st->remaining += st->segment_stock[i];
         st->sold += st->segment_sold[i];

@@ -32,6 +32,8 @@ struct sku_config {
                         has it (WAIT 1); else "async" (the master applied it) */
 };
 
+#define SKU_NODES_MAX 64
+
 struct sku_status {
     char sku[SEG_NAME_MAX + 1];
     struct sku_config cfg; /* cfg.stock is the initial stock */
@@ -42,7 +44,14 @@ struct sku_status {
     long long segment_sold[SEG_MAX_SEGMENTS];
     long long segment_orders[SEG_MAX_SEGMENTS]; /* orders recorded first in segment i */
     bool segment_locked[SEG_MAX_SEGMENTS];      /* segment i's lock is held right now */
-    int locks_held; /* segment locks held right now (any instance) */
+    int segment_slot[SEG_MAX_SEGMENTS];         /* the cluster slot of segment i's keys */
+    short segment_node[SEG_MAX_SEGMENTS];       /* a cluster: its master, an index into
+                                                   nodes; -1 on a standalone Redis */
+    char nodes[SKU_NODES_MAX][48];              /* "host:port" of those masters */
+    int nnodes;
+    char placed[SEG_NAME_MAX + 16]; /* the name its segments are keyed under: the SKU,
+                                       or "sku/salt" when placed with a salt */
+    int locks_held;                 /* segment locks held right now (any instance) */
 };
 
 /* Admin writes take a request id `rid` (a valid name, or NULL/"" for none): a write

@@ -117,6 +117,7 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     out->cfg.replicated = m.replicated;
     out->epoch = m.epoch;
     out->gen = m.gen;
+    out->salt = m.salt;
     return INV_OK;
 }
 

@@ -25,6 +25,7 @@ struct sku_view {
     struct sku_config cfg; /* cfg.stock is the initial stock */
     long long epoch; /* drawn at create/reset, never reused (redis/keys.h); 0: none */
     long long gen;   /* starts at epoch, bumped by every change raising stock */
+    int salt;        /* placement of its segments (calls.h rd_sku_placed); 0: none */
 };
 
 skutab *skutab_create(void);

@@ -58,7 +58,7 @@ static long long segment_keys(struct h_cluster_env *f, const char *sku)
         if (role != NULL)
             freeReplyObject(role);
         if (master) {
-            redisReply *keys = redisCommand(rc, "KEYS inv:{%s:*", sku);
+            redisReply *keys = redisCommand(rc, "KEYS inv:{%s[:/]*", sku);
             assert_non_null(keys);
             n += (long long)keys->elements;
             freeReplyObject(keys);
@@ -83,6 +83,29 @@ static void test_sku_lifecycle(void **state)
     assert_int_equal(json_array_size(ss), 20);
     for (size_t i = 0; i < 20; i++)
         assert_int_equal(json_integer_value(json_array_get(ss, i)), 75);
+    /* Placed: 20 segments over 3 masters, most minus fewest <= 1. */
+    json_t *nodes = json_object_get(j, "segment_node");
+    assert_int_equal(json_array_size(nodes), 20);
+    int per[3] = {0};
+    const char *seen[3] = {NULL};
+    for (size_t i = 0; i < 20; i++) {
+        const char *node = json_string_value(json_array_get(nodes, i));
+        assert_non_null(node);
+        int k = 0;
+        while (k < 3 && seen[k] != NULL && strcmp(seen[k], node) != 0)
+            k++;
+        assert_true(k < 3);
+        seen[k] = node;
+        per[k]++;
+    }
+    int most = per[0], fewest = per[0];
+    for (int k = 1; k < 3; k++) {
+        most = per[k] > most ? per[k] : most;
+        fewest = per[k] < fewest ? per[k] : fewest;
+    }
+    fprintf(stderr, "placement of 20 segments as %s: %d / %d / %d\n",
+            json_string_value(json_object_get(j, "placed_as")), per[0], per[1], per[2]);
+    assert_true(most - fewest <= 1);
     json_decref(j);
     assert_int_equal(segment_keys(f, "clu"), 20 * 3); /* stock, sold, epoch */
 
@@ -255,6 +278,19 @@ static void command_on(struct h_cluster_env *f, const char *key, const char *fmt
     redisFree(rc);
 }
 
+/* Key `what` of segment i of `sku`, under the name its segments are placed as
+ * (GET /admin/skus/{sku} "placed_as"). */
+static char *seg_key(char *buf, struct h_cluster_env *f, const char *sku, int i,
+                     const char *what)
+{
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    snprintf(buf, 160, "inv:{%s:%d}:%s",
+             json_string_value(json_object_get(j, "placed_as")), i, what);
+    json_decref(j);
+    return buf;
+}
+
 /* A process that died between its deduction and its record (put in place by hand: a
  * claim that ran out, and the order in segment 3's orders hash with its stock taken)
  * is found by the retry with its id: 200 with the record of segment 3, no second
@@ -271,9 +307,10 @@ static void test_dead_claim_recovered(void **state)
 
     command_on(f, "inv:order:{died-1}", "HSET %s c dead-attempt u 1 k c-dead e %s", epoch,
                NULL);
-    command_on(f, "inv:{c-dead:3}:orders", "HSET %s died-1 %s", "2", NULL);
-    command_on(f, "inv:{c-dead:3}:stock", "DECRBY %s %s", "2", NULL);
-    command_on(f, "inv:{c-dead:3}:sold", "INCRBY %s %s", "2", NULL);
+    char key[160];
+    command_on(f, seg_key(key, f, "c-dead", 3, "orders"), "HSET %s died-1 %s", "2", NULL);
+    command_on(f, seg_key(key, f, "c-dead", 3, "stock"), "DECRBY %s %s", "2", NULL);
+    command_on(f, seg_key(key, f, "c-dead", 3, "sold"), "INCRBY %s %s", "2", NULL);
 
     struct h_resp r;
     assert_int_equal(h_order(f->port, "c-dead", 2, "died-1", &r), 200);
@@ -344,11 +381,11 @@ static void test_cancel(void **state)
     int seg = (int)jint(o, "segment");
     json_decref(o);
     h_resp_free(&r);
-    char orders[96], cancelled[96], stock[96], sold[96], n[16];
-    snprintf(orders, sizeof orders, "inv:{c-cancel:%d}:orders", seg);
-    snprintf(cancelled, sizeof cancelled, "inv:{c-cancel:%d}:cancelled", seg);
-    snprintf(stock, sizeof stock, "inv:{c-cancel:%d}:stock", seg);
-    snprintf(sold, sizeof sold, "inv:{c-cancel:%d}:sold", seg);
+    char orders[160], cancelled[160], stock[160], sold[160], n[16];
+    seg_key(orders, f, "c-cancel", seg, "orders");
+    seg_key(cancelled, f, "c-cancel", seg, "cancelled");
+    seg_key(stock, f, "c-cancel", seg, "stock");
+    seg_key(sold, f, "c-cancel", seg, "sold");
     snprintf(n, sizeof n, "%d", 2);
     command_on(f, orders, "HDEL %s %s", "cc-2", NULL);
     command_on(f, cancelled, "SADD %s %s", "cc-2", NULL);
@@ -420,7 +457,7 @@ static void test_reshard_mid_sale(void **state)
     if (rd_slot_map_fetch(&seed, &m, err, sizeof err) != 0)
         fail_msg("map: %s", err);
     char key[SEG_KEY_MAX];
-    seg_key_stock(key, "c-rs", 0);
+    seg_key(key, f, "c-rs", 0, "stock");
     int slot = rd_key_slot(key, strlen(key));
     const struct rd_node *a = &m.masters[m.slot[slot]].master;
     const struct rd_node *b = &m.masters[(m.slot[slot] + 1) % m.nmasters].master;

@@ -8,6 +8,7 @@
 
 #include "segments/redis/keys.h"
 #include "segments/redis/proto.h"
+#include "segments/redis/slots.h"
 #include "segments/redis/store.h"
 #include "base/xalloc.h"
 
@@ -29,6 +30,31 @@ static int scripted(rd_conn *c, struct rd_cmd *cmd, struct rd_reply *out)
     if (r != NULL)
         freeReplyObject(r);
     return rc;
+}
+
+const char *rd_sku_placed(char *buf, const char *sku, int salt)
+{
+    if (salt > 0)
+        snprintf(buf, RD_SKU_PLACED_MAX, "%s/%d", sku, salt);
+    else
+        snprintf(buf, RD_SKU_PLACED_MAX, "%s", sku);
+    return buf;
+}
+
+int rd_segment_place(rd_conn *c, const char *placed, int i, int *slot, char *node,
+                     size_t len)
+{
+    char key[SEG_KEY_MAX];
+    seg_key_stock(key, placed, i);
+    *slot = rd_key_slot(key, strlen(key));
+    node[0] = '\0';
+    if (!store_cluster(c))
+        return 0;
+    int at = store_slot_node(c, *slot);
+    if (at < 0)
+        return -1;
+    store_node_name(c, at, node, len);
+    return 0;
 }
 
 /* ---- reads ------------------------------------------------------------------- */
@@ -335,6 +361,57 @@ static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const ch
     return 0;
 }
 
+/* Salts tried for an even placement. With 20 segments over 3 masters about one in
+ * nine is even; with 1024, about one in a thousand. */
+#define PLACE_TRIES 20000
+
+/* The placement salt for a new SKU of n segments on a cluster: the first (0 = no
+ * salt, then 1, 2, ...) that spreads its segments over the masters with most minus
+ * fewest <= 1, or the most even one seen in PLACE_TRIES. Deterministic for one map,
+ * so a retried create picks the same. */
+static int placement(rd_conn *c, const char *sku, int n)
+{
+    int nodes = 0;
+    char key[SEG_KEY_MAX], placed[RD_SKU_PLACED_MAX];
+    seg_key_stock(key, sku, 0);
+    if (store_slot_node(c, rd_key_slot(key, strlen(key))) < 0)
+        return 0; /* no map: the plain tags */
+    /* The masters: the nodes that serve some slot. */
+    nodes = store_nodes(c);
+    bool *master = seg_calloc((size_t)nodes + 1, sizeof *master);
+    for (int s = 0; s < RD_SLOTS; s++) {
+        int at = store_slot_node(c, s);
+        if (at >= 0 && at < nodes)
+            master[at] = true;
+    }
+    int *count = seg_calloc((size_t)nodes + 1, sizeof *count);
+    int best = 0, best_spread = n + 1;
+    for (int salt = 0; salt < PLACE_TRIES && best_spread > 1; salt++) {
+        memset(count, 0, sizeof *count * (size_t)nodes);
+        rd_sku_placed(placed, sku, salt);
+        for (int i = 0; i < n; i++) {
+            seg_key_stock(key, placed, i);
+            int at = store_slot_node(c, rd_key_slot(key, strlen(key)));
+            if (at >= 0 && at < nodes)
+                count[at]++;
+        }
+        int most = 0, fewest = n + 1;
+        for (int k = 0; k < nodes; k++) {
+            if (!master[k])
+                continue;
+            most = count[k] > most ? count[k] : most;
+            fewest = count[k] < fewest ? count[k] : fewest;
+        }
+        if (most - fewest < best_spread) {
+            best_spread = most - fewest;
+            best = salt;
+        }
+    }
+    free(count);
+    free(master);
+    return best;
+}
+
 /* How long a cluster reset may take before another may take it over (its process
  * is taken for dead). */
 #define RESET_LEASE_MS 15000
@@ -351,6 +428,8 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
 {
     struct rd_cmd cmd;
     redisReply *r = NULL;
+    char placed[RD_SKU_PLACED_MAX];
+    rd_sku_placed(placed, sku, to->salt);
     proto_reset_begin(&cmd, sku, old_epoch, old_segments, to->epoch, to->segments,
                       RESET_LEASE_MS, rid, sig);
     int code = step(c, &cmd, &r);
@@ -364,7 +443,8 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
         m = dead_n;
     for (int i = 0; i < m; i++) {
         long long share = n ? to->stock / n + (i < to->stock % n) : 0;
-        proto_reset_segment(&cmd, sku, i, old_epoch, dead, to->epoch, i < n ? share : -1);
+        proto_reset_segment(&cmd, placed, i, old_epoch, dead, to->epoch,
+                            i < n ? share : -1);
         if ((code = step(c, &cmd, &r)) != RD_OK)
             return code;
         take_ids(r, ids, nids);
@@ -389,7 +469,11 @@ int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
     size_t n = 0;
     memset(out, 0, sizeof *out);
     if (store_cluster(c)) {
-        int code = reset_cluster(c, sku, old_epoch, old_segments, to, rid, sig, &ids, &n);
+        struct rd_reset placed = *to;
+        if (placed.salt < 0) /* a new SKU: spread its segments over the masters */
+            placed.salt = placement(c, sku, to->segments);
+        int code =
+            reset_cluster(c, sku, old_epoch, old_segments, &placed, rid, sig, &ids, &n);
         if (code == RD_OK)
             drop_records(c, sku, old_epoch, ids, n);
         for (size_t i = 0; i < n; i++)

@@ -104,7 +104,20 @@ struct rd_meta {
     long long gen;
     bool rebalance;
     bool replicated; /* durability "replicated" */
+    int salt;        /* placement: 0, or the salt in its segments' hash tags */
 };
+
+/* A SKU as the calls on its segments take it: `sku` itself, or "sku/salt" when its
+ * segments were placed with a salt (a Redis Cluster: RESET picks the salt that spreads
+ * the segments evenly over the masters, and stores it in the meta). The key schema
+ * (keys.h) puts the salt in the segments' hash tags only. `buf`: RD_SKU_PLACED_MAX. */
+#define RD_SKU_PLACED_MAX (SEG_NAME_MAX + 16)
+const char *rd_sku_placed(char *buf, const char *sku, int salt);
+
+/* Where segment i of `placed` (rd_sku_placed) lives: its slot, and on a cluster the
+ * master serving it as "host:port" into node[0..len) ("" standalone). 0 or -1. */
+int rd_segment_place(rd_conn *c, const char *placed, int i, int *slot, char *node,
+                     size_t len);
 
 /* ---- reads ------------------------------------------------------------------- */
 
@@ -195,6 +208,8 @@ struct rd_reset {
     bool rebalance;
     bool replicated; /* durability "replicated" */
     long long epoch; /* the new epoch */
+    int salt;        /* the placement salt the SKU has now (a cluster keeps it across
+                        resets; a create picks one) */
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:

@@ -10,9 +10,16 @@ char *seg_key_skus(char *buf)
     return buf;
 }
 
+/* The SKU's name without a placement salt ("tv/7" -> "tv"): its length. */
+static int name_len(const char *sku)
+{
+    const char *slash = strchr(sku, '/');
+    return slash != NULL ? (int)(slash - sku) : (int)strlen(sku);
+}
+
 char *seg_key_meta(char *buf, const char *sku)
 {
-    snprintf(buf, SEG_KEY_MAX, "inv:sku:{%s}", sku);
+    snprintf(buf, SEG_KEY_MAX, "inv:sku:{%.*s}", name_len(sku), sku);
     return buf;
 }
 
@@ -66,7 +73,7 @@ char *seg_key_order(char *buf, const char *id)
 
 char *seg_key_request(char *buf, const char *sku, const char *rid)
 {
-    snprintf(buf, SEG_KEY_MAX, "inv:req:{%s}:%s", sku, rid);
+    snprintf(buf, SEG_KEY_MAX, "inv:req:{%.*s}:%s", name_len(sku), sku, rid);
     return buf;
 }
 

@@ -34,7 +34,9 @@
  *                             what it was ("restock:100", ...); kept for a day
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
- * Names are valid ids (base/names.h), so none carries a brace into a key.
+ * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose
+ * segments were placed with a salt (calls.h rd_sku_placed) is passed as "sku/salt":
+ * its segments' tags read {sku/salt:i}; the meta and request keys use the name alone.
  */
 #ifndef SEG_KEYS_H
 #define SEG_KEYS_H

@@ -20,9 +20,9 @@ void proto_ping(struct rd_cmd *c)
 void proto_meta_read(struct rd_cmd *c, const char *sku)
 {
     char key[SEG_KEY_MAX];
-    static const char *const fields[] = {"segments", "mode",      "hold_ms",
-                                         "initial",  "gen",       "rebalance",
-                                         "epoch",    "durability"};
+    static const char *const fields[] = {"segments", "mode",       "hold_ms",
+                                         "initial",  "gen",        "rebalance",
+                                         "epoch",    "durability", "salt"};
     cmd_plain(c, "HMGET");
     cmd_key(c, seg_key_meta(key, sku));
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
@@ -394,6 +394,7 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
     cmd_arg(c, to->rebalance ? "1" : "0");
     cmd_arg(c, rid != NULL ? sig : "");
     cmd_arg(c, to->replicated ? "replicated" : "async");
+    cmd_argll(c, to->salt);
 }
 
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
@@ -530,7 +531,7 @@ int proto_taken(const redisReply *r, const char *token, int *taken)
 
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
 {
-    if (!is_array(r, 8))
+    if (!is_array(r, 9))
         return -1;
     *found = r->element[0]->type == REDIS_REPLY_STRING;
     if (*found) {
@@ -546,6 +547,7 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
         const redisReply *d = r->element[7];
         out->replicated =
             d->type == REDIS_REPLY_STRING && strcmp(d->str, "replicated") == 0;
+        out->salt = (int)proto_integer(r->element[8], 0);
     }
     return 0;
 }

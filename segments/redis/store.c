@@ -230,9 +230,30 @@ static int connect_node(rd_conn *c, struct node *n)
     return 0;
 }
 
+static struct node *node_for(rd_conn *c, int slot);
+
 bool store_cluster(const rd_conn *c)
 {
     return c->to.cluster;
+}
+
+int store_slot_node(rd_conn *c, int slot)
+{
+    if (!c->to.cluster || slot < 0 || slot >= RD_SLOTS)
+        return -1;
+    node_for(c, slot); /* fetches the map on first use */
+    return c->route[slot];
+}
+
+int store_nodes(const rd_conn *c)
+{
+    return c->nnodes;
+}
+
+const char *store_node_name(const rd_conn *c, int i, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s:%d", c->nodes[i].host, c->nodes[i].port);
+    return buf;
 }
 
 int store_connect(rd_conn *c)

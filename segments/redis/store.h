@@ -36,6 +36,12 @@
 /* True when the connection routes over a cluster's masters. */
 bool store_cluster(const rd_conn *c);
 
+/* A cluster: the index of the node that serves `slot` (the map fetched first when
+ * none is known), or -1; how many node indexes there are; node i's "host:port". */
+int store_slot_node(rd_conn *c, int slot);
+int store_nodes(const rd_conn *c);
+const char *store_node_name(const rd_conn *c, int i, char *buf, size_t len);
+
 /* 0 when connected (scripts loaded), -1 with the error set. */
 int store_connect(rd_conn *c);
 
