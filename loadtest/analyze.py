@@ -677,6 +677,15 @@ def targets(rows):
         (f"orders/s at {WIDE_SEGS} segments, {WIDE_CONNS} connections, hold 20 ms "
          f"/ {WIDE_TARGET}", ">= 1", 1, None,
          ratio(val(f"curve-{WIDE_SEGS}", "orders_s"), WIDE_TARGET)),
+        ("cluster / single Redis, lock 20 segments, hold 0 ms", ">= 0.8", 0.8, None,
+         ratio(val("cluster-lock20-h0", "orders_s"), val("lock20-h0", "orders_s"))),
+        ("cluster / single Redis, lock 20 segments, hold 20 ms", ">= 0.8", 0.8, None,
+         ratio(val("cluster-lock20-h20", "orders_s"), val("curve-20", "orders_s"))),
+        ("cluster: most script calls on one master / 1/3", "<= 1.1", None, 1.1,
+         max(by["cluster-lock20-h0"]["master_share"]) * 3
+         if by.get("cluster-lock20-h0", {}).get("master_share") else None),
+        ("cluster: replicated / async orders/s, hold 0 ms", "(measured)", 0, None,
+         ratio(val("cluster-repl-h0", "orders_s"), val("cluster-lock20-h0", "orders_s"))),
     ]
     out = []
     for name, target, lo, hi, value in goals:

@@ -139,7 +139,8 @@ Colour only on a terminal; NO_COLOR=1 turns it off there too.
 """
 
 GROUPS = ("curve", "curve256", "hold0", "flash", "soldout", "livez", "redis", "rebalance",
-          "idle10k")  # run order: run_scenarios()
+          "idle10k", "cluster")  # run order: run_scenarios()
+CLUSTER_MASTERS = 3  # the cluster group: masters, each with a replica
 BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
 REDIS_BENCH_STOCK = 1000000000
@@ -256,6 +257,16 @@ def free_port():
             if s.connect_ex(("127.0.0.1", port)) != 0:
                 return port
     raise SetupError("no free loopback port")
+
+
+def port_free(port):
+    """True when `port` can be bound on 127.0.0.1 now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def proc_cpu_seconds(pid):
@@ -499,7 +510,7 @@ class Run:
         self.finish(*self.orders_row(*args, **kwargs))
 
     def orders_row(self, name, strategy, mode, segs, hold, stock, how, amount,
-                   expect_sold=None, connections=None):
+                   expect_sold=None, connections=None, settings=None):
         """Orders of 1 on a fresh SKU, for `amount` s (how="active") or `amount` orders
         (how="requests"), from `connections` (default --connections), then the audit;
         `expect_sold`: exactly that many 201s. A timed run (active) also measures the
@@ -513,7 +524,7 @@ class Run:
                 "segments": segs, "hold_ms": hold, "stock": stock, "connections": conns}
         fails = []
         if not self.put_sku(sku, {"stock": stock, "segments": segs, "mode": mode,
-                                  "hold_ms": hold}, fails):
+                                  "hold_ms": hold, **(settings or {})}, fails):
             return {**base, "audit": "FAILED", "failures": fails}, ""
         if conns + 64 > self.nofile:
             fails.append(f"RLIMIT_NOFILE is {self.nofile}: too low for {conns} wrk "
@@ -858,6 +869,90 @@ class Run:
             self.reb_pre_dist = None
             self.run_rebalance_variant("rebalance-off", False)
             self.run_rebalance_variant("rebalance-on", True)
+        # Last: it starts a cluster and a second service, and stops both after.
+        if wants("cluster"):
+            if self.svc is None:
+                say("[cluster] skipped: the service under test was not started here")
+            else:
+                self.run_cluster()
+
+    # ---- the cluster group
+
+    def start_cluster(self):
+        """CLUSTER_MASTERS masters with a replica each (no persistence) on loopback
+        ports whose bus ports (+10000) are free too, joined by redis-cli; returns the
+        node addresses, masters first."""
+        addrs = []
+        for i in range(2 * CLUSTER_MASTERS):
+            ndir = os.path.join(self.tmp, f"cluster-{i}")
+            os.makedirs(ndir, exist_ok=True)
+            for _ in range(20):
+                port = random.randrange(12000, 22000)
+                if all(port_free(p) for p in (port, port + 10000)):
+                    break
+            p = self.children.start(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", ndir,
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+                 "--daemonize", "no", "--maxclients", "10000"],
+                os.path.join(ndir, "redis.log"))
+            addr = f"127.0.0.1:{port}"
+            if not wait_up(10, p, lambda: redis_ping(addr)):
+                raise SetupError(f"cluster node {addr} did not start")
+            addrs.append(addr)
+        out = subprocess.run(["redis-cli", "--cluster", "create", *addrs,
+                              "--cluster-replicas", "1", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise SetupError(f"redis-cli --cluster create: {out.stdout[-300:]}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all("cluster_state:ok" in redis_command(a, "CLUSTER", "INFO") for a in addrs):
+                return addrs
+            time.sleep(0.2)
+        raise SetupError("the cluster did not reach cluster_state:ok")
+
+    def master_calls(self, masters):
+        """Script calls (EVALSHA + EVAL) each master has served so far."""
+        calls = []
+        for a in masters:
+            c = an.redis_calls(redis_command(a, "INFO", "commandstats")) or {}
+            calls.append(c.get("evalsha", 0) + c.get("eval", 0))
+        return calls
+
+    def run_cluster(self):
+        """The hold-0 and hold-20 ms scenarios again against a cluster of
+        CLUSTER_MASTERS masters, through a second service, in this run: orders/s
+        against the single Redis, each master's share of the script calls, and the
+        cost of durability "replicated"."""
+        self.header("cluster", f"{CLUSTER_MASTERS} masters with a replica each")
+        addrs = self.start_cluster()
+        masters = []
+        for a in addrs:
+            if "role:master" in redis_command(a, "INFO", "replication"):
+                masters.append(a)
+        saved = (self.svc, self.url, self.api, self.redis)
+        self.redis = addrs[0]
+        try:
+            self.start_service()
+            self.api = an.Api(self.url, self.o.admin_token)
+            self.redis = None  # Redis CPU per order: one node's INFO does not tell
+            before = self.master_calls(masters)
+            row, extra = self.orders_row("cluster-lock20-h0", "cluster, segment locks",
+                                         "lock", 20, 0, BIG_STOCK, "active", self.o.duration)
+            after = self.master_calls(masters)
+            total = sum(b - a for a, b in zip(before, after)) or 1
+            row["master_share"] = [round((b - a) / total, 3) for a, b in zip(before, after)]
+            self.finish(row, extra + f"; script calls per master {row['master_share']}")
+            self.run_orders("cluster-lock20-h20", "cluster, segment locks", "lock", 20, 20,
+                            BIG_STOCK, "active", self.o.duration)
+            self.run_orders("cluster-repl-h0", "cluster, durability replicated", "lock",
+                            20, 0, BIG_STOCK, "active", self.o.duration,
+                            settings={"durability": "replicated"})
+        finally:
+            if self.svc is not None and self.svc is not saved[0]:
+                self.children.stop(self.svc)
+            self.svc, self.url, self.api, self.redis = saved
 
     def execute(self):
         """Starts what is needed and runs the scenarios; returns the results record
