@@ -85,6 +85,10 @@ Scenarios, in run order (--only picks groups)
             40 in 5 more), then sold out by orders of 1; orders/s while the last 10% of
             the stock sells, from the 201s' arrival times and from polling
             GET /admin/skus/{sku} every 25 ms
+  cluster   a Redis Cluster of 3 masters with a replica each (6 redis-servers) and a
+            second service on it: lock 20 segments at hold 0 and at hold 20 ms, and
+            hold 0 with durability "replicated"; each master's share of the script
+            calls; orders/s against lock20-h0 and curve-20 of the same run
 
 Measures: orders/s is 201s per second of the send window; after the window wrk sends
 nothing more and waits for the orders in flight, so every order the service handled
@@ -100,7 +104,7 @@ Targets (ratios from this one run) are printed and saved but do not fail the run
 20 / 1 segments at hold 20 ms >= 19; lock / atomic at hold 0 ms >= 0.6; atomic /
 redis-benchmark >= 0.35; p99 of lock 20 segments at hold 0 ms <= 10 ms; sold-out storm
 req/s / GET /livez req/s >= 0.8; orders/s at 256 segments and 2000 connections, hold 20 ms,
-/ 11500 >= 1.
+/ 11500 >= 1; cluster / single Redis >= 0.8; each master's script calls within 1/3 +- 10%.
 
 Options
   --bin PATH           service binary to start (default build/inventoryd)
