@@ -93,6 +93,7 @@ static bool synced_replica(struct h_cluster_env *f, int i)
 struct run {
     struct h_cluster_env *f;
     const char *sku;
+    char placed[96]; /* the name its segments are keyed under (GET "placed_as") */
     atomic_bool stop;
     pthread_mutex_t mu;
     char (*ledger)[48];
@@ -115,7 +116,7 @@ static void kill_masters(struct run *r)
             return;
         }
         char key[SEG_KEY_MAX];
-        seg_key_stock(key, r->sku, k % 20); /* a different hot segment each time */
+        seg_key_stock(key, r->placed, k % 20); /* a different hot segment each time */
         int slot = rd_key_slot(key, strlen(key));
         const struct rd_shard *sh = &m.masters[m.slot[slot]];
         int victim = node_at(f, sh->master.port);
@@ -232,6 +233,11 @@ static int run_failovers(struct h_cluster_env *f, const char *sku, const char *d
     struct run *r = calloc(1, sizeof *r);
     r->f = f;
     r->sku = sku;
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    snprintf(r->placed, sizeof r->placed, "%s",
+             json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
     r->ledger = calloc(LEDGER_MAX, sizeof *r->ledger);
     assert_true(r->ledger != NULL);
     pthread_mutex_init(&r->mu, NULL);
@@ -288,7 +294,7 @@ static int run_failovers(struct h_cluster_env *f, const char *sku, const char *d
             lost++;
         }
     }
-    json_t *j = h_get_sku(f->port, NULL, sku);
+    j = h_get_sku(f->port, NULL, sku);
     assert_non_null(j);
     long long sold = json_integer_value(json_object_get(j, "sold"));
     json_decref(j);
