@@ -97,7 +97,11 @@ static long long put(struct fixture *f, const char *sku, long long stock, int n)
     struct rd_meta m;
     int had = rd_meta_read(f->sync, sku, &m);
     assert_true(had >= 0);
-    const struct rd_reset to = {n, "lock", 0, stock, true, false, 1000 + n + stock};
+    const struct rd_reset to = {.segments = n,
+                                .mode = "lock",
+                                .stock = stock,
+                                .rebalance = true,
+                                .epoch = 1000 + n + stock};
     struct rd_reply r;
     assert_int_equal(rd_reset(f->sync, sku, had ? m.epoch : 0, had ? m.segments : 0, &to,
                               NULL, NULL, &r),
