@@ -470,7 +470,9 @@ static void test_reshard_mid_sale(void **state)
     for (int i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&clients[i], NULL, ledger_client, &l), 0);
     h_sleep_ms(300);
+    pthread_mutex_lock(&l.mu);
     int before = l.acked;
+    pthread_mutex_unlock(&l.mu);
 
     expect_ok(b->port,
               h_port_command(b->port, "CLUSTER SETSLOT %d IMPORTING %s", slot, a->id));
