@@ -5,8 +5,10 @@
  * process registry the moment it is forked. The registry is emptied by an atexit
  * handler and by handlers for SIGINT, SIGTERM, SIGABRT and SIGALRM (h_deadline), and
  * each child also gets PR_SET_PDEATHSIG=SIGKILL, so a failing, crashing or killed
- * test leaves no redis-server or inventoryd behind. Temp dirs (mkdtemp under $TMPDIR,
- * default /tmp) are removed by the matching _free and at exit.
+ * test leaves no redis-server or inventoryd behind. PR_SET_PDEATHSIG follows the
+ * *thread* that forked the child: start (and restart) children from a thread that
+ * outlives them, the test's main thread, or they die when it ends. Temp dirs (mkdtemp
+ * under $TMPDIR, default /tmp) are removed by the matching _free and at exit.
  *
  * Servers listen on 127.0.0.1 only, on a port found free by binding port 0.
  *
