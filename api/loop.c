@@ -1,6 +1,8 @@
 /* loop.c -- one event loop thread of the HTTP front (see loop.h). */
 #include "api/loop.h"
 
+#include "base/clock.h"
+
 #include <errno.h>
 #include <event2/event.h>
 #include <pthread.h>
@@ -10,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 /* A call posted from another thread (api_loop_post). */
@@ -39,13 +40,6 @@ struct api_loop {
     int post_fd;
 };
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Let the daemon work, then wait for it again (its epoll fd, or its timeout). */
 static void run_daemon(struct api_loop *l)
 {
@@ -72,7 +66,7 @@ static void check_stop(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct api_loop *l = arg;
-    if (engine_in_flight(l->engine) == 0 || now_ms() >= l->stop_deadline) {
+    if (engine_in_flight(l->engine) == 0 || base_now_ms() >= l->stop_deadline) {
         event_base_loopexit(l->base, NULL);
         return;
     }
@@ -87,7 +81,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         uint64_t n;
         if (read(fd, &n, sizeof n) < 0 && errno != EAGAIN)
             perror("inventoryd: loop wake");
-        l->stop_deadline = now_ms() + atomic_load(&l->stop_wait_ms);
+        l->stop_deadline = base_now_ms() + atomic_load(&l->stop_wait_ms);
     }
     check_stop(fd, what, arg);
 }

@@ -13,6 +13,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "api/loop.h"
 #include "base/log.h"
 #include "segments/engine.h"
@@ -83,13 +84,6 @@ static void *must(void *p)
     return p;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static enum sim_outcome outcome_of(inv_status s)
 {
     switch (s) {
@@ -145,7 +139,7 @@ static void run_end(struct sim_run *run)
 {
     struct api_sim *s = run->sim;
     pthread_mutex_lock(&s->mu);
-    atomic_store_explicit(&run->ended, now_ms(), memory_order_release);
+    atomic_store_explicit(&run->ended, base_now_ms(), memory_order_release);
     atomic_store_explicit(&run->live, false, memory_order_release);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -227,13 +221,13 @@ static json_t *status_json(const struct sim_run *run)
         json_object_set_new(outcomes, outcome_names[i],
                             must(json_integer(atomic_load_explicit(
                                 &run->outcome[i], memory_order_relaxed))));
-    return must(json_pack("{s:s, s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:o}", "sku",
-                          run->sku, "run", run->run, "state", state, "orders",
-                          (json_int_t)run->orders, "concurrency", run->concurrency, "qty",
-                          (json_int_t)run->qty, "sent", (json_int_t)taken, "answered",
-                          (json_int_t)answered, "elapsed_ms",
-                          (json_int_t)((ended != 0 ? ended : now_ms()) - run->started),
-                          "outcomes", outcomes));
+    return must(
+        json_pack("{s:s, s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:o}", "sku", run->sku,
+                  "run", run->run, "state", state, "orders", (json_int_t)run->orders,
+                  "concurrency", run->concurrency, "qty", (json_int_t)run->qty, "sent",
+                  (json_int_t)taken, "answered", (json_int_t)answered, "elapsed_ms",
+                  (json_int_t)((ended != 0 ? ended : base_now_ms()) - run->started),
+                  "outcomes", outcomes));
 }
 
 struct api_sim *api_sim_create(inv *v)
@@ -334,7 +328,7 @@ void api_sim_start(const struct api_ctx *ctx, struct api_request *req,
     snprintf(run->sku, sizeof run->sku, "%.*s", SEG_NAME_MAX, req->name);
     unsigned char rnd[6];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        long long t = now_ms() ^ (long long)(uintptr_t)run;
+        long long t = base_now_ms() ^ (long long)(uintptr_t)run;
         memcpy(rnd, &t, sizeof rnd);
     }
     for (size_t i = 0; i < sizeof rnd; i++)
@@ -342,7 +336,7 @@ void api_sim_start(const struct api_ctx *ctx, struct api_request *req,
     run->orders = in->orders;
     run->qty = in->qty;
     run->concurrency = in->concurrency;
-    run->started = now_ms();
+    run->started = base_now_ms();
     atomic_init(&run->live, true);
 
     pthread_mutex_lock(&s->mu);

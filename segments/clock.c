@@ -3,11 +3,11 @@
 
 #include <errno.h>
 
+#include "base/clock.h"
+
 int64_t inv_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return base_now_ms();
 }
 
 struct timespec inv_deadline(int ms)

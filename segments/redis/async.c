@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 #include "segments/redis/link.h"
 #include "segments/redis/proto.h"
@@ -96,13 +96,6 @@ struct rda_conn {
 #define REFRESH_MIN_MS 100
 #define REFRESH_EVERY_MS 5000
 #define MAX_HOPS 5
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- answering ------------------------------------------------------------------ */
 
@@ -259,7 +252,7 @@ static void send_map_request(rda_conn *c, bool slots)
             break;
         }
     c->refreshing = true;
-    c->refreshed_ms = now_ms();
+    c->refreshed_ms = base_now_ms();
     c->own.stats.map_refreshes++;
     link_send(l, &m->lq);
 }
@@ -269,7 +262,7 @@ static void want_refresh(rda_conn *c)
 {
     if (!is_cluster(c) || c->refreshing || c->closing)
         return;
-    long long wait = c->refreshed_ms + REFRESH_MIN_MS - now_ms();
+    long long wait = c->refreshed_ms + REFRESH_MIN_MS - base_now_ms();
     if (wait <= 0) {
         send_map_request(c, false);
     } else if (!evtimer_pending(c->refresh_soon, NULL)) {
@@ -339,7 +332,7 @@ static void delay(struct req *q)
 {
     rda_conn *c = q->c;
     c->jitter = c->jitter * 1103515245u + 12345u;
-    q->due_ms = now_ms() + 5 + (long long)((c->jitter >> 16) % 21);
+    q->due_ms = base_now_ms() + 5 + (long long)((c->jitter >> 16) % 21);
     q->later = c->delayed;
     c->delayed = q;
     if (!evtimer_pending(c->retry, NULL)) {
@@ -353,7 +346,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     rda_conn *c = arg;
-    long long now = now_ms();
+    long long now = base_now_ms();
     struct req *due = NULL, **p = &c->delayed;
     while (*p != NULL) {
         struct req *q = *p;
@@ -408,7 +401,7 @@ static bool redirected(struct req *q, const redisReply *r)
         want_refresh(c);
         /* fall through */
     case RD_REDIR_TRYAGAIN:
-        if (now_ms() + 25 - q->born_ms > c->to.timeout_ms)
+        if (base_now_ms() + 25 - q->born_ms > c->to.timeout_ms)
             return false;
         c->own.stats.retried++;
         delay(q);
@@ -444,7 +437,7 @@ static struct req *new_req(rda_conn *c, enum kind kind, void (*fn)(void), void *
     q->kind = kind;
     q->fn = fn;
     q->arg = arg;
-    q->born_ms = now_ms();
+    q->born_ms = base_now_ms();
     q->lq.done = req_done;
     return q;
 }
@@ -469,7 +462,7 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
         c->own.counts = *counts;
     for (int s = 0; s < RD_SLOTS; s++)
         c->route[s] = -1;
-    c->jitter = (unsigned)(uintptr_t)c ^ (unsigned)now_ms();
+    c->jitter = (unsigned)(uintptr_t)c ^ (unsigned)base_now_ms();
     c->refresh_soon = evtimer_new(base, on_refresh, c);
     c->refresh_every = event_new(base, -1, EV_PERSIST, on_refresh, c);
     c->retry = evtimer_new(base, on_retry, c);

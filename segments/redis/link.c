@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 #include "segments/redis/store.h"
 
@@ -42,13 +42,6 @@ struct setup {
 /* A request for a dead connection brings the next attempt to connect forward, to this
  * long after the last one (no storm of connects while Redis is away). */
 #define RETRY_NOW_MS 50
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void bump(_Atomic long long *counter)
 {
@@ -114,7 +107,7 @@ void link_send(struct link *l, struct lreq *q)
              * rather than wait for the backoff, so that the first command after Redis
              * is back need not fail; commands meanwhile wait for that attempt. */
             l->reconnecting = true;
-            long long wait = l->attempt_ms + RETRY_NOW_MS - now_ms();
+            long long wait = l->attempt_ms + RETRY_NOW_MS - base_now_ms();
             struct timeval tv = {0, (suseconds_t)(wait > 0 ? wait * 1000 : 0)};
             event_del(l->retry);
             evtimer_add(l->retry, &tv);
@@ -130,7 +123,7 @@ void link_send(struct link *l, struct lreq *q)
         fail_later(l, q);
         return;
     }
-    q->sent_ms = now_ms();
+    q->sent_ms = base_now_ms();
     link_tail(&l->head, q);
     l->own->stats.commands++;
     bump(l->own->counts.commands);
@@ -297,7 +290,7 @@ static void connect_failed(struct link *l, const char *why)
 
 static void connect_now(struct link *l)
 {
-    l->attempt_ms = now_ms();
+    l->attempt_ms = base_now_ms();
     redisAsyncContext *ac = l->unix_path[0] != '\0'
                                 ? redisAsyncConnectUnix(l->unix_path)
                                 : redisAsyncConnect(l->host, l->to.port);
@@ -364,7 +357,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct link *l = arg;
     struct lreq *oldest = l->head.next;
-    if (oldest != &l->head && now_ms() - oldest->sent_ms > l->to.timeout_ms) {
+    if (oldest != &l->head && base_now_ms() - oldest->sent_ms > l->to.timeout_ms) {
         char why[64];
         snprintf(why, sizeof why, "no reply within %d ms", l->to.timeout_ms);
         l->own->stats.timeouts++;

@@ -1,6 +1,7 @@
 /* store.c -- one Redis connection (see store.h). */
 #include "segments/redis/store.h"
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 
 #include <errno.h>
@@ -39,13 +40,6 @@ struct rd_conn {
 #define MAX_HOPS 5
 #define RETRY_MS 20
 #define MAP_MIN_MS 100
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The node at host:port, added when new. */
 static int node_index(rd_conn *c, const char *host, int port)
@@ -272,9 +266,9 @@ void store_drop(rd_conn *c)
 /* Fetch the slot map (at most every MAP_MIN_MS) and route every slot to its master. */
 static void refresh_map(rd_conn *c)
 {
-    if (!c->to.cluster || now_ms() - c->mapped_ms < MAP_MIN_MS)
+    if (!c->to.cluster || base_now_ms() - c->mapped_ms < MAP_MIN_MS)
         return;
-    c->mapped_ms = now_ms();
+    c->mapped_ms = base_now_ms();
     struct rd_slot_map m;
     char err[160];
     /* Ask the seed, else any node met so far (the seed may be the master that died). */
@@ -368,7 +362,7 @@ static redisReply *run_on(rd_conn *c, struct node *n, struct rd_cmd *cmd, bool a
  * is replaced), or `r` itself when it is not a redirect. */
 static redisReply *follow(rd_conn *c, struct rd_cmd *cmd, redisReply *r, int from)
 {
-    long long start = now_ms();
+    long long start = base_now_ms();
     for (int hops = 0; r != NULL && r->type == REDIS_REPLY_ERROR && hops < MAX_HOPS;
          hops++) {
         struct rd_redirect d;
@@ -388,7 +382,7 @@ static redisReply *follow(rd_conn *c, struct rd_cmd *cmd, redisReply *r, int fro
             asking = d.kind == RD_REDIR_ASK;
             to = &c->nodes[i];
         } else {
-            if (now_ms() + RETRY_MS - start > c->to.timeout_ms)
+            if (base_now_ms() + RETRY_MS - start > c->to.timeout_ms)
                 return r;
             if (d.kind != RD_REDIR_TRYAGAIN)
                 refresh_map(c);

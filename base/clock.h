@@ -1,0 +1,13 @@
+/* clock.h -- milliseconds on the monotonic clock, for every layer.
+ *
+ * Durations (deadlines, backoffs, leases, cache ages) are measured on CLOCK_MONOTONIC,
+ * so a step of the wall clock never stretches or cuts them. A leaf: no state, cannot
+ * fail.
+ */
+#ifndef BASE_CLOCK_H
+#define BASE_CLOCK_H
+
+/* Milliseconds on the monotonic clock (from an unspecified start). */
+long long base_now_ms(void);
+
+#endif
