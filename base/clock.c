@@ -1,4 +1,4 @@
-/* clock.c -- milliseconds on the monotonic clock (see clock.h). */
+/* clock.c -- milliseconds on the monotonic and the wall clock (see clock.h). */
 #include "base/clock.h"
 
 #include <time.h>
@@ -7,5 +7,12 @@ long long base_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+long long base_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

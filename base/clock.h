@@ -1,4 +1,4 @@
-/* clock.h -- milliseconds on the monotonic clock, for every layer.
+/* clock.h -- milliseconds on the monotonic clock (and the wall clock), for every layer.
  *
  * Durations (deadlines, backoffs, leases, cache ages) are measured on CLOCK_MONOTONIC,
  * so a step of the wall clock never stretches or cuts them. A leaf: no state, cannot
@@ -9,5 +9,8 @@
 
 /* Milliseconds on the monotonic clock (from an unspecified start). */
 long long base_now_ms(void);
+/* Milliseconds since the Unix epoch on the wall clock: for times other processes
+ * compare (a score in a shared set), never for durations. */
+long long base_wall_ms(void);
 
 #endif

@@ -46,8 +46,10 @@ struct ord {
     char attempt[33]; /* this order's, for the claim and the record */
     bool claim_ok;    /* the id is ours until `until` (the claim's node's clock) */
     long long until;
-    char *dead;      /* the attempt of a dead claim being taken over */
-    char *recovered; /* its order, found in a segment: the record to confirm */
+    int64_t claim_ends_ms; /* the same end, as this process's clock has it at most */
+    char *dead;            /* the attempt of a dead claim being taken over */
+    char *recovered;       /* its order, found in a segment: the record to confirm */
+    char *dplan; /* its plan (a multi-segment order's): to undo once taken over */
 
     /* the current round */
     int n, start, k, handed, claimed, busy, remote_rounds;
@@ -72,6 +74,14 @@ struct ord {
     int mhanded; /* the claim a multi-segment wait was handed, or -1 */
     long long *mpart;
     char (*mtok)[33];
+    /* ... on a cluster, one deduction per part, under the id's claim and its plan: */
+    char *mplan;
+    bool mclaiming; /* the claim that records the plan is out */
+    int mleft;      /* parts owed a reply */
+    int mcode;      /* RD_OK, or why a part was refused */
+    bool mlost;     /* a part had no answer: its outcome is unknown */
+    struct part *mctx;
+    int mwaits, mreplicas; /* durability "replicated": WAITs owed, the fewest replicas */
 
     struct event *timer, *renew;
     struct lwait wait;
@@ -84,6 +94,13 @@ static void visit_next(struct ord *o);
 static void finish(struct ord *o, inv_status st);
 static void view(struct ord *o);
 static void on_verdict(void *arg, int rc, const long long *stock);
+static void multi_go(struct ord *o);
+
+/* One part of a multi-segment order on a cluster, for its reply. */
+struct part {
+    struct ord *o;
+    int k;
+};
 
 /* ---- small things --------------------------------------------------------------- */
 
@@ -214,6 +231,9 @@ static void answer_and_free(struct ord *o)
     free(o->record);
     free(o->dead);
     free(o->recovered);
+    free(o->dplan);
+    free(o->mplan);
+    free(o->mctx);
     free(o->mseg);
     free(o->mpart);
     free(o->mtok);
@@ -357,8 +377,10 @@ static void claim(struct ord *o)
     engine *e = o->e;
     int lease = e->v->opt.lock_wait_ms + o->view.cfg.hold_ms +
                 2 * e->v->opt.redis_timeout_ms + CLAIM_SLACK_MS;
+    const char *plan = o->dplan != NULL ? RD_PLAN_KEEP : o->mclaiming ? o->mplan : NULL;
+    o->claim_ends_ms = inv_now_ms() + lease;
     rda_claim(e->rd, o->res.order_id, o->attempt, o->sku, o->view.epoch, lease, o->dead,
-              on_claim, o);
+              plan, on_claim, o);
 }
 
 static void on_claim_retry(evutil_socket_t fd, short what, void *arg)
@@ -398,6 +420,21 @@ static void on_found(void *arg, int rc, int seg, long long qty)
     claim(o);
 }
 
+/* The plan of a dead multi-segment claim, undone under the claim taken over: the id
+ * is claimed again without it, and the order placed afresh. */
+static void on_dead_undone(void *arg, int rc, int units)
+{
+    struct ord *o = arg;
+    (void)units;
+    if (rc < 0) { /* the claim keeps the plan: whoever holds it next undoes it */
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    free(o->dplan);
+    o->dplan = NULL;
+    claim(o);
+}
+
 static void on_claim(void *arg, int rc, struct rd_reply *r)
 {
     struct ord *o = arg;
@@ -412,7 +449,13 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
         o->until = r->value;
         free(o->dead);
         o->dead = NULL;
-        if (o->recovered != NULL)
+        if (o->dplan != NULL) {
+            if (rda_undo(e->rd, o->res.order_id, o->dplan, on_dead_undone, o) != 0)
+                finish(o, INV_UNAVAILABLE); /* not a plan: left for an operator */
+        } else if (o->mclaiming) {
+            o->mclaiming = false;
+            multi_go(o);
+        } else if (o->recovered != NULL)
             rda_confirm(e->rd, o->res.order_id, o->attempt, o->recovered, o->sku,
                         o->view.epoch, on_recovered, o);
         else
@@ -432,6 +475,13 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
         free(o->dead);
         o->dead = r->record;
         r->record = NULL;
+        if (r->plan != NULL && r->plan[0] != '\0') { /* a multi-segment order's */
+            free(o->dplan);
+            o->dplan = r->plan;
+            r->plan = NULL;
+            claim(o);
+            return;
+        }
         rda_find_order(e->rd, o->placed, o->view.cfg.segments, o->res.order_id, on_found,
                        o);
         return;
@@ -466,12 +516,21 @@ static void short_of_stock(struct ord *o, int i, long long stock, bool known)
 static void on_waited(void *arg, int rc, int replicas)
 {
     struct ord *o = arg;
-    finish(o, rc < 0 ? INV_UNAVAILABLE : replicas < 1 ? INV_NOT_REPLICATED : INV_OK);
+    if (rc < 0)
+        o->mreplicas = -1;
+    else if (replicas < o->mreplicas)
+        o->mreplicas = replicas;
+    if (--o->mwaits > 0)
+        return;
+    finish(o, o->mreplicas < 0   ? INV_UNAVAILABLE
+              : o->mreplicas < 1 ? INV_NOT_REPLICATED
+                                 : INV_OK);
 }
 
 /* The order is placed (and, on a cluster, its record written). Durability
- * "replicated": 201 only once a replica has it too (WAIT 1, half the Redis timeout);
- * otherwise 503 not_replicated, and a retry with the id settles it. */
+ * "replicated": 201 only once a replica has it too (WAIT 1, half the Redis timeout,
+ * on the node of each of its segments, and of its record); otherwise 503
+ * not_replicated, and a retry with the id settles it. */
 static void placed(struct ord *o)
 {
     engine *e = o->e;
@@ -482,8 +541,12 @@ static void placed(struct ord *o)
         finish(o, INV_OK);
         return;
     }
-    rda_wait(e->rd, o->placed, o->res.segment, o->res.order_id,
-             e->v->opt.redis_timeout_ms / 2, on_waited, o);
+    bool parts = o->mn > 1 && rda_cluster(e->rd); /* one connection: one WAIT */
+    o->mwaits = parts ? o->mn : 1;
+    o->mreplicas = 1 << 30;
+    for (int k = 0, n = o->mwaits; k < n; k++)
+        rda_wait(e->rd, o->placed, parts ? o->mseg[k] : o->res.segment, o->res.order_id,
+                 e->v->opt.redis_timeout_ms / 2, on_waited, o);
 }
 
 /* A cluster: the record of a deduction that was OK. No answer: the outcome is
@@ -658,32 +721,19 @@ static void multi_give_up(struct ord *o, inv_status st)
         finish(o, st);
 }
 
-static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *stocks)
+/* The parts' locks were given back by their scripts. */
+static void multi_unclaim(struct ord *o)
 {
-    struct ord *o = arg;
-    bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
-    for (int k = 0; locked && k < o->mn; k++)
-        ltab_unclaim(o->s, o->mseg[k]); /* the script released the locks */
+    for (int k = 0; o->view.cfg.mode == SKU_MODE_LOCK && k < o->mn; k++)
+        ltab_unclaim(o->s, o->mseg[k]);
     o->mk = 0;
-    if (rc < 0) {
-        finish(o, INV_UNAVAILABLE);
-        return;
-    }
-    if (r->code == RD_OK || r->code == RD_SHORT)
-        for (int k = 0; k < o->mn; k++)
-            note_stock(o, o->mseg[k], stocks[k]);
-    switch (r->code) {
-    case RD_OK:
-        stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
-        o->res.record = o->record;
-        o->record = NULL;
-        o->res.segment = o->mseg[0];
-        finish(o, INV_OK);
-        return;
-    case RD_EXISTS:
-        replayed(o, r->record);
-        r->record = NULL;
-        return;
+}
+
+/* A multi-segment order was refused with `code` and nothing of it stands: look again
+ * (with what the refusal said), within the deadline. */
+static void multi_failed(struct ord *o, int code)
+{
+    switch (code) {
     case RD_STALE:
         stale(o);
         return;
@@ -706,11 +756,136 @@ static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *sto
     view(o); /* look again, with what the script saw */
 }
 
+static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *stocks)
+{
+    struct ord *o = arg;
+    multi_unclaim(o);
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    if (r->code == RD_OK || r->code == RD_SHORT)
+        for (int k = 0; k < o->mn; k++)
+            note_stock(o, o->mseg[k], stocks[k]);
+    switch (r->code) {
+    case RD_OK:
+        stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
+        o->res.record = o->record;
+        o->record = NULL;
+        o->res.segment = o->mseg[0];
+        finish(o, INV_OK);
+        return;
+    case RD_EXISTS:
+        replayed(o, r->record);
+        r->record = NULL;
+        return;
+    default:
+        multi_failed(o, r->code);
+    }
+}
+
+/* ---- several segments on a cluster ---------------------------------------------
+ * No script spans the parts' slots. The order's intent comes first: its id in the
+ * intents set, then its plan in the id's claim (claimed now if it had none); then
+ * one deduction per part, all sent at once, each fenced by its lock and the claim's
+ * end; then the record, which drops the claim and the plan. A part refused undoes
+ * the plan (the parts that landed give their units back) before the order looks
+ * again. A part without an answer leaves claim and plan for a retry with the id or
+ * the sweeper to undo once the claim has run out (calls.h). */
+
+static void on_multi_confirmed(void *arg, int rc, struct rd_reply *r)
+{
+    struct ord *o = arg;
+    if (rc < 0 || r->code != RD_OK) { /* the record's outcome is unknown */
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    rda_intent(o->e->rd, o->res.order_id, false, NULL, NULL);
+    stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
+    o->res.segment = o->mseg[0];
+    placed(o);
+}
+
+static void on_multi_undone(void *arg, int rc, int units)
+{
+    struct ord *o = arg;
+    (void)units;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    /* Nothing of it stands: the claim (and the plan) given up, and the intent. */
+    rda_confirm(o->e->rd, o->res.order_id, o->attempt, NULL, o->sku, o->view.epoch, NULL,
+                NULL);
+    o->claim_ok = false;
+    rda_intent(o->e->rd, o->res.order_id, false, NULL, NULL);
+    multi_failed(o, o->mcode);
+}
+
+static void on_part(void *arg, int rc, struct rd_reply *r)
+{
+    struct part *p = arg;
+    struct ord *o = p->o;
+    if (rc < 0)
+        o->mlost = true;
+    else if (r->code == RD_OK || r->code == RD_SHORT)
+        note_stock(o, o->mseg[p->k], r->value);
+    if (rc == 0 && r->code != RD_OK && (o->mcode == RD_OK || r->code == RD_STALE))
+        o->mcode = r->code; /* STALE wins: the view is re-read */
+    if (--o->mleft > 0)
+        return;
+    multi_unclaim(o);
+    if (o->mlost)
+        finish(o, INV_UNAVAILABLE);
+    else if (o->mcode == RD_OK)
+        rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku,
+                    o->view.epoch, on_multi_confirmed, o);
+    else if (inv_now_ms() >= o->claim_ends_ms - CLAIM_MARGIN_MS)
+        /* The claim may be another's by now, and what the id holds in a segment its
+         * parts: the undo is for whoever holds the claim next. */
+        finish(o, INV_UNAVAILABLE);
+    else if (rda_undo(o->e->rd, o->res.order_id, o->mplan, on_multi_undone, o) != 0)
+        finish(o, INV_UNAVAILABLE);
+}
+
+/* Every part at once, each in its own slot. */
+static void multi_parts(struct ord *o)
+{
+    free(o->mctx);
+    o->mctx = seg_malloc(sizeof *o->mctx * (size_t)o->mn);
+    o->mleft = o->mn;
+    o->mcode = RD_OK;
+    o->mlost = false;
+    bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
+    for (int k = 0; k < o->mn; k++) {
+        o->mctx[k] = (struct part){o, k};
+        rda_deduct_part(o->e->rd, o->placed, o->view.epoch, o->mseg[k],
+                        locked ? o->mtok[k] : "", o->res.order_id, o->mpart[k],
+                        o->until - CLAIM_MARGIN_MS, k == 0, on_part, &o->mctx[k]);
+    }
+}
+
+static void on_intent(void *arg, int rc, int value)
+{
+    struct ord *o = arg;
+    (void)value;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    o->mclaiming = true;
+    claim(o);
+}
+
 static void multi_deduct(struct ord *o)
 {
     free(o->record);
     o->record = record_build(o->res.order_id, o->sku, o->qty, o->mn, o->mseg, o->mpart,
                              "confirmed");
+    if (rda_cluster(o->e->rd)) {
+        multi_parts(o);
+        return;
+    }
     char attempt[33];
     new_token(o->e, attempt);
     const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
@@ -899,6 +1074,15 @@ static bool spread_begin(struct ord *o)
     return true;
 }
 
+/* The plan is known (and on a cluster recorded): lock the parts, or deduct. */
+static void multi_go(struct ord *o)
+{
+    if (o->view.cfg.mode == SKU_MODE_LOCK)
+        multi_lock_next(o);
+    else
+        multi_deduct(o);
+}
+
 /* No segment holds qty but together they may: the largest first, in index order. */
 static void multi_begin(struct ord *o)
 {
@@ -910,10 +1094,14 @@ static void multi_begin(struct ord *o)
         return;
     }
     o->mn = k;
-    if (o->view.cfg.mode == SKU_MODE_LOCK)
-        multi_lock_next(o);
-    else
-        multi_deduct(o);
+    if (rda_cluster(o->e->rd)) { /* the intent first */
+        const struct rd_parts parts = {k, o->mseg, o->mpart, NULL};
+        free(o->mplan);
+        o->mplan = rd_plan_build(o->placed, o->view.epoch, &parts);
+        rda_intent(o->e->rd, o->res.order_id, true, on_intent, o);
+        return;
+    }
+    multi_go(o);
 }
 
 /* ---- rounds --------------------------------------------------------------------- */
@@ -964,10 +1152,8 @@ static void round_end(struct ord *o)
     if (o->claimed + o->busy == 0 && (o->n == 1 || remaining > 0)) {
         if (o->n == 1)
             finish(o, INV_INSUFFICIENT);
-        else if (!rda_cluster(e->rd))
+        else
             multi_begin(o);
-        else /* DEDUCT_MULTI spans slots: sold out, insufficient or busy */
-            rda_stocks_read(e->rd, o->placed, o->n, on_verdict, o);
         return;
     }
     if (remaining <= 0) {

@@ -15,7 +15,9 @@
  *             (replay); BUSY (the id in flight elsewhere)    -> CLAIM again (timer);
  *             a claim that ran out with no record            -> FIND (its order in the
  *             segments' orders: found -> its record CONFIRMed, DONE (replay); not
- *             found -> CLAIM, taking the dead claim over)
+ *             found -> CLAIM, taking the dead claim over); one with a plan (a
+ *             multi-segment order's) -> CLAIM taking it over, UNDO the plan, CLAIM
+ *             again without it -> ROUND
  *   ROUND     sold out in this generation (here or on another loop) -> DONE
  *             most segments seen empty, stock left, lock mode, rebalance on, not
  *             yet done this generation on this loop          -> SPREAD
@@ -38,16 +40,19 @@
  *             first, no answer -> unavailable, the claim kept); FENCED (a lock held
  * elsewhere, or a lease lost)
  *             -> ROUND; SHORT/MISSING -> ROUND; EXISTS -> DONE; STALE -> VIEW
- *   MULTI     the segments needed claimed and locked in ascending order (a claim
+ *   MULTI     (a cluster: the id into the intents set, then CLAIM with the plan)
+ *             the segments needed claimed and locked in ascending order (a claim
  *             held on this loop: wait, first in line for it; a lock held elsewhere:
  *             backoff timer; SET NX PX GET) then DEDUCT_MULTI -> DONE / ROUND / VIEW
+ *             (a cluster: one DEDUCT per part, all at once; all OK -> CONFIRM ->
+ *             DONE; one refused -> UNDO the plan, give the claim up -> ROUND / VIEW;
+ *             one unanswered -> DONE, unavailable, claim and plan kept)
  *   VERDICT   the stock of every segment: sold out, insufficient or busy -> DONE
  *   DONE      sold out or insufficient with a client id: the record is read, so a
  *             retry of a confirmed order gets its 200; then the callback.
  * No Redis answer at any step -> DONE (unavailable: the 503 names the order id).
- * On a cluster SPREAD and MULTI are not used (their scripts span slots): an order no
- * single segment can fill gets the VERDICT. A claim is given up when the order ends
- * without a sale for certain.
+ * On a cluster SPREAD is not used (ADJUST spans slots). A claim is given up when the
+ * order ends without a sale for certain.
  */
 #ifndef SEG_ENGINE_H
 #define SEG_ENGINE_H

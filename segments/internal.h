@@ -18,6 +18,7 @@
 
 typedef struct skutab skutab;
 typedef struct watchdog watchdog;
+typedef struct sweeper sweeper;
 
 struct inv {
     struct inv_options opt; /* opt.redis_host points at `host` */
@@ -28,6 +29,7 @@ struct inv {
     _Atomic long long hist_sum_us[HIST__COUNT];
     skutab *tab;               /* in-process state per SKU (skutab.h) */
     watchdog *wd;              /* renews the leases of held locks (watchdog.h) */
+    sweeper *sw;               /* a cluster: undoes dead multi-segment intents */
     _Atomic long long changes; /* SKU changes made by this process (skutab_invalidate) */
 };
 

@@ -7,6 +7,7 @@
 #include "segments/internal.h"
 #include "segments/rand.h"
 #include "segments/skutab.h"
+#include "segments/sweeper.h"
 #include "segments/watchdog.h"
 #include "base/xalloc.h"
 
@@ -49,7 +50,9 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     v->tab = skutab_create();
     const struct rd_target to = inv_redis_target(v);
     v->wd = watchdog_create(v, &to, err, errlen);
-    if (v->wd == NULL) {
+    if (v->wd != NULL && v->cluster)
+        v->sw = sweeper_create(v, &to, err, errlen);
+    if (v->wd == NULL || (v->cluster && v->sw == NULL)) {
         inv_free(v);
         return NULL;
     }
@@ -60,6 +63,7 @@ void inv_free(inv *v)
 {
     if (v == NULL)
         return;
+    sweeper_free(v->sw);
     watchdog_free(v->wd);
     skutab_free(v->tab);
     free(v->host);

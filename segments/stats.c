@@ -24,6 +24,7 @@ static const char *const names[STAT__COUNT] = {
     [STAT_REDIS_ERRORS] = "redis_errors",
     [STAT_SOLD_OUT_FAST] = "sold_out_fast",
     [STAT_MULTI_SEGMENT] = "multi_segment_orders",
+    [STAT_INTENTS_UNDONE] = "intents_undone",
     [STAT_REBALANCES] = "rebalances",
     [STAT_RESTOCKS] = "restocks",
     [STAT_REDIS_COMMANDS] = "redis_commands",
@@ -110,6 +111,8 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_SOLD_OUT_FAST] = "Sold-out answers given from the in-process flag, with no "
                            "script run.",
     [STAT_MULTI_SEGMENT] = "Orders filled from several segments.",
+    [STAT_INTENTS_UNDONE] = "Multi-segment orders left by a dead process, undone by the "
+                            "sweeper (Redis Cluster).",
     [STAT_REBALANCES] = "Rebalances done, by hand or automatically.",
     [STAT_RESTOCKS] = "Restocks applied.",
     [STAT_REDIS_COMMANDS] = "Commands the event loops sent to Redis.",

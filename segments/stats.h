@@ -27,10 +27,11 @@ enum stat_id {
     STAT_LEASE_LOST,        /* renewals that found the lock no longer ours */
     STAT_FENCED_REJECTIONS, /* deductions refused because the token lost the lock */
     STAT_REDIS_ERRORS,
-    STAT_SOLD_OUT_FAST, /* sold-out answers from the in-process flag, with no
-                           script run (mostly on the HTTP thread) */
-    STAT_MULTI_SEGMENT, /* orders filled from several segments */
-    STAT_REBALANCES,    /* rebalances done (by hand or automatically) */
+    STAT_SOLD_OUT_FAST,  /* sold-out answers from the in-process flag, with no
+                            script run (mostly on the HTTP thread) */
+    STAT_MULTI_SEGMENT,  /* orders filled from several segments */
+    STAT_INTENTS_UNDONE, /* multi-segment orders of dead processes undone (a cluster) */
+    STAT_REBALANCES,     /* rebalances done (by hand or automatically) */
     STAT_RESTOCKS,
     STAT_REDIS_COMMANDS, /* commands the event loops sent to Redis */
     STAT_REDIS_WRITES,   /* writes they took: commands / writes is the mean batch */

@@ -55,9 +55,10 @@ struct fan {
     enum {
         FAN_STOCKS,
         FAN_FIND,
-        FAN_LEAST
+        FAN_LEAST,
+        FAN_UNDO
     } what; /* rda_stocks_read, rda_find_order,
-               rda_wait (the least of the parts) */
+               rda_wait (the least of the parts), rda_undo (the sum) */
     void (*fn)(void);
     void *arg;
 };
@@ -559,16 +560,30 @@ static void fan_out(rda_conn *c, struct fan *f,
 
 static void fan_part_done(struct fan *f, int part, const redisReply *r)
 {
+    struct rd_reply out;
     if (r == NULL)
         f->failed = true;
-    else if (r->type == REDIS_REPLY_NIL)
+    else if (f->what == FAN_UNDO) {
+        if (proto_scripted(r, &out) != 0)
+            f->failed = true;
+        else {
+            f->failed |= out.code != RD_OK;
+            f->v[part] = out.value;
+            rd_reply_clear(&out);
+        }
+    } else if (r->type == REDIS_REPLY_NIL)
         f->v[part] = -1;
     else
         f->v[part] = proto_integer(r, 0);
     if (--f->left > 0)
         return;
     int rc = f->failed ? -1 : 0;
-    if (f->what == FAN_LEAST) {
+    if (f->what == FAN_UNDO) {
+        long long sum = 0;
+        for (int i = 0; i < f->n; i++)
+            sum += f->v[i];
+        ((rda_int_fn)f->fn)(f->arg, rc, (int)sum);
+    } else if (f->what == FAN_LEAST) {
         long long least = f->v[0];
         for (int i = 1; i < f->n; i++)
             least = f->v[i] < least ? f->v[i] : least;
@@ -627,12 +642,53 @@ void rda_find_order(rda_conn *c, const char *sku, int n, const char *id, rda_fou
 }
 
 void rda_claim(rda_conn *c, const char *id, const char *attempt, const char *sku,
-               long long epoch, int lease_ms, const char *dead, rda_reply_fn fn,
-               void *arg)
+               long long epoch, int lease_ms, const char *dead, const char *plan,
+               rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_claim(&q->lq.cmd, id, attempt, sku, epoch, lease_ms, dead);
+    proto_claim(&q->lq.cmd, id, attempt, sku, epoch, lease_ms, dead, plan);
     route(q);
+}
+
+void rda_intent(rda_conn *c, const char *id, bool add, rda_int_fn fn, void *arg)
+{
+    struct req *q = new_req(c, K_PING, FN(fn), arg);
+    if (add)
+        proto_intent_add(&q->lq.cmd, id, base_wall_ms());
+    else
+        proto_intent_done(&q->lq.cmd, id);
+    route(q);
+}
+
+void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
+                     const char *token, const char *id, long long qty, long long until,
+                     bool first, rda_reply_fn fn, void *arg)
+{
+    struct req *q = new_req(c, K_REPLY, FN(fn), arg);
+    proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, first);
+    route(q);
+}
+
+int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void *arg)
+{
+    struct proto_plan p;
+    if (proto_plan_parse(plan, &p) != 0)
+        return -1;
+    struct fan *f = seg_calloc(1, sizeof *f);
+    f->n = f->left = p.n;
+    f->what = FAN_UNDO;
+    f->fn = FN(fn);
+    f->arg = arg;
+    f->v = seg_calloc((size_t)p.n, sizeof *f->v);
+    for (int k = 0; k < p.n; k++) {
+        struct req *q = new_req(c, K_PART, NULL, NULL);
+        q->fan = f;
+        q->part = k;
+        proto_undo_part(&q->lq.cmd, p.placed, p.epoch, p.seg[k], id, k == 0);
+        route(q);
+    }
+    proto_plan_free(&p);
+    return 0;
 }
 
 void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *record,
@@ -687,7 +743,7 @@ void rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
     if (is_cluster(c)) /* the record is CONFIRM's, in the id's slot */
-        proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until);
+        proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, true);
     else
         proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record);
     route(q);

@@ -132,16 +132,28 @@ void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
 /* True when the handle routes over a cluster. */
 bool rda_cluster(const rda_conn *c);
 /* CLAIM order `id` for `attempt` for lease_ms (`dead`: the attempt of a dead claim
- * being taken over, or NULL). Codes: OK (value = the claim's end, for rda_deduct),
- * EXISTS (record), BUSY (another attempt holds it), MISSING (record = the attempt of
- * a claim that ran out without a record: find its order, then claim naming it). */
+ * being taken over, or NULL), with `plan` (a multi-segment order's, rd_plan_build;
+ * RD_PLAN_KEEP: the claim's own; NULL: none). Codes: OK (value = the claim's end, for
+ * rda_deduct), EXISTS (record), BUSY (another attempt holds it), MISSING (record =
+ * the attempt of a claim that ran out without a record, plan = its plan or "": claim
+ * naming it, then find its order or, with a plan, undo it). */
 void rda_claim(rda_conn *c, const char *id, const char *attempt, const char *sku,
-               long long epoch, int lease_ms, const char *dead, rda_reply_fn fn,
-               void *arg);
+               long long epoch, int lease_ms, const char *dead, const char *plan,
+               rda_reply_fn fn, void *arg);
 /* CONFIRM: write `record` for `id` under the claim of `attempt` (or, record NULL or
  * "", give the claim up). Codes: OK, STALE (another attempt holds the claim). */
 void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *record,
                  const char *sku, long long epoch, rda_reply_fn fn, void *arg);
+/* Multi-segment orders (calls.h): the id added to (or taken out of) the intents set
+ * (value unused); one part deducted as rda_deduct does, `first` for the order's first
+ * segment; a plan undone, every part at once (value = the units given back; -1 when
+ * any part had no answer). rda_undo returns -1, calling nothing, when `plan` is not
+ * one. */
+void rda_intent(rda_conn *c, const char *id, bool add, rda_int_fn fn, void *arg);
+void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
+                     const char *token, const char *id, long long qty, long long until,
+                     bool first, rda_reply_fn fn, void *arg);
+int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void *arg);
 /* WAIT 1 timeout_ms on the node that holds segment i of `sku` (and, on a cluster,
  * on the one that holds the record of `id`): value = how many replicas have every
  * write made so far on those connections (the least of the two). The WAIT holds up

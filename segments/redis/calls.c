@@ -305,20 +305,16 @@ static int step(rd_conn *c, struct rd_cmd *cmd, redisReply **kept)
     return code;
 }
 
-/* CANCEL on a cluster, where the record, the segment and the meta are three slots
- * (an order there has one segment: several are not placed on a cluster): the record
- * checked, the segment's units given back (CANCEL_SEGMENT, under the caller's lock),
- * the record marked (CANCEL_RECORD), the SKU's gen bumped. Each step is safe to run
- * again, so a cancel that died half way is finished by its retry. Codes as rd_cancel. */
+/* CANCEL on a cluster, where the record, the segments and the meta are slots of their
+ * own: the record checked, each part's units given back in its segment
+ * (CANCEL_SEGMENT, under the caller's lock), the record marked (CANCEL_RECORD), the
+ * SKU's gen bumped. Each step is safe to run again, so a cancel that died half way is
+ * finished by its retry. Codes as rd_cancel. */
 static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
                           const char *cancelled, const char *expected,
                           const struct rd_parts *p, struct rd_reply *out)
 {
     memset(out, 0, sizeof *out);
-    if (p->n != 1) {
-        out->code = RD_STALE; /* not an order a cluster places */
-        return 0;
-    }
     char *rec = NULL;
     int found = rd_record_read(c, id, &rec);
     if (found <= 0) {
@@ -337,13 +333,16 @@ static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const ch
     }
     free(rec);
     struct rd_cmd cmd;
-    proto_cancel_segment(&cmd, sku, epoch, p->seg[0], id, p->tok[0]);
-    int code = step(c, &cmd, NULL);
-    if (code < 0)
-        return -1;
-    if (code != RD_OK && code != RD_EXISTS) { /* EXISTS: a cancel that died half way */
-        out->code = code;
-        return 0;
+    int code = RD_OK;
+    for (int k = 0; k < p->n; k++) { /* each step releases its segment's lock */
+        proto_cancel_segment(&cmd, sku, epoch, p->seg[k], id, p->tok[k], k == 0);
+        code = step(c, &cmd, NULL);
+        if (code != RD_OK && code != RD_EXISTS) { /* EXISTS: done by a cancel that died */
+            for (int j = k + 1; j < p->n; j++)
+                rd_release(c, sku, p->seg[j], p->tok[j]);
+            out->code = code;
+            return code < 0 ? -1 : 0;
+        }
     }
     proto_cancel_record(&cmd, id, expected, cancelled);
     if ((code = step(c, &cmd, NULL)) < 0)

@@ -81,3 +81,8 @@ const char *seg_key_events(void)
 {
     return "inv:events";
 }
+
+const char *seg_key_intents(void)
+{
+    return "inv:intents";
+}

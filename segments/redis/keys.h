@@ -32,6 +32,11 @@
  *                             done yet).
  *   inv:req:{sku}:rid         an admin write already applied under request id `rid`:
  *                             what it was ("restock:100", ...); kept for a day
+ *   inv:intents               sorted set (a Redis Cluster): the ids of multi-segment
+ *                             orders in flight, scored by when they began (ms since
+ *                             the epoch, the sender's clock); their plans are in their
+ *                             claims (lua/claim.lua). What a crash leaves here is
+ *                             undone by the sweeper (sweeper.h).
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
  * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose
@@ -59,5 +64,6 @@ char *seg_key_epoch(char *buf, const char *sku, int i);
 char *seg_key_order(char *buf, const char *id);
 char *seg_key_request(char *buf, const char *sku, const char *rid);
 const char *seg_key_events(void);
+const char *seg_key_intents(void);
 
 #endif

@@ -124,14 +124,15 @@ void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int 
 }
 
 void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                       const char *token, const char *id, long long qty, long long until)
+                       const char *token, const char *id, long long qty, long long until,
+                       bool first)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_DEDUCT_SLOT);
     cmd_key(c, seg_key_lock(key, sku, i));
     cmd_key(c, seg_key_stock(key, sku, i));
     cmd_key(c, seg_key_sold(key, sku, i));
-    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_key(c, first ? seg_key_orders(key, sku, i) : seg_key_parts(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
     cmd_arg(c, token);
     cmd_argll(c, qty);
@@ -140,8 +141,58 @@ void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i
     cmd_argll(c, until);
 }
 
+void proto_undo_part(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                     const char *id, bool first)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_UNDO_PART);
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_sold(key, sku, i));
+    cmd_key(c, first ? seg_key_orders(key, sku, i) : seg_key_parts(key, sku, i));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_arg(c, id);
+    cmd_argll(c, epoch);
+}
+
+void proto_intent_add(struct rd_cmd *c, const char *id, long long at_ms)
+{
+    cmd_plain(c, "ZADD");
+    cmd_key(c, seg_key_intents());
+    cmd_argll(c, at_ms);
+    cmd_arg(c, id);
+}
+
+void proto_intent_done(struct rd_cmd *c, const char *id)
+{
+    cmd_plain(c, "ZREM");
+    cmd_key(c, seg_key_intents());
+    cmd_arg(c, id);
+}
+
+void proto_intents_due(struct rd_cmd *c, long long before_ms, int limit)
+{
+    cmd_plain(c, "ZRANGEBYSCORE");
+    cmd_key(c, seg_key_intents());
+    cmd_arg(c, "-inf");
+    cmd_argll(c, before_ms);
+    cmd_arg(c, "LIMIT");
+    cmd_arg(c, "0");
+    cmd_argll(c, limit);
+}
+
+void proto_claim_read(struct rd_cmd *c, const char *id)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "HMGET");
+    cmd_key(c, seg_key_order(key, id));
+    cmd_arg(c, "c");
+    cmd_arg(c, "p");
+    cmd_arg(c, "k");
+    cmd_arg(c, "e");
+}
+
 void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const char *sku,
-                 long long epoch, int lease_ms, const char *dead)
+                 long long epoch, int lease_ms, const char *dead, const char *plan)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_CLAIM);
@@ -151,6 +202,7 @@ void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const ch
     cmd_argll(c, epoch);
     cmd_argll(c, lease_ms);
     cmd_arg(c, dead != NULL ? dead : "");
+    cmd_arg(c, plan != NULL ? plan : "");
 }
 
 void proto_confirm(struct rd_cmd *c, const char *id, const char *attempt,
@@ -398,16 +450,17 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
 }
 
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                          const char *id, const char *token)
+                          const char *id, const char *token, bool first)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_CANCEL_SEGMENT);
     cmd_key(c, seg_key_lock(key, sku, i));
     cmd_key(c, seg_key_stock(key, sku, i));
     cmd_key(c, seg_key_sold(key, sku, i));
-    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_key(c, first ? seg_key_orders(key, sku, i) : seg_key_parts(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
-    cmd_key(c, seg_key_cancelled(key, sku, i));
+    if (first)
+        cmd_key(c, seg_key_cancelled(key, sku, i));
     cmd_arg(c, id);
     cmd_arg(c, token);
     cmd_argll(c, epoch);
@@ -479,7 +532,8 @@ static bool is_array(const redisReply *r, size_t n)
 void rd_reply_clear(struct rd_reply *r)
 {
     free(r->record);
-    r->record = NULL;
+    free(r->plan);
+    r->record = r->plan = NULL;
 }
 
 int proto_scripted(const redisReply *r, struct rd_reply *out)
@@ -495,6 +549,8 @@ int proto_scripted(const redisReply *r, struct rd_reply *out)
         else if (val->type == REDIS_REPLY_STRING)
             out->record = seg_strdup(val->str); /* EXISTS: a record; CLAIM: an attempt */
     }
+    if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_STRING)
+        out->plan = seg_strdup(r->element[2]->str); /* CLAIM MISSING: the plan */
     return 0;
 }
 

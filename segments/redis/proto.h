@@ -34,10 +34,34 @@ void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int
  * orders hash, GET of segment i's stock. */
 void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
                         long long qty, const char *token, int ttl_ms);
+/* `first`: the order's first (or only) segment, whose orders hash records it; a later
+ * part of a multi-segment order is recorded in its segment's parts hash. */
 void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                       const char *token, const char *id, long long qty, long long until);
+                       const char *token, const char *id, long long qty, long long until,
+                       bool first);
 void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const char *sku,
-                 long long epoch, int lease_ms, const char *dead);
+                 long long epoch, int lease_ms, const char *dead, const char *plan);
+/* Multi-segment orders on a cluster: UNDO_PART of a part in segment i; the ZADD and
+ * ZREM of an id in the intents set, the ids in it older than before_ms (at most
+ * `limit`); HMGET of an id's claim: c (attempt), p (plan), k (sku), e (epoch). */
+void proto_undo_part(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                     const char *id, bool first);
+void proto_intent_add(struct rd_cmd *c, const char *id, long long at_ms);
+void proto_intent_done(struct rd_cmd *c, const char *id);
+void proto_intents_due(struct rd_cmd *c, long long before_ms, int limit);
+void proto_claim_read(struct rd_cmd *c, const char *id);
+/* A multi-segment order's plan (the claim's field p): "placed epoch seg:qty ...",
+ * built by rd_plan_build (calls.h) and read back here: 0 with `out` filled (free
+ * with proto_plan_free), or -1 when `s` is not one. */
+struct proto_plan {
+    char placed[RD_SKU_PLACED_MAX];
+    long long epoch;
+    int n;
+    int *seg;
+    long long *qty;
+};
+int proto_plan_parse(const char *s, struct proto_plan *out);
+void proto_plan_free(struct proto_plan *p);
 void proto_confirm(struct rd_cmd *c, const char *id, const char *attempt,
                    const char *record, const char *sku, long long epoch);
 void proto_order_in_segment(struct rd_cmd *c, const char *sku, int i, const char *id);
@@ -98,7 +122,7 @@ void proto_skus_change(struct rd_cmd *c, const char *sku, bool add);
 /* A cancel on a cluster: CANCEL_SEGMENT in segment i, CANCEL_RECORD, and the SKU's gen
  * bumped (HINCRBY) so that every cache sees the stock rise. */
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                          const char *id, const char *token);
+                          const char *id, const char *token, bool first);
 void proto_cancel_record(struct rd_cmd *c, const char *id, const char *expected,
                          const char *cancelled);
 void proto_gen_bump(struct rd_cmd *c, const char *sku);

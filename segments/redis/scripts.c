@@ -46,6 +46,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_CONFIRM] = "confirm.lua",
     [SCRIPT_ACQUIRE_SLOT] = "acquire_slot.lua",
     [SCRIPT_DEDUCT_SLOT] = "deduct_slot.lua",
+    [SCRIPT_UNDO_PART] = "undo_part.lua",
     [SCRIPT_CANCEL_SEGMENT] = "cancel_segment.lua",
     [SCRIPT_CANCEL_RECORD] = "cancel_record.lua",
 };

@@ -35,6 +35,7 @@ enum script_id {
     SCRIPT_DEDUCT_SLOT,    /* DEDUCT without the record, fenced by the claim's end too */
     SCRIPT_CANCEL_SEGMENT, /* a cancel's units given back in its segment */
     SCRIPT_CANCEL_RECORD,  /* ... and its record marked cancelled */
+    SCRIPT_UNDO_PART,      /* a part of a multi-segment order given back */
     SCRIPT__COUNT
 };
 

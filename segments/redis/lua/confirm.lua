@@ -8,7 +8,7 @@
 local v = redis.call('HMGET', KEYS[1], 'c', 't', 'r')
 if ARGV[2] == '' then
   if v[1] == ARGV[1] then
-    redis.call('HDEL', KEYS[1], 'c', 'u')
+    redis.call('HDEL', KEYS[1], 'c', 'u', 'p')
     if not v[3] then redis.call('DEL', KEYS[1]) end
   end
   return {OK}
@@ -16,5 +16,5 @@ end
 if v[2] == ARGV[1] and v[3] then return {OK} end
 if v[1] and v[1] ~= ARGV[1] then return {STALE} end
 redis.call('HSET', KEYS[1], 'r', ARGV[2], 't', ARGV[1], 'k', ARGV[3], 'e', ARGV[4])
-redis.call('HDEL', KEYS[1], 'c', 'u')
+redis.call('HDEL', KEYS[1], 'c', 'u', 'p')
 return {OK}

@@ -1,0 +1,279 @@
+/* it_cluster_multi.c -- multi-segment orders on a real Redis Cluster (3 masters with
+ * a replica each, started by the harness).
+ *
+ * An order no single segment can fill takes parts of several, whose keys live on
+ * different masters: its intent is recorded first (the id in the intents set, the
+ * plan in the id's claim), then each part is deducted in its own slot, then the
+ * record is written. Shown here: such orders in both modes, replayed, read and
+ * cancelled; and an instance SIGKILLed between the parts (one landed, the other held
+ * up by CLIENT PAUSE on its master), after which the retry with the order's id, or
+ * for an order without one the sweeper of the surviving instance, gives the landed
+ * part back, so the audit holds and the order is placed at most once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness.h"
+
+static int group_setup(void **state)
+{
+    h_deadline(120);
+    *state = h_cluster_env_start(3, 1);
+    return *state != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    return h_cluster_env_stop(*state);
+}
+
+static long long jint(json_t *j, const char *key)
+{
+    return json_integer_value(json_object_get(j, key));
+}
+
+/* The cluster node (index) that masters `key`: the one that answers EXISTS without a
+ * redirect. */
+static int master_of(struct h_cluster_env *f, const char *key)
+{
+    for (int i = 0; i < h_cluster_size(f->cluster); i++) {
+        redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
+        assert_non_null(rc);
+        redisReply *r = redisCommand(rc, "EXISTS %s", key);
+        bool here = r != NULL && r->type == REDIS_REPLY_INTEGER;
+        if (r != NULL)
+            freeReplyObject(r);
+        redisFree(rc);
+        if (here)
+            return i;
+    }
+    fail_msg("no master serves %s", key);
+    return -1;
+}
+
+/* A command on node i; the reply's integer, 0 for a status (OK), -1 for an error. */
+static long long node_int(struct h_cluster_env *f, int i, const char *fmt, ...)
+{
+    redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
+    assert_non_null(rc);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    long long v = r == NULL                        ? -1
+                  : r->type == REDIS_REPLY_INTEGER ? r->integer
+                  : r->type == REDIS_REPLY_STATUS  ? 0
+                                                   : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    redisFree(rc);
+    return v;
+}
+
+/* Orders over several segments: placed (the record lists the parts), replayed,
+ * read back, refused when the rest cannot fill them, cancelled; the audit holds. */
+static void multi_segment(struct h_cluster_env *f, const char *sku, const char *mode)
+{
+    char id[64];
+    snprintf(id, sizeof id, "%s-1", sku);
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 6, 3, mode, 0), 0);
+    long long multi0 = h_stat(f->port, NULL, "multi_segment_orders");
+    struct h_resp r;
+    assert_int_equal(h_order(f->port, sku, 5, id, &r), 201);
+    json_t *o = h_resp_json(&r);
+    assert_non_null(o);
+    json_t *parts = json_object_get(o, "segments");
+    assert_true(json_array_size(parts) >= 3);
+    long long sum = 0;
+    for (size_t k = 0; k < json_array_size(parts); k++)
+        sum += jint(json_array_get(parts, k), "qty");
+    assert_int_equal(sum, 5);
+    json_decref(o);
+    h_resp_free(&r);
+    assert_int_equal(h_stat(f->port, NULL, "multi_segment_orders"), multi0 + 1);
+
+    assert_int_equal(h_order(f->port, sku, 5, id, NULL), 200); /* the replay */
+    assert_int_equal(h_order_status(f->port, id), 200);
+    h_order(f->port, sku, 2, NULL, &r);
+    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_audit(f->port, NULL, sku, 6, false), 0);
+
+    char path[96];
+    snprintf(path, sizeof path, "/orders/%s", id);
+    assert_int_equal(h_req(f->port, "DELETE", path, NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    assert_int_equal(jint(j, "remaining"), 6);
+    assert_int_equal(jint(j, "sold"), 0);
+    assert_int_equal(jint(j, "locks_held"), 0); /* the cancel let its locks go */
+    json_decref(j);
+    assert_int_equal(h_audit(f->port, NULL, sku, 6, false), 0);
+
+    /* All of it, with no id: every segment gives its part. */
+    h_order(f->port, sku, 6, NULL, &r);
+    if (r.status != 201)
+        fail_msg("%d %s", r.status, r.body);
+    h_resp_free(&r);
+    h_order(f->port, sku, 1, NULL, &r);
+    assert_int_equal(h_expect_error(&r, 409, "sold_out"), 0);
+    h_resp_free(&r);
+    json_t *after = h_get_sku(f->port, NULL, sku);
+    assert_int_equal(jint(after, "locks_held"), 0);
+    json_decref(after);
+    assert_int_equal(h_audit(f->port, NULL, sku, 6, false), 0);
+}
+
+static void test_multi_lock(void **state)
+{
+    h_deadline(60);
+    multi_segment(*state, "cm-lock", "lock");
+}
+
+static void test_multi_atomic(void **state)
+{
+    h_deadline(60);
+    multi_segment(*state, "cm-atomic", "atomic");
+}
+
+struct placing {
+    int port;
+    const char *sku, *id;
+    int status;
+};
+
+static void *place(void *arg)
+{
+    struct placing *p = arg;
+    p->status = h_order(p->port, p->sku, 3, p->id, NULL);
+    return NULL;
+}
+
+/* An instance dies between the parts of a multi-segment order: SKU `sku` (2
+ * segments of 2 units, on two masters), an order of 3 with `id` (NULL: none) sent to
+ * a second instance while the master of one part's segment pauses writes; once the
+ * other part has landed, that instance is SIGKILLed. `id` (64 bytes, or NULL for an
+ * order without one) is filled with an id whose claim lives on a master not paused. */
+static void die_between_parts(struct h_cluster_env *f, const char *sku, char *id)
+{
+    h_svc *second = h_svc_start(h_cluster_node(f->cluster, 1), NULL);
+    assert_non_null(second);
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 4, 2, "atomic", 0), 0);
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    const char *placed = json_string_value(json_object_get(j, "placed_as"));
+    char key[2][160];
+    int node[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(key[i], sizeof key[i], "inv:{%s:%d}:%s", placed, i,
+                 i == 0 ? "orders" : "parts");
+        node[i] = master_of(f, key[i]);
+    }
+    json_decref(j);
+    assert_int_not_equal(node[0], node[1]); /* placement spread them */
+    /* The paused part's master serves neither the intents set nor the id's claim. */
+    int intents = master_of(f, "inv:intents");
+    int paused = node[1] != intents ? 1 : 0, landed = 1 - paused;
+    for (int k = 0; id != NULL; k++) {
+        char rec[96];
+        snprintf(id, 64, "%s-%d", sku, k);
+        snprintf(rec, sizeof rec, "inv:order:{%s}", id);
+        if (master_of(f, rec) != node[paused])
+            break;
+    }
+
+    /* Orders bigger than the stock: each loop of the second instance learns that
+     * neither segment holds 3, so the order below goes straight to its parts. */
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(h_order(h_svc_port(second), sku, 5, NULL, NULL), 409);
+
+    assert_int_equal(node_int(f, node[paused], "CLIENT PAUSE 1500 WRITE"), 0);
+    struct placing p = {h_svc_port(second), sku, id, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, place, &p), 0);
+    bool seen = false;
+    for (int i = 0; i < 500 && !seen; i++) {
+        seen = node_int(f, node[landed], "HLEN %s", key[landed]) > 0;
+        if (!seen)
+            h_sleep_ms(2);
+    }
+    assert_true(h_svc_kill(second) >= 0);
+    pthread_join(t, NULL);
+    h_svc_free(second);
+    assert_true(seen);
+    assert_int_equal(node_int(f, node[paused], "CLIENT UNPAUSE"), 0);
+}
+
+/* With a client's id: the retry undoes the dead attempt's plan, then places the order
+ * once. */
+static void test_dead_between_parts_retry(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(90);
+    char id[64];
+    die_between_parts(f, "cm-dead", id);
+    int st = 0;
+    long long until = h_now_ms() + 30000;
+    while (h_now_ms() < until && (st = h_order(f->port, "cm-dead", 3, id, NULL)) == 503)
+        h_sleep_ms(200);
+    assert_int_equal(st, 201);
+    assert_int_equal(h_order(f->port, "cm-dead", 3, id, NULL), 200);
+    json_t *j = h_get_sku(f->port, NULL, "cm-dead");
+    assert_non_null(j);
+    assert_int_equal(jint(j, "sold"), 3);
+    assert_int_equal(jint(j, "remaining"), 1);
+    assert_int_equal(jint(j, "orders"), 1);
+    json_decref(j);
+    assert_int_equal(h_audit(f->port, NULL, "cm-dead", 4, false), 0);
+}
+
+/* Without an id nobody retries: the sweeper of the surviving instance gives the
+ * landed part back once the claim has run out. */
+static void test_dead_between_parts_swept(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(90);
+    long long undone0 = h_stat(f->port, NULL, "intents_undone");
+    die_between_parts(f, "cm-swept", NULL);
+    long long until = h_now_ms() + 30000, sold = -1;
+    while (h_now_ms() < until && sold != 0) {
+        json_t *j = h_get_sku(f->port, NULL, "cm-swept");
+        assert_non_null(j);
+        sold = jint(j, "sold");
+        json_decref(j);
+        if (sold != 0)
+            h_sleep_ms(200);
+    }
+    assert_int_equal(sold, 0);
+    assert_true(h_stat(f->port, NULL, "intents_undone") >= undone0 + 1);
+    json_t *j = h_get_sku(f->port, NULL, "cm-swept");
+    assert_non_null(j);
+    assert_int_equal(jint(j, "remaining"), 4);
+    assert_int_equal(jint(j, "orders"), 0);
+    json_decref(j);
+    assert_int_equal(h_audit(f->port, NULL, "cm-swept", 4, false), 0);
+    /* And the stock sells as usual after it. */
+    assert_int_equal(h_order(f->port, "cm-swept", 3, NULL, NULL), 201);
+    assert_int_equal(h_audit(f->port, NULL, "cm-swept", 4, false), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_multi_lock),
+        cmocka_unit_test(test_multi_atomic),
+        cmocka_unit_test(test_dead_between_parts_retry),
+        cmocka_unit_test(test_dead_between_parts_swept),
+    };
+    return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
