@@ -26,8 +26,8 @@ static void set(json_t *obj, const char *key, json_t *val)
 
 int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
 {
-    return api_parse_sku_config(req->body, req->body_len, &req->in.sku, req->request_id,
-                                err);
+    return api_parse_sku_config(req->body, req->body_len, req->default_replicated,
+                                &req->in.sku, req->request_id, err);
 }
 
 static json_t *int_array(const long long *v, int n)

@@ -1,7 +1,9 @@
 /* admin.h -- SKU administration, counters and health endpoints.
  *
- *   PUT    /admin/skus/{sku}  create/reset (sku_put), then answer as GET does
- *   GET    /admin/skus/{sku}  {"sku","segments","mode","hold_ms","rebalance","initial",
+ *   PUT    /admin/skus/{sku}  create/reset (sku_put), then answer as GET does; a body
+ *                             without "durability" gets the durability setting's
+ *   GET    /admin/skus/{sku}  {"sku","segments","mode","hold_ms","rebalance",
+ *                             "durability","initial",
  *                             "remaining","sold","orders","segment_stock",
  *                             "segment_sold","segment_locked","locks_held"};
  *                             404 unknown_sku

@@ -132,8 +132,9 @@ int api_parse_order(const char *body, size_t len, struct api_order_body *out,
     return rc;
 }
 
-int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
-                         char request_id[SEG_NAME_MAX + 1], struct api_parse_error *err)
+int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
+                         struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
+                         struct api_parse_error *err)
 {
     static const char *const known[] = {"stock",      "segments",  "mode",
                                         "hold_ms",    "rebalance", "request_id",
@@ -167,12 +168,14 @@ int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
         else if (v != NULL)
             out->rebalance = json_is_true(v);
     }
-    out->replicated = false;
+    out->replicated = default_replicated;
     if (rc == 0) {
         json_t *v = get_string(root, "durability", false, err, &rc);
         if (v != NULL && strcmp(json_string_value(v), "replicated") == 0)
             out->replicated = true;
-        else if (v != NULL && strcmp(json_string_value(v), "async") != 0)
+        else if (v != NULL && strcmp(json_string_value(v), "async") == 0)
+            out->replicated = false;
+        else if (v != NULL)
             rc = fail(err, "invalid_field",
                       "durability: must be \"async\" or \"replicated\"");
     }

@@ -39,10 +39,12 @@ int api_parse_order(const char *body, size_t len, struct api_order_body *out,
 
 /* PUT /admin/skus/{sku}: {"stock": 0..SKU_STOCK_MAX, "segments": 1..SEG_MAX_SEGMENTS
  * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0,
- * "rebalance": true|false = true, "request_id": name}. `request_id` is "" when the
- * body has none. */
-int api_parse_sku_config(const char *body, size_t len, struct sku_config *out,
-                         char request_id[SEG_NAME_MAX + 1], struct api_parse_error *err);
+ * "rebalance": true|false = true, "durability": "async"|"replicated" =
+ * `default_replicated` ? "replicated" : "async" (the durability setting), "request_id":
+ * name}. `request_id` is "" when the body has none. */
+int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
+                         struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
+                         struct api_parse_error *err);
 
 /* POST /admin/skus/{sku}/restock: {"qty": 1..SKU_RESTOCK_MAX, "request_id": name}. */
 int api_parse_restock(const char *body, size_t len, long long *qty,

@@ -53,6 +53,9 @@ struct api_request {
     const char *idempotency_key; /* NULL when absent */
     const char *body;            /* NULL or body_len bytes, not NUL-terminated */
     size_t body_len;
+    /* The durability setting: a PUT /admin/skus/{sku} body that names none gets
+     * "replicated" when true (api_options.default_replicated). */
+    bool default_replicated;
 
     char name[SEG_NAME_MAX + 2]; /* the "{}" path segment, validated; "" when none */
     char request_id[SEG_NAME_MAX + 1]; /* API_ROUTE_WRITE: the body's request_id or

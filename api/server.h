@@ -36,6 +36,7 @@
 #ifndef API_SERVER_H
 #define API_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "segments/inventory.h"
@@ -54,6 +55,9 @@ struct api_options {
     /* The admin API's bearer token; NULL or "" leaves it open. Borrowed. */
     const char *admin_token;
     int metrics_segments_max; /* GET /metrics: per-segment series up to this many */
+    /* The durability setting: a SKU whose PUT /admin/skus/{sku} body names none is
+     * "replicated" when true, "async" when false. */
+    bool default_replicated;
     /* The domain's own limits (as given to inv_create), to bound the wait at
      * shutdown for the orders in flight: */
     int lock_wait_ms;

@@ -53,6 +53,8 @@ struct setting {
 /* K_ENUM fields are stored through an int. */
 _Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is not an int");
 _Static_assert(sizeof(enum log_format) == sizeof(int), "enum log_format is not an int");
+_Static_assert(sizeof(enum cfg_durability) == sizeof(int),
+               "enum cfg_durability is not an int");
 static const char *const level_names[] = {
     [LOG_DEBUG] = "debug", [LOG_INFO] = "info",    [LOG_WARN] = "warn",
     [LOG_ERROR] = "error", [LOG_ERROR + 1] = NULL,
@@ -61,6 +63,11 @@ static const char *const format_names[] = {
     [LOG_TEXT] = "text",
     [LOG_JSON] = "json",
     [LOG_JSON + 1] = NULL,
+};
+static const char *const durability_names[] = {
+    [CFG_DURABILITY_ASYNC] = "async",
+    [CFG_DURABILITY_REPLICATED] = "replicated",
+    [CFG_DURABILITY_REPLICATED + 1] = NULL,
 };
 
 static const struct setting settings[] = {
@@ -82,6 +89,8 @@ static const struct setting settings[] = {
     INT_SETTING("redis_timeout_ms", "INVENTORY_REDIS_TIMEOUT_MS", "--redis-timeout-ms",
                 redis_timeout_ms, 10, 600000),
     INT_SETTING("meta_cache_ms", NULL, NULL, meta_cache_ms, 0, 60000),
+    ENUM_SETTING("durability", "INVENTORY_DURABILITY", "--durability", durability,
+                 durability_names),
     STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
                 admin_token),
     INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
@@ -126,6 +135,7 @@ void cfg_defaults(struct cfg *out)
     out->lock_wait_ms = 2000;
     out->redis_timeout_ms = 1000;
     out->meta_cache_ms = 100;
+    out->durability = CFG_DURABILITY_ASYNC;
     out->max_connections = 10000;
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
@@ -770,7 +780,8 @@ void cfg_usage(FILE *f, const char *prog)
         "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT[,...]]\n"
         "          [--redis-cluster B] [--threads N] [--lock-ttl-ms N] [--lock-wait-ms "
         "N]\n"
-        "          [--redis-timeout-ms N] [--admin-token T] [--check-config]\n"
+        "          [--redis-timeout-ms N] [--durability D] [--admin-token T]\n"
+        "          [--check-config]\n"
         "          [--log-level L] [--log-format F] [--log-file PATH] [--access-log B]\n"
         "          [--help] [--version]\n"
         "\n"
@@ -791,6 +802,7 @@ void cfg_usage(FILE *f, const char *prog)
         "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
         "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
         "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
+        "  durability        INVENTORY_DURABILITY        --durability        async\n"
         "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
         "  meta_cache_ms     -                           -                   100\n"
         "  max_connections   -                           -                   10000\n"
@@ -806,6 +818,9 @@ void cfg_usage(FILE *f, const char *prog)
         "order), redis://[user[:password]@]host[:port][/db] or unix:///path. A Redis\n"
         "Cluster is recognised at start (INFO cluster); redis_cluster true says so\n"
         "without asking.\n"
+        "\n"
+        "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
+        "none (replicated: an order is 201 only once a replica has it).\n"
         "\n"
         "log_level: debug|info|warn|error; log_format: text|json (one JSON object per\n"
         "line); access_log: true|false. SIGHUP reopens log_file and re-reads log_level;\n"

@@ -36,6 +36,13 @@
 #define CFG_PATH_MAX 1024
 #define CFG_SOURCE_MAX (CFG_PATH_MAX + 4096 + 64) /* cfg_source(): path, realpath */
 
+/* The durability of a SKU whose PUT /admin/skus/{sku} body names none (the setting
+ * `durability`; a body that names one wins). */
+enum cfg_durability {
+    CFG_DURABILITY_ASYNC,      /* an order is 201 once the master applied it */
+    CFG_DURABILITY_REPLICATED, /* 201 only once a replica has it too (WAIT 1) */
+};
+
 struct cfg {
     char bind[CFG_BIND_MAX];                /* numeric IPv4 or IPv6 address; 127.0.0.1 */
     int port;                               /* 1..65535; 8080 */
@@ -53,6 +60,7 @@ struct cfg {
     int lock_wait_ms;     /* 0..600000; 2000 */
     int redis_timeout_ms; /* 10..600000; 1000 */
     int meta_cache_ms;    /* 0..60000; 100 */
+    enum cfg_durability durability; /* async|replicated, new SKUs' default; async */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
     int max_connections;        /* 1..1000000; 10000 */

@@ -170,6 +170,8 @@ static void test_bad_flags(void **state)
     expect_refused(a9, NULL, "port", NULL);
     const char *a10[] = {BASE, "--port", "8080.5", NULL};
     expect_refused(a10, NULL, "port", NULL);
+    const char *a11[] = {BASE, "--port", port, "--durability", "sometimes", NULL};
+    expect_refused(a11, NULL, "durability", NULL);
 #undef BASE
 }
 
@@ -188,6 +190,7 @@ static void test_bad_config_file(void **state)
         {"{\"lock_ttl_ms\": -5}", "lock_ttl_ms"},
         {"{\"lock_wait_ms\": 1.5}", "lock_wait_ms"},
         {"{\"threads\": true}", "threads"},
+        {"{\"durability\": \"sync\"}", "durability"},
         {"{\"no_such_key\": 1}", "no_such_key"},
         {"{\"port\": 8080", "cfg-"}, /* malformed: the message names the file */
         {"[1, 2]", "cfg-"},

@@ -1,7 +1,8 @@
 /* it_durability.c -- a SKU's durability "replicated" against a real redis-server and
  * its replica: an order is 201 only once WAIT says a replica has it; without a
  * replica it is 503 not_replicated naming the order id, the order stands on the
- * master, and its retry answers 200; "async" SKUs are untouched.
+ * master, and its retry answers 200; "async" SKUs are untouched. A service started
+ * with --durability replicated gives that durability to SKUs created without one.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,24 +28,47 @@ static int group_teardown(void **state)
     return h_env_stop(*state);
 }
 
-static void put(struct h_env *e, const char *sku, const char *durability)
+static void put(int port, const char *sku, const char *durability)
 {
     char path[128], body[160];
     snprintf(path, sizeof path, "/admin/skus/%s", sku);
     snprintf(body, sizeof body,
              "{\"stock\": 10, \"segments\": 2, \"durability\": \"%s\"}", durability);
     struct h_resp r;
-    int st = h_req(e->port, "PUT", path, NULL, body, &r);
+    int st = h_req(port, "PUT", path, NULL, body, &r);
     if (st != 200 && st != 201)
         fail_msg("PUT %s: %d %s", path, st, r.body);
     h_resp_free(&r);
+}
+
+/* Start a replica of `e`'s redis-server and place orders ("<prefix>-N") on the
+ * "replicated" SKU `sku` through `port` until one is 201: the replica has synced.
+ * Returns the replica (h_redis_free it); fails the test when none is 201 in 20 s. */
+static h_redis *attach_replica(struct h_env *e, int port, const char *sku,
+                               const char *prefix)
+{
+    char master[16];
+    snprintf(master, sizeof master, "%d", h_redis_port(e->redis));
+    const char *args[] = {"--replicaof", "127.0.0.1", master, NULL};
+    h_redis *replica = h_redis_start_args(args);
+    assert_non_null(replica);
+    long long end = h_now_ms() + 20000;
+    int st = 0;
+    for (int i = 0; h_now_ms() < end && st != 201; i++) {
+        char id[48];
+        snprintf(id, sizeof id, "%s-%d", prefix, i);
+        if ((st = h_order(port, sku, 1, id, NULL)) != 201)
+            h_sleep_ms(200);
+    }
+    assert_int_equal(st, 201);
+    return replica;
 }
 
 static void test_replicated_needs_a_replica(void **state)
 {
     struct h_env *e = *state;
     h_deadline(60);
-    put(e, "dur-rep", "replicated");
+    put(e->port, "dur-rep", "replicated");
     json_t *j = h_get_sku(e->port, NULL, "dur-rep");
     assert_string_equal(json_string_value(json_object_get(j, "durability")),
                         "replicated");
@@ -60,27 +84,42 @@ static void test_replicated_needs_a_replica(void **state)
     assert_int_equal(h_order(e->port, "dur-rep", 1, "dur-1", NULL), 200);
 
     /* An "async" SKU on the same Redis: 201 as ever. */
-    put(e, "dur-async", "async");
+    put(e->port, "dur-async", "async");
     assert_int_equal(h_order(e->port, "dur-async", 1, "dur-2", NULL), 201);
 
     /* With a replica attached and in sync, "replicated" is 201. */
-    char port[16];
-    snprintf(port, sizeof port, "%d", h_redis_port(e->redis));
-    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
-    h_redis *replica = h_redis_start_args(args);
-    assert_non_null(replica);
-    long long end = h_now_ms() + 20000;
-    int st = 0;
-    for (int i = 0; h_now_ms() < end && st != 201; i++) { /* until it has synced */
-        char id[32];
-        snprintf(id, sizeof id, "dur-sync-%d", i);
-        if ((st = h_order(e->port, "dur-rep", 1, id, NULL)) != 201)
-            h_sleep_ms(200);
-    }
-    assert_int_equal(st, 201);
+    h_redis *replica = attach_replica(e, e->port, "dur-rep", "dur-sync");
     assert_int_equal(h_order(e->port, "dur-rep", 1, "dur-4", NULL), 201);
     h_redis_free(replica);
     assert_int_equal(h_audit(e->port, NULL, "dur-rep", 10, true), 0);
+}
+
+/* --durability replicated: a SKU created without "durability" is "replicated" (no
+ * replica: 503 not_replicated; with one: 201); a body that names "async" wins. */
+static void test_durability_setting_is_the_default(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    const char *args[] = {"--durability", "replicated", NULL};
+    h_svc *svc = h_svc_start_args(e->redis, args);
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(h_put_sku(port, NULL, "dur-def", 10, 2, "lock", 0), 0);
+    json_t *j = h_get_sku(port, NULL, "dur-def");
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "durability")),
+                        "replicated");
+    json_decref(j);
+    assert_int_equal(h_order(port, "dur-def", 1, "dur-def-0", NULL), 503);
+
+    put(port, "dur-def-async", "async");
+    assert_int_equal(h_order(port, "dur-def-async", 1, "dur-def-a", NULL), 201);
+
+    h_redis *replica = attach_replica(e, port, "dur-def", "dur-def-sync");
+    h_redis_free(replica);
+    assert_int_equal(h_audit(port, NULL, "dur-def", 10, true), 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
 }
 
 static void test_durability_is_checked(void **state)
@@ -98,6 +137,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replicated_needs_a_replica),
+        cmocka_unit_test(test_durability_setting_is_the_default),
         cmocka_unit_test(test_durability_is_checked),
     };
     int failed =

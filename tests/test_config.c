@@ -99,6 +99,7 @@ static void defaults_without_a_file(void **state)
     assert_int_equal(c.lock_wait_ms, 2000);
     assert_int_equal(c.redis_timeout_ms, 1000);
     assert_int_equal(c.meta_cache_ms, 100);
+    assert_int_equal(c.durability, CFG_DURABILITY_ASYNC);
     assert_int_equal(c.max_connections, 10000);
     assert_int_equal(c.connection_timeout_s, 30);
     assert_int_equal(c.max_body_bytes, 65536);
@@ -296,6 +297,38 @@ static void log_settings_errors(void **state)
                  "--log-file");
     expect_error((const char *const[]){"inventoryd", "--access-log", "on", NULL}, NULL,
                  "--access-log: must be true or false, got 'on'");
+}
+
+static void durability_file_env_flag(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"durability\": \"replicated\"}");
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, "--config", "c.json", NULL), 0);
+    assert_int_equal(c.durability, CFG_DURABILITY_REPLICATED);
+    const char *env[] = {"INVENTORY_DURABILITY=async", NULL};
+    assert_int_equal(LOAD(env, &c, err, "--config", "c.json", NULL), 0);
+    assert_int_equal(c.durability, CFG_DURABILITY_ASYNC);
+    assert_int_equal(
+        LOAD(env, &c, err, "--config", "c.json", "--durability", "replicated", NULL), 0);
+    assert_int_equal(c.durability, CFG_DURABILITY_REPLICATED);
+    assert_int_equal(LOAD(NULL, &c, err, "--durability=async", NULL), 0);
+    assert_int_equal(c.durability, CFG_DURABILITY_ASYNC);
+
+    write_file("c.json", "{\"durability\": \"sync\"}");
+    expect_error((const char *const[]){"inventoryd", "--config", "c.json", NULL}, NULL,
+                 "durability: must be one of async|replicated, got 'sync'");
+    write_file("c.json", "{\"durability\": true}");
+    expect_error((const char *const[]){"inventoryd", "--config", "c.json", NULL}, NULL,
+                 "durability: must be a string");
+    const char *bad_env[] = {"INVENTORY_DURABILITY=", NULL};
+    expect_error((const char *const[]){"inventoryd", NULL}, bad_env,
+                 "INVENTORY_DURABILITY: must be one of async|replicated");
+    expect_error((const char *const[]){"inventoryd", "--durability", "wait", NULL}, NULL,
+                 "--durability: must be one of async|replicated, got 'wait'");
+    expect_error((const char *const[]){"inventoryd", "--durability", NULL}, NULL,
+                 "--durability: missing value");
 }
 
 static void config_path_from_env_and_flag(void **state)
@@ -560,7 +593,7 @@ static void print_shows_effective_values_and_masks_secrets(void **state)
         "bind", "port", "redis", "threads", "lock_ttl_ms", "lock_wait_ms",
         "redis_timeout_ms", "meta_cache_ms", "admin_token", "max_connections",
         "connection_timeout_s", "max_body_bytes", "log_level", "log_format",
-        "log_file", "access_log"};
+        "log_file", "access_log", "durability"};
     /* clang-format on */
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         char line[64];
@@ -581,6 +614,7 @@ static void print_shows_effective_values_and_masks_secrets(void **state)
     assert_non_null(strstr(out, "\nlog_format             text\n"));
     assert_non_null(strstr(out, "\nlog_file               (stderr)\n"));
     assert_non_null(strstr(out, "\naccess_log             true\n"));
+    assert_non_null(strstr(out, "\ndurability             async\n"));
     free(out);
 
     assert_int_equal(LOAD(NULL, &c, err, "--log-level", "warn", "--log-format", "json",
@@ -647,6 +681,10 @@ static void foreach_source_and_diff(void **state)
                      0);
     assert_int_equal(cfg_diff(&a, &b, diff, sizeof(diff)), 2);
     assert_string_equal(diff, "log_level, access_log");
+    assert_int_equal(
+        LOAD(NULL, &b, err, "--config", "c.json", "--durability", "replicated", NULL), 0);
+    assert_int_equal(cfg_diff(&a, &b, diff, sizeof(diff)), 1);
+    assert_string_equal(diff, "durability");
 }
 
 static void help_and_version(void **state)
@@ -679,6 +717,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(file_only_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(log_settings_file_env_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(log_settings_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(durability_file_env_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(config_path_from_env_and_flag, setup, teardown),
         cmocka_unit_test_setup_teardown(missing_explicit_file_is_an_error, setup,
                                         teardown),

@@ -137,7 +137,7 @@ static void run_sku_case(const struct body_case *c)
     struct sku_config out;
     char rid[SEG_NAME_MAX + 1];
     struct api_parse_error err = {NULL, ""};
-    int rc = api_parse_sku_config(c->body, strlen(c->body), &out, rid, &err);
+    int rc = api_parse_sku_config(c->body, strlen(c->body), false, &out, rid, &err);
     check_case(c, rc, &err);
 }
 
@@ -163,6 +163,10 @@ static void sku_validation_table(void **state)
         {"{\"stock\":5,\"mode\":1}", "invalid_field", "mode"},
         {"{\"stock\":5,\"hold_ms\":-1}", "invalid_field", "hold_ms"},
         {"{\"stock\":5,\"hold_ms\":10001}", "invalid_field", "hold_ms"},
+        {"{\"stock\":5,\"durability\":\"replicated\"}", NULL, NULL},
+        {"{\"stock\":5,\"durability\":\"Replicated\"}", "invalid_field", "durability"},
+        {"{\"stock\":5,\"durability\":\"\"}", "invalid_field", "durability"},
+        {"{\"stock\":5,\"durability\":true}", "invalid_field", "durability"},
         {"{\"stock\":5,\"color\":\"red\"}", "invalid_field", "color"},
         {"{\"stock\":5", "bad_json", NULL},
         {"[{\"stock\":5}]", "bad_json", NULL},
@@ -178,18 +182,46 @@ static void sku_values_and_defaults(void **state)
     char rid[SEG_NAME_MAX + 1];
     struct api_parse_error err;
     const char *b = "{\"stock\":1000}";
-    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, rid, &err), 0);
+    assert_int_equal(api_parse_sku_config(b, strlen(b), false, &out, rid, &err), 0);
     assert_int_equal(out.stock, 1000);
     assert_int_equal(out.segments, 20);
     assert_int_equal(out.mode, SKU_MODE_LOCK);
     assert_int_equal(out.hold_ms, 0);
 
     b = "{\"stock\":3,\"segments\":7,\"mode\":\"atomic\",\"hold_ms\":20}";
-    assert_int_equal(api_parse_sku_config(b, strlen(b), &out, rid, &err), 0);
+    assert_int_equal(api_parse_sku_config(b, strlen(b), false, &out, rid, &err), 0);
     assert_int_equal(out.stock, 3);
     assert_int_equal(out.segments, 7);
     assert_int_equal(out.mode, SKU_MODE_ATOMIC);
     assert_int_equal(out.hold_ms, 20);
+}
+
+/* The durability setting is the default of a body without "durability"; a body that
+ * names one wins over it either way. */
+static void sku_durability_default(void **state)
+{
+    (void)state;
+    struct sku_config out;
+    char rid[SEG_NAME_MAX + 1];
+    struct api_parse_error err;
+    const char *b = "{\"stock\":1}";
+    assert_int_equal(api_parse_sku_config(b, strlen(b), false, &out, rid, &err), 0);
+    assert_false(out.replicated);
+    assert_int_equal(api_parse_sku_config(b, strlen(b), true, &out, rid, &err), 0);
+    assert_true(out.replicated);
+
+    b = "{\"stock\":1,\"durability\":\"async\"}";
+    assert_int_equal(api_parse_sku_config(b, strlen(b), true, &out, rid, &err), 0);
+    assert_false(out.replicated);
+    b = "{\"stock\":1,\"durability\":\"replicated\"}";
+    assert_int_equal(api_parse_sku_config(b, strlen(b), false, &out, rid, &err), 0);
+    assert_true(out.replicated);
+
+    /* A bad value is refused whatever the default. */
+    b = "{\"stock\":1,\"durability\":\"sync\"}";
+    assert_int_equal(api_parse_sku_config(b, strlen(b), true, &out, rid, &err), -1);
+    assert_string_equal(err.code, "invalid_field");
+    assert_non_null(strstr(err.detail, "durability"));
 }
 
 static void run_simulate_case(const struct body_case *c)
@@ -293,6 +325,7 @@ int main(void)
         cmocka_unit_test(name_length_limits),
         cmocka_unit_test(sku_validation_table),
         cmocka_unit_test(sku_values_and_defaults),
+        cmocka_unit_test(sku_durability_default),
         cmocka_unit_test(simulate_validation_and_defaults),
         cmocka_unit_test(details_are_printable),
         cmocka_unit_test(path_names),

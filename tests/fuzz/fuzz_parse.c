@@ -92,15 +92,23 @@ static void fuzz_order(const uint8_t *data, size_t len)
 static void fuzz_sku_config(const uint8_t *data, size_t len)
 {
     char *body = copy(data, len, 0);
-    struct sku_config out;
-    char rid[SEG_NAME_MAX + 1];
-    struct api_parse_error err = {NULL, ""};
-    if (api_parse_sku_config(body, len, &out, rid, &err) == 0) {
+    struct sku_config out, out_r;
+    char rid[SEG_NAME_MAX + 1], rid_r[SEG_NAME_MAX + 1];
+    struct api_parse_error err = {NULL, ""}, err_r = {NULL, ""};
+    int rc = api_parse_sku_config(body, len, false, &out, rid, &err);
+    /* The durability default changes nothing but a durability the body left out. */
+    CHECK(api_parse_sku_config(body, len, true, &out_r, rid_r, &err_r) == rc);
+    if (rc == 0) {
         CHECK(rid[0] == '\0' || seg_valid_name(rid));
         CHECK(out.stock >= 0 && out.stock <= SKU_STOCK_MAX);
         CHECK(out.segments >= 1 && out.segments <= SEG_MAX_SEGMENTS);
         CHECK(out.hold_ms >= 0 && out.hold_ms <= SKU_HOLD_MAX_MS);
         CHECK(out.mode == SKU_MODE_LOCK || out.mode == SKU_MODE_ATOMIC);
+        CHECK(out_r.stock == out.stock && out_r.segments == out.segments &&
+              out_r.hold_ms == out.hold_ms && out_r.mode == out.mode &&
+              out_r.rebalance == out.rebalance && strcmp(rid_r, rid) == 0);
+        CHECK(out_r.replicated == out.replicated ||
+              (!out.replicated && out_r.replicated));
     } else {
         check_error(&err);
     }
