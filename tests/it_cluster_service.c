@@ -248,6 +248,37 @@ static void test_last_units(void **state)
     assert_int_equal(h_audit(f->port, NULL, "c-last", 3, true), 0);
 }
 
+/* Sold out on a cluster: once an order has seen every segment empty, the next ones
+ * are answered from what the loops learned (the fast path), without Redis; a reset
+ * clears it at once. */
+static void test_sold_out_fast_path(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(f->port, NULL, "c-fast", 3, 3, "lock", 0), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(h_order(f->port, "c-fast", 1, NULL, NULL), 201);
+    struct h_resp r;
+    for (int round = 0; round < 2; round++) {
+        h_order(f->port, "c-fast", 1, NULL, &r); /* learns it */
+        assert_int_equal(h_expect_error(&r, 409, "sold_out"), 0);
+        h_resp_free(&r);
+        long long fast0 = h_stat(f->port, NULL, "sold_out_fast");
+        for (int i = 0; i < 5; i++) {
+            h_order(f->port, "c-fast", 1 + i, NULL, &r);
+            assert_int_equal(h_expect_error(&r, 409, "sold_out"), 0);
+            h_resp_free(&r);
+        }
+        assert_int_equal(h_stat(f->port, NULL, "sold_out_fast"), fast0 + 5);
+        if (round == 0) { /* a reset: stock again, sold at once */
+            assert_int_equal(h_put_sku(f->port, NULL, "c-fast", 2, 3, "lock", 0), 0);
+            for (int i = 0; i < 2; i++)
+                assert_int_equal(h_order(f->port, "c-fast", 1, NULL, NULL), 201);
+        }
+    }
+    assert_int_equal(h_audit(f->port, NULL, "c-fast", 2, true), 0);
+}
+
 /* The slot's master of key `key`, as a fresh connection. */
 static redisContext *master_of(struct h_cluster_env *f, const char *key)
 {
@@ -525,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_sell_out_hold),
         cmocka_unit_test(test_sell_out_atomic),
         cmocka_unit_test(test_last_units),
+        cmocka_unit_test(test_sold_out_fast_path),
         cmocka_unit_test(test_dead_claim_recovered),
         cmocka_unit_test(test_unsupported_on_cluster),
         cmocka_unit_test(test_cancel),
