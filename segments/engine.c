@@ -80,6 +80,7 @@ struct ord {
     int mleft;      /* parts owed a reply */
     int mcode;      /* RD_OK, or why a part was refused */
     bool mlost;     /* a part had no answer: its outcome is unknown */
+    bool mplaced;   /* every part deducted and the record written */
     struct part *mctx;
     int mwaits, mreplicas; /* durability "replicated": WAITs owed, the fewest replicas */
 
@@ -541,7 +542,7 @@ static void placed(struct ord *o)
         finish(o, INV_OK);
         return;
     }
-    bool parts = o->mn > 1 && rda_cluster(e->rd); /* one connection: one WAIT */
+    bool parts = o->mplaced && rda_cluster(e->rd); /* one connection: one WAIT */
     o->mwaits = parts ? o->mn : 1;
     o->mreplicas = 1 << 30;
     for (int k = 0, n = o->mwaits; k < n; k++)
@@ -803,6 +804,7 @@ static void on_multi_confirmed(void *arg, int rc, struct rd_reply *r)
     rda_intent(o->e->rd, o->res.order_id, false, NULL, NULL);
     stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
     o->res.segment = o->mseg[0];
+    o->mplaced = true;
     placed(o);
 }
 

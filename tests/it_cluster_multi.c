@@ -7,8 +7,8 @@
  * record is written. Shown here: such orders in both modes, replayed, read and
  * cancelled; and an instance SIGKILLed between the parts (one landed, the other held
  * up by CLIENT PAUSE on its master), after which the retry with the order's id, or
- * for an order without one the sweeper of the surviving instance, gives the landed
- * part back, so the audit holds and the order is placed at most once.
+ * when nobody retries the sweeper of the surviving instance, gives the landed part
+ * back, so the audit holds and the order is placed at most once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -146,6 +146,26 @@ static void test_multi_atomic(void **state)
     multi_segment(*state, "cm-atomic", "atomic");
 }
 
+/* Durability "replicated": a multi-segment order is 201 once a replica of each part's
+ * master, and of the record's, has it (WAIT on each). */
+static void test_multi_replicated(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    struct h_resp r;
+    h_req(f->port, "PUT", "/admin/skus/cm-repl", NULL,
+          "{\"stock\": 6, \"segments\": 3, \"durability\": \"replicated\"}", &r);
+    assert_true(r.status == 200 || r.status == 201);
+    h_resp_free(&r);
+    for (int i = 0; i < 2; i++) { /* 2 units a segment: 3 take two of them */
+        h_order(f->port, "cm-repl", 3, NULL, &r);
+        if (r.status != 201)
+            fail_msg("%d %s", r.status, r.body);
+        h_resp_free(&r);
+    }
+    assert_int_equal(h_audit(f->port, NULL, "cm-repl", 6, false), 0);
+}
+
 struct placing {
     int port;
     const char *sku, *id;
@@ -162,8 +182,8 @@ static void *place(void *arg)
 /* An instance dies between the parts of a multi-segment order: SKU `sku` (2
  * segments of 2 units, on two masters), an order of 3 with `id` (NULL: none) sent to
  * a second instance while the master of one part's segment pauses writes; once the
- * other part has landed, that instance is SIGKILLed. `id` (64 bytes, or NULL for an
- * order without one) is filled with an id whose claim lives on a master not paused. */
+ * other part has landed, that instance is SIGKILLed. `id` (64 bytes) is filled with
+ * the order's id, one whose claim lives on a master not paused. */
 static void die_between_parts(struct h_cluster_env *f, const char *sku, char *id)
 {
     h_svc *second = h_svc_start(h_cluster_node(f->cluster, 1), NULL);
@@ -184,7 +204,7 @@ static void die_between_parts(struct h_cluster_env *f, const char *sku, char *id
     /* The paused part's master serves neither the intents set nor the id's claim. */
     int intents = master_of(f, "inv:intents");
     int paused = node[1] != intents ? 1 : 0, landed = 1 - paused;
-    for (int k = 0; id != NULL; k++) {
+    for (int k = 0;; k++) {
         char rec[96];
         snprintf(id, 64, "%s-%d", sku, k);
         snprintf(rec, sizeof rec, "inv:order:{%s}", id);
@@ -197,15 +217,22 @@ static void die_between_parts(struct h_cluster_env *f, const char *sku, char *id
     for (int i = 0; i < 8; i++)
         assert_int_equal(h_order(h_svc_port(second), sku, 5, NULL, NULL), 409);
 
-    assert_int_equal(node_int(f, node[paused], "CLIENT PAUSE 1500 WRITE"), 0);
+    assert_int_equal(node_int(f, node[paused], "CLIENT PAUSE 4000 WRITE"), 0);
     struct placing p = {h_svc_port(second), sku, id, 0};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, place, &p), 0);
     bool seen = false;
-    for (int i = 0; i < 500 && !seen; i++) {
+    for (long long until = h_now_ms() + 3000; !seen && h_now_ms() < until;) {
         seen = node_int(f, node[landed], "HLEN %s", key[landed]) > 0;
         if (!seen)
             h_sleep_ms(2);
+    }
+    if (!seen) { /* what the instance did instead */
+        struct h_resp d;
+        h_req(h_svc_port(second), "GET", "/admin/stats", NULL, NULL, &d);
+        fprintf(stderr, "no part landed on node %d (node %d paused): %.2000s\n",
+                node[landed], node[paused], d.body);
+        h_resp_free(&d);
     }
     assert_true(h_svc_kill(second) >= 0);
     pthread_join(t, NULL);
@@ -237,14 +264,16 @@ static void test_dead_between_parts_retry(void **state)
     assert_int_equal(h_audit(f->port, NULL, "cm-dead", 4, false), 0);
 }
 
-/* Without an id nobody retries: the sweeper of the surviving instance gives the
- * landed part back once the claim has run out. */
+/* Nobody retries (as for an order without a client id, which the sweeper treats the
+ * same): the sweeper of the surviving instance gives the landed part back once the
+ * claim has run out. */
 static void test_dead_between_parts_swept(void **state)
 {
     struct h_cluster_env *f = *state;
     h_deadline(90);
     long long undone0 = h_stat(f->port, NULL, "intents_undone");
-    die_between_parts(f, "cm-swept", NULL);
+    char id[64];
+    die_between_parts(f, "cm-swept", id);
     long long until = h_now_ms() + 30000, sold = -1;
     while (h_now_ms() < until && sold != 0) {
         json_t *j = h_get_sku(f->port, NULL, "cm-swept");
@@ -272,6 +301,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi_lock),
         cmocka_unit_test(test_multi_atomic),
+        cmocka_unit_test(test_multi_replicated),
         cmocka_unit_test(test_dead_between_parts_retry),
         cmocka_unit_test(test_dead_between_parts_swept),
     };
