@@ -35,6 +35,11 @@ enum script_id {
     SCRIPT_DEDUCT_SLOT,    /* DEDUCT without the record, fenced by the claim's end too */
     SCRIPT_CANCEL_SEGMENT, /* a cancel's units given back in its segment */
     SCRIPT_CANCEL_RECORD,  /* ... and its record marked cancelled */
+    /* A restock or rebalance on a Redis Cluster, one slot per script (adjust.h): */
+    SCRIPT_ADJUST_BEGIN,  /* record the intent in the meta (or take over a dead one) */
+    SCRIPT_ADJUST_TAKE,   /* units out of one segment, once per intent */
+    SCRIPT_ADJUST_GIVE,   /* units into one segment, once per intent */
+    SCRIPT_ADJUST_COMMIT, /* the intent done: initial, gen, the request id */
     SCRIPT__COUNT
 };
 
