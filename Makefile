@@ -95,9 +95,10 @@ $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
 # Integration tests that call the Redis seam itself (the cluster slot map, slots.h;
-# the routing of async.h).
+# the routing of async.h; the key names, keys.h).
 $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/it_cluster_failover \
-    $(BUILD)/tests/it_cluster_service $(BUILD)/tests/it_cluster_multi: $(LIB_OBJ)
+    $(BUILD)/tests/it_cluster_service $(BUILD)/tests/it_cluster_multi \
+    $(BUILD)/tests/it_cluster_admin: $(LIB_OBJ)
 
 # Installs whatever of DEB_PKGS is missing; a no-op when all are present.
 deps:

@@ -144,8 +144,6 @@ int api_status_http(inv_status s)
         return 503;
     case INV_INVALID:
         return 400;
-    case INV_UNSUPPORTED:
-        return 501;
     }
     return 500;
 }

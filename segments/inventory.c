@@ -130,8 +130,6 @@ const char *inv_status_name(inv_status s)
         return "request_id_conflict";
     case INV_NOT_REPLICATED:
         return "not_replicated";
-    case INV_UNSUPPORTED:
-        return "not_supported_on_cluster";
     }
     return "unknown";
 }

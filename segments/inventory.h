@@ -34,8 +34,6 @@ typedef enum inv_status {
     INV_REQUEST_CONFLICT, /* request id already used for a different admin write */
     INV_NOT_REPLICATED,   /* durability "replicated": applied, but no replica confirmed
                              it in time (WAIT); a retry with the order id settles it */
-    INV_UNSUPPORTED,      /* not done on a Redis Cluster yet (restock, rebalance: their
-                             script spans slots); nothing was changed */
 } inv_status;
 
 /* Options the domain needs; service/ fills them from the configuration. */

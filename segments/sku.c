@@ -9,6 +9,7 @@
 #include "segments/internal.h"
 #include "segments/lockset.h"
 #include "segments/rand.h"
+#include "segments/ring.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
 
@@ -121,25 +122,28 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
     return reset_current(c, sku, NULL, rid);
 }
 
-/* One ADJUST (scripts.c) of `sku` as `view` has it, under locks of every segment:
- * the script's code, -1 without an answer, or -2 with *st set when the locks were
- * not had. */
+/* One ADJUST (scripts.c) of `sku` as `view` has it: under locks of every segment on
+ * a standalone Redis; on a Redis Cluster without them, in the seam's per-slot steps
+ * (calls.h rd_adjust). The script's code, -1 without an answer, or -2 with *st set
+ * when the locks were not had. */
 static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
                        const struct sku_view *view, const char *op, long long add,
                        const char *rid, inv_status *st)
 {
     const int n = view->cfg.segments;
-    int seg[SEG_MAX_SEGMENTS];
-    for (int i = 0; i < n; i++)
-        seg[i] = i;
-    struct lockset *set =
-        lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms, st);
-    if (set == NULL)
-        return -2;
-
-    const char **tok = seg_malloc(sizeof *tok * (size_t)n);
-    for (int i = 0; i < n; i++)
-        tok[i] = lockset_token(set, i);
+    struct lockset *set = NULL;
+    const char **tok = NULL;
+    if (!c->v->cluster) {
+        int seg[SEG_MAX_SEGMENTS];
+        for (int i = 0; i < n; i++)
+            seg[i] = i;
+        set = lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms, st);
+        if (set == NULL)
+            return -2;
+        tok = seg_malloc(sizeof *tok * (size_t)n);
+        for (int i = 0; i < n; i++)
+            tok[i] = lockset_token(set, i);
+    }
     char sig[128] = "";
     if (rid != NULL)
         signature(sig, sizeof sig, op, add, NULL);
@@ -151,7 +155,8 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     long long gen = code == RD_OK ? r.value : 0;
     rd_reply_clear(&r);
     free(tok);
-    lockset_drop(c, set, code < 0);
+    if (set != NULL)
+        lockset_drop(c, set, code < 0);
     if (gen > 0) {
         stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
         skutab_invalidate(c->v, sku);
@@ -159,15 +164,16 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     return code;
 }
 
-/* Restock (`add` units) or rebalance (add 0) every segment of `sku` under its lock,
- * with the view of the SKU re-read whenever the script finds it stale. `rid` NULL:
- * no request id (the automatic rebalance). */
+/* Restock (`add` units) or rebalance (add 0) every segment of `sku`, with the view of
+ * the SKU re-read whenever the script finds it stale. On a cluster, another adjust (or
+ * a reset) of the SKU under way answers BUSY: tried again within lock_wait_ms, as a
+ * standalone Redis waits for the locks. `rid` NULL: no request id (the automatic
+ * rebalance). */
 static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
                          const char *rid)
 {
-    if (c->v->cluster) /* ADJUST spans the segments' slots and the meta's */
-        return INV_UNSUPPORTED;
-    for (int try = 0; try < 4; try++) {
+    int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
+    for (int try = 0, round = 0; try < 4;) {
         sku_local *e;
         struct sku_view view;
         inv_status st = skutab_get(c, sku, &e, &view);
@@ -176,10 +182,18 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
         int code = adjust_once(c, sku, e, &view, op, add, rid, &st);
         if (code == -2)
             return st;
+        if (code == RD_BUSY) {
+            int left = (int)(deadline - inv_now_ms());
+            if (left <= 0)
+                return INV_BUSY;
+            inv_sleep_ms(ring_backoff_ms(round++, inv_rand(c, UINT32_MAX), left));
+            continue;
+        }
         int got = admin_status(code);
         if (got >= 0)
             return (inv_status)got;
         skutab_invalidate(c->v, sku);
+        try++;
     }
     return INV_BUSY;
 }

@@ -73,10 +73,12 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
 
 /* Add `qty` (1..SKU_RESTOCK_MAX) units, spread evenly over the segments (lower ones
  * take the remainder) under every segment's lock, raising the initial stock by as
- * much; safe while orders run. INV_OK, INV_UNKNOWN_SKU, INV_INVALID (also when the
- * initial stock would pass SKU_STOCK_MAX: checked in the script, exactly),
- * INV_REQUEST_CONFLICT, INV_BUSY (the locks were not had within lock_wait_ms),
- * INV_UNAVAILABLE, or on a Redis Cluster INV_UNSUPPORTED (not done there yet). */
+ * much; safe while orders run. On a Redis Cluster without segment locks, as an intent
+ * and per-slot steps (segments/redis/calls.h rd_adjust): one adjust of a SKU at a
+ * time, and one whose process died is finished by the next. INV_OK, INV_UNKNOWN_SKU,
+ * INV_INVALID (also when the initial stock would pass SKU_STOCK_MAX: checked in the
+ * script, exactly), INV_REQUEST_CONFLICT, INV_BUSY (the locks, or on a cluster the
+ * SKU's turn, were not had within lock_wait_ms), INV_UNAVAILABLE. */
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid);
 
 /* Even the remaining stock out over the segments, under every segment's lock taken

@@ -7,6 +7,7 @@
  * segment's, the record confirmed after), exact sell-outs, replays, the last units
  * found by the ring, an order whose process died between its deduction and its
  * record recovered by the retry with its id, cancels, and two instances at once.
+ * Restock and rebalance on a cluster: it_cluster_admin.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -366,23 +367,6 @@ static void test_dead_claim_recovered(void **state)
     assert_int_equal(h_audit(f->port, NULL, "c-dead", 40, false), 0);
 }
 
-/* What is not done on a cluster yet says so (501), and changes nothing. */
-static void test_unsupported_on_cluster(void **state)
-{
-    struct h_cluster_env *f = *state;
-    h_deadline(60);
-    assert_int_equal(h_put_sku(f->port, NULL, "c-uns", 10, 4, "lock", 0), 0);
-    assert_int_equal(h_order(f->port, "c-uns", 1, "uns-1", NULL), 201);
-    struct h_resp r;
-    h_req(f->port, "POST", "/admin/skus/c-uns/restock", NULL, "{\"qty\": 5}", &r);
-    assert_int_equal(h_expect_error(&r, 501, "not_supported_on_cluster"), 0);
-    h_resp_free(&r);
-    h_req(f->port, "POST", "/admin/skus/c-uns/rebalance", NULL, NULL, &r);
-    assert_int_equal(h_expect_error(&r, 501, "not_supported_on_cluster"), 0);
-    h_resp_free(&r);
-    assert_int_equal(h_audit(f->port, NULL, "c-uns", 10, true), 0);
-}
-
 /* A cancel on a cluster: the units back in their segment, the record cancelled, the
  * cancel answered again the same; a cancel that died after the segment's part (put in
  * place by hand) is finished by the retry. */
@@ -558,7 +542,6 @@ int main(void)
         cmocka_unit_test(test_last_units),
         cmocka_unit_test(test_sold_out_fast_path),
         cmocka_unit_test(test_dead_claim_recovered),
-        cmocka_unit_test(test_unsupported_on_cluster),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_two_instances),
         cmocka_unit_test(test_reshard_mid_sale),

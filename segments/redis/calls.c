@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/redis/adjust.h"
 #include "segments/redis/keys.h"
 #include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
@@ -34,11 +35,7 @@ static int scripted(rd_conn *c, struct rd_cmd *cmd, struct rd_reply *out)
 
 const char *rd_sku_placed(char *buf, const char *sku, int salt)
 {
-    if (salt > 0)
-        snprintf(buf, RD_SKU_PLACED_MAX, "%s/%d", sku, salt);
-    else
-        snprintf(buf, RD_SKU_PLACED_MAX, "%s", sku);
-    return buf;
+    return seg_key_placed(buf, sku, salt);
 }
 
 int rd_segment_place(rd_conn *c, const char *placed, int i, int *slot, char *node,
@@ -246,6 +243,8 @@ int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
               const char *const *tok, const char *op, long long add, long long limit,
               const char *rid, const char *sig, struct rd_reply *out)
 {
+    if (store_cluster(c)) /* ADJUST spans slots: per-slot steps, no locks */
+        return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, out);
     struct rd_cmd cmd;
     proto_adjust(&cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
     return scripted(c, &cmd, out);

@@ -218,7 +218,14 @@ int rd_intents_settle(rd_conn *c, const char *attempt, long long before_ms, int 
  * fills more segments), under tok[0..segments-1], while the SKU is `epoch` with
  * `segments`. `rid`/`sig`: request id and what the write is (NULL: none). Codes: OK
  * (value = new gen, 0 when nothing changed), REPLAYED, CONFLICT, STALE, FENCED,
- * LIMIT. 0 or -1. */
+ * LIMIT. 0 or -1.
+ * On a Redis Cluster (the connection routes over one) the script would span slots, so
+ * it runs as an intent recorded in the meta and one step per slot (adjust.h), with no
+ * segment locks: `tok` is ignored (may be NULL), a restock's units reach the segments
+ * before `initial` rises at the commit, and the codes are OK, REPLAYED, CONFLICT,
+ * STALE, LIMIT and BUSY (another adjust or a reset of the SKU is under way: retry).
+ * An adjust whose process died is finished by the next one of the SKU (or its retry
+ * under the same request id) before that one's own. */
 int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
               const char *const *tok, const char *op, long long add, long long limit,
               const char *rid, const char *sig, struct rd_reply *out);

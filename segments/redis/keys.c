@@ -65,6 +65,11 @@ char *seg_key_epoch(char *buf, const char *sku, int i)
     return segment_key(buf, sku, i, "epoch");
 }
 
+char *seg_key_adjust(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "adj");
+}
+
 char *seg_key_order(char *buf, const char *id)
 {
     snprintf(buf, SEG_KEY_MAX, "inv:order:{%s}", id);
@@ -85,4 +90,13 @@ const char *seg_key_events(void)
 const char *seg_key_intents(void)
 {
     return "inv:intents";
+}
+
+char *seg_key_placed(char *buf, const char *sku, int salt)
+{
+    if (salt > 0)
+        snprintf(buf, SEG_NAME_MAX + 16, "%s/%d", sku, salt);
+    else
+        snprintf(buf, SEG_NAME_MAX + 16, "%s", sku);
+    return buf;
 }

@@ -18,6 +18,11 @@
  *   inv:{sku:i}:parts         hash order_id -> qty taken from segment i by a
  *                             multi-segment order whose first segment is another one
  *   inv:{sku:i}:cancelled     set of cancelled order ids whose first segment is i
+ *   inv:{sku:i}:adj           hash intent id -> units a restock or rebalance on a Redis
+ *                             Cluster took from (or gave to) segment i in its step
+ *                             (adjust.h), so that a step run again answers what it
+ *                             did; the runner that commits the intent deletes its
+ *                             fields, a reset of the segment the whole hash
  *   inv:order:{id}            hash: r = the order record (JSON), t = the attempt that
  *                             wrote it (so a script resent after a lost reply knows its
  *                             own work), k = its SKU, e = that SKU's epoch then.
@@ -37,6 +42,10 @@
  *                             the epoch, the sender's clock); their plans are in their
  *                             claims (lua/claim.lua). What a crash leaves here is
  *                             undone by the sweeper (sweeper.h).
+ *   (meta fields adj, adj_op, adj_add, adj_plan, adj_rid, adj_sig, adj_owner,
+ *    adj_until: the intent of a restock or rebalance under way on a Redis Cluster,
+ *    its runner and lease, adjust.h; pending,
+ *    pending_segments, pending_until: a reset under way there, lua/reset_begin.lua)
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
  * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose
@@ -61,9 +70,14 @@ char *seg_key_orders(char *buf, const char *sku, int i);
 char *seg_key_parts(char *buf, const char *sku, int i);
 char *seg_key_cancelled(char *buf, const char *sku, int i);
 char *seg_key_epoch(char *buf, const char *sku, int i);
+char *seg_key_adjust(char *buf, const char *sku, int i);
 char *seg_key_order(char *buf, const char *id);
 char *seg_key_request(char *buf, const char *sku, const char *rid);
 const char *seg_key_events(void);
 const char *seg_key_intents(void);
+
+/* The name the segments of `sku` are keyed under: `sku`, or "sku/salt" when salt > 0
+ * (buf: SEG_NAME_MAX + 16 bytes). calls.h rd_sku_placed is this. */
+char *seg_key_placed(char *buf, const char *sku, int salt);
 
 #endif

@@ -422,6 +422,7 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
     cmd_key(c, seg_key_parts(key, sku, i));
     cmd_key(c, seg_key_cancelled(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_adjust(key, sku, i));
     cmd_argll(c, old_epoch);
     cmd_argll(c, dead_epoch);
     cmd_argll(c, epoch);

@@ -49,6 +49,10 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_UNDO_PART] = "undo_part.lua",
     [SCRIPT_CANCEL_SEGMENT] = "cancel_segment.lua",
     [SCRIPT_CANCEL_RECORD] = "cancel_record.lua",
+    [SCRIPT_ADJUST_BEGIN] = "adjust_begin.lua",
+    [SCRIPT_ADJUST_TAKE] = "adjust_take.lua",
+    [SCRIPT_ADJUST_GIVE] = "adjust_give.lua",
+    [SCRIPT_ADJUST_COMMIT] = "adjust_commit.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

@@ -36,6 +36,11 @@ enum script_id {
     SCRIPT_CANCEL_SEGMENT, /* a cancel's units given back in its segment */
     SCRIPT_CANCEL_RECORD,  /* ... and its record marked cancelled */
     SCRIPT_UNDO_PART,      /* a part of a multi-segment order given back */
+    /* A restock or rebalance on a Redis Cluster, one slot per script (adjust.h): */
+    SCRIPT_ADJUST_BEGIN,  /* record the intent in the meta (or take over a dead one) */
+    SCRIPT_ADJUST_TAKE,   /* units out of one segment, once per intent */
+    SCRIPT_ADJUST_GIVE,   /* units into one segment, once per intent */
+    SCRIPT_ADJUST_COMMIT, /* the intent done: initial, gen, the request id */
     SCRIPT__COUNT
 };
 

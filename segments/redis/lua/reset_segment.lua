@@ -1,5 +1,5 @@
 -- RESET_SEGMENT: one segment of a reset on a Redis Cluster (after reset_begin.lua).
--- KEYS: the segment's stock, sold, lock, orders, parts, cancelled, epoch.
+-- KEYS: the segment's stock, sold, lock, orders, parts, cancelled, epoch, adjust marks.
 -- ARGV: the SKU's old epoch, the epoch of a dead reset taken over ('0': none), the new
 --       epoch, the segment's new stock ('' = the segment goes: the SKU shrinks or is
 --       deleted).
@@ -16,7 +16,7 @@ if e and e ~= ARGV[1] and e ~= ARGV[2] then return {STALE} end
 local out = {OK}
 for _, id in ipairs(redis.call('HKEYS', KEYS[4])) do out[#out + 1] = id end
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[6])) do out[#out + 1] = id end
-for k = 1, 7 do redis.call('DEL', KEYS[k]) end
+for k = 1, 8 do redis.call('DEL', KEYS[k]) end
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[1], ARGV[4])
   redis.call('SET', KEYS[2], '0')

@@ -1,0 +1,559 @@
+/* it_cluster_admin.c -- restock and rebalance on a real Redis Cluster (3 masters with a
+ * replica each, started by the harness): an intent in the meta, then one step per slot
+ * (segments/redis/adjust.h).
+ *
+ * Restock and rebalance answer as on a standalone Redis (replays, request id conflicts,
+ * the audit), also while orders run from other threads; an adjust whose process died
+ * half way (put in place by hand: the intent in the meta with its lease run out, some
+ * of its steps applied) is rolled forward by the next adjust of the SKU, exactly once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/redis/calls.h"
+#include "segments/redis/keys.h"
+#include "tests/harness.h"
+
+#define MASTERS 3
+#define REPLICAS 1
+
+static int group_setup(void **state)
+{
+    h_deadline(120);
+    *state = h_cluster_env_start(MASTERS, REPLICAS);
+    return *state != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    return h_cluster_env_stop(*state);
+}
+
+static long long jint(json_t *j, const char *key)
+{
+    return json_integer_value(json_object_get(j, key));
+}
+
+/* GET /admin/skus/{sku} field `key` (an integer). */
+static long long sku_field(int port, const char *sku, const char *key)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    long long v = jint(j, key);
+    json_decref(j);
+    return v;
+}
+
+/* POST /admin/skus/{sku}/{what} with `body` (NULL: none) and `headers`: the status. */
+static int admin_post(int port, const char *sku, const char *what, const char *body,
+                      const char *headers, struct h_resp *out)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/admin/skus/%s/%s", sku, what);
+    return h_http(port, "POST", path,
+                  body != NULL ? "Content-Type: application/json\r\n" : headers, body,
+                  body != NULL ? strlen(body) : 0, out);
+}
+
+static int restock(int port, const char *sku, long long qty, const char *rid,
+                   struct h_resp *out)
+{
+    char body[160];
+    if (rid != NULL)
+        snprintf(body, sizeof body, "{\"qty\": %lld, \"request_id\": \"%s\"}", qty, rid);
+    else
+        snprintf(body, sizeof body, "{\"qty\": %lld}", qty);
+    struct h_resp r;
+    int st = admin_post(port, sku, "restock", body, NULL, out != NULL ? out : &r);
+    if (out == NULL)
+        h_resp_free(&r);
+    return st;
+}
+
+static int rebalance(int port, const char *sku, const char *rid, struct h_resp *out)
+{
+    char headers[128] = "";
+    if (rid != NULL)
+        snprintf(headers, sizeof headers, "Idempotency-Key: %s\r\n", rid);
+    struct h_resp r;
+    int st = admin_post(port, sku, "rebalance", NULL, rid != NULL ? headers : NULL,
+                        out != NULL ? out : &r);
+    if (out == NULL)
+        h_resp_free(&r);
+    return st;
+}
+
+/* Segment stocks of `sku` into stock[0..n-1]; the count n. */
+static int segment_stocks(int port, const char *sku, long long *stock, int max)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    json_t *ss = json_object_get(j, "segment_stock");
+    int n = (int)json_array_size(ss);
+    assert_true(n <= max);
+    for (int i = 0; i < n; i++)
+        stock[i] = json_integer_value(json_array_get(ss, (size_t)i));
+    json_decref(j);
+    return n;
+}
+
+/* Every segment within 1 of every other. */
+static void assert_even(int port, const char *sku)
+{
+    long long stock[64];
+    int n = segment_stocks(port, sku, stock, 64);
+    long long lo = stock[0], hi = stock[0];
+    for (int i = 1; i < n; i++) {
+        lo = stock[i] < lo ? stock[i] : lo;
+        hi = stock[i] > hi ? stock[i] : hi;
+    }
+    if (hi - lo > 1) {
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, "%s segment %d: %lld\n", sku, i, stock[i]);
+        fail_msg("%s: segments from %lld to %lld after a rebalance", sku, lo, hi);
+    }
+}
+
+/* ---- direct access to the cluster --------------------------------------------- */
+
+/* A command on the master of `key`'s slot (found by asking every node), which must
+ * not fail: its reply (caller frees). */
+static redisReply *vquery_on(struct h_cluster_env *f, const char *key, const char *fmt,
+                             va_list ap)
+{
+    for (int i = 0; i < h_cluster_size(f->cluster); i++) {
+        redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
+        assert_non_null(rc);
+        redisReply *r = redisCommand(rc, "EXISTS %s", key);
+        bool here = r != NULL && r->type == REDIS_REPLY_INTEGER;
+        if (r != NULL)
+            freeReplyObject(r);
+        if (!here) { /* MOVED: another master's slot (or a replica) */
+            redisFree(rc);
+            continue;
+        }
+        r = redisvCommand(rc, fmt, ap);
+        redisFree(rc);
+        assert_non_null(r);
+        if (r->type == REDIS_REPLY_ERROR)
+            fail_msg("%s: %s", key, r->str);
+        return r;
+    }
+    fail_msg("no master serves %s", key);
+    return NULL;
+}
+
+static void command_on(struct h_cluster_env *f, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    freeReplyObject(vquery_on(f, key, fmt, ap));
+    va_end(ap);
+}
+
+static long long integer_on(struct h_cluster_env *f, const char *key, const char *fmt,
+                            ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vquery_on(f, key, fmt, ap);
+    va_end(ap);
+    long long v = r->type == REDIS_REPLY_INTEGER  ? r->integer
+                  : r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10)
+                                                  : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* The SKU's generation, as its meta holds it. */
+static long long meta_gen(struct h_cluster_env *f, const char *sku)
+{
+    char meta[SEG_KEY_MAX];
+    return integer_on(f, seg_key_meta(meta, sku), "HGET %s gen", meta);
+}
+
+/* The name the segments of `sku` are placed as ("placed_as"). */
+static void placed_as(int port, const char *sku, char *buf, size_t len)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    snprintf(buf, len, "%s", json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+}
+
+/* ---- restock and rebalance ---------------------------------------------------- */
+
+/* Restock on a cluster: orders before and after, initial raised, the units spread
+ * over the segments, the audit; a replay under the same request id answers 200 and
+ * adds nothing; another write under that id is 409 request_id_conflict. */
+static void test_restock(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-rs";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 70, 7, "lock", 0), 0);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(h_order(f->port, sku, 1, NULL, NULL), 201);
+    long long before[8];
+    segment_stocks(f->port, sku, before, 8);
+    long long gen0 = meta_gen(f, sku);
+
+    struct h_resp r;
+    assert_int_equal(restock(f->port, sku, 45, "rs-1", &r), 200);
+    json_t *j = h_resp_json(&r);
+    assert_non_null(j);
+    assert_int_equal(jint(j, "initial"), 115);
+    assert_int_equal(jint(j, "remaining"), 105);
+    json_decref(j);
+    h_resp_free(&r);
+    long long after[8];
+    segment_stocks(f->port, sku, after, 8);
+    for (int i = 0; i < 7; i++) /* 45 over 7: 7 each, the first three one more */
+        assert_int_equal(after[i] - before[i], 6 + (i < 3));
+    assert_int_equal(meta_gen(f, sku), gen0 + 1);
+    assert_int_equal(h_audit(f->port, NULL, sku, 115, true), 0);
+
+    /* The replay: 200, nothing added. */
+    assert_int_equal(restock(f->port, sku, 45, "rs-1", NULL), 200);
+    assert_int_equal(meta_gen(f, sku), gen0 + 1);
+    assert_int_equal(sku_field(f->port, sku, "initial"), 115);
+    assert_int_equal(sku_field(f->port, sku, "remaining"), 105);
+    /* The same id for another write. */
+    restock(f->port, sku, 46, "rs-1", &r);
+    assert_int_equal(h_expect_error(&r, 409, "request_id_conflict"), 0);
+    h_resp_free(&r);
+    assert_int_equal(sku_field(f->port, sku, "initial"), 115);
+
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(h_order(f->port, sku, 1, NULL, NULL), 201);
+    assert_int_equal(restock(f->port, sku, 1, NULL, NULL), 200); /* no request id */
+    assert_int_equal(h_audit(f->port, NULL, sku, 116, true), 0);
+    assert_int_equal(sku_field(f->port, sku, "sold"), 15);
+
+    /* The most one restock may add, exactly. */
+    restock(f->port, sku, 1000000000000LL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_free(&r);
+    assert_int_equal(sku_field(f->port, sku, "initial"), 1000000000116LL);
+    assert_int_equal(h_audit(f->port, NULL, sku, 1000000000116LL, true), 0);
+}
+
+/* Rebalance on a cluster: segments sold empty (orders of a whole segment each), then
+ * the rest evened out, each segment within 1 of the others, the audit; the replay
+ * changes nothing. */
+static void test_rebalance(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-rb";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 60, 6, "lock", 0), 0);
+    for (int i = 0; i < 3; i++) /* each takes one whole segment */
+        assert_int_equal(h_order(f->port, sku, 10, NULL, NULL), 201);
+    long long stock[8];
+    int n = segment_stocks(f->port, sku, stock, 8);
+    int empty = 0;
+    for (int i = 0; i < n; i++)
+        empty += stock[i] == 0;
+    assert_int_equal(empty, 3);
+
+    struct h_resp r;
+    assert_int_equal(rebalance(f->port, sku, "rb-1", &r), 200);
+    h_resp_free(&r);
+    segment_stocks(f->port, sku, stock, 8);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(stock[i], 5);
+    assert_int_equal(h_audit(f->port, NULL, sku, 60, false), 0);
+
+    /* Uneven again, in whatever way the ring's random starts make it: 12 units sold
+     * (a segment still held 4 after the first 8); the rebalance evens out the 18. */
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(h_order(f->port, sku, 1, NULL, NULL), 201);
+    assert_int_equal(h_order(f->port, sku, 4, NULL, NULL), 201);
+    assert_int_equal(rebalance(f->port, sku, "rb-2", NULL), 200);
+    assert_even(f->port, sku);
+    assert_int_equal(sku_field(f->port, sku, "remaining"), 18);
+    assert_int_equal(h_audit(f->port, NULL, sku, 60, false), 0);
+
+    /* The replay of rb-1 changes nothing. */
+    long long gen = meta_gen(f, sku);
+    assert_int_equal(rebalance(f->port, sku, "rb-1", NULL), 200);
+    assert_int_equal(meta_gen(f, sku), gen);
+    /* Another write under rb-1. */
+    restock(f->port, sku, 3, "rb-1", &r);
+    assert_int_equal(h_expect_error(&r, 409, "request_id_conflict"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_audit(f->port, NULL, sku, 60, false), 0);
+
+    /* Unknown SKU. */
+    rebalance(f->port, "a-none", NULL, &r);
+    assert_int_equal(h_expect_error(&r, 404, "unknown_sku"), 0);
+    h_resp_free(&r);
+}
+
+/* ---- while orders run --------------------------------------------------------- */
+
+struct traffic {
+    int port;
+    const char *sku;
+    atomic_bool stop;
+    atomic_int created, sold_out, other;
+    char other_example[300];
+    pthread_mutex_t mu;
+};
+
+static void *order_client(void *arg)
+{
+    struct traffic *t = arg;
+    while (!atomic_load(&t->stop)) {
+        struct h_resp r;
+        int st = h_order(t->port, t->sku, 1, NULL, &r);
+        char code[64];
+        h_error_code(&r, code, sizeof code);
+        if (st == 201)
+            atomic_fetch_add(&t->created, 1);
+        else if (st == 409 && strcmp(code, "sold_out") == 0)
+            atomic_fetch_add(&t->sold_out, 1);
+        else if (atomic_fetch_add(&t->other, 1) == 0) {
+            pthread_mutex_lock(&t->mu);
+            snprintf(t->other_example, sizeof t->other_example, "%d %.200s", st, r.body);
+            pthread_mutex_unlock(&t->mu);
+        }
+        h_resp_free(&r);
+    }
+    return NULL;
+}
+
+struct admin_burst {
+    int port;
+    const char *sku;
+    int status[2];
+};
+
+/* Two restocks at once, from two threads: one waits for the other's turn. */
+static void restock_worker(int idx, void *ctx)
+{
+    struct admin_burst *b = ctx;
+    char rid[32];
+    snprintf(rid, sizeof rid, "par-%d", idx);
+    b->status[idx] = restock(b->port, b->sku, 10, rid, NULL);
+}
+
+/* Restocks and rebalances while three client threads order, in `mode`: every admin
+ * write 200, and in the end the audit holds with initial raised by every restock and
+ * sold = the 201s. */
+static void adjust_under_load(struct h_cluster_env *f, const char *sku, const char *mode)
+{
+    h_deadline(90);
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 10000, 10, mode, 0), 0);
+    struct traffic t = {.port = f->port, .sku = sku};
+    pthread_mutex_init(&t.mu, NULL);
+    pthread_t clients[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&clients[i], NULL, order_client, &t), 0);
+    long long initial = 10000;
+    int statuses[16], k = 0;
+    for (int round = 0; round < 5; round++) {
+        h_sleep_ms(60);
+        char rid[32];
+        snprintf(rid, sizeof rid, "load-%s-%d", mode, round);
+        statuses[k++] = restock(f->port, sku, 100 + round, rid, NULL);
+        initial += 100 + round;
+        h_sleep_ms(60);
+        snprintf(rid, sizeof rid, "load-rb-%s-%d", mode, round);
+        statuses[k++] = rebalance(f->port, sku, rid, NULL);
+    }
+    struct admin_burst b = {.port = f->port, .sku = sku};
+    assert_int_equal(h_parallel(2, restock_worker, &b), 0);
+    initial += 20;
+    h_sleep_ms(200);
+    atomic_store(&t.stop, true);
+    for (int i = 0; i < 3; i++)
+        pthread_join(clients[i], NULL);
+    fprintf(stderr, "%s (%s): %d x 201, %d x sold_out, %d other%s%s; %lld left of %lld\n",
+            sku, mode, atomic_load(&t.created), atomic_load(&t.sold_out),
+            atomic_load(&t.other), atomic_load(&t.other) ? ": " : "", t.other_example,
+            sku_field(f->port, sku, "remaining"), initial);
+    for (int i = 0; i < k; i++)
+        assert_int_equal(statuses[i], 200);
+    assert_int_equal(b.status[0], 200);
+    assert_int_equal(b.status[1], 200);
+    assert_int_equal(atomic_load(&t.other), 0);
+    assert_true(atomic_load(&t.created) > 0);
+    assert_int_equal(h_audit(f->port, NULL, sku, initial, true), 0);
+    assert_int_equal(sku_field(f->port, sku, "sold"), atomic_load(&t.created));
+    pthread_mutex_destroy(&t.mu);
+}
+
+static void test_adjust_under_load_lock(void **state)
+{
+    adjust_under_load(*state, "a-load-lock", "lock");
+}
+
+static void test_adjust_under_load_atomic(void **state)
+{
+    adjust_under_load(*state, "a-load-atomic", "atomic");
+}
+
+/* ---- an adjust whose process died --------------------------------------------- */
+
+/* Put a dead intent into the meta of `sku`: its lease ended long ago. */
+static void dead_intent(struct h_cluster_env *f, const char *sku, const char *id,
+                        const char *op, const char *add, const char *plan,
+                        const char *rid, const char *sig)
+{
+    char meta[SEG_KEY_MAX];
+    seg_key_meta(meta, sku);
+    command_on(f, meta,
+               "HSET %s adj %s adj_op %s adj_add %s adj_plan %s adj_rid %s adj_sig %s "
+               "adj_owner dead-runner adj_until 1",
+               meta, id, op, add, plan, rid, sig);
+}
+
+/* A restock that died after one give (segment 1's, with its mark) and a rebalance that
+ * died after its take (units in transit): each is rolled forward by the next adjust
+ * over HTTP, exactly once, before that one's own; the audit holds after; the dead
+ * restock's request id then answers as applied. */
+static void test_dead_adjust_taken_over(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-dead";
+    char placed[96], key[SEG_KEY_MAX];
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 40, 4, "lock", 0), 0);
+    placed_as(f->port, sku, placed, sizeof placed);
+
+    /* A restock of 8 (2 per segment) that gave segment 1 its 2 and died. */
+    dead_intent(f, sku, "dead-restock", "restock", "8", "2,2,2,2", "dead-rs",
+                "restock:8");
+    command_on(f, seg_key_stock(key, placed, 1), "INCRBY %s 2", key);
+    command_on(f, seg_key_adjust(key, placed, 1), "HSET %s dead-restock 2", key);
+    assert_int_equal(restock(f->port, sku, 4, "new-rs", NULL), 200);
+    assert_int_equal(h_audit(f->port, NULL, sku, 52, false), 0);
+    long long stock[4];
+    segment_stocks(f->port, sku, stock, 4);
+    for (int i = 0; i < 4; i++) /* 10 + 2 (the dead one) + 1 (the new one) */
+        assert_int_equal(stock[i], 13);
+    /* The dead restock's own retry is its replay: nothing added. */
+    assert_int_equal(restock(f->port, sku, 8, "dead-rs", NULL), 200);
+    assert_int_equal(sku_field(f->port, sku, "initial"), 52);
+    /* Its marks went with its commit. */
+    assert_int_equal(integer_on(f, seg_key_adjust(key, placed, 1), "HLEN %s", key), 0);
+
+    /* A rebalance that took 6 from segment 0 (as planned: 16 there, 12 elsewhere, so 2
+     * for each other segment) and died with the units in transit. */
+    dead_intent(f, sku, "dead-rebalance", "rebalance", "0", "-6,2,2,2", "dead-rb",
+                "rebalance:0");
+    command_on(f, seg_key_stock(key, placed, 0), "DECRBY %s 6", key);
+    command_on(f, seg_key_adjust(key, placed, 0), "HSET %s dead-rebalance 6", key);
+    assert_int_equal(sku_field(f->port, sku, "remaining"), 46); /* 6 in transit */
+    assert_int_equal(rebalance(f->port, sku, "new-rb", NULL), 200);
+    assert_int_equal(h_audit(f->port, NULL, sku, 52, false), 0);
+    segment_stocks(f->port, sku, stock, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(stock[i], 13);
+    assert_int_equal(rebalance(f->port, sku, "dead-rb", NULL), 200);
+    assert_int_equal(h_audit(f->port, NULL, sku, 52, false), 0);
+
+    /* A live intent (its lease running) is waited for, then 503 busy; nothing done. */
+    char meta[SEG_KEY_MAX], until[32];
+    seg_key_meta(meta, sku);
+    snprintf(until, sizeof until, "%lld", 4102444800000LL); /* 2100 */
+    dead_intent(f, sku, "live", "restock", "4", "1,1,1,1", "live-rs", "restock:4");
+    command_on(f, meta, "HSET %s adj_until %s", meta, until);
+    struct h_resp resp;
+    restock(f->port, sku, 4, "blocked", &resp);
+    assert_int_equal(h_expect_error(&resp, 503, "busy"), 0);
+    h_resp_free(&resp);
+    /* Once it is dead it is finished by the next one. */
+    command_on(f, meta, "HSET %s adj_until 1", meta);
+    assert_int_equal(restock(f->port, sku, 4, "blocked", NULL), 200);
+    assert_int_equal(h_audit(f->port, NULL, sku, 60, false), 0);
+    segment_stocks(f->port, sku, stock, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(stock[i], 15);
+}
+
+/* A reset removes an adjust's intent: the dead one is not rolled forward into the new
+ * sale, and the SKU adjusts again at once. */
+static void test_reset_clears_intent(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-reset";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 40, 4, "lock", 0), 0);
+    dead_intent(f, sku, "before-reset", "restock", "8", "2,2,2,2", "old-rs", "restock:8");
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 20, 4, "lock", 0), 0);
+    assert_int_equal(restock(f->port, sku, 4, NULL, NULL), 200);
+    assert_int_equal(h_audit(f->port, NULL, sku, 24, false), 0);
+    long long stock[4];
+    segment_stocks(f->port, sku, stock, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(stock[i], 6);
+}
+
+/* The seam's "spread" on a cluster (the automatic rebalance's op, which the engine
+ * does not send there; sku_spread would): a rebalance only when it puts stock in more
+ * segments, without a request id. */
+static void test_spread_in_seam(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-spread";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 8, 4, "lock", 0), 0);
+    for (int i = 0; i < 2; i++) /* each empties a segment */
+        assert_int_equal(h_order(f->port, sku, 2, NULL, NULL), 201);
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 0),
+                                   .timeout_ms = 2000,
+                                   .cluster = true};
+    rd_conn *c = rd_conn_create(&seed, NULL);
+    struct rd_meta meta;
+    assert_int_equal(rd_meta_read(c, sku, &meta), 1);
+    struct rd_reply out;
+    assert_int_equal(
+        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, &out), 0);
+    assert_int_equal(out.code, RD_OK);
+    assert_true(out.value > meta.gen);
+    long long stock[4];
+    segment_stocks(f->port, sku, stock, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(stock[i], 1);
+    /* Every segment holds stock: nothing to do. */
+    assert_int_equal(
+        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, &out), 0);
+    assert_int_equal(out.code, RD_OK);
+    assert_int_equal(out.value, 0);
+    /* A stale view is refused. */
+    assert_int_equal(rd_adjust(c, sku, meta.epoch + 1, 4, NULL, "rebalance", 0, 1000,
+                               NULL, NULL, &out),
+                     0);
+    assert_int_equal(out.code, RD_STALE);
+    rd_conn_free(c);
+    assert_int_equal(h_audit(f->port, NULL, sku, 8, false), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restock),
+        cmocka_unit_test(test_rebalance),
+        cmocka_unit_test(test_adjust_under_load_lock),
+        cmocka_unit_test(test_adjust_under_load_atomic),
+        cmocka_unit_test(test_dead_adjust_taken_over),
+        cmocka_unit_test(test_reset_clears_intent),
+        cmocka_unit_test(test_spread_in_seam),
+    };
+    int failed =
+        cmocka_run_group_tests_name("cluster_admin", tests, group_setup, group_teardown);
+    return h_exit_status(failed);
+}
