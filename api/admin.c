@@ -123,6 +123,13 @@ static void write_failed(const struct api_ctx *ctx, struct api_request *req,
                          req->request_id);
     else if (s == INV_UNKNOWN_SKU)
         api_reply_status(rep, s, "no sku %s", req->name);
+    else if (s == INV_NOT_REPLICATED)
+        api_reply_status(
+            rep, s,
+            "%s sku %s was applied but no replica confirmed it in time, so "
+            "a failover may lose it%s%s%s",
+            what, req->name, req->request_id[0] != '\0' ? "; retry with request id " : "",
+            req->request_id, req->request_id[0] != '\0' ? ": 200 once it holds" : "");
     else
         api_reply_status(rep, s, "cannot %s sku %s", what, req->name);
 }

@@ -142,6 +142,18 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     }
     if (code == RD_STALE) /* the next try must not trust the cached view */
         skutab_invalidate(c->v, p->sku);
+    if (code == RD_OK && view.cfg.replicated) {
+        /* Durability "replicated": 200 once a replica has the cancel too; else 503
+         * not_replicated, and the retry answers 200 from the cancelled record. */
+        int replicas = rd_wait(c->rd, placed, p->n, p->seg, id, p->sku,
+                               c->v->opt.redis_timeout_ms / 2);
+        if (replicas < 1) {
+            free(*record);
+            *record = NULL;
+            free(p);
+            return replicas < 0 ? INV_UNAVAILABLE : INV_NOT_REPLICATED;
+        }
+    }
     free(p);
     switch (code) {
     case RD_OK:

@@ -164,6 +164,18 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     return code;
 }
 
+/* Durability "replicated": a restock or rebalance is 200 once a replica has it too,
+ * on every node it wrote (the segments', the meta's); else 503 not_replicated, and its
+ * retry under the same request id answers 200 (replayed). */
+static inv_status replicated(inv_conn *c, const char *sku, const struct sku_view *view)
+{
+    char placed[RD_SKU_PLACED_MAX];
+    rd_sku_placed(placed, sku, view->salt);
+    int replicas = rd_wait(c->rd, placed, view->cfg.segments, NULL, NULL, sku,
+                           c->v->opt.redis_timeout_ms / 2);
+    return replicas < 0 ? INV_UNAVAILABLE : replicas < 1 ? INV_NOT_REPLICATED : INV_OK;
+}
+
 /* Restock (`add` units) or rebalance (add 0) every segment of `sku`, with the view of
  * the SKU re-read whenever the script finds it stale. On a cluster, another adjust (or
  * a reset) of the SKU under way answers BUSY: tried again within lock_wait_ms, as a
@@ -190,6 +202,8 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
             continue;
         }
         int got = admin_status(code);
+        if (got == INV_OK && view.cfg.replicated && rid != NULL)
+            return replicated(c, sku, &view);
         if (got >= 0)
             return (inv_status)got;
         skutab_invalidate(c->v, sku);

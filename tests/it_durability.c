@@ -1,7 +1,8 @@
 /* it_durability.c -- a SKU's durability "replicated" against a real redis-server and
  * its replica: an order is 201 only once WAIT says a replica has it; without a
  * replica it is 503 not_replicated naming the order id, the order stands on the
- * master, and its retry answers 200; "async" SKUs are untouched. A service started
+ * master, and its retry answers 200; likewise a cancel and a restock; "async" SKUs are
+ * untouched. A service started
  * with --durability replicated gives that durability to SKUs created without one.
  */
 #include <setjmp.h>
@@ -94,6 +95,45 @@ static void test_replicated_needs_a_replica(void **state)
     assert_int_equal(h_audit(e->port, NULL, "dur-rep", 10, true), 0);
 }
 
+/* Cancel and restock of a "replicated" SKU: without a replica each is applied but
+ * answered 503 not_replicated; once a replica is in sync their retries answer 200,
+ * each applied once. */
+static void test_cancel_and_restock_replicated(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(90);
+    put(e->port, "dur-adm", "replicated");
+    struct h_resp r;
+    h_order(e->port, "dur-adm", 2, "dur-a1", &r);
+    assert_int_equal(h_expect_error(&r, 503, "not_replicated"), 0);
+    h_resp_free(&r);
+
+    h_req(e->port, "DELETE", "/orders/dur-a1", NULL, NULL, &r);
+    assert_int_equal(h_expect_error(&r, 503, "not_replicated"), 0);
+    assert_non_null(strstr(r.body, "dur-a1"));
+    h_resp_free(&r);
+    const char *restock = "{\"qty\": 5, \"request_id\": \"dur-rs-1\"}";
+    h_req(e->port, "POST", "/admin/skus/dur-adm/restock", NULL, restock, &r);
+    assert_int_equal(h_expect_error(&r, 503, "not_replicated"), 0);
+    assert_non_null(strstr(r.body, "dur-rs-1"));
+    h_resp_free(&r);
+
+    h_redis *replica = attach_replica(e, e->port, "dur-adm", "dur-adm-sync");
+    assert_int_equal(h_req(e->port, "DELETE", "/orders/dur-a1", NULL, NULL, &r), 200);
+    json_t *o = h_resp_json(&r);
+    assert_string_equal(json_string_value(json_object_get(o, "status")), "cancelled");
+    json_decref(o);
+    h_resp_free(&r);
+    assert_int_equal(
+        h_req(e->port, "POST", "/admin/skus/dur-adm/restock", NULL, restock, &r), 200);
+    h_resp_free(&r);
+    h_redis_free(replica);
+    json_t *j = h_get_sku(e->port, NULL, "dur-adm");
+    assert_int_equal(json_integer_value(json_object_get(j, "initial")), 15);
+    json_decref(j);
+    assert_int_equal(h_audit(e->port, NULL, "dur-adm", 15, true), 0);
+}
+
 /* --durability replicated: a SKU created without "durability" is "replicated" (no
  * replica: 503 not_replicated; with one: 201); a body that names "async" wins. */
 static void test_durability_setting_is_the_default(void **state)
@@ -137,6 +177,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replicated_needs_a_replica),
+        cmocka_unit_test(test_cancel_and_restock_replicated),
         cmocka_unit_test(test_durability_setting_is_the_default),
         cmocka_unit_test(test_durability_is_checked),
     };

@@ -237,6 +237,48 @@ int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
     return scripted(c, &cmd, out);
 }
 
+/* ---- durability ---------------------------------------------------------------- */
+
+int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *id,
+            const char *sku, int timeout_ms)
+{
+    int least = -1, nodes = 0;
+    int *waited = seg_malloc(sizeof *waited * (size_t)(n + 2));
+    for (int k = 0; k < n + 2; k++) {
+        struct rd_cmd cmd;
+        if (k < n)
+            proto_wait_segment(&cmd, placed, seg != NULL ? seg[k] : k, timeout_ms);
+        else if (k == n && id != NULL)
+            proto_wait_record(&cmd, id, timeout_ms);
+        else if (k == n + 1 && sku != NULL)
+            proto_wait_meta(&cmd, sku, timeout_ms);
+        else
+            continue;
+        /* One connection per node: its WAIT covers every write made on it. */
+        int node = store_cluster(c) ? store_slot_node(c, cmd.slot) : 0;
+        bool seen = false;
+        for (int j = 0; j < nodes && node >= 0; j++)
+            seen |= waited[j] == node;
+        if (seen) {
+            cmd_free(&cmd);
+            continue;
+        }
+        redisReply *r = run(c, &cmd);
+        long long got = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (r != NULL)
+            freeReplyObject(r);
+        if (got < 0) {
+            free(waited);
+            return -1;
+        }
+        least = least < 0 || got < least ? (int)got : least;
+        if (node >= 0)
+            waited[nodes++] = node;
+    }
+    free(waited);
+    return least < 0 ? 0 : least;
+}
+
 /* ---- the whole SKU ------------------------------------------------------------- */
 
 int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,

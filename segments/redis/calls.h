@@ -211,6 +211,16 @@ char *rd_plan_build(const char *placed, long long epoch, const struct rd_parts *
  * stays done; the rest is tried again next time). */
 int rd_intents_settle(rd_conn *c, const char *attempt, long long before_ms, int *settled);
 
+/* ---- durability ---------------------------------------------------------------- */
+
+/* WAIT 1 timeout_ms on every node this connection wrote for a change: the nodes of
+ * segments seg[0..n-1] of `placed` (seg NULL: 0..n-1), of the record of `id` and of
+ * the meta of `sku` (either may be NULL); once per node (a standalone Redis: one
+ * WAIT). The fewest replicas any of them reached, or -1. Keep timeout_ms well under
+ * the connection's timeout. */
+int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *id,
+            const char *sku, int timeout_ms);
+
 /* ---- the whole SKU ------------------------------------------------------------- */
 
 /* ADJUST: `op` "restock" (add units, raising initial; refused past `limit` as

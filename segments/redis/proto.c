@@ -243,6 +243,15 @@ void proto_wait_record(struct rd_cmd *c, const char *id, int timeout_ms)
     cmd_argll(c, timeout_ms);
 }
 
+void proto_wait_meta(struct rd_cmd *c, const char *sku, int timeout_ms)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "WAIT");
+    cmd_route_as(c, seg_key_meta(key, sku));
+    cmd_arg(c, "1");
+    cmd_argll(c, timeout_ms);
+}
+
 void proto_stock_read(struct rd_cmd *c, const char *sku, int i)
 {
     char key[SEG_KEY_MAX];

@@ -70,6 +70,7 @@ void proto_stock_read(struct rd_cmd *c, const char *sku, int i);
  * replicas have every write of this connection so far. */
 void proto_wait_segment(struct rd_cmd *c, const char *sku, int i, int timeout_ms);
 void proto_wait_record(struct rd_cmd *c, const char *id, int timeout_ms);
+void proto_wait_meta(struct rd_cmd *c, const char *sku, int timeout_ms);
 void proto_release(struct rd_cmd *c, const char *sku, int i, const char *token);
 void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
 void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,
