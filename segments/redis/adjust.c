@@ -131,25 +131,6 @@ static void cmd_commit(struct rd_cmd *c, const char *sku, const struct intent *i
     cmd_arg(c, in->sig);
 }
 
-/* Send `cmd` (freed here) and read the script's code: the code, or -1 when Redis gave
- * no usable answer. When `kept` is not NULL, the reply of a code in `keep` (a bit per
- * code) is handed over there (the caller frees it); any other is freed. */
-static int step(rd_conn *c, struct rd_cmd *cmd, unsigned keep, redisReply **kept)
-{
-    redisReply *r = store_run(c, cmd);
-    cmd_free(cmd);
-    struct rd_reply out;
-    int rc = r != NULL ? proto_scripted(r, &out) : -1;
-    int code = rc < 0 ? -1 : out.code;
-    if (rc == 0)
-        rd_reply_clear(&out);
-    if (kept != NULL && code >= 0 && (keep & (1u << code)) != 0)
-        *kept = r;
-    else if (r != NULL)
-        freeReplyObject(r);
-    return code;
-}
-
 /* The string at element i of `r` into buf[0..len): 0, or -1 when absent or too long. */
 static int element_str(const redisReply *r, size_t i, char *buf, size_t len)
 {
@@ -228,8 +209,7 @@ static void drop_marks(rd_conn *c, const char *placed, int n, const struct inten
         cmd_plain(&cmd, "HDEL");
         cmd_key(&cmd, seg_key_adjust(key, placed, i));
         cmd_arg(&cmd, in->id);
-        redisReply *r = store_run(c, &cmd);
-        cmd_free(&cmd);
+        redisReply *r = store_call(c, &cmd);
         if (r == NULL) {
             rd_log(true, "adjust marks", rd_conn_error(c));
             return;
@@ -251,7 +231,7 @@ static int finish(rd_conn *c, const char *sku, const char *placed, long long epo
         if (in->delta[i] >= 0)
             continue;
         cmd_segment(&cmd, SCRIPT_ADJUST_TAKE, placed, i, epoch, in, -in->delta[i]);
-        if ((code = step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
+        if ((code = store_step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
             return code;
         long long took = r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
         freeReplyObject(r);
@@ -268,11 +248,11 @@ static int finish(rd_conn *c, const char *sku, const char *placed, long long epo
             continue;
         taken -= restock ? 0 : give;
         cmd_segment(&cmd, SCRIPT_ADJUST_GIVE, placed, i, epoch, in, give);
-        if ((code = step(c, &cmd, 0, NULL)) != RD_OK)
+        if ((code = store_step(c, &cmd, 0, NULL)) != RD_OK)
             return code;
     }
     cmd_commit(&cmd, sku, in);
-    code = step(c, &cmd, 1u << RD_OK, &r);
+    code = store_step(c, &cmd, 1u << RD_OK, &r);
     if (code != RD_OK)
         return code;
     *gen = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;
@@ -288,8 +268,7 @@ static int current_salt(rd_conn *c, const char *sku, long long epoch, int segmen
 {
     struct rd_cmd cmd;
     proto_meta_read(&cmd, sku);
-    redisReply *r = store_run(c, &cmd);
-    cmd_free(&cmd);
+    redisReply *r = store_call(c, &cmd);
     struct rd_meta meta = {.segments = 0};
     int found = 0;
     int rc = r != NULL ? proto_meta(r, &meta, &found) : -1;
@@ -334,7 +313,7 @@ int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
         struct rd_cmd cmd;
         redisReply *r = NULL;
         cmd_begin(&cmd, sku, epoch, n, limit, &in);
-        int code = step(c, &cmd, 1u << RD_OK | 1u << RD_EXISTS, &r);
+        int code = store_step(c, &cmd, 1u << RD_OK | 1u << RD_EXISTS, &r);
         if (code == RD_EXISTS) { /* a dead intent, ours now: roll it forward first */
             struct intent was = {.delta = dead};
             memcpy(was.owner, in.owner, sizeof was.owner);

@@ -13,26 +13,6 @@
 #include "segments/redis/store.h"
 #include "base/xalloc.h"
 
-/* Send `cmd` (freed here) and hand its reply to the caller: NULL when Redis gave no
- * usable answer. */
-static redisReply *run(rd_conn *c, struct rd_cmd *cmd)
-{
-    redisReply *r = store_run(c, cmd);
-    cmd_free(cmd);
-    return r;
-}
-
-/* Send `cmd` and decode a script's reply into `out`: 0 or -1. */
-static int scripted(rd_conn *c, struct rd_cmd *cmd, struct rd_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    redisReply *r = run(c, cmd);
-    int rc = r != NULL ? proto_scripted(r, out) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc;
-}
-
 const char *rd_sku_placed(char *buf, const char *sku, int salt)
 {
     return seg_key_placed(buf, sku, salt);
@@ -60,7 +40,7 @@ int rd_ping(rd_conn *c)
 {
     struct rd_cmd cmd;
     proto_ping(&cmd);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;
     freeReplyObject(r);
@@ -71,7 +51,7 @@ int rd_meta_read(rd_conn *c, const char *sku, struct rd_meta *out)
 {
     struct rd_cmd cmd;
     proto_meta_read(&cmd, sku);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     int found = 0;
     int rc = r != NULL ? proto_meta(r, out, &found) : -1;
     if (r != NULL)
@@ -85,7 +65,7 @@ int rd_record_read(rd_conn *c, const char *id, char **record)
     char owner[SEG_NAME_MAX + 1];
     long long epoch;
     proto_record_read(&cmd, id);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     int rc = r != NULL ? proto_record(r, record, owner, &epoch) : -1;
     if (r != NULL)
         freeReplyObject(r);
@@ -136,7 +116,7 @@ int rd_skus_list(rd_conn *c, char ***names, size_t *n)
 {
     struct rd_cmd cmd;
     proto_skus_list(&cmd);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;
     char **out = seg_malloc(sizeof *out * (r->elements + 1));
@@ -157,7 +137,7 @@ int rd_acquire(rd_conn *c, const char *sku, long long epoch, int i, const char *
 {
     struct rd_cmd cmd;
     proto_acquire(&cmd, sku, epoch, i, id, qty, token, ttl_ms);
-    return scripted(c, &cmd, out);
+    return store_script(c, &cmd, out);
 }
 
 int rd_deduct(rd_conn *c, const char *sku, long long epoch, int i, const char *token,
@@ -166,14 +146,14 @@ int rd_deduct(rd_conn *c, const char *sku, long long epoch, int i, const char *t
 {
     struct rd_cmd cmd;
     proto_deduct(&cmd, sku, epoch, i, token, attempt, id, qty, record);
-    return scripted(c, &cmd, out);
+    return store_script(c, &cmd, out);
 }
 
 int rd_lock(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms)
 {
     struct rd_cmd cmd;
     proto_lock(&cmd, sku, i, token, ttl_ms);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     int taken = 0;
     int rc = r != NULL ? proto_taken(r, token, &taken) : -1;
     if (r != NULL)
@@ -184,7 +164,7 @@ int rd_lock(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms)
 /* RELEASE or RENEW: 1 done, 0 not ours, -1. */
 static int compare_and(rd_conn *c, struct rd_cmd *cmd)
 {
-    redisReply *r = run(c, cmd);
+    redisReply *r = store_call(c, cmd);
     int done = 0;
     int rc = r != NULL ? proto_done(r, &done) : -1;
     if (r != NULL)
@@ -215,7 +195,7 @@ int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id
     struct rd_cmd cmd;
     proto_deduct_multi(&cmd, sku, epoch, id, record, attempt, p);
     memset(out, 0, sizeof *out);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     int rc = r != NULL ? proto_multi(r, p->n, out, stocks) : -1;
     if (r != NULL)
         freeReplyObject(r);
@@ -234,7 +214,7 @@ int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
         return cancel_cluster(c, sku, epoch, id, cancelled, expected, p, out);
     struct rd_cmd cmd;
     proto_cancel(&cmd, sku, epoch, id, cancelled, expected, p);
-    return scripted(c, &cmd, out);
+    return store_script(c, &cmd, out);
 }
 
 /* ---- durability ---------------------------------------------------------------- */
@@ -263,7 +243,7 @@ int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *i
             cmd_free(&cmd);
             continue;
         }
-        redisReply *r = run(c, &cmd);
+        redisReply *r = store_call(c, &cmd);
         long long got = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         if (r != NULL)
             freeReplyObject(r);
@@ -289,7 +269,7 @@ int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
         return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, out);
     struct rd_cmd cmd;
     proto_adjust(&cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
-    return scripted(c, &cmd, out);
+    return store_script(c, &cmd, out);
 }
 
 /* Records dropped per DROP_RECORDS call: a reset of a SKU with a million orders
@@ -305,7 +285,7 @@ static void drop_records(rd_conn *c, const char *sku, long long epoch, char *con
     for (size_t i = 0; i < n; i += batch) {
         struct rd_cmd cmd;
         proto_drop_records(&cmd, sku, epoch, ids + i, n - i < batch ? n - i : batch);
-        redisReply *r = run(c, &cmd);
+        redisReply *r = store_call(c, &cmd);
         if (r == NULL) {
             char detail[160];
             snprintf(detail, sizeof detail, "%s: %zu records left (dead): %s", sku, n - i,
@@ -326,24 +306,6 @@ static void take_ids(const redisReply *r, char ***ids, size_t *n)
     for (size_t i = 1; i < r->elements; i++)
         if (r->element[i]->type == REDIS_REPLY_STRING)
             (*ids)[(*n)++] = seg_strdup(r->element[i]->str);
-}
-
-/* Run `cmd` (freed) and read its code: the code, or -1 when Redis gave no usable
- * answer. An OK reply is handed over in *kept (the caller frees it) when `kept` is
- * not NULL; any other is freed here. */
-static int step(rd_conn *c, struct rd_cmd *cmd, redisReply **kept)
-{
-    redisReply *r = run(c, cmd);
-    struct rd_reply out;
-    int rc = r != NULL ? proto_scripted(r, &out) : -1;
-    int code = rc < 0 ? -1 : out.code;
-    if (rc == 0)
-        rd_reply_clear(&out);
-    if (kept != NULL && code == RD_OK)
-        *kept = r;
-    else if (r != NULL)
-        freeReplyObject(r);
-    return code;
 }
 
 /* CANCEL on a cluster, where the record, the segments and the meta are slots of their
@@ -377,7 +339,7 @@ static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const ch
     int code = RD_OK;
     for (int k = 0; k < p->n; k++) { /* each step releases its segment's lock */
         proto_cancel_segment(&cmd, sku, epoch, p->seg[k], id, p->tok[k], k == 0);
-        code = step(c, &cmd, NULL);
+        code = store_step(c, &cmd, 0, NULL);
         if (code != RD_OK && code != RD_EXISTS) { /* EXISTS: done by a cancel that died */
             for (int j = k + 1; j < p->n; j++)
                 rd_release(c, sku, p->seg[j], p->tok[j]);
@@ -386,14 +348,14 @@ static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const ch
         }
     }
     proto_cancel_record(&cmd, id, expected, cancelled);
-    if ((code = step(c, &cmd, NULL)) < 0)
+    if ((code = store_step(c, &cmd, 0, NULL)) < 0)
         return -1;
     if (code != RD_OK) {
         out->code = RD_STALE;
         return 0;
     }
     proto_gen_bump(&cmd, sku);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;
     freeReplyObject(r);
@@ -472,7 +434,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     rd_sku_placed(placed, sku, to->salt);
     proto_reset_begin(&cmd, sku, old_epoch, old_segments, to->epoch, to->segments,
                       RESET_LEASE_MS, rid, sig);
-    int code = step(c, &cmd, &r);
+    int code = store_step(c, &cmd, 1u << RD_OK, &r);
     if (code != RD_OK)
         return code;
     long long dead = r->elements > 2 ? proto_integer(r->element[1], 0) : 0;
@@ -485,16 +447,16 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
         long long share = n ? to->stock / n + (i < to->stock % n) : 0;
         proto_reset_segment(&cmd, placed, i, old_epoch, dead, to->epoch,
                             i < n ? share : -1);
-        if ((code = step(c, &cmd, &r)) != RD_OK)
+        if ((code = store_step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
             return code;
         take_ids(r, ids, nids);
         freeReplyObject(r);
     }
     proto_reset_commit(&cmd, sku, to, rid, sig);
-    if ((code = step(c, &cmd, NULL)) != RD_OK)
+    if ((code = store_step(c, &cmd, 0, NULL)) != RD_OK)
         return code;
     proto_skus_change(&cmd, sku, n > 0);
-    if ((r = run(c, &cmd)) == NULL)
+    if ((r = store_call(c, &cmd)) == NULL)
         return -1;
     freeReplyObject(r);
     return RD_OK;
@@ -523,7 +485,7 @@ int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
         return code < 0 ? -1 : 0;
     }
     proto_reset(&cmd, sku, old_epoch, old_segments, to, rid, sig);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     int rc = r != NULL ? proto_reset_ids(r, out, &ids, &n) : -1;
     if (r != NULL)
         freeReplyObject(r);

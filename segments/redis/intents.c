@@ -64,29 +64,11 @@ void proto_plan_free(struct proto_plan *p)
     p->n = 0;
 }
 
-static redisReply *run(rd_conn *c, struct rd_cmd *cmd)
-{
-    redisReply *r = store_run(c, cmd);
-    cmd_free(cmd);
-    return r;
-}
-
-/* A script's code (the reply in *out, to rd_reply_clear), or -1. */
-static int script(rd_conn *c, struct rd_cmd *cmd, struct rd_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    redisReply *r = run(c, cmd);
-    int rc = r != NULL ? proto_scripted(r, out) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc < 0 ? -1 : out->code;
-}
-
 static int intent_done(rd_conn *c, const char *id)
 {
     struct rd_cmd cmd;
     proto_intent_done(&cmd, id);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;
     freeReplyObject(r);
@@ -106,7 +88,7 @@ static int settle(rd_conn *c, const char *attempt, const char *id)
 {
     struct rd_cmd cmd;
     proto_claim_read(&cmd, id);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
         if (r != NULL)
             freeReplyObject(r);
@@ -127,7 +109,7 @@ static int settle(rd_conn *c, const char *attempt, const char *id)
      * one the claim had when taken. */
     struct rd_reply out;
     proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, NULL, RD_PLAN_KEEP);
-    int code = script(c, &cmd, &out);
+    int code = store_script(c, &cmd, &out) < 0 ? -1 : out.code;
     struct proto_plan p = {.n = 0};
     bool undo = false;
     if (code == RD_MISSING && out.record != NULL && out.plan != NULL &&
@@ -137,7 +119,7 @@ static int settle(rd_conn *c, const char *attempt, const char *id)
         rd_reply_clear(&out);
         proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, dead, RD_PLAN_KEEP);
         free(dead);
-        code = script(c, &cmd, &out);
+        code = store_script(c, &cmd, &out) < 0 ? -1 : out.code;
         undo = code == RD_OK;
     }
     bool planless = code == RD_MISSING && (out.plan == NULL || out.plan[0] == '\0');
@@ -145,14 +127,12 @@ static int settle(rd_conn *c, const char *attempt, const char *id)
     int rc = code < 0 ? -1 : 0;
     for (int k = 0; undo && k < p.n && rc == 0; k++) {
         proto_undo_part(&cmd, p.placed, p.epoch, p.seg[k], id, k == 0);
-        rc = script(c, &cmd, &out) == RD_OK ? 0 : -1;
-        rd_reply_clear(&out);
+        rc = store_step(c, &cmd, 0, NULL) == RD_OK ? 0 : -1;
     }
     proto_plan_free(&p);
     if (code == RD_OK && rc == 0) { /* the claim given up, its plan with it */
         proto_confirm(&cmd, id, attempt, NULL, name, ep);
-        rc = script(c, &cmd, &out) == RD_OK ? 0 : -1;
-        rd_reply_clear(&out);
+        rc = store_step(c, &cmd, 0, NULL) == RD_OK ? 0 : -1;
     }
     if (rc < 0 || (code != RD_OK && code != RD_EXISTS && !planless))
         return rc; /* failed, or in flight: next time */
@@ -164,7 +144,7 @@ int rd_intents_settle(rd_conn *c, const char *attempt, long long before_ms, int 
     *settled = 0;
     struct rd_cmd cmd;
     proto_intents_due(&cmd, before_ms, 64);
-    redisReply *r = run(c, &cmd);
+    redisReply *r = store_call(c, &cmd);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         if (r != NULL)
             freeReplyObject(r);

@@ -12,6 +12,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
 
 /* One node's connection. */
@@ -447,4 +448,36 @@ int store_pipeline(rd_conn *c, int n, struct rd_cmd *cmds, redisReply **out)
         }
     }
     return 0;
+}
+
+redisReply *store_call(rd_conn *c, struct rd_cmd *cmd)
+{
+    redisReply *r = store_run(c, cmd);
+    cmd_free(cmd);
+    return r;
+}
+
+int store_script(rd_conn *c, struct rd_cmd *cmd, struct rd_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    redisReply *r = store_call(c, cmd);
+    int rc = r != NULL ? proto_scripted(r, out) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
+int store_step(rd_conn *c, struct rd_cmd *cmd, unsigned keep, redisReply **kept)
+{
+    redisReply *r = store_call(c, cmd);
+    struct rd_reply out;
+    int rc = r != NULL ? proto_scripted(r, &out) : -1;
+    int code = rc < 0 ? -1 : out.code;
+    if (rc == 0)
+        rd_reply_clear(&out);
+    if (kept != NULL && code >= 0 && (keep & (1u << code)) != 0)
+        *kept = r;
+    else if (r != NULL)
+        freeReplyObject(r);
+    return code;
 }

@@ -51,6 +51,17 @@ void store_drop(rd_conn *c);
 /* Send `cmd` (a script by EVALSHA, EVAL after NOSCRIPT) and wait for its reply. */
 redisReply *store_run(rd_conn *c, struct rd_cmd *cmd);
 
+/* What every caller of the seam's blocking calls does with store_run:
+ * store_call   sends `cmd`, frees it, and hands over the reply (NULL: no usable one);
+ * store_script sends a script's `cmd` (freed) and decodes its reply into `out` (to
+ *              rd_reply_clear): 0, or -1 when Redis gave no usable answer;
+ * store_step   sends a script's `cmd` (freed) and answers its code, or -1; when `kept`
+ *              is not NULL, the reply of a code in `keep` (a bit per code) is handed
+ *              over there (the caller frees it), any other is freed. */
+redisReply *store_call(rd_conn *c, struct rd_cmd *cmd);
+int store_script(rd_conn *c, struct rd_cmd *cmd, struct rd_reply *out);
+int store_step(rd_conn *c, struct rd_cmd *cmd, unsigned keep, redisReply **kept);
+
 /* Send cmds[0..n-1] (plain commands) and read their replies into out[0..n-1]: in one
  * round trip to a standalone Redis, one by one (each to its slot's master) on a
  * cluster. 0, or -1 with nothing to free. */
