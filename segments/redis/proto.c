@@ -225,31 +225,31 @@ void proto_order_in_segment(struct rd_cmd *c, const char *sku, int i, const char
     cmd_arg(c, id);
 }
 
+/* WAIT 1 timeout_ms, sent to the node of `key`. */
+static void wait_at(struct rd_cmd *c, const char *key, int timeout_ms)
+{
+    cmd_plain(c, "WAIT");
+    cmd_route_as(c, key);
+    cmd_arg(c, "1");
+    cmd_argll(c, timeout_ms);
+}
+
 void proto_wait_segment(struct rd_cmd *c, const char *sku, int i, int timeout_ms)
 {
     char key[SEG_KEY_MAX];
-    cmd_plain(c, "WAIT");
-    cmd_route_as(c, seg_key_stock(key, sku, i));
-    cmd_arg(c, "1");
-    cmd_argll(c, timeout_ms);
+    wait_at(c, seg_key_stock(key, sku, i), timeout_ms);
 }
 
 void proto_wait_record(struct rd_cmd *c, const char *id, int timeout_ms)
 {
     char key[SEG_KEY_MAX];
-    cmd_plain(c, "WAIT");
-    cmd_route_as(c, seg_key_order(key, id));
-    cmd_arg(c, "1");
-    cmd_argll(c, timeout_ms);
+    wait_at(c, seg_key_order(key, id), timeout_ms);
 }
 
 void proto_wait_meta(struct rd_cmd *c, const char *sku, int timeout_ms)
 {
     char key[SEG_KEY_MAX];
-    cmd_plain(c, "WAIT");
-    cmd_route_as(c, seg_key_meta(key, sku));
-    cmd_arg(c, "1");
-    cmd_argll(c, timeout_ms);
+    wait_at(c, seg_key_meta(key, sku), timeout_ms);
 }
 
 void proto_stock_read(struct rd_cmd *c, const char *sku, int i)
