@@ -971,6 +971,23 @@ h_redis *h_cluster_node(const h_cluster *c, int i)
     return i >= 0 && i < c->n ? c->node[i] : NULL;
 }
 
+int h_cluster_master_of(const h_cluster *c, const char *key)
+{
+    for (int i = 0; i < c->n; i++) {
+        redisContext *rc = h_redis_connect(c->node[i]);
+        if (rc == NULL)
+            continue;
+        redisReply *r = redisCommand(rc, "EXISTS %s", key);
+        bool here = r != NULL && r->type == REDIS_REPLY_INTEGER;
+        if (r != NULL)
+            freeReplyObject(r);
+        redisFree(rc);
+        if (here)
+            return i;
+    }
+    return -1;
+}
+
 void h_cluster_free(h_cluster *c)
 {
     if (c == NULL)

@@ -137,6 +137,9 @@ h_cluster *h_cluster_start(int masters, int replicas_per_master);
 int h_cluster_size(const h_cluster *c);
 int h_cluster_port(const h_cluster *c, int i);
 h_redis *h_cluster_node(const h_cluster *c, int i);
+/* The node that masters `key` now: the one that answers EXISTS without a redirect;
+ * -1 when none does. */
+int h_cluster_master_of(const h_cluster *c, const char *key);
 
 /* Stop every node (by pid: SIGTERM, SIGKILL after 10 s), remove their dirs, free.
  * NULL is fine. */

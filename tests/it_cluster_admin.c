@@ -131,26 +131,17 @@ static void assert_even(int port, const char *sku)
 static redisReply *vquery_on(struct h_cluster_env *f, const char *key, const char *fmt,
                              va_list ap)
 {
-    for (int i = 0; i < h_cluster_size(f->cluster); i++) {
-        redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
-        assert_non_null(rc);
-        redisReply *r = redisCommand(rc, "EXISTS %s", key);
-        bool here = r != NULL && r->type == REDIS_REPLY_INTEGER;
-        if (r != NULL)
-            freeReplyObject(r);
-        if (!here) { /* MOVED: another master's slot (or a replica) */
-            redisFree(rc);
-            continue;
-        }
-        r = redisvCommand(rc, fmt, ap);
-        redisFree(rc);
-        assert_non_null(r);
-        if (r->type == REDIS_REPLY_ERROR)
-            fail_msg("%s: %s", key, r->str);
-        return r;
-    }
-    fail_msg("no master serves %s", key);
-    return NULL;
+    int i = h_cluster_master_of(f->cluster, key);
+    if (i < 0)
+        fail_msg("no master serves %s", key);
+    redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
+    assert_non_null(rc);
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    redisFree(rc);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("%s: %s", key, r->str);
+    return r;
 }
 
 static void command_on(struct h_cluster_env *f, const char *key, const char *fmt, ...)

@@ -41,23 +41,13 @@ static long long jint(json_t *j, const char *key)
     return json_integer_value(json_object_get(j, key));
 }
 
-/* The cluster node (index) that masters `key`: the one that answers EXISTS without a
- * redirect. */
+/* The cluster node (index) that masters `key`. */
 static int master_of(struct h_cluster_env *f, const char *key)
 {
-    for (int i = 0; i < h_cluster_size(f->cluster); i++) {
-        redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
-        assert_non_null(rc);
-        redisReply *r = redisCommand(rc, "EXISTS %s", key);
-        bool here = r != NULL && r->type == REDIS_REPLY_INTEGER;
-        if (r != NULL)
-            freeReplyObject(r);
-        redisFree(rc);
-        if (here)
-            return i;
-    }
-    fail_msg("no master serves %s", key);
-    return -1;
+    int i = h_cluster_master_of(f->cluster, key);
+    if (i < 0)
+        fail_msg("no master serves %s", key);
+    return i;
 }
 
 /* A command on node i; the reply's integer, 0 for a status (OK), -1 for an error. */

@@ -283,19 +283,12 @@ static void test_sold_out_fast_path(void **state)
 /* The slot's master of key `key`, as a fresh connection. */
 static redisContext *master_of(struct h_cluster_env *f, const char *key)
 {
-    for (int i = 0; i < h_cluster_size(f->cluster); i++) {
-        redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
-        assert_non_null(rc);
-        redisReply *r = redisCommand(rc, "EXISTS %s", key);
-        bool here = r != NULL && r->type == REDIS_REPLY_INTEGER;
-        if (r != NULL)
-            freeReplyObject(r);
-        if (here)
-            return rc;
-        redisFree(rc);
-    }
-    fail_msg("no master serves %s", key);
-    return NULL;
+    int i = h_cluster_master_of(f->cluster, key);
+    if (i < 0)
+        fail_msg("no master serves %s", key);
+    redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, i));
+    assert_non_null(rc);
+    return rc;
 }
 
 static void command_on(struct h_cluster_env *f, const char *key, const char *fmt,
