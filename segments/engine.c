@@ -62,6 +62,7 @@ struct ord {
     char *record;
     bool holding;    /* a lock of ours (lease renewed) */
     bool pipelined;  /* hold_ms 0: the lock went out with the DEDUCT, in one write */
+    bool confirm;    /* a cluster: the DEDUCT wrote no record, CONFIRM writes it */
     bool lease_lost; /* a renewal found it gone */
     int pending;     /* renewals and piped locks owed a reply: the order outlives its
                         answer for them */
@@ -579,7 +580,7 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
     case RD_OK:
         note_stock(o, i, r->value);
         o->res.segment = i;
-        if (rda_cluster(o->e->rd)) { /* the record, in the id's slot */
+        if (o->confirm) { /* the record, in the id's slot */
             rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku,
                         o->view.epoch, on_confirmed, o);
             return;
@@ -620,6 +621,8 @@ static void on_piped_lock(void *arg, int rc, int taken)
 
 static void send_deduct(struct ord *o, const char *token)
 {
+    if (!o->has_id && !o->claim_ok) /* a fresh id: made for the segment's slot */
+        rda_id_for_segment(o->e->rd, o->placed, o->seg, o->res.order_id);
     free(o->record);
     o->record =
         record_build(o->res.order_id, o->sku, o->qty, 1, &o->seg, &o->qty, "confirmed");
@@ -629,8 +632,8 @@ static void send_deduct(struct ord *o, const char *token)
     else
         new_token(o->e, attempt);
     long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
-    rda_deduct(o->e->rd, o->placed, o->view.epoch, o->seg, token, attempt,
-               o->res.order_id, o->qty, o->record, until, on_deduct, o);
+    o->confirm = !rda_deduct(o->e->rd, o->placed, o->view.epoch, o->seg, token, attempt,
+                             o->res.order_id, o->qty, o->record, until, on_deduct, o);
 }
 
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)

@@ -36,10 +36,11 @@
  *             BUSY/SHORT/MISSING                             -> ROUND (next segment)
  *             EXISTS                                         -> DONE (replay/conflict)
  *             STALE                                          -> VIEW (re-read)
- *   DEDUCT    OK -> DONE (201; a cluster: CONFIRM the record in the id's slot
- *             first, no answer -> unavailable, the claim kept); FENCED (a lock held
- * elsewhere, or a lease lost)
- *             -> ROUND; SHORT/MISSING -> ROUND; EXISTS -> DONE; STALE -> VIEW
+ *   DEDUCT    OK -> DONE (201; a cluster and a client's id: CONFIRM the record in
+ *             the id's slot first, no answer -> unavailable, the claim kept; a fresh
+ *             id was made for the segment's slot and the DEDUCT wrote its record);
+ *             FENCED (a lock held elsewhere, or a lease lost) -> ROUND;
+ *             SHORT/MISSING -> ROUND; EXISTS -> DONE; STALE -> VIEW
  *   MULTI     (a cluster: the id into the intents set, then CLAIM with the plan)
  *             the segments needed claimed and locked in ascending order (a claim
  *             held on this loop: wait, first in line for it; a lock held elsewhere:

@@ -1,5 +1,6 @@
-/* it_cluster_multi.c -- multi-segment orders on a real Redis Cluster (3 masters with
- * a replica each, started by the harness).
+/* it_cluster_multi.c -- orders whose steps span slots on a real Redis Cluster (3
+ * masters with a replica each, started by the harness), and instances killed between
+ * the steps.
  *
  * An order no single segment can fill takes parts of several, whose keys live on
  * different masters: its intent is recorded first (the id in the intents set, the
@@ -8,7 +9,10 @@
  * cancelled; and an instance SIGKILLed between the parts (one landed, the other held
  * up by CLIENT PAUSE on its master), after which the retry with the order's id, or
  * when nobody retries the sweeper of the surviving instance, gives the landed part
- * back, so the audit holds and the order is placed at most once.
+ * back, so the audit holds and the order is placed at most once. And orders without
+ * a client id, whose id is made for their segment's slot so that the record is
+ * written with the sale: an instance killed while other masters pause leaves no
+ * sale without its record.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -288,6 +292,100 @@ static void test_dead_between_parts_swept(void **state)
     assert_int_equal(h_audit(f->port, NULL, "cm-swept", 4, false), 0);
 }
 
+struct fresh {
+    int port;
+    int status[6];
+};
+
+static void place_fresh(int idx, void *arg)
+{
+    struct fresh *p = arg;
+    __atomic_store_n(&p->status[idx], h_order(p->port, "cm-fresh", 1, NULL, NULL),
+                     __ATOMIC_SEQ_CST);
+}
+
+static void *place_all_fresh(void *arg)
+{
+    h_parallel(6, place_fresh, arg);
+    return NULL;
+}
+
+/* Orders without a client id: each id is made for its segment's slot, so the DEDUCT
+ * writes the record with the sale. (It was written by CONFIRM on the id's own master:
+ * an instance that died between the two left the sale standing with no record.)
+ * Every master but the segment's pauses writes while 6 such orders run on a second
+ * instance, which is then SIGKILLed: each sale in the segment must have its record. */
+static void test_fresh_id_record_with_sale(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *const one_loop[] = {"--threads", "1", NULL};
+    h_svc *second = h_svc_start_args(h_cluster_node(f->cluster, 1), one_loop);
+    assert_non_null(second);
+    assert_int_equal(h_put_sku(f->port, NULL, "cm-fresh", 10, 1, "atomic", 0), 0);
+    json_t *j = h_get_sku(f->port, NULL, "cm-fresh");
+    assert_non_null(j);
+    char orders[160];
+    snprintf(orders, sizeof orders, "inv:{%s:0}:orders",
+             json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+    int seg = master_of(f, orders);
+    bool paused[16] = {false}; /* the other masters, found by the keys they serve */
+    for (int k = 0; k < 64; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", k);
+        int m = master_of(f, key);
+        if (m != seg && !paused[m]) {
+            assert_int_equal(node_int(f, m, "CLIENT PAUSE 10000 WRITE"), 0);
+            paused[m] = true;
+        }
+    }
+
+    struct fresh p = {.port = h_svc_port(second)};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, place_all_fresh, &p), 0);
+    long long until = h_now_ms() + 3000;
+    while (h_now_ms() < until && node_int(f, seg, "HLEN %s", orders) < 6)
+        h_sleep_ms(2);
+    for (until = h_now_ms() + 1500; h_now_ms() < until;) { /* their answers */
+        int done = 0;
+        for (int k = 0; k < 6; k++)
+            done += __atomic_load_n(&p.status[k], __ATOMIC_SEQ_CST) != 0;
+        if (done == 6)
+            break;
+        h_sleep_ms(10);
+    }
+    assert_true(h_svc_kill(second) >= 0);
+    pthread_join(t, NULL);
+    h_svc_free(second);
+    for (int m = 0; m < 16; m++)
+        if (paused[m])
+            assert_int_equal(node_int(f, m, "CLIENT UNPAUSE"), 0);
+
+    /* Every sale in the segment has its record, wherever the record lives. */
+    redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, seg));
+    assert_non_null(rc);
+    redisReply *ids = redisCommand(rc, "HKEYS %s", orders);
+    assert_non_null(ids);
+    assert_int_equal(ids->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(ids->elements, 6);
+    int missing = 0;
+    for (size_t k = 0; k < ids->elements; k++) {
+        char rec[96];
+        snprintf(rec, sizeof rec, "inv:order:{%s}", ids->element[k]->str);
+        if (node_int(f, master_of(f, rec), "HEXISTS %s r", rec) != 1) {
+            fprintf(stderr, "sale %s has no record\n", ids->element[k]->str);
+            missing++;
+        }
+    }
+    freeReplyObject(ids);
+    redisFree(rc);
+    assert_int_equal(missing, 0);
+    for (int k = 0; k < 6; k++)
+        assert_int_equal(p.status[k], 201);
+    assert_int_equal(h_audit(f->port, NULL, "cm-fresh", 10, true), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_multi_replicated),
         cmocka_unit_test(test_dead_between_parts_retry),
         cmocka_unit_test(test_dead_between_parts_swept),
+        cmocka_unit_test(test_fresh_id_record_with_sale),
     };
     return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -299,6 +299,29 @@ static void segment_keys_share_a_slot(void **state)
     assert_int_equal(slot, rd_key_slot("tv:7", 4));
 }
 
+/* Every slot is reached from any name, only the suffix changes, and it is made of
+ * octal digits (so a fresh hex order id stays a valid name). */
+static void names_for_every_slot(void **state)
+{
+    (void)state;
+    static const char *const bases[] = {"0123456789abcdef0123456789abcdef", "zzzzzz",
+                                        "order-1-000000", "ffffffffffffffffffffffffff"};
+    for (size_t b = 0; b < sizeof bases / sizeof *bases; b++) {
+        size_t len = strlen(bases[b]);
+        char name[64], key[96];
+        for (int slot = 0; slot < RD_SLOTS; slot++) {
+            memcpy(name, bases[b], len + 1);
+            rd_name_for_slot(name, len, slot);
+            assert_int_equal(rd_slot_crc16(name, len) % RD_SLOTS, slot);
+            assert_memory_equal(name, bases[b], len - RD_NAME_SUFFIX);
+            for (size_t k = len - RD_NAME_SUFFIX; k < len; k++)
+                assert_true(name[k] >= '0' && name[k] <= '7');
+            snprintf(key, sizeof key, "inv:order:{%s}", name); /* as keys.h names it */
+            assert_int_equal(rd_key_slot(key, strlen(key)), slot);
+        }
+    }
+}
+
 /* ---- redirects ------------------------------------------------------------------ */
 
 static void redirects_parse(void **state)
@@ -964,6 +987,7 @@ int main(void)
         cmocka_unit_test(crc16_vectors),
         cmocka_unit_test(key_slots_match_redis),
         cmocka_unit_test(segment_keys_share_a_slot),
+        cmocka_unit_test(names_for_every_slot),
         cmocka_unit_test(redirects_parse),
         cmocka_unit_test(malformed_redirects_refused),
         cmocka_unit_test(redirect_fuzz),

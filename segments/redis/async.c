@@ -8,6 +8,7 @@
 
 #include "base/clock.h"
 #include "base/xalloc.h"
+#include "segments/redis/keys.h"
 #include "segments/redis/link.h"
 #include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
@@ -699,11 +700,33 @@ void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *r
     route(q);
 }
 
+/* True when order `id`'s record shares a slot with segment i of `sku` (always on a
+ * standalone Redis: one node). */
+static bool record_with_segment(const rda_conn *c, const char *sku, int i, const char *id)
+{
+    if (!is_cluster(c))
+        return true;
+    char seg[SEG_KEY_MAX], rec[SEG_KEY_MAX];
+    seg_key_stock(seg, sku, i);
+    seg_key_order(rec, id);
+    return rd_key_slot(seg, strlen(seg)) == rd_key_slot(rec, strlen(rec));
+}
+
+void rda_id_for_segment(rda_conn *c, const char *sku, int i, char *id)
+{
+    if (!is_cluster(c))
+        return;
+    char seg[SEG_KEY_MAX];
+    seg_key_stock(seg, sku, i);
+    rd_name_for_slot(id, strlen(id), rd_key_slot(seg, strlen(seg)));
+}
+
 void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,
               rda_int_fn fn, void *arg)
 {
     struct fan *f = seg_calloc(1, sizeof *f);
-    f->n = is_cluster(c) ? 2 : 1; /* a standalone Redis: one connection, one WAIT */
+    /* One WAIT per connection written: a record in the segment's slot is on its. */
+    f->n = record_with_segment(c, sku, i, id) ? 1 : 2;
     f->left = f->n;
     f->what = FAN_LEAST;
     f->fn = FN(fn);
@@ -737,16 +760,18 @@ void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const cha
     route(q);
 }
 
-void rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
+bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
                 const char *attempt, const char *id, long long qty, const char *record,
                 long long until, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    if (is_cluster(c)) /* the record is CONFIRM's, in the id's slot */
-        proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, true);
-    else
+    bool whole = until == 0 && record_with_segment(c, sku, i, id);
+    if (whole) /* one slot: the record goes with the deduction */
         proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record);
+    else /* the record is CONFIRM's, in the id's slot */
+        proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, true);
     route(q);
+    return whole;
 }
 
 void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,

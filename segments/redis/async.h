@@ -101,9 +101,11 @@ void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const cha
                  long long qty, const char *token, int ttl_ms, rda_reply_fn fn,
                  void *arg);
 /* `until`: on a cluster, the end of the id's claim (rda_claim; 0 for a fresh id):
- * the segment refuses (STALE) past it. A cluster's DEDUCT writes no record: the
- * caller confirms it (rda_confirm) once the deduction is OK. */
-void rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
+ * the segment refuses (STALE) past it. Returns true when the DEDUCT writes the
+ * record too: always on a standalone Redis; on a cluster for an unclaimed id in the
+ * segment's slot (rda_id_for_segment). Otherwise it writes none, and the caller
+ * confirms it (rda_confirm) once the deduction is OK. */
+bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
                 const char *attempt, const char *id, long long qty, const char *record,
                 long long until, rda_reply_fn fn, void *arg);
 /* value: 1 taken (ours), 0 held by another token. */
@@ -126,11 +128,16 @@ void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
 
 /* ---- the order path on a Redis Cluster (lua/claim.lua, confirm.lua) ------------
  * The record of an order lives in its id's slot, its deduction in its segment's: so
- * an order with a client id claims the id first (one attempt at a time), and every
- * order's record is written after its deduction. */
+ * an order with a client id claims the id first (one attempt at a time), and its
+ * record is written after its deduction. A fresh id is made for its segment's slot
+ * instead, and its record written by the deduction itself. */
 
 /* True when the handle routes over a cluster. */
 bool rda_cluster(const rda_conn *c);
+/* A cluster: rewrite the end of the fresh order id `id` (32 hex digits) so that its
+ * record lives in segment i's slot (slots.h rd_name_for_slot), where the DEDUCT
+ * writes it with the deduction, in one script; a standalone Redis: nothing to do. */
+void rda_id_for_segment(rda_conn *c, const char *sku, int i, char *id);
 /* CLAIM order `id` for `attempt` for lease_ms (`dead`: the attempt of a dead claim
  * being taken over, or NULL), with `plan` (a multi-segment order's, rd_plan_build;
  * RD_PLAN_KEEP: the claim's own; NULL: none). Codes: OK (value = the claim's end, for
@@ -155,8 +162,9 @@ void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
                      bool first, rda_reply_fn fn, void *arg);
 int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void *arg);
 /* WAIT 1 timeout_ms on the node that holds segment i of `sku` (and, on a cluster,
- * on the one that holds the record of `id`): value = how many replicas have every
- * write made so far on those connections (the least of the two). The WAIT holds up
+ * on the one that holds the record of `id`, when that is another): value = how many
+ * replicas have every write made so far on those connections (the least of the
+ * two). The WAIT holds up
  * the commands behind it on its connection until a replica answers or timeout_ms
  * passes: keep it well under the connection's timeout. */
 void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,

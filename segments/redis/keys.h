@@ -32,9 +32,10 @@
  *                             segment keys; the records it answers are dropped after it,
  *                             in batches, and a crash can leave some): it is dead, every
  *                             read ignores it and the next order with that id overwrites
- *                             it. It lives in its own slot: under Redis Cluster the order
- *                             scripts would need it moved into the segment's slot (not
- *                             done yet).
+ *                             it. It lives in the id's slot: on a Redis Cluster an order
+ *                             with a client's id writes it after the deduction (CONFIRM,
+ *                             lua/confirm.lua); a fresh id is made for its segment's
+ *                             slot (slots.h rd_name_for_slot), and the DEDUCT writes it.
  *   inv:req:{sku}:rid         an admin write already applied under request id `rid`:
  *                             what it was ("restock:100", ...); kept for a day
  *   inv:intents               sorted set (a Redis Cluster): the ids of multi-segment

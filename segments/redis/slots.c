@@ -2,6 +2,7 @@
 #include "segments/redis/slots.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,64 @@ int rd_key_slot(const char *key, size_t len)
             return (int)(rd_slot_crc16(tag, (size_t)(close - tag)) % RD_SLOTS);
     }
     return (int)(rd_slot_crc16(key, len) % RD_SLOTS);
+}
+
+/* Names for a slot. CRC16 with a zero start and no final xor is linear over GF(2)
+ * for strings of one length: crc(a ^ b) = crc(a) ^ crc(b), and leading zero bytes
+ * change nothing. So flipping bit j of the suffix (bit j % 3 of its character j / 3,
+ * each a '0'..'7') flips the CRC by the CRC of a string that is zero but for that
+ * bit, whatever the rest of the name holds. Solved once by Gauss-Jordan elimination
+ * over the 14 slot bits: flip_for[b] is the set of suffix bits that together flip
+ * slot bit b alone. */
+#define SUFFIX_BITS (RD_NAME_SUFFIX * 3)
+#define SLOT_BITS 14
+
+static uint32_t flip_for[SLOT_BITS];
+static pthread_once_t flip_once = PTHREAD_ONCE_INIT;
+
+static void flip_solve(void)
+{
+    uint32_t val[SUFFIX_BITS], set[SUFFIX_BITS];
+    for (int j = 0; j < SUFFIX_BITS; j++) {
+        char d[RD_NAME_SUFFIX] = {0};
+        d[j / 3] = (char)(1 << (j % 3));
+        val[j] = rd_slot_crc16(d, sizeof d) % RD_SLOTS;
+        set[j] = 1u << j;
+    }
+    for (int b = 0; b < SLOT_BITS; b++) { /* row b ends up as exactly slot bit b */
+        int p = b;
+        while (p < SUFFIX_BITS && !(val[p] >> b & 1))
+            p++;
+        if (p == SUFFIX_BITS) { /* the CRC's constants rule it out: test_slots */
+            fputs("inventoryd: rd_name_for_slot has no solution\n", stderr);
+            abort();
+        }
+        uint32_t tv = val[p], ts = set[p];
+        val[p] = val[b], set[p] = set[b];
+        val[b] = tv, set[b] = ts;
+        for (int r = 0; r < SUFFIX_BITS; r++)
+            if (r != b && (val[r] >> b & 1)) {
+                val[r] ^= val[b];
+                set[r] ^= set[b];
+            }
+    }
+    for (int b = 0; b < SLOT_BITS; b++)
+        flip_for[b] = set[b];
+}
+
+void rd_name_for_slot(char *name, size_t len, int slot)
+{
+    pthread_once(&flip_once, flip_solve);
+    char *suffix = name + len - RD_NAME_SUFFIX;
+    memset(suffix, '0', RD_NAME_SUFFIX);
+    unsigned wrong = (rd_slot_crc16(name, len) ^ (unsigned)slot) % RD_SLOTS;
+    uint32_t flips = 0;
+    for (int b = 0; b < SLOT_BITS; b++)
+        if (wrong >> b & 1)
+            flips ^= flip_for[b];
+    for (int j = 0; j < SUFFIX_BITS; j++)
+        if (flips >> j & 1)
+            suffix[j / 3] = (char)(suffix[j / 3] ^ (1 << (j % 3)));
 }
 
 /* ---- redirect and cluster errors ------------------------------------------------ */

@@ -1,8 +1,7 @@
 /* slots.h -- Redis Cluster routing pieces: key slots, redirect errors, the slot map.
  *
- * Not wired into the order path yet (issue 10): nothing else calls this module, and
- * the service against a standalone Redis behaves as before. What is here is the part
- * a router needs whatever it plugs into:
+ * The pieces of cluster routing that async.c and store.c share (a standalone Redis
+ * never needs them):
  *
  *   Key slots.  A key belongs to slot CRC16(key) mod 16384 (CRC16-CCITT, XMODEM, as
  *   the cluster spec has it). When the key holds a '{' followed later by a '}' with
@@ -10,6 +9,9 @@
  *   first '}' after it are hashed (the hash tag): "inv:{tv:3}:stock" and
  *   "inv:{tv:3}:lock" share a slot (keys.h puts every key of one segment under one
  *   tag). An empty tag "{}" hashes the whole key.
+ *
+ *   Names for a slot.  A fresh order id can be made to hash to a chosen slot by
+ *   rewriting its last few characters (rd_name_for_slot).
  *
  *   Redirects.  An error reply naming another node (MOVED: the slot lives there now;
  *   ASK: this one command goes there, after ASKING) parses into a struct rd_redirect;
@@ -55,6 +57,13 @@ unsigned rd_slot_crc16(const char *buf, size_t len);
 /* The cluster slot (0..16383) of key[0..len), hash tag applied. `key` need not be
  * NUL-terminated. */
 int rd_key_slot(const char *key, size_t len);
+
+/* The last RD_NAME_SUFFIX characters of name[0..len) (len >= RD_NAME_SUFFIX) are
+ * replaced by octal digits ('0'..'7') chosen so that rd_slot_crc16(name, len) lands
+ * in `slot`: a fresh order id whose record then shares a segment's slot. The rest of
+ * the name is left as it is, so the name keeps its randomness. */
+#define RD_NAME_SUFFIX 6
+void rd_name_for_slot(char *name, size_t len, int slot);
 
 /* ---- redirect and cluster errors ------------------------------------------------ */
 
