@@ -437,6 +437,40 @@ static void on_dead_undone(void *arg, int rc, int units)
     claim(o);
 }
 
+/* The id is ours: go on with what the claim was for. */
+static void claimed(struct ord *o)
+{
+    engine *e = o->e;
+    if (o->dplan != NULL) {
+        if (rda_undo(e->rd, o->res.order_id, o->dplan, on_dead_undone, o) != 0)
+            finish(o, INV_UNAVAILABLE); /* not a plan: left for an operator */
+    } else if (o->mclaiming) {
+        o->mclaiming = false;
+        multi_go(o);
+    } else if (o->recovered != NULL)
+        rda_confirm(e->rd, o->res.order_id, o->attempt, o->recovered, o->sku,
+                    o->view.epoch, on_recovered, o);
+    else
+        round_begin(o);
+}
+
+/* Durability "replicated": the claim is on a replica before anything is sold under
+ * it. A failover that lost it would lose with it the trace of a deduction whose
+ * record was lost too, and a retry would sell again; a claim that survives makes
+ * the retry look in the segments (CLAIM answers MISSING once it has run out). (A
+ * claim that takes a dead one over, to undo its plan or to write its record, is
+ * not given up when this fails: it holds what it must finish; it does not WAIT.) */
+static void on_claim_waited(void *arg, int rc, int replicas)
+{
+    struct ord *o = arg;
+    if (rc < 0)
+        finish(o, INV_UNAVAILABLE);
+    else if (replicas < 1)
+        finish(o, INV_NOT_REPLICATED); /* nothing sold: the claim is given up */
+    else
+        claimed(o);
+}
+
 static void on_claim(void *arg, int rc, struct rd_reply *r)
 {
     struct ord *o = arg;
@@ -451,17 +485,12 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
         o->until = r->value;
         free(o->dead);
         o->dead = NULL;
-        if (o->dplan != NULL) {
-            if (rda_undo(e->rd, o->res.order_id, o->dplan, on_dead_undone, o) != 0)
-                finish(o, INV_UNAVAILABLE); /* not a plan: left for an operator */
-        } else if (o->mclaiming) {
-            o->mclaiming = false;
-            multi_go(o);
-        } else if (o->recovered != NULL)
-            rda_confirm(e->rd, o->res.order_id, o->attempt, o->recovered, o->sku,
-                        o->view.epoch, on_recovered, o);
+        if (o->view.cfg.replicated && o->dplan == NULL && o->recovered == NULL &&
+            !o->mclaiming) /* a claim for a sale (the others hold what they undo) */
+            rda_wait(e->rd, o->placed, -1, o->res.order_id,
+                     e->v->opt.redis_timeout_ms / 2, on_claim_waited, o);
         else
-            round_begin(o);
+            claimed(o);
         return;
     case RD_EXISTS:
         replayed(o, r->record);

@@ -11,7 +11,9 @@
  *
  *   VIEW      settings cached and fresh? else META sent      -> ROUND (a Redis
  *             Cluster, an order with a client id: CLAIM first)
- *   CLAIM     (a cluster) the id claimed in its slot: OK     -> ROUND; EXISTS -> DONE
+ *   CLAIM     (a cluster) the id claimed in its slot: OK     -> ROUND (durability
+ *             replicated: once a replica has the claim, WAIT; none -> DONE,
+ *             not_replicated, the claim given up); EXISTS -> DONE
  *             (replay); BUSY (the id in flight elsewhere)    -> CLAIM again (timer);
  *             a claim that ran out with no record            -> FIND (its order in the
  *             segments' orders: found -> its record CONFIRMed, DONE (replay); not

@@ -10,7 +10,8 @@
  * with "replicated" WAIT holds their 201 back (503 not_replicated) and the test
  * demands that no ledger order is lost. Afterwards every ledger order must be found
  * by GET /orders/{id} (replicated) and the audit hold: remaining + sold = initial, no
- * segment below zero, one record per sale.
+ * segment below zero, one record per sale. And one order with a client's id whose
+ * id's master fails over after its 503 not_replicated: the retry places it once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -103,80 +104,96 @@ struct run {
     char error[160];
 };
 
+/* One failover of the master serving `slot`: its replica cut off (stopped, and its
+ * link dropped by the master) while cut(arg) runs, so what the master acknowledges
+ * meanwhile reaches no replica; then the master SIGKILLed, the replica resumed and
+ * promoted, the old master restarted until it is a synced replica of the new one.
+ * Returns 0 (*ms: how long the promotion took after the kill), or -1 with the reason
+ * in err. */
+static int failover(struct h_cluster_env *f, int slot, void (*cut)(void *), void *arg,
+                    long long *ms, char *err, size_t errlen)
+{
+    struct rd_slot_map m;
+    if (fetch_any(f, -1, &m) != 0) {
+        snprintf(err, errlen, "no node gives a full map");
+        return -1;
+    }
+    const struct rd_shard *sh = &m.masters[m.slot[slot]];
+    int victim = node_at(f, sh->master.port);
+    int replica = sh->nreplicas > 0 ? node_at(f, sh->replicas[0].port) : -1;
+    rd_slot_map_clear(&m);
+    if (victim < 0 || replica < 0) {
+        snprintf(err, errlen, "the slot's master has no replica");
+        return -1;
+    }
+    h_redis *master = h_cluster_node(f->cluster, victim);
+    h_redis *standby = h_cluster_node(f->cluster, replica);
+
+    h_redis_pause(standby);
+    redisContext *rc = h_redis_connect(master);
+    if (rc != NULL) {
+        redisReply *x = redisCommand(rc, "CLIENT KILL TYPE replica");
+        if (x != NULL)
+            freeReplyObject(x);
+        redisFree(rc);
+    }
+    cut(arg);
+    int st = h_redis_kill(master);
+    long long killed = h_now_ms();
+    h_redis_resume(standby);
+    if (st == -1) {
+        snprintf(err, errlen, "the master was not running");
+        return -1;
+    }
+
+    /* The replica is promoted: the slot has a new master. */
+    bool promoted = false;
+    while (!promoted && h_now_ms() - killed < 30000) {
+        h_sleep_ms(100);
+        if (fetch_any(f, victim, &m) == 0) {
+            const struct rd_node *n = rd_slot_map_master(&m, slot);
+            promoted = n != NULL && n->port == h_cluster_port(f->cluster, replica);
+            rd_slot_map_clear(&m);
+        }
+    }
+    if (!promoted) {
+        snprintf(err, errlen, "no failover within 30 s");
+        return -1;
+    }
+    *ms = h_now_ms() - killed;
+
+    /* The old master comes back as a replica of the new one. */
+    if (h_redis_restart(master) != 0) {
+        snprintf(err, errlen, "the old master did not restart");
+        return -1;
+    }
+    long long back = h_now_ms();
+    while (!synced_replica(f, victim) && h_now_ms() - back < 30000)
+        h_sleep_ms(100);
+    if (!synced_replica(f, victim)) {
+        snprintf(err, errlen, "the old master did not rejoin as a replica");
+        return -1;
+    }
+    return 0;
+}
+
+static void sleep_300(void *arg)
+{
+    (void)arg;
+    h_sleep_ms(300);
+}
+
 /* The killer: r->error stays "" when all KILLS went as planned, else says what went
  * wrong (the client threads are stopped and joined before the test fails on it). */
 static void kill_masters(struct run *r)
 {
-    struct h_cluster_env *f = r->f;
     for (int k = 0; k < KILLS; k++) {
         h_sleep_ms(700); /* orders flow on the healthy cluster first */
-        struct rd_slot_map m;
-        if (fetch_any(f, -1, &m) != 0) {
-            snprintf(r->error, sizeof r->error, "kill %d: no node gives a full map", k);
-            return;
-        }
-        char key[SEG_KEY_MAX];
+        char key[SEG_KEY_MAX], err[120];
         seg_key_stock(key, r->placed, k % 20); /* a different hot segment each time */
-        int slot = rd_key_slot(key, strlen(key));
-        const struct rd_shard *sh = &m.masters[m.slot[slot]];
-        int victim = node_at(f, sh->master.port);
-        int replica = sh->nreplicas > 0 ? node_at(f, sh->replicas[0].port) : -1;
-        rd_slot_map_clear(&m);
-        if (victim < 0 || replica < 0) {
-            snprintf(r->error, sizeof r->error,
-                     "kill %d: the slot's master has no replica", k);
-            return;
-        }
-        h_redis *master = h_cluster_node(f->cluster, victim);
-        h_redis *standby = h_cluster_node(f->cluster, replica);
-
-        /* Cut the replica off (stopped, and its link dropped by the master): what the
-         * master acknowledges for the next 300 ms reaches no replica. */
-        h_redis_pause(standby);
-        redisContext *rc = h_redis_connect(master);
-        if (rc != NULL) {
-            redisReply *x = redisCommand(rc, "CLIENT KILL TYPE replica");
-            if (x != NULL)
-                freeReplyObject(x);
-            redisFree(rc);
-        }
-        h_sleep_ms(300);
-        int st = h_redis_kill(master);
-        long long killed = h_now_ms();
-        h_redis_resume(standby);
-        if (st == -1) {
-            snprintf(r->error, sizeof r->error, "kill %d: the master was not running", k);
-            return;
-        }
-
-        /* The replica is promoted: the slot has a new master. */
-        bool promoted = false;
-        while (!promoted && h_now_ms() - killed < 30000) {
-            h_sleep_ms(100);
-            if (fetch_any(f, victim, &m) == 0) {
-                const struct rd_node *n = rd_slot_map_master(&m, slot);
-                promoted = n != NULL && n->port == h_cluster_port(f->cluster, replica);
-                rd_slot_map_clear(&m);
-            }
-        }
-        if (!promoted) {
-            snprintf(r->error, sizeof r->error, "kill %d: no failover within 30 s", k);
-            return;
-        }
-        r->failover_ms[k] = h_now_ms() - killed;
-
-        /* The old master comes back as a replica of the new one. */
-        if (h_redis_restart(master) != 0) {
-            snprintf(r->error, sizeof r->error, "kill %d: the old master did not restart",
-                     k);
-            return;
-        }
-        long long back = h_now_ms();
-        while (!synced_replica(f, victim) && h_now_ms() - back < 30000)
-            h_sleep_ms(100);
-        if (!synced_replica(f, victim)) {
-            snprintf(r->error, sizeof r->error,
-                     "kill %d: the old master did not rejoin as a replica", k);
+        if (failover(r->f, rd_key_slot(key, strlen(key)), sleep_300, NULL,
+                     &r->failover_ms[k], err, sizeof err) != 0) {
+            snprintf(r->error, sizeof r->error, "kill %d: %s", k, err);
             return;
         }
         r->kills++;
@@ -326,11 +343,98 @@ static void test_failover_async_counts_losses(void **state)
     fprintf(stderr, "async: %d acknowledged orders lost (reported, not judged)\n", lost);
 }
 
+struct cut_order {
+    int port;
+    const char *id;
+    int status;
+    char code[64];
+};
+
+static void order_while_cut_off(void *arg)
+{
+    struct cut_order *x = arg;
+    struct h_resp r;
+    x->status = h_order(x->port, "fo-claim", 1, x->id, &r);
+    h_error_code(&r, x->code, sizeof x->code);
+    h_resp_free(&r);
+}
+
+/* Durability "replicated", an order with a client's id whose id's master is cut off
+ * from its replica and then fails over: the order answers 503 not_replicated, and
+ * its retry places it once. The claim is WAITed for before anything is sold under
+ * it: without that, the first attempt sold in one segment, its claim and record
+ * were lost with the master, and the retry, finding neither, sold again in the
+ * other segment (sold 2 for one id). hold_ms 1: an order asks a segment's stock
+ * (ACQUIRE) before it deducts, so the retry never meets the first attempt's sale in
+ * the emptied segment (a DEDUCT there would know its own id). */
+static void test_replicated_retry_after_failover(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(120);
+    struct h_resp r;
+    int st = h_req(f->port, "PUT", "/admin/skus/fo-claim", NULL,
+                   "{\"stock\": 2, \"segments\": 2, \"mode\": \"lock\", "
+                   "\"hold_ms\": 1, \"durability\": \"replicated\"}",
+                   &r);
+    h_resp_free(&r);
+    assert_true(st == 200 || st == 201);
+    json_t *j = h_get_sku(f->port, NULL, "fo-claim");
+    assert_non_null(j);
+    char seg[2][SEG_KEY_MAX];
+    int m[2];
+    for (int i = 0; i < 2; i++) {
+        seg_key_stock(seg[i], json_string_value(json_object_get(j, "placed_as")), i);
+        m[i] = h_cluster_master_of(f->cluster, seg[i]);
+    }
+    json_decref(j);
+    assert_true(m[0] >= 0 && m[1] >= 0 && m[0] != m[1]); /* placement spread them */
+    /* An id whose record lives on the third master, the one to fail over. */
+    char id[32], rec[SEG_KEY_MAX];
+    for (int k = 0;; k++) {
+        snprintf(id, sizeof id, "fo-claim-%d", k);
+        seg_key_order(rec, id);
+        int n = h_cluster_master_of(f->cluster, rec);
+        if (n != m[0] && n != m[1])
+            break;
+    }
+    /* One loop, so that the retry knows the first segment it sold from is empty. */
+    const char *const one_loop[] = {"--threads", "1", NULL};
+    h_svc *second = h_svc_start_args(h_cluster_node(f->cluster, m[0]), one_loop);
+    assert_non_null(second);
+
+    struct cut_order x = {.port = h_svc_port(second), .id = id};
+    long long ms;
+    char err[120];
+    if (failover(f, rd_key_slot(rec, strlen(rec)), order_while_cut_off, &x, &ms, err,
+                 sizeof err) != 0)
+        fail_msg("failover: %s", err);
+    fprintf(stderr, "cut off: %d %s; failover %lld ms\n", x.status, x.code, ms);
+    assert_int_equal(x.status, 503);
+    assert_string_equal(x.code, "not_replicated");
+
+    long long until = h_now_ms() + 30000;
+    while ((st = h_order(h_svc_port(second), "fo-claim", 1, id, NULL)) == 503 &&
+           h_now_ms() < until)
+        h_sleep_ms(200);
+    assert_int_equal(st, 201);
+    assert_int_equal(h_order(h_svc_port(second), "fo-claim", 1, id, NULL), 200);
+    assert_int_equal(h_order_status(f->port, id), 200);
+    j = h_get_sku(f->port, NULL, "fo-claim");
+    assert_non_null(j);
+    long long sold = json_integer_value(json_object_get(j, "sold"));
+    json_decref(j);
+    assert_int_equal(h_svc_stop_clean(second), 0);
+    h_svc_free(second);
+    assert_int_equal(sold, 1); /* one id, one sale */
+    assert_int_equal(h_audit(f->port, NULL, "fo-claim", 2, true), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_replicated_loses_nothing),
         cmocka_unit_test(test_failover_async_counts_losses),
+        cmocka_unit_test(test_replicated_retry_after_failover),
     };
     int failed = cmocka_run_group_tests_name("cluster_failover", tests, group_setup,
                                              group_teardown);

@@ -726,7 +726,8 @@ void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_m
 {
     struct fan *f = seg_calloc(1, sizeof *f);
     /* One WAIT per connection written: a record in the segment's slot is on its. */
-    f->n = record_with_segment(c, sku, i, id) ? 1 : 2;
+    bool seg = i >= 0, rec = i < 0 || !record_with_segment(c, sku, i, id);
+    f->n = seg + rec;
     f->left = f->n;
     f->what = FAN_LEAST;
     f->fn = FN(fn);
@@ -736,7 +737,7 @@ void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_m
         struct req *q = new_req(c, K_PART, NULL, NULL);
         q->fan = f;
         q->part = part;
-        if (part == 0)
+        if (part == 0 && seg)
             proto_wait_segment(&q->lq.cmd, sku, i, timeout_ms);
         else
             proto_wait_record(&q->lq.cmd, id, timeout_ms);

@@ -162,9 +162,9 @@ void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
                      bool first, rda_reply_fn fn, void *arg);
 int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void *arg);
 /* WAIT 1 timeout_ms on the node that holds segment i of `sku` (and, on a cluster,
- * on the one that holds the record of `id`, when that is another): value = how many
- * replicas have every write made so far on those connections (the least of the
- * two). The WAIT holds up
+ * on the one that holds the record of `id`, when that is another; i = -1: on that
+ * one only, as after a claim): value = how many replicas have every write made so
+ * far on those connections (the least of the two). The WAIT holds up
  * the commands behind it on its connection until a replica answers or timeout_ms
  * passes: keep it well under the connection's timeout. */
 void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,
