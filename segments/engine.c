@@ -15,6 +15,7 @@
 #include "segments/redis/async.h"
 #include "segments/ring.h"
 #include "segments/skutab.h"
+#include "segments/sweeper.h"
 #include "base/xalloc.h"
 
 struct engine {
@@ -1089,16 +1090,21 @@ static void multi_alloc(struct ord *o)
 /* The automatic rebalance, once per generation per loop, by the order that finds it
  * due (mode lock, most segments seen empty, stock left): every segment locked in
  * index order, then ADJUST "spread", so the end of a sale keeps every segment
- * working. The order goes on once it is done. */
+ * working. The order goes on once it is done. On a cluster the spread is steps over
+ * the segments' slots: the sweeper thread runs it (sweeper.h), and the order goes on
+ * at once. */
 static bool spread_begin(struct ord *o)
 {
     const int n = o->n;
-    if (o->view.cfg.mode != SKU_MODE_LOCK || !o->view.cfg.rebalance || n < 2 ||
-        rda_cluster(o->e->rd)) /* ADJUST spans the segments' slots */
+    if (o->view.cfg.mode != SKU_MODE_LOCK || !o->view.cfg.rebalance || n < 2)
         return false;
     int empty = empties(o->s, o->view.gen);
     if (empty * 2 < n || empty == n || !ltab_rebalance_begin(o->s, o->view.gen))
         return false;
+    if (rda_cluster(o->e->rd)) {
+        sweeper_spread(o->e->v->sw, o->sku);
+        return false;
+    }
     multi_alloc(o);
     for (int i = 0; i < n; i++)
         o->mseg[i] = i;

@@ -54,8 +54,9 @@
  *   DONE      sold out or insufficient with a client id: the record is read, so a
  *             retry of a confirmed order gets its 200; then the callback.
  * No Redis answer at any step -> DONE (unavailable: the 503 names the order id).
- * On a cluster SPREAD is not used (ADJUST spans slots). A claim is given up when the
- * order ends without a sale for certain.
+ * On a cluster SPREAD is handed to the sweeper thread (sweeper.h: ADJUST spans the
+ * slots, so it runs as blocking steps) and the order goes on. A claim is given up
+ * when the order ends without a sale for certain.
  */
 #ifndef SEG_ENGINE_H
 #define SEG_ENGINE_H

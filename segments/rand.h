@@ -16,7 +16,8 @@
 #include "segments/inventory.h"
 
 /* Seed c's generator and its token id (the prefix of its lock tokens) from the
- * kernel; called once, by inv_conn_create. */
+ * kernel; called once per connection, by inv_conn_create (and by the sweeper for
+ * its own). */
 void inv_rand_seed(inv_conn *c);
 
 /* A uniformly random integer in [0, n) from the connection's generator; n > 0. */

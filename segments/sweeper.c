@@ -1,4 +1,5 @@
-/* sweeper.c -- the thread that settles dead multi-segment intents (see sweeper.h). */
+/* sweeper.c -- the thread that settles dead multi-segment intents and runs the
+ * automatic rebalance on a cluster (see sweeper.h). */
 #include "segments/sweeper.h"
 
 #include <pthread.h>
@@ -10,6 +11,8 @@
 #include "base/xalloc.h"
 #include "segments/clock.h"
 #include "segments/rand.h"
+#include "segments/sku.h"
+#include "segments/skutab.h"
 
 /* How often it looks, and how old an intent must be to be looked at (younger ones
  * are in flight: their claims would answer BUSY anyway). */
@@ -18,27 +21,53 @@
 
 struct sweeper {
     inv *v;
-    rd_conn *rd; /* used by the sweeper thread only */
+    inv_conn c; /* used by the sweeper thread only */
     pthread_t thread;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* guards what follows */
     pthread_cond_t cv;
     bool stop;
+    int nspread; /* SKUs waiting for their rebalance, oldest first */
+    char spread[SWEEP_QUEUE][SEG_NAME_MAX + 1];
 };
+
+/* The rebalances asked for, run one by one with the mutex let go. */
+static void spread_all(sweeper *s)
+{
+    while (s->nspread > 0 && !s->stop) {
+        char sku[SEG_NAME_MAX + 1];
+        memcpy(sku, s->spread[0], sizeof sku);
+        pthread_mutex_unlock(&s->mu);
+        if (sku_spread(&s->c, sku) == INV_OK) {
+            stat_add(s->v, STAT_REBALANCES, 1);
+            skutab_invalidate(s->v, sku); /* a new generation: every loop re-reads */
+        }
+        pthread_mutex_lock(&s->mu);
+        /* Dequeued only now: a loop asking meanwhile finds it still queued. */
+        s->nspread--;
+        memmove(s->spread[0], s->spread[1], sizeof s->spread[0] * (size_t)s->nspread);
+    }
+}
 
 static void *run(void *arg)
 {
     sweeper *s = arg;
+    int64_t next = inv_now_ms() + SWEEP_EVERY_MS; /* the next look at the intents */
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        struct timespec ts = inv_deadline(SWEEP_EVERY_MS);
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        if (s->stop)
-            break;
+        int64_t now = inv_now_ms();
+        if (s->nspread == 0 && now < next) { /* a request wakes it before the tick */
+            struct timespec ts = inv_deadline((int)(next - now));
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        spread_all(s);
+        if (s->stop || inv_now_ms() < next)
+            continue;
+        next = inv_now_ms() + SWEEP_EVERY_MS;
         pthread_mutex_unlock(&s->mu);
         char attempt[33];
         inv_random_hex(attempt);
         int settled = 0;
-        rd_intents_settle(s->rd, attempt, base_wall_ms() - SWEEP_AGE_MS, &settled);
+        rd_intents_settle(s->c.rd, attempt, base_wall_ms() - SWEEP_AGE_MS, &settled);
         if (settled > 0)
             stat_add(s->v, STAT_INTENTS_UNDONE, settled);
         pthread_mutex_lock(&s->mu);
@@ -51,13 +80,15 @@ sweeper *sweeper_create(inv *v, const struct rd_target *to, char *err, size_t er
 {
     sweeper *s = seg_calloc(1, sizeof *s);
     s->v = v;
-    s->rd = rd_conn_create(to, &v->stats[STAT_REDIS_ERRORS]);
+    s->c.v = v;
+    s->c.rd = rd_conn_create(to, &v->stats[STAT_REDIS_ERRORS]);
+    inv_rand_seed(&s->c);
     pthread_mutex_init(&s->mu, NULL);
     inv_cond_init(&s->cv);
     int rc = pthread_create(&s->thread, NULL, run, s);
     if (rc != 0) {
         snprintf(err, errlen, "sweeper thread: %s", strerror(rc));
-        rd_conn_free(s->rd);
+        rd_conn_free(s->c.rd);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         free(s);
@@ -75,8 +106,21 @@ void sweeper_free(sweeper *s)
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
-    rd_conn_free(s->rd);
+    rd_conn_free(s->c.rd);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
+}
+
+void sweeper_spread(sweeper *s, const char *sku)
+{
+    pthread_mutex_lock(&s->mu);
+    bool queued = false;
+    for (int i = 0; i < s->nspread && !queued; i++)
+        queued = strcmp(s->spread[i], sku) == 0;
+    if (!queued && s->nspread < SWEEP_QUEUE) {
+        snprintf(s->spread[s->nspread++], sizeof s->spread[0], "%s", sku);
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
 }

@@ -1,14 +1,23 @@
-/* sweeper.h -- on a Redis Cluster, undoes what dead multi-segment orders left.
+/* sweeper.h -- on a Redis Cluster, the background work of the order path: it undoes
+ * what dead multi-segment orders left, and it runs the automatic rebalance.
  *
- * A multi-segment order on a cluster deducts its parts in several slots, so it
- * records its intent first (calls.h): its id in the intents set, its plan in the id's
- * claim. An order whose process died between its parts and its record leaves both.
- * A retry with a client's order id undoes it; an order with a generated id has no
- * retry, so this thread does: once a second it asks the seam to settle the intents
- * older than SWEEP_AGE_MS (rd_intents_settle: each whose claim ran out is taken over,
- * its parts given back, the claim and the intent dropped). Every instance runs one;
- * the claim keeps two from undoing the same order. It owns its Redis connection and
- * touches nothing else of the process but the stats.
+ * Dead intents. A multi-segment order on a cluster deducts its parts in several
+ * slots, so it records its intent first (calls.h): its id in the intents set, its
+ * plan in the id's claim. An order whose process died between its parts and its
+ * record leaves both. A retry with a client's order id undoes it; an order with a
+ * generated id has no retry, so this thread does: once a second it asks the seam to
+ * settle the intents older than SWEEP_AGE_MS (rd_intents_settle: each whose claim ran
+ * out is taken over, its parts given back, the claim and the intent dropped). Every
+ * instance runs one; the claim keeps two from undoing the same order.
+ *
+ * The automatic rebalance. On one Redis an event loop runs it itself (every segment
+ * locked, then one ADJUST script). On a cluster it is several steps over the
+ * segments' slots (adjust.h), made by blocking calls, so a loop that finds it due
+ * hands the SKU here (sweeper_spread) and goes on with its order; this thread runs
+ * sku_spread for it and drops the loops' cached settings (a new generation).
+ *
+ * The thread owns its Redis connection and touches nothing else of the process but
+ * the stats, the SKU table (skutab.h, thread-safe) and its request queue (its mutex).
  */
 #ifndef SEG_SWEEPER_H
 #define SEG_SWEEPER_H
@@ -22,7 +31,14 @@ typedef struct sweeper sweeper;
 /* Start the thread on a connection of its own to `to` (copied). NULL with `err`
  * filled when the thread cannot be started. */
 sweeper *sweeper_create(inv *v, const struct rd_target *to, char *err, size_t errlen);
-/* Stop the thread (at once, or after the settle under way) and free. NULL is fine. */
+/* Stop the thread (at once, or after the work under way) and free. NULL is fine. */
 void sweeper_free(sweeper *s);
+
+/* Ask for the automatic rebalance of `sku` (a valid name); from any thread, never
+ * blocks on Redis. A SKU already asked for and not yet done is not queued twice; when
+ * SWEEP_QUEUE SKUs wait, the request is dropped (the next loop to find it due asks
+ * again in a later generation). */
+#define SWEEP_QUEUE 64
+void sweeper_spread(sweeper *s, const char *sku);
 
 #endif

@@ -492,8 +492,8 @@ static void test_reset_clears_intent(void **state)
         assert_int_equal(stock[i], 6);
 }
 
-/* The seam's "spread" on a cluster (the automatic rebalance's op, which the engine
- * does not send there; sku_spread would): a rebalance only when it puts stock in more
+/* The seam's "spread" on a cluster (the automatic rebalance's op, which the sweeper
+ * thread runs through sku_spread): a rebalance only when it puts stock in more
  * segments, without a request id. */
 static void test_spread_in_seam(void **state)
 {
@@ -533,6 +533,39 @@ static void test_spread_in_seam(void **state)
     assert_int_equal(h_audit(f->port, NULL, sku, 8, false), 0);
 }
 
+/* The automatic rebalance on a cluster (mode lock, "rebalance" on by default): once
+ * most segments are seen empty with stock left, a loop hands the SKU to the sweeper
+ * thread, which spreads the stock over every segment. (Before, a cluster never
+ * rebalanced by itself: the counter stayed put and half the segments stayed empty.) */
+static void test_rebalance_automatic(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-auto";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 40, 4, "lock", 0), 0);
+    for (int i = 0; i < 2; i++) /* each empties a segment of 10 */
+        assert_int_equal(h_order(f->port, sku, 10, NULL, NULL), 201);
+    long long rebal0 = h_stat(f->port, NULL, "rebalances");
+    long long sold = 20;
+    /* Orders of one until a loop has seen most segments empty and the spread ran. */
+    long long until = h_now_ms() + 10000;
+    while (h_stat(f->port, NULL, "rebalances") == rebal0 && h_now_ms() < until) {
+        if (sold < 30) {
+            assert_int_equal(h_order(f->port, sku, 1, NULL, NULL), 201);
+            sold++;
+        }
+        h_sleep_ms(20);
+    }
+    assert_true(h_stat(f->port, NULL, "rebalances") > rebal0);
+    long long stock[4];
+    assert_int_equal(segment_stocks(f->port, sku, stock, 4), 4);
+    for (int i = 0; i < 4; i++) /* 10 or more left, spread: none empty */
+        if (stock[i] < 1)
+            fail_msg("segment %d holds %lld after the rebalance", i, stock[i]);
+    assert_int_equal(sku_field(f->port, sku, "sold"), sold);
+    assert_int_equal(h_audit(f->port, NULL, sku, 40, false), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_dead_adjust_taken_over),
         cmocka_unit_test(test_reset_clears_intent),
         cmocka_unit_test(test_spread_in_seam),
+        cmocka_unit_test(test_rebalance_automatic),
     };
     int failed =
         cmocka_run_group_tests_name("cluster_admin", tests, group_setup, group_teardown);
