@@ -599,9 +599,7 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
     int i = o->seg;
     bool pipelined = o->pipelined;
     o->pipelined = false;
-    lease_stop(o);
-    if (!pipelined)
-        unclaim(o, i);
+    lease_stop(o); /* the segment's claim went on with the DEDUCT (on_hold_done) */
     if (rc < 0) {
         finish(o, INV_UNAVAILABLE);
         return;
@@ -680,6 +678,11 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         return;
     }
     send_deduct(o, o->token);
+    /* The DEDUCT releases the lock in Redis whatever it answers, so the next order
+     * of this loop waiting for the segment may send its ACQUIRE now, behind it on the
+     * same connection, instead of a round trip later. (Should it get there first
+     * after all, a redirect on a cluster, it is BUSY and looks elsewhere.) */
+    unclaim(o, o->seg);
 }
 
 static void on_acquire(void *arg, int rc, struct rd_reply *r)
