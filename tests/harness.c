@@ -1256,6 +1256,18 @@ int h_cluster_env_stop(struct h_cluster_env *e)
     return rc;
 }
 
+int h_cluster_group_setup(void **state)
+{
+    h_deadline(120);
+    *state = h_cluster_env_start(3, 1);
+    return *state != NULL ? 0 : -1;
+}
+
+int h_cluster_group_teardown(void **state)
+{
+    return h_cluster_env_stop(*state);
+}
+
 redisReply *h_port_command(int port, const char *fmt, ...)
 {
     va_list ap;
@@ -1697,6 +1709,12 @@ double h_metric(const char *text, const char *series)
             p++;
     }
     return -1;
+}
+
+long long h_jint(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
 }
 
 int h_order_status(int port, const char *id)

@@ -236,6 +236,10 @@ struct h_cluster_env {
 };
 struct h_cluster_env *h_cluster_env_start(int masters, int replicas_per_master);
 int h_cluster_env_stop(struct h_cluster_env *e);
+/* The cluster suites' cmocka group setup and teardown: within a 120 s deadline, 3
+ * masters with a replica each and the service (*state: the h_cluster_env). */
+int h_cluster_group_setup(void **state);
+int h_cluster_group_teardown(void **state);
 
 /* What main returns: 1 when cmocka reported `failed` tests or any h_svc_stop_clean in
  * this process returned -1, else 0. cmocka 1.1.5 reports a failed group teardown but
@@ -303,6 +307,9 @@ int h_order(int port, const char *sku, long long qty, const char *order_id,
 /* The value of the sample line of a GET /metrics body `text` that starts with `series`
  * followed by a space (e.g. `x_total{a="b"}`); -1 when absent or unparsable. */
 double h_metric(const char *text, const char *series);
+
+/* The integer member `key` of object `o`; -1 when it is missing or not an integer. */
+long long h_jint(const json_t *o, const char *key);
 
 /* GET /orders/ID and return the status: 200 when the order exists, 404 when not. */
 int h_order_status(int port, const char *id);

@@ -24,32 +24,12 @@
 #include "segments/redis/keys.h"
 #include "tests/harness.h"
 
-#define MASTERS 3
-#define REPLICAS 1
-
-static int group_setup(void **state)
-{
-    h_deadline(120);
-    *state = h_cluster_env_start(MASTERS, REPLICAS);
-    return *state != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    return h_cluster_env_stop(*state);
-}
-
-static long long jint(json_t *j, const char *key)
-{
-    return json_integer_value(json_object_get(j, key));
-}
-
 /* GET /admin/skus/{sku} field `key` (an integer). */
 static long long sku_field(int port, const char *sku, const char *key)
 {
     json_t *j = h_get_sku(port, NULL, sku);
     assert_non_null(j);
-    long long v = jint(j, key);
+    long long v = h_jint(j, key);
     json_decref(j);
     return v;
 }
@@ -203,8 +183,8 @@ static void test_restock(void **state)
     assert_int_equal(restock(f->port, sku, 45, "rs-1", &r), 200);
     json_t *j = h_resp_json(&r);
     assert_non_null(j);
-    assert_int_equal(jint(j, "initial"), 115);
-    assert_int_equal(jint(j, "remaining"), 105);
+    assert_int_equal(h_jint(j, "initial"), 115);
+    assert_int_equal(h_jint(j, "remaining"), 105);
     json_decref(j);
     h_resp_free(&r);
     long long after[8];
@@ -578,7 +558,7 @@ int main(void)
         cmocka_unit_test(test_spread_in_seam),
         cmocka_unit_test(test_rebalance_automatic),
     };
-    int failed =
-        cmocka_run_group_tests_name("cluster_admin", tests, group_setup, group_teardown);
+    int failed = cmocka_run_group_tests_name(
+        "cluster_admin", tests, h_cluster_group_setup, h_cluster_group_teardown);
     return h_exit_status(failed);
 }

@@ -30,23 +30,9 @@
 #include "segments/redis/slots.h"
 #include "tests/harness.h"
 
-#define MASTERS 3
-#define REPLICAS 1
 #define KILLS 5
 #define CLIENTS 4
 #define LEDGER_MAX 200000
-
-static int group_setup(void **state)
-{
-    h_deadline(120);
-    *state = h_cluster_env_start(MASTERS, REPLICAS);
-    return *state != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    return h_cluster_env_stop(*state);
-}
 
 /* The cluster index of the node at `port`, or -1. */
 static int node_at(struct h_cluster_env *f, int port)
@@ -436,7 +422,7 @@ int main(void)
         cmocka_unit_test(test_failover_async_counts_losses),
         cmocka_unit_test(test_replicated_retry_after_failover),
     };
-    int failed = cmocka_run_group_tests_name("cluster_failover", tests, group_setup,
-                                             group_teardown);
+    int failed = cmocka_run_group_tests_name(
+        "cluster_failover", tests, h_cluster_group_setup, h_cluster_group_teardown);
     return h_exit_status(failed);
 }

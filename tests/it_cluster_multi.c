@@ -28,23 +28,6 @@
 
 #include "tests/harness.h"
 
-static int group_setup(void **state)
-{
-    h_deadline(120);
-    *state = h_cluster_env_start(3, 1);
-    return *state != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    return h_cluster_env_stop(*state);
-}
-
-static long long jint(json_t *j, const char *key)
-{
-    return json_integer_value(json_object_get(j, key));
-}
-
 /* The cluster node (index) that masters `key`. */
 static int master_of(struct h_cluster_env *f, const char *key)
 {
@@ -89,7 +72,7 @@ static void multi_segment(struct h_cluster_env *f, const char *sku, const char *
     assert_true(json_array_size(parts) >= 3);
     long long sum = 0;
     for (size_t k = 0; k < json_array_size(parts); k++)
-        sum += jint(json_array_get(parts, k), "qty");
+        sum += h_jint(json_array_get(parts, k), "qty");
     assert_int_equal(sum, 5);
     json_decref(o);
     h_resp_free(&r);
@@ -108,9 +91,9 @@ static void multi_segment(struct h_cluster_env *f, const char *sku, const char *
     h_resp_free(&r);
     json_t *j = h_get_sku(f->port, NULL, sku);
     assert_non_null(j);
-    assert_int_equal(jint(j, "remaining"), 6);
-    assert_int_equal(jint(j, "sold"), 0);
-    assert_int_equal(jint(j, "locks_held"), 0); /* the cancel let its locks go */
+    assert_int_equal(h_jint(j, "remaining"), 6);
+    assert_int_equal(h_jint(j, "sold"), 0);
+    assert_int_equal(h_jint(j, "locks_held"), 0); /* the cancel let its locks go */
     json_decref(j);
     assert_int_equal(h_audit(f->port, NULL, sku, 6, false), 0);
 
@@ -123,7 +106,7 @@ static void multi_segment(struct h_cluster_env *f, const char *sku, const char *
     assert_int_equal(h_expect_error(&r, 409, "sold_out"), 0);
     h_resp_free(&r);
     json_t *after = h_get_sku(f->port, NULL, sku);
-    assert_int_equal(jint(after, "locks_held"), 0);
+    assert_int_equal(h_jint(after, "locks_held"), 0);
     json_decref(after);
     assert_int_equal(h_audit(f->port, NULL, sku, 6, false), 0);
 }
@@ -253,9 +236,9 @@ static void test_dead_between_parts_retry(void **state)
     assert_int_equal(h_order(f->port, "cm-dead", 3, id, NULL), 200);
     json_t *j = h_get_sku(f->port, NULL, "cm-dead");
     assert_non_null(j);
-    assert_int_equal(jint(j, "sold"), 3);
-    assert_int_equal(jint(j, "remaining"), 1);
-    assert_int_equal(jint(j, "orders"), 1);
+    assert_int_equal(h_jint(j, "sold"), 3);
+    assert_int_equal(h_jint(j, "remaining"), 1);
+    assert_int_equal(h_jint(j, "orders"), 1);
     json_decref(j);
     assert_int_equal(h_audit(f->port, NULL, "cm-dead", 4, false), 0);
 }
@@ -274,7 +257,7 @@ static void test_dead_between_parts_swept(void **state)
     while (h_now_ms() < until && sold != 0) {
         json_t *j = h_get_sku(f->port, NULL, "cm-swept");
         assert_non_null(j);
-        sold = jint(j, "sold");
+        sold = h_jint(j, "sold");
         json_decref(j);
         if (sold != 0)
             h_sleep_ms(200);
@@ -283,8 +266,8 @@ static void test_dead_between_parts_swept(void **state)
     assert_true(h_stat(f->port, NULL, "intents_undone") >= undone0 + 1);
     json_t *j = h_get_sku(f->port, NULL, "cm-swept");
     assert_non_null(j);
-    assert_int_equal(jint(j, "remaining"), 4);
-    assert_int_equal(jint(j, "orders"), 0);
+    assert_int_equal(h_jint(j, "remaining"), 4);
+    assert_int_equal(h_jint(j, "orders"), 0);
     json_decref(j);
     assert_int_equal(h_audit(f->port, NULL, "cm-swept", 4, false), 0);
     /* And the stock sells as usual after it. */
@@ -396,5 +379,6 @@ int main(void)
         cmocka_unit_test(test_dead_between_parts_swept),
         cmocka_unit_test(test_fresh_id_record_with_sale),
     };
-    return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
+    return h_exit_status(
+        cmocka_run_group_tests(tests, h_cluster_group_setup, h_cluster_group_teardown));
 }

@@ -26,26 +26,6 @@
 #include "segments/redis/slots.h"
 #include "tests/harness.h"
 
-#define MASTERS 3
-#define REPLICAS 1
-
-static int group_setup(void **state)
-{
-    h_deadline(120);
-    *state = h_cluster_env_start(MASTERS, REPLICAS);
-    return *state != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    return h_cluster_env_stop(*state);
-}
-
-static long long jint(json_t *j, const char *key)
-{
-    return json_integer_value(json_object_get(j, key));
-}
-
 /* How many keys of SKU `sku`'s segments the masters hold together. */
 static long long segment_keys(struct h_cluster_env *f, const char *sku)
 {
@@ -78,8 +58,8 @@ static void test_sku_lifecycle(void **state)
     assert_int_equal(h_put_sku(f->port, NULL, "clu", 1500, 20, "lock", 0), 0);
     json_t *j = h_get_sku(f->port, NULL, "clu");
     assert_non_null(j);
-    assert_int_equal(jint(j, "remaining"), 1500);
-    assert_int_equal(jint(j, "segments"), 20);
+    assert_int_equal(h_jint(j, "remaining"), 1500);
+    assert_int_equal(h_jint(j, "segments"), 20);
     json_t *ss = json_object_get(j, "segment_stock");
     assert_int_equal(json_array_size(ss), 20);
     for (size_t i = 0; i < 20; i++)
@@ -113,8 +93,8 @@ static void test_sku_lifecycle(void **state)
     assert_int_equal(h_put_sku(f->port, NULL, "clu", 100, 8, "atomic", 0), 0);
     j = h_get_sku(f->port, NULL, "clu");
     assert_non_null(j);
-    assert_int_equal(jint(j, "remaining"), 100);
-    assert_int_equal(jint(j, "segments"), 8);
+    assert_int_equal(h_jint(j, "remaining"), 100);
+    assert_int_equal(h_jint(j, "segments"), 8);
     json_decref(j);
     assert_int_equal(segment_keys(f, "clu"), 8 * 3);
     assert_int_equal(h_audit(f->port, NULL, "clu", 100, true), 0);
@@ -190,8 +170,8 @@ static void sell_out2(struct h_cluster_env *f, int port2, const char *sku,
     }
     json_t *j = h_get_sku(f->port, NULL, sku);
     assert_non_null(j);
-    assert_int_equal(jint(j, "sold"), stock);
-    assert_int_equal(jint(j, "orders"), stock);
+    assert_int_equal(h_jint(j, "sold"), stock);
+    assert_int_equal(h_jint(j, "orders"), stock);
     json_decref(j);
     free(b.ids);
     pthread_mutex_destroy(&b.mu);
@@ -327,7 +307,7 @@ static void test_dead_claim_recovered(void **state)
     assert_int_equal(h_put_sku(f->port, NULL, "c-dead", 40, 4, "lock", 0), 0);
     json_t *j = h_get_sku(f->port, NULL, "c-dead");
     char epoch[32];
-    snprintf(epoch, sizeof epoch, "%lld", jint(j, "epoch"));
+    snprintf(epoch, sizeof epoch, "%lld", h_jint(j, "epoch"));
     json_decref(j);
 
     command_on(f, "inv:order:{died-1}", "HSET %s c dead-attempt u 1 k c-dead e %s", epoch,
@@ -341,13 +321,13 @@ static void test_dead_claim_recovered(void **state)
     assert_int_equal(h_order(f->port, "c-dead", 2, "died-1", &r), 200);
     json_t *o = h_resp_json(&r);
     assert_non_null(o);
-    assert_int_equal(jint(o, "segment"), 3);
-    assert_int_equal(jint(o, "qty"), 2);
+    assert_int_equal(h_jint(o, "segment"), 3);
+    assert_int_equal(h_jint(o, "qty"), 2);
     json_decref(o);
     h_resp_free(&r);
     assert_int_equal(h_order_status(f->port, "died-1"), 200);
     j = h_get_sku(f->port, NULL, "c-dead");
-    assert_int_equal(jint(j, "sold"), 2);
+    assert_int_equal(h_jint(j, "sold"), 2);
     json_decref(j);
 
     command_on(f, "inv:order:{died-2}", "HSET %s c dead-attempt u 1 k c-dead e %s", epoch,
@@ -355,7 +335,7 @@ static void test_dead_claim_recovered(void **state)
     assert_int_equal(h_order(f->port, "c-dead", 1, "died-2", NULL), 201);
     assert_int_equal(h_order(f->port, "c-dead", 1, "died-2", NULL), 200);
     j = h_get_sku(f->port, NULL, "c-dead");
-    assert_int_equal(jint(j, "sold"), 3);
+    assert_int_equal(h_jint(j, "sold"), 3);
     json_decref(j);
     assert_int_equal(h_audit(f->port, NULL, "c-dead", 40, false), 0);
 }
@@ -378,15 +358,15 @@ static void test_cancel(void **state)
     assert_int_equal(h_req(f->port, "DELETE", "/orders/cc-1", NULL, NULL, &r), 200);
     h_resp_free(&r);
     json_t *j = h_get_sku(f->port, NULL, "c-cancel");
-    assert_int_equal(jint(j, "remaining"), 10);
-    assert_int_equal(jint(j, "sold"), 0);
+    assert_int_equal(h_jint(j, "remaining"), 10);
+    assert_int_equal(h_jint(j, "sold"), 0);
     json_decref(j);
 
     /* Died half way: the segment gave the units back, the record still says
      * confirmed. The retry finishes the record. */
     assert_int_equal(h_order(f->port, "c-cancel", 2, "cc-2", &r), 201);
     o = h_resp_json(&r);
-    int seg = (int)jint(o, "segment");
+    int seg = (int)h_jint(o, "segment");
     json_decref(o);
     h_resp_free(&r);
     char orders[160], cancelled[160], stock[160], sold[160], n[16];
@@ -407,7 +387,7 @@ static void test_cancel(void **state)
     json_decref(o);
     h_resp_free(&r);
     j = h_get_sku(f->port, NULL, "c-cancel");
-    assert_int_equal(jint(j, "remaining"), 10);
+    assert_int_equal(h_jint(j, "remaining"), 10);
     json_decref(j);
     assert_int_equal(h_audit(f->port, NULL, "c-cancel", 10, false), 0);
 }
@@ -539,7 +519,7 @@ int main(void)
         cmocka_unit_test(test_two_instances),
         cmocka_unit_test(test_reshard_mid_sale),
     };
-    int failed = cmocka_run_group_tests_name("cluster_service", tests, group_setup,
-                                             group_teardown);
+    int failed = cmocka_run_group_tests_name(
+        "cluster_service", tests, h_cluster_group_setup, h_cluster_group_teardown);
     return h_exit_status(failed);
 }

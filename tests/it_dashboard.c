@@ -265,12 +265,6 @@ static json_t *sku_of(json_t *update, const char *name)
     return NULL;
 }
 
-static long long jint(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
-}
-
 /* Start a simulation; returns the HTTP status. */
 static int simulate(int port, const char *token, const char *sku, const char *body,
                     struct h_resp *out)
@@ -385,8 +379,8 @@ static void test_stream_format_and_updates(void **state)
     /* The first update comes at once; a SKU that does not exist says so. */
     json_t *u = sse_next_json(&s, 2000);
     assert_non_null(u);
-    assert_true(jint(u, "tick") >= 1);
-    assert_int_equal(jint(u, "interval_ms"), 250);
+    assert_true(h_jint(u, "tick") >= 1);
+    assert_int_equal(h_jint(u, "interval_ms"), 250);
     assert_non_null(json_object_get(json_object_get(u, "stats"), "orders_confirmed"));
     assert_non_null(json_object_get(json_object_get(u, "stats"), "fenced_rejections"));
     assert_true(json_is_number(json_object_get(u, "orders_per_s")));
@@ -456,10 +450,10 @@ static void test_stream_rate_while_selling(void **state)
         u = sse_next_json(&s, 1000);
         assert_non_null(u);
         json_t *x = sku_of(u, "ev-rate");
-        assert_true(jint(u, "tick") > last_tick);
-        assert_true(jint(x, "sold") >= last_sold);
-        last_tick = jint(u, "tick");
-        last_sold = jint(x, "sold");
+        assert_true(h_jint(u, "tick") > last_tick);
+        assert_true(h_jint(x, "sold") >= last_sold);
+        last_tick = h_jint(u, "tick");
+        last_sold = h_jint(x, "sold");
         rate = json_number_value(json_object_get(x, "orders_per_s"));
         assert_string_equal(
             json_string_value(json_object_get(json_object_get(x, "simulation"), "state")),
@@ -549,7 +543,7 @@ static void test_stream_auth_and_tickets(void **state)
     const char *ticket = json_string_value(json_object_get(t, "ticket"));
     assert_non_null(ticket);
     assert_int_equal(strlen(ticket), 32);
-    assert_int_equal(jint(t, "expires_in_s"), 60);
+    assert_int_equal(h_jint(t, "expires_in_s"), 60);
     char q[128];
     snprintf(q, sizeof q, "?sku=x&ticket=%s", ticket);
     assert_int_equal(sse_open(&s, port, q, NULL), 0);
@@ -627,7 +621,7 @@ static void test_slow_reader_dropped(void **state)
     while (dropped == 0 && h_now_ms() - t0 < 40000) {
         json_t *u = sse_next_json(&s, 2000);
         assert_non_null(u);
-        dropped = jint(json_object_get(u, "streams"), "dropped");
+        dropped = h_jint(json_object_get(u, "streams"), "dropped");
         json_decref(u);
     }
     printf("it_dashboard: the slow reader was dropped after %lld ms\n", h_now_ms() - t0);
@@ -769,8 +763,8 @@ static void test_simulate_sells_out_audited(void **state)
     json_t *j = h_resp_json(&r);
     h_resp_free(&r);
     assert_string_equal(json_string_value(json_object_get(j, "state")), "running");
-    assert_int_equal(jint(j, "orders"), 400);
-    assert_int_equal(jint(j, "concurrency"), 8);
+    assert_int_equal(h_jint(j, "orders"), 400);
+    assert_int_equal(h_jint(j, "concurrency"), 8);
     char run[32];
     snprintf(run, sizeof run, "%s", json_string_value(json_object_get(j, "run")));
     json_decref(j);
@@ -784,14 +778,14 @@ static void test_simulate_sells_out_audited(void **state)
     assert_non_null(done);
     assert_string_equal(json_string_value(json_object_get(done, "state")), "finished");
     json_t *out = json_object_get(done, "outcomes");
-    assert_int_equal(jint(done, "answered"), 400);
-    assert_int_equal(jint(out, "confirmed"), 300);
-    assert_int_equal(jint(out, "sold_out"), 100);
+    assert_int_equal(h_jint(done, "answered"), 400);
+    assert_int_equal(h_jint(out, "confirmed"), 300);
+    assert_int_equal(h_jint(out, "sold_out"), 100);
     json_decref(done);
     assert_int_equal(h_audit(port, NULL, "sim-a", 300, true), 0);
     json_t *g = h_get_sku(port, NULL, "sim-a");
-    assert_int_equal(jint(g, "sold"), 300);
-    assert_int_equal(jint(g, "remaining"), 0);
+    assert_int_equal(h_jint(g, "sold"), 300);
+    assert_int_equal(h_jint(g, "remaining"), 0);
     json_decref(g);
     /* Counted as any other orders, and stored under sim- ids. */
     assert_int_equal(h_stat(port, NULL, "orders_confirmed") - before, 300);
@@ -809,7 +803,7 @@ static void test_simulate_sells_out_audited(void **state)
     h_resp_free(&r);
     done = sim_wait(port, NULL, "sim-a", 10000);
     assert_non_null(done);
-    assert_int_equal(jint(json_object_get(done, "outcomes"), "sold_out"), 5);
+    assert_int_equal(h_jint(json_object_get(done, "outcomes"), "sold_out"), 5);
     json_decref(done);
 }
 
@@ -836,12 +830,12 @@ static void test_simulate_stop(void **state)
     assert_non_null(done);
     printf("it_dashboard: a run stopped within %lld ms\n", h_now_ms() - t0);
     assert_string_equal(json_string_value(json_object_get(done, "state")), "stopped");
-    long long answered = jint(done, "answered");
+    long long answered = h_jint(done, "answered");
     assert_true(answered > 0 && answered < 100000);
-    assert_int_equal(jint(done, "sent"), answered);
+    assert_int_equal(h_jint(done, "sent"), answered);
     json_decref(done);
     json_t *g = h_get_sku(port, NULL, "sim-s");
-    assert_int_equal(jint(g, "sold"), answered);
+    assert_int_equal(h_jint(g, "sold"), answered);
     json_decref(g);
     assert_int_equal(h_audit(port, NULL, "sim-s", 100000, true), 0);
 }

@@ -62,12 +62,6 @@ static void peer_stop(struct env *e)
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-static long long jint(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
-}
-
 static const char *jstr(const json_t *o, const char *key)
 {
     const char *s = json_string_value(json_object_get(o, key));
@@ -85,12 +79,12 @@ struct snap {
 static int snap_from(const json_t *j, struct snap *s)
 {
     memset(s, 0, sizeof *s);
-    s->initial = jint(j, "initial");
-    s->remaining = jint(j, "remaining");
-    s->sold = jint(j, "sold");
-    s->orders = jint(j, "orders");
-    s->locks_held = jint(j, "locks_held");
-    s->segments = (int)jint(j, "segments");
+    s->initial = h_jint(j, "initial");
+    s->remaining = h_jint(j, "remaining");
+    s->sold = h_jint(j, "sold");
+    s->orders = h_jint(j, "orders");
+    s->locks_held = h_jint(j, "locks_held");
+    s->segments = (int)h_jint(j, "segments");
     json_t *rb = json_object_get(j, "rebalance");
     s->rebalance = json_is_boolean(rb) ? json_is_true(rb) : -1;
     json_t *st = json_object_get(j, "segment_stock"),
@@ -155,7 +149,7 @@ static int check_record(const json_t *o, const char *sku, long long qty,
         snprintf(why, why_len, "no order_id");
         return -1;
     }
-    if (strcmp(jstr(o, "sku"), sku) != 0 || jint(o, "qty") != qty ||
+    if (strcmp(jstr(o, "sku"), sku) != 0 || h_jint(o, "qty") != qty ||
         strcmp(jstr(o, "status"), status) != 0) {
         snprintf(why, why_len, "sku/qty/status differ (want %s/%lld/%s)", sku, qty,
                  status);
@@ -170,8 +164,8 @@ static int check_record(const json_t *o, const char *sku, long long qty,
     long long sum = 0;
     for (int k = 0; k < n; k++) {
         json_t *p = json_array_get(parts, (size_t)k);
-        seg[k] = (int)jint(p, "segment");
-        part[k] = jint(p, "qty");
+        seg[k] = (int)h_jint(p, "segment");
+        part[k] = h_jint(p, "qty");
         if (seg[k] < 0 || seg[k] >= nsegs || part[k] < 1) {
             snprintf(why, why_len, "part %d: segment %d qty %lld", k, seg[k], part[k]);
             return -1;
@@ -186,9 +180,9 @@ static int check_record(const json_t *o, const char *sku, long long qty,
         snprintf(why, why_len, "parts sum to %lld, qty %lld", sum, qty);
         return -1;
     }
-    if (jint(o, "segment") != seg[0]) {
+    if (h_jint(o, "segment") != seg[0]) {
         snprintf(why, why_len, "\"segment\" %lld is not the first part's %d",
-                 jint(o, "segment"), seg[0]);
+                 h_jint(o, "segment"), seg[0]);
         return -1;
     }
     return n;

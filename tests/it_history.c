@@ -801,12 +801,6 @@ struct order_view {
     long long part[MAX_SEGS];
 };
 
-static long long jint(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
-}
-
 static const char *jstr(const json_t *o, const char *key)
 {
     const char *s = json_string_value(json_object_get(o, key));
@@ -826,8 +820,8 @@ static int view_parts(const json_t *o, struct order_view *v, char *why, size_t l
     long long sum = 0;
     for (int k = 0; k < v->n; k++) {
         json_t *p = json_array_get(parts, (size_t)k);
-        v->seg[k] = (int)jint(p, "segment");
-        v->part[k] = jint(p, "qty");
+        v->seg[k] = (int)h_jint(p, "segment");
+        v->part[k] = h_jint(p, "qty");
         if (v->seg[k] < 0 || v->seg[k] >= MAX_SEGS || v->part[k] < 1 ||
             (k > 0 && v->seg[k] <= v->seg[k - 1])) {
             snprintf(why, len, "part %d (segment %d, qty %lld) is out of range or order",
@@ -856,8 +850,8 @@ static int view_parse(const char *text, struct order_view *v, char *why, size_t 
         snprintf(v->id, sizeof v->id, "%s", jstr(o, "order_id"));
         snprintf(v->sku, sizeof v->sku, "%s", jstr(o, "sku"));
         snprintf(v->status, sizeof v->status, "%s", jstr(o, "status"));
-        v->qty = jint(o, "qty");
-        v->segment = (int)jint(o, "segment");
+        v->qty = h_jint(o, "qty");
+        v->segment = (int)h_jint(o, "segment");
         if (strcmp(v->status, "confirmed") != 0 && strcmp(v->status, "cancelled") != 0)
             snprintf(why, len, "status \"%s\"", v->status);
         else if (v->id[0] == '\0' || v->sku[0] == '\0' || v->qty < 1)
@@ -918,11 +912,11 @@ static int sku_state_parse(struct sku_state *st)
     json_t *j = json_loads(st->text, 0, NULL);
     json_t *stock = json_object_get(j, "segment_stock"),
            *sold = json_object_get(j, "segment_sold");
-    st->segments = (int)jint(j, "segments");
-    st->initial = jint(j, "initial");
-    st->remaining = jint(j, "remaining");
-    st->sold = jint(j, "sold");
-    st->orders = jint(j, "orders");
+    st->segments = (int)h_jint(j, "segments");
+    st->initial = h_jint(j, "initial");
+    st->remaining = h_jint(j, "remaining");
+    st->sold = h_jint(j, "sold");
+    st->orders = h_jint(j, "orders");
     int rc = -1;
     if (st->segments >= 1 && st->segments <= MAX_SEGS && json_is_array(stock) &&
         json_is_array(sold) && json_array_size(stock) == (size_t)st->segments &&

@@ -83,18 +83,12 @@ static void stop_b(struct env *e)
     assert_int_equal(rc, 0);
 }
 
-static long long jint(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
-}
-
 /* One field of GET /admin/skus/SKU (asked of `port`). */
 static long long sku_field(int port, const char *sku, const char *key)
 {
     json_t *j = h_get_sku(port, NULL, sku);
     assert_non_null(j);
-    long long v = jint(j, key);
+    long long v = h_jint(j, key);
     json_decref(j);
     return v;
 }
@@ -244,7 +238,7 @@ static void test_cancel_of_replaced_order(void **state)
     assert_int_equal(cancel.resp.status, 200);
     json_t *rec = h_resp_json(&cancel.resp);
     assert_non_null(rec);
-    assert_int_equal(jint(rec, "qty"), 5);
+    assert_int_equal(h_jint(rec, "qty"), 5);
     assert_string_equal(json_string_value(json_object_get(rec, "status")), "cancelled");
     json_decref(rec);
     h_resp_free(&cancel.resp);
