@@ -458,17 +458,22 @@ static void claimed(struct ord *o)
 /* Durability "replicated": the claim is on a replica before anything is sold under
  * it. A failover that lost it would lose with it the trace of a deduction whose
  * record was lost too, and a retry would sell again; a claim that survives makes
- * the retry look in the segments (CLAIM answers MISSING once it has run out). (A
- * claim that takes a dead one over, to undo its plan or to write its record, is
- * not given up when this fails: it holds what it must finish; it does not WAIT.) */
+ * the retry look in the segments (CLAIM answers MISSING once it has run out). The
+ * claim of a multi-segment order holds its plan, which is how a retry or the
+ * sweeper undoes parts without a record: it is WAITed for too. (A claim that takes
+ * a dead one over, to undo its plan or to write its record, is not given up when
+ * this fails: it holds what it must finish; it does not WAIT.) */
 static void on_claim_waited(void *arg, int rc, int replicas)
 {
     struct ord *o = arg;
     if (rc < 0)
         finish(o, INV_UNAVAILABLE);
-    else if (replicas < 1)
-        finish(o, INV_NOT_REPLICATED); /* nothing sold: the claim is given up */
-    else
+    else if (replicas < 1) { /* nothing sold: the claim (and the plan) given up */
+        if (o->mclaiming)
+            rda_intent(o->e->rd, o->res.order_id, false, NULL, NULL);
+        o->mclaiming = false;
+        finish(o, INV_NOT_REPLICATED);
+    } else
         claimed(o);
 }
 
@@ -486,8 +491,9 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
         o->until = r->value;
         free(o->dead);
         o->dead = NULL;
-        if (o->view.cfg.replicated && o->dplan == NULL && o->recovered == NULL &&
-            !o->mclaiming) /* a claim for a sale (the others hold what they undo) */
+        if (o->view.cfg.replicated && o->dplan == NULL &&
+            o->recovered ==
+                NULL) /* a claim for a sale (the others hold what they undo) */
             rda_wait(e->rd, o->placed, -1, o->res.order_id,
                      e->v->opt.redis_timeout_ms / 2, on_claim_waited, o);
         else
