@@ -12,7 +12,6 @@
 #include "segments/clock.h"
 #include "segments/rand.h"
 #include "segments/sku.h"
-#include "segments/skutab.h"
 
 /* How often it looks, and how old an intent must be to be looked at (younger ones
  * are in flight: their claims would answer BUSY anyway). */
@@ -37,10 +36,9 @@ static void spread_all(sweeper *s)
         char sku[SEG_NAME_MAX + 1];
         memcpy(sku, s->spread[0], sizeof sku);
         pthread_mutex_unlock(&s->mu);
-        if (sku_spread(&s->c, sku) == INV_OK) {
-            stat_add(s->v, STAT_REBALANCES, 1);
-            skutab_invalidate(s->v, sku); /* a new generation: every loop re-reads */
-        }
+        /* A spread that moved stock counts itself and drops every loop's cached
+         * settings (a new generation); one with nothing to do neither. */
+        (void)sku_spread(&s->c, sku);
         pthread_mutex_lock(&s->mu);
         /* Dequeued only now: a loop asking meanwhile finds it still queued. */
         s->nspread--;
