@@ -157,8 +157,8 @@ static void free_events(struct api_loop *l)
     pthread_mutex_destroy(&l->mu);
 }
 
-struct api_loop *api_loop_start(inv *v, int index, api_loop_daemon_fn mk, void *arg,
-                                char *err, size_t errlen)
+struct api_loop *api_loop_start(inv *v, int index, int count, api_loop_daemon_fn mk,
+                                void *arg, char *err, size_t errlen)
 {
     struct api_loop *l = calloc(1, sizeof *l);
     if (l == NULL) {
@@ -174,7 +174,7 @@ struct api_loop *api_loop_start(inv *v, int index, api_loop_daemon_fn mk, void *
         snprintf(err, errlen, "loop %d: cannot make an event loop", index);
         goto fail;
     }
-    l->engine = engine_create(v, l->base);
+    l->engine = engine_create(v, l->base, index, count);
     l->daemon = mk(l, arg);
     if (l->daemon == NULL) {
         snprintf(err, errlen, "loop %d: cannot start the HTTP daemon", index);

@@ -28,10 +28,10 @@ struct api_loop;
  * own, on the shared listening socket; called once on the caller's thread. */
 typedef struct MHD_Daemon *(*api_loop_daemon_fn)(struct api_loop *l, void *arg);
 
-/* Start loop number `index` (its engine on `v`, its daemon from `mk`). NULL with
- * `err` filled when the daemon, the loop or the thread cannot be made. */
-struct api_loop *api_loop_start(inv *v, int index, api_loop_daemon_fn mk, void *arg,
-                                char *err, size_t errlen);
+/* Start loop number `index` of `count` (its engine on `v`, its daemon from `mk`).
+ * NULL with `err` filled when the daemon, the loop or the thread cannot be made. */
+struct api_loop *api_loop_start(inv *v, int index, int count, api_loop_daemon_fn mk,
+                                void *arg, char *err, size_t errlen);
 
 int api_loop_index(const struct api_loop *l);
 engine *api_loop_engine(struct api_loop *l);

@@ -682,7 +682,8 @@ struct api_server *api_server_start(const struct api_options *opt, inv *v, char 
         oom();
     for (int i = 0; i < s->nloops; i++) {
         s->fronts[i].srv = s;
-        if (api_loop_start(v, i, make_daemon, &s->fronts[i], err, errlen) == NULL) {
+        if (api_loop_start(v, i, s->nloops, make_daemon, &s->fronts[i], err, errlen) ==
+            NULL) {
             for (int k = 0; k < i; k++)
                 api_loop_stop(s->fronts[k].loop, 0);
             free_server(s);

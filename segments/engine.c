@@ -23,6 +23,7 @@ struct engine {
     struct event_base *base;
     rda_conn *rd;
     ltab *tab;
+    int home, homes; /* this loop's number, and how many (ring.h) */
     uint64_t rng, token_id, token_seq;
     int in_flight;
     long long changes; /* inv.changes when this loop's table was last in step */
@@ -53,7 +54,10 @@ struct ord {
     char *dplan; /* its plan (a multi-segment order's): to undo once taken over */
 
     /* the current round */
-    int n, start, k, handed, claimed, busy, remote_rounds;
+    /* claimed: segments passed by that an order of this loop holds and will hand
+     * on (at home here); away: those another loop holds, or that will go back free;
+     * busy: those Redis found locked elsewhere */
+    int n, start, k, handed, claimed, away, busy, remote_rounds;
     bool stock_left;
     long long *seen; /* stock last seen per segment, -1 unknown; n entries */
 
@@ -68,6 +72,12 @@ struct ord {
     int pending;     /* renewals and piped locks owed a reply: the order outlives its
                         answer for them */
     bool answered;
+    /* a lock kept from one order of this loop to the next (pass_lock) */
+    int64_t lock_ms;  /* when the lock held was taken (its ACQUIRE sent) */
+    int keeps;        /* the orders it served before this one */
+    struct ord *succ; /* ours went on to it, until our DEDUCT (keep) answers */
+    struct ord *pred; /* the order whose DEDUCT keeps it for us, until that answers */
+    bool hold_over;   /* our hold ended before pred's answer came */
 
     /* several segments (an order's parts, or every segment for a spread) */
     bool spreading; /* the locks are for the automatic rebalance */
@@ -98,6 +108,9 @@ static void finish(struct ord *o, inv_status st);
 static void view(struct ord *o);
 static void on_verdict(void *arg, int rc, const long long *stock);
 static void multi_go(struct ord *o);
+static void on_handed(struct lwait *w, int seg);
+static void on_round_timer(evutil_socket_t fd, short what, void *arg);
+static void on_hold_done(evutil_socket_t fd, short what, void *arg);
 
 /* One part of a multi-segment order on a cluster, for its reply. */
 struct part {
@@ -252,6 +265,11 @@ static void finish(struct ord *o, inv_status st)
     o->res.status = st;
     lease_stop(o);
     event_del(o->timer);
+    if (o->succ != NULL) /* (not expected: our DEDUCT's answer settles it first) */
+        o->succ->pred = NULL;
+    if (o->pred != NULL)
+        o->pred->succ = NULL;
+    o->succ = o->pred = NULL;
     if (o->claim_ok && st != INV_OK && st != INV_REPLAYED && st != INV_UNAVAILABLE) {
         /* No sale for certain: the id is free again. (After no answer it stays
          * claimed: a deduction may have landed, and only the claim's end and a look
@@ -599,12 +617,35 @@ static void on_confirmed(void *arg, int rc, struct rd_reply *r)
     placed(o);
 }
 
+/* Our DEDUCT (keep) answered: the order the lock went on to may go on with it, or,
+ * when the script let it go (or the answer was lost: then let go of it here),
+ * takes the segment again the usual way, with an ACQUIRE. */
+static void settle_successor(struct ord *o, int rc, const struct rd_reply *r)
+{
+    struct ord *w = o->succ;
+    if (w == NULL)
+        return;
+    o->succ = NULL;
+    w->pred = NULL;
+    if (rc == 0 && r->code == RD_OK) {
+        if (w->hold_over)
+            arm(w, 0, on_hold_done);
+        return;
+    }
+    if (rc < 0)
+        rda_release(o->e->rd, o->placed, o->seg, o->token, NULL, NULL);
+    lease_stop(w);
+    w->handed = w->seg; /* still claimed here */
+    arm(w, 0, on_round_timer);
+}
+
 static void on_deduct(void *arg, int rc, struct rd_reply *r)
 {
     struct ord *o = arg;
     int i = o->seg;
     bool pipelined = o->pipelined;
     o->pipelined = false;
+    settle_successor(o, rc, r);
     lease_stop(o); /* the segment's claim went on with the DEDUCT (on_hold_done) */
     if (rc < 0) {
         finish(o, INV_UNAVAILABLE);
@@ -653,21 +694,65 @@ static void on_piped_lock(void *arg, int rc, int taken)
         finish(o, o->res.status); /* frees it */
 }
 
-static void send_deduct(struct ord *o, const char *token)
+static void send_deduct(struct ord *o, const char *token, bool keep)
 {
     if (!o->has_id && !o->claim_ok) /* a fresh id: made for the segment's slot */
         rda_id_for_segment(o->e->rd, o->placed, o->seg, o->res.order_id);
     free(o->record);
     o->record =
         record_build(o->res.order_id, o->sku, o->qty, 1, &o->seg, &o->qty, "confirmed");
+    /* The attempt is the token of the lock it took, or its own once the lock was
+     * passed on to it: the token is then the first holder's, and DEDUCT takes a
+     * record of its own attempt for its own (a duplicate of that order would answer
+     * 201 too). */
     char attempt[33];
-    if (token[0] != '\0')
+    if (token[0] != '\0' && o->keeps == 0)
         snprintf(attempt, sizeof attempt, "%s", token);
     else
         new_token(o->e, attempt);
     long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
-    o->confirm = !rda_deduct(o->e->rd, o->placed, o->view.epoch, o->seg, token, attempt,
-                             o->res.order_id, o->qty, o->record, until, on_deduct, o);
+    o->confirm =
+        !rda_deduct(o->e->rd, o->placed, o->view.epoch, o->seg, token, attempt,
+                    o->res.order_id, o->qty, o->record, until, keep, on_deduct, o);
+}
+
+/* Orders a lock may serve in a row, kept from one to the next (pass_lock). */
+#define KEEP_MAX 16
+
+/* The lock held by `o` goes on to `w`, the next order of this loop waiting for the
+ * segment, with the DEDUCT that leaves it held (keep): `w` starts its hold at once,
+ * without a round trip for an ACQUIRE. Its own DEDUCT waits for ours to answer
+ * (settle_successor): only an OK leaves the lock held. Both are fenced by the same
+ * token; the lease goes on being renewed by the holder. */
+static bool may_keep(const struct ord *o, const struct ord *w)
+{
+    const engine *e = o->e;
+    return !rda_cluster(e->rd) && o->keeps < KEEP_MAX &&
+           inv_now_ms() - o->lock_ms < e->v->opt.lock_ttl_ms / 3 &&
+           w->view.cfg.hold_ms > 0 && o->seg < w->n && w->pred == NULL;
+}
+
+static void pass_lock(struct ord *o, struct ord *w)
+{
+    engine *e = o->e;
+    w->waiting = false; /* ltab_next_holder took it out of the queue */
+    event_del(w->timer);
+    w->seg = o->seg;
+    memcpy(w->token, o->token, sizeof w->token);
+    w->lock_ms = o->lock_ms;
+    w->keeps = o->keeps + 1;
+    w->pred = o;
+    o->succ = w;
+    w->hold_over = false;
+    /* its round as if it had started at the segment and taken it */
+    w->handed = -1;
+    w->start = ring_start(w->seg, w->n, e->home, e->homes);
+    w->k = 1;
+    w->claimed = w->away = w->busy = 0;
+    w->stock_left = false;
+    stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - w->started_ms) * 1000);
+    lease_start(w);
+    arm(w, w->view.cfg.hold_ms, on_hold_done);
 }
 
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
@@ -675,6 +760,10 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct ord *o = arg;
+    if (o->pred != NULL) { /* the lock's last DEDUCT has not answered: wait for it */
+        o->hold_over = true;
+        return;
+    }
     if (o->lease_lost) { /* the fenced write would refuse us anyway */
         lease_stop(o);
         stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
@@ -683,12 +772,25 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         visit_next(o);
         return;
     }
-    send_deduct(o, o->token);
-    /* The DEDUCT releases the lock in Redis whatever it answers, so the next order
-     * of this loop waiting for the segment may send its ACQUIRE now, behind it on the
-     * same connection, instead of a round trip later. (Should it get there first
-     * after all, a redirect on a cluster, it is BUSY and looks elsewhere.) */
-    unclaim(o, o->seg);
+    /* The next order of this loop waiting for the segment takes the lock over as
+     * the DEDUCT keeps it (pass_lock); or, when it cannot, the DEDUCT releases the
+     * lock in Redis whatever it answers, so that order may send its ACQUIRE now,
+     * behind it on the same connection, instead of a round trip later. (Should it get
+     * there first after all, a redirect on a cluster, it is BUSY and looks
+     * elsewhere.) */
+    struct lwait *w = ltab_next_holder(o->s, o->seg);
+    struct ord *next = w != NULL && w->handed == on_handed
+                           ? (struct ord *)((char *)w - offsetof(struct ord, wait))
+                           : NULL;
+    if (next != NULL && !may_keep(o, next))
+        next = NULL;
+    send_deduct(o, o->token, next != NULL);
+    if (next != NULL)
+        pass_lock(o, next);
+    else if (w != NULL)
+        w->handed(w, o->seg);
+    else
+        unclaim(o, o->seg);
 }
 
 static void on_acquire(void *arg, int rc, struct rd_reply *r)
@@ -709,7 +811,7 @@ static void on_acquire(void *arg, int rc, struct rd_reply *r)
         if (o->view.cfg.hold_ms > 0)
             arm(o, o->view.cfg.hold_ms, on_hold_done);
         else
-            send_deduct(o, o->token);
+            send_deduct(o, o->token, false);
         return;
     case RD_BUSY:
         note_stock(o, i, r->value);
@@ -1193,12 +1295,13 @@ static void on_handed(struct lwait *w, int seg)
 static void round_end(struct ord *o)
 {
     engine *e = o->e;
-    if (o->claimed + o->busy == 0 && !o->stock_left) {
+    int passed = o->claimed + o->away + o->busy;
+    if (passed == 0 && !o->stock_left) {
         finish(o, INV_SOLD_OUT);
         return;
     }
     int remaining = (int)(o->deadline_ms - inv_now_ms());
-    if (o->claimed + o->busy == 0 && (o->n == 1 || remaining > 0)) {
+    if (passed == 0 && (o->n == 1 || remaining > 0)) {
         if (o->n == 1)
             finish(o, INV_INSUFFICIENT);
         else
@@ -1212,7 +1315,9 @@ static void round_end(struct ord *o)
         return;
     }
     stat_add(e->v, STAT_LOCK_WAITS, 1);
-    if (o->busy > 0) { /* a lock held elsewhere sends no signal: back off */
+    if (o->busy > 0 || o->claimed == 0) {
+        /* a lock held elsewhere sends no signal (nor does another loop's claim, nor
+         * one away from home here): back off */
         arm(o, ring_backoff_ms(o->remote_rounds++, rnd(e, UINT32_MAX), remaining),
             on_round_timer);
         return;
@@ -1224,7 +1329,7 @@ static void round_end(struct ord *o)
         long long h = ltab_hint(o->s, i);
         bool may_fill = h < 0 || h >= o->qty;
         hopeless &= !may_fill;
-        if (may_fill && !ltab_claimed(o->s, i)) {
+        if (may_fill && !ltab_claimed(o->s, i) && !ltab_claimed_elsewhere(o->s, i)) {
             arm(o, 0, on_round_timer);
             return;
         }
@@ -1245,7 +1350,7 @@ static void visit_next(struct ord *o)
     engine *e = o->e;
     bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
     while (o->k < o->n) {
-        int i = ring_segment(o->start, o->k, o->n);
+        int i = ring_segment(o->start, o->k, o->n, e->home, e->homes);
         bool mine = o->k == 0 && i == o->handed;
         o->k++;
         long long hint = ltab_hint(o->s, i);
@@ -1258,7 +1363,7 @@ static void visit_next(struct ord *o)
         }
         o->seg = i;
         if (!locked) {
-            send_deduct(o, "");
+            send_deduct(o, "", false);
             return;
         }
         if (o->view.cfg.hold_ms == 0) {
@@ -1276,15 +1381,20 @@ static void visit_next(struct ord *o)
             o->pending++;
             rda_lock(e->rd, o->placed, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock,
                      o);
-            send_deduct(o, o->token);
+            send_deduct(o, o->token, false);
             return;
         }
-        if (!mine && !ltab_claim(o->s, i)) {
+        if (!mine && (ltab_claimed_elsewhere(o->s, i) || !ltab_claim(o->s, i))) {
             stat_add(e->v, STAT_BUSY_SKIPS, 1);
-            o->claimed++;
+            if (ltab_claimed(o->s, i) && ring_home(i, o->n, e->home, e->homes))
+                o->claimed++;
+            else
+                o->away++;
             continue;
         }
         new_token(e, o->token);
+        o->lock_ms = inv_now_ms();
+        o->keeps = 0;
         stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
         rda_acquire(e->rd, o->placed, o->view.epoch, i, o->res.order_id, o->qty, o->token,
                     e->v->opt.lock_ttl_ms, on_acquire, o);
@@ -1307,15 +1417,19 @@ static void round_begin(struct ord *o)
         free(o->seen);
         o->seen = seg_malloc(sizeof *o->seen * (size_t)o->n);
     }
-    if (o->handed >= o->n) { /* the SKU shrank: not ours to visit */
+    if (o->handed >= o->n ||
+        (o->handed >= 0 && !ring_home(o->handed, o->n, e->home, e->homes))) {
+        /* the SKU shrank: not ours to visit (a claim away from home is only
+         * handed to a waiter for that very segment) */
         ltab_unclaim(o->s, o->handed);
         o->handed = -1;
     }
     if (o->handed < 0 && spread_begin(o))
         return;
-    o->start = o->handed >= 0 ? o->handed : (int)rnd(e, (uint32_t)o->n);
+    o->start = o->handed >= 0 ? ring_start(o->handed, o->n, e->home, e->homes)
+                              : (int)rnd(e, (uint32_t)o->n);
     o->k = 0;
-    o->claimed = o->busy = 0;
+    o->claimed = o->away = o->busy = 0;
     o->stock_left = false;
     visit_next(o);
 }
@@ -1368,12 +1482,14 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
     evtimer_add(o->timer, &now);
 }
 
-engine *engine_create(inv *v, struct event_base *base)
+engine *engine_create(inv *v, struct event_base *base, int home, int homes)
 {
     engine *e = seg_calloc(1, sizeof *e);
     e->v = v;
     e->base = base;
-    e->tab = ltab_create();
+    e->home = home;
+    e->homes = homes;
+    e->tab = ltab_create(home, homes);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng ||
         getrandom(&e->token_id, sizeof e->token_id, 0) != sizeof e->token_id) {
         perror("getrandom");

@@ -23,18 +23,24 @@
  *   ROUND     sold out in this generation (here or on another loop) -> DONE
  *             most segments seen empty, stock left, lock mode, rebalance on, not
  *             yet done this generation on this loop          -> SPREAD
- *             the next segment of the ring that may hold qty, not claimed on this
- *             loop: claim it                                 -> ACQUIRE (atomic: DEDUCT;
+ *             the next segment of the ring (the loop's home segments first, ring.h)
+ *             that may hold qty, claimed on no loop: claim it -> ACQUIRE (atomic: DEDUCT;
  *             hold_ms 0: SET NX PX and DEDUCT leave together -> DEDUCT)
  *             ring done: none busy, none left                -> DONE (sold out)
  *                        none busy, stock spread thin        -> MULTI
  *                        deadline passed                     -> VERDICT
  *                        busy in Redis                       -> BACKOFF (timer)
- *                        claimed on this loop only           -> WAIT (FIFO, timer)
+ *                        held on this loop, at home here     -> WAIT (FIFO, timer):
+ *             handed the claim -> ROUND from it; handed the lock itself (a
+ *             standalone Redis, the holder's DEDUCT keeps it) -> HOLD at once
+ *                        held by another loop only           -> BACKOFF (timer)
  *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new
  *             generation); locks not had in time             -> ROUND
  *   ACQUIRE   reply OK                                       -> HOLD (timer hold_ms;
- *             lease renewed by a timer every ttl/3)          -> DEDUCT
+ *             lease renewed by a timer every ttl/3)          -> DEDUCT (with keep when
+ *             an order of this loop waits for the segment: the lock goes on to it;
+ *             a hold over before the lock's previous DEDUCT answered waits for it:
+ *             OK -> DEDUCT, anything else -> ROUND from the segment, ACQUIRE)
  *             BUSY/SHORT/MISSING                             -> ROUND (next segment)
  *             EXISTS                                         -> DONE (replay/conflict)
  *             STALE                                          -> VIEW (re-read)
@@ -69,8 +75,10 @@
 
 typedef struct engine engine;
 
-/* An engine on `base`, with its own Redis connection to v's Redis. */
-engine *engine_create(inv *v, struct event_base *base);
+/* An engine on `base`, with its own Redis connection to v's Redis: the engine of
+ * event loop `home` of `homes` in this process (ring.h: the segments its orders
+ * visit first; 0 of 1 for a lone engine). */
+engine *engine_create(inv *v, struct event_base *base, int home, int homes);
 /* Free; no order may be in flight (engine_in_flight). NULL is fine. */
 void engine_free(engine *e);
 

@@ -7,6 +7,7 @@
 
 #include "base/names.h"
 #include "base/xalloc.h"
+#include "segments/ring.h"
 
 #define BUCKETS 256
 
@@ -18,19 +19,25 @@ struct lsku {
     long long rebalanced_gen;
     int empty_count;
     sku_local *shared; /* the process-wide entry (outcome counters), once known */
+    int home, homes;   /* the table's */
     struct lwait *first, *last; /* waiters for a handed claim, oldest first */
+    int one_seg_waiters;        /* of them, those for one segment (seg >= 0) */
     unsigned char claimed[SEG_MAX_SEGMENTS];
     long long hint[SEG_MAX_SEGMENTS]; /* least stock seen this generation, -1 */
     lsku *next;
 };
 
 struct ltab {
+    int home, homes; /* ring.h */
     lsku *bucket[BUCKETS];
 };
 
-ltab *ltab_create(void)
+ltab *ltab_create(int home, int homes)
 {
-    return seg_calloc(1, sizeof(ltab));
+    ltab *t = seg_calloc(1, sizeof(ltab));
+    t->home = home;
+    t->homes = homes;
+    return t;
 }
 
 void ltab_free(ltab *t)
@@ -55,6 +62,8 @@ lsku *ltab_get(ltab *t, const char *sku, bool add)
         return NULL;
     lsku *s = seg_calloc(1, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", sku);
+    s->home = t->home;
+    s->homes = t->homes;
     for (int i = 0; i < SEG_MAX_SEGMENTS; i++)
         s->hint[i] = -1;
     s->next = t->bucket[b];
@@ -82,6 +91,7 @@ static void wake_all(lsku *s)
 {
     struct lwait *w = s->first;
     s->first = s->last = NULL;
+    s->one_seg_waiters = 0;
     while (w != NULL) {
         struct lwait *next = w->next;
         w->next = NULL;
@@ -115,11 +125,16 @@ void ltab_invalidate_all(ltab *t)
             ltab_invalidate(s);
 }
 
+/* claimed[i]: 0 free, 1 claimed, 2 claimed and counted in the shared entry. */
 bool ltab_claim(lsku *s, int i)
 {
     if (s->claimed[i])
         return false;
     s->claimed[i] = 1;
+    if (s->shared != NULL) {
+        skutab_loop_claims(s->shared, i, 1);
+        s->claimed[i] = 2;
+    }
     return true;
 }
 
@@ -128,7 +143,13 @@ bool ltab_claimed(const lsku *s, int i)
     return s->claimed[i];
 }
 
-void ltab_unclaim(lsku *s, int i)
+bool ltab_claimed_elsewhere(const lsku *s, int i)
+{
+    return s->shared != NULL &&
+           skutab_loop_claims(s->shared, i, 0) > (s->claimed[i] == 2 ? 1 : 0);
+}
+
+struct lwait *ltab_next_holder(lsku *s, int i)
 {
     struct lwait *any = NULL;
     for (struct lwait *w = s->first; w != NULL; w = w->next) {
@@ -136,15 +157,30 @@ void ltab_unclaim(lsku *s, int i)
             any = w;
             break;
         }
-        if (any == NULL && w->seg < 0)
+        if (any == NULL && w->seg < 0) {
             any = w;
+            if (s->one_seg_waiters == 0)
+                break; /* none for this very segment behind it */
+        }
     }
     if (any != NULL &&
-        (any->seg == i || (s->hint[i] != 0 && s->valid && i < s->view.cfg.segments))) {
+        (any->seg == i || (s->hint[i] != 0 && s->valid && i < s->view.cfg.segments &&
+                           ring_home(i, s->view.cfg.segments, s->home, s->homes)))) {
         ltab_unwait(s, any);
-        any->handed(any, i); /* stays claimed: it changes hands */
+        return any;
+    }
+    return NULL;
+}
+
+void ltab_unclaim(lsku *s, int i)
+{
+    struct lwait *w = ltab_next_holder(s, i);
+    if (w != NULL) {
+        w->handed(w, i); /* stays claimed: it changes hands */
         return;
     }
+    if (s->claimed[i] == 2)
+        skutab_loop_claims(s->shared, i, -1);
     s->claimed[i] = 0;
 }
 
@@ -181,6 +217,7 @@ int ltab_empty_count(const lsku *s, long long gen)
 void ltab_wait(lsku *s, struct lwait *w)
 {
     w->next = NULL;
+    s->one_seg_waiters += w->seg >= 0;
     if (s->last != NULL)
         s->last->next = w;
     else
@@ -200,6 +237,7 @@ bool ltab_unwait(lsku *s, struct lwait *w)
     *p = w->next;
     if (s->last == w)
         s->last = prev;
+    s->one_seg_waiters -= w->seg >= 0;
     w->next = NULL;
     return true;
 }

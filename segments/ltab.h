@@ -35,7 +35,8 @@ struct lwait {
     void (*handed)(struct lwait *w, int seg);
 };
 
-ltab *ltab_create(void);
+/* The table of event loop `home` of `homes` (ring.h). */
+ltab *ltab_create(int home, int homes);
 void ltab_free(ltab *t);
 
 /* The entry of `sku` (created when `add`), or NULL. */
@@ -55,9 +56,17 @@ void ltab_invalidate(lsku *s);
 void ltab_invalidate_all(ltab *t);
 bool ltab_claim(lsku *s, int i);
 bool ltab_claimed(const lsku *s, int i);
+/* Another loop of this process claims segment i (skutab_loop_claims; advisory). */
+bool ltab_claimed_elsewhere(const lsku *s, int i);
 /* Give a claim back: to the oldest waiter for this very segment, else to the oldest
- * waiter for any when the segment is not known empty and the SKU has it, else free. */
+ * waiter for any when the segment is not known empty, the SKU has it and it is at
+ * home on this loop (ring.h), else free. A segment away from home goes back free so
+ * that the loop it is at home on gets it, instead of meeting this loop's holders
+ * in Redis (BUSY) for as long as this loop has waiters. */
 void ltab_unclaim(lsku *s, int i);
+/* The waiter ltab_unclaim would hand segment i's claim to, out of the queue (its
+ * `handed` not called: the caller hands the claim over itself), or NULL. */
+struct lwait *ltab_next_holder(lsku *s, int i);
 
 /* Segment i held `stock` in `gen` (ignored when stale): true when this made it
  * known empty. */

@@ -1,11 +1,31 @@
 /* ring.c -- ring walk and backoff (see ring.h). */
 #include "segments/ring.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
-int ring_segment(int start, int k, int n)
+bool ring_home(int i, int n, int home, int homes)
 {
-    return (start + k) % n;
+    return homes <= 1 || n < homes || i % homes == home;
+}
+
+int ring_segment(int start, int k, int n, int home, int homes)
+{
+    if (homes <= 1 || n < homes)
+        return (start + k) % n;
+    int own = (n - 1 - home) / homes + 1; /* home, home + homes, ... below n */
+    if (k < own)
+        return home + homes * ((start + k) % own);
+    /* The idx-th of the others, counted in index order: rows of `homes` segments,
+     * each without its home column. */
+    int idx = (start + k - own) % (n - own);
+    int row = idx / (homes - 1), col = idx % (homes - 1);
+    return row * homes + (col < home ? col : col + 1);
+}
+
+int ring_start(int seg, int n, int home, int homes)
+{
+    return homes <= 1 || n < homes ? seg : (seg - home) / homes;
 }
 
 int ring_backoff_ms(int round, uint32_t rnd, int remaining_ms)

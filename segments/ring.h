@@ -8,14 +8,26 @@
 #ifndef SEG_RING_H
 #define SEG_RING_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define RING_BACKOFF_MIN_MS 1
 #define RING_BACKOFF_MAX_MS 32
 
-/* The k-th segment visited (0 <= k < n) by a round starting at `start` (0 <= start < n).
- */
-int ring_segment(int start, int k, int n);
+/* Segments have homes: with `homes` event loops in a process, segment i is at home
+ * on loop i % homes (on every loop when homes <= 1 or n < homes). A loop's orders
+ * visit its home segments first, so the loops of one process meet in Redis only
+ * when one of them runs out of its own (ltab.h: a claim on a segment away from home
+ * is not handed on).
+ *
+ * ring_home: segment i of n is at home on loop `home`. ring_segment: the k-th
+ * segment visited (0 <= k < n) by a round of loop `home` starting at `start`
+ * (0 <= start < n): its home segments in turn from the start-th, then the others in
+ * turn, each once. ring_start: the start whose round visits home segment `seg`
+ * first. */
+bool ring_home(int i, int n, int home, int homes);
+int ring_segment(int start, int k, int n, int home, int homes);
+int ring_start(int seg, int n, int home, int homes);
 
 /* Wait before round `round` + 1 (round >= 0): uniformly in [b/2, b] where
  * b = min(MIN << round, MAX), chosen by `rnd`; at most `remaining_ms`, at least 1

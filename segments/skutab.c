@@ -35,6 +35,7 @@ struct sku_local {
     _Atomic long long pub_gen;
     _Atomic int pub_count;
     unsigned char claimed[SEG_MAX_SEGMENTS];
+    _Atomic unsigned char loop_claims[SEG_MAX_SEGMENTS];
     sku_local *next;
 };
 
@@ -254,6 +255,15 @@ void skutab_loop_empty(sku_local *e, long long gen, int i)
     atomic_store_explicit(&e->pub_count, e->empty_n, memory_order_relaxed);
     atomic_store_explicit(&e->pub_gen, gen, memory_order_release);
     pthread_mutex_unlock(&e->mu);
+}
+
+int skutab_loop_claims(sku_local *e, int i, int delta)
+{
+    if (delta == 0)
+        return atomic_load_explicit(&e->loop_claims[i], memory_order_relaxed);
+    return atomic_fetch_add_explicit(&e->loop_claims[i], (unsigned char)delta,
+                                     memory_order_relaxed) +
+           delta;
 }
 
 int skutab_loop_empties(sku_local *e, long long gen)

@@ -71,6 +71,10 @@ void skutab_loop_read(inv *v, sku_local *e, long long gen);
  * rebalance see what the others learned. */
 void skutab_loop_empty(sku_local *e, long long gen, int i);
 int skutab_loop_empties(sku_local *e, long long gen);
+/* How many loops claim segment i (ltab.h claims), changed by `delta` (+1, -1) and
+ * returned, lock-free: advisory, so that a loop passes by the segments another
+ * loop is holding instead of asking Redis to find them BUSY. */
+int skutab_loop_claims(sku_local *e, int i, int delta);
 
 /* Claim segment i, waiting up to `ms` for it: a release of i goes to such a waiter
  * before any other. True when claimed. */

@@ -122,7 +122,8 @@ static void typed_calls_and_pipelining(void **state)
     assert_true(run_until(f, &acq.done, 1));
     assert_int_equal(acq.code, RD_OK);
     assert_int_equal(acq.value, 1000);
-    rda_deduct(c, "as", epoch, 0, "tok-1", "tok-1", "o-1", 1, "{}", 0, on_reply, &ded);
+    rda_deduct(c, "as", epoch, 0, "tok-1", "tok-1", "o-1", 1, "{}", 0, false, on_reply,
+               &ded);
     assert_true(run_until(f, &ded.done, 1));
     assert_int_equal(ded.code, RD_OK);
     assert_int_equal(ded.value, 999);
@@ -135,7 +136,7 @@ static void typed_calls_and_pipelining(void **state)
     for (int i = 0; i < 500; i++) {
         snprintf(id, sizeof id, "m-%d", i);
         snprintf(tok, sizeof tok, "t-%d", i);
-        rda_deduct(c, "as", epoch, 0, "", tok, id, 1, "{}", 0, on_reply, &many);
+        rda_deduct(c, "as", epoch, 0, "", tok, id, 1, "{}", 0, false, on_reply, &many);
     }
     assert_true(run_until(f, &many.done, 500));
     assert_int_equal(many.ok, 500);
@@ -240,8 +241,8 @@ static void lost_reply_is_sent_again(void **state)
     assert_true(run_until(f, &ping.done, 1));
     h_proxy_drop_reply(p, "attempt-lost", 1);
     struct seen ded = {0};
-    rda_deduct(c, "lost", epoch, 0, "", "attempt-lost", "o-lost", 2, "{}", 0, on_reply,
-               &ded);
+    rda_deduct(c, "lost", epoch, 0, "", "attempt-lost", "o-lost", 2, "{}", 0, false,
+               on_reply, &ded);
     assert_true(run_until(f, &ded.done, 1));
     assert_int_equal(h_proxy_drops(p), 1);
     assert_int_equal(ded.ok, 1);

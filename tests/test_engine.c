@@ -1,6 +1,7 @@
 /* test_engine.c -- the order path on an event loop (segments/engine.c) against a real
  * redis-server: exact sell-out under 1500 concurrent orders, the FIFO hand-off of
- * claims under a long hold, lease renewal past the TTL, fall-through, replay and
+ * claims under a long hold, the lock passed on from order to order (and taken by an
+ * intruder in between), lease renewal past the TTL, fall-through, replay and
  * conflict, several segments, mode atomic, a reset under a cached view, an unknown
  * SKU, and a hung Redis answered and recovered from.
  */
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "segments/engine.h"
+#include "segments/redis/keys.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
 #include "tests/harness.h"
@@ -44,7 +46,7 @@ static int setup(void **state)
     f->v = inv_create(&opt, err, sizeof err);
     f->c = inv_conn_create(f->v);
     f->base = event_base_new();
-    f->e = engine_create(f->v, f->base);
+    f->e = engine_create(f->v, f->base, 0, 1);
     return f->v != NULL && f->base != NULL ? 0 : -1;
 }
 
@@ -150,6 +152,48 @@ static void hold_hands_claims_over_fifo(void **state)
     audit(f, "one", 100, 20);
 }
 
+/* The lock goes on from order to order of the loop (the DEDUCT keeps it): fewer
+ * ACQUIREs than orders, at most ttl/3 (100 ms here: 5 holds of 20 ms) per lock. A
+ * lock taken by an intruder in the middle (as if ours had run out): the DEDUCT of
+ * the order holding it is fenced, the orders after it take the segment again with
+ * ACQUIREs once the intruder's lock is gone, and every order sells exactly once. */
+static void hold_passes_the_lock_on(void **state)
+{
+    struct fixture *f = *state;
+    put(f, "kept", 100, 1, SKU_MODE_LOCK, 20);
+    long long attempts = stat(f, STAT_LOCK_ATTEMPTS);
+    struct tally t;
+    place(f, "kept", 1, 20, NULL, &t);
+    assert_int_equal(t.by[INV_OK], 20);
+    long long acquires = stat(f, STAT_LOCK_ATTEMPTS) - attempts;
+    fprintf(stderr, "20 orders, %lld ACQUIREs\n", acquires);
+    assert_true(acquires >= 4 && acquires < 20);
+    audit(f, "kept", 100, 20);
+
+    long long fenced = stat(f, STAT_FENCED_REJECTIONS);
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < 20; k++) {
+        struct order_request req = {"kept", 1, NULL};
+        engine_order(f->e, &req, on_done, &t);
+    }
+    long long steal = h_now_ms() + 50, end = h_now_ms() + 30000;
+    while (h_now_ms() < steal)
+        event_base_loop(f->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    redisContext *rc = h_redis_connect(f->redis);
+    assert_non_null(rc);
+    char key[SEG_KEY_MAX];
+    redisReply *r =
+        redisCommand(rc, "SET %s intruder PX 150", seg_key_lock(key, "kept", 0));
+    assert_true(r != NULL && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redisFree(rc);
+    while (t.done < 20 && h_now_ms() < end)
+        event_base_loop(f->base, EVLOOP_ONCE);
+    assert_int_equal(t.by[INV_OK], 20);
+    assert_true(stat(f, STAT_FENCED_REJECTIONS) > fenced);
+    audit(f, "kept", 100, 40);
+}
+
 static void lease_renewed_past_the_ttl(void **state)
 {
     struct fixture *f = *state;
@@ -246,6 +290,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(exact_sell_out),
         cmocka_unit_test(hold_hands_claims_over_fifo),
+        cmocka_unit_test(hold_passes_the_lock_on),
         cmocka_unit_test(lease_renewed_past_the_ttl),
         cmocka_unit_test(falls_through_to_every_unit),
         cmocka_unit_test(replay_conflict_and_multi_segment),

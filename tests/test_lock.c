@@ -71,7 +71,7 @@ static int loop_up(void **state)
     struct fixture *f = *state;
     if ((f->base = event_base_new()) == NULL)
         return -1;
-    f->e = engine_create(f->v, f->base);
+    f->e = engine_create(f->v, f->base, 0, 1);
     return 0;
 }
 

@@ -50,8 +50,8 @@ static int setup(void **state)
     f.c = inv_conn_create(f.v);
     if ((f.base = event_base_new()) == NULL || (f.obase = event_base_new()) == NULL)
         return -1;
-    f.e = engine_create(f.v, f.base);
-    f.oe = engine_create(f.other, f.obase);
+    f.e = engine_create(f.v, f.base, 0, 1);
+    f.oe = engine_create(f.other, f.obase, 0, 1);
     *state = &f;
     return 0;
 }

@@ -763,12 +763,12 @@ void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const cha
 
 bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
                 const char *attempt, const char *id, long long qty, const char *record,
-                long long until, rda_reply_fn fn, void *arg)
+                long long until, bool keep, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
     bool whole = until == 0 && record_with_segment(c, sku, i, id);
     if (whole) /* one slot: the record goes with the deduction */
-        proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record);
+        proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record, keep);
     else /* the record is CONFIRM's, in the id's slot */
         proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, true);
     route(q);

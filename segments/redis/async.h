@@ -104,10 +104,11 @@ void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const cha
  * the segment refuses (STALE) past it. Returns true when the DEDUCT writes the
  * record too: always on a standalone Redis; on a cluster for an unclaimed id in the
  * segment's slot (rda_id_for_segment). Otherwise it writes none, and the caller
- * confirms it (rda_confirm) once the deduction is OK. */
+ * confirms it (rda_confirm) once the deduction is OK. `keep`: an OK leaves the lock
+ * held, for the holder's next order (only where the DEDUCT writes the record). */
 bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
                 const char *attempt, const char *id, long long qty, const char *record,
-                long long until, rda_reply_fn fn, void *arg);
+                long long until, bool keep, rda_reply_fn fn, void *arg);
 /* value: 1 taken (ours), 0 held by another token. */
 void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
               rda_int_fn fn, void *arg);

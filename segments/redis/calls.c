@@ -145,7 +145,7 @@ int rd_deduct(rd_conn *c, const char *sku, long long epoch, int i, const char *t
               struct rd_reply *out)
 {
     struct rd_cmd cmd;
-    proto_deduct(&cmd, sku, epoch, i, token, attempt, id, qty, record);
+    proto_deduct(&cmd, sku, epoch, i, token, attempt, id, qty, record, false);
     return store_script(c, &cmd, out);
 }
 

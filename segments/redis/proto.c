@@ -90,7 +90,7 @@ void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
 
 void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
                   const char *token, const char *attempt, const char *id, long long qty,
-                  const char *record)
+                  const char *record, bool keep)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_DEDUCT);
@@ -107,6 +107,7 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_arg(c, attempt);
     cmd_argll(c, epoch);
     cmd_arg(c, sku);
+    cmd_arg(c, keep ? "1" : "0");
 }
 
 void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,

@@ -25,9 +25,10 @@ void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full);
 void proto_skus_list(struct rd_cmd *c);
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
                    const char *id, long long qty, const char *token, int ttl_ms);
+/* `keep`: an OK leaves the lock held (lua/deduct.lua). */
 void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
                   const char *token, const char *attempt, const char *id, long long qty,
-                  const char *record);
+                  const char *record, bool keep);
 void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
 /* The order path on a cluster (lua/claim.lua, confirm.lua, acquire_slot.lua,
  * deduct_slot.lua), and the one-key reads it fans out: HGET of `id` in segment i's

@@ -1,18 +1,20 @@
 -- DEDUCT: the fenced write (with an empty token it is mode `atomic`'s whole attempt).
 -- KEYS: segment lock, stock, sold, orders hash, order record, segment epoch.
--- ARGV: token ('' = no lock), qty, order_id, record JSON, attempt id, epoch, sku.
+-- ARGV: token ('' = no lock), qty, order_id, record JSON, attempt id, epoch, sku,
+--       keep ('1': an OK keeps the lock for the next order of the holder's loop).
 -- Reply: {FENCED} | {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock}
 --      | {OK, stock left}.
 -- A record written by this very attempt (the script sent again after its reply was
 -- lost) is OK: the first run placed the order. A record a reset left behind (its SKU
 -- is this one, its epoch is not: keys.h) is no order; it is overwritten. Every reply releases the lock when the
--- token still owns it. The lock, the epoch and the stock are read in one MGET (a lock
+-- token still owns it, but an OK with keep: then the lock stays, its lease as it was. The lock, the epoch and the stock are read in one MGET (a lock
 -- order makes 7 calls, not 10: Redis CPU is the hold-0 bottleneck).
 local locked = ARGV[1] ~= ''
 local v = redis.call('MGET', KEYS[1], KEYS[6], KEYS[2])
 local mine = locked and v[1] == ARGV[1]
+local keep = ARGV[8] == '1'
 local function done(r)
-  if mine then redis.call('DEL', KEYS[1]) end
+  if mine and not (keep and r[1] == OK) then redis.call('DEL', KEYS[1]) end
   return r
 end
 local rec = redis.call('HMGET', KEYS[5], 'r', 't', 'k', 'e')
