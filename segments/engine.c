@@ -144,6 +144,12 @@ static void arm(struct ord *o, int ms, void (*cb)(evutil_socket_t, short, void *
     evtimer_add(o->timer, &tv);
 }
 
+/* The order a queued waiter is part of. */
+static struct ord *waiting_order(struct lwait *w)
+{
+    return (struct ord *)((char *)w - offsetof(struct ord, wait));
+}
+
 static void unclaim(struct ord *o, int i)
 {
     if (o->view.cfg.mode == SKU_MODE_LOCK)
@@ -779,9 +785,7 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
      * there first after all, a redirect on a cluster, it is BUSY and looks
      * elsewhere.) */
     struct lwait *w = ltab_next_holder(o->s, o->seg);
-    struct ord *next = w != NULL && w->handed == on_handed
-                           ? (struct ord *)((char *)w - offsetof(struct ord, wait))
-                           : NULL;
+    struct ord *next = w != NULL && w->handed == on_handed ? waiting_order(w) : NULL;
     if (next != NULL && !may_keep(o, next))
         next = NULL;
     send_deduct(o, o->token, next != NULL);
@@ -1137,7 +1141,7 @@ static void on_multi_claimed(evutil_socket_t fd, short what, void *arg)
  * called from inside another order's step, so the lock goes out on the next turn. */
 static void on_multi_handed(struct lwait *w, int seg)
 {
-    struct ord *o = (struct ord *)((char *)w - offsetof(struct ord, wait));
+    struct ord *o = waiting_order(w);
     o->waiting = false;
     o->mhanded = seg;
     arm(o, 0, on_multi_claimed);
@@ -1286,7 +1290,7 @@ static void on_round_timer(evutil_socket_t fd, short what, void *arg)
  * inside that order's step: the next round starts on the next turn of the loop. */
 static void on_handed(struct lwait *w, int seg)
 {
-    struct ord *o = (struct ord *)((char *)w - offsetof(struct ord, wait));
+    struct ord *o = waiting_order(w);
     o->waiting = false;
     o->handed = seg;
     arm(o, 0, on_round_timer);
