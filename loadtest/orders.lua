@@ -52,7 +52,11 @@ function setup(thread)
 end
 
 local cfg = { sku = "bench", qty = 1, threads = 2, samples = 8 }
-local budget, t_end, prefix, path_done, headers
+local budget, t_end, path_done, headers
+-- The request is built by concatenation from parts made once in init(): wrk.format
+-- builds a table and formats every header per call: 25.6k -> 18.2k instructions per
+-- order in wrk (callgrind, 5000 orders), on the cores wrk shares with the service.
+local req_head, body_head, body_tail
 local granted, marker_written = 0, false
 
 -- Counters read by done(); plain numbers/strings only.
@@ -78,7 +82,7 @@ function init(args)
         math.randomseed(os.time() + tid)
         cfg.nonce = string.format("lt%x%04x", os.time(), math.random(0, 65535))
     end
-    prefix = string.format("%s-t%d-", cfg.nonce, tid)
+    local prefix = string.format("%s-t%d-", cfg.nonce, tid)
     if cfg.requests then
         local total = tonumber(cfg.requests)
         budget = math.floor(total / cfg.threads)
@@ -87,6 +91,14 @@ function init(args)
     if cfg.active then t_end = now_ms() + tonumber(cfg.active) * 1000 end
     if cfg.donedir then path_done = string.format("%s/done-%d", cfg.donedir, tid) end
     headers = { ["Content-Type"] = "application/json" }
+    -- wrk.format's own output for an empty body, less its Content-Length and blank
+    -- line, so Host and any header wrk adds stay as wrk would send them.
+    req_head = wrk.format("POST", "/orders", headers, "")
+        :gsub("\r\nContent%-Length: 0", ""):gsub("\r\n\r\n$", "")
+        .. "\r\nContent-Length: "
+    body_head = string.format('{"sku":"%s","qty":%d,"order_id":"%s', cfg.sku, cfg.qty,
+                              prefix)
+    body_tail = '"}'
 end
 
 local function window_closed()
@@ -124,9 +136,8 @@ function request()
     -- count that order as granted too, so the drain waits for its answer.
     if sent > granted then granted = sent end
     if t_first < 0 then t_first = now_ms() end
-    local body = string.format('{"sku":"%s","qty":%d,"order_id":"%s%d"}',
-                               cfg.sku, cfg.qty, prefix, sent)
-    return wrk.format("POST", "/orders", headers, body)
+    local body = body_head .. sent .. body_tail
+    return req_head .. #body .. "\r\n\r\n" .. body
 end
 
 function response(status, hdrs, body)
