@@ -1,4 +1,4 @@
-/* cmd.c -- a Redis command as an argument vector (see cmd.h). */
+/* cmd.c -- a Redis command, encoded as it is built (see cmd.h). */
 #include "segments/redis/cmd.h"
 
 #include <stdio.h>
@@ -8,20 +8,52 @@
 #include "base/xalloc.h"
 #include "segments/redis/slots.h"
 
-/* A script's vector starts with three slots cmd_argv fills (EVALSHA, sha, nkeys). */
-#define HEAD 3
+/* The first buffer holds a typical script call (DEDUCT with its record: ~400 bytes). */
+#define FIRST_CAP 512
 
-static void push(struct rd_cmd *c, const char *s)
+static void reserve(struct rd_cmd *c, size_t more)
 {
-    if (c->argc == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 16;
-        c->argv = seg_realloc(c->argv, sizeof *c->argv * (size_t)c->cap);
-        c->len = seg_realloc(c->len, sizeof *c->len * (size_t)c->cap);
-    }
-    size_t n = strlen(s);
-    c->argv[c->argc] = seg_malloc(n + 1);
-    memcpy(c->argv[c->argc], s, n + 1);
-    c->len[c->argc++] = n;
+    if (c->used + more <= c->cap)
+        return;
+    size_t cap = c->cap ? c->cap : FIRST_CAP;
+    while (cap < c->used + more)
+        cap *= 2;
+    c->buf = seg_realloc(c->buf, cap);
+    c->cap = cap;
+}
+
+/* `n` in decimal at p; returns the end. (printf's machinery cost more than all the
+ * rest of a command's encoding.) */
+static char *decimal(char *p, size_t n)
+{
+    char digits[24];
+    int k = 0;
+    do
+        digits[k++] = (char)('0' + n % 10);
+    while ((n /= 10) != 0);
+    while (k > 0)
+        *p++ = digits[--k];
+    return p;
+}
+
+/* Copy a string literal to p; the end. */
+#define literal(p, s) ((char *)memcpy((p), (s), sizeof(s) - 1) + sizeof(s) - 1)
+
+/* One bulk string: "$<n>\r\n<bytes>\r\n". */
+static void push(struct rd_cmd *c, const char *s, size_t n)
+{
+    reserve(c, n + 32);
+    char *p = c->buf + c->used;
+    *p++ = '$';
+    p = decimal(p, n);
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, s, n);
+    p += n;
+    *p++ = '\r';
+    *p++ = '\n';
+    c->used = (size_t)(p - c->buf);
+    c->argc++;
 }
 
 static void start(struct rd_cmd *c, int script)
@@ -29,15 +61,14 @@ static void start(struct rd_cmd *c, int script)
     memset(c, 0, sizeof *c);
     c->script = script;
     c->slot = -1;
-    if (script >= 0)
-        for (int i = 0; i < HEAD; i++)
-            push(c, ""); /* placeholders, replaced by cmd_argv */
+    reserve(c, CMD_HEAD);
+    c->used = CMD_HEAD;
 }
 
 void cmd_plain(struct rd_cmd *c, const char *name)
 {
     start(c, -1);
-    push(c, name);
+    push(c, name, strlen(name));
 }
 
 void cmd_script(struct rd_cmd *c, enum script_id id)
@@ -47,14 +78,15 @@ void cmd_script(struct rd_cmd *c, enum script_id id)
 
 void cmd_key(struct rd_cmd *c, const char *key)
 {
-    if (c->script >= 0 && c->argc != HEAD + c->nkeys) {
+    if (c->script >= 0 && c->argc != c->nkeys) {
         fputs("cmd_key: keys must come before arguments\n", stderr);
         abort();
     }
-    push(c, key);
+    size_t n = strlen(key);
+    push(c, key, n);
     c->nkeys++;
     if (c->slot < 0)
-        c->slot = rd_key_slot(key, strlen(key));
+        c->slot = rd_key_slot(key, n);
 }
 
 void cmd_route_as(struct rd_cmd *c, const char *key)
@@ -64,40 +96,79 @@ void cmd_route_as(struct rd_cmd *c, const char *key)
 
 void cmd_arg(struct rd_cmd *c, const char *arg)
 {
-    push(c, arg);
+    push(c, arg, strlen(arg));
 }
 
 void cmd_argll(struct rd_cmd *c, long long v)
 {
-    char text[24];
-    snprintf(text, sizeof text, "%lld", v);
-    push(c, text);
+    char text[24], *p = text;
+    if (v < 0)
+        *p++ = '-';
+    p = decimal(p, v < 0 ? -(unsigned long long)v : (unsigned long long)v);
+    push(c, text, (size_t)(p - text));
 }
 
-int cmd_argv(struct rd_cmd *c, const char *sha, const char ***argv, const size_t **len)
+/* The EVAL form: the script's source inline (the first send, or after NOSCRIPT). */
+static size_t eval_form(struct rd_cmd *c, const char *nk, int nk_len, const char **out)
 {
-    if (c->script >= 0) {
-        bool by_sha = sha != NULL && sha[0] != '\0';
-        const char *head[HEAD] = {by_sha ? "EVALSHA" : "EVAL",
-                                  by_sha ? sha : script_source((enum script_id)c->script),
-                                  c->nkeys_text};
-        snprintf(c->nkeys_text, sizeof c->nkeys_text, "%d", c->nkeys);
-        for (int i = 0; i < HEAD; i++) {
-            free(c->argv[i]);
-            c->argv[i] = seg_strdup(head[i]);
-            c->len[i] = strlen(head[i]);
-        }
+    const char *src = script_source((enum script_id)c->script);
+    size_t src_len = strlen(src), body_len = c->used - CMD_HEAD;
+    free(c->eval);
+    c->eval = seg_malloc(src_len + body_len + 64);
+    char *p = c->eval;
+    p += sprintf(p, "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n", c->argc + 3, src_len);
+    memcpy(p, src, src_len);
+    p += src_len;
+    p += sprintf(p, "\r\n$%d\r\n%s\r\n", nk_len, nk);
+    memcpy(p, c->buf + CMD_HEAD, body_len);
+    *out = c->eval;
+    return (size_t)(p - c->eval) + body_len;
+}
+
+size_t cmd_format(struct rd_cmd *c, const char *sha, const char **out)
+{
+    char head[CMD_HEAD + 64], *h = head;
+    if (c->script < 0) {
+        *h++ = '*';
+        h = decimal(h, (size_t)c->argc);
+    } else {
+        char nk[16];
+        int nk_len = (int)(decimal(nk, (size_t)c->nkeys) - nk);
+        nk[nk_len] = '\0';
+        size_t sha_len = sha != NULL ? strlen(sha) : 0;
+        if (sha_len == 0 || sha_len > 64)
+            return eval_form(c, nk, nk_len, out);
+        *h++ = '*';
+        h = decimal(h, (size_t)c->argc + 3);
+        h = literal(h, "\r\n$7\r\nEVALSHA\r\n$");
+        h = decimal(h, sha_len);
+        *h++ = '\r';
+        *h++ = '\n';
+        memcpy(h, sha, sha_len);
+        h += sha_len;
+        h = literal(h, "\r\n$");
+        h = decimal(h, (size_t)nk_len);
+        *h++ = '\r';
+        *h++ = '\n';
+        memcpy(h, nk, (size_t)nk_len);
+        h += nk_len;
     }
-    *argv = (const char **)c->argv;
-    *len = c->len;
-    return c->argc;
+    *h++ = '\r';
+    *h++ = '\n';
+    int n = (int)(h - head);
+    if (n > CMD_HEAD) {
+        fputs("cmd_format: the head does not fit\n", stderr);
+        abort();
+    }
+    /* The head goes right before the elements, into the room left for it. */
+    memcpy(c->buf + CMD_HEAD - n, head, (size_t)n);
+    *out = c->buf + CMD_HEAD - n;
+    return c->used - CMD_HEAD + (size_t)n;
 }
 
 void cmd_free(struct rd_cmd *c)
 {
-    for (int i = 0; i < c->argc; i++)
-        free(c->argv[i]);
-    free(c->argv);
-    free(c->len);
+    free(c->buf);
+    free(c->eval);
     memset(c, 0, sizeof *c);
 }

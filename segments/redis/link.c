@@ -115,11 +115,10 @@ void link_send(struct link *l, struct lreq *q)
         link_tail(&l->resend, q); /* sent when the connection is back */
         return;
     }
-    const char **argv;
-    const size_t *len;
+    const char *out;
     const char *sha = q->cmd.script >= 0 ? l->sha[q->cmd.script] : NULL;
-    int argc = cmd_argv(&q->cmd, sha, &argv, &len);
-    if (redisAsyncCommandArgv(l->ac, on_reply, q, argc, argv, len) != REDIS_OK) {
+    size_t len = cmd_format(&q->cmd, sha, &out);
+    if (redisAsyncFormattedCommand(l->ac, on_reply, q, out, len) != REDIS_OK) {
         fail_later(l, q);
         return;
     }

@@ -313,6 +313,19 @@ static bool closed_by_peer(const redisContext *rc, int err)
            (rc->err == REDIS_ERR_IO && (err == ECONNRESET || err == EPIPE));
 }
 
+/* Send `cmd` (by EVALSHA `sha`, or EVAL when NULL) and read its reply: NULL when
+ * none came. */
+static redisReply *command(redisContext *rc, struct rd_cmd *cmd, const char *sha)
+{
+    const char *out;
+    size_t len = cmd_format(cmd, sha, &out);
+    void *r = NULL;
+    if (redisAppendFormattedCommand(rc, out, len) != REDIS_OK ||
+        redisGetReply(rc, &r) != REDIS_OK)
+        return NULL;
+    return r;
+}
+
 /* Send `cmd` on node `n` and read its reply: once more on a new connection when the
  * server closed the old one under it, by EVAL after NOSCRIPT. ASKING first when
  * `asking`. NULL when no reply came (the connection is dropped). */
@@ -326,11 +339,8 @@ static redisReply *run_on(rd_conn *c, struct node *n, struct rd_cmd *cmd, bool a
             if (a != NULL)
                 freeReplyObject(a);
         }
-        const char **argv;
-        const size_t *len;
-        int argc =
-            cmd_argv(cmd, cmd->script >= 0 ? n->sha[cmd->script] : NULL, &argv, &len);
-        redisReply *r = redisCommandArgv(n->rc, argc, argv, len);
+        redisReply *r =
+            command(n->rc, cmd, cmd->script >= 0 ? n->sha[cmd->script] : NULL);
         if (r == NULL && attempt == 0 && closed_by_peer(n->rc, errno)) {
             /* Closed under us (a restart, CLIENT KILL): once more on a new connection.
              * Every script recognises its own earlier run (scripts.h). */
@@ -347,8 +357,7 @@ static redisReply *run_on(rd_conn *c, struct node *n, struct rd_cmd *cmd, bool a
             /* Redis restarted or flushed its scripts: EVAL sends the source. */
             freeReplyObject(r);
             n->sha[cmd->script][0] = '\0';
-            argc = cmd_argv(cmd, NULL, &argv, &len);
-            r = redisCommandArgv(n->rc, argc, argv, len);
+            r = command(n->rc, cmd, NULL);
             if (r == NULL) {
                 set_error(c, "redis", n->rc->errstr[0] ? n->rc->errstr : "no reply");
                 drop_node(c, n);
@@ -428,10 +437,9 @@ int store_pipeline(rd_conn *c, int n, struct rd_cmd *cmds, redisReply **out)
     if (connect_node(c, node) != 0)
         return -1;
     for (int i = 0; i < n; i++) {
-        const char **argv;
-        const size_t *len;
-        int argc = cmd_argv(&cmds[i], NULL, &argv, &len);
-        redisAppendCommandArgv(node->rc, argc, argv, len);
+        const char *text;
+        size_t len = cmd_format(&cmds[i], NULL, &text);
+        redisAppendFormattedCommand(node->rc, text, len);
     }
     for (int i = 0; i < n; i++) {
         void *p = NULL;
