@@ -16,6 +16,7 @@
 #include "segments/ring.h"
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
+#include "base/text.h"
 #include "base/xalloc.h"
 
 struct engine {
@@ -132,8 +133,9 @@ static uint32_t rnd(engine *e, uint32_t n)
 
 static void new_token(engine *e, char out[33])
 {
-    snprintf(out, 33, "%016llx%016llx", (unsigned long long)e->token_id,
-             (unsigned long long)++e->token_seq);
+    struct text t = text_at(out, 33);
+    text_hex64(&t, (uint64_t)e->token_id);
+    text_hex64(&t, (uint64_t)++e->token_seq);
 }
 
 static void arm(struct ord *o, int ms, void (*cb)(evutil_socket_t, short, void *))
@@ -713,7 +715,7 @@ static void send_deduct(struct ord *o, const char *token, bool keep)
      * 201 too). */
     char attempt[33];
     if (token[0] != '\0' && o->keeps == 0)
-        snprintf(attempt, sizeof attempt, "%s", token);
+        text_copy(attempt, sizeof attempt, token);
     else
         new_token(o->e, attempt);
     long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
@@ -1475,10 +1477,10 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
         (o->has_id && !seg_valid_name(req->order_id))) {
         o->res.status = INV_INVALID;
     } else {
-        snprintf(o->sku, sizeof o->sku, "%s", req->sku);
+        text_copy(o->sku, sizeof o->sku, req->sku);
         o->qty = req->qty;
         if (o->has_id)
-            snprintf(o->res.order_id, sizeof o->res.order_id, "%s", req->order_id);
+            text_copy(o->res.order_id, sizeof o->res.order_id, req->order_id);
         else
             inv_random_hex(o->res.order_id);
     }

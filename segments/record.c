@@ -5,21 +5,36 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "base/xalloc.h"
 
 char *record_build(const char *id, const char *sku, long long qty, int n, const int *seg,
                    const long long *part, const char *status)
 {
-    size_t cap = 256 + (size_t)n * 48, len = 0;
+    /* Built without printf (base/text.h): one per order. Names are at most
+     * SEG_NAME_MAX, so 256 bytes hold all but the parts. */
+    size_t cap = 256 + (size_t)n * 48;
     char *buf = seg_malloc(cap);
-    len += (size_t)snprintf(buf, cap,
-                            "{\"order_id\":\"%s\",\"sku\":\"%s\",\"qty\":%lld,"
-                            "\"segment\":%d,\"segments\":[",
-                            id, sku, qty, seg[0]);
-    for (int k = 0; k < n; k++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s{\"segment\":%d,\"qty\":%lld}",
-                                k ? "," : "", seg[k], part[k]);
-    snprintf(buf + len, cap - len, "],\"status\":\"%s\"}", status);
+    struct text t = text_at(buf, cap);
+    text_str(&t, "{\"order_id\":\"");
+    text_str(&t, id);
+    text_str(&t, "\",\"sku\":\"");
+    text_str(&t, sku);
+    text_str(&t, "\",\"qty\":");
+    text_ll(&t, qty);
+    text_str(&t, ",\"segment\":");
+    text_ll(&t, seg[0]);
+    text_str(&t, ",\"segments\":[");
+    for (int k = 0; k < n; k++) {
+        text_str(&t, k ? ",{\"segment\":" : "{\"segment\":");
+        text_ll(&t, seg[k]);
+        text_str(&t, ",\"qty\":");
+        text_ll(&t, part[k]);
+        text_str(&t, "}");
+    }
+    text_str(&t, "],\"status\":\"");
+    text_str(&t, status);
+    text_str(&t, "\"}");
     return buf;
 }
 
