@@ -136,7 +136,7 @@ loadtest-quick: deps
 	@loadtest/run.sh --bin $(BIN) --quick $(ARGS)
 
 FUZZ_SECONDS ?= 20
-FUZZ_SRC := api/parse.c base/names.c segments/redis/keys.c
+FUZZ_SRC := api/parse.c base/names.c base/text.c segments/redis/keys.c
 fuzz: deps
 	@mkdir -p build/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \

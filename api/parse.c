@@ -113,8 +113,114 @@ static int get_name(json_t *obj, const char *name, bool required, char *out,
     return 0;
 }
 
+/* ---- the order body without a JSON tree ---------------------------------------- */
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* A JSON string at p that is a valid name (no escapes: a name has none to escape),
+ * copied to out (SEG_NAME_MAX + 1 bytes); the end, or NULL. */
+static const char *fast_name(const char *p, const char *end, char *out)
+{
+    if (p == end || *p++ != '"')
+        return NULL;
+    size_t n = 0;
+    while (p < end && *p != '"') {
+        char c = *p++;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+        if (!ok || n == SEG_NAME_MAX)
+            return NULL;
+        out[n++] = c;
+    }
+    if (p == end || n == 0)
+        return NULL;
+    out[n] = '\0';
+    return p + 1;
+}
+
+/* A JSON number at p that is an integer in 1..ORDER_QTY_MAX; the end, or NULL. */
+static const char *fast_qty(const char *p, const char *end, long long *out)
+{
+    long long v = 0;
+    const char *start = p;
+    while (p < end && *p >= '0' && *p <= '9' && p - start < 12)
+        v = v * 10 + (*p++ - '0');
+    if (p == start || *start == '0' || v > ORDER_QTY_MAX ||
+        (p < end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E')))
+        return NULL;
+    *out = v;
+    return p;
+}
+
+bool api_parse_order_fast(const char *body, size_t len, struct api_order_body *out)
+{
+    if (body == NULL)
+        return false;
+    const char *p = skip_ws(body, body + len), *end = body + len;
+    if (p == end || *p++ != '{')
+        return false;
+    bool seen[3] = {false, false, false}; /* sku, qty, order_id */
+    struct api_order_body o = {.qty = 1};
+    for (;;) {
+        char key[16];
+        p = skip_ws(p, end);
+        const char *k = p;
+        if (p == end || *p++ != '"')
+            return false;
+        /* The known keys are of [a-z_]: anything else (an escape, a NUL, a byte of
+         * UTF-8) is no key of ours read raw, so jansson decides. */
+        while (p < end && ((*p >= 'a' && *p <= 'z') || *p == '_') &&
+               p - k <= (ptrdiff_t)sizeof key - 1)
+            p++;
+        if (p == end || *p != '"' || p - k - 1 >= (ptrdiff_t)sizeof key)
+            return false;
+        memcpy(key, k + 1, (size_t)(p - k - 1));
+        key[p - k - 1] = '\0';
+        p = skip_ws(p + 1, end);
+        if (p == end || *p++ != ':')
+            return false;
+        p = skip_ws(p, end);
+        int f = strcmp(key, "sku") == 0        ? 0
+                : strcmp(key, "qty") == 0      ? 1
+                : strcmp(key, "order_id") == 0 ? 2
+                                               : -1;
+        if (f < 0 || seen[f])
+            return false;
+        seen[f] = true;
+        p = f == 0   ? fast_name(p, end, o.sku)
+            : f == 1 ? fast_qty(p, end, &o.qty)
+                     : fast_name(p, end, o.order_id);
+        if (p == NULL)
+            return false;
+        p = skip_ws(p, end);
+        if (p == end)
+            return false;
+        if (*p == '}')
+            break;
+        if (*p++ != ',')
+            return false;
+    }
+    if (!seen[0] || skip_ws(p + 1, end) != end)
+        return false;
+    *out = o;
+    return true;
+}
+
 int api_parse_order(const char *body, size_t len, struct api_order_body *out,
                     struct api_parse_error *err)
+{
+    if (api_parse_order_fast(body, len, out))
+        return 0;
+    return api_parse_order_json(body, len, out, err);
+}
+
+int api_parse_order_json(const char *body, size_t len, struct api_order_body *out,
+                         struct api_parse_error *err)
 {
     static const char *const known[] = {"sku", "qty", "order_id", NULL};
     json_t *root = load_object(body, len, err);

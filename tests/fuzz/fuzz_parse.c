@@ -1,7 +1,8 @@
 /* fuzz_parse.c -- libFuzzer target for request validation (api/parse.c).
  *
  * The first input byte picks the function, the rest is its input:
- *   0 api_parse_order       1 api_parse_sku_config   2 api_parse_name
+ *   0 api_parse_order (and its fast path against jansson's)
+ *   1 api_parse_sku_config   2 api_parse_name
  *   3 api_is_json_content_type                       4 api_bearer_matches
  *     (for 4 the input is "authorization\0token")     5 api_parse_simulate
  * Besides memory errors (ASan/UBSan), every result is checked against the contract
@@ -85,6 +86,13 @@ static void fuzz_order(const uint8_t *data, size_t len)
         CHECK(memmem(body, len, out.sku, strlen(out.sku)) != NULL);
     } else {
         check_error(&err);
+    }
+    /* The fast path accepts only what jansson accepts, with the same values. */
+    struct api_order_body fast, slow;
+    if (api_parse_order_fast(body, len, &fast)) {
+        CHECK(api_parse_order_json(body, len, &slow, &err) == 0);
+        CHECK(strcmp(fast.sku, slow.sku) == 0 && fast.qty == slow.qty &&
+              strcmp(fast.order_id, slow.order_id) == 0);
     }
     free(body);
 }
