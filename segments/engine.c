@@ -152,6 +152,15 @@ static struct ord *waiting_order(struct lwait *w)
     return (struct ord *)((char *)w - offsetof(struct ord, wait));
 }
 
+/* A new round of the ring from segment `start`, `k` of its segments behind it. */
+static void round_reset(struct ord *o, int start, int k)
+{
+    o->start = start;
+    o->k = k;
+    o->claimed = o->away = o->busy = 0;
+    o->stock_left = false;
+}
+
 static void unclaim(struct ord *o, int i)
 {
     if (o->view.cfg.mode == SKU_MODE_LOCK)
@@ -517,9 +526,8 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
         o->until = r->value;
         free(o->dead);
         o->dead = NULL;
-        if (o->view.cfg.replicated && o->dplan == NULL &&
-            o->recovered ==
-                NULL) /* a claim for a sale (the others hold what they undo) */
+        /* Replicated, a claim for a sale (the others hold what they undo): WAIT. */
+        if (o->view.cfg.replicated && o->dplan == NULL && o->recovered == NULL)
             rda_wait(e->rd, o->placed, -1, o->res.order_id,
                      e->v->opt.redis_timeout_ms / 2, on_claim_waited, o);
         else
@@ -754,10 +762,7 @@ static void pass_lock(struct ord *o, struct ord *w)
     w->hold_over = false;
     /* its round as if it had started at the segment and taken it */
     w->handed = -1;
-    w->start = ring_start(w->seg, w->n, e->home, e->homes);
-    w->k = 1;
-    w->claimed = w->away = w->busy = 0;
-    w->stock_left = false;
+    round_reset(w, ring_start(w->seg, w->n, e->home, e->homes), 1);
     stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - w->started_ms) * 1000);
     lease_start(w);
     arm(w, w->view.cfg.hold_ms, on_hold_done);
@@ -796,7 +801,7 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
     else if (w != NULL)
         w->handed(w, o->seg);
     else
-        unclaim(o, o->seg);
+        ltab_free_claim(o->s, o->seg); /* nobody waits: no need to look again */
 }
 
 static void on_acquire(void *arg, int rc, struct rd_reply *r)
@@ -1432,11 +1437,10 @@ static void round_begin(struct ord *o)
     }
     if (o->handed < 0 && spread_begin(o))
         return;
-    o->start = o->handed >= 0 ? ring_start(o->handed, o->n, e->home, e->homes)
-                              : (int)rnd(e, (uint32_t)o->n);
-    o->k = 0;
-    o->claimed = o->away = o->busy = 0;
-    o->stock_left = false;
+    round_reset(o,
+                o->handed >= 0 ? ring_start(o->handed, o->n, e->home, e->homes)
+                               : (int)rnd(e, (uint32_t)o->n),
+                0);
     visit_next(o);
 }
 

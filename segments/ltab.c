@@ -172,16 +172,20 @@ struct lwait *ltab_next_holder(lsku *s, int i)
     return NULL;
 }
 
-void ltab_unclaim(lsku *s, int i)
+void ltab_free_claim(lsku *s, int i)
 {
-    struct lwait *w = ltab_next_holder(s, i);
-    if (w != NULL) {
-        w->handed(w, i); /* stays claimed: it changes hands */
-        return;
-    }
     if (s->claimed[i] == 2)
         skutab_loop_claims(s->shared, i, -1);
     s->claimed[i] = 0;
+}
+
+void ltab_unclaim(lsku *s, int i)
+{
+    struct lwait *w = ltab_next_holder(s, i);
+    if (w != NULL)
+        w->handed(w, i); /* stays claimed: it changes hands */
+    else
+        ltab_free_claim(s, i);
 }
 
 bool ltab_note_stock(lsku *s, long long gen, int i, long long stock)

@@ -67,6 +67,8 @@ void ltab_unclaim(lsku *s, int i);
 /* The waiter ltab_unclaim would hand segment i's claim to, out of the queue (its
  * `handed` not called: the caller hands the claim over itself), or NULL. */
 struct lwait *ltab_next_holder(lsku *s, int i);
+/* Free segment i's claim, waiters or not (ltab_next_holder found none). */
+void ltab_free_claim(lsku *s, int i);
 
 /* Segment i held `stock` in `gen` (ignored when stale): true when this made it
  * known empty. */
