@@ -27,7 +27,8 @@
 #include "tests/harness.h"
 
 /* How many keys of SKU `sku`'s segments the masters hold together. */
-static long long segment_keys(struct h_cluster_env *f, const char *sku)
+/* Keys matching `pattern` over the masters. */
+static long long count_keys(struct h_cluster_env *f, const char *pattern)
 {
     long long n = 0;
     for (int i = 0; i < h_cluster_size(f->cluster); i++) {
@@ -39,7 +40,7 @@ static long long segment_keys(struct h_cluster_env *f, const char *sku)
         if (role != NULL)
             freeReplyObject(role);
         if (master) {
-            redisReply *keys = redisCommand(rc, "KEYS inv:{%s[:/]*", sku);
+            redisReply *keys = redisCommand(rc, "KEYS %s", pattern);
             assert_non_null(keys);
             n += (long long)keys->elements;
             freeReplyObject(keys);
@@ -49,8 +50,19 @@ static long long segment_keys(struct h_cluster_env *f, const char *sku)
     return n;
 }
 
+/* The keys of `sku`'s segments (graveyards of a reset included) over the masters. */
+static long long segment_keys(struct h_cluster_env *f, const char *sku)
+{
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "inv:{%s[:/]*", sku);
+    return count_keys(f, pattern);
+}
+
 /* A SKU made, read, reset to fewer segments and deleted on a cluster: each step in
- * per-slot scripts, the segments spread over the masters, nothing left behind. */
+ * per-slot scripts, the segments spread over the masters, nothing left behind: the
+ * reset drops the records of the orders before it (with and without a client's id:
+ * the latter name the SKU as its segments are keyed, "clu/salt") and the graveyards
+ * it read them from. */
 static void test_sku_lifecycle(void **state)
 {
     struct h_cluster_env *f = *state;
@@ -89,6 +101,12 @@ static void test_sku_lifecycle(void **state)
     assert_true(most - fewest <= 1);
     json_decref(j);
     assert_int_equal(segment_keys(f, "clu"), 20 * 3); /* stock, sold, epoch */
+    for (int i = 0; i < 6; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "clu-life-%d", i);
+        assert_int_equal(h_order(f->port, "clu", 1, i % 2 ? id : NULL, NULL), 201);
+    }
+    assert_int_equal(count_keys(f, "inv:order:*"), 6);
 
     assert_int_equal(h_put_sku(f->port, NULL, "clu", 100, 8, "atomic", 0), 0);
     j = h_get_sku(f->port, NULL, "clu");
@@ -97,6 +115,7 @@ static void test_sku_lifecycle(void **state)
     assert_int_equal(h_jint(j, "segments"), 8);
     json_decref(j);
     assert_int_equal(segment_keys(f, "clu"), 8 * 3);
+    assert_int_equal(count_keys(f, "inv:order:*"), 0);
     assert_int_equal(h_audit(f->port, NULL, "clu", 100, true), 0);
 
     struct h_resp r;

@@ -39,6 +39,11 @@ static void segment_keys_share_a_hash_tag(void **state)
     assert_string_equal(seg_key_lock(b, "tv", 3), "inv:{tv:3}:lock");
     assert_string_equal(seg_key_sold(c, "tv", 3), "inv:{tv:3}:sold");
     assert_string_equal(seg_key_orders(d, "tv", 3), "inv:{tv:3}:orders");
+    /* A reset's graveyards keep the segment's tag: the same slot. */
+    assert_string_equal(seg_key_gone(a, "tv/2", 3, 4503599627370495LL, "orders"),
+                        "inv:{tv/2:3}:gone:4503599627370495:orders");
+    assert_string_equal(seg_key_gone(a, "tv", 0, 7, "cancelled"),
+                        "inv:{tv:0}:gone:7:cancelled");
     /* Distinct segments land in distinct tags, so a cluster can spread them. */
     assert_string_not_equal(seg_key_lock(a, "tv", 3), seg_key_lock(b, "tv", 13));
 }
@@ -61,6 +66,13 @@ static void longest_names_fit(void **state)
     sku[SEG_NAME_MAX] = '\0';
     seg_key_orders(k, sku, SEG_MAX_SEGMENTS - 1);
     assert_int_equal(strlen(k), strlen("inv:{:1023}:orders") + SEG_NAME_MAX);
+    /* The longest: a graveyard of a salted SKU, the largest epoch (2^53 - 1). */
+    char placed[SEG_NAME_MAX + 16];
+    seg_key_placed(placed, sku, 2147483647);
+    seg_key_gone(k, placed, SEG_MAX_SEGMENTS - 1, 9007199254740991LL, "cancelled");
+    assert_int_equal(strlen(k), strlen("inv:{/2147483647:1023}:gone:9007199254740991:"
+                                       "cancelled") +
+                                    SEG_NAME_MAX);
 }
 
 int main(void)

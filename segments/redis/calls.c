@@ -297,15 +297,54 @@ static void drop_records(rd_conn *c, const char *sku, long long epoch, char *con
     }
 }
 
-/* The ids a script answered after its code, appended to *ids (*n of them). */
-static void take_ids(const redisReply *r, char ***ids, size_t *n)
+static void free_names(char **names, size_t n)
 {
-    if (r->elements <= 1)
-        return;
-    *ids = seg_realloc(*ids, sizeof **ids * (*n + r->elements - 1));
-    for (size_t i = 1; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING)
-            (*ids)[(*n)++] = seg_strdup(r->element[i]->str);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* After a reset of `sku` out of `epoch`: the graveyards its segments 0..m-1 of
+ * `placed` left (keys.h inv:{sku:i}:gone:E:*) read a page at a time, the records they
+ * name dropped, then the graveyards themselves (UNLINK). Each step is one short
+ * command, so a sale of millions of orders never holds Redis up for long. Best effort,
+ * as drop_records: a failure leaves dead records and a graveyard, and is logged. */
+static void drop_graves(rd_conn *c, const char *sku, const char *placed, long long epoch,
+                        int m)
+{
+    for (int i = 0; i < m; i++) {
+        for (int hash = 1; hash >= 0; hash--) {
+            char key[SEG_KEY_MAX], cursor[32] = "0";
+            seg_key_gone(key, placed, i, epoch, hash ? "orders" : "cancelled");
+            do {
+                struct rd_cmd cmd;
+                proto_scan(&cmd, key, hash, cursor, DROP_BATCH);
+                redisReply *r = store_call(c, &cmd);
+                char **ids = NULL;
+                size_t n = 0;
+                int rc = r != NULL
+                             ? proto_scan_page(r, hash, cursor, sizeof cursor, &ids, &n)
+                             : -1;
+                if (r != NULL)
+                    freeReplyObject(r);
+                if (rc != 0) {
+                    char detail[200];
+                    snprintf(detail, sizeof detail, "%s: %s left: %s", sku, key,
+                             rd_conn_error(c));
+                    rd_log(true, "drop records", detail);
+                    return;
+                }
+                drop_records(c, sku, epoch, ids, n);
+                free_names(ids, n);
+            } while (strcmp(cursor, "0") != 0);
+            struct rd_cmd cmd;
+            cmd_plain(&cmd, "UNLINK");
+            cmd_key(&cmd, key);
+            redisReply *r = store_call(c, &cmd);
+            if (r != NULL)
+                freeReplyObject(r);
+        }
+    }
 }
 
 /* CANCEL on a cluster, where the record, the segments and the meta are slots of their
@@ -420,13 +459,13 @@ static int placement(rd_conn *c, const char *sku, int n)
 
 /* RESET on a cluster, where a SKU's keys span slots: BEGIN marks the reset pending in
  * the meta (or takes over a dead one), each segment is reset on its own (old, dead
- * and new segments alike), COMMIT writes the new meta, then the SKU set. The ids of
- * the orders of the segments reset are appended to *ids. A reset that dies half way
+ * and new segments alike), COMMIT writes the new meta, then the SKU set, and the
+ * records the segments' graveyards name are dropped. A reset that dies half way
  * leaves the old meta (orders on the segments it reached answer STALE) until another
  * reset takes it over. The code, or -1 when Redis gave no usable answer. */
 static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
                          int old_segments, const struct rd_reset *to, const char *rid,
-                         const char *sig, char ***ids, size_t *nids)
+                         const char *sig)
 {
     struct rd_cmd cmd;
     redisReply *r = NULL;
@@ -449,7 +488,6 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
                             i < n ? share : -1);
         if ((code = store_step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
             return code;
-        take_ids(r, ids, nids);
         freeReplyObject(r);
     }
     proto_reset_commit(&cmd, sku, to, rid, sig);
@@ -459,6 +497,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     if ((r = store_call(c, &cmd)) == NULL)
         return -1;
     freeReplyObject(r);
+    drop_graves(c, sku, placed, old_epoch, m); /* also what a dead reset left there */
     return RD_OK;
 }
 
@@ -466,33 +505,19 @@ int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
              const struct rd_reset *to, const char *rid, const char *sig,
              struct rd_reply *out)
 {
-    struct rd_cmd cmd;
-    char **ids = NULL;
-    size_t n = 0;
     memset(out, 0, sizeof *out);
     if (store_cluster(c)) {
         struct rd_reset placed = *to;
         if (placed.salt < 0) /* a new SKU: spread its segments over the masters */
             placed.salt = placement(c, sku, to->segments);
-        int code =
-            reset_cluster(c, sku, old_epoch, old_segments, &placed, rid, sig, &ids, &n);
-        if (code == RD_OK)
-            drop_records(c, sku, old_epoch, ids, n);
-        for (size_t i = 0; i < n; i++)
-            free(ids[i]);
-        free(ids);
+        int code = reset_cluster(c, sku, old_epoch, old_segments, &placed, rid, sig);
         out->code = code < 0 ? 0 : code;
         return code < 0 ? -1 : 0;
     }
+    struct rd_cmd cmd;
     proto_reset(&cmd, sku, old_epoch, old_segments, to, rid, sig);
-    redisReply *r = store_call(c, &cmd);
-    int rc = r != NULL ? proto_reset_ids(r, out, &ids, &n) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
+    int rc = store_script(c, &cmd, out);
     if (rc == 0 && out->code == RD_OK)
-        drop_records(c, sku, old_epoch, ids, n);
-    for (size_t i = 0; i < n; i++)
-        free(ids[i]);
-    free(ids);
+        drop_graves(c, sku, sku, old_epoch, old_segments);
     return rc;
 }

@@ -18,7 +18,12 @@
  *   inv:{sku:i}:parts         hash order_id -> qty taken from segment i by a
  *                             multi-segment order whose first segment is another one
  *   inv:{sku:i}:cancelled     set of cancelled order ids whose first segment is i
- *   inv:{sku:i}:adj           hash intent id -> units a restock or rebalance on a Redis
+ *   inv:{sku:i}:gone:E:orders  segment i's orders hash and cancelled set as a reset of
+   inv:{sku:i}:gone:E:cancelled  the SKU's epoch E left them (RENAMEd, O(1)): the
+                             reset's caller reads them in steps (HSCAN, SSCAN), drops
+                             the records they name and UNLINKs them, so no script
+                             lists a whole sale at once
+   inv:{sku:i}:adj           hash intent id -> units a restock or rebalance on a Redis
  *                             Cluster took from (or gave to) segment i in its step
  *                             (adjust.h), so that a step run again answers what it
  *                             did; the runner that commits the intent deletes its
@@ -29,8 +34,9 @@
  *                             Written in the same script as the deduction; unique per
  *                             order_id (idempotency). A record whose SKU has another
  *                             epoch now was left behind by a reset (RESET names only
- *                             segment keys; the records it answers are dropped after it,
- *                             in batches, and a crash can leave some): it is dead, every
+ *                             segment keys; the records its graveyards name are dropped
+ *                             after it, in batches, and a crash can leave some): it is
+ dead, every
  *                             read ignores it and the next order with that id overwrites
  *                             it. It lives in the id's slot: on a Redis Cluster an order
  *                             with a client's id writes it after the deduction (CONFIRM,
@@ -72,6 +78,9 @@ char *seg_key_parts(char *buf, const char *sku, int i);
 char *seg_key_cancelled(char *buf, const char *sku, int i);
 char *seg_key_epoch(char *buf, const char *sku, int i);
 char *seg_key_adjust(char *buf, const char *sku, int i);
+/* Segment i's orders hash ("orders") or cancelled set ("cancelled") as a reset of the
+ * SKU's `epoch` left them. */
+char *seg_key_gone(char *buf, const char *sku, int i, long long epoch, const char *what);
 char *seg_key_order(char *buf, const char *id);
 char *seg_key_request(char *buf, const char *sku, const char *rid);
 const char *seg_key_events(void);

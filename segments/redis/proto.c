@@ -386,6 +386,8 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
         cmd_key(c, seg_key_parts(key, sku, i));
         cmd_key(c, seg_key_cancelled(key, sku, i));
         cmd_key(c, seg_key_epoch(key, sku, i));
+        cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "orders"));
+        cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "cancelled"));
     }
     long long stock = to->stock;
     cmd_arg(c, sku);
@@ -433,6 +435,8 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
     cmd_key(c, seg_key_cancelled(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
     cmd_key(c, seg_key_adjust(key, sku, i));
+    cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "orders"));
+    cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "cancelled"));
     cmd_argll(c, old_epoch);
     cmd_argll(c, dead_epoch);
     cmd_argll(c, epoch);
@@ -513,6 +517,16 @@ void proto_drop_records(struct rd_cmd *c, const char *sku, long long epoch,
         cmd_key(c, seg_key_order(key, ids[i]));
     cmd_arg(c, sku);
     cmd_argll(c, epoch);
+}
+
+void proto_scan(struct rd_cmd *c, const char *key, bool hash, const char *cursor,
+                int count)
+{
+    cmd_plain(c, hash ? "HSCAN" : "SSCAN");
+    cmd_key(c, key);
+    cmd_arg(c, cursor);
+    cmd_arg(c, "COUNT");
+    cmd_argll(c, count);
 }
 
 /* ---- decoders ------------------------------------------------------------------ */
@@ -649,22 +663,22 @@ bool proto_record_dead(const char *owner, long long owner_epoch, const char *sku
     return owner[0] != '\0' && strcmp(owner, sku) == 0 && owner_epoch != epoch;
 }
 
-int proto_reset_ids(const redisReply *r, struct rd_reply *out, char ***ids, size_t *n)
+int proto_scan_page(const redisReply *r, bool hash, char *cursor, size_t cursor_len,
+                    char ***names, size_t *n)
 {
-    *ids = NULL;
+    *names = NULL;
     *n = 0;
-    if (proto_scripted(r, out) != 0)
+    if (!is_array(r, 2) || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_ARRAY || r->element[0]->len >= cursor_len)
         return -1;
-    if (out->code != RD_OK)
-        return 0;
-    for (size_t i = 1; i < r->elements; i++)
-        if (r->element[i]->type != REDIS_REPLY_STRING)
-            return -1;
-    if (r->elements > 1) {
-        *ids = seg_calloc(r->elements - 1, sizeof **ids);
-        for (size_t i = 1; i < r->elements; i++)
-            (*ids)[(*n)++] = seg_strdup(r->element[i]->str);
-    }
+    const redisReply *page = r->element[1];
+    size_t step = hash ? 2 : 1; /* HSCAN pages are field, value, field, value, ... */
+    if (page->elements > 0)
+        *names = seg_calloc(page->elements / step + 1, sizeof **names);
+    for (size_t i = 0; i < page->elements; i += step)
+        if (page->element[i]->type == REDIS_REPLY_STRING)
+            (*names)[(*n)++] = seg_strdup(page->element[i]->str);
+    memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
     return 0;
 }
 

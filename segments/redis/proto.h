@@ -108,9 +108,14 @@ int proto_record(const redisReply *r, char **record, char *sku, long long *epoch
  * of `sku`, now in `epoch` (keys.h): no order any more. */
 bool proto_record_dead(const char *owner, long long owner_epoch, const char *sku,
                        long long epoch);
-/* RESET's: as proto_scripted, and for OK the ids of the old segments' orders
- * (*ids: malloc'd array of *n malloc'd strings, NULL when none). */
-int proto_reset_ids(const redisReply *r, struct rd_reply *out, char ***ids, size_t *n);
+/* One page of HSCAN (`hash`) or SSCAN of `key` from `cursor`, about `count` long; and
+ * its reply: the next cursor (into cursor[0..cursor_len), "0" at the end) and the
+ * page's fields or members (*names: malloc'd array of *n malloc'd strings, NULL when
+ * none). 0 or -1. */
+void proto_scan(struct rd_cmd *c, const char *key, bool hash, const char *cursor,
+                int count);
+int proto_scan_page(const redisReply *r, bool hash, char *cursor, size_t cursor_len,
+                    char ***names, size_t *n);
 /* A reset on a cluster: RESET_BEGIN, RESET_SEGMENT of segment i (`stock` < 0: the
  * segment goes), RESET_COMMIT, and the SADD (or SREM) of the SKU's name. */
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,

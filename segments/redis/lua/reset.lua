@@ -1,19 +1,23 @@
 -- RESET: create, reset or delete a SKU.
 -- KEYS: meta, SKU set, request key, then per old-or-new segment i: stock, sold, lock,
---       orders, parts, cancelled, epoch.
+--       orders, parts, cancelled, epoch, and the graveyards of its orders hash and
+--       cancelled set under the epoch the caller found (keys.h inv:{sku:i}:gone:E:*).
 -- ARGV: sku, segments (0 = delete the SKU), mode, hold_ms, initial, share+1, share,
 --       count of segments given share+1, rebalance (0/1), the epoch and segment count
 --       the caller found ('0', '0' for no SKU), the new epoch, the request's signature
 --       ('' = no request id), durability ('async' | 'replicated').
 -- Refuses (STALE) when the SKU is not as the caller found it, so every key of every
--- old segment is listed and none is orphaned. Deletes every listed segment key; then,
+-- old segment is listed and none is orphaned. Moves each old segment's orders hash and
+-- cancelled set to its graveyards (RENAME: O(1) however big the sale) and deletes the
+-- other segment keys (UNLINK: a big parts hash is freed off the main thread); then,
 -- unless deleting, writes the new shares, zero sold counts, each segment's epoch and a
 -- fresh meta whose gen starts at the new epoch.
 -- The order records of the old segments live under their ids' keys, which this script
--- does not name: it answers their ids, and the caller drops them (DROP_RECORDS). Until
--- then they are dead, since their epoch is not the SKU's any more (keys.h).
--- Reply: {REPLAYED} | {CONFLICT} | {STALE} | {MISSING} (delete of no SKU)
---      | {OK, id...} (the ids of the old segments' orders, cancelled ones included).
+-- does not name: the caller reads the graveyards in steps, drops the records they name
+-- (DROP_RECORDS) and then the graveyards. Until then the records are dead, since their
+-- epoch is not the SKU's any more (keys.h). (This script used to answer every id: one
+-- script as long as the sale, 1.9 s of Redis at 1.34M orders.)
+-- Reply: {REPLAYED} | {CONFLICT} | {STALE} | {MISSING} (delete of no SKU) | {OK}.
 if ARGV[13] ~= '' then
   local prev = redis.call('GET', KEYS[3])
   if prev == ARGV[13] then return {REPLAYED} end
@@ -26,26 +30,22 @@ if epoch ~= ARGV[10]
 end
 local n = tonumber(ARGV[2])
 if n == 0 and redis.call('EXISTS', KEYS[1]) == 0 then return {MISSING} end
-local m = (#KEYS - 3) / 7
-local out = {OK}
-local function keep(ids)
-  for _, id in ipairs(ids) do out[#out + 1] = id end
-end
+local m = (#KEYS - 3) / 9
 for i = 0, m - 1 do
-  local b = 3 + i * 7
-  keep(redis.call('HKEYS', KEYS[b + 4]))
-  keep(redis.call('SMEMBERS', KEYS[b + 6]))
-  for k = 1, 7 do redis.call('DEL', KEYS[b + k]) end
+  local b = 3 + i * 9
+  if redis.call('EXISTS', KEYS[b + 4]) == 1 then redis.call('RENAME', KEYS[b + 4], KEYS[b + 8]) end
+  if redis.call('EXISTS', KEYS[b + 6]) == 1 then redis.call('RENAME', KEYS[b + 6], KEYS[b + 9]) end
+  redis.call('UNLINK', KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 5], KEYS[b + 7])
 end
 if ARGV[13] ~= '' then redis.call('SET', KEYS[3], ARGV[13], 'EX', 86400) end
 redis.call('DEL', KEYS[1])
 if n == 0 then
   redis.call('SREM', KEYS[2], ARGV[1])
-  return out
+  return {OK}
 end
 local extra = tonumber(ARGV[8])
 for i = 0, n - 1 do
-  local b = 3 + i * 7
+  local b = 3 + i * 9
   redis.call('SET', KEYS[b + 1], i < extra and ARGV[6] or ARGV[7])
   redis.call('SET', KEYS[b + 2], '0')
   redis.call('SET', KEYS[b + 7], ARGV[12])
@@ -54,4 +54,4 @@ redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'mode', ARGV[3],
            'hold_ms', ARGV[4], 'initial', ARGV[5], 'rebalance', ARGV[9],
            'epoch', ARGV[12], 'gen', ARGV[12], 'durability', ARGV[14])
 redis.call('SADD', KEYS[2], ARGV[1])
-return out
+return {OK}
