@@ -42,14 +42,46 @@ static void put(int port, const char *sku, const char *durability)
     h_resp_free(&r);
 }
 
+/* True once the master has a replica streaming (online, not waiting for its first
+ * REPLCONF ACK after the sync) that acknowledged every byte the master has written. */
+static bool replica_caught_up(redisContext *rc)
+{
+    redisReply *r = redisCommand(rc, "INFO replication");
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return false;
+    }
+    const char *slave = strstr(r->str, "slave0:");
+    const char *state = slave != NULL ? strstr(slave, "state=") : NULL;
+    const char *off = slave != NULL ? strstr(slave, "offset=") : NULL;
+    const char *master = strstr(r->str, "master_repl_offset:");
+    bool ok = state != NULL && off != NULL && master != NULL &&
+              strncmp(state + 6, "online", 6) == 0 &&
+              atoll(off + 7) >= atoll(master + strlen("master_repl_offset:"));
+    freeReplyObject(r);
+    return ok;
+}
+
 /* Start a replica of `e`'s redis-server and place orders ("<prefix>-N") on the
- * "replicated" SKU `sku` through `port` until one is 201: the replica has synced.
- * Returns the replica (h_redis_free it); fails the test when none is 201 in 20 s. */
+ * "replicated" SKU `sku` through `port` until one is 201: the replica has synced;
+ * then wait until it streams and has acknowledged everything. Right after a diskless
+ * sync a master streams to the replica only once the replica's first REPLCONF ACK
+ * has come (once a second): until then an order whose write came after the snapshot
+ * is honestly 503 not_replicated, which made this test fail now and then. The master
+ * syncs at once (repl-diskless-sync-delay 0, not the default 5 s, in which the 503s
+ * of the loop could use up the SKU's stock of 10). Returns the replica (h_redis_free
+ * it); fails the test when none is 201 in 20 s. */
 static h_redis *attach_replica(struct h_env *e, int port, const char *sku,
                                const char *prefix)
 {
     char master[16];
     snprintf(master, sizeof master, "%d", h_redis_port(e->redis));
+    redisContext *rc = h_redis_connect(e->redis);
+    assert_non_null(rc);
+    redisReply *set = redisCommand(rc, "CONFIG SET repl-diskless-sync-delay 0");
+    assert_non_null(set);
+    freeReplyObject(set);
     /* No AOF on the replica: one that is writing its first AOF after the initial
      * sync ignores SIGTERM, and its stop then waited out the harness's 10 s grace. */
     const char *args[] = {"--replicaof", "127.0.0.1", master, "--appendonly", "no", NULL};
@@ -64,6 +96,10 @@ static h_redis *attach_replica(struct h_env *e, int port, const char *sku,
             h_sleep_ms(200);
     }
     assert_int_equal(st, 201);
+    while (!replica_caught_up(rc) && h_now_ms() < end)
+        h_sleep_ms(50);
+    assert_true(replica_caught_up(rc));
+    redisFree(rc);
     return replica;
 }
 
