@@ -81,16 +81,13 @@ char *seg_key_adjust(char *buf, const char *sku, int i)
 
 char *seg_key_gone(char *buf, const char *sku, int i, long long epoch, const char *what)
 {
-    struct text t = text_at(buf, SEG_KEY_MAX);
-    text_str(&t, "inv:{");
-    text_str(&t, sku);
-    text_str(&t, ":");
-    text_ll(&t, i);
-    text_str(&t, "}:gone:");
+    char tail[48];
+    struct text t = text_at(tail, sizeof tail);
+    text_str(&t, "gone:");
     text_ll(&t, epoch);
     text_str(&t, ":");
     text_str(&t, what);
-    return buf;
+    return segment_key(buf, sku, i, tail);
 }
 
 char *seg_key_order(char *buf, const char *id)
