@@ -13,8 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/text.h"
-
 static atomic_int min_level = LOG_INFO;
 static atomic_int out_format = LOG_TEXT;
 static atomic_bool access_on = true;
@@ -225,13 +223,11 @@ static void scalar(const struct log_field *f, bool json, char *num, size_t len,
         if (f->v.s != NULL)
             *str = f->v.s;
         else
-            text_copy(num, len, json ? "null" : "-");
+            snprintf(num, len, "%s", json ? "null" : "-");
         return;
-    case LOGF_T_INT: {
-        struct text t = text_at(num, len);
-        text_ll(&t, f->v.i);
+    case LOGF_T_INT:
+        snprintf(num, len, "%lld", f->v.i);
         return;
-    }
     case LOGF_T_DBL:
         if (isfinite(f->v.d))
             snprintf(num, len, "%.3f", f->v.d);
@@ -245,34 +241,6 @@ static void scalar(const struct log_field *f, bool json, char *num, size_t len,
     snprintf(num, len, "%s", json ? "null" : "-");
 }
 
-/* "2024-01-31T12:00:00.123Z" into buf (48 bytes). The part up to the second is made
- * once a second per thread (gmtime_r and strftime cost more than the rest of an
- * access line, and gmtime_r takes glibc's time zone lock, which every loop met). */
-static void timestamp(char *buf, size_t len)
-{
-    static _Thread_local time_t last_sec = -1;
-    static _Thread_local char last[32];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (ts.tv_sec != last_sec) {
-        struct tm tm;
-        gmtime_r(&ts.tv_sec, &tm);
-        if (strftime(last, sizeof last, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
-            last[0] = '\0';
-        last_sec = ts.tv_sec;
-    }
-    long ms = ts.tv_nsec / 1000000L;
-    struct text t = text_at(buf, len);
-    text_str(&t, last);
-    char frac[6] = {'.',
-                    (char)('0' + ms / 100),
-                    (char)('0' + ms / 10 % 10),
-                    (char)('0' + ms % 10),
-                    'Z',
-                    '\0'};
-    text_str(&t, frac);
-}
-
 /* Format one line and write it with a single write(2). */
 static void emit(enum log_level level, const char *msg, const struct log_field *fields,
                  size_t n)
@@ -281,8 +249,13 @@ static void emit(enum log_level level, const char *msg, const struct log_field *
         level = LOG_ERROR;
     bool json = atomic_load_explicit(&out_format, memory_order_relaxed) == LOG_JSON;
 
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
     char stamp[48];
-    timestamp(stamp, sizeof stamp);
+    size_t k = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + k, sizeof(stamp) - k, ".%03ldZ", ts.tv_nsec / 1000000L);
 
     char line[LOG_LINE_MAX];
     struct out o = {line, 0, sizeof(line) - 2, false};
