@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "base/xalloc.h"
 #include "segments/redis/slots.h"
 
@@ -22,37 +23,18 @@ static void reserve(struct rd_cmd *c, size_t more)
     c->cap = cap;
 }
 
-/* `n` in decimal at p; returns the end. (printf's machinery cost more than all the
- * rest of a command's encoding.) */
-static char *decimal(char *p, size_t n)
-{
-    char digits[24];
-    int k = 0;
-    do
-        digits[k++] = (char)('0' + n % 10);
-    while ((n /= 10) != 0);
-    while (k > 0)
-        *p++ = digits[--k];
-    return p;
-}
-
-/* Copy a string literal to p; the end. */
-#define literal(p, s) ((char *)memcpy((p), (s), sizeof(s) - 1) + sizeof(s) - 1)
-
-/* One bulk string: "$<n>\r\n<bytes>\r\n". */
+/* One bulk string: "$<n>\r\n<bytes>\r\n", written where reserve() made room. */
 static void push(struct rd_cmd *c, const char *s, size_t n)
 {
     reserve(c, n + 32);
-    char *p = c->buf + c->used;
-    *p++ = '$';
-    p = decimal(p, n);
-    *p++ = '\r';
-    *p++ = '\n';
-    memcpy(p, s, n);
-    p += n;
-    *p++ = '\r';
-    *p++ = '\n';
-    c->used = (size_t)(p - c->buf);
+    struct text t = text_at(c->buf + c->used, c->cap - c->used);
+    text_str(&t, "$");
+    text_ll(&t, (long long)n);
+    text_str(&t, "\r\n");
+    memcpy(t.p, s, n);
+    t.p += n;
+    memcpy(t.p, "\r\n", 2);
+    c->used = (size_t)(t.p + 2 - c->buf);
     c->argc++;
 }
 
@@ -101,69 +83,66 @@ void cmd_arg(struct rd_cmd *c, const char *arg)
 
 void cmd_argll(struct rd_cmd *c, long long v)
 {
-    char text[24], *p = text;
-    if (v < 0)
-        *p++ = '-';
-    p = decimal(p, v < 0 ? -(unsigned long long)v : (unsigned long long)v);
-    push(c, text, (size_t)(p - text));
+    char text[24];
+    struct text t = text_at(text, sizeof text);
+    text_ll(&t, v);
+    push(c, text, (size_t)(t.p - text));
 }
 
-/* The EVAL form: the script's source inline (the first send, or after NOSCRIPT). */
-static size_t eval_form(struct rd_cmd *c, const char *nk, int nk_len, const char **out)
+/* The array header and what precedes the keys: EVALSHA <sha> <nkeys>, or EVAL with the
+ * script's source inline (`sha` NULL or "": the first send, or after NOSCRIPT). */
+static void head(struct text *t, const struct rd_cmd *c, const char *sha)
 {
-    const char *src = script_source((enum script_id)c->script);
-    size_t src_len = strlen(src), body_len = c->used - CMD_HEAD;
-    free(c->eval);
-    c->eval = seg_malloc(src_len + body_len + 64);
-    char *p = c->eval;
-    p += sprintf(p, "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n", c->argc + 3, src_len);
-    memcpy(p, src, src_len);
-    p += src_len;
-    p += sprintf(p, "\r\n$%d\r\n%s\r\n", nk_len, nk);
-    memcpy(p, c->buf + CMD_HEAD, body_len);
-    *out = c->eval;
-    return (size_t)(p - c->eval) + body_len;
+    if (c->script < 0) {
+        text_str(t, "*");
+        text_ll(t, c->argc);
+        text_str(t, "\r\n");
+        return;
+    }
+    bool by_sha = sha != NULL && sha[0] != '\0';
+    const char *what = by_sha ? sha : script_source((enum script_id)c->script);
+    char nk[16];
+    struct text k = text_at(nk, sizeof nk);
+    text_ll(&k, c->nkeys);
+    text_str(t, "*");
+    text_ll(t, c->argc + 3);
+    text_str(t, by_sha ? "\r\n$7\r\nEVALSHA\r\n$" : "\r\n$4\r\nEVAL\r\n$");
+    text_ll(t, (long long)strlen(what));
+    text_str(t, "\r\n");
+    text_str(t, what);
+    text_str(t, "\r\n$");
+    text_ll(t, (long long)strlen(nk));
+    text_str(t, "\r\n");
+    text_str(t, nk);
+    text_str(t, "\r\n");
 }
 
 size_t cmd_format(struct rd_cmd *c, const char *sha, const char **out)
 {
-    char head[CMD_HEAD + 64], *h = head;
-    if (c->script < 0) {
-        *h++ = '*';
-        h = decimal(h, (size_t)c->argc);
-    } else {
-        char nk[16];
-        int nk_len = (int)(decimal(nk, (size_t)c->nkeys) - nk);
-        nk[nk_len] = '\0';
-        size_t sha_len = sha != NULL ? strlen(sha) : 0;
-        if (sha_len == 0 || sha_len > 64)
-            return eval_form(c, nk, nk_len, out);
-        *h++ = '*';
-        h = decimal(h, (size_t)c->argc + 3);
-        h = literal(h, "\r\n$7\r\nEVALSHA\r\n$");
-        h = decimal(h, sha_len);
-        *h++ = '\r';
-        *h++ = '\n';
-        memcpy(h, sha, sha_len);
-        h += sha_len;
-        h = literal(h, "\r\n$");
-        h = decimal(h, (size_t)nk_len);
-        *h++ = '\r';
-        *h++ = '\n';
-        memcpy(h, nk, (size_t)nk_len);
-        h += nk_len;
+    size_t body = c->used - CMD_HEAD;
+    if (c->script >= 0 && (sha == NULL || sha[0] == '\0')) {
+        /* EVAL: the source does not fit the room in front; a buffer of its own. */
+        size_t cap = strlen(script_source((enum script_id)c->script)) + 96;
+        free(c->eval);
+        c->eval = seg_malloc(cap + body);
+        struct text t = text_at(c->eval, cap);
+        head(&t, c, NULL);
+        memcpy(t.p, c->buf + CMD_HEAD, body);
+        *out = c->eval;
+        return (size_t)(t.p - c->eval) + body;
     }
-    *h++ = '\r';
-    *h++ = '\n';
-    int n = (int)(h - head);
-    if (n > CMD_HEAD) {
+    char room[CMD_HEAD + 1];
+    struct text t = text_at(room, sizeof room);
+    head(&t, c, sha);
+    size_t n = (size_t)(t.p - room);
+    if (n >= CMD_HEAD) {
         fputs("cmd_format: the head does not fit\n", stderr);
         abort();
     }
     /* The head goes right before the elements, into the room left for it. */
-    memcpy(c->buf + CMD_HEAD - n, head, (size_t)n);
+    memcpy(c->buf + CMD_HEAD - n, room, n);
     *out = c->buf + CMD_HEAD - n;
-    return c->used - CMD_HEAD + (size_t)n;
+    return body + n;
 }
 
 void cmd_free(struct rd_cmd *c)
