@@ -169,18 +169,18 @@ bool api_parse_order_fast(const char *body, size_t len, struct api_order_body *o
     for (;;) {
         char key[16];
         p = skip_ws(p, end);
-        const char *k = p;
         if (p == end || *p++ != '"')
             return false;
         /* The known keys are of [a-z_]: anything else (an escape, a NUL, a byte of
          * UTF-8) is no key of ours read raw, so jansson decides. */
-        while (p < end && ((*p >= 'a' && *p <= 'z') || *p == '_') &&
-               p - k <= (ptrdiff_t)sizeof key - 1)
+        const char *k = p;
+        while (p < end && ((*p >= 'a' && *p <= 'z') || *p == '_'))
             p++;
-        if (p == end || *p != '"' || p - k - 1 >= (ptrdiff_t)sizeof key)
+        size_t klen = (size_t)(p - k);
+        if (p == end || *p != '"' || klen >= sizeof key)
             return false;
-        memcpy(key, k + 1, (size_t)(p - k - 1));
-        key[p - k - 1] = '\0';
+        memcpy(key, k, klen);
+        key[klen] = '\0';
         p = skip_ws(p + 1, end);
         if (p == end || *p++ != ':')
             return false;
