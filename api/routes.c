@@ -155,7 +155,8 @@ const struct api_route *api_route_prepare(struct api_request *req,
         }
     }
     if ((route->flags & API_ROUTE_WRITE) &&
-        api_parse_request_id(req->idempotency_key, req->request_id, &perr) != 0) {
+        api_parse_request_id("request_id", req->idempotency_key, req->request_id,
+                             &perr) != 0) {
         api_reply_error(rep, 400, perr.code, "%s", perr.detail);
         return NULL;
     }
