@@ -131,6 +131,15 @@ void cfg_source(const struct cfg *c, char *buf, size_t len);
  * their number. */
 int cfg_diff(const struct cfg *a, const struct cfg *b, char *buf, size_t len);
 
+/* Settings that load but are probably a mistake: an INVENTORY_* variable in `envp` that
+ * names no setting (a misspelling is otherwise silently ignored; the nearest name is
+ * suggested), and settings that contradict each other (lock_wait_ms more than ten
+ * times lock_ttl_ms, or not below connection_timeout_s; redis_timeout_ms not below
+ * lock_ttl_ms). Calls fn(text, arg) once per warning, with a one-line text valid
+ * during the call; returns how many. */
+int cfg_warnings(const struct cfg *c, char *const envp[],
+                 void (*fn)(const char *text, void *arg), void *arg);
+
 /* Print the usage text (flags, environment variables, defaults). */
 void cfg_usage(FILE *f, const char *prog);
 
