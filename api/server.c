@@ -1,5 +1,6 @@
 /* server.c -- libmicrohttpd glue: one daemon per event loop on a shared listening
  * socket, bodies, orders on the loop's engine, other Redis calls on worker pools. */
+#include "api/access.h"
 #include "api/server.h"
 
 #include <arpa/inet.h>
@@ -118,6 +119,7 @@ struct request {
     struct MHD_Connection *conn;
     struct timespec started; /* CLOCK_MONOTONIC: the request line, then the headers */
     char target[ACCESS_PATH_MAX]; /* request-target as sent, no query: the access log */
+    char query[API_ACCESS_QUERY_MAX]; /* its query, secrets masked (api/access.h) */
     bool headers_in; /* the access handler ran: the request is ours to answer */
     bool head;       /* a HEAD request: the reply goes out without its body */
     char *body;      /* accumulated upload; NULL when none */
@@ -382,6 +384,8 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
         memcpy(r->target, uri != NULL ? uri : "", n);
         r->target[n] = '\0';
     }
+    if (uri != NULL && uri[n] == '?')
+        api_access_query(r->query, uri + n + 1);
     return r;
 }
 
@@ -531,18 +535,32 @@ static void log_request(const struct request *r, struct MHD_Connection *conn)
     clock_gettime(CLOCK_MONOTONIC, &now);
     double ms = (double)(now.tv_sec - r->started.tv_sec) * 1e3 +
                 (double)(now.tv_nsec - r->started.tv_nsec) / 1e6;
+    char client[API_ACCESS_CLIENT_MAX];
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    api_access_client(client, ai != NULL ? ai->client_addr : NULL);
+    struct log_access_line a = {
+        .method = r->req.method,
+        .path = r->target,
+        .query = r->query,
+        .ms = ms,
+        .request_id = r->req.x_request_id,
+        .client = client,
+        .user_agent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "User-Agent"),
+    };
     if (r->replied) {
-        log_access(r->req.method, r->target, r->rep.status, r->head ? 0 : r->rep.body_len,
-                   ms, r->req.x_request_id);
-        return;
+        a.status = r->rep.status;
+        a.bytes = r->head ? 0 : r->rep.body_len;
+    } else {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+        a.status = ci != NULL ? (int)ci->http_status : 0;
+        if (!r->headers_in) {
+            a.method = NULL;
+            a.request_id = client_request_id(conn);
+        }
     }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
-    int status = ci != NULL ? (int)ci->http_status : 0;
-    if (r->headers_in)
-        log_access(r->req.method, r->target, status, 0, ms, r->req.x_request_id);
-    else
-        log_access(NULL, r->target, status, 0, ms, client_request_id(conn));
+    log_access(&a);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,

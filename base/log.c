@@ -323,22 +323,25 @@ void log_msg(enum log_level level, const char *fmt, ...)
     emit(level, msg, NULL, 0);
 }
 
-void log_access(const char *method, const char *path, int status, size_t bytes, double ms,
-                const char *request_id)
+void log_access(const struct log_access_line *a)
 {
     if (!log_access_enabled())
         return;
-    struct log_field f[] = {
-        LOGF_STR("method", method != NULL ? method : "-"),
-        LOGF_STR("path", path != NULL ? path : "-"),
-        LOGF_INT("status", status),
-        LOGF_INT("bytes", bytes),
-        LOGF_DBL("ms", ms),
-        LOGF_STR("request_id", request_id),
-    };
-    size_t n = sizeof(f) / sizeof(f[0]);
-    if (request_id == NULL || request_id[0] == '\0')
-        n--;
+    struct log_field f[9];
+    size_t n = 0;
+    f[n++] = (struct log_field)LOGF_STR("method", a->method != NULL ? a->method : "-");
+    f[n++] = (struct log_field)LOGF_STR("path", a->path != NULL ? a->path : "-");
+    if (a->query != NULL && a->query[0] != '\0')
+        f[n++] = (struct log_field)LOGF_STR("query", a->query);
+    f[n++] = (struct log_field)LOGF_INT("status", a->status);
+    f[n++] = (struct log_field)LOGF_INT("bytes", a->bytes);
+    f[n++] = (struct log_field)LOGF_DBL("ms", a->ms);
+    if (a->request_id != NULL && a->request_id[0] != '\0')
+        f[n++] = (struct log_field)LOGF_STR("request_id", a->request_id);
+    if (a->client != NULL && a->client[0] != '\0')
+        f[n++] = (struct log_field)LOGF_STR("client", a->client);
+    if (a->user_agent != NULL)
+        f[n++] = (struct log_field)LOGF_STR("user_agent", a->user_agent);
     emit(LOG_INFO, "access", f, n);
 }
 

@@ -121,16 +121,28 @@ void log_report(const char *msg, const struct log_field *fields, size_t n);
 
 /* ---- the access log ------------------------------------------------------------ */
 
+/* One HTTP request as the access log shows it. Strings may be NULL. */
+struct log_access_line {
+    const char *method, *path; /* NULL print as - */
+    const char *query; /* the request-target after '?', as logged; NULL or "": none */
+    int status;
+    size_t bytes;
+    double ms;
+    const char *request_id; /* NULL or "": left out */
+    const char *client;     /* "ADDR:PORT" of the peer; NULL or "": left out */
+    const char *user_agent; /* NULL: left out */
+};
+
 /* One line per HTTP request, for api/ to call once the response is queued:
- *   text  ... INFO access method=GET path=/orders/A-1 status=200 bytes=123 ms=0.412
- *         request_id=rs-1
+ *   text  ... INFO access method=GET path=/orders/A-1 query=x=1 status=200 bytes=123
+ *         ms=0.412 request_id=rs-1 client=127.0.0.1:40312 user_agent=curl/7.88.1
  *   json  {...,"level":"info","msg":"access","method":"GET","path":"/orders/A-1",
- *          "status":200,"bytes":123,"ms":0.412,"request_id":"rs-1"}
- * `request_id` NULL or "" leaves that field out; `method`/`path` NULL print as -.
- * Written when the access log is on (the access_log setting), whatever the log level:
- * access_log=false is the switch that silences it. Takes no lock. */
-void log_access(const char *method, const char *path, int status, size_t bytes, double ms,
-                const char *request_id);
+ *          "query":"x=1","status":200,"bytes":123,"ms":0.412,"request_id":"rs-1",
+ *          "client":"127.0.0.1:40312","user_agent":"curl/7.88.1"}
+ * Fields that are absent are left out (method and path print as -). Written when the
+ * access log is on (the access_log setting), whatever the log level: access_log=false
+ * is the switch that silences it. Takes no lock. */
+void log_access(const struct log_access_line *a);
 
 /* ---- rate-limited lines -------------------------------------------------------- */
 

@@ -252,19 +252,40 @@ static void access_lines(void **state)
     struct fixture *f = *state;
     assert_true(log_access_enabled());
     log_set_level(LOG_ERROR); /* the access log has its own switch */
-    log_access("GET", "/orders/A-1", 200, 123, 0.4125, "rs-1");
-    log_access("POST", "/orders", 201, 0, 12.0, NULL);
+    log_access(&(struct log_access_line){.method = "GET",
+                                         .path = "/orders/A-1",
+                                         .status = 200,
+                                         .bytes = 123,
+                                         .ms = 0.4125,
+                                         .request_id = "rs-1"});
+    log_access(&(struct log_access_line){.method = "POST",
+                                         .path = "/orders",
+                                         .query = "a=1&b=x y",
+                                         .status = 201,
+                                         .ms = 12.0,
+                                         .client = "127.0.0.1:4000",
+                                         .user_agent = "curl/7.88.1"});
     log_set_access(false);
-    log_access("GET", "/hidden", 200, 1, 1.0, NULL);
+    log_access(
+        &(struct log_access_line){.method = "GET", .path = "/hidden", .status = 200});
     log_set_access(true);
     log_set_format(LOG_JSON);
-    log_access("DELETE", "/x y\n", 404, 7, 1.5, "");
+    log_access(&(struct log_access_line){.method = "DELETE",
+                                         .path = "/x y\n",
+                                         .status = 404,
+                                         .bytes = 7,
+                                         .ms = 1.5,
+                                         .request_id = "",
+                                         .client = "[::1]:80",
+                                         .user_agent = "ua \"q\""});
     char *out = slurp(f->path);
     assert_null(strstr(out, "hidden"));
     assert_non_null(strstr(out, " INFO access method=GET path=/orders/A-1 status=200 "
                                 "bytes=123 ms=0.412 request_id=rs-1\n"));
-    assert_non_null(strstr(out, " INFO access method=POST path=/orders status=201 "
-                                "bytes=0 ms=12.000\n"));
+    assert_non_null(strstr(out,
+                           " INFO access method=POST path=/orders query=\"a=1&b=x y\" "
+                           "status=201 bytes=0 ms=12.000 client=127.0.0.1:4000 "
+                           "user_agent=curl/7.88.1\n"));
     json_t *lines = json_lines(strchr(strstr(out, "ms=12.000"), '\n') + 1);
     assert_int_equal(json_array_size(lines), 1);
     json_t *o = json_array_get(lines, 0);
@@ -275,6 +296,9 @@ static void access_lines(void **state)
     assert_int_equal(json_integer_value(json_object_get(o, "bytes")), 7);
     assert_true(json_real_value(json_object_get(o, "ms")) == 1.5);
     assert_null(json_object_get(o, "request_id"));
+    assert_null(json_object_get(o, "query"));
+    assert_string_equal(json_string_value(json_object_get(o, "client")), "[::1]:80");
+    assert_string_equal(json_string_value(json_object_get(o, "user_agent")), "ua \"q\"");
     json_decref(lines);
     free(out);
 }
