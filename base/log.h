@@ -62,7 +62,13 @@ bool log_access_enabled(void);
  * stderr when `path` is NULL or "". Call it again with the same path to reopen the
  * file after it was renamed (log rotation): lines written meanwhile go to either the
  * old or the new file, none is lost or torn. Returns 0, or -1 with a one-line reason
- * in `err` (then the output is unchanged). */
+ * in `err` (then the output is unchanged).
+ *
+ * When the lines go to stderr and stderr is systemd's journal (the device and inode
+ * in $JOURNAL_STREAM are stderr's, as systemd sets them for a service), every line
+ * starts with its syslog priority as sd-daemon(3) prefixes it -- <3> error, <4> warn,
+ * <6> info and access, <7> debug -- which the journal takes off and keeps as the
+ * entry's priority, so `journalctl -p warning` finds the warnings. */
 int log_open(const char *path, char *err, size_t errlen);
 
 /* Write "2024-01-31T12:00:00.123Z INFO message" (or its JSON object). */
