@@ -43,10 +43,12 @@ struct stream {
     bool suspended;       /* the content reader suspended the connection */
     enum stream_state state;
 
-    /* The publisher's own (under ev->mu): */
-    bool sent;          /* an update went out already */
-    uint64_t digest;    /* of the last update sent */
-    long long write_ms; /* CLOCK_MONOTONIC ms of the last bytes appended */
+    /* Under ev->mu: */
+    bool sent;              /* an update went out already */
+    uint64_t digest;        /* of the last update sent */
+    long long write_ms;     /* CLOCK_MONOTONIC ms of the last bytes appended */
+    long long update_ms;    /* ... of the last update (not heartbeat), or the open */
+    unsigned long long seq; /* the order streams opened in */
 };
 
 struct ticket {
@@ -77,10 +79,11 @@ struct api_events {
     pthread_cond_t cond; /* the publisher's wake-up; also "a stream is gone" */
     struct stream *streams;
     int nstreams;
-    long long dropped; /* streams dropped for falling behind, ever */
-    bool wake;         /* a stream opened: publish now rather than at the tick */
-    bool stopping;     /* the publisher must exit */
-    bool closed;       /* api_events_close() ran: no new streams */
+    long long dropped;      /* streams dropped for falling behind, ever */
+    unsigned long long seq; /* streams opened, ever */
+    bool wake;              /* a stream opened: publish now rather than at the tick */
+    bool stopping;          /* the publisher must exit */
+    bool closed;            /* api_events_close() ran: no new streams */
     struct ticket tickets[EVENTS_TICKETS_MAX];
 };
 
@@ -162,6 +165,16 @@ static bool stream_append(struct stream *st, const char *data, size_t n, bool fo
         st->wake(st->wake_arg);
     }
     return true;
+}
+
+/* End `st` (its mutex held) after the event `bye`: the content reader hands out what
+ * is buffered, then the end of the response. No-op unless the stream is open. */
+static void stream_end(struct stream *st, const char *bye, size_t n)
+{
+    if (st->state != STREAM_OPEN)
+        return;
+    stream_append(st, bye, n, true);
+    st->state = STREAM_ENDING;
 }
 
 /* libmicrohttpd's content reader, on the HTTP thread that owns the connection. */
@@ -269,6 +282,41 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Room for one more stream (ev->mu held): true while fewer than EVENTS_STREAMS_MAX
+ * are open, else after ending the one idle the longest (no update for
+ * EVENTS_IDLE_MS; the first opened among equals) with `event: evicted`. False when
+ * every open stream is live, or when EVENTS_STREAMS_MAX more are still ending (their
+ * readers have not taken the end yet): memory stays bounded either way. */
+static bool make_room(struct api_events *ev)
+{
+    static const char bye[] = "event: evicted\ndata: {}\n\n";
+    long long idle_since = mono_ms() - EVENTS_IDLE_MS;
+    int open = 0;
+    struct stream *victim = NULL;
+    for (struct stream *st = ev->streams; st != NULL; st = st->next) {
+        pthread_mutex_lock(&st->mu);
+        bool is_open = st->state == STREAM_OPEN;
+        pthread_mutex_unlock(&st->mu);
+        if (!is_open)
+            continue;
+        open++;
+        if (st->update_ms <= idle_since &&
+            (victim == NULL || st->update_ms < victim->update_ms ||
+             (st->update_ms == victim->update_ms && st->seq < victim->seq)))
+            victim = st;
+    }
+    if (open < EVENTS_STREAMS_MAX)
+        return true;
+    if (victim == NULL || ev->nstreams - open >= EVENTS_STREAMS_MAX)
+        return false;
+    pthread_mutex_lock(&victim->mu);
+    stream_end(victim, bye, sizeof bye - 1);
+    pthread_mutex_unlock(&victim->mu);
+    log_info("events: %d streams open; ended the one idle longest for a new one",
+             EVENTS_STREAMS_MAX);
+    return true;
+}
+
 /* Constant-time equality of two ticket strings of TICKET_LEN digits. */
 static bool ticket_equal(const char *a, const char *b)
 {
@@ -316,7 +364,7 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         refused = "unauthorized";
     else if (ev->closed)
         refused = "shutting_down";
-    else if (ev->nstreams >= EVENTS_STREAMS_MAX)
+    else if (!make_room(ev))
         refused = "too_many_streams";
     struct stream *st = NULL;
     if (refused == NULL) {
@@ -341,7 +389,8 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         }
         static const char hello[] = "retry: 3000\n: inventoryd events\n\n";
         stream_append(st, hello, sizeof hello - 1, true);
-        st->write_ms = mono_ms();
+        st->write_ms = st->update_ms = mono_ms();
+        st->seq = ev->seq++;
         st->next = ev->streams;
         if (ev->streams != NULL)
             ev->streams->prev = st;
@@ -363,7 +412,8 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         if (strcmp(refused, "shutting_down") == 0)
             api_reply_error(rep, 503, refused, "the server is shutting down");
         else
-            api_reply_error(rep, 503, refused, "%d event streams are open already",
+            api_reply_error(rep, 503, refused,
+                            "%d event streams are open and none is idle",
                             EVENTS_STREAMS_MAX);
         api_reply_header(rep, "Retry-After", "5");
         return NULL;
@@ -630,6 +680,7 @@ static void deliver(struct api_events *ev, struct set_text *sets, int nsets)
         if (update) {
             st->sent = true;
             st->digest = set->digest;
+            st->update_ms = now;
         }
     }
 }
@@ -764,10 +815,7 @@ void api_events_close(struct api_events *ev, int wait_ms)
     pthread_mutex_lock(&ev->mu);
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
         pthread_mutex_lock(&st->mu);
-        if (st->state == STREAM_OPEN) {
-            stream_append(st, bye, sizeof bye - 1, true);
-            st->state = STREAM_ENDING;
-        }
+        stream_end(st, bye, sizeof bye - 1);
         pthread_mutex_unlock(&st->mu);
     }
     while (ev->nstreams > 0) {
