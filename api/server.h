@@ -55,6 +55,8 @@ struct api_options {
     /* The admin API's bearer token; NULL or "" leaves it open. Borrowed. */
     const char *admin_token;
     int metrics_segments_max; /* GET /metrics: per-segment series up to this many */
+    int metrics_sku_limit;    /* GET /metrics: per-SKU series for at most this many
+                                 SKUs, 0..API_GAUGES_LIMIT_MAX (api/gauges.h) */
     /* The durability setting: a SKU whose PUT /admin/skus/{sku} body names none is
      * "replicated" when true, "async" when false. */
     bool default_replicated;
