@@ -1,4 +1,4 @@
-/* events.c -- Server-Sent Events: a publisher thread, per-stream buffers, tickets. */
+/* events.c -- Server-Sent Events: a publisher thread, per-stream buffers, slots. */
 #include "api/events.h"
 
 #include <microhttpd.h>
@@ -8,17 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "api/admin.h"
 #include "api/parse.h"
+#include "api/tickets.h"
 #include "base/log.h"
 #include "base/names.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
 
 #define RATE_SAMPLES 5 /* ticks kept per rate: the last second at EVENTS_INTERVAL_MS */
-#define TICKET_LEN 32  /* hex digits */
 #define BLOCK_SIZE 8192
 
 enum stream_state {
@@ -51,11 +50,6 @@ struct stream {
     unsigned long long seq; /* the order streams opened in */
 };
 
-struct ticket {
-    char id[TICKET_LEN + 1]; /* "" when the slot is free */
-    long long expires_ms;    /* CLOCK_MONOTONIC */
-};
-
 /* One rate: a ring of (time, counter) samples, one per tick. */
 struct rate {
     long long t[RATE_SAMPLES], v[RATE_SAMPLES];
@@ -84,7 +78,7 @@ struct api_events {
     bool wake;              /* a stream opened: publish now rather than at the tick */
     bool stopping;          /* the publisher must exit */
     bool closed;            /* api_events_close() ran: no new streams */
-    struct ticket tickets[EVENTS_TICKETS_MAX];
+    struct api_tickets tickets;
 };
 
 static void *must(void *p)
@@ -108,25 +102,6 @@ static long long wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* `n` random bytes as 2n hex digits into `out` (2n + 1 bytes). */
-static void random_hex(char *out, size_t n)
-{
-    unsigned char b[32];
-    if (n > sizeof b)
-        n = sizeof b;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(b + got, n - got, 0);
-        if (r <= 0) {
-            fputs("inventoryd: getrandom failed\n", stderr);
-            abort();
-        }
-        got += (size_t)r;
-    }
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
 /* ---- a stream's buffer --------------------------------------------------------- */
@@ -317,32 +292,6 @@ static bool make_room(struct api_events *ev)
     return true;
 }
 
-/* Constant-time equality of two ticket strings of TICKET_LEN digits. */
-static bool ticket_equal(const char *a, const char *b)
-{
-    unsigned char diff = 0;
-    for (size_t i = 0; i < TICKET_LEN; i++)
-        diff |= (unsigned char)a[i] ^ (unsigned char)b[i];
-    return diff == 0;
-}
-
-/* Take ticket `t` when it is outstanding and fresh (single use). ev->mu held. */
-static bool ticket_take(struct api_events *ev, const char *t)
-{
-    if (strlen(t) != TICKET_LEN)
-        return false;
-    long long now = mono_ms();
-    for (int i = 0; i < EVENTS_TICKETS_MAX; i++) {
-        struct ticket *k = &ev->tickets[i];
-        if (k->id[0] == '\0' || !ticket_equal(k->id, t))
-            continue;
-        bool fresh = k->expires_ms > now;
-        k->id[0] = '\0';
-        return fresh;
-    }
-    return false;
-}
-
 struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connection *conn,
                                      void (*wake)(void *arg), void *wake_arg,
                                      const struct api_request *req, struct api_reply *rep)
@@ -356,9 +305,9 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
     qsort(q.sku, (size_t)q.nsku, sizeof q.sku[0], compare_names);
 
     pthread_mutex_lock(&ev->mu);
-    bool authorized = ev->token[0] == '\0' ||
-                      api_bearer_matches(req->authorization, ev->token) ||
-                      (q.ticket != NULL && ticket_take(ev, q.ticket));
+    bool authorized =
+        ev->token[0] == '\0' || api_bearer_matches(req->authorization, ev->token) ||
+        (q.ticket != NULL && api_tickets_take(&ev->tickets, q.ticket, mono_ms()));
     const char *refused = NULL;
     if (!authorized)
         refused = "unauthorized";
@@ -450,23 +399,11 @@ void api_events_ticket(const struct api_ctx *ctx, struct api_request *req,
 {
     (void)req;
     struct api_events *ev = ctx->events;
-    char id[TICKET_LEN + 1];
-    random_hex(id, TICKET_LEN / 2);
+    char id[API_TICKET_LEN + 1];
+    api_tickets_new_id(id);
     long long now = mono_ms();
     pthread_mutex_lock(&ev->mu);
-    /* A free or expired slot, else the one that expires first. */
-    struct ticket *slot = &ev->tickets[0];
-    for (int i = 0; i < EVENTS_TICKETS_MAX; i++) {
-        struct ticket *k = &ev->tickets[i];
-        if (k->id[0] == '\0' || k->expires_ms <= now) {
-            slot = k;
-            break;
-        }
-        if (k->expires_ms < slot->expires_ms)
-            slot = k;
-    }
-    memcpy(slot->id, id, sizeof id);
-    slot->expires_ms = now + EVENTS_TICKET_TTL_S * 1000LL;
+    api_tickets_add(&ev->tickets, id, now, now + EVENTS_TICKET_TTL_S * 1000LL);
     pthread_mutex_unlock(&ev->mu);
     json_t *o = json_pack("{s:s, s:i, s:s}", "ticket", id, "expires_in_s",
                           EVENTS_TICKET_TTL_S, "path", "/admin/events");

@@ -63,6 +63,7 @@
 
 #include "api/routes.h"
 #include "api/simulate.h"
+#include "api/tickets.h"
 #include "segments/inventory.h"
 
 #define EVENTS_INTERVAL_MS 250
@@ -72,7 +73,7 @@
 #define EVENTS_IDLE_MS 2000 /* a stream without an update this long may give way */
 #define EVENTS_BACKLOG_MAX (64 * 1024)
 #define EVENTS_TICKET_TTL_S 60
-#define EVENTS_TICKETS_MAX 64 /* outstanding tickets; the oldest goes first */
+#define EVENTS_TICKETS_MAX API_TICKETS_MAX /* outstanding; api/tickets.h */
 
 struct api_events;
 struct MHD_Connection;
