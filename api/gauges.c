@@ -137,7 +137,8 @@ static const char **choose(struct refresher *r, int limit, size_t *n)
 {
     struct tallies ts = {0};
     stat_foreach_sku(r->g->inv, count_orders, &ts);
-    qsort(ts.t, ts.n, sizeof *ts.t, compare_tallies);
+    if (ts.n > 0) /* ts.t is NULL then */
+        qsort(ts.t, ts.n, sizeof *ts.t, compare_tallies);
     struct tally *rank = must(calloc(r->nnames + 1, sizeof *rank));
     for (size_t i = 0; i < r->nnames; i++) {
         struct tally key = {r->names[i], 0};

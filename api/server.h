@@ -25,7 +25,8 @@
  *
  * The server also owns the dashboard's parts (api/events.h, api/simulate.h): the
  * event-stream publisher thread, whose streams it opens for GET /admin/events
- * (routes flagged API_ROUTE_STREAM), and the simulated-order runs.
+ * (routes flagged API_ROUTE_STREAM), and the simulated-order runs. It owns GET /metrics's
+ * per-SKU gauges too (api/gauges.h): their refresher thread, stopped last.
  *
  * Shutdown (api_server_stop): stop accepting connections, tell the simulations to
  * stop, end every event stream (its shutdown event, then the end of the response),
