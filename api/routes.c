@@ -33,7 +33,7 @@ static const struct api_route routes[] = {
      NULL, NULL},
     {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats, NULL, NULL},
     {"GET", "/livez", NULL, 0, NULL, api_livez, NULL, NULL},
-    {"GET", "/metrics", NULL, A | B, NULL, api_metrics, NULL, NULL},
+    {"GET", "/metrics", NULL, A, NULL, api_metrics, NULL, NULL},
     {"GET", "/healthz", NULL, B, NULL, api_healthz, NULL, NULL},
     /* The dashboard (api/ui_embed.h, api/events.h, api/simulate.h). */
     {"GET", "/", NULL, 0, NULL, api_ui_get, NULL, NULL},

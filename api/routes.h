@@ -29,6 +29,7 @@
 struct api_http_stats; /* api/metrics.h */
 struct api_events;     /* api/events.h */
 struct api_sim;        /* api/simulate.h */
+struct api_gauges;     /* api/gauges.h */
 
 /* What a handler may use. */
 struct api_ctx {
@@ -40,7 +41,7 @@ struct api_ctx {
     struct api_http_stats *http; /* the server's request counters (GET /metrics) */
     struct api_events *events;   /* the event streams and their tickets */
     struct api_sim *sim;         /* the simulated-order runs */
-    int metrics_segments_max;    /* GET /metrics: per-segment series up to this many */
+    struct api_gauges *gauges;   /* GET /metrics: the per-SKU gauges, kept in memory */
 };
 
 /* One request as the handlers see it. The server fills the first group (all

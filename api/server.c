@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "api/events.h"
+#include "api/gauges.h"
 #include "api/loop.h"
 #include "api/metrics.h"
 #include "api/pool.h"
@@ -109,6 +110,7 @@ struct api_server {
     struct api_http_stats http; /* per-route counters for GET /metrics */
     struct api_sim *sim;        /* simulated-order runs (api/simulate.h) */
     struct api_events *events;  /* event streams and their publisher (api/events.h) */
+    struct api_gauges *gauges;  /* GET /metrics's per-SKU gauges (api/gauges.h) */
 };
 
 /* One request's state, in *con_cls from the request line (on_request_line) to the
@@ -166,14 +168,10 @@ static enum MHD_Result send_reply(struct request *r)
 static struct api_ctx context(struct request *r, inv_conn *conn)
 {
     struct api_server *s = r->srv;
-    return (struct api_ctx){s->inv,
-                            conn,
-                            conn == NULL ? api_loop_engine(r->loop) : NULL,
-                            s->started,
-                            &s->http,
-                            s->events,
-                            s->sim,
-                            s->opt.metrics_segments_max};
+    return (struct api_ctx){
+        s->inv,     conn,     conn == NULL ? api_loop_engine(r->loop) : NULL,
+        s->started, &s->http, s->events,
+        s->sim,     s->gauges};
 }
 
 /* Runs on a pool worker: `state` is the worker's inv_conn. */
@@ -662,6 +660,7 @@ static void free_server(struct api_server *s)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     api_events_free(s->events);
+    api_gauges_free(s->gauges);
     api_sim_free(s->sim);
     pool_free(s->slow);
     pool_free(s->control);
@@ -691,7 +690,9 @@ struct api_server *api_server_start(const struct api_options *opt, inv *v, char 
     }
     s->sim = api_sim_create(v);
     s->events = api_events_create(v, s->sim, opt->admin_token, s->started, err, errlen);
-    if (s->events == NULL) {
+    if (s->events == NULL ||
+        (s->gauges = api_gauges_create(v, opt->metrics_sku_limit,
+                                       opt->metrics_segments_max, err, errlen)) == NULL) {
         free_server(s);
         return NULL;
     }

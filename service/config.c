@@ -98,6 +98,8 @@ static const struct setting settings[] = {
     INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
     INT_SETTING("metrics_segments_max", NULL, NULL, metrics_segments_max, 0,
                 SEG_MAX_SEGMENTS),
+    INT_SETTING("metrics_sku_limit", "INVENTORY_METRICS_SKU_LIMIT", "--metrics-sku-limit",
+                metrics_sku_limit, 0, 10000),
     ENUM_SETTING("log_level", "INVENTORY_LOG_LEVEL", "--log-level", log_level,
                  level_names),
     ENUM_SETTING("log_format", "INVENTORY_LOG_FORMAT", "--log-format", log_format,
@@ -140,6 +142,7 @@ void cfg_defaults(struct cfg *out)
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
     out->metrics_segments_max = 32;
+    out->metrics_sku_limit = 100;
     out->log_level = LOG_INFO;
     out->log_format = LOG_TEXT;
     out->access_log = true;
@@ -883,6 +886,7 @@ void cfg_usage(FILE *f, const char *prog)
         "          [--redis-cluster B] [--threads N] [--lock-ttl-ms N] [--lock-wait-ms "
         "N]\n"
         "          [--redis-timeout-ms N] [--durability D] [--admin-token T]\n"
+        "          [--metrics-sku-limit N]\n"
         "          [--check-config]\n"
         "          [--log-level L] [--log-format F] [--log-file PATH] [--access-log B]\n"
         "          [--help] [--version]\n"
@@ -912,6 +916,7 @@ void cfg_usage(FILE *f, const char *prog)
         "  connection_timeout_s -                        -                   30\n"
         "  max_body_bytes    -                           -                   65536\n"
         "  metrics_segments_max -                        -                   32\n"
+        "  metrics_sku_limit INVENTORY_METRICS_SKU_LIMIT --metrics-sku-limit 100\n"
         "  log_level         INVENTORY_LOG_LEVEL         --log-level         info\n"
         "  log_format        INVENTORY_LOG_FORMAT        --log-format        text\n"
         "  log_file          INVENTORY_LOG_FILE          --log-file          - (stderr)\n"

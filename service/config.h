@@ -68,6 +68,8 @@ struct cfg {
     int max_body_bytes;         /* 64..16777216; 65536 */
     int metrics_segments_max;   /* per-segment series on /metrics for SKUs up to this many
                                    segments (cardinality bound), 0..1024; 32 */
+    int metrics_sku_limit;      /* per-SKU series on /metrics for at most this many SKUs,
+                                   the most ordered first, 0..10000; 100 */
     enum log_level log_level;   /* debug|info|warn|error; info (SIGHUP re-reads it) */
     enum log_format log_format; /* text|json; text */
     char log_file[CFG_PATH_MAX]; /* "" = stderr (the setting's "-"); reopened on SIGHUP */

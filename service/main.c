@@ -278,6 +278,7 @@ int main(int argc, char **argv)
         .max_body_bytes = cfg.max_body_bytes,
         .admin_token = cfg.admin_token,
         .metrics_segments_max = cfg.metrics_segments_max,
+        .metrics_sku_limit = cfg.metrics_sku_limit,
         .default_replicated = cfg.durability == CFG_DURABILITY_REPLICATED,
         .lock_wait_ms = cfg.lock_wait_ms,
         .redis_timeout_ms = cfg.redis_timeout_ms,

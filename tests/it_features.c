@@ -1390,7 +1390,16 @@ static void test_metrics(void **state)
     assert_int_equal(cancel(p, "met-1", &r), 200);
     h_resp_free(&r);
 
-    assert_int_equal(h_req(p, "GET", "/metrics", NULL, NULL, &r), 200);
+    /* The per-SKU series appear once the background refresh read the SKU (within
+     * about a second of the first scrape: api/gauges.h). */
+    long long until = h_now_ms() + 10000;
+    for (;;) {
+        assert_int_equal(h_req(p, "GET", "/metrics", NULL, NULL, &r), 200);
+        if (strstr(r.body, "sku=\"metrics-sku\"") != NULL || h_now_ms() > until)
+            break;
+        h_resp_free(&r);
+        h_sleep_ms(100);
+    }
     assert_true(strncmp(r.content_type, "text/plain", 10) == 0);
     const char *t = r.body;
     assert_true(h_metric(t, "inventory_orders_total{outcome=\"confirmed\"}") == 5);
