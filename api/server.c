@@ -489,7 +489,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->body = r->body;
     req->body_len = r->len;
     req->default_replicated = s->opt.default_replicated;
-    r->route = api_route_prepare(req, s->opt.admin_token, &r->rep);
+    struct api_tokens tokens = {s->opt.admin_token, s->opt.metrics_token};
+    r->route = api_route_prepare(req, &tokens, &r->rep);
     if (r->route == NULL)
         return send_reply(r);
     if (r->route->flags & API_ROUTE_STREAM)

@@ -55,6 +55,9 @@ struct api_options {
     int max_body_bytes;       /* larger request bodies get 413; >= 1 */
     /* The admin API's bearer token; NULL or "" leaves it open. Borrowed. */
     const char *admin_token;
+    /* A read-only bearer token for GET /metrics alone (the admin token works there
+     * too); NULL or "": none. Borrowed. */
+    const char *metrics_token;
     int metrics_segments_max; /* GET /metrics: per-segment series up to this many */
     int metrics_sku_limit;    /* GET /metrics: per-SKU series for at most this many
                                  SKUs, 0..API_GAUGES_LIMIT_MAX (api/gauges.h) */

@@ -93,6 +93,8 @@ static const struct setting settings[] = {
                  durability_names),
     STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
                 admin_token),
+    STR_SETTING("metrics_token", "INVENTORY_METRICS_TOKEN", "--metrics-token", K_TOKEN,
+                metrics_token),
     INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
     INT_SETTING("connection_timeout_s", NULL, NULL, connection_timeout_s, 0, 86400),
     INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
@@ -911,6 +913,7 @@ void cfg_usage(FILE *f, const char *prog)
         "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
         "  durability        INVENTORY_DURABILITY        --durability        async\n"
         "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
+        "  metrics_token     INVENTORY_METRICS_TOKEN     --metrics-token     (none)\n"
         "  meta_cache_ms     -                           -                   100\n"
         "  max_connections   -                           -                   10000\n"
         "  connection_timeout_s -                        -                   30\n"

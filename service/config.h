@@ -63,6 +63,8 @@ struct cfg {
     enum cfg_durability durability; /* async|replicated, new SKUs' default; async */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
+    /* "" = none; else a read-only bearer token for GET /metrics alone (secret) */
+    char metrics_token[CFG_TOKEN_MAX + 1];
     int max_connections;        /* 1..1000000; 10000 */
     int connection_timeout_s;   /* idle timeout, 0 (none)..86400; 30 */
     int max_body_bytes;         /* 64..16777216; 65536 */

@@ -277,6 +277,7 @@ int main(int argc, char **argv)
         .connection_timeout_s = cfg.connection_timeout_s,
         .max_body_bytes = cfg.max_body_bytes,
         .admin_token = cfg.admin_token,
+        .metrics_token = cfg.metrics_token,
         .metrics_segments_max = cfg.metrics_segments_max,
         .metrics_sku_limit = cfg.metrics_sku_limit,
         .default_replicated = cfg.durability == CFG_DURABILITY_REPLICATED,

@@ -23,12 +23,13 @@
 #include "tests/harness.h"
 
 #define TOKEN "metrics-secret"
+#define SCRAPE_TOKEN "scrape-only"
 #define DASHBOARD "docs/grafana/inventoryd.json"
 #define CHECKER "tests/grafana_check.py"
 
 static int group_setup(void **state)
 {
-    const char *args[] = {"--admin-token", TOKEN, NULL};
+    const char *args[] = {"--admin-token", TOKEN, "--metrics-token", SCRAPE_TOKEN, NULL};
     *state = h_env_start(args);
     return *state != NULL ? 0 : -1;
 }
@@ -164,6 +165,33 @@ static void test_token_required(void **state)
                          "inventory_http_requests_total{method=\"\",route=\"unmatched\","
                          "code=\"4xx\"}") == 5);
     free(t);
+}
+
+/* The read-only metrics token opens GET /metrics and nothing else: a scraper holds
+ * no token that can write (before, /metrics took the admin token alone). */
+static void test_metrics_token_read_only(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(30);
+    struct h_resp r;
+    assert_int_equal(h_req(e->port, "GET", "/metrics", SCRAPE_TOKEN, NULL, &r), 200);
+    assert_non_null(strstr(r.body, "inventory_redis_up"));
+    h_resp_free(&r);
+    static const char *const refused[][2] = {
+        {"GET", "/admin/stats"},
+        {"GET", "/admin/skus"},
+        {"PUT", "/admin/skus/scrape-write"},
+        {"DELETE", "/admin/skus/scrape-write"},
+        {"POST", "/admin/events/ticket"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const char *body = strcmp(refused[i][0], "PUT") == 0 ? "{\"stock\": 1}" : NULL;
+        h_req(e->port, refused[i][0], refused[i][1], SCRAPE_TOKEN, body, &r);
+        if (h_expect_error(&r, 401, "unauthorized") != 0)
+            fail_msg("%s %s with the metrics token was not refused", refused[i][0],
+                     refused[i][1]);
+        h_resp_free(&r);
+    }
 }
 
 /* ---- what traffic leaves behind --------------------------------------------------- */
@@ -587,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_promtool_check_metrics),
         cmocka_unit_test(test_grafana_dashboard),
         cmocka_unit_test(test_redis_up_follows_redis),
+        cmocka_unit_test(test_metrics_token_read_only),
     };
     int failed =
         cmocka_run_group_tests_name("metrics", tests, group_setup, group_teardown);
