@@ -343,6 +343,31 @@ static void test_replica_outage_spares_async_skus(void **state)
     h_svc_free(svc);
 }
 
+/* A replica frozen with its link still up: the master lists it online, with the
+ * offset it acknowledged before it stopped, until repl-timeout (60 s). WAIT must not
+ * count it for a write it does not have: a WAIT counts from the offset its own
+ * connection reached, so on the connection of WAITs each round writes a mark first
+ * (waits.h); without it the first WAIT after the freeze counted from before it
+ * (Redis 7.0 sets that offset after every command; newer servers only after a
+ * write, and would count from 0) and answered 201. */
+static void test_frozen_replica_is_not_counted(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    put_stock(e->port, "frz-rep", "replicated", 1000);
+    h_redis *replica = attach_replica(e, e->port, "frz-rep", "frz-sync");
+    assert_int_equal(h_redis_pause(replica), 0);
+    for (int i = 0; i < 3; i++) {
+        struct h_resp r;
+        h_order(e->port, "frz-rep", 1, NULL, &r);
+        assert_int_equal(h_expect_error(&r, 503, "not_replicated"), 0);
+        h_resp_free(&r);
+    }
+    assert_int_equal(h_redis_resume(replica), 0);
+    h_redis_free(replica);
+    assert_int_equal(h_audit(e->port, NULL, "frz-rep", 1000, true), 0);
+}
+
 static void test_durability_is_checked(void **state)
 {
     struct h_env *e = *state;
@@ -361,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_cancel_and_restock_replicated),
         cmocka_unit_test(test_durability_setting_is_the_default),
         cmocka_unit_test(test_replica_outage_spares_async_skus),
+        cmocka_unit_test(test_frozen_replica_is_not_counted),
         cmocka_unit_test(test_durability_is_checked),
     };
     int failed =
