@@ -1,5 +1,6 @@
 /* admin.c -- SKU administration, counters and health: domain calls to JSON. */
 #include "api/admin.h"
+#include "api/gauges.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,8 @@ void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
         write_failed(ctx, req, rep, s, "create");
         return;
     }
+    if (ctx->gauges != NULL)
+        api_gauges_changed(ctx->gauges);
     reply_sku(ctx, req, rep);
 }
 
@@ -159,6 +162,8 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
         write_failed(ctx, req, rep, s, "delete");
         return;
     }
+    if (ctx->gauges != NULL)
+        api_gauges_forget(ctx->gauges, req->name);
     json_t *o = must(json_object());
     set(o, "sku", json_string(req->name));
     set(o, "deleted", json_true());

@@ -11,7 +11,12 @@
 
 int api_orders_parse(struct api_request *req, struct api_parse_error *err)
 {
-    return api_parse_order(req->body, req->body_len, &req->in.order, err);
+    if (api_parse_order(req->body, req->body_len, &req->in.order, err) != 0)
+        return -1;
+    /* An Idempotency-Key is the order id when the body names none, as it is the
+     * request id of an admin write. */
+    return api_parse_request_id("order_id", req->idempotency_key, req->in.order.order_id,
+                                err);
 }
 
 /* One order on its way through the engine: what its reply needs. */

@@ -260,6 +260,7 @@ static void answer_and_free(struct ord *o)
     }
     if (o->pending > 0)
         return; /* freed when the last renewal is answered */
+    ltab_release(e->tab, o->s);
     event_free(o->timer);
     event_free(o->renew);
     free(o->seen);
@@ -351,6 +352,8 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
     if (!found || sku_mode_parse(m->mode, &v.cfg.mode) != 0 || m->segments < 1 ||
         m->segments > SEG_MAX_SEGMENTS) {
         ltab_invalidate(o->s);
+        if (ltab_shared(o->s) != NULL && !skutab_dropped(ltab_shared(o->s)))
+            skutab_drop(o->e->v, o->sku); /* deleted elsewhere: let go of it here too */
         finish(o, INV_UNKNOWN_SKU);
         return;
     }
@@ -363,8 +366,8 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
     v.epoch = m->epoch;
     v.gen = m->gen;
     ltab_set_view(o->s, &v, inv_now_ms());
-    if (ltab_shared(o->s) == NULL)
-        ltab_set_shared(o->s, skutab_entry(o->e->v, o->sku));
+    if (ltab_shared(o->s) == NULL || skutab_dropped(ltab_shared(o->s)))
+        ltab_set_shared(o->e->tab, o->s, skutab_entry(o->e->v, o->sku));
     skutab_loop_read(o->e->v, ltab_shared(o->s), v.gen);
     o->view = v;
     proceed(o);
@@ -386,7 +389,8 @@ static void view(struct ord *o)
     engine *e = o->e;
     sync_changes(e);
     int64_t now = inv_now_ms();
-    o->s = ltab_get(e->tab, o->sku, true);
+    if (o->s == NULL)
+        o->s = ltab_hold(e->tab, o->sku); /* until the order is freed */
     if (ltab_fresh(o->s, now, e->v->opt.meta_cache_ms)) {
         o->view = *ltab_view(o->s);
         proceed(o);
@@ -1587,7 +1591,7 @@ engine *engine_create(inv *v, struct event_base *base, int home, int homes)
     e->base = base;
     e->home = home;
     e->homes = homes;
-    e->tab = ltab_create(home, homes);
+    e->tab = ltab_create(home, homes, v->tab);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng ||
         getrandom(&e->token_id, sizeof e->token_id, 0) != sizeof e->token_id) {
         perror("getrandom");
@@ -1625,7 +1629,7 @@ int engine_in_flight(const engine *e)
 bool engine_sold_out_fast(engine *e, const char *sku)
 {
     sync_changes(e);
-    lsku *s = seg_valid_name(sku) ? ltab_get(e->tab, sku, false) : NULL;
+    lsku *s = seg_valid_name(sku) ? ltab_find(e->tab, sku) : NULL;
     if (s == NULL || !ltab_fresh(s, inv_now_ms(), e->v->opt.meta_cache_ms) ||
         !sold_out(s, ltab_view(s)->gen))
         return false;
@@ -1639,7 +1643,7 @@ bool engine_sold_out_fast(engine *e, const char *sku)
 
 void engine_invalidate(engine *e, const char *sku)
 {
-    lsku *s = ltab_get(e->tab, sku, false);
+    lsku *s = ltab_find(e->tab, sku);
     if (s != NULL)
         ltab_invalidate(s);
 }

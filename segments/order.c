@@ -111,6 +111,7 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         set = lockset_take(c, e, placed, p->seg, p->n,
                            inv_now_ms() + c->v->opt.lock_wait_ms, &st);
     if (set == NULL) {
+        skutab_release(c->v->tab, e);
         free(p);
         return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
     }
@@ -131,11 +132,13 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     }
     rd_reply_clear(&r);
     lockset_drop(c, set, code < 0);
+    if (code == RD_OK)
+        skutab_count(e, STAT_ORDERS_CANCELLED);
+    skutab_release(c->v->tab, e);
     if (code == RD_OK) {
         /* The script bumped the generation: sold-out flags here go at once. */
         skutab_invalidate(c->v, p->sku);
         stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
-        skutab_count(e, STAT_ORDERS_CANCELLED);
         *record = cancelled;
     } else {
         free(cancelled);

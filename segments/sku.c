@@ -97,6 +97,8 @@ static inv_status reset_current(inv_conn *c, const char *sku,
         if (st == INV_UNKNOWN_SKU)
             old.epoch = 0, old.cfg.segments = 0;
         int got = admin_status(reset(c, sku, &old, cfg, rid));
+        if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
+            skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)
             return (inv_status)got;
     }
@@ -192,6 +194,7 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
         if (st != INV_OK)
             return st;
         int code = adjust_once(c, sku, e, &view, op, add, rid, &st);
+        skutab_release(c->v->tab, e);
         if (code == -2)
             return st;
         if (code == RD_BUSY) {

@@ -93,11 +93,15 @@ static const struct setting settings[] = {
                  durability_names),
     STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
                 admin_token),
+    STR_SETTING("metrics_token", "INVENTORY_METRICS_TOKEN", "--metrics-token", K_TOKEN,
+                metrics_token),
     INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
     INT_SETTING("connection_timeout_s", NULL, NULL, connection_timeout_s, 0, 86400),
     INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
     INT_SETTING("metrics_segments_max", NULL, NULL, metrics_segments_max, 0,
                 SEG_MAX_SEGMENTS),
+    INT_SETTING("metrics_sku_limit", "INVENTORY_METRICS_SKU_LIMIT", "--metrics-sku-limit",
+                metrics_sku_limit, 0, 10000),
     ENUM_SETTING("log_level", "INVENTORY_LOG_LEVEL", "--log-level", log_level,
                  level_names),
     ENUM_SETTING("log_format", "INVENTORY_LOG_FORMAT", "--log-format", log_format,
@@ -140,6 +144,7 @@ void cfg_defaults(struct cfg *out)
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
     out->metrics_segments_max = 32;
+    out->metrics_sku_limit = 100;
     out->log_level = LOG_INFO;
     out->log_format = LOG_TEXT;
     out->access_log = true;
@@ -482,6 +487,108 @@ static const char *env_get(char *const envp[], const char *name)
     return NULL;
 }
 
+/* Levenshtein distance of `a` and `b`, capped at 3 (only near names matter). */
+static int distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63 || (la > lb ? la - lb : lb - la) > 2)
+        return 3;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb] < 3 ? row[lb] : 3;
+}
+
+/* True when `name` ("INVENTORY_X", no '=') is a variable the configuration reads;
+ * else `*near` is the closest that is (NULL when none is within 2 edits). */
+static bool known_env(const char *name, const char **near)
+{
+    int best = 3;
+    *near = NULL;
+    if (strcmp(name, "INVENTORY_CONFIG") == 0)
+        return true;
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        if (settings[k].env == NULL)
+            continue;
+        int d = distance(name, settings[k].env);
+        if (d == 0)
+            return true;
+        if (d < best) {
+            best = d;
+            *near = settings[k].env;
+        }
+    }
+    return false;
+}
+
+int cfg_warnings(const struct cfg *c, char *const envp[],
+                 void (*fn)(const char *text, void *arg), void *arg)
+{
+    static const char prefix[] = "INVENTORY_";
+    char text[256];
+    int n = 0;
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
+        const char *eq = strchr(envp[i], '=');
+        size_t len = eq != NULL ? (size_t)(eq - envp[i]) : strlen(envp[i]);
+        if (strncmp(envp[i], prefix, sizeof(prefix) - 1) != 0 || len >= 64)
+            continue;
+        char name[64];
+        const char *near_fmt = "";
+        const char *near;
+        memcpy(name, envp[i], len);
+        name[len] = '\0';
+        if (known_env(name, &near))
+            continue;
+        if (near != NULL)
+            near_fmt = " (did you mean ";
+        snprintf(text, sizeof text, "%s: no such setting, ignored%s%s%s", name, near_fmt,
+                 near != NULL ? near : "", near != NULL ? "?)" : "");
+        fn(text, arg);
+        n++;
+    }
+    if ((long long)c->lock_wait_ms > 10LL * c->lock_ttl_ms) {
+        snprintf(text, sizeof text,
+                 "lock_wait_ms %d is more than ten times lock_ttl_ms %d: an order would "
+                 "wait out ten leases of a busy segment (milliseconds meant as seconds?)",
+                 c->lock_wait_ms, c->lock_ttl_ms);
+        fn(text, arg);
+        n++;
+    }
+    if (c->connection_timeout_s > 0 &&
+        (long long)c->lock_wait_ms >= 1000LL * c->connection_timeout_s) {
+        snprintf(text, sizeof text,
+                 "lock_wait_ms %d is not below connection_timeout_s %d: an order may "
+                 "wait longer than an idle client connection is kept",
+                 c->lock_wait_ms, c->connection_timeout_s);
+        fn(text, arg);
+        n++;
+    }
+    if (c->redis_timeout_ms >= c->lock_ttl_ms) {
+        snprintf(
+            text, sizeof text,
+            "redis_timeout_ms %d is not below lock_ttl_ms %d: a lease renewal may time "
+            "out after the lease it renews has ended",
+            c->redis_timeout_ms, c->lock_ttl_ms);
+        fn(text, arg);
+        n++;
+    }
+    return n;
+}
+
 /* One parsed command-line option. */
 struct opt {
     const char *name; /* "--port" (without any "=value") */
@@ -781,6 +888,7 @@ void cfg_usage(FILE *f, const char *prog)
         "          [--redis-cluster B] [--threads N] [--lock-ttl-ms N] [--lock-wait-ms "
         "N]\n"
         "          [--redis-timeout-ms N] [--durability D] [--admin-token T]\n"
+        "          [--metrics-sku-limit N]\n"
         "          [--check-config]\n"
         "          [--log-level L] [--log-format F] [--log-file PATH] [--access-log B]\n"
         "          [--help] [--version]\n"
@@ -790,7 +898,8 @@ void cfg_usage(FILE *f, const char *prog)
         "./%s and %s),\n"
         "INVENTORY_* environment variables, then flags.\n"
         "--check-config validates all of them, prints the effective configuration\n"
-        "(secrets as ***) and the file read, and exits 0, or 2 on a bad value.\n"
+        "(secrets as ***) and the file read, and exits 0, or 2 on a bad value; it\n"
+        "warns of unknown INVENTORY_* variables and contradictory settings.\n"
         "\n"
         "  file key          env variable                flag                default\n"
         "  bind              INVENTORY_BIND              --bind              127.0.0.1\n"
@@ -804,11 +913,13 @@ void cfg_usage(FILE *f, const char *prog)
         "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
         "  durability        INVENTORY_DURABILITY        --durability        async\n"
         "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
+        "  metrics_token     INVENTORY_METRICS_TOKEN     --metrics-token     (none)\n"
         "  meta_cache_ms     -                           -                   100\n"
         "  max_connections   -                           -                   10000\n"
         "  connection_timeout_s -                        -                   30\n"
         "  max_body_bytes    -                           -                   65536\n"
         "  metrics_segments_max -                        -                   32\n"
+        "  metrics_sku_limit INVENTORY_METRICS_SKU_LIMIT --metrics-sku-limit 100\n"
         "  log_level         INVENTORY_LOG_LEVEL         --log-level         info\n"
         "  log_format        INVENTORY_LOG_FORMAT        --log-format        text\n"
         "  log_file          INVENTORY_LOG_FILE          --log-file          - (stderr)\n"

@@ -253,6 +253,23 @@ void proto_wait_meta(struct rd_cmd *c, const char *sku, int timeout_ms)
     wait_at(c, seg_key_meta(key, sku), timeout_ms);
 }
 
+void proto_ack_mark(struct rd_cmd *c, int slot)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "SET");
+    cmd_key(c, seg_key_ack(key, slot));
+    cmd_arg(c, "1");
+    cmd_arg(c, "PX");
+    cmd_arg(c, "60000");
+}
+
+void proto_wait(struct rd_cmd *c, int timeout_ms)
+{
+    cmd_plain(c, "WAIT");
+    cmd_arg(c, "1");
+    cmd_argll(c, timeout_ms);
+}
+
 void proto_stock_read(struct rd_cmd *c, const char *sku, int i)
 {
     char key[SEG_KEY_MAX];

@@ -72,6 +72,10 @@ void proto_stock_read(struct rd_cmd *c, const char *sku, int i);
 void proto_wait_segment(struct rd_cmd *c, const char *sku, int i, int timeout_ms);
 void proto_wait_record(struct rd_cmd *c, const char *id, int timeout_ms);
 void proto_wait_meta(struct rd_cmd *c, const char *sku, int timeout_ms);
+/* A WAIT's mark (keys.h inv:ack) in `slot`, and the plain WAIT 1 timeout_ms sent after
+ * it on the same connection (waits.h). */
+void proto_ack_mark(struct rd_cmd *c, int slot);
+void proto_wait(struct rd_cmd *c, int timeout_ms);
 void proto_release(struct rd_cmd *c, const char *sku, int i, const char *token);
 void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
 void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,
