@@ -303,9 +303,15 @@ long long ltab_hint(const lsku *s, int i)
     return s->hint[i];
 }
 
-bool ltab_sold_out(const lsku *s, long long gen)
+void ltab_set_hints(lsku *s, long long gen, const long long *stock, int n)
 {
-    return s->valid && s->view.gen == gen && s->empty_count >= s->view.cfg.segments;
+    if (!s->valid || s->view.gen != gen || n > s->nseg)
+        return;
+    s->empty_count = 0;
+    for (int i = 0; i < n; i++) {
+        s->hint[i] = stock[i];
+        s->empty_count += stock[i] == 0;
+    }
 }
 
 int ltab_empty_count(const lsku *s, long long gen)

@@ -11,8 +11,10 @@
  *    oldest waiter (through the waiter's `handed` callback), so waits are short and
  *    fair, not polled;
  *  - `hint`: per segment, the least stock seen in the current generation (stock only
- *    falls within a generation), so a segment whose hint is below qty is passed over
- *    without Redis, and a SKU whose every hint is 0 is sold out without Redis.
+ *    falls within a generation, but for a cluster adjust's units in transit before
+ *    its commit), so a segment whose hint is below qty is passed over without Redis.
+ *    Hints never answer 409 by themselves: that takes a verdict from fresh counts
+ *    (engine.c VERDICT), which may set them again (ltab_set_hints).
  *
  * Bounded, whatever names clients send: an order holds its SKU's entry from its
  * first look to its end (ltab_hold, ltab_release); an entry no order holds is freed
@@ -90,7 +92,9 @@ void ltab_free_claim(lsku *s, int i);
  * known empty. */
 bool ltab_note_stock(lsku *s, long long gen, int i, long long stock);
 long long ltab_hint(const lsku *s, int i);
-bool ltab_sold_out(const lsku *s, long long gen);
+/* Fresh counts of every segment (stock[0..n-1]) read in `gen` with no adjust under
+ * way: the hints become them, raised too (ignored when stale). */
+void ltab_set_hints(lsku *s, long long gen, const long long *stock, int n);
 int ltab_empty_count(const lsku *s, long long gen);
 
 /* Queue `w` for a handed claim; ltab_unwait takes it out (true when it was queued). */

@@ -50,6 +50,9 @@ struct sku_local {
     /* Blocks of segments, each made once (published with a CAS) and freed with the
      * entry, so a lock-free reader never meets a block freed or moved. */
     struct segs *_Atomic segs[CHUNKS];
+    /* The last verdict a loop confirmed (skutab_loop_confirm): its generation + 1 (0:
+     * none), then its total; written under mu, read lock-free as pub_gen. */
+    _Atomic long long verdict_gen1, verdict_total;
     /* The table's: holders (taken under its read lock, given back under its write
      * lock), whether the entry left the table (the SKU is gone; the last holder frees
      * it), and its place in the list of idle entries (under the write lock). */
@@ -422,4 +425,22 @@ int skutab_loop_empties(sku_local *e, long long gen)
         return 0;
     int n = atomic_load_explicit(&e->pub_count, memory_order_relaxed);
     return atomic_load_explicit(&e->pub_gen, memory_order_acquire) == gen ? n : 0;
+}
+
+void skutab_loop_confirm(sku_local *e, long long gen, long long total)
+{
+    pthread_mutex_lock(&e->mu);
+    atomic_store_explicit(&e->verdict_gen1, 0, memory_order_release);
+    atomic_store_explicit(&e->verdict_total, total, memory_order_relaxed);
+    atomic_store_explicit(&e->verdict_gen1, gen + 1, memory_order_release);
+    pthread_mutex_unlock(&e->mu);
+}
+
+long long skutab_loop_verdict(sku_local *e, long long gen)
+{
+    if (atomic_load_explicit(&e->verdict_gen1, memory_order_acquire) != gen + 1)
+        return -1;
+    long long total = atomic_load_explicit(&e->verdict_total, memory_order_relaxed);
+    return atomic_load_explicit(&e->verdict_gen1, memory_order_acquire) == gen + 1 ? total
+                                                                                   : -1;
 }

@@ -95,6 +95,13 @@ int skutab_loop_empties(sku_local *e, long long gen);
  * returned, lock-free: advisory, so that a loop passes by the segments another
  * loop is holding instead of asking Redis to find them BUSY. */
 int skutab_loop_claims(sku_local *e, int i, int delta);
+/* A loop's verdict from fresh counts (engine.c VERDICT): in generation `gen` the SKU
+ * held `total` units with no adjust under way, so it holds at most that until the
+ * next generation (within one the total only falls; an adjust's units count from its
+ * commit, which makes a new one). skutab_loop_verdict: that total for `gen`, or -1
+ * when no loop found one; lock-free. */
+void skutab_loop_confirm(sku_local *e, long long gen, long long total);
+long long skutab_loop_verdict(sku_local *e, long long gen);
 
 /* Claim segment i, waiting up to `ms` for it: a release of i goes to such a waiter
  * before any other. True when claimed. */

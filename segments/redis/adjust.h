@@ -42,6 +42,8 @@
  * Mid-adjust, remaining + sold = initial does not hold: a rebalance has units in
  * transit (taken, not yet given); a restock has segments raised before the commit
  * raises `initial`. It holds again at the commit, or at the roll-forward of a dead one.
+ * So stock read mid-adjust is no ground for a 409: the order path reads the meta
+ * after the stocks (rd_meta.adjust_until: the intent's lease) and waits for the commit.
  */
 #ifndef SEG_REDIS_ADJUST_H
 #define SEG_REDIS_ADJUST_H

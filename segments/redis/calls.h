@@ -106,6 +106,9 @@ struct rd_meta {
     bool rebalance;
     bool replicated; /* durability "replicated" */
     int salt;        /* placement: 0, or the salt in its segments' hash tags */
+    /* A restock or rebalance under way on a cluster (adjust.h: units may be in
+     * transit between its steps): its lease end, ms on the meta node's clock; 0 none. */
+    long long adjust_until;
 };
 
 /* A SKU as the calls on its segments take it: `sku` itself, or "sku/salt" when its

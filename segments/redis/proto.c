@@ -20,9 +20,9 @@ void proto_ping(struct rd_cmd *c)
 void proto_meta_read(struct rd_cmd *c, const char *sku)
 {
     char key[SEG_KEY_MAX];
-    static const char *const fields[] = {"segments", "mode",       "hold_ms",
-                                         "initial",  "gen",        "rebalance",
-                                         "epoch",    "durability", "salt"};
+    static const char *const fields[] = {"segments", "mode",      "hold_ms", "initial",
+                                         "gen",      "rebalance", "epoch",   "durability",
+                                         "salt",     "adj_until"};
     cmd_plain(c, "HMGET");
     cmd_key(c, seg_key_meta(key, sku));
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
@@ -629,7 +629,7 @@ int proto_taken(const redisReply *r, const char *token, int *taken)
 
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
 {
-    if (!is_array(r, 9))
+    if (!is_array(r, 10))
         return -1;
     *found = r->element[0]->type == REDIS_REPLY_STRING;
     if (*found) {
@@ -646,6 +646,7 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
         out->replicated =
             d->type == REDIS_REPLY_STRING && strcmp(d->str, "replicated") == 0;
         out->salt = (int)proto_integer(r->element[8], 0);
+        out->adjust_until = proto_integer(r->element[9], 0);
     }
     return 0;
 }
