@@ -487,6 +487,15 @@ static const char *env_get(char *const envp[], const char *name)
     return NULL;
 }
 
+int cfg_settings(void (*fn)(const char *key, const char *env, const char *flag,
+                            void *arg),
+                 void *arg)
+{
+    for (size_t k = 0; k < NSETTINGS; k++)
+        fn(settings[k].key, settings[k].env, settings[k].flag, arg);
+    return (int)NSETTINGS;
+}
+
 /* Levenshtein distance of `a` and `b`, capped at 3 (only near names matter). */
 static int distance(const char *a, const char *b)
 {
@@ -880,64 +889,97 @@ void cfg_print(FILE *f, const struct cfg *c)
     cfg_foreach(c, print_value, f);
 }
 
+/* The metavariable of a flag's value in the usage line. */
+static const char *metavar(const struct setting *s)
+{
+    switch (s->kind) {
+    case K_INT:
+        return "N";
+    case K_BOOL:
+        return "B";
+    case K_BIND:
+        return "ADDR";
+    case K_REDIS:
+        return "HOST:PORT[,...]";
+    case K_PATH:
+        return "PATH";
+    case K_ENUM:
+        return "VALUE";
+    case K_TOKEN:
+    case K_STR:
+        break;
+    }
+    return strcmp(s->key, "redis_password_file") == 0 ? "PATH" : "T";
+}
+
+/* The usage line and the settings table are made from `settings`, the one list of
+ * what can be set (tests/test_docs.c holds the man page and README to it too). */
 void cfg_usage(FILE *f, const char *prog)
 {
+    int col = fprintf(f, "usage: %s [--config FILE]", prog);
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        if (settings[k].flag == NULL)
+            continue;
+        char opt[96];
+        int n = snprintf(opt, sizeof opt, " [%s %s]", settings[k].flag,
+                         metavar(&settings[k]));
+        if (col + n > 88)
+            col = fprintf(f, "\n         ") - 1;
+        col += fprintf(f, "%s", opt);
+    }
+    fprintf(f, "\n          [--check-config] [--help] [--version]\n");
+    fprintf(f,
+            "\n"
+            "Settings, each overriding the one before: built-in defaults, the JSON file\n"
+            "(--config, else $INVENTORY_CONFIG, else the first that exists of\n"
+            "./%s and %s),\n"
+            "INVENTORY_* environment variables, then flags.\n"
+            "--check-config validates all of them, prints the effective configuration\n"
+            "(secrets as ***) and the file read, and exits 0, or 2 on a bad value; it\n"
+            "warns of unknown INVENTORY_* variables and contradictory settings.\n"
+            "\n"
+            "  %-21s %-30s %-22s %s\n",
+            CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, "file key", "env variable", "flag",
+            "default");
+    struct cfg d;
+    cfg_defaults(&d);
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        const struct setting *s = &settings[k];
+        char buf[CFG_PATH_MAX + 64];
+        long long num;
+        enum cfg_vtype t = value_of(s, &d, true, buf, sizeof buf, &num);
+        if (strcmp(s->key, "threads") == 0)
+            snprintf(buf, sizeof buf, "the number of cores");
+        else if (t == CFG_VINT)
+            snprintf(buf, sizeof buf, "%lld", num);
+        else if (t == CFG_VBOOL)
+            snprintf(buf, sizeof buf, "%s", num ? "true" : "false");
+        else if (buf[0] == '\0')
+            snprintf(buf, sizeof buf, "(none)");
+        fprintf(f, "  %-21s %-30s %-22s %s\n", s->key, s->env != NULL ? s->env : "-",
+                s->flag != NULL ? s->flag : "-", buf);
+    }
     fprintf(
         f,
-        "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT[,...]]\n"
-        "          [--redis-cluster B] [--threads N] [--lock-ttl-ms N] [--lock-wait-ms "
-        "N]\n"
-        "          [--redis-timeout-ms N] [--durability D] [--admin-token T]\n"
-        "          [--metrics-sku-limit N]\n"
-        "          [--check-config]\n"
-        "          [--log-level L] [--log-format F] [--log-file PATH] [--access-log B]\n"
-        "          [--help] [--version]\n"
-        "\n"
-        "Settings, each overriding the one before: built-in defaults, the JSON file\n"
-        "(--config, else $INVENTORY_CONFIG, else the first that exists of\n"
-        "./%s and %s),\n"
-        "INVENTORY_* environment variables, then flags.\n"
-        "--check-config validates all of them, prints the effective configuration\n"
-        "(secrets as ***) and the file read, and exits 0, or 2 on a bad value; it\n"
-        "warns of unknown INVENTORY_* variables and contradictory settings.\n"
-        "\n"
-        "  file key          env variable                flag                default\n"
-        "  bind              INVENTORY_BIND              --bind              127.0.0.1\n"
-        "  port              INVENTORY_PORT              --port              8080\n"
-        "  redis             INVENTORY_REDIS             --redis             "
-        "127.0.0.1:6379\n"
-        "  redis_cluster     INVENTORY_REDIS_CLUSTER     --redis-cluster     false\n"
-        "  threads           INVENTORY_THREADS           --threads           cores\n"
-        "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
-        "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
-        "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
-        "  durability        INVENTORY_DURABILITY        --durability        async\n"
-        "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
-        "  metrics_token     INVENTORY_METRICS_TOKEN     --metrics-token     (none)\n"
-        "  meta_cache_ms     -                           -                   100\n"
-        "  max_connections   -                           -                   10000\n"
-        "  connection_timeout_s -                        -                   30\n"
-        "  max_body_bytes    -                           -                   65536\n"
-        "  metrics_segments_max -                        -                   32\n"
-        "  metrics_sku_limit INVENTORY_METRICS_SKU_LIMIT --metrics-sku-limit 100\n"
-        "  log_level         INVENTORY_LOG_LEVEL         --log-level         info\n"
-        "  log_format        INVENTORY_LOG_FORMAT        --log-format        text\n"
-        "  log_file          INVENTORY_LOG_FILE          --log-file          - (stderr)\n"
-        "  access_log        INVENTORY_ACCESS_LOG        --access-log        true\n"
         "\n"
         "redis: HOST:PORT, HOST:PORT,HOST:PORT,... (Redis Cluster seeds, tried in\n"
         "order), redis://[user[:password]@]host[:port][/db] or unix:///path. A Redis\n"
         "Cluster is recognised at start (INFO cluster); redis_cluster true says so\n"
-        "without asking.\n"
+        "without asking. redis_user and redis_password: AUTH on every connect;\n"
+        "redis_password_file: the password on the first line of a file (wins).\n"
         "\n"
         "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
         "none (replicated: an order is 201 only once a replica has it).\n"
         "\n"
+        "admin_token: the bearer token of /admin/* and /metrics; metrics_token: a\n"
+        "read-only one that opens GET /metrics alone.\n"
+        "\n"
         "log_level: debug|info|warn|error; log_format: text|json (one JSON object per\n"
-        "line); access_log: true|false. SIGHUP reopens log_file and re-reads log_level;\n"
-        "SIGUSR1 logs the counters; SIGTERM and SIGINT stop after in-flight requests.\n"
+        "line); access_log: true|false. SIGHUP (systemctl reload) reopens log_file and\n"
+        "re-reads the configuration, of which log_level applies at once (the others at\n"
+        "the next restart); SIGUSR1 logs the counters; SIGTERM and SIGINT stop after\n"
+        "in-flight requests.\n"
         "\n"
         "A non-loopback --bind requires an admin token. Exit status 2 on a bad "
-        "setting.\n",
-        prog, CFG_DEFAULT_PATH, CFG_SYSTEM_PATH);
+        "setting.\n");
 }

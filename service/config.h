@@ -144,6 +144,13 @@ int cfg_diff(const struct cfg *a, const struct cfg *b, char *buf, size_t len);
 int cfg_warnings(const struct cfg *c, char *const envp[],
                  void (*fn)(const char *text, void *arg), void *arg);
 
+/* Call fn(key, env, flag, arg) once per setting, in the settings table's order: its
+ * file key, its environment variable and its long option (NULL when it has none);
+ * static strings. Returns how many (tests/test_docs.c checks the documents by it). */
+int cfg_settings(void (*fn)(const char *key, const char *env, const char *flag,
+                            void *arg),
+                 void *arg);
+
 /* Print the usage text (flags, environment variables, defaults). */
 void cfg_usage(FILE *f, const char *prog);
 
