@@ -187,10 +187,18 @@ int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id
 /* CANCEL: give back to each segment what Redis records for order `id`, while its
  * record is still `expected` (the caller's read) and the SKU still in `epoch`; mark
  * it cancelled with `cancelled`. Codes: OK, EXISTS (already cancelled; record),
- * MISSING (no such order), STALE, FENCED. 0 or -1. */
+ * MISSING (no such order), STALE, FENCED, NOT_REPLICATED. 0 or -1.
+ * On a Redis Cluster the segments' part and the record's are separate steps.
+ * `wait_ms` > 0 (durability "replicated") makes the record wait for the segments:
+ * WAIT 1 wait_ms on each segment's node after its give-back, and NOT_REPLICATED
+ * (the record left as it was, so a retry gives back again what a failover lost)
+ * when one has no replica. A record found cancelled already (`expected` may be it)
+ * then has its segments' part run again (each answers EXISTS, or gives back what a
+ * failover lost) and waited for before EXISTS. The caller WAITs for the record and
+ * the meta after OK or EXISTS. A standalone Redis runs one script: wait_ms unused. */
 int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
               const char *cancelled, const char *expected, const struct rd_parts *p,
-              struct rd_reply *out);
+              int wait_ms, struct rd_reply *out);
 
 /* ---- multi-segment orders on a Redis Cluster ------------------------------------
  * Their parts are in several slots, so no script places one all or nothing. Instead
