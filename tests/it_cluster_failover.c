@@ -671,8 +671,9 @@ static void test_replicated_reset_across_failover(void **state)
 
 /* Durability "replicated", a DELETE of a SKU while the replica of its meta's master
  * is cut off (no failover): 503 not_replicated, not 200; once the replica is back,
- * the retry under the same request id answers 200 and the SKU is gone. Before, the
- * DELETE answered 200 with nothing on a replica. */
+ * the SKU is whole and takes a restock, and the DELETE's retry under the same request
+ * id answers 200 and the SKU is gone. Before, the DELETE answered 200 with nothing on
+ * a replica. */
 static void test_replicated_delete_waits(void **state)
 {
     struct h_cluster_env *f = *state;
@@ -698,6 +699,14 @@ static void test_replicated_delete_waits(void **state)
     fprintf(stderr, "DELETE while cut off: %d %s\n", x.status, x.code);
     assert_int_equal(x.status, 503);
     assert_string_equal(x.code, "not_replicated");
+    /* It stopped before any segment, and took its pending mark away: the SKU is as
+     * it was, and a restock is not held up behind a half reset (503 busy). */
+    const struct cut_req restock = {.port = f->port,
+                                    .method = "POST",
+                                    .path = "/admin/skus/fo-del/restock",
+                                    .body = "{\"qty\": 3, \"request_id\": \"fo-del-r\"}"};
+    assert_int_equal(retry_req(&restock, NULL), 200);
+    assert_int_equal(h_audit(f->port, NULL, "fo-del", 33, true), 0);
     assert_int_equal(retry_req(&x, NULL), 200);
     assert_int_equal(h_req(f->port, "GET", "/admin/skus/fo-del", NULL, NULL, &r), 404);
     h_resp_free(&r);

@@ -496,12 +496,14 @@ static int placement(rd_conn *c, const char *sku, int n)
  * is taken for dead). */
 #define RESET_LEASE_MS 15000
 
-/* A cluster reset in `epoch` that stops part way gives up its lease (best effort:
- * unanswered, the lease runs out as a dead one's) and answers `code`. */
-static int reset_stop(rd_conn *c, const char *sku, long long epoch, int code)
+/* A cluster reset in `epoch` that stops part way gives up its lease, or its mark when
+ * `untouched` (best effort: unanswered, the lease runs out as a dead one's) and
+ * answers `code`. */
+static int reset_stop(rd_conn *c, const char *sku, long long epoch, bool untouched,
+                      int code)
 {
     struct rd_cmd cmd;
-    proto_reset_yield(&cmd, sku, epoch);
+    proto_reset_yield(&cmd, sku, epoch, untouched);
     store_step(c, &cmd, 0, NULL);
     return code;
 }
@@ -552,7 +554,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     int dead_n = r->elements > 2 ? (int)proto_integer(r->element[2], 0) : 0;
     freeReplyObject(r);
     if ((code = step_replicated(c, to->wait_ms, placed, 0, NULL, sku)) != RD_OK)
-        return reset_stop(c, sku, to->epoch, code);
+        return reset_stop(c, sku, to->epoch, dead == 0, code);
     int n = to->segments, m = old_segments > n ? old_segments : n;
     if (dead_n > m && dead_n <= SEG_MAX_SEGMENTS)
         m = dead_n;
@@ -565,7 +567,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
         freeReplyObject(r);
     }
     if ((code = step_replicated(c, to->wait_ms, placed, m, NULL, NULL)) != RD_OK)
-        return reset_stop(c, sku, to->epoch, code);
+        return reset_stop(c, sku, to->epoch, false, code);
     proto_reset_commit(&cmd, sku, to, rid, sig);
     if ((code = store_step(c, &cmd, 0, NULL)) != RD_OK)
         return code;
