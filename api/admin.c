@@ -127,8 +127,8 @@ static void write_failed(const struct api_ctx *ctx, struct api_request *req,
     else if (s == INV_NOT_REPLICATED)
         api_reply_status(
             rep, s,
-            "%s sku %s was applied but no replica confirmed it in time, so "
-            "a failover may lose it%s%s%s",
+            "%s sku %s: no replica confirmed it in time (applied, or on a cluster "
+            "stopped part way), so a failover may lose it%s%s%s",
             what, req->name, req->request_id[0] != '\0' ? "; retry with request id " : "",
             req->request_id, req->request_id[0] != '\0' ? ": 200 once it holds" : "");
     else

@@ -129,8 +129,9 @@ static void reply_record(struct api_request *req, struct api_reply *rep, inv_sta
     else if (s == INV_NOT_REPLICATED)
         api_reply_status(
             rep, s,
-            "the cancel of order %s was applied but no replica confirmed it "
-            "in time, so a failover may lose it; retry it: 200 once it holds",
+            "the cancel of order %s: no replica confirmed it in time (applied, or "
+            "on a cluster stopped part way), so a failover may lose it; retry it: "
+            "200 once it holds",
             req->name);
     else
         api_reply_status(rep, s, "order %s: %s", req->name, inv_status_name(s));

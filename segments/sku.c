@@ -50,6 +50,8 @@ static int admin_status(int code)
         return INV_BUSY;
     case RD_LIMIT:
         return INV_INVALID;
+    case RD_NOT_REPLICATED:
+        return INV_NOT_REPLICATED;
     case RD_STALE:
         return -1; /* look again */
     default:
@@ -74,6 +76,10 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .replicated = cfg && cfg->replicated,
         .salt = old->epoch != 0 ? old->salt : -1, /* kept; a new SKU is placed */
         .epoch = inv_new_epoch(),
+        /* "replicated" before or after: every step on a replica before the next */
+        .wait_ms = (cfg && cfg->replicated) || (old->epoch != 0 && old->cfg.replicated)
+                       ? c->v->opt.redis_timeout_ms / 2
+                       : 0,
     };
     struct rd_reply r;
     int rc = rd_reset(c->rd, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);

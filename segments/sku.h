@@ -63,8 +63,10 @@ struct sku_status {
  * reads it again when not: a stale cache never decides where stock goes. */
 
 /* Create or reset `sku`. INV_OK, INV_INVALID (cfg out of range),
- * INV_REQUEST_CONFLICT, INV_BUSY (raced by other resets throughout) or
- * INV_UNAVAILABLE. */
+ * INV_REQUEST_CONFLICT, INV_BUSY (raced by other resets throughout),
+ * INV_UNAVAILABLE, or on a Redis Cluster, when the SKU is or becomes "replicated",
+ * INV_NOT_REPLICATED: a step reached no replica, the reset stopped there and its
+ * retry finishes it (calls.h rd_reset; sku_delete likewise). */
 inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
                    const char *rid);
 
@@ -90,7 +92,7 @@ inv_status sku_rebalance(inv_conn *c, const char *sku, const char *rid);
 inv_status sku_spread(inv_conn *c, const char *sku);
 
 /* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU,
- * INV_REQUEST_CONFLICT, INV_BUSY, INV_UNAVAILABLE. */
+ * INV_REQUEST_CONFLICT, INV_BUSY, INV_UNAVAILABLE, INV_NOT_REPLICATED. */
 inv_status sku_delete(inv_conn *c, const char *sku, const char *rid);
 
 /* All SKU names, sorted. On INV_OK *names is a malloc'd array of *n malloc'd

@@ -37,7 +37,10 @@
  *                written; re-read and try again
  *   RD_CONFLICT  the request id was used for another admin write
  *   RD_LIMIT     ADJUST: the restock would pass the stock limit
- *   RD_REPLAYED  the request id was applied already: nothing done again */
+ *   RD_REPLAYED  the request id was applied already: nothing done again
+ *   RD_NOT_REPLICATED  (C only, no script answers it) durability "replicated" on a
+ *                cluster: a step of a multi-step call reached no replica in time, so
+ *                the call stopped before its next step (see rd_cancel, rd_reset) */
 #define RD_OK 0
 #define RD_BUSY 1
 #define RD_SHORT 2
@@ -48,6 +51,7 @@
 #define RD_CONFLICT 7
 #define RD_LIMIT 8
 #define RD_REPLAYED 9
+#define RD_NOT_REPLICATED 10
 
 typedef struct rd_conn rd_conn;
 
@@ -186,10 +190,18 @@ int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id
 /* CANCEL: give back to each segment what Redis records for order `id`, while its
  * record is still `expected` (the caller's read) and the SKU still in `epoch`; mark
  * it cancelled with `cancelled`. Codes: OK, EXISTS (already cancelled; record),
- * MISSING (no such order), STALE, FENCED. 0 or -1. */
+ * MISSING (no such order), STALE, FENCED, NOT_REPLICATED. 0 or -1.
+ * On a Redis Cluster the segments' part and the record's are separate steps.
+ * `wait_ms` > 0 (durability "replicated") makes the record wait for the segments:
+ * WAIT 1 wait_ms on each segment's node after its give-back, and NOT_REPLICATED
+ * (the record left as it was, so a retry gives back again what a failover lost)
+ * when one has no replica. A record found cancelled already (`expected` may be it)
+ * then has its segments' part run again (each answers EXISTS, or gives back what a
+ * failover lost) and waited for before EXISTS. The caller WAITs for the record and
+ * the meta after OK or EXISTS. A standalone Redis runs one script: wait_ms unused. */
 int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
               const char *cancelled, const char *expected, const struct rd_parts *p,
-              struct rd_reply *out);
+              int wait_ms, struct rd_reply *out);
 
 /* ---- multi-segment orders on a Redis Cluster ------------------------------------
  * Their parts are in several slots, so no script places one all or nothing. Instead
@@ -254,13 +266,21 @@ struct rd_reset {
     long long epoch; /* the new epoch */
     int salt;        /* the placement salt the SKU has now (a cluster keeps it across
                         resets; a create picks one) */
+    int wait_ms;     /* > 0: the SKU is (or becomes) "replicated": on a cluster each
+                        step WAITs 1 wait_ms for a replica before the next (rd_reset) */
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:
  * none), dropping every key of the old segments, then (after OK) the records of their
  * orders, in batches; a record not dropped (Redis went away meanwhile) is dead and
  * ignored by every read (keys.h). `rid`/`sig` as for rd_adjust. Codes: OK, REPLAYED,
- * CONFLICT, STALE, MISSING (delete of no SKU). 0 or -1. */
+ * CONFLICT, STALE, MISSING (delete of no SKU), NOT_REPLICATED. 0 or -1.
+ * On a Redis Cluster it runs as steps (BEGIN in the meta, one per segment, COMMIT);
+ * with `to->wait_ms` each step is on a replica of every node it wrote before the
+ * next is sent (the SKU set's and the meta's after the commit; a replay waits for
+ * the meta), else NOT_REPLICATED: the reset stopped there, its lease given up, and
+ * its retry (or any reset of the SKU) takes it over at once and finishes it. A
+ * standalone Redis runs one script and does not WAIT. */
 int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
              const struct rd_reset *to, const char *rid, const char *sig,
              struct rd_reply *out);

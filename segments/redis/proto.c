@@ -481,6 +481,21 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
     cmd_argll(c, to->salt);
 }
 
+void proto_reset_yield(struct rd_cmd *c, const char *sku, long long epoch, bool untouched)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_RESET_YIELD);
+    cmd_key(c, seg_key_meta(key, sku));
+    cmd_argll(c, epoch);
+    cmd_arg(c, untouched ? "1" : "0");
+}
+
+void proto_wait_skus(struct rd_cmd *c, int timeout_ms)
+{
+    char key[SEG_KEY_MAX];
+    wait_at(c, seg_key_skus(key), timeout_ms);
+}
+
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
                           const char *id, const char *token, bool first)
 {

@@ -42,6 +42,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_RESET_BEGIN] = "reset_begin.lua",
     [SCRIPT_RESET_SEGMENT] = "reset_segment.lua",
     [SCRIPT_RESET_COMMIT] = "reset_commit.lua",
+    [SCRIPT_RESET_YIELD] = "reset_yield.lua",
     [SCRIPT_CLAIM] = "claim.lua",
     [SCRIPT_CONFIRM] = "confirm.lua",
     [SCRIPT_ACQUIRE_SLOT] = "acquire_slot.lua",
