@@ -495,6 +495,152 @@ static void test_replicated_multi_retry_after_failover(void **state)
     assert_int_equal(holder.status, 201);
 }
 
+/* ---- a replicated restock across a failover ------------------------------------ */
+
+struct cut_restock {
+    int port;
+    const char *sku;
+    long long qty;
+    const char *rid;
+    int status;
+    char code[64];
+};
+
+/* POST /admin/skus/{sku}/restock of x->qty under x->rid: status and error code in x. */
+static void restock_once(struct cut_restock *x)
+{
+    char path[128], body[160];
+    snprintf(path, sizeof path, "/admin/skus/%s/restock", x->sku);
+    snprintf(body, sizeof body, "{\"qty\": %lld, \"request_id\": \"%s\"}", x->qty,
+             x->rid);
+    struct h_resp r;
+    x->status = h_req(x->port, "POST", path, NULL, body, &r);
+    h_error_code(&r, x->code, sizeof x->code);
+    h_resp_free(&r);
+}
+
+static void restock_while_cut_off(void *arg)
+{
+    restock_once(arg);
+}
+
+/* A SKU of 60 units in 3 segments (one per master) with durability replicated, and
+ * the restock of 60 under request id `rid` sent while the master serving `key` of it
+ * (the meta, or a segment's stock) is cut off from its replica: that master then
+ * fails over. The restock must answer 503 not_replicated; its retry under the same id
+ * 200 once (a replay 200 too), with initial 120 and 120 remaining; selling out then
+ * sells 120, and the audit is exact. */
+static void restock_across_failover(struct h_cluster_env *f, const char *sku,
+                                    const char *rid, int segment)
+{
+    char path[96], key[SEG_KEY_MAX], placed[96];
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    struct h_resp resp;
+    int st =
+        h_req(f->port, "PUT", path, NULL,
+              "{\"stock\": 60, \"segments\": 3, \"durability\": \"replicated\"}", &resp);
+    h_resp_free(&resp);
+    assert_true(st == 200 || st == 201);
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    snprintf(placed, sizeof placed, "%s",
+             json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+    char meta[SEG_KEY_MAX];
+    seg_key_meta(meta, sku);
+    if (segment < 0) {
+        snprintf(key, sizeof key, "%s", meta);
+    } else { /* a segment on another master than the meta's */
+        int m = h_cluster_master_of(f->cluster, meta);
+        for (segment = 0; segment < 3; segment++)
+            if (h_cluster_master_of(f->cluster, seg_key_stock(key, placed, segment)) != m)
+                break;
+        assert_true(segment < 3);
+    }
+
+    struct cut_restock x = {.port = f->port, .sku = sku, .qty = 60, .rid = rid};
+    long long ms;
+    char err[120];
+    if (failover(f, rd_key_slot(key, strlen(key)), restock_while_cut_off, &x, &ms, err,
+                 sizeof err) != 0)
+        fail_msg("failover: %s", err);
+    fprintf(stderr, "%s: restock cut off (%s): %d %s; failover %lld ms\n", sku,
+            segment < 0 ? "meta" : "segment", x.status, x.code, ms);
+    assert_int_equal(x.status, 503);
+    assert_string_equal(x.code, "not_replicated");
+
+    /* The retry under the same request id: 200 once it holds (503 meanwhile). */
+    long long until = h_now_ms() + 30000, first = h_now_ms();
+    int tries = 0;
+    do {
+        if (tries++ > 0)
+            h_sleep_ms(200);
+        restock_once(&x);
+    } while (x.status == 503 && h_now_ms() < until);
+    fprintf(stderr, "%s: retry %d after %d tries, %lld ms (last error %s)\n", sku,
+            x.status, tries, h_now_ms() - first, x.code);
+    assert_int_equal(x.status, 200);
+    j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    long long initial = h_jint(j, "initial"), remaining = h_jint(j, "remaining");
+    json_decref(j);
+    fprintf(stderr, "%s: after the retry initial %lld, remaining %lld\n", sku, initial,
+            remaining);
+    assert_int_equal(initial, 120);
+    assert_int_equal(remaining, 120);
+    restock_once(&x); /* a replay: nothing added */
+    assert_int_equal(x.status, 200);
+    assert_int_equal(h_audit(f->port, NULL, sku, 120, true), 0);
+
+    /* Sell out: every unit the audit counts is sold once. (The automatic rebalance
+     * runs as the segments empty: while its units are in transit an order may find
+     * every segment empty and answer sold_out; go on while any stock is left.) */
+    int sold = 0, early = 0;
+    for (;;) {
+        st = h_order(f->port, sku, 1, NULL, &resp);
+        char code[64];
+        h_error_code(&resp, code, sizeof code);
+        h_resp_free(&resp);
+        if (st == 409 && strcmp(code, "sold_out") == 0) {
+            j = h_get_sku(f->port, NULL, sku);
+            assert_non_null(j);
+            remaining = h_jint(j, "remaining");
+            json_decref(j);
+            if (remaining == 0)
+                break;
+            assert_true(++early < 50);
+            h_sleep_ms(100);
+            continue;
+        }
+        assert_int_equal(st, 201);
+        sold++;
+        assert_true(sold <= 1000);
+    }
+    fprintf(stderr, "%s: sold %d (%d sold_out with stock left)\n", sku, sold, early);
+    assert_int_equal(sold, 120);
+    assert_int_equal(h_audit(f->port, NULL, sku, 120, true), 0);
+}
+
+/* The restock's meta master fails over after its 503 not_replicated. Before, BEGIN
+ * and COMMIT ran on that master and WAIT only after COMMIT: the gives on the other
+ * masters survived, intent, commit and request id did not (initial 60, remaining
+ * 100), and the retry restocked again (initial 120, remaining 160). */
+static void test_replicated_restock_meta_failover(void **state)
+{
+    h_deadline(120);
+    restock_across_failover(*state, "fo-rs-meta", "fo-rs-meta-1", -1);
+}
+
+/* The master of a segment (not the meta's) fails over after the restock's 503
+ * not_replicated. Before, every give and the commit ran before the WAIT: the commit
+ * survived, that segment's give did not, and the retry replayed it (initial 120,
+ * remaining 100). */
+static void test_replicated_restock_segment_failover(void **state)
+{
+    h_deadline(120);
+    restock_across_failover(*state, "fo-rs-seg", "fo-rs-seg-1", 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -502,6 +648,8 @@ int main(void)
         cmocka_unit_test(test_failover_async_counts_losses),
         cmocka_unit_test(test_replicated_retry_after_failover),
         cmocka_unit_test(test_replicated_multi_retry_after_failover),
+        cmocka_unit_test(test_replicated_restock_meta_failover),
+        cmocka_unit_test(test_replicated_restock_segment_failover),
     };
     int failed = cmocka_run_group_tests_name(
         "cluster_failover", tests, h_cluster_group_setup, h_cluster_group_teardown);

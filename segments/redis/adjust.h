@@ -60,6 +60,6 @@
  * unknown: a retry under the same request id finishes it). */
 int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
                    const char *op, long long add, long long limit, const char *rid,
-                   const char *sig, struct rd_reply *out);
+                   const char *sig, int wait_ms, struct rd_reply *out);
 
 #endif
