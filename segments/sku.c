@@ -162,6 +162,8 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     if (gen > 0) {
         stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
         skutab_invalidate(c->v, sku);
+    } else if (code == RD_NOT_REPLICATED) { /* it may have committed: look again */
+        skutab_invalidate(c->v, sku);
     }
     return code;
 }
