@@ -132,8 +132,9 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
 
 /* One ADJUST (scripts.c) of `sku` as `view` has it: under locks of every segment on
  * a standalone Redis; on a Redis Cluster without them, in the seam's per-slot steps
- * (calls.h rd_adjust). The script's code, -1 without an answer, or -2 with *st set
- * when the locks were not had. */
+ * (calls.h rd_adjust), each on a replica before the next for a `replicated` SKU. The
+ * script's code (RD_NOT_REPLICATED: a step reached no replica), -1 without an answer,
+ * or -2 with *st set when the locks were not had. */
 static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
                        const struct sku_view *view, const char *op, long long add,
                        const char *rid, inv_status *st)
@@ -156,8 +157,9 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     if (rid != NULL)
         signature(sig, sizeof sig, op, add, NULL);
     struct rd_reply r;
+    int wait_ms = view->cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
     int code = rd_adjust(c->rd, sku, view->epoch, n, tok, op, add, SKU_STOCK_MAX - add,
-                         rid, sig, &r) < 0
+                         rid, sig, wait_ms, &r) < 0
                    ? -1
                    : r.code;
     long long gen = code == RD_OK ? r.value : 0;
@@ -168,13 +170,15 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     if (gen > 0) {
         stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
         skutab_invalidate(c->v, sku);
+    } else if (code == RD_NOT_REPLICATED) { /* it may have committed: look again */
+        skutab_invalidate(c->v, sku);
     }
     return code;
 }
 
-/* Durability "replicated": a restock or rebalance is 200 once a replica has it too,
- * on every node it wrote (the segments', the meta's); else 503 not_replicated, and its
- * retry under the same request id answers 200 (replayed). */
+/* Durability "replicated" on a standalone Redis: a restock or rebalance is 200 once a
+ * replica has it too; else 503 not_replicated, and its retry under the same request id
+ * answers 200 (replayed). (On a cluster the seam WAITs after every step.) */
 static inv_status replicated(inv_conn *c, const char *sku, const struct sku_view *view)
 {
     char placed[RD_SKU_PLACED_MAX];
@@ -210,8 +214,10 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
             inv_sleep_ms(ring_backoff_ms(round++, inv_rand(c, UINT32_MAX), left));
             continue;
         }
+        if (code == RD_NOT_REPLICATED)
+            return INV_NOT_REPLICATED;
         int got = admin_status(code);
-        if (got == INV_OK && view.cfg.replicated && rid != NULL)
+        if (got == INV_OK && view.cfg.replicated && rid != NULL && !c->v->cluster)
             return replicated(c, sku, &view);
         if (got >= 0)
             return (inv_status)got;

@@ -80,7 +80,9 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
  * time, and one whose process died is finished by the next. INV_OK, INV_UNKNOWN_SKU,
  * INV_INVALID (also when the initial stock would pass SKU_STOCK_MAX: checked in the
  * script, exactly), INV_REQUEST_CONFLICT, INV_BUSY (the locks, or on a cluster the
- * SKU's turn, were not had within lock_wait_ms), INV_UNAVAILABLE. */
+ * SKU's turn, were not had within lock_wait_ms), INV_UNAVAILABLE, INV_NOT_REPLICATED
+ * (durability replicated: no replica confirmed it, or on a cluster one of its steps;
+ * the retry under the same request id finishes it exactly once). */
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid);
 
 /* Even the remaining stock out over the segments, under every segment's lock taken

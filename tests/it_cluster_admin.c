@@ -492,7 +492,8 @@ static void test_spread_in_seam(void **state)
     assert_int_equal(rd_meta_read(c, sku, &meta), 1);
     struct rd_reply out;
     assert_int_equal(
-        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, &out), 0);
+        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, 0, &out),
+        0);
     assert_int_equal(out.code, RD_OK);
     assert_true(out.value > meta.gen);
     long long stock[4];
@@ -501,12 +502,13 @@ static void test_spread_in_seam(void **state)
         assert_int_equal(stock[i], 1);
     /* Every segment holds stock: nothing to do. */
     assert_int_equal(
-        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, &out), 0);
+        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, 0, &out),
+        0);
     assert_int_equal(out.code, RD_OK);
     assert_int_equal(out.value, 0);
     /* A stale view is refused. */
     assert_int_equal(rd_adjust(c, sku, meta.epoch + 1, 4, NULL, "rebalance", 0, 1000,
-                               NULL, NULL, &out),
+                               NULL, NULL, 0, &out),
                      0);
     assert_int_equal(out.code, RD_STALE);
     rd_conn_free(c);

@@ -12,7 +12,9 @@
  * by GET /orders/{id} (replicated) and the audit hold: remaining + sold = initial, no
  * segment below zero, one record per sale. And orders with a client's id (one
  * segment, and several) whose id's master fails over after their 503
- * not_replicated: the retry places each once.
+ * not_replicated: the retry places each once. And a restock and a rebalance of a
+ * replicated SKU whose meta's or segment's master fails over after their 503
+ * not_replicated: the retry under the request id applies each exactly once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -762,6 +764,206 @@ static void test_replicated_cancel_across_failover(void **state)
     }
 }
 
+/* ---- a replicated restock or rebalance across a failover ------------------------ */
+
+struct cut_admin {
+    int port; /* the instance that sends it */
+    const char *sku;
+    const char *op; /* "restock" (of qty) or "rebalance" */
+    long long qty;
+    const char *rid;
+    int status;
+    char code[64];
+};
+
+/* POST /admin/skus/{sku}/{op} under request id x->rid: status and error code in x. */
+static void admin_once(struct cut_admin *x)
+{
+    char path[128], headers[128], body[64] = "";
+    snprintf(path, sizeof path, "/admin/skus/%s/%s", x->sku, x->op);
+    snprintf(headers, sizeof headers, "Idempotency-Key: %s\r\n%s", x->rid,
+             x->qty > 0 ? "Content-Type: application/json\r\n" : "");
+    if (x->qty > 0)
+        snprintf(body, sizeof body, "{\"qty\": %lld}", x->qty);
+    struct h_resp r;
+    x->status = h_http(x->port, "POST", path, headers, x->qty > 0 ? body : NULL,
+                       strlen(body), &r);
+    h_error_code(&r, x->code, sizeof x->code);
+    h_resp_free(&r);
+}
+
+static void admin_while_cut_off(void *arg)
+{
+    admin_once(arg);
+}
+
+/* A SKU of 60 units in 3 segments (one per master) with durability replicated; its
+ * placed name into placed[0..96). */
+static void replicated_sku(struct h_cluster_env *f, const char *sku, char *placed)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    struct h_resp resp;
+    int st =
+        h_req(f->port, "PUT", path, NULL,
+              "{\"stock\": 60, \"segments\": 3, \"durability\": \"replicated\"}", &resp);
+    h_resp_free(&resp);
+    assert_true(st == 200 || st == 201);
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    snprintf(placed, 96, "%s", json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+}
+
+/* x (an admin write of x->sku, placed as `placed`) is sent while the master serving
+ * `key` is cut off from its replica, and that master then fails over: x must answer
+ * 503 not_replicated, and its retry under the same request id 200 (503 meanwhile), a
+ * replay 200 too. Then the SKU must hold `initial` with `remaining` left, and selling
+ * out sell exactly those. */
+static void admin_across_failover(struct h_cluster_env *f, struct cut_admin *x,
+                                  const char *placed, const char *key, long long initial,
+                                  long long remaining)
+{
+    /* A fresh instance sends the write and its retries: an admin worker of the main one
+     * may still route a slot to a node that an earlier test's failover made a replica,
+     * perhaps the very one cut off here, and time out before its first step (503
+     * backend_unavailable, seen once in five runs). Seeded with another master. */
+    int victim = h_cluster_master_of(f->cluster, key), seed = -1;
+    char other[SEG_KEY_MAX];
+    for (int i = 0; i < 3 && (seed < 0 || seed == victim); i++)
+        seed = h_cluster_master_of(f->cluster, seg_key_stock(other, placed, i));
+    assert_true(seed >= 0 && seed != victim);
+    h_svc *svc = h_svc_start(h_cluster_node(f->cluster, seed), NULL);
+    assert_non_null(svc);
+    x->port = h_svc_port(svc);
+
+    long long ms;
+    char err[120];
+    if (failover(f, rd_key_slot(key, strlen(key)), admin_while_cut_off, x, &ms, err,
+                 sizeof err) != 0)
+        fail_msg("failover: %s", err);
+    fprintf(stderr, "%s: %s cut off (%s): %d %s; failover %lld ms\n", x->sku, x->op, key,
+            x->status, x->code, ms);
+    if (strcmp(x->code, "not_replicated") != 0)
+        h_svc_dump_log(svc, 4000);
+    assert_int_equal(x->status, 503);
+    assert_string_equal(x->code, "not_replicated");
+
+    /* The first attempt stopped with nothing in flight and ended its lease: its
+     * retry is never held up as busy (else it waited out the 15 s lease). */
+    long long until = h_now_ms() + 30000, first = h_now_ms();
+    int tries = 0, busy = 0;
+    do {
+        if (tries++ > 0)
+            h_sleep_ms(200);
+        admin_once(x);
+        busy += x->status == 503 && strcmp(x->code, "busy") == 0;
+    } while (x->status == 503 && h_now_ms() < until);
+    fprintf(stderr, "%s: retry %d after %d tries (%d busy), %lld ms\n", x->sku, x->status,
+            tries, busy, h_now_ms() - first);
+    assert_int_equal(x->status, 200);
+    assert_int_equal(busy, 0);
+    json_t *j = h_get_sku(f->port, NULL, x->sku);
+    assert_non_null(j);
+    long long got_initial = h_jint(j, "initial"), got_remaining = h_jint(j, "remaining");
+    json_decref(j);
+    fprintf(stderr, "%s: after the retry initial %lld, remaining %lld\n", x->sku,
+            got_initial, got_remaining);
+    assert_int_equal(got_initial, initial);
+    assert_int_equal(got_remaining, remaining);
+    admin_once(x); /* a replay: nothing done again */
+    assert_int_equal(x->status, 200);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+    assert_int_equal(h_audit(f->port, NULL, x->sku, initial, false), 0);
+
+    /* Sell out: every unit the audit counts is sold once. (The automatic rebalance
+     * runs as the segments empty: while its units are in transit an order may find
+     * every segment empty and answer sold_out; go on while any stock is left.) */
+    int sold = 0, early = 0;
+    for (;;) {
+        struct h_resp resp;
+        int st = h_order(f->port, x->sku, 1, NULL, &resp);
+        char code[64];
+        h_error_code(&resp, code, sizeof code);
+        h_resp_free(&resp);
+        if (st == 409 && strcmp(code, "sold_out") == 0) {
+            j = h_get_sku(f->port, NULL, x->sku);
+            assert_non_null(j);
+            long long left = h_jint(j, "remaining");
+            json_decref(j);
+            if (left == 0)
+                break;
+            assert_true(++early < 50);
+            h_sleep_ms(100);
+            continue;
+        }
+        assert_int_equal(st, 201);
+        sold++;
+        assert_true(sold <= 1000);
+    }
+    fprintf(stderr, "%s: sold %d (%d sold_out with stock left)\n", x->sku, sold, early);
+    assert_int_equal(sold, remaining);
+    assert_int_equal(h_audit(f->port, NULL, x->sku, initial, false), 0);
+}
+
+/* A restock of 60 (60 in stock) whose meta master fails over after its 503
+ * not_replicated. Before, BEGIN and COMMIT ran on that master and WAIT only after
+ * COMMIT: the gives on the other masters survived, intent, commit and request id did
+ * not (initial 60, remaining 100), and the retry restocked again (initial 120,
+ * remaining 160). */
+static void test_replicated_restock_meta_failover(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(120);
+    char placed[96], meta[SEG_KEY_MAX];
+    replicated_sku(f, "fo-rs-meta", placed);
+    struct cut_admin x = {.sku = "fo-rs-meta", .op = "restock", .qty = 60, .rid = "rs-m"};
+    admin_across_failover(f, &x, placed, seg_key_meta(meta, x.sku), 120, 120);
+}
+
+/* The same restock, but the master of a segment (not the meta's) fails over. Before,
+ * every give and the commit ran before the WAIT: the commit survived, that segment's
+ * give did not, and the retry replayed the commit (initial 120, remaining 100). */
+static void test_replicated_restock_segment_failover(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(120);
+    char placed[96], meta[SEG_KEY_MAX], key[SEG_KEY_MAX];
+    replicated_sku(f, "fo-rs-seg", placed);
+    int m = h_cluster_master_of(f->cluster, seg_key_meta(meta, "fo-rs-seg")), i = 0;
+    while (i < 3 && h_cluster_master_of(f->cluster, seg_key_stock(key, placed, i)) == m)
+        i++;
+    assert_true(i < 3);
+    struct cut_admin x = {.sku = "fo-rs-seg", .op = "restock", .qty = 60, .rid = "rs-s"};
+    admin_across_failover(f, &x, placed, key, 120, 120);
+}
+
+/* A rebalance after one segment was sold empty (20 + 20 + 0: it takes from the other
+ * two and gives that one 13 or 14); the emptied segment's master fails over after the
+ * 503 not_replicated. Before, takes, give and commit had all run: the give was lost
+ * with the master (or, on the meta's master, give and commit), the takes were not, and
+ * the retry replayed: 13 units gone (remaining 27, not 40, after 20 sold of 60). */
+static void test_replicated_rebalance_failover(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(120);
+    char placed[96], key[SEG_KEY_MAX];
+    replicated_sku(f, "fo-rb", placed);
+    assert_int_equal(h_order(f->port, "fo-rb", 20, NULL, NULL), 201);
+    json_t *j = h_get_sku(f->port, NULL, "fo-rb");
+    assert_non_null(j);
+    int empty = -1;
+    for (int i = 0; i < 3; i++)
+        if (json_integer_value(
+                json_array_get(json_object_get(j, "segment_stock"), (size_t)i)) == 0)
+            empty = i;
+    json_decref(j);
+    assert_true(empty >= 0);
+    struct cut_admin x = {.sku = "fo-rb", .op = "rebalance", .rid = "rb"};
+    admin_across_failover(f, &x, placed, seg_key_stock(key, placed, empty), 60, 40);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -772,6 +974,9 @@ int main(void)
         cmocka_unit_test(test_replicated_reset_across_failover),
         cmocka_unit_test(test_replicated_delete_waits),
         cmocka_unit_test(test_replicated_cancel_across_failover),
+        cmocka_unit_test(test_replicated_restock_meta_failover),
+        cmocka_unit_test(test_replicated_restock_segment_failover),
+        cmocka_unit_test(test_replicated_rebalance_failover),
     };
     int failed = cmocka_run_group_tests_name(
         "cluster_failover", tests, h_cluster_group_setup, h_cluster_group_teardown);

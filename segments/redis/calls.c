@@ -283,10 +283,11 @@ static int step_replicated(rd_conn *c, int wait_ms, const char *placed, int n,
 
 int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
               const char *const *tok, const char *op, long long add, long long limit,
-              const char *rid, const char *sig, struct rd_reply *out)
+              const char *rid, const char *sig, int wait_ms, struct rd_reply *out)
 {
     if (store_cluster(c)) /* ADJUST spans slots: per-slot steps, no locks */
-        return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, out);
+        return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, wait_ms,
+                              out);
     struct rd_cmd cmd;
     proto_adjust(&cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
     return store_script(c, &cmd, out);

@@ -38,9 +38,11 @@
  *   RD_CONFLICT  the request id was used for another admin write
  *   RD_LIMIT     ADJUST: the restock would pass the stock limit
  *   RD_REPLAYED  the request id was applied already: nothing done again
- *   RD_NOT_REPLICATED  (C only, no script answers it) durability "replicated" on a
- *                cluster: a step of a multi-step call reached no replica in time, so
- *                the call stopped before its next step (see rd_cancel, rd_reset) */
+ *   RD_NOT_REPLICATED  (the seam's own, no script answers it) durability "replicated"
+ *                on a cluster: a step of a multi-step call (adjust, reset, cancel)
+ *                reached no replica in time (WAIT), so the call stopped before its next
+ *                step (see rd_adjust, rd_cancel, rd_reset)
+ */
 #define RD_OK 0
 #define RD_BUSY 1
 #define RD_SHORT 2
@@ -243,17 +245,21 @@ int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *i
  * fills more segments), under tok[0..segments-1], while the SKU is `epoch` with
  * `segments`. `rid`/`sig`: request id and what the write is (NULL: none). Codes: OK
  * (value = new gen, 0 when nothing changed), REPLAYED, CONFLICT, STALE, FENCED,
- * LIMIT. 0 or -1.
+ * LIMIT. 0 or -1. `wait_ms` is for a cluster only (a standalone Redis runs one script:
+ * its caller WAITs after it, once the locks are dropped).
  * On a Redis Cluster (the connection routes over one) the script would span slots, so
  * it runs as an intent recorded in the meta and one step per slot (adjust.h), with no
  * segment locks: `tok` is ignored (may be NULL), a restock's units reach the segments
  * before `initial` rises at the commit, and the codes are OK, REPLAYED, CONFLICT,
- * STALE, LIMIT and BUSY (another adjust or a reset of the SKU is under way: retry).
+ * STALE, LIMIT, BUSY (another adjust or a reset of the SKU is under way: retry) and,
+ * with `wait_ms` > 0 (durability replicated: every step WAITs `wait_ms` for a replica
+ * before the next is sent), NOT_REPLICATED (a step reached no replica: stopped there;
+ * the retry under the same request id, or the next adjust, finishes it exactly once).
  * An adjust whose process died is finished by the next one of the SKU (or its retry
  * under the same request id) before that one's own. */
 int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
               const char *const *tok, const char *op, long long add, long long limit,
-              const char *rid, const char *sig, struct rd_reply *out);
+              const char *rid, const char *sig, int wait_ms, struct rd_reply *out);
 
 /* What a reset writes: the new settings and epoch (segments 0: delete the SKU). */
 struct rd_reset {

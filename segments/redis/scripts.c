@@ -54,6 +54,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_ADJUST_TAKE] = "adjust_take.lua",
     [SCRIPT_ADJUST_GIVE] = "adjust_give.lua",
     [SCRIPT_ADJUST_COMMIT] = "adjust_commit.lua",
+    [SCRIPT_ADJUST_YIELD] = "adjust_yield.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

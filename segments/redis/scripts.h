@@ -42,6 +42,7 @@ enum script_id {
     SCRIPT_ADJUST_TAKE,   /* units out of one segment, once per intent */
     SCRIPT_ADJUST_GIVE,   /* units into one segment, once per intent */
     SCRIPT_ADJUST_COMMIT, /* the intent done: initial, gen, the request id */
+    SCRIPT_ADJUST_YIELD,  /* a stopped runner's lease ended early */
     SCRIPT__COUNT
 };
 
