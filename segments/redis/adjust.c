@@ -236,18 +236,9 @@ static void drop_marks(const struct run *ru, const struct intent *in)
  * a replica, or wait_ms 0), RD_NOT_REPLICATED, or -1 (no answer). */
 static int on_replica(const struct run *ru, int seg)
 {
-    if (ru->wait_ms <= 0)
-        return RD_OK;
-    struct rd_cmd cmd;
     if (seg < 0)
-        proto_wait_meta(&cmd, ru->sku, ru->wait_ms);
-    else
-        proto_wait_segment(&cmd, ru->placed, seg, ru->wait_ms);
-    redisReply *r = store_call(ru->c, &cmd);
-    long long got = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return got < 0 ? -1 : got < 1 ? RD_NOT_REPLICATED : RD_OK;
+        return rd_wait_step(ru->c, ru->wait_ms, ru->placed, 0, NULL, ru->sku);
+    return rd_wait_step(ru->c, ru->wait_ms, ru->placed, 1, &seg, NULL);
 }
 
 /* Step `cmd` (ADJUST_TAKE or ADJUST_GIVE of segment i), then its WAIT: RD_OK with

@@ -267,16 +267,18 @@ int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *i
     return got;
 }
 
-/* Durability "replicated" (wait_ms > 0) between the steps of a call on a cluster:
- * rd_wait, then RD_OK when every node it asked has a replica, RD_NOT_REPLICATED
- * when one has none, -1 when Redis gave no answer. wait_ms 0: RD_OK at once. */
-static int step_replicated(rd_conn *c, int wait_ms, const char *placed, int n,
-                           const int *seg, const char *sku)
+/* The code of a WAIT that reached `got` replicas at least (-1: no answer). */
+static int replicated_code(int got)
+{
+    return got < 0 ? -1 : got < 1 ? RD_NOT_REPLICATED : RD_OK;
+}
+
+int rd_wait_step(rd_conn *c, int wait_ms, const char *placed, int n, const int *seg,
+                 const char *sku)
 {
     if (wait_ms <= 0)
         return RD_OK;
-    int got = rd_wait(c, placed, n, seg, NULL, sku, wait_ms);
-    return got < 0 ? -1 : got < 1 ? RD_NOT_REPLICATED : RD_OK;
+    return replicated_code(rd_wait(c, placed, n, seg, NULL, sku, wait_ms));
 }
 
 /* ---- the whole SKU ------------------------------------------------------------- */
@@ -419,7 +421,7 @@ static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const ch
     /* Durability "replicated": the record is marked only once a replica has every
      * give-back. Before, a failover of a segment's master after the record was
      * marked lost the units for good: the retry answered 200 from the record. */
-    code = step_replicated(c, wait_ms, sku, p->n, p->seg, NULL);
+    code = rd_wait_step(c, wait_ms, sku, p->n, p->seg, NULL);
     if (code == RD_OK && !done) {
         proto_cancel_record(&cmd, id, expected, cancelled);
         if ((code = store_step(c, &cmd, 0, NULL)) > RD_OK)
@@ -518,8 +520,7 @@ static int commit_replicated(rd_conn *c, const char *sku, int wait_ms)
     struct rd_cmd cmds[2];
     proto_wait_meta(&cmds[0], sku, wait_ms);
     proto_wait_skus(&cmds[1], wait_ms);
-    int got = wait_nodes(c, cmds, 2);
-    return got < 0 ? -1 : got < 1 ? RD_NOT_REPLICATED : RD_OK;
+    return replicated_code(wait_nodes(c, cmds, 2));
 }
 
 /* RESET on a cluster, where a SKU's keys span slots: BEGIN marks the reset pending in
@@ -546,7 +547,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
                       RESET_LEASE_MS, rid, sig);
     int code = store_step(c, &cmd, 1u << RD_OK, &r);
     if (code == RD_REPLAYED) { /* committed before: answered once it holds */
-        int got = step_replicated(c, to->wait_ms, placed, 0, NULL, sku);
+        int got = rd_wait_step(c, to->wait_ms, placed, 0, NULL, sku);
         return got == RD_OK ? RD_REPLAYED : got;
     }
     if (code != RD_OK)
@@ -554,7 +555,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     long long dead = r->elements > 2 ? proto_integer(r->element[1], 0) : 0;
     int dead_n = r->elements > 2 ? (int)proto_integer(r->element[2], 0) : 0;
     freeReplyObject(r);
-    if ((code = step_replicated(c, to->wait_ms, placed, 0, NULL, sku)) != RD_OK)
+    if ((code = rd_wait_step(c, to->wait_ms, placed, 0, NULL, sku)) != RD_OK)
         return reset_stop(c, sku, to->epoch, dead == 0, code);
     int n = to->segments, m = old_segments > n ? old_segments : n;
     if (dead_n > m && dead_n <= SEG_MAX_SEGMENTS)
@@ -567,7 +568,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
             return code;
         freeReplyObject(r);
     }
-    if ((code = step_replicated(c, to->wait_ms, placed, m, NULL, NULL)) != RD_OK)
+    if ((code = rd_wait_step(c, to->wait_ms, placed, m, NULL, NULL)) != RD_OK)
         return reset_stop(c, sku, to->epoch, false, code);
     proto_reset_commit(&cmd, sku, to, rid, sig);
     if ((code = store_step(c, &cmd, 0, NULL)) != RD_OK)

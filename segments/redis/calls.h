@@ -238,6 +238,13 @@ int rd_intents_settle(rd_conn *c, const char *attempt, long long before_ms, int 
 int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *id,
             const char *sku, int timeout_ms);
 
+/* Durability "replicated" between the steps of a multi-step call on a cluster
+ * (wait_ms > 0): rd_wait on the nodes of segments seg[0..n-1] of `placed` and of the
+ * meta of `sku` (NULL: none), then RD_OK when each has a replica, RD_NOT_REPLICATED
+ * when one has none, -1 when Redis gave no answer. wait_ms 0: RD_OK at once. */
+int rd_wait_step(rd_conn *c, int wait_ms, const char *placed, int n, const int *seg,
+                 const char *sku);
+
 /* ---- the whole SKU ------------------------------------------------------------- */
 
 /* ADJUST: `op` "restock" (add units, raising initial; refused past `limit` as
