@@ -14,6 +14,7 @@
 #define A API_ROUTE_ADMIN
 #define S API_ROUTE_SLOW
 #define W API_ROUTE_WRITE
+#define P API_ROUTE_PAGED
 
 static const struct api_route routes[] = {
     /* method, pattern, name, flags, parse, handle, fast, start */
@@ -21,7 +22,7 @@ static const struct api_route routes[] = {
      api_orders_start},
     {"GET", "/orders/{}", "order_id", B, NULL, api_orders_get, NULL, NULL},
     {"DELETE", "/orders/{}", "order_id", B | S, NULL, api_orders_cancel, NULL, NULL},
-    {"GET", "/admin/skus", NULL, A | B, NULL, api_admin_sku_list, NULL, NULL},
+    {"GET", "/admin/skus", NULL, A | B | P, NULL, api_admin_sku_list, NULL, NULL},
     {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get, NULL, NULL},
     {"PUT", "/admin/skus/{}", "sku", A | B | W, api_admin_parse_sku, api_admin_sku_put,
      NULL, NULL},
@@ -168,6 +169,11 @@ const struct api_route *api_route_prepare(struct api_request *req,
             api_reply_error(rep, 400, perr.code, "%s", perr.detail);
             return NULL;
         }
+    }
+    if ((route->flags & API_ROUTE_PAGED) &&
+        api_parse_page(req->limit, req->cursor, &req->in.page, &perr) != 0) {
+        api_reply_error(rep, 400, perr.code, "%s", perr.detail);
+        return NULL;
     }
     if ((route->flags & API_ROUTE_WRITE) &&
         api_parse_request_id("request_id", req->idempotency_key, req->request_id,

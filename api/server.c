@@ -246,6 +246,23 @@ static int header(struct MHD_Connection *conn, const char *name, const char **va
     return strlen(*value) == len ? 0 : -1;
 }
 
+/* Query parameter `name` into *value (NULL when absent, "" when it has no value): -1
+ * when its decoded value holds a NUL byte. The first one counts when it repeats. */
+static int query_arg(struct MHD_Connection *conn, const char *name, const char **value)
+{
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, name, strlen(name),
+                                      value, &len) != MHD_YES) {
+        *value = NULL;
+        return 0;
+    }
+    if (*value == NULL) {
+        *value = "";
+        return 0;
+    }
+    return strlen(*value) == len ? 0 : -1;
+}
+
 /* Decode %-escapes in the URL as MHD does, but turn a decoded NUL into DEL, which no
  * route or name accepts: "/admin/skus/a%00b" must not become "/admin/skus/a". */
 static size_t unescape(void *cls, struct MHD_Connection *conn, char *uri)
@@ -484,6 +501,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0 ||
         header(conn, "Idempotency-Key", &req->idempotency_key) != 0) {
         api_reply_error(&r->rep, 400, "bad_header", "a header value holds a NUL byte");
+        return send_reply(r);
+    }
+    if (query_arg(conn, "limit", &req->limit) != 0 ||
+        query_arg(conn, "cursor", &req->cursor) != 0) {
+        api_reply_error(&r->rep, 400, "invalid_field",
+                        "a query parameter holds a NUL byte");
         return send_reply(r);
     }
     req->body = r->body;

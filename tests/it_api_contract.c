@@ -60,7 +60,8 @@ static void test_openapi_is_served(void **state)
     json_t *paths = json_object_get(doc, "paths");
     assert_non_null(json_object_get(paths, "/admin/skus"));
     assert_non_null(json_object_get(paths, "/openapi.json"));
-    assert_non_null(json_object_get(json_object_get(doc, "components"), "securitySchemes"));
+    assert_non_null(
+        json_object_get(json_object_get(doc, "components"), "securitySchemes"));
     json_decref(doc);
     size_t len = r.body_len;
     h_resp_free(&r);
@@ -80,7 +81,8 @@ static const char *validator_missing(void)
     const char *argv[] = {"node", "--version", NULL};
     if (h_run_cmd(argv, NULL, 10000, NULL, NULL) != 0)
         return "no node on PATH (Debian: apt-get install nodejs)";
-    if (access(OPENAPI_DIR "/node_modules/@seriousme/openapi-schema-validator/package.json",
+    if (access(OPENAPI_DIR
+               "/node_modules/@seriousme/openapi-schema-validator/package.json",
                R_OK) != 0)
         return "no " OPENAPI_DIR "/node_modules (run: npm ci --prefix " OPENAPI_DIR ")";
     return NULL;
@@ -164,7 +166,8 @@ static bool has(const json_t *list, const char *name)
 {
     size_t i;
     json_t *v;
-    json_array_foreach(list, i, v) if (strcmp(json_string_value(v), name) == 0) return true;
+    json_array_foreach(list, i,
+                       v) if (strcmp(json_string_value(v), name) == 0) return true;
     return false;
 }
 
