@@ -26,6 +26,7 @@
 #include "api/loop.h"
 #include "api/metrics.h"
 #include "api/pool.h"
+#include "api/problem.h"
 #include "api/routes.h"
 #include "api/simulate.h"
 #include "base/log.h"
@@ -140,6 +141,8 @@ static void oom(void)
     abort();
 }
 
+static int header(struct MHD_Connection *conn, const char *name, const char **value);
+
 static enum MHD_Result send_reply(struct request *r)
 {
     struct api_reply *rep = &r->rep;
@@ -147,6 +150,10 @@ static enum MHD_Result send_reply(struct request *r)
         api_reply_error(rep, 500, "internal", "no reply was produced");
     api_http_observe(&r->srv->http, r->route, rep, &r->started,
                      atomic_load_explicit(&r->done, memory_order_acquire));
+    const char *accept = NULL;
+    if (rep->error && header(r->conn, MHD_HTTP_HEADER_ACCEPT, &accept) == 0 &&
+        api_problem_preferred(accept))
+        api_problem_apply(rep);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(rep->body_len, rep->body, MHD_RESPMEM_MUST_COPY);
     if (resp == NULL)
