@@ -6,6 +6,7 @@
 #include "api/admin.h"
 #include "api/events.h"
 #include "api/metrics.h"
+#include "api/openapi.h"
 #include "api/orders.h"
 #include "api/simulate.h"
 #include "api/ui_embed.h"
@@ -46,6 +47,8 @@ static const struct api_route routes[] = {
      NULL},
     {"GET", "/admin/skus/{}/simulate", "sku", A, NULL, api_sim_get, NULL, NULL},
     {"DELETE", "/admin/skus/{}/simulate", "sku", A, NULL, api_sim_stop, NULL, NULL},
+    /* This API's OpenAPI description (api/openapi.h). */
+    {"GET", "/openapi.json", NULL, 0, NULL, api_openapi_get, NULL, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 _Static_assert(NROUTES <= API_ROUTES_MAX, "raise API_ROUTES_MAX");

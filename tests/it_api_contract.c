@@ -63,16 +63,9 @@ static void test_openapi_is_served(void **state)
     assert_non_null(
         json_object_get(json_object_get(doc, "components"), "securitySchemes"));
     json_decref(doc);
-    size_t len = r.body_len;
+    assert_non_null(strcasestr(r.headers, "Cache-Control: no-cache"));
     h_resp_free(&r);
-
-    /* HEAD as everywhere: the same length, no body. */
-    assert_int_equal(h_http(h->port, "HEAD", "/openapi.json", NULL, NULL, 0, &r), 200);
-    char want[64];
-    snprintf(want, sizeof want, "Content-Length: %zu\r\n", len);
-    assert_non_null(strcasestr(r.headers, want));
-    assert_int_equal(r.body_len, 0);
-    h_resp_free(&r);
+    /* HEAD is checked with every GET route's in it_http.c. */
 }
 
 /* Why node cannot validate here, or NULL when it can. */
