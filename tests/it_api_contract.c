@@ -81,7 +81,38 @@ static const char *validator_missing(void)
     return NULL;
 }
 
-/* The document the service serves passes an OpenAPI 3.1 schema validator. */
+/* Write `len` bytes of `data` to DIR/NAME.json and add "SCHEMA=that file" to argv. */
+static void save(const char *dir, const char *schema, const char *data, size_t len,
+                 const char **argv, int *argc, char paths[][1100])
+{
+    char *p = paths[*argc];
+    snprintf(p, 1100, "%s=%s/%d.json", schema, dir, *argc);
+    FILE *f = fopen(strchr(p, '=') + 1, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    argv[(*argc)++] = p;
+}
+
+/* One real answer of `method path` (with the admin token and `extra` headers, JSON
+ * `body` when not NULL), expected `status`, saved for schema `schema`. */
+static void sample(const struct h_env *h, const char *method, const char *path,
+                   const char *extra, const char *body, int status, const char *schema,
+                   const char *dir, const char **argv, int *argc, char paths[][1100])
+{
+    char headers[512];
+    snprintf(headers, sizeof headers, "%s%s%s", AUTH, extra != NULL ? extra : "",
+             body != NULL ? "Content-Type: application/json\r\n" : "");
+    struct h_resp r;
+    h_http(h->port, method, path, headers, body, body != NULL ? strlen(body) : 0, &r);
+    if (r.status != status)
+        fail_msg("%s %s: %d, expected %d: %s", method, path, r.status, status, r.body);
+    save(dir, schema, r.body, r.body_len, argv, argc, paths);
+    h_resp_free(&r);
+}
+
+/* The document the service serves passes an OpenAPI 3.1 schema validator, and real
+ * answers of the service are valid against the schemas it gives for them. */
 static void test_openapi_validates(void **state)
 {
     struct h_env *h = *state;
@@ -90,18 +121,40 @@ static void test_openapi_validates(void **state)
         printf("it_api_contract: OpenAPI validation skipped: %s\n", why);
         skip();
     }
-    struct h_resp r;
-    assert_int_equal(h_http(h->port, "GET", "/openapi.json", NULL, NULL, 0, &r), 200);
     char *dir = h_tempdir("openapi");
     assert_non_null(dir);
-    char file[1024];
-    snprintf(file, sizeof file, "%s/openapi.json", dir);
-    FILE *f = fopen(file, "w");
-    assert_non_null(f);
-    assert_int_equal(fwrite(r.body, 1, r.body_len, f), r.body_len);
-    assert_int_equal(fclose(f), 0);
+    static char paths[24][1100];
+    const char *argv[32] = {"node", OPENAPI_DIR "/validate.js"};
+    int argc = 2;
+    struct h_resp r;
+    assert_int_equal(h_http(h->port, "GET", "/openapi.json", NULL, NULL, 0, &r), 200);
+    save(dir, "doc", r.body, r.body_len, argv, &argc, paths);
+    argv[2] = strchr(argv[2], '=') + 1; /* the document itself, no schema */
     h_resp_free(&r);
-    const char *argv[] = {"node", OPENAPI_DIR "/validate.js", file, NULL};
+
+    sample(h, "PUT", "/admin/skus/oa-sku", NULL, "{\"stock\": 10, \"segments\": 2}", 200,
+           "Sku", dir, argv, &argc, paths);
+    sample(h, "GET", "/admin/skus?limit=1", NULL, NULL, 200, "SkuPage", dir, argv, &argc,
+           paths);
+    sample(h, "POST", "/orders", NULL, "{\"sku\": \"oa-sku\", \"qty\": 2}", 201, "Order",
+           dir, argv, &argc, paths);
+    sample(h, "GET", "/admin/skus/oa-missing", NULL, NULL, 404, "Error", dir, argv, &argc,
+           paths);
+    sample(h, "GET", "/admin/skus/oa-missing", PROBLEM, NULL, 404, "Problem", dir, argv,
+           &argc, paths);
+    sample(h, "POST", "/admin/skus/oa-sku/simulate", NULL, "{\"orders\": 2}", 202,
+           "Simulation", dir, argv, &argc, paths);
+    sample(h, "GET", "/admin/stats", NULL, NULL, 200, "Stats", dir, argv, &argc, paths);
+    sample(h, "GET", "/healthz", NULL, NULL, 200, "Health", dir, argv, &argc, paths);
+    sample(h, "GET", "/livez", NULL, NULL, 200, "Live", dir, argv, &argc, paths);
+    sample(h, "POST", "/admin/events/ticket", NULL, NULL, 200, "Ticket", dir, argv, &argc,
+           paths);
+    sample(h, "GET", "/ui/config.json", NULL, NULL, 200, "UiConfig", dir, argv, &argc,
+           paths);
+    sample(h, "DELETE", "/admin/skus/oa-sku", NULL, NULL, 200, "Deleted", dir, argv,
+           &argc, paths);
+    argv[argc] = NULL;
+
     char *out = NULL, *err = NULL;
     int rc = h_run_cmd(argv, NULL, 60000, &out, &err);
     printf("%s%s", out != NULL ? out : "", err != NULL ? err : "");

@@ -5,7 +5,11 @@
  * a schema keyword fails too. tests/it_api_contract.c runs it on the document the
  * service serves; by hand:
  *
- *   npm ci --prefix tests/openapi && node tests/openapi/validate.js FILE
+ *   npm ci --prefix tests/openapi && node tests/openapi/validate.js FILE [SCHEMA=BODY...]
+ *
+ * Each SCHEMA=BODY names a schema of components/schemas and a file holding a body the
+ * service answered: the body must be valid against that schema (so the document
+ * describes what the service really sends).
  *
  * Prints "ok ..." lines, or the errors; exit 0 when valid, 1 when not, 2 on bad usage.
  */
@@ -14,9 +18,9 @@
 const fs = require("fs");
 
 async function main() {
-  const file = process.argv[2];
-  if (!file) {
-    console.error("usage: validate.js OPENAPI.json");
+  const [file, ...bodies] = process.argv.slice(2);
+  if (!file || bodies.some((b) => !/^[A-Za-z]+=./.test(b))) {
+    console.error("usage: validate.js OPENAPI.json [SCHEMA=BODY.json...]");
     return 2;
   }
   const doc = JSON.parse(fs.readFileSync(file, "utf8"));
@@ -50,9 +54,9 @@ async function main() {
   ajv.addSchema(root);
   let bad = 0;
   const seen = new Set(); /* each distinct schema once: most are the same $ref */
-  const check = (where, schema) => {
+  const check = (where, schema, once = true) => {
     const key = JSON.stringify(schema);
-    if (seen.has(key)) return;
+    if (once && seen.has(key)) return;
     seen.add(key);
     try {
       ajv.compile({ $id: `openapi:${where}`, ...rebase(schema) });
@@ -62,7 +66,7 @@ async function main() {
     }
   };
   for (const [name, s] of Object.entries(doc.components?.schemas ?? {}))
-    check(`components/schemas/${name}`, s);
+    check(`components/schemas/${name}`, s, false);
   for (const [p, item] of Object.entries(doc.paths ?? {}))
     for (const [m, op] of Object.entries(item)) {
       if (typeof op !== "object" || !op.responses) continue;
@@ -74,7 +78,25 @@ async function main() {
     }
   if (bad) return 1;
   console.log("ok: every schema compiles as JSON Schema 2020-12");
-  return 0;
+
+  for (const arg of bodies) {
+    const [name, path] = [arg.slice(0, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1)];
+    const validate = ajv.getSchema(`openapi:components/schemas/${name}`);
+    if (!validate) {
+      console.error(`not ok: no schema ${name}`);
+      bad++;
+      continue;
+    }
+    const body = JSON.parse(fs.readFileSync(path, "utf8"));
+    if (validate(body)) {
+      console.log(`ok: a real ${name} body is valid`);
+    } else {
+      console.error(`not ok: a real ${name} body is not valid: ${ajv.errorsText(validate.errors)}`);
+      console.error(JSON.stringify(body).slice(0, 400));
+      bad++;
+    }
+  }
+  return bad ? 1 : 0;
 }
 
 /* Point "#/components/..." references at the document added under openapi:doc. */
