@@ -46,13 +46,14 @@ endif
 
 LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
-# Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/) and the
-# Lua scripts (segments/redis/lua/).
+# Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/), the
+# Lua scripts (segments/redis/lua/) and the OpenAPI document (api/openapi.json).
 UI_FILES  := $(sort $(wildcard api/ui/*))
 UI_C      := $(BUILD)/gen/ui_files.c
 LUA_FILES := $(sort $(wildcard segments/redis/lua/*.lua))
 LUA_C     := $(BUILD)/gen/lua_files.c
-LIB_OBJ   += $(UI_C:%.c=%.o) $(LUA_C:%.c=%.o)
+OPENAPI_C := $(BUILD)/gen/openapi_files.c
+LIB_OBJ   += $(UI_C:%.c=%.o) $(LUA_C:%.c=%.o) $(OPENAPI_C:%.c=%.o)
 BIN       := $(BUILD)/inventoryd
 
 UNIT_SRC  := $(wildcard tests/test_*.c)
@@ -81,6 +82,10 @@ $(UI_C): base/embed.sh $(UI_FILES)
 $(LUA_C): base/embed.sh $(LUA_FILES)
 	@mkdir -p $(dir $@)
 	base/embed.sh $@ rd_lua_files $(LUA_FILES)
+
+$(OPENAPI_C): base/embed.sh api/openapi.json
+	@mkdir -p $(dir $@)
+	base/embed.sh $@ api_openapi_files api/openapi.json
 
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c -o $@ $<

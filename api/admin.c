@@ -204,10 +204,11 @@ void api_admin_rebalance(const struct api_ctx *ctx, struct api_request *req,
 void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
                         struct api_reply *rep)
 {
-    (void)req;
     char **names = NULL;
     size_t n = 0;
-    inv_status s = sku_list(ctx->conn, &names, &n);
+    bool more = false;
+    const struct api_page *page = &req->in.page;
+    inv_status s = sku_list_page(ctx->conn, page->after, page->limit, &names, &n, &more);
     if (s != INV_OK) {
         api_reply_status(rep, s, "cannot list skus");
         return;
@@ -215,9 +216,16 @@ void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
     json_t *a = must(json_array());
     for (size_t i = 0; i < n; i++)
         json_array_append_new(a, must(json_string(names[i])));
-    sku_list_free(names, n);
     json_t *o = must(json_object());
     set(o, "skus", a);
+    if (more && n > 0) {
+        char cursor[API_CURSOR_MAX];
+        api_page_cursor(names[n - 1], cursor);
+        set(o, "next_cursor", json_string(cursor));
+    } else {
+        set(o, "next_cursor", json_null());
+    }
+    sku_list_free(names, n);
     api_reply_json(rep, 200, o);
 }
 

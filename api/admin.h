@@ -13,7 +13,8 @@
  *                             could not be had within lock_wait_ms
  *   POST   /admin/skus/{sku}/rebalance even the remaining stock out (sku_rebalance),
  *                             then answer as GET does
- *   GET    /admin/skus        {"skus": [names, sorted]}
+ *   GET    /admin/skus        {"skus": [names, sorted], "next_cursor": cursor|null}:
+ *                             one page (?limit, ?cursor: api_parse_page)
  *   GET    /admin/stats       every stats.h counter by stat_name(), plus uptime_s
  *   GET    /livez             {"status":"ok"}, never touches Redis
  *   GET    /healthz           PING: 200 {"status":"ok","redis":"up"} or 503

@@ -1,9 +1,11 @@
 /* parse.c -- turn request bodies, path names and headers into validated values. */
 #include "api/parse.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -339,6 +341,49 @@ int api_parse_name(const char *field, const char *s, struct api_parse_error *err
         return fail(err, "invalid_field", "%s: must be 1-%d characters of [A-Za-z0-9_.-]",
                     field, SEG_NAME_MAX);
     return 0;
+}
+
+int api_parse_page(const char *limit, const char *cursor, struct api_page *out,
+                   struct api_parse_error *err)
+{
+    out->limit = API_PAGE_LIMIT_DEFAULT;
+    out->after[0] = '\0';
+    if (limit != NULL) {
+        /* Digits only (no sign, space or exponent), and few enough to compare. */
+        size_t n = strspn(limit, "0123456789");
+        if (n == 0 || limit[n] != '\0' || n > 4 || atoi(limit) < 1 ||
+            atoi(limit) > API_PAGE_LIMIT_MAX)
+            return fail(err, "invalid_field", "limit: must be an integer 1-%d",
+                        API_PAGE_LIMIT_MAX);
+        out->limit = (size_t)atoi(limit);
+    }
+    if (cursor == NULL)
+        return 0;
+    size_t len = strlen(cursor);
+    if (len == 0 || len % 2 != 0 || len > 2 * SEG_NAME_MAX ||
+        strspn(cursor, "0123456789abcdefABCDEF") != len)
+        return fail(err, "invalid_field", "cursor: not a cursor this service gave");
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i += 2) {
+        int hi = (int)(strchr(hex, tolower((unsigned char)cursor[i])) - hex);
+        int lo = (int)(strchr(hex, tolower((unsigned char)cursor[i + 1])) - hex);
+        out->after[i / 2] = (char)(hi * 16 + lo);
+    }
+    out->after[len / 2] = '\0';
+    if (strlen(out->after) != len / 2 || !seg_valid_name(out->after))
+        return fail(err, "invalid_field", "cursor: not a cursor this service gave");
+    return 0;
+}
+
+void api_page_cursor(const char *name, char out[API_CURSOR_MAX])
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i = 0;
+    for (; name[i] != '\0' && i < SEG_NAME_MAX; i++) {
+        out[2 * i] = hex[(unsigned char)name[i] >> 4];
+        out[2 * i + 1] = hex[(unsigned char)name[i] & 15];
+    }
+    out[2 * i] = '\0';
 }
 
 int api_parse_request_id(const char *field, const char *header, char id[SEG_NAME_MAX + 1],

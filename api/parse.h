@@ -81,6 +81,26 @@ int api_parse_simulate(const char *body, size_t len, struct api_sim_body *out,
 int api_parse_request_id(const char *field, const char *header, char id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err);
 
+/* A page of a list (GET /admin/skus): ?limit=1..API_PAGE_LIMIT_MAX =
+ * API_PAGE_LIMIT_DEFAULT names, after the one the opaque ?cursor stands for. A cursor
+ * is the lowercase hex of the last name of the page before (api_page_cursor), so it
+ * stays valid whatever is created or deleted meanwhile; `after` is "" without one.
+ * `limit`/`cursor` NULL: absent; present but empty, out of range, not hex or not a
+ * name: 400 invalid_field. */
+#define API_PAGE_LIMIT_DEFAULT 100
+#define API_PAGE_LIMIT_MAX 1000
+#define API_CURSOR_MAX (2 * SEG_NAME_MAX + 1)
+struct api_page {
+    size_t limit;
+    char after[SEG_NAME_MAX + 1];
+};
+
+int api_parse_page(const char *limit, const char *cursor, struct api_page *out,
+                   struct api_parse_error *err);
+
+/* The cursor of the page after the one that ended with `name` (a valid name). */
+void api_page_cursor(const char *name, char out[API_CURSOR_MAX]);
+
 /* A SKU or order id taken from the path; `field` ("sku", "order_id") names it in
  * the error. */
 int api_parse_name(const char *field, const char *s, struct api_parse_error *err);

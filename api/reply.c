@@ -42,6 +42,7 @@ static void set_body(struct api_reply *r, int status, char *body, size_t len)
     r->body = body;
     r->body_len = len;
     r->content_type = NULL;
+    r->error = false;
 }
 
 void api_reply_json(struct api_reply *r, int status, json_t *body)
@@ -102,6 +103,7 @@ static void reply_errorv(struct api_reply *r, int status, const char *code,
     n += escape_into(body + n, detail);
     n += (size_t)snprintf(body + n, cap - n, "\"}");
     set_body(r, status, body, n);
+    r->error = true;
 }
 
 void api_reply_error(struct api_reply *r, int status, const char *code, const char *fmt,

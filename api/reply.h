@@ -2,7 +2,8 @@
  * one mapping from a domain inv_status to an HTTP status and error code.
  *
  * Every body is JSON text (the server sends it as application/json). Errors look
- * like {"error": "<code>", "detail": "..."}. A reply owns its body: set one with the
+ * like {"error": "<code>", "detail": "..."} (api/problem.h turns them into RFC 9457
+ * problem details for a client that asks). A reply owns its body: set one with the
  * api_reply_* functions and release it with api_reply_clear(). Setting a reply
  * twice replaces the first. Out of memory aborts.
  *
@@ -17,6 +18,7 @@
 #define API_REPLY_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "segments/inventory.h"
@@ -35,6 +37,8 @@ struct api_reply {
     char *body;               /* JSON text (or content_type), owned; NULL until set */
     const char *content_type; /* static; NULL means application/json */
     size_t body_len;
+    bool error; /* the body is {"error","detail"} from api_reply_error/status (which
+                   api/problem.h may rewrite); false for any other body */
     struct api_header headers[API_REPLY_HEADERS_MAX];
     int nheaders;
 };

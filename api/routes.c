@@ -6,6 +6,7 @@
 #include "api/admin.h"
 #include "api/events.h"
 #include "api/metrics.h"
+#include "api/openapi.h"
 #include "api/orders.h"
 #include "api/simulate.h"
 #include "api/ui_embed.h"
@@ -14,6 +15,7 @@
 #define A API_ROUTE_ADMIN
 #define S API_ROUTE_SLOW
 #define W API_ROUTE_WRITE
+#define P API_ROUTE_PAGED
 
 static const struct api_route routes[] = {
     /* method, pattern, name, flags, parse, handle, fast, start */
@@ -21,7 +23,7 @@ static const struct api_route routes[] = {
      api_orders_start},
     {"GET", "/orders/{}", "order_id", B, NULL, api_orders_get, NULL, NULL},
     {"DELETE", "/orders/{}", "order_id", B | S, NULL, api_orders_cancel, NULL, NULL},
-    {"GET", "/admin/skus", NULL, A | B, NULL, api_admin_sku_list, NULL, NULL},
+    {"GET", "/admin/skus", NULL, A | B | P, NULL, api_admin_sku_list, NULL, NULL},
     {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get, NULL, NULL},
     {"PUT", "/admin/skus/{}", "sku", A | B | W, api_admin_parse_sku, api_admin_sku_put,
      NULL, NULL},
@@ -45,6 +47,8 @@ static const struct api_route routes[] = {
      NULL},
     {"GET", "/admin/skus/{}/simulate", "sku", A, NULL, api_sim_get, NULL, NULL},
     {"DELETE", "/admin/skus/{}/simulate", "sku", A, NULL, api_sim_stop, NULL, NULL},
+    /* This API's OpenAPI description (api/openapi.h). */
+    {"GET", "/openapi.json", NULL, 0, NULL, api_openapi_get, NULL, NULL},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 _Static_assert(NROUTES <= API_ROUTES_MAX, "raise API_ROUTES_MAX");
@@ -168,6 +172,11 @@ const struct api_route *api_route_prepare(struct api_request *req,
             api_reply_error(rep, 400, perr.code, "%s", perr.detail);
             return NULL;
         }
+    }
+    if ((route->flags & API_ROUTE_PAGED) &&
+        api_parse_page(req->limit, req->cursor, &req->in.page, &perr) != 0) {
+        api_reply_error(rep, 400, perr.code, "%s", perr.detail);
+        return NULL;
     }
     if ((route->flags & API_ROUTE_WRITE) &&
         api_parse_request_id("request_id", req->idempotency_key, req->request_id,

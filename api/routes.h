@@ -8,7 +8,8 @@
  * its body -- unless that is an event stream), check the admin token (401
  * `unauthorized` plus WWW-Authenticate), validate the path name (400
  * `invalid_field`), check the Content-Type of a body (415 `unsupported_media_type`),
- * parse the body (400 `bad_json`/`invalid_field`) and, for admin writes, take the
+ * parse the body (400 `bad_json`/`invalid_field`) or, for a list, its ?limit and
+ * ?cursor (400 `invalid_field`) and, for admin writes, take the
  * request id from the body or the Idempotency-Key header. The server then runs
  * route->start on the request's event loop when the route has one (POST /orders:
  * the order engine, no thread blocks), else route->handle: on a pool worker with
@@ -52,6 +53,8 @@ struct api_request {
     const char *content_type;    /* NULL when absent */
     const char *authorization;   /* NULL when absent */
     const char *idempotency_key; /* NULL when absent */
+    const char *limit;           /* the ?limit query parameter; NULL when absent */
+    const char *cursor;          /* the ?cursor query parameter; NULL when absent */
     const char *body;            /* NULL or body_len bytes, not NUL-terminated */
     size_t body_len;
     /* The durability setting: a PUT /admin/skus/{sku} body that names none gets
@@ -70,6 +73,7 @@ struct api_request {
         struct sku_config sku;        /* PUT /admin/skus/{sku} */
         long long restock_qty;        /* POST /admin/skus/{sku}/restock */
         struct api_sim_body simulate; /* POST /admin/skus/{sku}/simulate */
+        struct api_page page;         /* API_ROUTE_PAGED: ?limit and ?cursor */
     } in;
 };
 
@@ -83,6 +87,8 @@ enum api_route_flags {
     API_ROUTE_STREAM = 16,  /* an event stream: the server opens it with
                                api_events_open() instead of running `handle` */
     API_ROUTE_METRICS = 32, /* with ADMIN: the metrics token is enough too */
+    API_ROUTE_PAGED = 64,   /* a list: ?limit and ?cursor are parsed into in.page
+                               (400 invalid_field when bad) */
 };
 
 /* The bearer tokens of the service; NULL or "" each: not set. */

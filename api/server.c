@@ -26,6 +26,7 @@
 #include "api/loop.h"
 #include "api/metrics.h"
 #include "api/pool.h"
+#include "api/problem.h"
 #include "api/routes.h"
 #include "api/simulate.h"
 #include "base/log.h"
@@ -140,6 +141,8 @@ static void oom(void)
     abort();
 }
 
+static int header(struct MHD_Connection *conn, const char *name, const char **value);
+
 static enum MHD_Result send_reply(struct request *r)
 {
     struct api_reply *rep = &r->rep;
@@ -147,6 +150,10 @@ static enum MHD_Result send_reply(struct request *r)
         api_reply_error(rep, 500, "internal", "no reply was produced");
     api_http_observe(&r->srv->http, r->route, rep, &r->started,
                      atomic_load_explicit(&r->done, memory_order_acquire));
+    const char *accept = NULL;
+    if (rep->error && header(r->conn, MHD_HTTP_HEADER_ACCEPT, &accept) == 0 &&
+        api_problem_preferred(accept))
+        api_problem_apply(rep);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(rep->body_len, rep->body, MHD_RESPMEM_MUST_COPY);
     if (resp == NULL)
@@ -241,6 +248,23 @@ static int header(struct MHD_Connection *conn, const char *name, const char **va
     if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, name, strlen(name), value,
                                       &len) != MHD_YES) {
         *value = NULL;
+        return 0;
+    }
+    return strlen(*value) == len ? 0 : -1;
+}
+
+/* Query parameter `name` into *value (NULL when absent, "" when it has no value): -1
+ * when its decoded value holds a NUL byte. The first one counts when it repeats. */
+static int query_arg(struct MHD_Connection *conn, const char *name, const char **value)
+{
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_GET_ARGUMENT_KIND, name, strlen(name),
+                                      value, &len) != MHD_YES) {
+        *value = NULL;
+        return 0;
+    }
+    if (*value == NULL) {
+        *value = "";
         return 0;
     }
     return strlen(*value) == len ? 0 : -1;
@@ -484,6 +508,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0 ||
         header(conn, "Idempotency-Key", &req->idempotency_key) != 0) {
         api_reply_error(&r->rep, 400, "bad_header", "a header value holds a NUL byte");
+        return send_reply(r);
+    }
+    if (query_arg(conn, "limit", &req->limit) != 0 ||
+        query_arg(conn, "cursor", &req->cursor) != 0) {
+        api_reply_error(&r->rep, 400, "invalid_field",
+                        "a query parameter holds a NUL byte");
         return send_reply(r);
     }
     req->body = r->body;

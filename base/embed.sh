@@ -4,8 +4,9 @@
 #
 #   base/embed.sh OUT.c TABLE FILE...
 #
-# The Makefile runs it for the dashboard (api/ui/*, table api_ui_files) and for the
-# Lua scripts (segments/redis/lua/*.lua, table rd_lua_files). Each file becomes a
+# The Makefile runs it for the dashboard (api/ui/*, table api_ui_files), the Lua
+# scripts (segments/redis/lua/*.lua, table rd_lua_files) and the OpenAPI document
+# (api/openapi.json, table api_openapi_files). Each file becomes a
 # NUL-terminated byte array (the NUL is not counted in its length); the table is
 # named by base name, in the order given, and ends with {0, 0, 0}. Only od and sed
 # (coreutils, POSIX) are needed.

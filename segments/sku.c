@@ -308,6 +308,38 @@ inv_status sku_list(inv_conn *c, char ***names, size_t *n)
     return INV_OK;
 }
 
+inv_status sku_list_page(inv_conn *c, const char *after, size_t limit, char ***names,
+                         size_t *n, bool *more)
+{
+    char **all;
+    size_t total;
+    *more = false;
+    inv_status s = sku_list(c, &all, &total);
+    if (s != INV_OK) {
+        *names = NULL;
+        *n = 0;
+        return s;
+    }
+    size_t lo = 0, hi = total; /* the first name greater than `after` */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(all[mid], after) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t k = total - lo < limit ? total - lo : limit;
+    for (size_t i = 0; i < lo; i++)
+        free(all[i]);
+    for (size_t i = lo + k; i < total; i++)
+        free(all[i]);
+    memmove(all, all + lo, k * sizeof *all);
+    *names = all;
+    *n = k;
+    *more = lo + k < total;
+    return INV_OK;
+}
+
 void sku_list_free(char **names, size_t n)
 {
     for (size_t i = 0; i < n; i++)

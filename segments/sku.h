@@ -102,4 +102,11 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid);
 inv_status sku_list(inv_conn *c, char ***names, size_t *n);
 void sku_list_free(char **names, size_t n);
 
+/* One page of that list: at most `limit` (>= 1) names, sorted, of those greater than
+ * `after` ("" from the start); *more says whether any come after the page. Free as
+ * sku_list's. Each page reads the whole set (SMEMBERS) and sorts it: see
+ * docs/DESIGN.md, "Listing SKUs". */
+inv_status sku_list_page(inv_conn *c, const char *after, size_t limit, char ***names,
+                         size_t *n, bool *more);
+
 #endif

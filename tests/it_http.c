@@ -537,6 +537,7 @@ static void test_head_matches_get(void **state)
         {"/admin/skus/nope", true},
         {"/admin/stats", false},
         {"/metrics", false},
+        {"/openapi.json", true},
     };
     /* HEAD where there is no GET: 405, no body. */
     struct raw r;

@@ -386,6 +386,62 @@ static void bearer_tokens(void **state)
     assert_false(api_bearer_matches("Bearer ", ""));
 }
 
+static void page_parameters(void **state)
+{
+    (void)state;
+    struct api_page pg;
+    struct api_parse_error err;
+    assert_int_equal(api_parse_page(NULL, NULL, &pg, &err), 0);
+    assert_int_equal(pg.limit, API_PAGE_LIMIT_DEFAULT);
+    assert_string_equal(pg.after, "");
+    assert_int_equal(api_parse_page("1", NULL, &pg, &err), 0);
+    assert_int_equal(pg.limit, 1);
+    assert_int_equal(api_parse_page("1000", NULL, &pg, &err), 0);
+    assert_int_equal(pg.limit, 1000);
+    static const char *bad_limits[] = {"",
+                                       "0",
+                                       "1001",
+                                       "-1",
+                                       "+1",
+                                       " 1",
+                                       "1 ",
+                                       "1e2",
+                                       "0x10",
+                                       "00001",
+                                       "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_limits / sizeof bad_limits[0]; i++) {
+        if (api_parse_page(bad_limits[i], NULL, &pg, &err) != -1)
+            fail_msg("limit '%s' accepted", bad_limits[i]);
+        assert_string_equal(err.code, "invalid_field");
+    }
+
+    /* A cursor round-trips every name, the longest too. */
+    char name[SEG_NAME_MAX + 1], cursor[API_CURSOR_MAX];
+    memset(name, 'z', SEG_NAME_MAX);
+    name[SEG_NAME_MAX] = '\0';
+    const char *names[] = {"a", "tv", "A-1_b.c", name};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        api_page_cursor(names[i], cursor);
+        assert_int_equal(strlen(cursor), 2 * strlen(names[i]));
+        assert_int_equal(api_parse_page("5", cursor, &pg, &err), 0);
+        assert_string_equal(pg.after, names[i]);
+    }
+    assert_int_equal(api_parse_page(NULL, "7476", &pg, &err), 0); /* "tv" */
+    assert_string_equal(pg.after, "tv");
+    assert_int_equal(api_parse_page(NULL, "7A7A", &pg, &err), 0);
+    assert_string_equal(pg.after, "zz");
+    char longer[2 * SEG_NAME_MAX + 3];
+    memset(longer, 'a', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0'; /* 130 hex digits: one name too long */
+    const char *bad_cursors[] = {"",     "7",    "747",  "zz",  "2f2f",
+                                 "0020", "7400", "74 6", longer};
+    for (size_t i = 0; i < sizeof bad_cursors / sizeof bad_cursors[0]; i++) {
+        if (api_parse_page(NULL, bad_cursors[i], &pg, &err) != -1)
+            fail_msg("cursor '%s' accepted", bad_cursors[i]);
+        assert_string_equal(err.code, "invalid_field");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +457,7 @@ int main(void)
         cmocka_unit_test(path_names),
         cmocka_unit_test(content_types),
         cmocka_unit_test(bearer_tokens),
+        cmocka_unit_test(page_parameters),
     };
     return cmocka_run_group_tests_name("parse", tests, NULL, NULL);
 }

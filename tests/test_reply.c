@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "api/problem.h"
 #include "api/reply.h"
 
 /* Parse a reply body, which must be a JSON object; the caller decrefs. */
@@ -172,6 +173,70 @@ static void headers(void **state)
     api_reply_clear(&r);
 }
 
+static void problem_negotiation(void **state)
+{
+    (void)state;
+    static const char *yes[] = {
+        "application/problem+json",
+        "Application/Problem+JSON",
+        "application/json, application/problem+json",
+        "application/json;q=0.9, application/problem+json",
+        "application/problem+json; charset=utf-8",
+        " application/problem+json ;q=1.0 , */*;q=0.1",
+        "text/html, application/problem+json;q=0.5",
+    };
+    static const char *no[] = {
+        NULL,
+        "",
+        "*/*",
+        "application/json",
+        "application/*",
+        "application/problem+json;q=0",
+        "application/problem+json;q=0.5, */*",
+        "application/problem+json;q=0.5, application/json",
+        "application/problem+jsonx",
+        "application/problem+json;q=x",
+        "application/problem+json;q=2",
+        ",,;",
+    };
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        if (!api_problem_preferred(yes[i]))
+            fail_msg("'%s' does not prefer problem details", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (api_problem_preferred(no[i]))
+            fail_msg("'%s' prefers problem details", no[i] ? no[i] : "(null)");
+}
+
+static void problem_rewrite(void **state)
+{
+    (void)state;
+    struct api_reply r;
+    api_reply_init(&r);
+    api_reply_status(&r, INV_BUSY, "no lock for sku %s", "tv");
+    api_problem_apply(&r);
+    assert_string_equal(r.content_type, "application/problem+json");
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "type")),
+                        API_PROBLEM_TYPE_PREFIX "busy");
+    assert_string_equal(json_string_value(json_object_get(j, "title")),
+                        api_problem_title("busy"));
+    assert_int_equal(json_integer_value(json_object_get(j, "status")), 503);
+    assert_string_equal(json_string_value(json_object_get(j, "detail")),
+                        "no lock for sku tv");
+    assert_string_equal(json_string_value(json_object_get(j, "code")), "busy");
+    assert_int_equal(json_object_size(j), 5);
+    json_decref(j);
+    assert_int_equal(r.nheaders, 1); /* Retry-After stays */
+    api_reply_clear(&r);
+
+    /* Not an error reply: left alone. */
+    api_reply_json(&r, 503, json_pack("{s:s, s:s}", "error", "x", "detail", "y"));
+    api_problem_apply(&r);
+    assert_null(r.content_type);
+    api_reply_clear(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +246,8 @@ int main(void)
         cmocka_unit_test(status_replies_and_retry_after),
         cmocka_unit_test(json_and_text_bodies),
         cmocka_unit_test(headers),
+        cmocka_unit_test(problem_negotiation),
+        cmocka_unit_test(problem_rewrite),
     };
     return cmocka_run_group_tests_name("reply", tests, NULL, NULL);
 }

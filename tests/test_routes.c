@@ -70,7 +70,7 @@ static void known_routes(void **state)
     } ok[] = {
         {"POST", "/orders", API_ROUTE_BACKEND, ""},
         {"GET", "/orders/o-1", API_ROUTE_BACKEND, "o-1"},
-        {"GET", "/admin/skus", API_ROUTE_BACKEND | API_ROUTE_ADMIN, ""},
+        {"GET", "/admin/skus", API_ROUTE_BACKEND | API_ROUTE_ADMIN | API_ROUTE_PAGED, ""},
         {"GET", "/admin/skus/tv", API_ROUTE_BACKEND | API_ROUTE_ADMIN, "tv"},
         {"PUT", "/admin/skus/tv", API_ROUTE_BACKEND | API_ROUTE_ADMIN | API_ROUTE_WRITE,
          "tv"},

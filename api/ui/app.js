@@ -424,12 +424,20 @@
   /* ---- the SKU list ------------------------------------------------------------ */
 
   async function refreshSkus() {
-    const r = await api("GET", "/admin/skus");
-    if (!r.ok) {
-      if (r.status !== 401) toast("Cannot list SKUs: " + failure(r).message, true);
-      return;
-    }
-    state.skus = r.data.skus || [];
+    /* The list comes in pages (next_cursor); follow them to the end. */
+    const skus = [];
+    let cursor = null;
+    do {
+      const q = "?limit=1000" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+      const r = await api("GET", "/admin/skus" + q);
+      if (!r.ok) {
+        if (r.status !== 401) toast("Cannot list SKUs: " + failure(r).message, true);
+        return;
+      }
+      skus.push(...(r.data.skus || []));
+      cursor = r.data.next_cursor || null;
+    } while (cursor);
+    state.skus = skus;
     const ul = $("#sku-list");
     ul.textContent = "";
     if (state.skus.length === 0) {

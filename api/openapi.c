@@ -1,0 +1,26 @@
+/* openapi.c -- serve the OpenAPI document compiled into the binary. */
+#include "api/openapi.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void api_openapi_get(const struct api_ctx *ctx, struct api_request *req,
+                     struct api_reply *rep)
+{
+    (void)ctx;
+    const struct embed_file *f = embed_find(api_openapi_files, "openapi.json");
+    if (f == NULL) { /* the build embeds it: not expected */
+        api_reply_error(rep, 500, "internal", "no OpenAPI document in this build: %.100s",
+                        req->path);
+        return;
+    }
+    char *body = malloc(f->len + 1);
+    if (body == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    memcpy(body, f->data, f->len + 1);
+    api_reply_raw(rep, 200, "application/json", body, f->len);
+    api_reply_header(rep, "Cache-Control", "no-cache");
+}
