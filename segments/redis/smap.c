@@ -121,13 +121,16 @@ static bool same_map(const struct rd_slot_map *a, const struct rd_slot_map *b)
     return true;
 }
 
-/* Where a fetch may ask: host:port pairs. */
+/* A node a fetch may ask. */
+struct place {
+    char host[RD_HOST_MAX];
+    int port;
+};
+
+/* Where a fetch asks, in order, each once. */
 struct places {
     int n;
-    struct {
-        char host[RD_HOST_MAX];
-        int port;
-    } at[64];
+    struct place at[64]; /* past that many nodes, the rest are not asked */
 };
 
 static void add_place(struct places *p, const char *host, int port)
@@ -135,20 +138,20 @@ static void add_place(struct places *p, const char *host, int port)
     for (int i = 0; i < p->n; i++)
         if (p->at[i].port == port && strcmp(p->at[i].host, host) == 0)
             return;
-    if (p->n == (int)(sizeof p->at / sizeof p->at[0]))
+    if (port <= 0 || p->n == (int)(sizeof p->at / sizeof p->at[0]))
         return;
     snprintf(p->at[p->n].host, sizeof p->at[0].host, "%s", host);
     p->at[p->n++].port = port;
 }
 
-/* Fetch the map into `out`: the node that answered last (`last`, updated), the seed,
- * then every node of `cur` (may be NULL). 0, or -1 with the last reason in err. */
-static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct places *last,
+/* Fetch the map into `out`: from the node that answered last (`last`, updated; port
+ * 0 when none did), the seed, then every node of `cur` (may be NULL). 0, or -1 with
+ * the last reason in err. */
+static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct place *last,
                  struct rd_slot_map *out, char *err, size_t errlen)
 {
     struct places p = {0};
-    if (last->n > 0)
-        add_place(&p, last->at[0].host, last->at[0].port);
+    add_place(&p, last->host, last->port);
     add_place(&p, m->host, m->seed.port);
     for (int k = 0; cur != NULL && k < cur->map.nmasters; k++) {
         const struct rd_shard *sh = &cur->map.masters[k];
@@ -162,8 +165,7 @@ static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct places *last
         t.host = p.at[i].host;
         t.port = p.at[i].port;
         if (rd_slot_map_fetch(&t, out, err, errlen) == 0) {
-            last->n = 0;
-            add_place(last, t.host, t.port);
+            *last = p.at[i];
             return 0;
         }
     }
@@ -175,7 +177,7 @@ static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct places *last
 static void *run(void *arg)
 {
     rd_smap *m = arg;
-    struct places last = {0};
+    struct place last = {0};
     long long began = 0; /* when the last fetch began; 0: none yet */
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
