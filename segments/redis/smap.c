@@ -20,11 +20,11 @@ struct rd_smap {
     pthread_cond_t done;      /* the askers: a fetch ended */
     struct rd_smap_snap *cur; /* the newest snapshot (under mu); NULL: none yet */
     _Atomic long long gen;    /* cur's generation, for lock-free reads */
-    long long asked,
-        answered;     /* under mu: asks made; asks a finished fetch began after */
-    bool stop;        /* under mu */
-    atomic_bool quit; /* stop, read by a fetch between nodes */
-    char err[200];    /* under mu: why the last fetch failed, "" */
+    long long asked;          /* under mu: asks made */
+    long long answered;       /* under mu: the asks made before the last fetch began */
+    bool stop;                /* under mu */
+    atomic_bool quit;         /* stop, read by a fetch between nodes */
+    char err[200];            /* under mu: why the last fetch failed, "" */
 };
 
 /* An absolute CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait on a
