@@ -93,13 +93,14 @@ struct run {
 
 /* One failover of the master serving `slot`: its replica cut off (stopped, and its
  * link dropped by the master) while cut(arg) runs, so what the master acknowledges
- * meanwhile reaches no replica; then the master SIGKILLed, the replica resumed and
- * promoted, then(arg) run when `then` is not NULL (the old master still down), the
- * old master restarted until it is a synced replica of the new one. Returns 0 (*ms:
+ * meanwhile reaches no replica; then the master SIGKILLed (`freeze`: SIGSTOPped, so
+ * its connections stay open and unanswered), the replica resumed and promoted,
+ * then(arg) run when `then` is not NULL (the old master still down), the old master
+ * restarted (resumed) until it is a synced replica of the new one. Returns 0 (*ms:
  * how long the promotion took after the kill), or -1 with the reason in err. */
-static int failover_then(struct h_cluster_env *f, int slot, void (*cut)(void *),
-                         void (*then)(void *), void *arg, long long *ms, char *err,
-                         size_t errlen)
+static int failover_then(struct h_cluster_env *f, int slot, bool freeze,
+                         void (*cut)(void *), void (*then)(void *), void *arg,
+                         long long *ms, char *err, size_t errlen)
 {
     struct rd_slot_map m;
     if (fetch_any(f, -1, &m) != 0) {
@@ -126,7 +127,7 @@ static int failover_then(struct h_cluster_env *f, int slot, void (*cut)(void *),
         redisFree(rc);
     }
     cut(arg);
-    int st = h_redis_kill(master);
+    int st = freeze ? h_redis_pause(master) : h_redis_kill(master);
     long long killed = h_now_ms();
     h_redis_resume(standby);
     if (st == -1) {
@@ -153,7 +154,7 @@ static int failover_then(struct h_cluster_env *f, int slot, void (*cut)(void *),
         then(arg);
 
     /* The old master comes back as a replica of the new one. */
-    if (h_redis_restart(master) != 0) {
+    if ((freeze ? h_redis_resume(master) : h_redis_restart(master)) != 0) {
         snprintf(err, errlen, "the old master did not restart");
         return -1;
     }
@@ -170,7 +171,7 @@ static int failover_then(struct h_cluster_env *f, int slot, void (*cut)(void *),
 static int failover(struct h_cluster_env *f, int slot, void (*cut)(void *), void *arg,
                     long long *ms, char *err, size_t errlen)
 {
-    return failover_then(f, slot, cut, NULL, arg, ms, err, errlen);
+    return failover_then(f, slot, false, cut, NULL, arg, ms, err, errlen);
 }
 
 static void sleep_300(void *arg)
@@ -506,11 +507,12 @@ static void test_replicated_multi_retry_after_failover(void **state)
 
 /* Reads right after a failover: orders with ids on every master, read many times
  * in parallel so that every worker of the service has used connections to every
- * master; then the master of some of them SIGKILLed, and once its replica is
- * promoted and cluster-node-timeout + 2 s have passed since the kill, every order
- * read once, in parallel: all 200. Before, each worker's connection kept a slot map
- * of its own and learned the new master only by failing a read on the dead one: the
- * first read there of each of the 4 control workers answered 503 (4 of 90). */
+ * master; then the master of some of them SIGKILLed (`freeze`: SIGSTOPped), and once
+ * its replica is promoted and cluster-node-timeout + 2 s have passed since the kill,
+ * every order read once, in parallel: all 200. Before, each worker's connection kept
+ * a slot map of its own and learned the new master only by failing a read on the
+ * old one: the first read there of each of the 4 control workers answered 503 (4 of
+ * 90; on a frozen master each after its own 1 s timeout). */
 #define READ_IDS 90
 #define READERS 8
 
@@ -561,23 +563,23 @@ static void read_after_promotion(void *arg)
     x->read_ms = h_now_ms() - x->killed_ms;
 }
 
-static void test_reads_after_failover(void **state)
+static void reads_after_failover(struct h_cluster_env *f, const char *sku, bool freeze)
 {
-    struct h_cluster_env *f = *state;
-    h_deadline(120);
     struct reads *x = calloc(1, sizeof *x);
     assert_non_null(x);
     x->f = f;
+    char path[96];
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
     struct h_resp resp;
-    int st = h_req(f->port, "PUT", "/admin/skus/fo-read", NULL,
+    int st = h_req(f->port, "PUT", path, NULL,
                    "{\"stock\": 1000, \"segments\": 6, \"durability\": \"replicated\"}",
                    &resp);
     h_resp_free(&resp);
     assert_true(st == 200 || st == 201);
     int per_node[16] = {0};
     for (int i = 0; i < READ_IDS; i++) {
-        snprintf(x->ids[i], sizeof x->ids[i], "fo-read-%d", i);
-        assert_int_equal(h_order(f->port, "fo-read", 1, x->ids[i], NULL), 201);
+        snprintf(x->ids[i], sizeof x->ids[i], "%s-%d", sku, i);
+        assert_int_equal(h_order(f->port, sku, 1, x->ids[i], NULL), 201);
         char rec[SEG_KEY_MAX];
         seg_key_order(rec, x->ids[i]);
         int n = h_cluster_master_of(f->cluster, rec);
@@ -597,27 +599,41 @@ static void test_reads_after_failover(void **state)
     char rec[SEG_KEY_MAX], err[120];
     seg_key_order(rec, x->ids[0]);
     long long ms;
-    if (failover_then(f, rd_key_slot(rec, strlen(rec)), note_kill, read_after_promotion,
-                      x, &ms, err, sizeof err) != 0)
+    if (failover_then(f, rd_key_slot(rec, strlen(rec)), freeze, note_kill,
+                      read_after_promotion, x, &ms, err, sizeof err) != 0)
         fail_msg("failover: %s", err);
     int unavailable = 0, first = -1;
     for (int i = 0; i < READ_IDS; i++)
         if (x->status[i] != 200 && unavailable++ == 0)
             first = i;
-    fprintf(
-        stderr,
-        "reads after failover: promotion %lld ms after the kill, %d reads from %lld to "
-        "%lld ms after it, %d not 200%s%s\n",
-        ms, READ_IDS, x->read_from_ms, x->read_ms, unavailable,
-        first >= 0 ? ", first: " : "", first >= 0 ? x->ids[first] : "");
+    fprintf(stderr,
+            "reads after %s: promotion %lld ms after it, %d reads from %lld to %lld ms "
+            "after it, %d not 200%s%s\n",
+            freeze ? "a freeze" : "a kill", ms, READ_IDS, x->read_from_ms, x->read_ms,
+            unavailable, first >= 0 ? ", first: " : "", first >= 0 ? x->ids[first] : "");
     assert_int_equal(first >= 0 ? x->status[first] : 200, 200);
     free(x);
+}
+
+static void test_reads_after_failover(void **state)
+{
+    h_deadline(120);
+    reads_after_failover(*state, "fo-read", false);
+}
+
+/* The same with the master frozen, not dead: its connections stay open and a command
+ * on one waits for its timeout. */
+static void test_reads_after_freeze(void **state)
+{
+    h_deadline(120);
+    reads_after_failover(*state, "fo-frozen", true);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reads_after_failover),
+        cmocka_unit_test(test_reads_after_freeze),
         cmocka_unit_test(test_failover_replicated_loses_nothing),
         cmocka_unit_test(test_failover_async_counts_losses),
         cmocka_unit_test(test_replicated_retry_after_failover),

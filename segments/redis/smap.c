@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 
+#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -127,6 +128,12 @@ struct place {
     int port;
 };
 
+/* The connection the thread keeps to the node that answered its last fetch. */
+struct kept {
+    redisContext *rc; /* NULL: none */
+    struct place at;
+};
+
 /* Where a fetch asks, in order, each once. */
 struct places {
     int n;
@@ -144,14 +151,20 @@ static void add_place(struct places *p, const char *host, int port)
     p->at[p->n++].port = port;
 }
 
-/* Fetch the map into `out`: from the node that answered last (`last`, updated; port
- * 0 when none did), the seed, then every node of `cur` (may be NULL). 0, or -1 with
- * the last reason in err. */
-static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct place *last,
+/* Fetch the map into `out`: over the connection kept to the node that answered last
+ * (`keep`: rc NULL when none), else from the seed, then every node of `cur` (may be
+ * NULL), keeping the connection to the first that answers. 0, or -1 with the last
+ * reason in err. */
+static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct kept *keep,
                  struct rd_slot_map *out, char *err, size_t errlen)
 {
+    if (keep->rc != NULL) {
+        if (rd_slot_map_ask(keep->rc, keep->at.host, out, err, errlen) == 0)
+            return 0;
+        redisFree(keep->rc); /* tried again below, after the others */
+        keep->rc = NULL;
+    }
     struct places p = {0};
-    add_place(&p, last->host, last->port);
     add_place(&p, m->host, m->seed.port);
     for (int k = 0; cur != NULL && k < cur->map.nmasters; k++) {
         const struct rd_shard *sh = &cur->map.masters[k];
@@ -164,10 +177,15 @@ static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct place *last,
         struct rd_target t = m->seed;
         t.host = p.at[i].host;
         t.port = p.at[i].port;
-        if (rd_slot_map_fetch(&t, out, err, errlen) == 0) {
-            *last = p.at[i];
+        redisContext *rc = rd_slot_map_connect(&t, err, errlen);
+        if (rc == NULL)
+            continue;
+        if (rd_slot_map_ask(rc, t.host, out, err, errlen) == 0) {
+            keep->rc = rc;
+            keep->at = p.at[i];
             return 0;
         }
+        redisFree(rc);
     }
     return -1;
 }
@@ -177,7 +195,7 @@ static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct place *last,
 static void *run(void *arg)
 {
     rd_smap *m = arg;
-    struct place last = {0};
+    struct kept keep = {0};
     long long began = 0; /* when the last fetch began; 0: none yet */
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
@@ -199,7 +217,7 @@ static void *run(void *arg)
         began = base_now_ms();
         struct rd_slot_map fresh;
         char err[200];
-        int rc = fetch(m, cur, &last, &fresh, err, sizeof err);
+        int rc = fetch(m, cur, &keep, &fresh, err, sizeof err);
         struct rd_smap_snap *made = NULL;
         if (rc == 0 && (cur == NULL || !same_map(&cur->map, &fresh))) {
             made = seg_calloc(1, sizeof *made);
@@ -226,6 +244,8 @@ static void *run(void *arg)
         pthread_mutex_lock(&m->mu);
     }
     pthread_mutex_unlock(&m->mu);
+    if (keep.rc != NULL)
+        redisFree(keep.rc);
     return NULL;
 }
 

@@ -15,10 +15,14 @@
  * connection asks (rd_smap_refresh: MOVED, a node that failed, CLUSTERDOWN), and
  * every RD_SMAP_TICK_MS; never twice within RD_SMAP_MIN_MS. Asks made while a fetch
  * runs are answered by the next fetch, so however many connections ask at once, one
- * fetch answers them all (single flight). A fetch asks the node that answered the
- * last one first, then the seed, then every node of the newest snapshot (rd_slot_map_
- * fetch over a connection of its own, with the seed's AUTH and timeout), so a dead
- * seed or master costs one failed connect per fetch, not one per connection.
+ * fetch answers them all (single flight). The thread keeps its connection to the
+ * node that answered (CLUSTER SHARDS, else SLOTS: rd_slot_map_ask; AUTH and the
+ * timeout as the seed's), so a tick is one command; when that node fails, it asks
+ * the seed, then every node of the newest snapshot. The tick is short because
+ * nothing else tells a connection that a master it still routes to was replaced
+ * (a dead one refuses connections and is asked about at once; a frozen or
+ * unreachable one would cost every connection its command's timeout): one tick
+ * after a replica's promotion, every connection routes to it.
  *
  * Errors. A failed fetch keeps the newest snapshot and records why (rd_smap_error).
  * Every function is thread-safe. rd_smap_free comes after the last connection that
@@ -33,8 +37,8 @@
 #include "segments/redis/calls.h"
 #include "segments/redis/slots.h"
 
-#define RD_SMAP_TICK_MS 1000 /* the map is fetched at least this often */
-#define RD_SMAP_MIN_MS 100   /* and at most this often */
+#define RD_SMAP_TICK_MS 250 /* the map is fetched at least this often */
+#define RD_SMAP_MIN_MS 100  /* and at most this often */
 
 struct rd_smap_snap {
     long long gen;          /* 1, 2, ...: the newest has the highest */
