@@ -170,8 +170,9 @@ soak: deps
 	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: the daemon in $(PREFIX)/sbin, the systemd
-# unit in $(UNITDIR), the manual page inventoryd(8), and /etc/inventoryd/inventoryd.json
-# (always under /etc, the path the binary looks for) unless one is there already.
+# unit in $(UNITDIR), the manual page inventoryd(8), /etc/logrotate.d/inventoryd, and
+# /etc/inventoryd/inventoryd.json (always under /etc, the path the binary looks for)
+# unless one is there already.
 # make uninstall removes them but the configuration file. make deb: packaging/build-deb.sh.
 PREFIX    ?= /usr/local
 DESTDIR   ?=
@@ -189,6 +190,8 @@ install: $(BIN)
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@CONFDIR@|$(CONFDIR)|g' \
 	    packaging/inventoryd.service.in >$(BUILD)/inventoryd.service
 	install -m 0644 $(BUILD)/inventoryd.service $(DESTDIR)$(UNITDIR)/inventoryd.service
+	install -d $(DESTDIR)/etc/logrotate.d
+	install -m 0644 packaging/inventoryd.logrotate $(DESTDIR)/etc/logrotate.d/inventoryd
 	@if [ -e $(DESTDIR)$(CONFDIR)/inventoryd.json ]; then \
 	    echo "install: keeping the existing $(DESTDIR)$(CONFDIR)/inventoryd.json"; \
 	else \
@@ -202,7 +205,7 @@ install: $(BIN)
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/inventoryd $(DESTDIR)$(MANDIR)/man8/inventoryd.8 \
-	    $(DESTDIR)$(UNITDIR)/inventoryd.service
+	    $(DESTDIR)$(UNITDIR)/inventoryd.service $(DESTDIR)/etc/logrotate.d/inventoryd
 
 deb: deps
 	@packaging/build-deb.sh build

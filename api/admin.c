@@ -1,5 +1,6 @@
 /* admin.c -- SKU administration, counters and health: domain calls to JSON. */
 #include "api/admin.h"
+#include "api/gauges.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,8 +127,8 @@ static void write_failed(const struct api_ctx *ctx, struct api_request *req,
     else if (s == INV_NOT_REPLICATED)
         api_reply_status(
             rep, s,
-            "%s sku %s was applied but no replica confirmed it in time, so "
-            "a failover may lose it%s%s%s",
+            "%s sku %s: no replica confirmed it in time (applied, or on a cluster "
+            "stopped part way), so a failover may lose it%s%s%s",
             what, req->name, req->request_id[0] != '\0' ? "; retry with request id " : "",
             req->request_id, req->request_id[0] != '\0' ? ": 200 once it holds" : "");
     else
@@ -142,6 +143,8 @@ void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
         write_failed(ctx, req, rep, s, "create");
         return;
     }
+    if (ctx->gauges != NULL)
+        api_gauges_changed(ctx->gauges);
     reply_sku(ctx, req, rep);
 }
 
@@ -159,6 +162,8 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
         write_failed(ctx, req, rep, s, "delete");
         return;
     }
+    if (ctx->gauges != NULL)
+        api_gauges_forget(ctx->gauges, req->name);
     json_t *o = must(json_object());
     set(o, "sku", json_string(req->name));
     set(o, "deleted", json_true());

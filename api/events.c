@@ -1,4 +1,4 @@
-/* events.c -- Server-Sent Events: a publisher thread, per-stream buffers, tickets. */
+/* events.c -- Server-Sent Events: a publisher thread, per-stream buffers, slots. */
 #include "api/events.h"
 
 #include <microhttpd.h>
@@ -8,17 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "api/admin.h"
 #include "api/parse.h"
+#include "api/tickets.h"
 #include "base/log.h"
 #include "base/names.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
 
 #define RATE_SAMPLES 5 /* ticks kept per rate: the last second at EVENTS_INTERVAL_MS */
-#define TICKET_LEN 32  /* hex digits */
 #define BLOCK_SIZE 8192
 
 enum stream_state {
@@ -43,15 +42,12 @@ struct stream {
     bool suspended;       /* the content reader suspended the connection */
     enum stream_state state;
 
-    /* The publisher's own (under ev->mu): */
-    bool sent;          /* an update went out already */
-    uint64_t digest;    /* of the last update sent */
-    long long write_ms; /* CLOCK_MONOTONIC ms of the last bytes appended */
-};
-
-struct ticket {
-    char id[TICKET_LEN + 1]; /* "" when the slot is free */
-    long long expires_ms;    /* CLOCK_MONOTONIC */
+    /* Under ev->mu: */
+    bool sent;              /* an update went out already */
+    uint64_t digest;        /* of the last update sent */
+    long long write_ms;     /* CLOCK_MONOTONIC ms of the last bytes appended */
+    long long update_ms;    /* ... of the last update (not heartbeat), or the open */
+    unsigned long long seq; /* the order streams opened in */
 };
 
 /* One rate: a ring of (time, counter) samples, one per tick. */
@@ -77,11 +73,12 @@ struct api_events {
     pthread_cond_t cond; /* the publisher's wake-up; also "a stream is gone" */
     struct stream *streams;
     int nstreams;
-    long long dropped; /* streams dropped for falling behind, ever */
-    bool wake;         /* a stream opened: publish now rather than at the tick */
-    bool stopping;     /* the publisher must exit */
-    bool closed;       /* api_events_close() ran: no new streams */
-    struct ticket tickets[EVENTS_TICKETS_MAX];
+    long long dropped;      /* streams dropped for falling behind, ever */
+    unsigned long long seq; /* streams opened, ever */
+    bool wake;              /* a stream opened: publish now rather than at the tick */
+    bool stopping;          /* the publisher must exit */
+    bool closed;            /* api_events_close() ran: no new streams */
+    struct api_tickets tickets;
 };
 
 static void *must(void *p)
@@ -105,25 +102,6 @@ static long long wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* `n` random bytes as 2n hex digits into `out` (2n + 1 bytes). */
-static void random_hex(char *out, size_t n)
-{
-    unsigned char b[32];
-    if (n > sizeof b)
-        n = sizeof b;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(b + got, n - got, 0);
-        if (r <= 0) {
-            fputs("inventoryd: getrandom failed\n", stderr);
-            abort();
-        }
-        got += (size_t)r;
-    }
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
 /* ---- a stream's buffer --------------------------------------------------------- */
@@ -162,6 +140,16 @@ static bool stream_append(struct stream *st, const char *data, size_t n, bool fo
         st->wake(st->wake_arg);
     }
     return true;
+}
+
+/* End `st` (its mutex held) after the event `bye`: the content reader hands out what
+ * is buffered, then the end of the response. No-op unless the stream is open. */
+static void stream_end(struct stream *st, const char *bye, size_t n)
+{
+    if (st->state != STREAM_OPEN)
+        return;
+    stream_append(st, bye, n, true);
+    st->state = STREAM_ENDING;
 }
 
 /* libmicrohttpd's content reader, on the HTTP thread that owns the connection. */
@@ -269,30 +257,39 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Constant-time equality of two ticket strings of TICKET_LEN digits. */
-static bool ticket_equal(const char *a, const char *b)
+/* Room for one more stream (ev->mu held): true while fewer than EVENTS_STREAMS_MAX
+ * are open, else after ending the one idle the longest (no update for
+ * EVENTS_IDLE_MS; the first opened among equals) with `event: evicted`. False when
+ * every open stream is live, or when EVENTS_STREAMS_MAX more are still ending (their
+ * readers have not taken the end yet): memory stays bounded either way. */
+static bool make_room(struct api_events *ev)
 {
-    unsigned char diff = 0;
-    for (size_t i = 0; i < TICKET_LEN; i++)
-        diff |= (unsigned char)a[i] ^ (unsigned char)b[i];
-    return diff == 0;
-}
-
-/* Take ticket `t` when it is outstanding and fresh (single use). ev->mu held. */
-static bool ticket_take(struct api_events *ev, const char *t)
-{
-    if (strlen(t) != TICKET_LEN)
-        return false;
-    long long now = mono_ms();
-    for (int i = 0; i < EVENTS_TICKETS_MAX; i++) {
-        struct ticket *k = &ev->tickets[i];
-        if (k->id[0] == '\0' || !ticket_equal(k->id, t))
+    static const char bye[] = "event: evicted\ndata: {}\n\n";
+    long long idle_since = mono_ms() - EVENTS_IDLE_MS;
+    int open = 0;
+    struct stream *victim = NULL;
+    for (struct stream *st = ev->streams; st != NULL; st = st->next) {
+        pthread_mutex_lock(&st->mu);
+        bool is_open = st->state == STREAM_OPEN;
+        pthread_mutex_unlock(&st->mu);
+        if (!is_open)
             continue;
-        bool fresh = k->expires_ms > now;
-        k->id[0] = '\0';
-        return fresh;
+        open++;
+        if (st->update_ms <= idle_since &&
+            (victim == NULL || st->update_ms < victim->update_ms ||
+             (st->update_ms == victim->update_ms && st->seq < victim->seq)))
+            victim = st;
     }
-    return false;
+    if (open < EVENTS_STREAMS_MAX)
+        return true;
+    if (victim == NULL || ev->nstreams - open >= EVENTS_STREAMS_MAX)
+        return false;
+    pthread_mutex_lock(&victim->mu);
+    stream_end(victim, bye, sizeof bye - 1);
+    pthread_mutex_unlock(&victim->mu);
+    log_info("events: %d streams open; ended the one idle longest for a new one",
+             EVENTS_STREAMS_MAX);
+    return true;
 }
 
 struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connection *conn,
@@ -308,15 +305,15 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
     qsort(q.sku, (size_t)q.nsku, sizeof q.sku[0], compare_names);
 
     pthread_mutex_lock(&ev->mu);
-    bool authorized = ev->token[0] == '\0' ||
-                      api_bearer_matches(req->authorization, ev->token) ||
-                      (q.ticket != NULL && ticket_take(ev, q.ticket));
+    bool authorized =
+        ev->token[0] == '\0' || api_bearer_matches(req->authorization, ev->token) ||
+        (q.ticket != NULL && api_tickets_take(&ev->tickets, q.ticket, mono_ms()));
     const char *refused = NULL;
     if (!authorized)
         refused = "unauthorized";
     else if (ev->closed)
         refused = "shutting_down";
-    else if (ev->nstreams >= EVENTS_STREAMS_MAX)
+    else if (!make_room(ev))
         refused = "too_many_streams";
     struct stream *st = NULL;
     if (refused == NULL) {
@@ -341,7 +338,8 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         }
         static const char hello[] = "retry: 3000\n: inventoryd events\n\n";
         stream_append(st, hello, sizeof hello - 1, true);
-        st->write_ms = mono_ms();
+        st->write_ms = st->update_ms = mono_ms();
+        st->seq = ev->seq++;
         st->next = ev->streams;
         if (ev->streams != NULL)
             ev->streams->prev = st;
@@ -363,7 +361,8 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         if (strcmp(refused, "shutting_down") == 0)
             api_reply_error(rep, 503, refused, "the server is shutting down");
         else
-            api_reply_error(rep, 503, refused, "%d event streams are open already",
+            api_reply_error(rep, 503, refused,
+                            "%d event streams are open and none is idle",
                             EVENTS_STREAMS_MAX);
         api_reply_header(rep, "Retry-After", "5");
         return NULL;
@@ -400,23 +399,11 @@ void api_events_ticket(const struct api_ctx *ctx, struct api_request *req,
 {
     (void)req;
     struct api_events *ev = ctx->events;
-    char id[TICKET_LEN + 1];
-    random_hex(id, TICKET_LEN / 2);
+    char id[API_TICKET_LEN + 1];
+    api_tickets_new_id(id);
     long long now = mono_ms();
     pthread_mutex_lock(&ev->mu);
-    /* A free or expired slot, else the one that expires first. */
-    struct ticket *slot = &ev->tickets[0];
-    for (int i = 0; i < EVENTS_TICKETS_MAX; i++) {
-        struct ticket *k = &ev->tickets[i];
-        if (k->id[0] == '\0' || k->expires_ms <= now) {
-            slot = k;
-            break;
-        }
-        if (k->expires_ms < slot->expires_ms)
-            slot = k;
-    }
-    memcpy(slot->id, id, sizeof id);
-    slot->expires_ms = now + EVENTS_TICKET_TTL_S * 1000LL;
+    api_tickets_add(&ev->tickets, id, now, now + EVENTS_TICKET_TTL_S * 1000LL);
     pthread_mutex_unlock(&ev->mu);
     json_t *o = json_pack("{s:s, s:i, s:s}", "ticket", id, "expires_in_s",
                           EVENTS_TICKET_TTL_S, "path", "/admin/events");
@@ -630,6 +617,7 @@ static void deliver(struct api_events *ev, struct set_text *sets, int nsets)
         if (update) {
             st->sent = true;
             st->digest = set->digest;
+            st->update_ms = now;
         }
     }
 }
@@ -764,10 +752,7 @@ void api_events_close(struct api_events *ev, int wait_ms)
     pthread_mutex_lock(&ev->mu);
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
         pthread_mutex_lock(&st->mu);
-        if (st->state == STREAM_OPEN) {
-            stream_append(st, bye, sizeof bye - 1, true);
-            st->state = STREAM_ENDING;
-        }
+        stream_end(st, bye, sizeof bye - 1);
         pthread_mutex_unlock(&st->mu);
     }
     while (ev->nstreams > 0) {

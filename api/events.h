@@ -27,8 +27,15 @@
  * and was not used before: EventSource cannot send headers. Tickets are this
  * process's: with several instances behind one address, open the stream on the
  * instance that issued the ticket. Errors: 400 invalid_field (a bad or 17th sku, an
- * unknown parameter), 401 unauthorized, 503 too_many_streams past EVENTS_STREAMS_MAX,
- * 503 shutting_down.
+ * unknown parameter), 401 unauthorized, 503 too_many_streams (below), 503
+ * shutting_down.
+ *
+ * Slots. At most EVENTS_STREAMS_MAX streams are open. When all are, a new stream takes
+ * the slot of the one idle the longest -- no update for EVENTS_IDLE_MS, the first
+ * opened among equals --, which gets `event: evicted` and its end (as at shutdown;
+ * the dashboard reconnects later). Only when every open stream had an update within
+ * EVENTS_IDLE_MS, or EVENTS_STREAMS_MAX ended ones are still being drained, is it
+ * refused 503 too_many_streams. So idle clients cannot hold every slot for good.
  *
  * Threads. One publisher thread per process, with its own inv_conn, wakes every
  * EVENTS_INTERVAL_MS while any stream is open (and sleeps otherwise): it reads each
@@ -56,15 +63,17 @@
 
 #include "api/routes.h"
 #include "api/simulate.h"
+#include "api/tickets.h"
 #include "segments/inventory.h"
 
 #define EVENTS_INTERVAL_MS 250
 #define EVENTS_HEARTBEAT_MS 15000
 #define EVENTS_SKUS_MAX 16
 #define EVENTS_STREAMS_MAX 64
+#define EVENTS_IDLE_MS 2000 /* a stream without an update this long may give way */
 #define EVENTS_BACKLOG_MAX (64 * 1024)
 #define EVENTS_TICKET_TTL_S 60
-#define EVENTS_TICKETS_MAX 64 /* outstanding tickets; the oldest goes first */
+#define EVENTS_TICKETS_MAX API_TICKETS_MAX /* outstanding; api/tickets.h */
 
 struct api_events;
 struct MHD_Connection;

@@ -9,7 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "segments/sku.h"
+#include "api/gauges.h"
 #include "segments/stats.h"
 
 /* The build may set these (-DINVENTORYD_VERSION=\"1.2.3\" -DINVENTORYD_COMMIT=\"abc\");
@@ -184,29 +184,17 @@ static void histogram(struct text *t, inv *v, enum hist_id h)
     put(t, "%s_sum %.6f\n%s_count %lld\n", name, s.sum, name, s.count);
 }
 
-/* The SKUs Redis holds now (sorted), or n < 0 when Redis did not say. */
-struct known {
+/* The text and the SKUs it shows (api/gauges.h). */
+struct shown {
     struct text *t;
-    char **names;
-    long n;
+    const struct api_gauges_snap *snap;
 };
-
-static int compare_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static bool exists(const struct known *k, const char *sku)
-{
-    return k->n < 0 ||
-           bsearch(&sku, k->names, (size_t)k->n, sizeof *k->names, compare_names) != NULL;
-}
 
 static void sku_outcomes(const char *sku, const long long *outcomes, void *arg)
 {
-    const struct known *k = arg;
-    struct text *t = k->t;
-    if (!exists(k, sku)) /* deleted: its series go with it */
+    const struct shown *sh = arg;
+    struct text *t = sh->t;
+    if (api_gauges_find(sh->snap, sku) == NULL) /* not among those shown, or deleted */
         return;
     for (int i = 0; i < SKU_OUTCOMES; i++) {
         put(t, "inventory_sku_orders_total{sku=\"");
@@ -215,9 +203,9 @@ static void sku_outcomes(const char *sku, const long long *outcomes, void *arg)
     }
 }
 
-/* What Redis holds of every SKU: stock, sold, initial, locks held, and per segment
- * for SKUs of at most metrics_segments_max segments (a bound on the series). */
-static void sku_gauges(struct text *t, const struct api_ctx *ctx, const struct known *k)
+/* What Redis held of the SKUs shown (api/gauges.h): stock, sold, initial, locks held,
+ * and per segment for SKUs of at most metrics_segments_max segments. */
+static void sku_gauges(struct text *t, const struct api_gauges_snap *snap)
 {
     static const char *const names[] = {"inventory_sku_remaining", "inventory_sku_sold",
                                         "inventory_sku_initial",
@@ -227,39 +215,37 @@ static void sku_gauges(struct text *t, const struct api_ctx *ctx, const struct k
         "Units sold (confirmed and not cancelled), as Redis holds them.",
         "The SKU's initial stock plus every restock.",
         "Segment locks of the SKU held right now, by any instance."};
-    if (k->n <= 0)
-        return;
-    struct sku_status *st = calloc((size_t)k->n, sizeof *st);
-    if (st == NULL)
-        return;
-    bool *ok = calloc((size_t)k->n, sizeof *ok);
-    for (long i = 0; ok != NULL && i < k->n; i++)
-        ok[i] = sku_get(ctx->conn, k->names[i], &st[i]) == INV_OK;
-    for (size_t f = 0; ok != NULL && f < sizeof names / sizeof *names; f++) {
+    for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
         family(t, names[f], "gauge", helps[f]);
-        for (long i = 0; i < k->n; i++) {
-            if (!ok[i])
+        for (int i = 0; i < snap->n; i++) {
+            const struct api_gauge_sku *e = &snap->sku[i];
+            if (atomic_load_explicit(&e->gone, memory_order_relaxed))
                 continue;
-            long long v[] = {st[i].remaining, st[i].sold, st[i].cfg.stock,
-                             st[i].locks_held};
+            long long v[] = {e->remaining, e->sold, e->initial, e->locks_held};
             put(t, "%s{sku=\"", names[f]);
-            put_label(t, k->names[i]);
+            put_label(t, e->sku);
             put(t, "\"} %lld\n", v[f]);
         }
     }
     family(t, "inventory_segment_stock", "gauge",
            "Units left per segment, for SKUs of at most metrics_segments_max segments.");
-    for (long i = 0; ok != NULL && i < k->n; i++) {
-        if (!ok[i] || st[i].cfg.segments > ctx->metrics_segments_max)
+    for (int i = 0; i < snap->n; i++) {
+        const struct api_gauge_sku *e = &snap->sku[i];
+        if (e->segment_stock == NULL ||
+            atomic_load_explicit(&e->gone, memory_order_relaxed))
             continue;
-        for (int s = 0; s < st[i].cfg.segments; s++) {
+        for (int k = 0; k < e->segments; k++) {
             put(t, "inventory_segment_stock{sku=\"");
-            put_label(t, k->names[i]);
-            put(t, "\",segment=\"%d\"} %lld\n", s, st[i].segment_stock[s]);
+            put_label(t, e->sku);
+            put(t, "\",segment=\"%d\"} %lld\n", k, e->segment_stock[k]);
         }
     }
-    free(ok);
-    free(st);
+    if (snap->read_ms == 0)
+        return;
+    family(t, "inventory_sku_gauges_age_seconds", "gauge",
+           "Seconds since the per-SKU gauges were last read from Redis.");
+    put(t, "inventory_sku_gauges_age_seconds %.3f\n",
+        (double)(now_us() / 1000 - snap->read_ms) / 1000);
 }
 
 static void redis_up(struct text *t, struct api_http_stats *h)
@@ -432,16 +418,13 @@ void api_metrics(const struct api_ctx *ctx, struct api_request *req,
     counters(&t, ctx->inv);
     histogram(&t, ctx->inv, HIST_ORDER);
     histogram(&t, ctx->inv, HIST_LOCK_WAIT);
-    struct known k = {&t, NULL, -1};
-    size_t n = 0;
-    if (ctx->conn != NULL && sku_list(ctx->conn, &k.names, &n) == INV_OK)
-        k.n = (long)n;
+    const struct api_gauges_snap *snap = api_gauges_get(ctx->gauges);
     family(&t, "inventory_sku_orders_total", "counter",
            "Orders by SKU and outcome, as this process answered them.");
-    stat_foreach_sku(ctx->inv, sku_outcomes, &k);
-    sku_gauges(&t, ctx, &k);
-    if (k.n >= 0)
-        sku_list_free(k.names, (size_t)k.n);
+    struct shown sh = {&t, snap};
+    stat_foreach_sku(ctx->inv, sku_outcomes, &sh);
+    sku_gauges(&t, snap);
+    api_gauges_put(ctx->gauges, snap);
     redis_up(&t, ctx->http);
     http(&t, ctx->http);
     process(&t);

@@ -6,7 +6,11 @@
  *   inventory_orders_total{outcome}                 orders by outcome (stats.h)
  *   inventory_<counter>_total                       every other stats.h counter
  *   inventory_order_seconds, inventory_lock_wait_seconds      histograms (stats.h)
- *   inventory_sku_orders_total{sku,outcome}         per SKU this process served
+ *   inventory_sku_orders_total{sku,outcome}         per SKU this process served, of
+ *                                                   the SKUs shown (below)
+ *   inventory_sku_remaining, _sold, _initial, _locks_held {sku}, and
+ *   inventory_segment_stock{sku,segment}            what Redis holds, of the SKUs shown
+ *   inventory_sku_gauges_age_seconds                since those were read in full
  *   inventory_redis_up                              see below
  *   inventory_http_requests_total{method,route,code}    code is the class: "2xx".."5xx"
  *   inventory_http_request_duration_seconds{method,route}   histogram, headers in to
@@ -23,18 +27,20 @@
  * a PING) ended within the last API_REDIS_UP_WINDOW_S seconds and Redis answered it;
  * 0 when it failed as backend_unavailable, or when no such request ended within the
  * window (the last known state is too old to vouch for), as at start. A 503 busy or
- * shutting_down says nothing either way. /metrics never calls Redis itself, so a
- * scrape costs no round trip and cannot hang with Redis; a readiness probe on
- * /healthz keeps the value fresh on an idle instance.
+ * shutting_down says nothing either way. A readiness probe on /healthz keeps the
+ * value fresh on an idle instance.
  *
- * Stock gauges (remaining, sold, locks held per SKU) need Redis and are not here:
- * GET /admin/skus/{sku} has them. The per-SKU counters live as long as the process
- * (a deleted SKU keeps its series until a restart: the in-process table does not
- * record deletions).
+ * The SKUs shown: at most metrics_sku_limit of them, those with the most orders this
+ * process answered first (api/gauges.h), whose stock gauges a background thread reads
+ * from Redis about once a second while /metrics is scraped; per-segment stock only
+ * for SKUs of at most metrics_segments_max segments. So the number of series is
+ * bounded whatever the catalogue, and a SKU deleted through this process leaves the
+ * scrape at once (one deleted elsewhere, at the next refresh).
  *
- * The route runs inline (no Redis) and, when an admin token is configured, needs it
- * (Authorization: Bearer), as the /admin/ routes do. Counters are this process's, as
- * Prometheus expects of each instance; all of them are lock-free atomics.
+ * The route runs inline on the event loop and never calls Redis: a scrape costs no
+ * round trip, cannot hang with Redis and takes no worker from order lookups. When an
+ * admin token is configured it needs it (Authorization: Bearer), as the /admin/
+ * routes do. Counters are this process's, as Prometheus expects of each instance.
  */
 #ifndef API_METRICS_H
 #define API_METRICS_H

@@ -11,7 +11,12 @@
 
 int api_orders_parse(struct api_request *req, struct api_parse_error *err)
 {
-    return api_parse_order(req->body, req->body_len, &req->in.order, err);
+    if (api_parse_order(req->body, req->body_len, &req->in.order, err) != 0)
+        return -1;
+    /* An Idempotency-Key is the order id when the body names none, as it is the
+     * request id of an admin write. */
+    return api_parse_request_id("order_id", req->idempotency_key, req->in.order.order_id,
+                                err);
 }
 
 /* One order on its way through the engine: what its reply needs. */
@@ -124,8 +129,9 @@ static void reply_record(struct api_request *req, struct api_reply *rep, inv_sta
     else if (s == INV_NOT_REPLICATED)
         api_reply_status(
             rep, s,
-            "the cancel of order %s was applied but no replica confirmed it "
-            "in time, so a failover may lose it; retry it: 200 once it holds",
+            "the cancel of order %s: no replica confirmed it in time (applied, or "
+            "on a cluster stopped part way), so a failover may lose it; retry it: "
+            "200 once it holds",
             req->name);
     else
         api_reply_status(rep, s, "order %s: %s", req->name, inv_status_name(s));

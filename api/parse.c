@@ -341,7 +341,7 @@ int api_parse_name(const char *field, const char *s, struct api_parse_error *err
     return 0;
 }
 
-int api_parse_request_id(const char *header, char request_id[SEG_NAME_MAX + 1],
+int api_parse_request_id(const char *field, const char *header, char id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err)
 {
     if (header == NULL)
@@ -350,10 +350,10 @@ int api_parse_request_id(const char *header, char request_id[SEG_NAME_MAX + 1],
         return fail(err, "invalid_field",
                     "Idempotency-Key: must be 1-%d characters of [A-Za-z0-9_.-]",
                     SEG_NAME_MAX);
-    if (request_id[0] != '\0' && strcmp(request_id, header) != 0)
-        return fail(err, "invalid_field",
-                    "request_id: differs from the Idempotency-Key header");
-    snprintf(request_id, SEG_NAME_MAX + 1, "%s", header);
+    if (id[0] != '\0' && strcmp(id, header) != 0)
+        return fail(err, "invalid_field", "%s: differs from the Idempotency-Key header",
+                    field);
+    snprintf(id, SEG_NAME_MAX + 1, "%s", header);
     return 0;
 }
 

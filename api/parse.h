@@ -74,10 +74,11 @@ struct api_sim_body {
 int api_parse_simulate(const char *body, size_t len, struct api_sim_body *out,
                        struct api_parse_error *err);
 
-/* Merge the Idempotency-Key header (`header`, NULL when absent) into the request id
- * a body gave (`request_id`, "" when none): the header must be a valid name, and
- * equal to the body's when both are given. */
-int api_parse_request_id(const char *header, char request_id[SEG_NAME_MAX + 1],
+/* Merge the Idempotency-Key header (`header`, NULL when absent) into the id a body
+ * gave (`id`, "" when none; `field` names it in the error: "request_id" for admin
+ * writes, "order_id" for orders): the header must be a valid name, and equal to the
+ * body's when both are given (400 invalid_field otherwise, `id` unchanged). */
+int api_parse_request_id(const char *field, const char *header, char id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err);
 
 /* A SKU or order id taken from the path; `field` ("sku", "order_id") names it in

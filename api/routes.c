@@ -33,7 +33,7 @@ static const struct api_route routes[] = {
      NULL, NULL},
     {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats, NULL, NULL},
     {"GET", "/livez", NULL, 0, NULL, api_livez, NULL, NULL},
-    {"GET", "/metrics", NULL, A | B, NULL, api_metrics, NULL, NULL},
+    {"GET", "/metrics", NULL, A | API_ROUTE_METRICS, NULL, api_metrics, NULL, NULL},
     {"GET", "/healthz", NULL, B, NULL, api_healthz, NULL, NULL},
     /* The dashboard (api/ui_embed.h, api/events.h, api/simulate.h). */
     {"GET", "/", NULL, 0, NULL, api_ui_get, NULL, NULL},
@@ -102,8 +102,24 @@ static bool method_runs(const char *method, const struct api_route *route)
            (strcmp(method, "HEAD") == 0 && head_runs(route));
 }
 
+/* True when the request may run `route`: it needs no token, or no admin token is
+ * set, or it shows one that opens the route. */
+static bool authorised(const struct api_route *route, const struct api_request *req,
+                       const struct api_tokens *tokens)
+{
+    const char *admin = tokens != NULL ? tokens->admin : NULL;
+    const char *metrics = tokens != NULL ? tokens->metrics : NULL;
+    if (!(route->flags & API_ROUTE_ADMIN) || admin == NULL || admin[0] == '\0')
+        return true;
+    if (api_bearer_matches(req->authorization, admin))
+        return true;
+    return (route->flags & API_ROUTE_METRICS) && metrics != NULL && metrics[0] != '\0' &&
+           api_bearer_matches(req->authorization, metrics);
+}
+
 const struct api_route *api_route_prepare(struct api_request *req,
-                                          const char *admin_token, struct api_reply *rep)
+                                          const struct api_tokens *tokens,
+                                          struct api_reply *rep)
 {
     const struct api_route *route = NULL;
     char allow[API_HEADER_VALUE_MAX] = "";
@@ -129,8 +145,7 @@ const struct api_route *api_route_prepare(struct api_request *req,
         return NULL;
     }
 
-    if ((route->flags & API_ROUTE_ADMIN) && admin_token != NULL &&
-        admin_token[0] != '\0' && !api_bearer_matches(req->authorization, admin_token)) {
+    if (!authorised(route, req, tokens)) {
         api_reply_error(rep, 401, "unauthorized",
                         "the admin API needs Authorization: Bearer <token>");
         api_reply_header(rep, "WWW-Authenticate", "Bearer");
@@ -155,7 +170,8 @@ const struct api_route *api_route_prepare(struct api_request *req,
         }
     }
     if ((route->flags & API_ROUTE_WRITE) &&
-        api_parse_request_id(req->idempotency_key, req->request_id, &perr) != 0) {
+        api_parse_request_id("request_id", req->idempotency_key, req->request_id,
+                             &perr) != 0) {
         api_reply_error(rep, 400, perr.code, "%s", perr.detail);
         return NULL;
     }

@@ -29,6 +29,7 @@
 struct api_http_stats; /* api/metrics.h */
 struct api_events;     /* api/events.h */
 struct api_sim;        /* api/simulate.h */
+struct api_gauges;     /* api/gauges.h */
 
 /* What a handler may use. */
 struct api_ctx {
@@ -40,7 +41,7 @@ struct api_ctx {
     struct api_http_stats *http; /* the server's request counters (GET /metrics) */
     struct api_events *events;   /* the event streams and their tickets */
     struct api_sim *sim;         /* the simulated-order runs */
-    int metrics_segments_max;    /* GET /metrics: per-segment series up to this many */
+    struct api_gauges *gauges;   /* GET /metrics: the per-SKU gauges, kept in memory */
 };
 
 /* One request as the handlers see it. The server fills the first group (all
@@ -73,14 +74,23 @@ struct api_request {
 };
 
 enum api_route_flags {
-    API_ROUTE_BACKEND = 1, /* needs Redis: run on a pool worker (or `start`) */
-    API_ROUTE_ADMIN = 2,   /* needs the admin token when one is configured */
-    API_ROUTE_SLOW = 4,    /* may block for lock waits (cancel, restock, rebalance):
-                              kept on its own pool so health and admin reads never
-                              queue behind them */
-    API_ROUTE_WRITE = 8,   /* an admin write: applied once per request id */
-    API_ROUTE_STREAM = 16, /* an event stream: the server opens it with
-                              api_events_open() instead of running `handle` */
+    API_ROUTE_BACKEND = 1,  /* needs Redis: run on a pool worker (or `start`) */
+    API_ROUTE_ADMIN = 2,    /* needs the admin token when one is configured */
+    API_ROUTE_SLOW = 4,     /* may block for lock waits (cancel, restock, rebalance):
+                               kept on its own pool so health and admin reads never
+                               queue behind them */
+    API_ROUTE_WRITE = 8,    /* an admin write: applied once per request id */
+    API_ROUTE_STREAM = 16,  /* an event stream: the server opens it with
+                               api_events_open() instead of running `handle` */
+    API_ROUTE_METRICS = 32, /* with ADMIN: the metrics token is enough too */
+};
+
+/* The bearer tokens of the service; NULL or "" each: not set. */
+struct api_tokens {
+    const char *admin;   /* every API_ROUTE_ADMIN route; not set: they are open */
+    const char *metrics; /* read-only: the API_ROUTE_METRICS routes (GET /metrics) as
+                            well as the admin token, so a scraper needs no token that
+                            can write */
 };
 
 typedef int (*api_parse_fn)(struct api_request *req, struct api_parse_error *err);
@@ -114,8 +124,10 @@ struct api_route {
 const struct api_route *api_routes(size_t *n);
 
 /* Run the inline checks above on `req`. Returns the route to run, or NULL with the
- * error reply in `rep`. `admin_token` "" (or NULL) means the admin API is open. */
+ * error reply in `rep`. `tokens` (NULL: none set) say which bearer tokens open which
+ * routes. */
 const struct api_route *api_route_prepare(struct api_request *req,
-                                          const char *admin_token, struct api_reply *rep);
+                                          const struct api_tokens *tokens,
+                                          struct api_reply *rep);
 
 #endif

@@ -1,5 +1,6 @@
 /* server.c -- libmicrohttpd glue: one daemon per event loop on a shared listening
  * socket, bodies, orders on the loop's engine, other Redis calls on worker pools. */
+#include "api/access.h"
 #include "api/server.h"
 
 #include <arpa/inet.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "api/events.h"
+#include "api/gauges.h"
 #include "api/loop.h"
 #include "api/metrics.h"
 #include "api/pool.h"
@@ -108,6 +110,7 @@ struct api_server {
     struct api_http_stats http; /* per-route counters for GET /metrics */
     struct api_sim *sim;        /* simulated-order runs (api/simulate.h) */
     struct api_events *events;  /* event streams and their publisher (api/events.h) */
+    struct api_gauges *gauges;  /* GET /metrics's per-SKU gauges (api/gauges.h) */
 };
 
 /* One request's state, in *con_cls from the request line (on_request_line) to the
@@ -118,6 +121,7 @@ struct request {
     struct MHD_Connection *conn;
     struct timespec started; /* CLOCK_MONOTONIC: the request line, then the headers */
     char target[ACCESS_PATH_MAX]; /* request-target as sent, no query: the access log */
+    char query[API_ACCESS_QUERY_MAX]; /* its query, secrets masked (api/access.h) */
     bool headers_in; /* the access handler ran: the request is ours to answer */
     bool head;       /* a HEAD request: the reply goes out without its body */
     char *body;      /* accumulated upload; NULL when none */
@@ -164,14 +168,10 @@ static enum MHD_Result send_reply(struct request *r)
 static struct api_ctx context(struct request *r, inv_conn *conn)
 {
     struct api_server *s = r->srv;
-    return (struct api_ctx){s->inv,
-                            conn,
-                            conn == NULL ? api_loop_engine(r->loop) : NULL,
-                            s->started,
-                            &s->http,
-                            s->events,
-                            s->sim,
-                            s->opt.metrics_segments_max};
+    return (struct api_ctx){
+        s->inv,     conn,     conn == NULL ? api_loop_engine(r->loop) : NULL,
+        s->started, &s->http, s->events,
+        s->sim,     s->gauges};
 }
 
 /* Runs on a pool worker: `state` is the worker's inv_conn. */
@@ -382,6 +382,8 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
         memcpy(r->target, uri != NULL ? uri : "", n);
         r->target[n] = '\0';
     }
+    if (uri != NULL && uri[n] == '?')
+        api_access_query(r->query, uri + n + 1);
     return r;
 }
 
@@ -487,7 +489,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->body = r->body;
     req->body_len = r->len;
     req->default_replicated = s->opt.default_replicated;
-    r->route = api_route_prepare(req, s->opt.admin_token, &r->rep);
+    struct api_tokens tokens = {s->opt.admin_token, s->opt.metrics_token};
+    r->route = api_route_prepare(req, &tokens, &r->rep);
     if (r->route == NULL)
         return send_reply(r);
     if (r->route->flags & API_ROUTE_STREAM)
@@ -531,18 +534,32 @@ static void log_request(const struct request *r, struct MHD_Connection *conn)
     clock_gettime(CLOCK_MONOTONIC, &now);
     double ms = (double)(now.tv_sec - r->started.tv_sec) * 1e3 +
                 (double)(now.tv_nsec - r->started.tv_nsec) / 1e6;
+    char client[API_ACCESS_CLIENT_MAX];
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    api_access_client(client, ai != NULL ? ai->client_addr : NULL);
+    struct log_access_line a = {
+        .method = r->req.method,
+        .path = r->target,
+        .query = r->query,
+        .ms = ms,
+        .request_id = r->req.x_request_id,
+        .client = client,
+        .user_agent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "User-Agent"),
+    };
     if (r->replied) {
-        log_access(r->req.method, r->target, r->rep.status, r->head ? 0 : r->rep.body_len,
-                   ms, r->req.x_request_id);
-        return;
+        a.status = r->rep.status;
+        a.bytes = r->head ? 0 : r->rep.body_len;
+    } else {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+        a.status = ci != NULL ? (int)ci->http_status : 0;
+        if (!r->headers_in) {
+            a.method = NULL;
+            a.request_id = client_request_id(conn);
+        }
     }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
-    int status = ci != NULL ? (int)ci->http_status : 0;
-    if (r->headers_in)
-        log_access(r->req.method, r->target, status, 0, ms, r->req.x_request_id);
-    else
-        log_access(NULL, r->target, status, 0, ms, client_request_id(conn));
+    log_access(&a);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -644,6 +661,7 @@ static void free_server(struct api_server *s)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     api_events_free(s->events);
+    api_gauges_free(s->gauges);
     api_sim_free(s->sim);
     pool_free(s->slow);
     pool_free(s->control);
@@ -673,7 +691,9 @@ struct api_server *api_server_start(const struct api_options *opt, inv *v, char 
     }
     s->sim = api_sim_create(v);
     s->events = api_events_create(v, s->sim, opt->admin_token, s->started, err, errlen);
-    if (s->events == NULL) {
+    if (s->events == NULL ||
+        (s->gauges = api_gauges_create(v, opt->metrics_sku_limit,
+                                       opt->metrics_segments_max, err, errlen)) == NULL) {
         free_server(s);
         return NULL;
     }

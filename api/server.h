@@ -25,7 +25,8 @@
  *
  * The server also owns the dashboard's parts (api/events.h, api/simulate.h): the
  * event-stream publisher thread, whose streams it opens for GET /admin/events
- * (routes flagged API_ROUTE_STREAM), and the simulated-order runs.
+ * (routes flagged API_ROUTE_STREAM), and the simulated-order runs. It owns GET /metrics's
+ * per-SKU gauges too (api/gauges.h): their refresher thread, stopped last.
  *
  * Shutdown (api_server_stop): stop accepting connections, tell the simulations to
  * stop, end every event stream (its shutdown event, then the end of the response),
@@ -54,7 +55,12 @@ struct api_options {
     int max_body_bytes;       /* larger request bodies get 413; >= 1 */
     /* The admin API's bearer token; NULL or "" leaves it open. Borrowed. */
     const char *admin_token;
+    /* A read-only bearer token for GET /metrics alone (the admin token works there
+     * too); NULL or "": none. Borrowed. */
+    const char *metrics_token;
     int metrics_segments_max; /* GET /metrics: per-segment series up to this many */
+    int metrics_sku_limit;    /* GET /metrics: per-SKU series for at most this many
+                                 SKUs, 0..API_GAUGES_LIMIT_MAX (api/gauges.h) */
     /* The durability setting: a SKU whose PUT /admin/skus/{sku} body names none is
      * "replicated" when true, "async" when false. */
     bool default_replicated;

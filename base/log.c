@@ -9,7 +9,9 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +21,10 @@ static atomic_bool access_on = true;
 /* Where lines go. Once a file is opened this fd number never changes: reopening
  * dup3()s the new file onto it, so a writer never holds a closed descriptor. */
 static atomic_int out_fd = STDERR_FILENO;
+
+/* The lines go to the journal (stderr is $JOURNAL_STREAM): prefix each with its
+ * priority. */
+static atomic_bool to_journal = false;
 
 /* Serialises log_open() (the owned descriptor); writers never take it. */
 static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -57,6 +63,18 @@ bool log_access_enabled(void)
     return atomic_load_explicit(&access_on, memory_order_relaxed);
 }
 
+/* True when stderr is the stream systemd named in $JOURNAL_STREAM ("DEV:INO"). */
+static bool stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    if (js == NULL || sscanf(js, "%llu:%llu", &dev, &ino) != 2 ||
+        fstat(STDERR_FILENO, &st) != 0)
+        return false;
+    return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
 int log_open(const char *path, char *err, size_t errlen)
 {
     pthread_mutex_lock(&open_mu);
@@ -65,6 +83,8 @@ int log_open(const char *path, char *err, size_t errlen)
         if (file_fd >= 0 && dup3(STDERR_FILENO, file_fd, O_CLOEXEC) < 0) {
             snprintf(err, errlen, "stderr: %s", strerror(errno));
             rc = -1;
+        } else {
+            atomic_store_explicit(&to_journal, stderr_is_journal(), memory_order_relaxed);
         }
     } else {
         int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
@@ -74,10 +94,13 @@ int log_open(const char *path, char *err, size_t errlen)
         } else if (file_fd < 0) {
             file_fd = fd;
             atomic_store_explicit(&out_fd, fd, memory_order_release);
+            atomic_store_explicit(&to_journal, false, memory_order_relaxed);
         } else {
             if (dup3(fd, file_fd, O_CLOEXEC) < 0) {
                 snprintf(err, errlen, "%s: %s", path, strerror(errno));
                 rc = -1;
+            } else {
+                atomic_store_explicit(&to_journal, false, memory_order_relaxed);
             }
             close(fd);
         }
@@ -259,6 +282,10 @@ static void emit(enum log_level level, const char *msg, const struct log_field *
 
     char line[LOG_LINE_MAX];
     struct out o = {line, 0, sizeof(line) - 2, false};
+    if (atomic_load_explicit(&to_journal, memory_order_relaxed)) {
+        static const char *const priority[] = {"<7>", "<6>", "<4>", "<3>"};
+        puts_(&o, priority[level]);
+    }
     if (json) {
         puts_(&o, "{\"ts\":\"");
         puts_(&o, stamp);
@@ -323,22 +350,25 @@ void log_msg(enum log_level level, const char *fmt, ...)
     emit(level, msg, NULL, 0);
 }
 
-void log_access(const char *method, const char *path, int status, size_t bytes, double ms,
-                const char *request_id)
+void log_access(const struct log_access_line *a)
 {
     if (!log_access_enabled())
         return;
-    struct log_field f[] = {
-        LOGF_STR("method", method != NULL ? method : "-"),
-        LOGF_STR("path", path != NULL ? path : "-"),
-        LOGF_INT("status", status),
-        LOGF_INT("bytes", bytes),
-        LOGF_DBL("ms", ms),
-        LOGF_STR("request_id", request_id),
-    };
-    size_t n = sizeof(f) / sizeof(f[0]);
-    if (request_id == NULL || request_id[0] == '\0')
-        n--;
+    struct log_field f[9];
+    size_t n = 0;
+    f[n++] = (struct log_field)LOGF_STR("method", a->method != NULL ? a->method : "-");
+    f[n++] = (struct log_field)LOGF_STR("path", a->path != NULL ? a->path : "-");
+    if (a->query != NULL && a->query[0] != '\0')
+        f[n++] = (struct log_field)LOGF_STR("query", a->query);
+    f[n++] = (struct log_field)LOGF_INT("status", a->status);
+    f[n++] = (struct log_field)LOGF_INT("bytes", a->bytes);
+    f[n++] = (struct log_field)LOGF_DBL("ms", a->ms);
+    if (a->request_id != NULL && a->request_id[0] != '\0')
+        f[n++] = (struct log_field)LOGF_STR("request_id", a->request_id);
+    if (a->client != NULL && a->client[0] != '\0')
+        f[n++] = (struct log_field)LOGF_STR("client", a->client);
+    if (a->user_agent != NULL)
+        f[n++] = (struct log_field)LOGF_STR("user_agent", a->user_agent);
     emit(LOG_INFO, "access", f, n);
 }
 

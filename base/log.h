@@ -62,7 +62,13 @@ bool log_access_enabled(void);
  * stderr when `path` is NULL or "". Call it again with the same path to reopen the
  * file after it was renamed (log rotation): lines written meanwhile go to either the
  * old or the new file, none is lost or torn. Returns 0, or -1 with a one-line reason
- * in `err` (then the output is unchanged). */
+ * in `err` (then the output is unchanged).
+ *
+ * When the lines go to stderr and stderr is systemd's journal (the device and inode
+ * in $JOURNAL_STREAM are stderr's, as systemd sets them for a service), every line
+ * starts with its syslog priority as sd-daemon(3) prefixes it -- <3> error, <4> warn,
+ * <6> info and access, <7> debug -- which the journal takes off and keeps as the
+ * entry's priority, so `journalctl -p warning` finds the warnings. */
 int log_open(const char *path, char *err, size_t errlen);
 
 /* Write "2024-01-31T12:00:00.123Z INFO message" (or its JSON object). */
@@ -121,16 +127,28 @@ void log_report(const char *msg, const struct log_field *fields, size_t n);
 
 /* ---- the access log ------------------------------------------------------------ */
 
+/* One HTTP request as the access log shows it. Strings may be NULL. */
+struct log_access_line {
+    const char *method, *path; /* NULL print as - */
+    const char *query; /* the request-target after '?', as logged; NULL or "": none */
+    int status;
+    size_t bytes;
+    double ms;
+    const char *request_id; /* NULL or "": left out */
+    const char *client;     /* "ADDR:PORT" of the peer; NULL or "": left out */
+    const char *user_agent; /* NULL: left out */
+};
+
 /* One line per HTTP request, for api/ to call once the response is queued:
- *   text  ... INFO access method=GET path=/orders/A-1 status=200 bytes=123 ms=0.412
- *         request_id=rs-1
+ *   text  ... INFO access method=GET path=/orders/A-1 query=x=1 status=200 bytes=123
+ *         ms=0.412 request_id=rs-1 client=127.0.0.1:40312 user_agent=curl/7.88.1
  *   json  {...,"level":"info","msg":"access","method":"GET","path":"/orders/A-1",
- *          "status":200,"bytes":123,"ms":0.412,"request_id":"rs-1"}
- * `request_id` NULL or "" leaves that field out; `method`/`path` NULL print as -.
- * Written when the access log is on (the access_log setting), whatever the log level:
- * access_log=false is the switch that silences it. Takes no lock. */
-void log_access(const char *method, const char *path, int status, size_t bytes, double ms,
-                const char *request_id);
+ *          "query":"x=1","status":200,"bytes":123,"ms":0.412,"request_id":"rs-1",
+ *          "client":"127.0.0.1:40312","user_agent":"curl/7.88.1"}
+ * Fields that are absent are left out (method and path print as -). Written when the
+ * access log is on (the access_log setting), whatever the log level: access_log=false
+ * is the switch that silences it. Takes no lock. */
+void log_access(const struct log_access_line *a);
 
 /* ---- rate-limited lines -------------------------------------------------------- */
 

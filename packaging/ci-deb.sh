@@ -5,9 +5,14 @@
 #   2. `make deb`, then lintian on the package: any error fails (the full output is shown);
 #   3. `dpkg -i` it: inventoryd --version, the system user, the conffile's permissions,
 #      --check-config as that user finding /etc/inventoryd/inventoryd.json by itself,
-#      and `systemd-analyze verify` on the unit when systemd-analyze exists;
-#   4. the installed binary, as user inventoryd, against a throwaway redis-server on a
-#      free 127.0.0.1 port: PUT a SKU, POST /orders -> 201; both stopped by pid;
+#      the unit's reload (ExecReload) and log directory (LogsDirectory), the postinst's
+#      restart on upgrade (and a reinstall running it), `logrotate -d` on the logrotate
+#      file, and `systemd-analyze verify` on the unit when systemd-analyze exists;
+#   4. the installed binary, as user inventoryd, logging to /var/log/inventoryd as the
+#      unit would, against a throwaway redis-server on a free 127.0.0.1 port: PUT a
+#      SKU, POST /orders -> 201; then the installed logrotate file rotates the log
+#      (`logrotate -f`), SIGHUP (what `systemctl reload` sends) reopens it, and the
+#      next request's line is in the new file; both stopped by pid;
 #   5. `dpkg -r` (binary gone, conffile kept), then `dpkg --purge` (conffile gone).
 # Installs lintian and dpkg-dev when missing (CI only: `make deps` does not need them).
 # Refuses to run when inventoryd is already installed or /etc/inventoryd exists, so it
@@ -31,7 +36,7 @@ esac
 [ ! -e /etc/inventoryd ] || die "/etc/inventoryd exists (make install?); move it away first"
 
 missing=()
-for p in lintian dpkg-dev redis-server redis-tools curl; do
+for p in lintian dpkg-dev redis-server redis-tools curl logrotate; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed' ||
         missing+=("$p")
 done
@@ -77,6 +82,7 @@ say "make install DESTDIR=$tmp/local (PREFIX=/usr/local)"
 make --no-print-directory install DESTDIR="$tmp/local" >/dev/null
 expect_files "$tmp/local" \
     etc/inventoryd/inventoryd.json \
+    etc/logrotate.d/inventoryd \
     usr/local/lib/systemd/system/inventoryd.service \
     usr/local/sbin/inventoryd \
     usr/local/share/man/man8/inventoryd.8
@@ -104,6 +110,7 @@ say "make install DESTDIR=$tmp/usr PREFIX=/usr"
 make --no-print-directory install DESTDIR="$tmp/usr" PREFIX=/usr >/dev/null
 expect_files "$tmp/usr" \
     etc/inventoryd/inventoryd.json \
+    etc/logrotate.d/inventoryd \
     usr/lib/systemd/system/inventoryd.service \
     usr/sbin/inventoryd \
     usr/share/man/man8/inventoryd.8
@@ -116,7 +123,8 @@ deb=build/inventoryd_${version}_$(dpkg --print-architecture).deb
 [ -f "$deb" ] || die "make deb did not produce $deb"
 contents=$(dpkg-deb --contents "$deb" | awk '{print $NF}' | grep -v '/$' | sed 's|^\./||' |
     LC_ALL=C sort)
-want=$(printf '%s\n' etc/inventoryd/inventoryd.json lib/systemd/system/inventoryd.service \
+want=$(printf '%s\n' etc/inventoryd/inventoryd.json etc/logrotate.d/inventoryd \
+    lib/systemd/system/inventoryd.service \
     usr/sbin/inventoryd usr/share/doc/inventoryd/changelog.Debian.gz \
     usr/share/doc/inventoryd/copyright usr/share/man/man8/inventoryd.8.gz | LC_ALL=C sort)
 [ "$contents" = "$want" ] || {
@@ -149,6 +157,26 @@ mapfile -t lines <<<"$check"
 printf '    %s\n' "${lines[@]}"
 grep -qx 'config file: /etc/inventoryd/inventoryd.json' <<<"$check" ||
     die "--check-config did not find /etc/inventoryd/inventoryd.json by itself"
+
+unit=/lib/systemd/system/inventoryd.service
+grep -qx 'ExecReload=/bin/kill -HUP $MAINPID' "$unit" || die "the unit has no ExecReload (SIGHUP)"
+grep -qx 'LogsDirectory=inventoryd' "$unit" ||
+    die "the unit has no LogsDirectory: a log_file under /var/log fails under ProtectSystem=strict"
+grep -q 'deb-systemd-invoke try-restart inventoryd.service' /var/lib/dpkg/info/inventoryd.postinst ||
+    die "the postinst does not restart a running service on upgrade"
+say "dpkg -i again (an upgrade's postinst: configure with the version replaced)"
+dpkg -i "$deb" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log" >&2; die "dpkg -i over itself failed"; }
+grep -q '^/etc/logrotate.d/inventoryd$' /var/lib/dpkg/info/inventoryd.conffiles ||
+    die "/etc/logrotate.d/inventoryd is not a conffile"
+say "logrotate -d /etc/logrotate.d/inventoryd"
+logrotate -d /etc/logrotate.d/inventoryd >"$tmp/logrotate-d.log" 2>&1 || {
+    cat "$tmp/logrotate-d.log" >&2
+    die "logrotate does not accept /etc/logrotate.d/inventoryd"
+}
+! grep -qi 'error' "$tmp/logrotate-d.log" || {
+    cat "$tmp/logrotate-d.log" >&2
+    die "logrotate reports an error on /etc/logrotate.d/inventoryd"
+}
 
 if command -v systemd-analyze >/dev/null 2>&1; then
     say "systemd-analyze verify /lib/systemd/system/inventoryd.service"
@@ -205,10 +233,19 @@ done
 [ -n "$redis_pid" ] || { cat "$tmp/redis.log" >&2; die "redis-server did not start"; }
 say "redis-server pid $redis_pid on 127.0.0.1:$rport"
 
+# /var/log/inventoryd as the unit's LogsDirectory (mode 0750) makes it.
+logdir=/var/log/inventoryd
+made_logdir=
+if [ ! -e "$logdir" ]; then
+    install -d -o inventoryd -g inventoryd -m 0750 "$logdir"
+    made_logdir=1
+fi
+svclog=$logdir/inventoryd.log
 for _ in 1 2 3 4 5; do
     port=$(free_port) || die "no free port for inventoryd"
     (cd / && exec setpriv --reuid inventoryd --regid inventoryd --init-groups -- \
-        /usr/sbin/inventoryd --port "$port" --redis "127.0.0.1:$rport" --threads 4) \
+        /usr/sbin/inventoryd --port "$port" --redis "127.0.0.1:$rport" --threads 4 \
+        --log-file "$svclog" --log-format json) \
         >"$tmp/svc.log" 2>&1 &
     svc_pid=$!
     wait_up "$svc_pid" 15 curl -fsS "http://127.0.0.1:$port/livez" && break
@@ -229,6 +266,27 @@ code=$(curl -sS -o "$tmp/order.json" -w '%{http_code}' -X POST "$U/orders" -H "$
 say "POST /orders -> 201 $(cat "$tmp/order.json")"
 grep -q '"sold": *1' <(curl -fsS "$U/admin/skus/ci-sku") || die "the SKU does not show 1 sold"
 
+say "logrotate -f the installed file, SIGHUP, and the next line lands in the new log"
+curl -sS -H 'X-Request-Id: ci-before-rotate' "$U/livez" >/dev/null
+sleep 0.5
+grep -q '"request_id":"ci-before-rotate"' "$svclog" || die "no access line in $svclog"
+logrotate -f -s "$tmp/logrotate.state" /etc/logrotate.d/inventoryd ||
+    die "logrotate -f failed"
+[ -s "$svclog.1" ] || die "logrotate did not rotate $svclog to $svclog.1"
+kill -HUP "$svc_pid"
+# Until the service has taken the signal its lines still go to the rotated file.
+reopened=
+for i in $(seq 50); do
+    curl -sS -H "X-Request-Id: ci-after-rotate-$i" "$U/livez" >/dev/null
+    sleep 0.1
+    if [ -f "$svclog" ] && grep -q "\"request_id\":\"ci-after-rotate-$i\"" "$svclog"; then
+        reopened=1
+        break
+    fi
+done
+[ -n "$reopened" ] || die "after logrotate and SIGHUP the service did not write to a new $svclog"
+say "rotated: $(wc -l <"$svclog.1") lines in $svclog.1, the new ones in $svclog"
+
 kill -TERM "$svc_pid"
 svc_rc=0
 wait "$svc_pid" || svc_rc=$?
@@ -237,6 +295,7 @@ svc_pid=
 kill -TERM "$redis_pid"
 wait "$redis_pid" || true
 redis_pid=
+[ -z "$made_logdir" ] || rm -rf "$logdir"
 say "both stopped"
 
 # ---- 5. dpkg -r, dpkg --purge ---------------------------------------------------------

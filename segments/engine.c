@@ -16,6 +16,7 @@
 #include "segments/ring.h"
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
+#include "base/clock.h"
 #include "base/text.h"
 #include "base/xalloc.h"
 
@@ -60,7 +61,8 @@ struct ord {
      * busy: those Redis found locked elsewhere */
     int n, start, k, handed, claimed, away, busy, remote_rounds;
     bool stock_left;
-    long long *seen; /* stock last seen per segment, -1 unknown; n entries */
+    long long *seen;  /* stock last seen per segment, -1 unknown; n entries */
+    long long vtotal; /* VERDICT: the total of the stocks just read */
 
     /* the segment being worked on */
     int seg;
@@ -107,7 +109,7 @@ static void proceed(struct ord *o);
 static void visit_next(struct ord *o);
 static void finish(struct ord *o, inv_status st);
 static void view(struct ord *o);
-static void on_verdict(void *arg, int rc, const long long *stock);
+static void verdict(struct ord *o);
 static void multi_go(struct ord *o);
 static void on_handed(struct lwait *w, int seg);
 static void on_round_timer(evutil_socket_t fd, short what, void *arg);
@@ -258,6 +260,7 @@ static void answer_and_free(struct ord *o)
     }
     if (o->pending > 0)
         return; /* freed when the last renewal is answered */
+    ltab_release(e->tab, o->s);
     event_free(o->timer);
     event_free(o->renew);
     free(o->seen);
@@ -316,10 +319,17 @@ static int empties(lsku *s, long long gen)
     return here > all ? here : all;
 }
 
+/* The most the SKU holds in `gen` by a verdict from fresh counts (VERDICT), or -1. */
+static long long confirmed(lsku *s, long long gen)
+{
+    if (!ltab_valid(s) || ltab_view(s)->gen != gen || ltab_shared(s) == NULL)
+        return -1;
+    return skutab_loop_verdict(ltab_shared(s), gen);
+}
+
 static bool sold_out(lsku *s, long long gen)
 {
-    return ltab_valid(s) && ltab_view(s)->gen == gen &&
-           empties(s, gen) >= ltab_view(s)->cfg.segments;
+    return confirmed(s, gen) == 0;
 }
 
 /* What a reply said segment i holds now. */
@@ -342,6 +352,8 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
     if (!found || sku_mode_parse(m->mode, &v.cfg.mode) != 0 || m->segments < 1 ||
         m->segments > SEG_MAX_SEGMENTS) {
         ltab_invalidate(o->s);
+        if (ltab_shared(o->s) != NULL && !skutab_dropped(ltab_shared(o->s)))
+            skutab_drop(o->e->v, o->sku); /* deleted elsewhere: let go of it here too */
         finish(o, INV_UNKNOWN_SKU);
         return;
     }
@@ -354,8 +366,8 @@ static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
     v.epoch = m->epoch;
     v.gen = m->gen;
     ltab_set_view(o->s, &v, inv_now_ms());
-    if (ltab_shared(o->s) == NULL)
-        ltab_set_shared(o->s, skutab_entry(o->e->v, o->sku));
+    if (ltab_shared(o->s) == NULL || skutab_dropped(ltab_shared(o->s)))
+        ltab_set_shared(o->e->tab, o->s, skutab_entry(o->e->v, o->sku));
     skutab_loop_read(o->e->v, ltab_shared(o->s), v.gen);
     o->view = v;
     proceed(o);
@@ -377,7 +389,8 @@ static void view(struct ord *o)
     engine *e = o->e;
     sync_changes(e);
     int64_t now = inv_now_ms();
-    o->s = ltab_get(e->tab, o->sku, true);
+    if (o->s == NULL)
+        o->s = ltab_hold(e->tab, o->sku); /* until the order is freed */
     if (ltab_fresh(o->s, now, e->v->opt.meta_cache_ms)) {
         o->view = *ltab_view(o->s);
         proceed(o);
@@ -906,7 +919,7 @@ static void multi_failed(struct ord *o, int code)
         break;
     }
     if (inv_now_ms() >= o->deadline_ms) { /* the deadline holds here too */
-        rda_stocks_read(o->e->rd, o->placed, o->n, on_verdict, o);
+        verdict(o);
         return;
     }
     view(o); /* look again, with what the script saw */
@@ -1225,6 +1238,7 @@ static bool spread_begin(struct ord *o)
         return false;
     if (rda_cluster(o->e->rd)) {
         sweeper_spread(o->e->v->sw, o->sku);
+        ltab_rebalance_end(o->s);
         return false;
     }
     multi_alloc(o);
@@ -1252,7 +1266,7 @@ static void multi_begin(struct ord *o)
     multi_alloc(o);
     int k = ring_plan_parts(o->seen, n, o->qty, o->mseg, o->mpart);
     if (k == 0) {
-        finish(o, INV_INSUFFICIENT);
+        verdict(o);
         return;
     }
     o->mn = k;
@@ -1266,20 +1280,98 @@ static void multi_begin(struct ord *o)
     multi_go(o);
 }
 
-/* ---- rounds --------------------------------------------------------------------- */
+/* ---- the verdict ----------------------------------------------------------------
+ * A 409 is said from fresh counts only: every segment's stock read, then the meta,
+ * and only while the meta still has the order's generation and no adjust under way.
+ * What hints and replies said may be older than that: on a cluster an adjust (a
+ * restock, a rebalance, the automatic spread) takes units out of segments and gives
+ * them to others a step later, all in one generation, so units seen gone may be in
+ * transit (adjust.h). Any adjust that moved units before the stocks were read has
+ * either committed by the time the meta is read (a new generation) or is still
+ * under way (its intent in the meta). Then the order waits for the commit and looks
+ * again with the new generation's view, within lock_wait_ms; past it, 503 busy. A
+ * verdict stands for the rest of its generation (skutab_loop_confirm), so a sold-out
+ * SKU is answered without Redis after the first. */
 
-static void on_verdict(void *arg, int rc, const long long *stock)
+#define CLOCK_MARGIN_MS 1000 /* the meta node's clock against ours */
+
+static void on_verdict_wait(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    view(o); /* the settings were dropped: read again */
+}
+
+static void on_verdict_meta(void *arg, int rc, int found, const struct rd_meta *m)
 {
     struct ord *o = arg;
     if (rc < 0) {
         finish(o, INV_UNAVAILABLE);
         return;
     }
-    long long total = 0;
-    for (int i = 0; i < o->n; i++)
-        total += stock[i];
-    finish(o, total == 0 ? INV_SOLD_OUT : total < o->qty ? INV_INSUFFICIENT : INV_BUSY);
+    if (!found) {
+        ltab_invalidate(o->s);
+        finish(o, INV_UNKNOWN_SKU);
+        return;
+    }
+    bool same = m->epoch == o->view.epoch && m->gen == o->view.gen && m->segments == o->n;
+    /* a lease long over is a runner that died: its units wait for the next adjust */
+    bool moving =
+        m->adjust_until > 0 && m->adjust_until + CLOCK_MARGIN_MS > base_wall_ms();
+    int left = (int)(o->deadline_ms - inv_now_ms());
+    if (same && !moving && o->vtotal < o->qty) {
+        if (ltab_shared(o->s) != NULL)
+            skutab_loop_confirm(ltab_shared(o->s), o->view.gen, o->vtotal);
+        finish(o, o->vtotal == 0 ? INV_SOLD_OUT : INV_INSUFFICIENT);
+        return;
+    }
+    if (left <= 0) {
+        finish(o, INV_BUSY);
+        return;
+    }
+    if (same && !moving) { /* the stock is there: the hints were behind */
+        ltab_set_hints(o->s, o->view.gen, o->seen, o->n);
+        round_begin(o);
+        return;
+    }
+    ltab_invalidate(o->s);
+    if (!same) {
+        view(o);
+        return;
+    }
+    arm(o, ring_backoff_ms(o->remote_rounds++, rnd(o->e, UINT32_MAX), left),
+        on_verdict_wait);
 }
+
+static void on_verdict_stocks(void *arg, int rc, const long long *stock)
+{
+    struct ord *o = arg;
+    if (rc < 0) {
+        finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    o->vtotal = 0;
+    for (int i = 0; i < o->n; i++) {
+        o->seen[i] = stock[i];
+        o->vtotal += stock[i];
+    }
+    rda_meta_read(o->e->rd, o->sku, on_verdict_meta, o);
+}
+
+/* Nothing found to fill the order (or the deadline came first): sold out,
+ * insufficient or busy, from the counts. */
+static void verdict(struct ord *o)
+{
+    long long most = confirmed(o->s, o->view.gen);
+    if (most >= 0 && most < o->qty) {
+        finish(o, most == 0 ? INV_SOLD_OUT : INV_INSUFFICIENT);
+        return;
+    }
+    rda_stocks_read(o->e->rd, o->placed, o->n, on_verdict_stocks, o);
+}
+
+/* ---- rounds --------------------------------------------------------------------- */
 
 static void on_round_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -1308,13 +1400,13 @@ static void round_end(struct ord *o)
     engine *e = o->e;
     int passed = o->claimed + o->away + o->busy;
     if (passed == 0 && !o->stock_left) {
-        finish(o, INV_SOLD_OUT);
+        verdict(o);
         return;
     }
     int remaining = (int)(o->deadline_ms - inv_now_ms());
     if (passed == 0 && (o->n == 1 || remaining > 0)) {
         if (o->n == 1)
-            finish(o, INV_INSUFFICIENT);
+            verdict(o);
         else
             multi_begin(o);
         return;
@@ -1322,7 +1414,7 @@ static void round_end(struct ord *o)
     if (remaining <= 0) {
         /* Busy with what? When every segment together cannot fill the order, the
          * honest answer is sold out or insufficient, not "busy, retry". */
-        rda_stocks_read(e->rd, o->placed, o->n, on_verdict, o);
+        verdict(o);
         return;
     }
     stat_add(e->v, STAT_LOCK_WAITS, 1);
@@ -1499,7 +1591,7 @@ engine *engine_create(inv *v, struct event_base *base, int home, int homes)
     e->base = base;
     e->home = home;
     e->homes = homes;
-    e->tab = ltab_create(home, homes);
+    e->tab = ltab_create(home, homes, v->tab);
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng ||
         getrandom(&e->token_id, sizeof e->token_id, 0) != sizeof e->token_id) {
         perror("getrandom");
@@ -1537,7 +1629,7 @@ int engine_in_flight(const engine *e)
 bool engine_sold_out_fast(engine *e, const char *sku)
 {
     sync_changes(e);
-    lsku *s = seg_valid_name(sku) ? ltab_get(e->tab, sku, false) : NULL;
+    lsku *s = seg_valid_name(sku) ? ltab_find(e->tab, sku) : NULL;
     if (s == NULL || !ltab_fresh(s, inv_now_ms(), e->v->opt.meta_cache_ms) ||
         !sold_out(s, ltab_view(s)->gen))
         return false;
@@ -1551,7 +1643,7 @@ bool engine_sold_out_fast(engine *e, const char *sku)
 
 void engine_invalidate(engine *e, const char *sku)
 {
-    lsku *s = ltab_get(e->tab, sku, false);
+    lsku *s = ltab_find(e->tab, sku);
     if (s != NULL)
         ltab_invalidate(s);
 }

@@ -20,14 +20,15 @@
  *             found -> CLAIM, taking the dead claim over); one with a plan (a
  *             multi-segment order's) -> CLAIM taking it over, UNDO the plan, CLAIM
  *             again without it -> ROUND
- *   ROUND     sold out in this generation (here or on another loop) -> DONE
+ *   ROUND     sold out in this generation (a VERDICT here or on another loop) -> DONE
  *             most segments seen empty, stock left, lock mode, rebalance on, not
  *             yet done this generation on this loop          -> SPREAD
  *             the next segment of the ring (the loop's home segments first, ring.h)
  *             that may hold qty, claimed on no loop: claim it -> ACQUIRE (atomic: DEDUCT;
  *             hold_ms 0: SET NX PX and DEDUCT leave together -> DEDUCT)
- *             ring done: none busy, none left                -> DONE (sold out)
- *                        none busy, stock spread thin        -> MULTI
+ *             ring done: none busy, none left                -> VERDICT
+ *                        none busy, stock spread thin        -> MULTI (no plan fills
+ *                        it -> VERDICT)
  *                        deadline passed                     -> VERDICT
  *                        busy in Redis                       -> BACKOFF (timer)
  *                        held on this loop, at home here     -> WAIT (FIFO, timer):
@@ -56,7 +57,13 @@
  *             (a cluster: one DEDUCT per part, all at once; all OK -> CONFIRM ->
  *             DONE; one refused -> UNDO the plan, give the claim up -> ROUND / VIEW;
  *             one unanswered -> DONE, unavailable, claim and plan kept)
- *   VERDICT   the stock of every segment: sold out, insufficient or busy -> DONE
+ *   VERDICT   (a verdict of this generation says less than qty -> DONE at once)
+ *             the stock of every segment, then the meta: its generation still the
+ *             view's and no adjust under way -> DONE sold out / insufficient (and
+ *             that total stands for the generation); the stock is there -> ROUND
+ *             (hints from these counts); a new generation -> VIEW; an adjust under
+ *             way (units in transit) -> VIEW after a backoff timer; deadline passed
+ *             and not a 409 -> DONE busy
  *   DONE      sold out or insufficient with a client id: the record is read, so a
  *             retry of a confirmed order gets its 200; then the callback.
  * No Redis answer at any step -> DONE (unavailable: the 503 names the order id).

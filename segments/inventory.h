@@ -32,8 +32,9 @@ typedef enum inv_status {
     INV_UNAVAILABLE,      /* Redis unreachable, hung or failing */
     INV_INVALID,          /* argument out of the documented range */
     INV_REQUEST_CONFLICT, /* request id already used for a different admin write */
-    INV_NOT_REPLICATED,   /* durability "replicated": applied, but no replica confirmed
-                             it in time (WAIT); a retry with the order id settles it */
+    INV_NOT_REPLICATED,   /* durability "replicated": no replica confirmed it in time
+                             (WAIT): applied, or on a cluster stopped at that step; a
+                             retry (order id, request id) settles it */
 } inv_status;
 
 /* Options the domain needs; service/ fills them from the configuration. */

@@ -9,7 +9,10 @@
 #include "base/xalloc.h"
 #include "segments/ring.h"
 
-#define BUCKETS 256
+#define BUCKETS 1024
+/* Entries no order holds, kept for their settings and hints: past this many, the
+ * least recently used go. */
+#define IDLE_MAX 4096
 
 struct lsku {
     char name[SEG_NAME_MAX + 1];
@@ -18,26 +21,41 @@ struct lsku {
     struct sku_view view;
     long long rebalanced_gen;
     int empty_count;
-    sku_local *shared; /* the process-wide entry (outcome counters), once known */
+    sku_local *shared; /* the process-wide entry (outcome counters), held, once known */
     int home, homes;   /* the table's */
     struct lwait *first, *last; /* waiters for a handed claim, oldest first */
     int one_seg_waiters;        /* of them, those for one segment (seg >= 0) */
-    unsigned char claimed[SEG_MAX_SEGMENTS];
-    long long hint[SEG_MAX_SEGMENTS]; /* least stock seen this generation, -1 */
+    int refs;                   /* orders holding it (ltab_hold) */
+    int nseg;                   /* the size of claimed and hint */
+    unsigned char *claimed;
+    long long *hint; /* least stock seen this generation, -1 */
     lsku *next;
+    lsku *older, *newer; /* on the idle list (refs 0) */
 };
 
 struct ltab {
     int home, homes; /* ring.h */
+    skutab *shared;
     lsku *bucket[BUCKETS];
+    lsku *oldest, *newest; /* entries no order holds, least recently used first */
+    int idle;
 };
 
-ltab *ltab_create(int home, int homes)
+ltab *ltab_create(int home, int homes, skutab *shared)
 {
     ltab *t = seg_calloc(1, sizeof(ltab));
     t->home = home;
     t->homes = homes;
+    t->shared = shared;
     return t;
+}
+
+static void entry_free(ltab *t, lsku *s)
+{
+    skutab_release(t->shared, s->shared);
+    free(s->claimed);
+    free(s->hint);
+    free(s);
 }
 
 void ltab_free(ltab *t)
@@ -47,28 +65,90 @@ void ltab_free(ltab *t)
     for (int b = 0; b < BUCKETS; b++)
         for (lsku *s = t->bucket[b], *next; s != NULL; s = next) {
             next = s->next;
-            free(s);
+            entry_free(t, s);
         }
     free(t);
 }
 
-lsku *ltab_get(ltab *t, const char *sku, bool add)
+static void unlist(ltab *t, lsku *s)
 {
-    unsigned b = seg_name_hash(sku) % BUCKETS;
-    for (lsku *s = t->bucket[b]; s != NULL; s = s->next)
+    *(s->older != NULL ? &s->older->newer : &t->oldest) = s->newer;
+    *(s->newer != NULL ? &s->newer->older : &t->newest) = s->older;
+    s->older = s->newer = NULL;
+    t->idle--;
+}
+
+static void enlist(ltab *t, lsku *s)
+{
+    s->older = t->newest;
+    *(t->newest != NULL ? &t->newest->newer : &t->oldest) = s;
+    t->newest = s;
+    t->idle++;
+}
+
+/* Take idle entry s out of the table and free it. */
+static void drop(ltab *t, lsku *s)
+{
+    lsku **p = &t->bucket[seg_name_hash(s->name) % BUCKETS];
+    while (*p != s)
+        p = &(*p)->next;
+    *p = s->next;
+    unlist(t, s);
+    entry_free(t, s);
+}
+
+/* Nothing in it is worth keeping once no order holds it: no settings and none to
+ * come back to (never read, a SKU Redis does not have, or one deleted). */
+static bool worthless(const lsku *s)
+{
+    return !s->valid && (s->shared == NULL || skutab_dropped(s->shared));
+}
+
+static lsku *find(ltab *t, const char *sku)
+{
+    for (lsku *s = t->bucket[seg_name_hash(sku) % BUCKETS]; s != NULL; s = s->next)
         if (strcmp(s->name, sku) == 0)
             return s;
-    if (!add)
-        return NULL;
-    lsku *s = seg_calloc(1, sizeof *s);
-    snprintf(s->name, sizeof s->name, "%s", sku);
-    s->home = t->home;
-    s->homes = t->homes;
-    for (int i = 0; i < SEG_MAX_SEGMENTS; i++)
-        s->hint[i] = -1;
-    s->next = t->bucket[b];
-    t->bucket[b] = s;
+    return NULL;
+}
+
+lsku *ltab_find(ltab *t, const char *sku)
+{
+    lsku *s = find(t, sku);
+    if (s != NULL && s->refs == 0) { /* the most recently used now */
+        unlist(t, s);
+        enlist(t, s);
+    }
     return s;
+}
+
+lsku *ltab_hold(ltab *t, const char *sku)
+{
+    lsku *s = find(t, sku);
+    if (s == NULL) {
+        s = seg_calloc(1, sizeof *s);
+        snprintf(s->name, sizeof s->name, "%s", sku);
+        s->home = t->home;
+        s->homes = t->homes;
+        unsigned b = seg_name_hash(sku) % BUCKETS;
+        s->next = t->bucket[b];
+        t->bucket[b] = s;
+    } else if (s->refs == 0) {
+        unlist(t, s);
+    }
+    s->refs++;
+    return s;
+}
+
+void ltab_release(ltab *t, lsku *s)
+{
+    if (s == NULL || --s->refs > 0)
+        return;
+    enlist(t, s);
+    if (worthless(s))
+        drop(t, s);
+    while (t->idle > IDLE_MAX)
+        drop(t, t->oldest);
 }
 
 bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms)
@@ -102,8 +182,19 @@ static void wake_all(lsku *s)
 
 void ltab_set_view(lsku *s, const struct sku_view *view, int64_t now_ms)
 {
+    int n = view->cfg.segments;
+    if (n > s->nseg) {
+        /* Grown, never shrunk: an order of an older view may still claim a segment
+         * past the new count. */
+        s->claimed = seg_realloc(s->claimed, (size_t)n);
+        memset(s->claimed + s->nseg, 0, (size_t)(n - s->nseg));
+        s->hint = seg_realloc(s->hint, sizeof *s->hint * (size_t)n);
+        for (int i = s->nseg; i < n; i++)
+            s->hint[i] = -1;
+        s->nseg = n;
+    }
     if (!s->valid || s->view.gen != view->gen) {
-        for (int i = 0; i < SEG_MAX_SEGMENTS; i++)
+        for (int i = 0; i < s->nseg; i++)
             s->hint[i] = -1;
         s->empty_count = 0;
     }
@@ -121,8 +212,12 @@ void ltab_invalidate(lsku *s)
 void ltab_invalidate_all(ltab *t)
 {
     for (int b = 0; b < BUCKETS; b++)
-        for (lsku *s = t->bucket[b]; s != NULL; s = s->next)
+        for (lsku *s = t->bucket[b], *next; s != NULL; s = next) {
+            next = s->next;
             ltab_invalidate(s);
+            if (s->refs == 0 && worthless(s))
+                drop(t, s); /* deleted: the change that said so brought us here */
+        }
 }
 
 /* claimed[i]: 0 free, 1 claimed, 2 claimed and counted in the shared entry. */
@@ -208,9 +303,15 @@ long long ltab_hint(const lsku *s, int i)
     return s->hint[i];
 }
 
-bool ltab_sold_out(const lsku *s, long long gen)
+void ltab_set_hints(lsku *s, long long gen, const long long *stock, int n)
 {
-    return s->valid && s->view.gen == gen && s->empty_count >= s->view.cfg.segments;
+    if (!s->valid || s->view.gen != gen || n > s->nseg)
+        return;
+    s->empty_count = 0;
+    for (int i = 0; i < n; i++) {
+        s->hint[i] = stock[i];
+        s->empty_count += stock[i] == 0;
+    }
 }
 
 int ltab_empty_count(const lsku *s, long long gen)
@@ -251,8 +352,14 @@ sku_local *ltab_shared(const lsku *s)
     return s->shared;
 }
 
-void ltab_set_shared(lsku *s, sku_local *e)
+void ltab_set_shared(ltab *t, lsku *s, sku_local *e)
 {
+    for (int i = 0; s->shared != NULL && i < s->nseg; i++)
+        if (s->claimed[i] == 2) { /* counted in the old entry: count it in the new */
+            skutab_loop_claims(s->shared, i, -1);
+            skutab_loop_claims(e, i, 1);
+        }
+    skutab_release(t->shared, s->shared);
     s->shared = e;
 }
 

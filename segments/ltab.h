@@ -11,8 +11,19 @@
  *    oldest waiter (through the waiter's `handed` callback), so waits are short and
  *    fair, not polled;
  *  - `hint`: per segment, the least stock seen in the current generation (stock only
- *    falls within a generation), so a segment whose hint is below qty is passed over
- *    without Redis, and a SKU whose every hint is 0 is sold out without Redis.
+ *    falls within a generation, but for a cluster adjust's units in transit before
+ *    its commit), so a segment whose hint is below qty is passed over without Redis.
+ *    Hints never answer 409 by themselves: that takes a verdict from fresh counts
+ *    (engine.c VERDICT), which may set them again (ltab_set_hints).
+ *
+ * Bounded, whatever names clients send: an order holds its SKU's entry from its
+ * first look to its end (ltab_hold, ltab_release); an entry no order holds is freed
+ * at once when it knows nothing worth keeping (a SKU Redis does not have, a read that
+ * failed, a SKU deleted: its shared entry dropped), else kept, the 4096 most
+ * recently used, for its settings and hints. `claimed` and `hint` are sized by the
+ * SKU's segment count, at the first settings and again when a reset grows it (never
+ * shrunk while the entry lives: an order of an older view may still claim a segment
+ * past the new count).
  */
 #ifndef SEG_LTAB_H
 #define SEG_LTAB_H
@@ -35,12 +46,17 @@ struct lwait {
     void (*handed)(struct lwait *w, int seg);
 };
 
-/* The table of event loop `home` of `homes` (ring.h). */
-ltab *ltab_create(int home, int homes);
+/* The table of event loop `home` of `homes` (ring.h); the shared entries it holds
+ * are `shared`'s (given back by ltab_free and whenever an entry goes). */
+ltab *ltab_create(int home, int homes, skutab *shared);
 void ltab_free(ltab *t);
 
-/* The entry of `sku` (created when `add`), or NULL. */
-lsku *ltab_get(ltab *t, const char *sku, bool add);
+/* The entry of `sku`, made when there is none, held by the caller (an order) until
+ * ltab_release; it may be freed then. */
+lsku *ltab_hold(ltab *t, const char *sku);
+void ltab_release(ltab *t, lsku *s);
+/* The entry of `sku` or NULL, not held: for use before control returns to the loop. */
+lsku *ltab_find(ltab *t, const char *sku);
 
 /* Settings: valid and younger than `max_age_ms` at `now_ms`. */
 bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms);
@@ -49,10 +65,12 @@ const struct sku_view *ltab_view(const lsku *s);
 bool ltab_valid(const lsku *s);
 /* Store settings read at `now_ms` (hints start again when the generation changed). */
 void ltab_set_view(lsku *s, const struct sku_view *view, int64_t now_ms);
-/* Forget the settings (a reset or delete was seen): every waiter looks again. */
+/* Forget the settings (a reset or delete was seen): every waiter looks again. A
+ * waiter's `handed` must not release an entry (it defers its next step). */
 void ltab_invalidate(lsku *s);
 /* The same for every entry (this process changed some SKU: a reset, a restock, a
- * cancel -- which one does not matter, they are rare next to orders). */
+ * cancel -- which one does not matter, they are rare next to orders); the entries
+ * of deleted SKUs (skutab_dropped) no order holds are freed. */
 void ltab_invalidate_all(ltab *t);
 bool ltab_claim(lsku *s, int i);
 bool ltab_claimed(const lsku *s, int i);
@@ -74,7 +92,9 @@ void ltab_free_claim(lsku *s, int i);
  * known empty. */
 bool ltab_note_stock(lsku *s, long long gen, int i, long long stock);
 long long ltab_hint(const lsku *s, int i);
-bool ltab_sold_out(const lsku *s, long long gen);
+/* Fresh counts of every segment (stock[0..n-1]) read in `gen` with no adjust under
+ * way: the hints become them, raised too (ignored when stale). */
+void ltab_set_hints(lsku *s, long long gen, const long long *stock, int n);
 int ltab_empty_count(const lsku *s, long long gen);
 
 /* Queue `w` for a handed claim; ltab_unwait takes it out (true when it was queued). */
@@ -82,9 +102,10 @@ void ltab_wait(lsku *s, struct lwait *w);
 bool ltab_unwait(lsku *s, struct lwait *w);
 
 /* The process-wide entry of the SKU (skutab.h: its outcome counters), NULL until
- * set. */
+ * set; set with a hold of it (skutab_entry) that the entry gives back when it goes
+ * or when another is set (a SKU deleted and made again: the old one was dropped). */
 sku_local *ltab_shared(const lsku *s);
-void ltab_set_shared(lsku *s, sku_local *e);
+void ltab_set_shared(ltab *t, lsku *s, sku_local *e);
 
 /* The automatic rebalance, once per generation: true when the caller should run it. */
 bool ltab_rebalance_begin(lsku *s, long long gen);

@@ -96,14 +96,20 @@ static int parse_record(const char *record, struct parsed *p)
 static int cancel_once(inv_conn *c, const char *id, const char *rec, char **record)
 {
     struct parsed *p = seg_malloc(sizeof *p);
-    if (parse_record(rec, p) != 0 || p->cancelled) {
+    sku_local *e;
+    struct sku_view view;
+    inv_status st = INV_UNAVAILABLE;
+    bool ok = parse_record(rec, p) == 0;
+    if (ok && (!p->cancelled || c->v->cluster))
+        st = skutab_get(c, p->sku, &e, &view);
+    /* A record cancelled already is the answer, except for a "replicated" SKU on a
+     * cluster: there the segments' part is checked (and redone, if a failover lost
+     * it) before the 200 (rd_cancel). */
+    if (!ok || (p->cancelled && (st != INV_OK || !view.cfg.replicated))) {
         free(p);
         *record = seg_strdup(rec); /* already cancelled (or nothing we can read) */
         return INV_OK;
     }
-    sku_local *e;
-    struct sku_view view;
-    inv_status st = skutab_get(c, p->sku, &e, &view);
     struct lockset *set = NULL;
     char placed[RD_SKU_PLACED_MAX];
     rd_sku_placed(placed, p->sku, view.salt);
@@ -111,19 +117,23 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         set = lockset_take(c, e, placed, p->seg, p->n,
                            inv_now_ms() + c->v->opt.lock_wait_ms, &st);
     if (set == NULL) {
+        skutab_release(c->v->tab, e);
         free(p);
         return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
     }
-    char *cancelled =
-        record_build(id, p->sku, p->qty, p->n, p->seg, p->part, "cancelled");
+    char *cancelled = p->cancelled ? seg_strdup(rec)
+                                   : record_build(id, p->sku, p->qty, p->n, p->seg,
+                                                  p->part, "cancelled");
     const char **tok = seg_malloc(sizeof *tok * (size_t)p->n);
     for (int j = 0; j < p->n; j++)
         tok[j] = lockset_token(set, j);
     const struct rd_parts parts = {p->n, p->seg, NULL, tok};
     struct rd_reply r;
-    int code = rd_cancel(c->rd, placed, view.epoch, id, cancelled, rec, &parts, &r) < 0
-                   ? -1
-                   : r.code;
+    int wait_ms = view.cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
+    int code =
+        rd_cancel(c->rd, placed, view.epoch, id, cancelled, rec, &parts, wait_ms, &r) < 0
+            ? -1
+            : r.code;
     free(tok);
     if (code == RD_EXISTS) { /* cancelled already: that record */
         *record = r.record;
@@ -131,22 +141,23 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     }
     rd_reply_clear(&r);
     lockset_drop(c, set, code < 0);
+    if (code == RD_OK)
+        skutab_count(e, STAT_ORDERS_CANCELLED);
+    skutab_release(c->v->tab, e);
     if (code == RD_OK) {
         /* The script bumped the generation: sold-out flags here go at once. */
         skutab_invalidate(c->v, p->sku);
         stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
-        skutab_count(e, STAT_ORDERS_CANCELLED);
         *record = cancelled;
     } else {
         free(cancelled);
     }
     if (code == RD_STALE) /* the next try must not trust the cached view */
         skutab_invalidate(c->v, p->sku);
-    if (code == RD_OK && view.cfg.replicated) {
+    if ((code == RD_OK || (code == RD_EXISTS && *record != NULL)) && wait_ms > 0) {
         /* Durability "replicated": 200 once a replica has the cancel too; else 503
-         * not_replicated, and the retry answers 200 from the cancelled record. */
-        int replicas = rd_wait(c->rd, placed, p->n, p->seg, id, p->sku,
-                               c->v->opt.redis_timeout_ms / 2);
+         * not_replicated, and the retry answers 200 once it holds. */
+        int replicas = rd_wait(c->rd, placed, p->n, p->seg, id, p->sku, wait_ms);
         if (replicas < 1) {
             free(*record);
             *record = NULL;
@@ -164,6 +175,8 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         return INV_NOT_FOUND;
     case RD_FENCED:
         return INV_BUSY;
+    case RD_NOT_REPLICATED:
+        return INV_NOT_REPLICATED;
     case RD_STALE:
         return CANCEL_STALE;
     default:

@@ -49,7 +49,10 @@ inv_status order_get(inv_conn *c, const char *id, char **record);
 /* Cancel an order: its units go back to the segments they came from, under their
  * locks; the record says "cancelled" and the sold counts go down. Idempotent: a
  * cancelled order is INV_OK again. INV_OK with *record (caller frees), INV_NOT_FOUND,
- * INV_BUSY, INV_UNAVAILABLE or INV_INVALID. */
+ * INV_BUSY, INV_UNAVAILABLE, INV_INVALID, or for a "replicated" SKU
+ * INV_NOT_REPLICATED (no replica confirmed it; on a cluster the record is marked only
+ * after the units given back are on a replica, and a retry on a cancelled record
+ * checks, and redoes, the segments' part before its INV_OK: calls.h rd_cancel). */
 inv_status order_cancel(inv_conn *c, const char *id, char **record);
 
 /* The counter an order's final status is counted under (stats.h). */

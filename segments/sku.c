@@ -50,6 +50,8 @@ static int admin_status(int code)
         return INV_BUSY;
     case RD_LIMIT:
         return INV_INVALID;
+    case RD_NOT_REPLICATED:
+        return INV_NOT_REPLICATED;
     case RD_STALE:
         return -1; /* look again */
     default:
@@ -74,6 +76,10 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .replicated = cfg && cfg->replicated,
         .salt = old->epoch != 0 ? old->salt : -1, /* kept; a new SKU is placed */
         .epoch = inv_new_epoch(),
+        /* "replicated" before or after: every step on a replica before the next */
+        .wait_ms = (cfg && cfg->replicated) || (old->epoch != 0 && old->cfg.replicated)
+                       ? c->v->opt.redis_timeout_ms / 2
+                       : 0,
     };
     struct rd_reply r;
     int rc = rd_reset(c->rd, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);
@@ -97,6 +103,8 @@ static inv_status reset_current(inv_conn *c, const char *sku,
         if (st == INV_UNKNOWN_SKU)
             old.epoch = 0, old.cfg.segments = 0;
         int got = admin_status(reset(c, sku, &old, cfg, rid));
+        if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
+            skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)
             return (inv_status)got;
     }
@@ -124,8 +132,9 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
 
 /* One ADJUST (scripts.c) of `sku` as `view` has it: under locks of every segment on
  * a standalone Redis; on a Redis Cluster without them, in the seam's per-slot steps
- * (calls.h rd_adjust). The script's code, -1 without an answer, or -2 with *st set
- * when the locks were not had. */
+ * (calls.h rd_adjust), each on a replica before the next for a `replicated` SKU. The
+ * script's code (RD_NOT_REPLICATED: a step reached no replica), -1 without an answer,
+ * or -2 with *st set when the locks were not had. */
 static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
                        const struct sku_view *view, const char *op, long long add,
                        const char *rid, inv_status *st)
@@ -148,8 +157,9 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     if (rid != NULL)
         signature(sig, sizeof sig, op, add, NULL);
     struct rd_reply r;
+    int wait_ms = view->cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
     int code = rd_adjust(c->rd, sku, view->epoch, n, tok, op, add, SKU_STOCK_MAX - add,
-                         rid, sig, &r) < 0
+                         rid, sig, wait_ms, &r) < 0
                    ? -1
                    : r.code;
     long long gen = code == RD_OK ? r.value : 0;
@@ -160,13 +170,15 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     if (gen > 0) {
         stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
         skutab_invalidate(c->v, sku);
+    } else if (code == RD_NOT_REPLICATED) { /* it may have committed: look again */
+        skutab_invalidate(c->v, sku);
     }
     return code;
 }
 
-/* Durability "replicated": a restock or rebalance is 200 once a replica has it too,
- * on every node it wrote (the segments', the meta's); else 503 not_replicated, and its
- * retry under the same request id answers 200 (replayed). */
+/* Durability "replicated" on a standalone Redis: a restock or rebalance is 200 once a
+ * replica has it too; else 503 not_replicated, and its retry under the same request id
+ * answers 200 (replayed). (On a cluster the seam WAITs after every step.) */
 static inv_status replicated(inv_conn *c, const char *sku, const struct sku_view *view)
 {
     char placed[RD_SKU_PLACED_MAX];
@@ -192,6 +204,7 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
         if (st != INV_OK)
             return st;
         int code = adjust_once(c, sku, e, &view, op, add, rid, &st);
+        skutab_release(c->v->tab, e);
         if (code == -2)
             return st;
         if (code == RD_BUSY) {
@@ -201,8 +214,10 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
             inv_sleep_ms(ring_backoff_ms(round++, inv_rand(c, UINT32_MAX), left));
             continue;
         }
+        if (code == RD_NOT_REPLICATED)
+            return INV_NOT_REPLICATED;
         int got = admin_status(code);
-        if (got == INV_OK && view.cfg.replicated && rid != NULL)
+        if (got == INV_OK && view.cfg.replicated && rid != NULL && !c->v->cluster)
             return replicated(c, sku, &view);
         if (got >= 0)
             return (inv_status)got;

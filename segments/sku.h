@@ -63,8 +63,10 @@ struct sku_status {
  * reads it again when not: a stale cache never decides where stock goes. */
 
 /* Create or reset `sku`. INV_OK, INV_INVALID (cfg out of range),
- * INV_REQUEST_CONFLICT, INV_BUSY (raced by other resets throughout) or
- * INV_UNAVAILABLE. */
+ * INV_REQUEST_CONFLICT, INV_BUSY (raced by other resets throughout),
+ * INV_UNAVAILABLE, or on a Redis Cluster, when the SKU is or becomes "replicated",
+ * INV_NOT_REPLICATED: a step reached no replica, the reset stopped there and its
+ * retry finishes it (calls.h rd_reset; sku_delete likewise). */
 inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
                    const char *rid);
 
@@ -78,7 +80,9 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
  * time, and one whose process died is finished by the next. INV_OK, INV_UNKNOWN_SKU,
  * INV_INVALID (also when the initial stock would pass SKU_STOCK_MAX: checked in the
  * script, exactly), INV_REQUEST_CONFLICT, INV_BUSY (the locks, or on a cluster the
- * SKU's turn, were not had within lock_wait_ms), INV_UNAVAILABLE. */
+ * SKU's turn, were not had within lock_wait_ms), INV_UNAVAILABLE, INV_NOT_REPLICATED
+ * (durability replicated: no replica confirmed it, or on a cluster one of its steps;
+ * the retry under the same request id finishes it exactly once). */
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid);
 
 /* Even the remaining stock out over the segments, under every segment's lock taken
@@ -90,7 +94,7 @@ inv_status sku_rebalance(inv_conn *c, const char *sku, const char *rid);
 inv_status sku_spread(inv_conn *c, const char *sku);
 
 /* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU,
- * INV_REQUEST_CONFLICT, INV_BUSY, INV_UNAVAILABLE. */
+ * INV_REQUEST_CONFLICT, INV_BUSY, INV_UNAVAILABLE, INV_NOT_REPLICATED. */
 inv_status sku_delete(inv_conn *c, const char *sku, const char *rid);
 
 /* All SKU names, sorted. On INV_OK *names is a malloc'd array of *n malloc'd

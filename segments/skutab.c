@@ -13,7 +13,23 @@
 #include "segments/clock.h"
 #include "segments/skumode.h"
 
-#define BUCKETS 256
+#define BUCKETS 1024
+/* Entries nobody holds, kept for their counters and settings: past this many, the
+ * least recently released go. */
+#define IDLE_MAX 4096
+/* Segments per block of per-segment state, made when one of them is first used. */
+#define CHUNK 64
+#define CHUNKS ((SEG_MAX_SEGMENTS + CHUNK - 1) / CHUNK)
+
+/* What the process knows of CHUNK segments of a SKU. */
+struct segs {
+    _Atomic unsigned char loop_claims[CHUNK]; /* lock-free (skutab_loop_claims) */
+    /* under the entry's mu: */
+    unsigned short wanted[CHUNK];    /* skutab_claim_wait callers per segment */
+    unsigned char reserved[CHUNK];   /* released to one of them */
+    unsigned char claimed[CHUNK];    /* a worker is locking it */
+    unsigned char empty_seen[CHUNK]; /* a loop found it empty in empty_gen */
+};
 
 struct sku_local {
     char name[SEG_NAME_MAX + 1];
@@ -23,25 +39,36 @@ struct sku_local {
     bool refreshing;          /* a worker is re-reading them */
     struct sku_view view;
     int64_t fetched_ms;
-    unsigned short wanted[SEG_MAX_SEGMENTS];  /* skutab_claim_wait callers per segment */
-    unsigned char reserved[SEG_MAX_SEGMENTS]; /* released to one of them */
     _Atomic long long outcomes[SKU_OUTCOMES];
     _Atomic long long loop_gen; /* the generation an event loop read last */
     /* Segments the event loops found empty in generation empty_gen (under mu), and
      * their count published for lock-free readers: pub_gen, then pub_count. */
     long long empty_gen;
     int empty_n;
-    unsigned char empty_seen[SEG_MAX_SEGMENTS];
     _Atomic long long pub_gen;
     _Atomic int pub_count;
-    unsigned char claimed[SEG_MAX_SEGMENTS];
-    _Atomic unsigned char loop_claims[SEG_MAX_SEGMENTS];
-    sku_local *next;
+    /* Blocks of segments, each made once (published with a CAS) and freed with the
+     * entry, so a lock-free reader never meets a block freed or moved. */
+    struct segs *_Atomic segs[CHUNKS];
+    /* The last verdict a loop confirmed (skutab_loop_confirm): its generation + 1 (0:
+     * none), then its total; written under mu, read lock-free as pub_gen. */
+    _Atomic long long verdict_gen1, verdict_total;
+    /* The table's: holders (taken under its read lock, given back under its write
+     * lock), whether the entry left the table (the SKU is gone; the last holder frees
+     * it), and its place in the list of idle entries (under the write lock). */
+    _Atomic int refs;
+    _Atomic bool dropped;
+    bool idle;
+    sku_local *next, *idle_prev, *idle_next;
 };
 
 struct skutab {
-    pthread_rwlock_t lock; /* guards the buckets, not the entries */
+    pthread_rwlock_t lock; /* guards the buckets and the idle list, not the entries */
     sku_local *bucket[BUCKETS];
+    /* Entries released by their last holder, least recently first. One taken again
+     * (under the read lock) stays listed until it is met here or released again. */
+    sku_local *idle_first, *idle_last;
+    int idle_n;
 };
 
 skutab *skutab_create(void)
@@ -51,6 +78,15 @@ skutab *skutab_create(void)
     return t;
 }
 
+static void entry_free(sku_local *e)
+{
+    for (int k = 0; k < CHUNKS; k++)
+        free(atomic_load_explicit(&e->segs[k], memory_order_acquire));
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv_wanted);
+    free(e);
+}
+
 void skutab_free(skutab *t)
 {
     if (t == NULL)
@@ -58,13 +94,27 @@ void skutab_free(skutab *t)
     for (int b = 0; b < BUCKETS; b++) {
         for (sku_local *e = t->bucket[b], *next; e != NULL; e = next) {
             next = e->next;
-            pthread_mutex_destroy(&e->mu);
-            pthread_cond_destroy(&e->cv_wanted);
-            free(e);
+            entry_free(e);
         }
     }
     pthread_rwlock_destroy(&t->lock);
     free(t);
+}
+
+/* The block holding segment i, made when `make` and there is none (else NULL). */
+static struct segs *segs_of(sku_local *e, int i, bool make)
+{
+    struct segs *_Atomic *slot = &e->segs[i / CHUNK];
+    struct segs *s = atomic_load_explicit(slot, memory_order_acquire);
+    if (s == NULL && make) {
+        struct segs *fresh = seg_calloc(1, sizeof *fresh);
+        if (atomic_compare_exchange_strong_explicit(slot, &s, fresh, memory_order_acq_rel,
+                                                    memory_order_acquire))
+            s = fresh;
+        else
+            free(fresh); /* another thread's came first: s is that one */
+    }
+    return s;
 }
 
 static sku_local *find(skutab *t, const char *sku)
@@ -75,12 +125,51 @@ static sku_local *find(skutab *t, const char *sku)
     return NULL;
 }
 
-static sku_local *find_or_add(skutab *t, const char *sku)
+/* Take e off the idle list (write lock). */
+static void unlist(skutab *t, sku_local *e)
+{
+    if (!e->idle)
+        return;
+    *(e->idle_prev != NULL ? &e->idle_prev->idle_next : &t->idle_first) = e->idle_next;
+    *(e->idle_next != NULL ? &e->idle_next->idle_prev : &t->idle_last) = e->idle_prev;
+    e->idle_prev = e->idle_next = NULL;
+    e->idle = false;
+    t->idle_n--;
+}
+
+/* Take e out of the buckets (write lock). */
+static void unlink_entry(skutab *t, sku_local *e)
+{
+    sku_local **p = &t->bucket[seg_name_hash(e->name) % BUCKETS];
+    while (*p != e)
+        p = &(*p)->next;
+    *p = e->next;
+    unlist(t, e);
+}
+
+/* Past IDLE_MAX idle entries, free the least recently released (write lock). */
+static void evict(skutab *t)
+{
+    while (t->idle_n > IDLE_MAX) {
+        sku_local *e = t->idle_first;
+        unlist(t, e);
+        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 0) {
+            unlink_entry(t, e);
+            entry_free(e);
+        }
+    }
+}
+
+/* The entry of `sku`, held (skutab_release), made when there is none and `add`; NULL
+ * when there is none and not `add`. */
+static sku_local *hold(skutab *t, const char *sku, bool add)
 {
     pthread_rwlock_rdlock(&t->lock);
     sku_local *e = find(t, sku);
-    pthread_rwlock_unlock(&t->lock);
     if (e != NULL)
+        atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+    pthread_rwlock_unlock(&t->lock);
+    if (e != NULL || !add)
         return e;
 
     pthread_rwlock_wrlock(&t->lock);
@@ -93,13 +182,61 @@ static sku_local *find_or_add(skutab *t, const char *sku)
         e->next = t->bucket[b];
         t->bucket[b] = e;
     }
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     pthread_rwlock_unlock(&t->lock);
     return e;
 }
 
 sku_local *skutab_entry(inv *v, const char *sku)
 {
-    return find_or_add(v->tab, sku);
+    return hold(v->tab, sku, true);
+}
+
+void skutab_release(skutab *t, sku_local *e)
+{
+    if (e == NULL)
+        return;
+    pthread_rwlock_wrlock(&t->lock);
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_relaxed) == 1) {
+        if (atomic_load_explicit(&e->dropped, memory_order_relaxed)) {
+            entry_free(e); /* out of the table already: nobody can find it */
+        } else {
+            unlist(t, e);
+            e->idle_prev = t->idle_last;
+            *(t->idle_last != NULL ? &t->idle_last->idle_next : &t->idle_first) = e;
+            t->idle_last = e;
+            e->idle = true;
+            t->idle_n++;
+            evict(t);
+        }
+    }
+    pthread_rwlock_unlock(&t->lock);
+}
+
+void skutab_drop(inv *v, const char *sku)
+{
+    skutab *t = v->tab;
+    pthread_rwlock_wrlock(&t->lock);
+    sku_local *e = find(t, sku);
+    if (e != NULL) {
+        unlink_entry(t, e);
+        atomic_store_explicit(&e->dropped, true, memory_order_relaxed);
+        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 0) {
+            entry_free(e);
+        } else {
+            pthread_mutex_lock(&e->mu);
+            e->valid = false;
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+    pthread_rwlock_unlock(&t->lock);
+    /* After the flag: a loop that sees the change sees the entry dropped. */
+    atomic_fetch_add_explicit(&v->changes, 1, memory_order_release);
+}
+
+bool skutab_dropped(const sku_local *e)
+{
+    return atomic_load_explicit(&e->dropped, memory_order_acquire);
 }
 
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
@@ -127,9 +264,7 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
 {
     skutab *t = c->v->tab;
     *out = NULL;
-    pthread_rwlock_rdlock(&t->lock);
-    sku_local *e = find(t, sku);
-    pthread_rwlock_unlock(&t->lock);
+    sku_local *e = hold(t, sku, false);
 
     int64_t now = inv_now_ms();
     if (e != NULL) {
@@ -148,9 +283,9 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
     struct sku_view fetched;
     inv_status st = skutab_read(c, sku, &fetched);
     if (st == INV_OK && e == NULL)
-        e = find_or_add(t, sku);
+        e = hold(t, sku, true);
     if (e == NULL)
-        return st;
+        return st; /* nothing kept of a SKU Redis does not have */
 
     pthread_mutex_lock(&e->mu);
     e->refreshing = false;
@@ -163,31 +298,39 @@ inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
         e->valid = false;
     }
     pthread_mutex_unlock(&e->mu);
-    *out = e;
+    if (st == INV_OK) {
+        *out = e;
+        return st;
+    }
+    skutab_release(t, e);
+    if (st == INV_UNKNOWN_SKU)
+        skutab_drop(c->v, sku); /* deleted (by another instance: ours drops it) */
     return st;
 }
 
 void skutab_invalidate(inv *v, const char *sku)
 {
     atomic_fetch_add_explicit(&v->changes, 1, memory_order_release);
-    pthread_rwlock_rdlock(&v->tab->lock);
+    pthread_rwlock_rdlock(&v->tab->lock); /* keeps the entry: held or not */
     sku_local *e = find(v->tab, sku);
+    if (e != NULL) {
+        pthread_mutex_lock(&e->mu);
+        e->valid = false;
+        pthread_mutex_unlock(&e->mu);
+    }
     pthread_rwlock_unlock(&v->tab->lock);
-    if (e == NULL)
-        return;
-    pthread_mutex_lock(&e->mu);
-    e->valid = false;
-    pthread_mutex_unlock(&e->mu);
 }
 
 void skutab_unclaim(sku_local *e, int i)
 {
     pthread_mutex_lock(&e->mu);
-    if (e->wanted[i] > 0) {
-        e->reserved[i] = 1; /* stays claimed: goes to whoever waits for i itself */
+    struct segs *s = segs_of(e, i, true);
+    int k = i % CHUNK;
+    if (s->wanted[k] > 0) {
+        s->reserved[k] = 1; /* stays claimed: goes to whoever waits for i itself */
         pthread_cond_broadcast(&e->cv_wanted);
     } else {
-        e->claimed[i] = 0;
+        s->claimed[k] = 0;
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -196,16 +339,18 @@ bool skutab_claim_wait(sku_local *e, int i, int ms)
 {
     struct timespec ts = inv_deadline(ms);
     pthread_mutex_lock(&e->mu);
-    bool got = !e->claimed[i];
+    struct segs *s = segs_of(e, i, true);
+    int k = i % CHUNK;
+    bool got = !s->claimed[k];
     if (got) {
-        e->claimed[i] = 1;
+        s->claimed[k] = 1;
     } else {
-        e->wanted[i]++;
-        while (!e->reserved[i] && pthread_cond_timedwait(&e->cv_wanted, &e->mu, &ts) == 0)
+        s->wanted[k]++;
+        while (!s->reserved[k] && pthread_cond_timedwait(&e->cv_wanted, &e->mu, &ts) == 0)
             ;
-        e->wanted[i]--;
-        got = e->reserved[i];
-        e->reserved[i] = 0;
+        s->wanted[k]--;
+        got = s->reserved[k];
+        s->reserved[k] = 0;
     }
     pthread_mutex_unlock(&e->mu);
     return got;
@@ -244,12 +389,17 @@ void skutab_loop_empty(sku_local *e, long long gen, int i)
     pthread_mutex_lock(&e->mu);
     if (e->empty_gen != gen) {
         atomic_store_explicit(&e->pub_gen, 0, memory_order_release);
-        memset(e->empty_seen, 0, sizeof e->empty_seen);
+        for (int k = 0; k < CHUNKS; k++) {
+            struct segs *s = atomic_load_explicit(&e->segs[k], memory_order_acquire);
+            if (s != NULL)
+                memset(s->empty_seen, 0, sizeof s->empty_seen);
+        }
         e->empty_n = 0;
         e->empty_gen = gen;
     }
-    if (!e->empty_seen[i]) {
-        e->empty_seen[i] = 1;
+    struct segs *s = segs_of(e, i, true);
+    if (!s->empty_seen[i % CHUNK]) {
+        s->empty_seen[i % CHUNK] = 1;
         e->empty_n++;
     }
     atomic_store_explicit(&e->pub_count, e->empty_n, memory_order_relaxed);
@@ -259,9 +409,12 @@ void skutab_loop_empty(sku_local *e, long long gen, int i)
 
 int skutab_loop_claims(sku_local *e, int i, int delta)
 {
+    struct segs *s = segs_of(e, i, delta != 0);
+    if (s == NULL)
+        return 0; /* nobody ever claimed one of its block */
     if (delta == 0)
-        return atomic_load_explicit(&e->loop_claims[i], memory_order_relaxed);
-    return atomic_fetch_add_explicit(&e->loop_claims[i], (unsigned char)delta,
+        return atomic_load_explicit(&s->loop_claims[i % CHUNK], memory_order_relaxed);
+    return atomic_fetch_add_explicit(&s->loop_claims[i % CHUNK], (unsigned char)delta,
                                      memory_order_relaxed) +
            delta;
 }
@@ -272,4 +425,22 @@ int skutab_loop_empties(sku_local *e, long long gen)
         return 0;
     int n = atomic_load_explicit(&e->pub_count, memory_order_relaxed);
     return atomic_load_explicit(&e->pub_gen, memory_order_acquire) == gen ? n : 0;
+}
+
+void skutab_loop_confirm(sku_local *e, long long gen, long long total)
+{
+    pthread_mutex_lock(&e->mu);
+    atomic_store_explicit(&e->verdict_gen1, 0, memory_order_release);
+    atomic_store_explicit(&e->verdict_total, total, memory_order_relaxed);
+    atomic_store_explicit(&e->verdict_gen1, gen + 1, memory_order_release);
+    pthread_mutex_unlock(&e->mu);
+}
+
+long long skutab_loop_verdict(sku_local *e, long long gen)
+{
+    if (atomic_load_explicit(&e->verdict_gen1, memory_order_acquire) != gen + 1)
+        return -1;
+    long long total = atomic_load_explicit(&e->verdict_total, memory_order_relaxed);
+    return atomic_load_explicit(&e->verdict_gen1, memory_order_acquire) == gen + 1 ? total
+                                                                                   : -1;
 }

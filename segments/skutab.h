@@ -9,7 +9,16 @@
  *    empty, all read lock-free (skutab_loop_*);
  *  - `inv.changes`, bumped by every local change of a SKU (skutab_invalidate), which
  *    makes every loop drop its cached settings.
- * Entries live until skutab_free.
+ *
+ * Bounded: an entry is made only for a SKU Redis has (a read found it), and its
+ * per-segment state in blocks of 64 segments, each made when one of its segments is
+ * first used (a SKU of 4 segments costs one block, not 1024 segments' worth). Entries
+ * are held (skutab_entry, skutab_get: each hold given back with skutab_release) by
+ * the loops' tables and by workers; a SKU found gone (deleted here, or a read found
+ * none) leaves the table at once (skutab_drop) and its entry is freed by its last
+ * holder; entries nobody holds are kept, the last 4096 released, for their settings
+ * and outcome counters, and the least recently released go past that (their
+ * counters with them: a counter reset on /metrics).
  */
 #ifndef SEG_SKUTAB_H
 #define SEG_SKUTAB_H
@@ -32,13 +41,24 @@ skutab *skutab_create(void);
 void skutab_free(skutab *t);
 
 /* The entry of `sku` with its settings, re-read from Redis when older than
- * meta_cache_ms. INV_OK (*e, *view set), INV_UNKNOWN_SKU or INV_UNAVAILABLE (*e the
- * entry when this process has one, else NULL). */
+ * meta_cache_ms. INV_OK (*e held: skutab_release it; *view set), INV_UNKNOWN_SKU (the
+ * entry dropped, as skutab_drop) or INV_UNAVAILABLE; *e NULL but for INV_OK. */
 inv_status skutab_get(inv_conn *c, const char *sku, sku_local **e, struct sku_view *view);
 
-/* The entry of `sku`, made when there is none; never touches Redis. For a SKU that
- * Redis knows (entries live until skutab_free). */
+/* The entry of `sku`, held (skutab_release), made when there is none; never touches
+ * Redis. Only for a SKU that Redis has (a read just found it). */
 sku_local *skutab_entry(inv *v, const char *sku);
+
+/* Give back a hold of skutab_entry or skutab_get; `e` may be freed by it. NULL: no-op.
+ * Takes the table's write lock. */
+void skutab_release(skutab *t, sku_local *e);
+
+/* `sku` is gone (deleted here, or a read found none): its entry leaves the table (a
+ * later hold makes a new one; holders keep theirs, no longer valid, until they give
+ * it back), and the change is counted in inv.changes after skutab_dropped says so, so
+ * a loop that sees the change can let go of its hold. */
+void skutab_drop(inv *v, const char *sku);
+bool skutab_dropped(const sku_local *e);
 
 /* Read the settings of `sku` from Redis, bypassing the cache: INV_OK,
  * INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
@@ -75,6 +95,13 @@ int skutab_loop_empties(sku_local *e, long long gen);
  * returned, lock-free: advisory, so that a loop passes by the segments another
  * loop is holding instead of asking Redis to find them BUSY. */
 int skutab_loop_claims(sku_local *e, int i, int delta);
+/* A loop's verdict from fresh counts (engine.c VERDICT): in generation `gen` the SKU
+ * held `total` units with no adjust under way, so it holds at most that until the
+ * next generation (within one the total only falls; an adjust's units count from its
+ * commit, which makes a new one). skutab_loop_verdict: that total for `gen`, or -1
+ * when no loop found one; lock-free. */
+void skutab_loop_confirm(sku_local *e, long long gen, long long total);
+long long skutab_loop_verdict(sku_local *e, long long gen);
 
 /* Claim segment i, waiting up to `ms` for it: a release of i goes to such a waiter
  * before any other. True when claimed. */

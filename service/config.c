@@ -93,11 +93,15 @@ static const struct setting settings[] = {
                  durability_names),
     STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
                 admin_token),
+    STR_SETTING("metrics_token", "INVENTORY_METRICS_TOKEN", "--metrics-token", K_TOKEN,
+                metrics_token),
     INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
     INT_SETTING("connection_timeout_s", NULL, NULL, connection_timeout_s, 0, 86400),
     INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
     INT_SETTING("metrics_segments_max", NULL, NULL, metrics_segments_max, 0,
                 SEG_MAX_SEGMENTS),
+    INT_SETTING("metrics_sku_limit", "INVENTORY_METRICS_SKU_LIMIT", "--metrics-sku-limit",
+                metrics_sku_limit, 0, 10000),
     ENUM_SETTING("log_level", "INVENTORY_LOG_LEVEL", "--log-level", log_level,
                  level_names),
     ENUM_SETTING("log_format", "INVENTORY_LOG_FORMAT", "--log-format", log_format,
@@ -140,6 +144,7 @@ void cfg_defaults(struct cfg *out)
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
     out->metrics_segments_max = 32;
+    out->metrics_sku_limit = 100;
     out->log_level = LOG_INFO;
     out->log_format = LOG_TEXT;
     out->access_log = true;
@@ -482,6 +487,117 @@ static const char *env_get(char *const envp[], const char *name)
     return NULL;
 }
 
+int cfg_settings(void (*fn)(const char *key, const char *env, const char *flag,
+                            void *arg),
+                 void *arg)
+{
+    for (size_t k = 0; k < NSETTINGS; k++)
+        fn(settings[k].key, settings[k].env, settings[k].flag, arg);
+    return (int)NSETTINGS;
+}
+
+/* Levenshtein distance of `a` and `b`, capped at 3 (only near names matter). */
+static int distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63 || (la > lb ? la - lb : lb - la) > 2)
+        return 3;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb] < 3 ? row[lb] : 3;
+}
+
+/* True when `name` ("INVENTORY_X", no '=') is a variable the configuration reads;
+ * else `*near` is the closest that is (NULL when none is within 2 edits). */
+static bool known_env(const char *name, const char **near)
+{
+    int best = 3;
+    *near = NULL;
+    if (strcmp(name, "INVENTORY_CONFIG") == 0)
+        return true;
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        if (settings[k].env == NULL)
+            continue;
+        int d = distance(name, settings[k].env);
+        if (d == 0)
+            return true;
+        if (d < best) {
+            best = d;
+            *near = settings[k].env;
+        }
+    }
+    return false;
+}
+
+int cfg_warnings(const struct cfg *c, char *const envp[],
+                 void (*fn)(const char *text, void *arg), void *arg)
+{
+    static const char prefix[] = "INVENTORY_";
+    char text[256];
+    int n = 0;
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
+        const char *eq = strchr(envp[i], '=');
+        size_t len = eq != NULL ? (size_t)(eq - envp[i]) : strlen(envp[i]);
+        if (strncmp(envp[i], prefix, sizeof(prefix) - 1) != 0 || len >= 64)
+            continue;
+        char name[64];
+        const char *near_fmt = "";
+        const char *near;
+        memcpy(name, envp[i], len);
+        name[len] = '\0';
+        if (known_env(name, &near))
+            continue;
+        if (near != NULL)
+            near_fmt = " (did you mean ";
+        snprintf(text, sizeof text, "%s: no such setting, ignored%s%s%s", name, near_fmt,
+                 near != NULL ? near : "", near != NULL ? "?)" : "");
+        fn(text, arg);
+        n++;
+    }
+    if ((long long)c->lock_wait_ms > 10LL * c->lock_ttl_ms) {
+        snprintf(text, sizeof text,
+                 "lock_wait_ms %d is more than ten times lock_ttl_ms %d: an order would "
+                 "wait out ten leases of a busy segment (milliseconds meant as seconds?)",
+                 c->lock_wait_ms, c->lock_ttl_ms);
+        fn(text, arg);
+        n++;
+    }
+    if (c->connection_timeout_s > 0 &&
+        (long long)c->lock_wait_ms >= 1000LL * c->connection_timeout_s) {
+        snprintf(text, sizeof text,
+                 "lock_wait_ms %d is not below connection_timeout_s %d: an order may "
+                 "wait longer than an idle client connection is kept",
+                 c->lock_wait_ms, c->connection_timeout_s);
+        fn(text, arg);
+        n++;
+    }
+    if (c->redis_timeout_ms >= c->lock_ttl_ms) {
+        snprintf(
+            text, sizeof text,
+            "redis_timeout_ms %d is not below lock_ttl_ms %d: a lease renewal may time "
+            "out after the lease it renews has ended",
+            c->redis_timeout_ms, c->lock_ttl_ms);
+        fn(text, arg);
+        n++;
+    }
+    return n;
+}
+
 /* One parsed command-line option. */
 struct opt {
     const char *name; /* "--port" (without any "=value") */
@@ -773,60 +889,97 @@ void cfg_print(FILE *f, const struct cfg *c)
     cfg_foreach(c, print_value, f);
 }
 
+/* The metavariable of a flag's value in the usage line. */
+static const char *metavar(const struct setting *s)
+{
+    switch (s->kind) {
+    case K_INT:
+        return "N";
+    case K_BOOL:
+        return "B";
+    case K_BIND:
+        return "ADDR";
+    case K_REDIS:
+        return "HOST:PORT[,...]";
+    case K_PATH:
+        return "PATH";
+    case K_ENUM:
+        return "VALUE";
+    case K_TOKEN:
+    case K_STR:
+        break;
+    }
+    return strcmp(s->key, "redis_password_file") == 0 ? "PATH" : "T";
+}
+
+/* The usage line and the settings table are made from `settings`, the one list of
+ * what can be set (tests/test_docs.c holds the man page and README to it too). */
 void cfg_usage(FILE *f, const char *prog)
 {
+    int col = fprintf(f, "usage: %s [--config FILE]", prog);
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        if (settings[k].flag == NULL)
+            continue;
+        char opt[96];
+        int n = snprintf(opt, sizeof opt, " [%s %s]", settings[k].flag,
+                         metavar(&settings[k]));
+        if (col + n > 88)
+            col = fprintf(f, "\n         ") - 1;
+        col += fprintf(f, "%s", opt);
+    }
+    fprintf(f, "\n          [--check-config] [--help] [--version]\n");
+    fprintf(f,
+            "\n"
+            "Settings, each overriding the one before: built-in defaults, the JSON file\n"
+            "(--config, else $INVENTORY_CONFIG, else the first that exists of\n"
+            "./%s and %s),\n"
+            "INVENTORY_* environment variables, then flags.\n"
+            "--check-config validates all of them, prints the effective configuration\n"
+            "(secrets as ***) and the file read, and exits 0, or 2 on a bad value; it\n"
+            "warns of unknown INVENTORY_* variables and contradictory settings.\n"
+            "\n"
+            "  %-21s %-30s %-22s %s\n",
+            CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, "file key", "env variable", "flag",
+            "default");
+    struct cfg d;
+    cfg_defaults(&d);
+    for (size_t k = 0; k < NSETTINGS; k++) {
+        const struct setting *s = &settings[k];
+        char buf[CFG_PATH_MAX + 64];
+        long long num;
+        enum cfg_vtype t = value_of(s, &d, true, buf, sizeof buf, &num);
+        if (strcmp(s->key, "threads") == 0)
+            snprintf(buf, sizeof buf, "the number of cores");
+        else if (t == CFG_VINT)
+            snprintf(buf, sizeof buf, "%lld", num);
+        else if (t == CFG_VBOOL)
+            snprintf(buf, sizeof buf, "%s", num ? "true" : "false");
+        else if (buf[0] == '\0')
+            snprintf(buf, sizeof buf, "(none)");
+        fprintf(f, "  %-21s %-30s %-22s %s\n", s->key, s->env != NULL ? s->env : "-",
+                s->flag != NULL ? s->flag : "-", buf);
+    }
     fprintf(
         f,
-        "usage: %s [--config FILE] [--port N] [--bind ADDR] [--redis HOST:PORT[,...]]\n"
-        "          [--redis-cluster B] [--threads N] [--lock-ttl-ms N] [--lock-wait-ms "
-        "N]\n"
-        "          [--redis-timeout-ms N] [--durability D] [--admin-token T]\n"
-        "          [--check-config]\n"
-        "          [--log-level L] [--log-format F] [--log-file PATH] [--access-log B]\n"
-        "          [--help] [--version]\n"
-        "\n"
-        "Settings, each overriding the one before: built-in defaults, the JSON file\n"
-        "(--config, else $INVENTORY_CONFIG, else the first that exists of\n"
-        "./%s and %s),\n"
-        "INVENTORY_* environment variables, then flags.\n"
-        "--check-config validates all of them, prints the effective configuration\n"
-        "(secrets as ***) and the file read, and exits 0, or 2 on a bad value.\n"
-        "\n"
-        "  file key          env variable                flag                default\n"
-        "  bind              INVENTORY_BIND              --bind              127.0.0.1\n"
-        "  port              INVENTORY_PORT              --port              8080\n"
-        "  redis             INVENTORY_REDIS             --redis             "
-        "127.0.0.1:6379\n"
-        "  redis_cluster     INVENTORY_REDIS_CLUSTER     --redis-cluster     false\n"
-        "  threads           INVENTORY_THREADS           --threads           cores\n"
-        "  lock_ttl_ms       INVENTORY_LOCK_TTL_MS       --lock-ttl-ms       3000\n"
-        "  lock_wait_ms      INVENTORY_LOCK_WAIT_MS      --lock-wait-ms      2000\n"
-        "  redis_timeout_ms  INVENTORY_REDIS_TIMEOUT_MS  --redis-timeout-ms  1000\n"
-        "  durability        INVENTORY_DURABILITY        --durability        async\n"
-        "  admin_token       INVENTORY_ADMIN_TOKEN       --admin-token       (none)\n"
-        "  meta_cache_ms     -                           -                   100\n"
-        "  max_connections   -                           -                   10000\n"
-        "  connection_timeout_s -                        -                   30\n"
-        "  max_body_bytes    -                           -                   65536\n"
-        "  metrics_segments_max -                        -                   32\n"
-        "  log_level         INVENTORY_LOG_LEVEL         --log-level         info\n"
-        "  log_format        INVENTORY_LOG_FORMAT        --log-format        text\n"
-        "  log_file          INVENTORY_LOG_FILE          --log-file          - (stderr)\n"
-        "  access_log        INVENTORY_ACCESS_LOG        --access-log        true\n"
         "\n"
         "redis: HOST:PORT, HOST:PORT,HOST:PORT,... (Redis Cluster seeds, tried in\n"
         "order), redis://[user[:password]@]host[:port][/db] or unix:///path. A Redis\n"
         "Cluster is recognised at start (INFO cluster); redis_cluster true says so\n"
-        "without asking.\n"
+        "without asking. redis_user and redis_password: AUTH on every connect;\n"
+        "redis_password_file: the password on the first line of a file (wins).\n"
         "\n"
         "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
         "none (replicated: an order is 201 only once a replica has it).\n"
         "\n"
+        "admin_token: the bearer token of /admin/* and /metrics; metrics_token: a\n"
+        "read-only one that opens GET /metrics alone.\n"
+        "\n"
         "log_level: debug|info|warn|error; log_format: text|json (one JSON object per\n"
-        "line); access_log: true|false. SIGHUP reopens log_file and re-reads log_level;\n"
-        "SIGUSR1 logs the counters; SIGTERM and SIGINT stop after in-flight requests.\n"
+        "line); access_log: true|false. SIGHUP (systemctl reload) reopens log_file and\n"
+        "re-reads the configuration, of which log_level applies at once (the others at\n"
+        "the next restart); SIGUSR1 logs the counters; SIGTERM and SIGINT stop after\n"
+        "in-flight requests.\n"
         "\n"
         "A non-loopback --bind requires an admin token. Exit status 2 on a bad "
-        "setting.\n",
-        prog, CFG_DEFAULT_PATH, CFG_SYSTEM_PATH);
+        "setting.\n");
 }

@@ -63,11 +63,15 @@ struct cfg {
     enum cfg_durability durability; /* async|replicated, new SKUs' default; async */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
+    /* "" = none; else a read-only bearer token for GET /metrics alone (secret) */
+    char metrics_token[CFG_TOKEN_MAX + 1];
     int max_connections;        /* 1..1000000; 10000 */
     int connection_timeout_s;   /* idle timeout, 0 (none)..86400; 30 */
     int max_body_bytes;         /* 64..16777216; 65536 */
     int metrics_segments_max;   /* per-segment series on /metrics for SKUs up to this many
                                    segments (cardinality bound), 0..1024; 32 */
+    int metrics_sku_limit;      /* per-SKU series on /metrics for at most this many SKUs,
+                                   the most ordered first, 0..10000; 100 */
     enum log_level log_level;   /* debug|info|warn|error; info (SIGHUP re-reads it) */
     enum log_format log_format; /* text|json; text */
     char log_file[CFG_PATH_MAX]; /* "" = stderr (the setting's "-"); reopened on SIGHUP */
@@ -130,6 +134,22 @@ void cfg_source(const struct cfg *c, char *buf, size_t len);
  * compared, never shown), comma-separated into `buf` (cut if too long). Returns
  * their number. */
 int cfg_diff(const struct cfg *a, const struct cfg *b, char *buf, size_t len);
+
+/* Settings that load but are probably a mistake: an INVENTORY_* variable in `envp` that
+ * names no setting (a misspelling is otherwise silently ignored; the nearest name is
+ * suggested), and settings that contradict each other (lock_wait_ms more than ten
+ * times lock_ttl_ms, or not below connection_timeout_s; redis_timeout_ms not below
+ * lock_ttl_ms). Calls fn(text, arg) once per warning, with a one-line text valid
+ * during the call; returns how many. */
+int cfg_warnings(const struct cfg *c, char *const envp[],
+                 void (*fn)(const char *text, void *arg), void *arg);
+
+/* Call fn(key, env, flag, arg) once per setting, in the settings table's order: its
+ * file key, its environment variable and its long option (NULL when it has none);
+ * static strings. Returns how many (tests/test_docs.c checks the documents by it). */
+int cfg_settings(void (*fn)(const char *key, const char *env, const char *flag,
+                            void *arg),
+                 void *arg);
 
 /* Print the usage text (flags, environment variables, defaults). */
 void cfg_usage(FILE *f, const char *prog);

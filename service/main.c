@@ -110,6 +110,19 @@ static void log_configuration(enum log_level level, const char *msg, const struc
     log_fields(level, msg, l.f, l.n);
 }
 
+/* cfg_warnings' callbacks: on stderr for --check-config, in the log at start. */
+static void print_warning(const char *text, void *arg)
+{
+    (void)arg;
+    fprintf(stderr, "inventoryd: warning: %s\n", text);
+}
+
+static void log_warning(const char *text, void *arg)
+{
+    (void)arg;
+    log_warn("configuration: %s", text);
+}
+
 /* SIGUSR1: the counters of GET /admin/stats, on one line. */
 static void log_stats(inv *v, const struct timespec *started)
 {
@@ -200,7 +213,8 @@ int main(int argc, char **argv)
             return 2;
         }
         cfg_print(stdout, &cfg);
-        printf("inventoryd: configuration OK\n");
+        int warned = cfg_warnings(&cfg, environ, print_warning, NULL);
+        printf("inventoryd: configuration OK%s\n", warned ? " (with warnings)" : "");
         return 0;
     }
 
@@ -231,6 +245,7 @@ int main(int argc, char **argv)
         return 2;
     }
     log_configuration(LOG_INFO, "configuration", &cfg);
+    cfg_warnings(&cfg, environ, log_warning, NULL);
 
     raise_nofile();
 
@@ -262,7 +277,9 @@ int main(int argc, char **argv)
         .connection_timeout_s = cfg.connection_timeout_s,
         .max_body_bytes = cfg.max_body_bytes,
         .admin_token = cfg.admin_token,
+        .metrics_token = cfg.metrics_token,
         .metrics_segments_max = cfg.metrics_segments_max,
+        .metrics_sku_limit = cfg.metrics_sku_limit,
         .default_replicated = cfg.durability == CFG_DURABILITY_REPLICATED,
         .lock_wait_ms = cfg.lock_wait_ms,
         .redis_timeout_ms = cfg.redis_timeout_ms,

@@ -1014,6 +1014,11 @@ int h_svc_port(const h_svc *s)
     return s->port;
 }
 
+int h_svc_pid(const h_svc *s)
+{
+    return s->pid > 0 ? (int)s->pid : 0;
+}
+
 void h_svc_dump_log(const h_svc *s, size_t max_bytes)
 {
     if (s != NULL)

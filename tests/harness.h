@@ -175,6 +175,8 @@ h_svc *h_svc_start(const h_redis *r, const struct h_svc_opts *opts);
 h_svc *h_svc_start_args(const h_redis *r, const char *const *args);
 
 int h_svc_port(const h_svc *s);
+/* The service's process id (for /proc/<pid>/status), 0 once it has been reaped. */
+int h_svc_pid(const h_svc *s);
 
 /* SIGTERM and wait up to 10 s, then SIGKILL. Returns the exit status as h_run_cmd. */
 int h_svc_stop(h_svc *s);

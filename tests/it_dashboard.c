@@ -579,6 +579,56 @@ static void test_stream_auth_and_tickets(void **state)
 
 /* A reader that never reads is dropped (its buffer freed) and closed by the connection
  * timeout, while orders go on. Its own instance, with a short connection timeout. */
+/* 64 streams (EVENTS_STREAMS_MAX) idle on an unchanging SKU held every slot for good:
+ * a 65th was refused 503 too_many_streams. The stream idle the longest gives way: it
+ * gets `event: evicted` and its end, and the newcomer its stream. */
+static void test_idle_streams_give_way(void **state)
+{
+    struct env *e = *state;
+    h_deadline(120);
+    h_svc *svc = h_svc_start_args(e->h->redis, NULL);
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(h_put_sku(port, NULL, "idle-sku", 10, 1, "lock", 0), 0);
+    enum { MAX = 64 };
+    struct sse *s = calloc(MAX + 1, sizeof *s);
+    assert_non_null(s);
+    for (int i = 0; i < MAX; i++) {
+        assert_int_equal(sse_open(&s[i], port, "?sku=idle-sku", NULL), 0);
+        assert_int_equal(s[i].status, 200);
+        json_t *u = sse_next_json(&s[i], 5000);
+        assert_non_null(u);
+        json_decref(u);
+    }
+    h_sleep_ms(2500); /* past EVENTS_IDLE_MS: nothing changed, every stream is idle */
+    assert_int_equal(sse_open(&s[MAX], port, "?sku=idle-sku", NULL), 0);
+    assert_int_equal(s[MAX].status, 200);
+    json_t *u = sse_next_json(&s[MAX], 5000);
+    assert_non_null(u);
+    json_decref(u);
+
+    /* The first opened went: told why, then a clean end. */
+    bool evicted = false;
+    struct sse_event ev;
+    int rc;
+    while ((rc = sse_next(&s[0], &ev, 3000)) == 1) {
+        evicted = evicted || strcmp(ev.name, "evicted") == 0;
+        free(ev.data);
+    }
+    assert_true(evicted);
+    assert_int_equal(rc, -1);
+    assert_true(s[0].ended);
+    /* The others stay. */
+    while ((rc = sse_next(&s[1], &ev, 500)) == 1)
+        free(ev.data);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i <= MAX; i++)
+        sse_close(&s[i]);
+    free(s);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 static void test_slow_reader_dropped(void **state)
 {
     struct env *e = *state;
@@ -948,6 +998,7 @@ int main(void)
         cmocka_unit_test(test_stream_rate_while_selling),
         cmocka_unit_test(test_stream_refusals),
         cmocka_unit_test(test_stream_auth_and_tickets),
+        cmocka_unit_test(test_idle_streams_give_way),
         cmocka_unit_test(test_simulate_validation),
         cmocka_unit_test(test_simulate_sells_out_audited),
         cmocka_unit_test(test_simulate_stop),

@@ -817,11 +817,26 @@ static void test_access_log(void **state)
            "X-Request-Id: log-3\r\nContent-Type: application/json\r\n", "{", 1, &r);
     expect_line(log, "log-3", "POST", "/orders", 400, (long long)r.body_len);
     h_resp_free(&r);
-    /* The request-target as sent, without its query. */
+    /* The request-target as sent, its query apart with secret values masked, the
+     * client's address and user agent. */
     size_t blen = 0;
-    answer_id(port, "GET", "/admin/skus/a%0Ab?token=secret", "X-Request-Id: log-4\r\n",
-              NULL, id, sizeof id, &blen);
+    answer_id(port, "GET", "/admin/skus/a%0Ab?token=secret&x=1&api_key=k",
+              "X-Request-Id: log-4\r\nUser-Agent: it-http/1.0 (test)\r\n", NULL, id,
+              sizeof id, &blen);
     expect_line(log, "log-4", "GET", "/admin/skus/a%0Ab", 400, (long long)blen);
+    json_t *lines4 = NULL, *l = wait_line(log, "log-4", &lines4);
+    assert_non_null(l);
+    const char *query = json_string_value(json_object_get(l, "query"));
+    const char *agent = json_string_value(json_object_get(l, "user_agent"));
+    assert_non_null(query);
+    assert_non_null(agent);
+    assert_string_equal(query, "token=***&x=1&api_key=***");
+    assert_string_equal(agent, "it-http/1.0 (test)");
+    const char *client = json_string_value(json_object_get(l, "client"));
+    assert_non_null(client);
+    assert_memory_equal(client, "127.0.0.1:", 10);
+    assert_true(atoi(client + 10) > 0);
+    json_decref(lines4);
     /* A generated id is logged as answered. */
     answer_id(port, "GET", "/orders/nope", NULL, NULL, id, sizeof id, &blen);
     assert_true(generated_request_id(id));

@@ -56,6 +56,57 @@ static void test_sequential_replay(void **state)
     h_resp_free(&first);
 }
 
+/* POST /orders with an Idempotency-Key header: one customer's two tries are one sale
+ * (before, the header was ignored on orders: two 201s, two order ids, sold 2), the key
+ * is the order id, and a body naming another id is refused with nothing sold. */
+static int order_with_key(int port, const char *sku, const char *key,
+                          const char *order_id, struct h_resp *out)
+{
+    char headers[160], body[200];
+    snprintf(headers, sizeof headers,
+             "Content-Type: application/json\r\nIdempotency-Key: %s\r\n", key);
+    if (order_id != NULL)
+        snprintf(body, sizeof body, "{\"sku\": \"%s\", \"qty\": 1, \"order_id\": \"%s\"}",
+                 sku, order_id);
+    else
+        snprintf(body, sizeof body, "{\"sku\": \"%s\", \"qty\": 1}", sku);
+    return h_http(port, "POST", "/orders", headers, body, strlen(body), out);
+}
+
+static void test_idempotency_key_header(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    const char *sku = "idem-key";
+    assert_int_equal(h_put_sku(e->port, NULL, sku, 10, 4, "lock", 0), 0);
+    struct h_resp first, again;
+    assert_int_equal(order_with_key(e->port, sku, "k1", NULL, &first), 201);
+    assert_int_equal(order_with_key(e->port, sku, "k1", NULL, &again), 200);
+    assert_int_equal(again.body_len, first.body_len);
+    assert_memory_equal(again.body, first.body, first.body_len);
+    h_resp_free(&again);
+    json_t *j = h_resp_json(&first);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "order_id")), "k1");
+    json_decref(j);
+    h_resp_free(&first);
+    assert_int_equal(h_order_status(e->port, "k1"), 200);
+
+    /* The same key in the body and the header is the same order. */
+    assert_int_equal(order_with_key(e->port, sku, "k1", "k1", &again), 200);
+    h_resp_free(&again);
+    /* Different ones: refused, nothing sold. */
+    assert_int_equal(order_with_key(e->port, sku, "k2", "other", &again), 400);
+    assert_int_equal(h_expect_error(&again, 400, "invalid_field"), 0);
+    h_resp_free(&again);
+    /* A key that is no valid name: refused. */
+    assert_int_equal(order_with_key(e->port, sku, "bad key", NULL, &again), 400);
+    assert_int_equal(h_expect_error(&again, 400, "invalid_field"), 0);
+    h_resp_free(&again);
+    assert_int_equal(sold_of(e->port, sku), 1);
+    assert_int_equal(h_audit(e->port, NULL, sku, 10, true), 0);
+}
+
 /* A replay of a confirmed order is answered even when nothing is left to sell. */
 static void test_replay_after_sold_out(void **state)
 {
@@ -341,6 +392,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequential_replay),
         cmocka_unit_test(test_replay_after_sold_out),
+        cmocka_unit_test(test_idempotency_key_header),
         cmocka_unit_test(test_concurrent_replay),
         cmocka_unit_test(test_concurrent_replay_with_hold),
         cmocka_unit_test(test_concurrent_replay_atomic),

@@ -687,6 +687,49 @@ static void foreach_source_and_diff(void **state)
     assert_string_equal(diff, "durability");
 }
 
+/* cfg_warnings: what --check-config and the start warn about (issue: a misspelt
+ * INVENTORY_PROT=1 and lock_wait_ms far above lock_ttl_ms passed silently). */
+struct warned {
+    int n;
+    char text[4][256];
+};
+
+static void collect_warning(const char *text, void *arg)
+{
+    struct warned *w = arg;
+    if (w->n < 4)
+        snprintf(w->text[w->n], sizeof w->text[0], "%s", text);
+    w->n++;
+}
+
+static void warnings_for_misspelt_env_and_contradictions(void **state)
+{
+    (void)state;
+    struct cfg c;
+    char err[512];
+    const char *quiet_env[] = {"INVENTORY_PORT=9000", "INVENTORY_CONFIG_X=", "HOME=/",
+                               NULL};
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    struct warned w = {0};
+    /* Defaults and known variables: nothing. INVENTORY_CONFIG_X is unknown. */
+    assert_int_equal(cfg_warnings(&c, (char *const *)quiet_env, collect_warning, &w), 1);
+    assert_non_null(strstr(w.text[0], "INVENTORY_CONFIG_X"));
+
+    const char *env[] = {"INVENTORY_PROT=1", "INVENTORY_LOCK_TTL_MS=3000", NULL};
+    assert_int_equal(LOAD(env, &c, err, "--lock-wait-ms", "60000", NULL), 0);
+    memset(&w, 0, sizeof w);
+    assert_int_equal(cfg_warnings(&c, (char *const *)env, collect_warning, &w), 3);
+    assert_non_null(strstr(w.text[0], "INVENTORY_PROT"));
+    assert_non_null(strstr(w.text[0], "did you mean INVENTORY_PORT"));
+    assert_non_null(strstr(w.text[1], "lock_wait_ms 60000"));
+    assert_non_null(strstr(w.text[2], "connection_timeout_s 30"));
+
+    assert_int_equal(LOAD(NULL, &c, err, "--redis-timeout-ms", "3000", NULL), 0);
+    memset(&w, 0, sizeof w);
+    assert_int_equal(cfg_warnings(&c, NULL, collect_warning, &w), 1);
+    assert_non_null(strstr(w.text[0], "redis_timeout_ms 3000"));
+}
+
 static void help_and_version(void **state)
 {
     (void)state;
@@ -738,6 +781,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(foreach_source_and_diff, setup, teardown),
         cmocka_unit_test_setup_teardown(help_and_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(warnings_for_misspelt_env_and_contradictions,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "segments/redis/keys.h"
+#include "segments/redis/slots.h"
 
 static void valid_names(void **state)
 {
@@ -58,6 +59,18 @@ static void other_keys(void **state)
     assert_string_equal(seg_key_events(), "inv:events");
 }
 
+/* A WAIT's mark lands in the slot it is asked for (the node of the write waited on). */
+static void ack_marks_land_in_their_slot(void **state)
+{
+    (void)state;
+    char k[SEG_KEY_MAX];
+    for (int slot = 0; slot < RD_SLOTS; slot++) {
+        seg_key_ack(k, slot);
+        assert_int_equal(strncmp(k, "inv:ack:{", 9), 0);
+        assert_int_equal(rd_key_slot(k, strlen(k)), slot);
+    }
+}
+
 static void longest_names_fit(void **state)
 {
     (void)state;
@@ -82,6 +95,7 @@ int main(void)
         cmocka_unit_test(invalid_names),
         cmocka_unit_test(segment_keys_share_a_hash_tag),
         cmocka_unit_test(other_keys),
+        cmocka_unit_test(ack_marks_land_in_their_slot),
         cmocka_unit_test(longest_names_fit),
     };
     return cmocka_run_group_tests_name("keys", tests, NULL, NULL);

@@ -9,7 +9,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -247,24 +249,106 @@ static void long_lines_are_cut(void **state)
     }
 }
 
+/* On stderr that is systemd's journal ($JOURNAL_STREAM names it), each line starts
+ * with its syslog priority; on a file, or when stderr is something else, it does not. */
+static void journal_priorities(void **state)
+{
+    struct fixture *f = *state;
+    char jpath[160], err[256], env[64];
+    snprintf(jpath, sizeof jpath, "%s/journal", f->dir);
+    int jfd = open(jpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(jfd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(jfd, &st), 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(jfd, STDERR_FILENO) >= 0);
+    close(jfd);
+
+    /* stderr is not the stream named: no prefix. */
+    assert_int_equal(setenv("JOURNAL_STREAM", "1:2", 1), 0);
+    assert_int_equal(log_open(NULL, err, sizeof err), 0);
+    log_info("plain");
+    snprintf(env, sizeof env, "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    assert_int_equal(setenv("JOURNAL_STREAM", env, 1), 0);
+    assert_int_equal(log_open(NULL, err, sizeof err), 0);
+    log_set_level(LOG_DEBUG);
+    log_debug("d");
+    log_info("i");
+    log_warn("w");
+    log_error("e");
+    log_access(&(struct log_access_line){.method = "GET", .path = "/", .status = 200});
+    log_set_format(LOG_JSON);
+    log_warn("jw");
+    log_set_format(LOG_TEXT);
+    /* Back to a file: no prefix there. */
+    assert_int_equal(log_open(f->path, err, sizeof err), 0);
+    log_warn("in the file");
+    assert_int_equal(unsetenv("JOURNAL_STREAM"), 0);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+
+    char *out = slurp(jpath);
+    assert_non_null(strstr(out, " INFO plain\n"));
+    assert_true(out[0] != '<'); /* the first line is plain */
+    assert_non_null(strstr(out, "\n<7>"));
+    assert_non_null(strstr(out, " DEBUG d\n"));
+    assert_non_null(strstr(out, "\n<6>"));
+    assert_non_null(strstr(out, "\n<4>"));
+    assert_non_null(strstr(out, "\n<3>"));
+    assert_non_null(strstr(out, " INFO access method=GET"));
+    assert_non_null(strstr(out, "\n<4>{\"ts\""));
+    /* Every line of the journal part is prefixed. */
+    const char *p = strstr(out, " INFO plain\n") + strlen(" INFO plain\n");
+    for (; *p != '\0'; p = strchr(p, '\n') + 1)
+        assert_true(p[0] == '<' && p[2] == '>');
+    free(out);
+    out = slurp(f->path);
+    assert_non_null(strstr(out, " WARN in the file\n"));
+    assert_null(strchr(out, '<'));
+    free(out);
+}
+
 static void access_lines(void **state)
 {
     struct fixture *f = *state;
     assert_true(log_access_enabled());
     log_set_level(LOG_ERROR); /* the access log has its own switch */
-    log_access("GET", "/orders/A-1", 200, 123, 0.4125, "rs-1");
-    log_access("POST", "/orders", 201, 0, 12.0, NULL);
+    log_access(&(struct log_access_line){.method = "GET",
+                                         .path = "/orders/A-1",
+                                         .status = 200,
+                                         .bytes = 123,
+                                         .ms = 0.4125,
+                                         .request_id = "rs-1"});
+    log_access(&(struct log_access_line){.method = "POST",
+                                         .path = "/orders",
+                                         .query = "a=1&b=x y",
+                                         .status = 201,
+                                         .ms = 12.0,
+                                         .client = "127.0.0.1:4000",
+                                         .user_agent = "curl/7.88.1"});
     log_set_access(false);
-    log_access("GET", "/hidden", 200, 1, 1.0, NULL);
+    log_access(
+        &(struct log_access_line){.method = "GET", .path = "/hidden", .status = 200});
     log_set_access(true);
     log_set_format(LOG_JSON);
-    log_access("DELETE", "/x y\n", 404, 7, 1.5, "");
+    log_access(&(struct log_access_line){.method = "DELETE",
+                                         .path = "/x y\n",
+                                         .status = 404,
+                                         .bytes = 7,
+                                         .ms = 1.5,
+                                         .request_id = "",
+                                         .client = "[::1]:80",
+                                         .user_agent = "ua \"q\""});
     char *out = slurp(f->path);
     assert_null(strstr(out, "hidden"));
     assert_non_null(strstr(out, " INFO access method=GET path=/orders/A-1 status=200 "
                                 "bytes=123 ms=0.412 request_id=rs-1\n"));
-    assert_non_null(strstr(out, " INFO access method=POST path=/orders status=201 "
-                                "bytes=0 ms=12.000\n"));
+    assert_non_null(strstr(out,
+                           " INFO access method=POST path=/orders query=\"a=1&b=x y\" "
+                           "status=201 bytes=0 ms=12.000 client=127.0.0.1:4000 "
+                           "user_agent=curl/7.88.1\n"));
     json_t *lines = json_lines(strchr(strstr(out, "ms=12.000"), '\n') + 1);
     assert_int_equal(json_array_size(lines), 1);
     json_t *o = json_array_get(lines, 0);
@@ -275,6 +359,9 @@ static void access_lines(void **state)
     assert_int_equal(json_integer_value(json_object_get(o, "bytes")), 7);
     assert_true(json_real_value(json_object_get(o, "ms")) == 1.5);
     assert_null(json_object_get(o, "request_id"));
+    assert_null(json_object_get(o, "query"));
+    assert_string_equal(json_string_value(json_object_get(o, "client")), "[::1]:80");
+    assert_string_equal(json_string_value(json_object_get(o, "user_agent")), "ua \"q\"");
     json_decref(lines);
     free(out);
 }
@@ -430,6 +517,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(access_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(rate_limited, setup, teardown),
         cmocka_unit_test_setup_teardown(reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(journal_priorities, setup, teardown),
     };
     return cmocka_run_group_tests_name("log", tests, NULL, NULL);
 }

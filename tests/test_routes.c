@@ -41,7 +41,8 @@ static const struct api_route *prep(const char *method, const char *path,
     req->authorization = auth;
     req->body = body;
     req->body_len = body ? strlen(body) : 0;
-    return api_route_prepare(req, token, rep);
+    struct api_tokens tokens = {token, "metrics-tok"};
+    return api_route_prepare(req, &tokens, rep);
 }
 
 static void expect_error(const char *method, const char *path, const char *ctype,
@@ -192,6 +193,21 @@ static void admin_token(void **state)
     assert_non_null(prep("GET", "/orders/o1", NULL, NULL, NULL, "tok", &req, &rep));
     /* No token configured: the admin API is open. */
     assert_non_null(prep("GET", "/admin/stats", NULL, NULL, NULL, "", &req, &rep));
+
+    /* The read-only metrics token ("metrics-tok" in prep) opens GET /metrics and
+     * nothing else; the admin token opens it too. */
+    assert_non_null(
+        prep("GET", "/metrics", NULL, NULL, "Bearer metrics-tok", "tok", &req, &rep));
+    assert_non_null(prep("GET", "/metrics", NULL, NULL, "Bearer tok", "tok", &req, &rep));
+    expect_error("GET", "/metrics", NULL, NULL, NULL, "tok", 401, "unauthorized");
+    expect_error("GET", "/metrics", NULL, NULL, "Bearer nope", "tok", 401,
+                 "unauthorized");
+    expect_error("GET", "/admin/stats", NULL, NULL, "Bearer metrics-tok", "tok", 401,
+                 "unauthorized");
+    expect_error("GET", "/admin/skus", NULL, NULL, "Bearer metrics-tok", "tok", 401,
+                 "unauthorized");
+    expect_error("DELETE", "/admin/skus/tv", NULL, NULL, "Bearer metrics-tok", "tok", 401,
+                 "unauthorized");
 }
 
 static void validation_errors(void **state)

@@ -16,6 +16,17 @@
 /* Rounds of BEGIN: each finishes at most one dead intent before this call's own. */
 #define ADJUST_ROUNDS 4
 
+/* One call's fixed inputs: the SKU, where its segments are, and how long each step
+ * waits for a replica (0: durability async, no WAIT). */
+struct run {
+    rd_conn *c;
+    const char *sku;
+    const char *placed;
+    long long epoch;
+    int n;
+    int wait_ms;
+};
+
 /* An intent as BEGIN recorded it, or answered it of a dead one. */
 struct intent {
     char id[65];
@@ -199,66 +210,128 @@ static int plan(rd_conn *c, const char *placed, int n, const char *op, long long
 /* Delete the marks intent `in` left in its segments (after its commit). Best effort:
  * a mark left behind is never read again (intent ids are not reused), and goes with
  * the segment's next reset. */
-static void drop_marks(rd_conn *c, const char *placed, int n, const struct intent *in)
+static void drop_marks(const struct run *ru, const struct intent *in)
 {
     char key[SEG_KEY_MAX];
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < ru->n; i++) {
         if (in->delta[i] == 0)
             continue;
         struct rd_cmd cmd;
         cmd_plain(&cmd, "HDEL");
-        cmd_key(&cmd, seg_key_adjust(key, placed, i));
+        cmd_key(&cmd, seg_key_adjust(key, ru->placed, i));
         cmd_arg(&cmd, in->id);
-        redisReply *r = store_call(c, &cmd);
+        redisReply *r = store_call(ru->c, &cmd);
         if (r == NULL) {
-            rd_log(true, "adjust marks", rd_conn_error(c));
+            rd_log(true, "adjust marks", rd_conn_error(ru->c));
             return;
         }
         freeReplyObject(r);
     }
 }
 
-/* Run the takes and gives of intent `in` and commit it: the code (OK with *gen,
- * REPLAYED, STALE, FENCED), or -1 when Redis gave no usable answer. */
-static int finish(rd_conn *c, const char *sku, const char *placed, long long epoch, int n,
-                  const struct intent *in, long long *gen)
+/* After a step of a `replicated` adjust (wait_ms > 0): WAIT 1 wait_ms on the node that
+ * ran it -- the meta's (seg < 0) or segment seg's -- so that no step is sent before the
+ * one before it is on a replica. A step that only answers an earlier run writes all the
+ * same (the scripts say so), so this connection's WAIT covers that run too. RD_OK (on
+ * a replica, or wait_ms 0), RD_NOT_REPLICATED, or -1 (no answer). */
+static int on_replica(const struct run *ru, int seg)
+{
+    if (seg < 0)
+        return rd_wait_step(ru->c, ru->wait_ms, ru->placed, 0, NULL, ru->sku);
+    return rd_wait_step(ru->c, ru->wait_ms, ru->placed, 1, &seg, NULL);
+}
+
+/* Step `cmd` (ADJUST_TAKE or ADJUST_GIVE of segment i), then its WAIT: RD_OK with
+ * *units (what the step answers it moved), or the step's code, RD_NOT_REPLICATED or
+ * -1. */
+static int segment_step(const struct run *ru, struct rd_cmd *cmd, int i, long long *units)
+{
+    redisReply *r = NULL;
+    int code = store_step(ru->c, cmd, 1u << RD_OK, &r);
+    if (code != RD_OK)
+        return code;
+    *units = r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
+    freeReplyObject(r);
+    return on_replica(ru, i);
+}
+
+/* Run the takes and gives of intent `in` and commit it, each step on a replica before
+ * the next when ru->wait_ms > 0: the code (OK with *gen, REPLAYED, STALE, FENCED,
+ * NOT_REPLICATED: stopped after the step that reached no replica), or -1 when Redis
+ * gave no usable answer. The marks are deleted only after a commit on a replica: a
+ * commit lost in a failover leaves the intent, whose roll-forward needs them. */
+static int finish(const struct run *ru, const struct intent *in, long long *gen)
 {
     struct rd_cmd cmd;
     redisReply *r = NULL;
     int code;
     long long taken = 0; /* units in transit: taken, not given yet */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < ru->n; i++) {
         if (in->delta[i] >= 0)
             continue;
-        cmd_segment(&cmd, SCRIPT_ADJUST_TAKE, placed, i, epoch, in, -in->delta[i]);
-        if ((code = store_step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
+        long long took = -1;
+        cmd_segment(&cmd, SCRIPT_ADJUST_TAKE, ru->placed, i, ru->epoch, in,
+                    -in->delta[i]);
+        if ((code = segment_step(ru, &cmd, i, &took)) != RD_OK)
             return code;
-        long long took = r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
-        freeReplyObject(r);
         if (took < 0 || took > -in->delta[i])
             return -1; /* not what ADJUST_TAKE answers */
         taken += took;
     }
     bool restock = strcmp(in->op, "restock") == 0;
-    for (int i = 0; i < n; i++) {
-        long long give = in->delta[i];
+    for (int i = 0; i < ru->n; i++) {
+        long long give = in->delta[i], gave;
         if (!restock && give > taken)
             give = taken;
         if (give <= 0)
             continue;
         taken -= restock ? 0 : give;
-        cmd_segment(&cmd, SCRIPT_ADJUST_GIVE, placed, i, epoch, in, give);
-        if ((code = store_step(c, &cmd, 0, NULL)) != RD_OK)
+        cmd_segment(&cmd, SCRIPT_ADJUST_GIVE, ru->placed, i, ru->epoch, in, give);
+        if ((code = segment_step(ru, &cmd, i, &gave)) != RD_OK)
             return code;
     }
-    cmd_commit(&cmd, sku, in);
-    code = store_step(c, &cmd, 1u << RD_OK, &r);
-    if (code != RD_OK)
+    cmd_commit(&cmd, ru->sku, in);
+    code = store_step(ru->c, &cmd, 1u << RD_OK, &r);
+    if (code != RD_OK && code != RD_REPLAYED)
         return code;
-    *gen = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;
-    freeReplyObject(r);
-    drop_marks(c, placed, n, in);
-    return RD_OK;
+    if (code == RD_OK) {
+        *gen = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;
+        freeReplyObject(r);
+    }
+    int held = on_replica(ru, -1);
+    if (held != RD_OK)
+        return held;
+    if (code == RD_OK)
+        drop_marks(ru, in);
+    return code;
+}
+
+/* The runner of intent `in` gives its lease up at once (ADJUST_YIELD): for a runner
+ * that stopped with every step it sent answered, so that nothing of it can land after
+ * another takes the intent over. Best effort: without it the lease runs out. */
+static void give_up_lease(const struct run *ru, const struct intent *in)
+{
+    char key[SEG_KEY_MAX];
+    struct rd_cmd cmd;
+    cmd_script(&cmd, SCRIPT_ADJUST_YIELD);
+    cmd_key(&cmd, seg_key_meta(key, ru->sku));
+    cmd_arg(&cmd, in->id);
+    cmd_arg(&cmd, in->owner);
+    if (store_step(ru->c, &cmd, 0, NULL) < 0)
+        rd_log(true, "adjust yield", rd_conn_error(ru->c));
+}
+
+/* BEGIN answered intent `in` (this call's, or a dead one now this runner's): WAIT for
+ * it on a replica, then finish it; a step that reached no replica gives the lease up.
+ * finish's codes. */
+static int run_intent(const struct run *ru, const struct intent *in, long long *gen)
+{
+    int code = on_replica(ru, -1);
+    if (code == RD_OK)
+        code = finish(ru, in, gen);
+    if (code == RD_NOT_REPLICATED)
+        give_up_lease(ru, in);
+    return code;
 }
 
 /* The meta's placement salt, when the SKU is still `epoch` with `segments`: 1 (found
@@ -282,7 +355,7 @@ static int current_salt(rd_conn *c, const char *sku, long long epoch, int segmen
 
 int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
                    const char *op, long long add, long long limit, const char *rid,
-                   const char *sig, struct rd_reply *out)
+                   const char *sig, int wait_ms, struct rd_reply *out)
 {
     memset(out, 0, sizeof *out);
     int n = segments, salt = 0;
@@ -293,6 +366,8 @@ int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
     }
     char placed[RD_SKU_PLACED_MAX];
     seg_key_placed(placed, sku, salt);
+    const struct run ru = {
+        .c = c, .sku = sku, .placed = placed, .epoch = epoch, .n = n, .wait_ms = wait_ms};
     long long *mine = seg_calloc((size_t)n, sizeof *mine);
     long long *dead = seg_calloc((size_t)n, sizeof *dead);
     int rc = 0;
@@ -320,13 +395,16 @@ int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
             int ok = dead_intent(r, n, &was);
             freeReplyObject(r);
             long long gen = 0;
-            code = ok == 0 ? finish(c, sku, placed, epoch, n, &was, &gen) : -1;
+            code = ok == 0 ? run_intent(&ru, &was, &gen) : -1;
             if (code == RD_OK || code == RD_REPLAYED)
                 continue;
         } else if (code == RD_OK) {
             in.until = r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
             freeReplyObject(r);
-            code = in.until < 0 ? -1 : finish(c, sku, placed, epoch, n, &in, &out->value);
+            code = in.until < 0 ? -1 : run_intent(&ru, &in, &out->value);
+        } else if (code == RD_REPLAYED) { /* committed: 200 once a replica has it */
+            int held = on_replica(&ru, -1);
+            code = held == RD_OK ? code : held;
         }
         rc = code < 0 ? -1 : 0;
         /* A lease lost to another runner: it finishes the intent; retry. */

@@ -39,9 +39,23 @@
  * deletes are never needed again. No segment lock is taken: DEDUCT checks the stock
  * under its own fence, and each take and give is one atomic script on its segment.
  *
+ * Durability replicated (wait_ms > 0): every step -- BEGIN's intent or takeover, each
+ * take, each give, the commit -- is WAITed for on its node (WAIT 1 wait_ms) before the
+ * next is sent, and the marks are deleted only after the commit is on a replica. A
+ * WAIT that finds no replica stops the call (NOT_REPLICATED) and the runner ends its
+ * lease at once (ADJUST_YIELD: every step it sent was answered, so none can land
+ * later). A failover then keeps a prefix of the steps: no intent (nothing else was
+ * sent; the retry begins afresh), the intent with some steps (taken over at once and
+ * rolled forward exactly once by the retry or the next adjust), or the commit (the
+ * retry is REPLAYED). A step that answers an earlier run writes the same value again,
+ * so the WAIT on this connection covers that run. A call that timed out does not end
+ * its lease: its last step may still land, and only the lease fences it.
+ *
  * Mid-adjust, remaining + sold = initial does not hold: a rebalance has units in
  * transit (taken, not yet given); a restock has segments raised before the commit
  * raises `initial`. It holds again at the commit, or at the roll-forward of a dead one.
+ * So stock read mid-adjust is no ground for a 409: the order path reads the meta
+ * after the stocks (rd_meta.adjust_until: the intent's lease) and waits for the commit.
  */
 #ifndef SEG_REDIS_ADJUST_H
 #define SEG_REDIS_ADJUST_H
@@ -53,13 +67,16 @@
 #define ADJUST_LEASE_MS 15000
 
 /* rd_adjust on a cluster (its contract, calls.h), without segment locks. `op`
- * "restock", "rebalance" or "spread". Codes: OK (value = the new gen; 0 when a spread
- * changed nothing), REPLAYED, CONFLICT, STALE, BUSY (another adjust or a reset of the
- * SKU is under way, or this call's lease ran out and another runner may be finishing its
- * intent: retry), LIMIT. 0, or -1 when Redis gave no usable answer (a step's outcome
- * unknown: a retry under the same request id finishes it). */
+ * "restock", "rebalance" or "spread"; `wait_ms` > 0: durability replicated (above).
+ * Codes: OK (value = the new gen; 0 when a spread changed nothing), REPLAYED, CONFLICT,
+ * STALE, BUSY (another adjust or a reset of the SKU is under way, or this call's lease
+ * ran out and another runner may be finishing its intent: retry), LIMIT,
+ * NOT_REPLICATED (a step reached no replica: stopped after it, lease ended; a retry
+ * under the same request id finishes it). 0, or -1 when Redis gave no usable answer (a
+ * step's outcome unknown: a retry under the same request id finishes it, once the
+ * lease ran out). */
 int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
                    const char *op, long long add, long long limit, const char *rid,
-                   const char *sig, struct rd_reply *out);
+                   const char *sig, int wait_ms, struct rd_reply *out);
 
 #endif

@@ -12,6 +12,7 @@
 #include "segments/redis/link.h"
 #include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
+#include "segments/redis/waits.h"
 
 enum kind {
     K_REPLY,
@@ -78,7 +79,8 @@ struct rda_conn {
     struct rd_target to; /* host and port: the seed */
     char host[256], unix_path[1024], user[256], password[256];
     struct link_owner own;
-    struct link **links; /* links[0]: the seed (standalone: the only link) */
+    struct link **links;  /* links[0]: the seed (standalone: the only link) */
+    struct waits **waits; /* waits[i]: the WAITs of links[i]'s node, NULL until one */
     int nlinks, cap;
     /* A cluster only: */
     int16_t route[RD_SLOTS];     /* slot -> index in links of its master; -1 unknown */
@@ -207,7 +209,9 @@ static int link_index(rda_conn *c, const char *host, int port)
     if (c->nlinks == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 8;
         c->links = seg_realloc(c->links, sizeof *c->links * (size_t)c->cap);
+        c->waits = seg_realloc(c->waits, sizeof *c->waits * (size_t)c->cap);
     }
+    c->waits[c->nlinks] = NULL;
     struct rd_target to = c->to;
     to.host = host;
     to.port = port;
@@ -474,6 +478,7 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
     }
     c->cap = 8;
     c->links = seg_calloc((size_t)c->cap, sizeof *c->links);
+    c->waits = seg_calloc((size_t)c->cap, sizeof *c->waits);
     c->links[c->nlinks++] = link_create(base, &c->to, &c->own);
     if (is_cluster(c)) {
         struct timeval every = {REFRESH_EVERY_MS / 1000,
@@ -489,6 +494,10 @@ void rda_free(rda_conn *c)
     if (c == NULL)
         return;
     c->closing = true;
+    for (int i = 0; i < c->nlinks; i++) {
+        waits_free(c->waits[i]); /* answers every WAIT still owed */
+        c->waits[i] = NULL;
+    }
     for (int i = 0; i < c->nlinks; i++)
         link_free(c->links[i]); /* answers every call still in it */
     while (c->delayed != NULL) {
@@ -500,6 +509,7 @@ void rda_free(rda_conn *c)
     event_free(c->refresh_every);
     event_free(c->retry);
     free(c->links);
+    free(c->waits);
     free(c);
 }
 
@@ -559,6 +569,8 @@ static void fan_out(rda_conn *c, struct fan *f,
     }
 }
 
+static void fan_part_answered(struct fan *f);
+
 static void fan_part_done(struct fan *f, int part, const redisReply *r)
 {
     struct rd_reply out;
@@ -576,6 +588,12 @@ static void fan_part_done(struct fan *f, int part, const redisReply *r)
         f->v[part] = -1;
     else
         f->v[part] = proto_integer(r, 0);
+    fan_part_answered(f);
+}
+
+/* One part of `f` has its answer in f->v (or f->failed): the call's, after the last. */
+static void fan_part_answered(struct fan *f)
+{
     if (--f->left > 0)
         return;
     int rc = f->failed ? -1 : 0;
@@ -721,11 +739,60 @@ void rda_id_for_segment(rda_conn *c, const char *sku, int i, char *id)
     rd_name_for_slot(id, strlen(id), rd_key_slot(seg, strlen(seg)));
 }
 
+/* One node's part of an rda_wait. */
+struct wait_part {
+    rda_conn *c;
+    struct fan *f;
+    int part;
+};
+
+static void wait_part_done(void *arg, int rc, int replicas)
+{
+    struct wait_part *p = arg;
+    if (rc < 0) {
+        p->f->failed = true;
+        want_refresh(p->c); /* a node gone or a slot moved may be a failover */
+    } else {
+        p->f->v[p->part] = replicas;
+    }
+    fan_part_answered(p->f);
+    free(p);
+}
+
+/* Ask the WAITs of the node that serves `key` (made on the first ask there). */
+static void wait_at(rda_conn *c, const char *key, int timeout_ms, struct fan *f, int part)
+{
+    if (c->closing) { /* a callback calling on a handle being freed: answered -1 */
+        struct req *q = new_req(c, K_PART, NULL, NULL);
+        q->fan = f;
+        q->part = part;
+        q->later = c->delayed;
+        c->delayed = q;
+        return;
+    }
+    int slot = rd_key_slot(key, strlen(key));
+    int i = is_cluster(c) && c->route[slot] >= 0 ? c->route[slot] : 0;
+    if (c->waits[i] == NULL) {
+        struct rd_target to = c->to; /* links[0]: the seed, as configured */
+        if (i > 0) {
+            to.host = link_host(c->links[i]);
+            to.port = link_port(c->links[i]);
+            to.unix_path = NULL;
+        }
+        c->waits[i] = waits_create(c->base, &to, &c->own);
+    }
+    struct wait_part *p = seg_calloc(1, sizeof *p);
+    p->c = c;
+    p->f = f;
+    p->part = part;
+    waits_ask(c->waits[i], slot, timeout_ms, wait_part_done, p);
+}
+
 void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,
               rda_int_fn fn, void *arg)
 {
     struct fan *f = seg_calloc(1, sizeof *f);
-    /* One WAIT per connection written: a record in the segment's slot is on its. */
+    /* One WAIT per node written: a record in the segment's slot is on its. */
     bool seg = i >= 0, rec = i < 0 || !record_with_segment(c, sku, i, id);
     f->n = seg + rec;
     f->left = f->n;
@@ -733,15 +800,13 @@ void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_m
     f->fn = FN(fn);
     f->arg = arg;
     f->v = seg_calloc(2, sizeof *f->v);
+    char key[SEG_KEY_MAX];
     for (int part = 0; part < f->n; part++) {
-        struct req *q = new_req(c, K_PART, NULL, NULL);
-        q->fan = f;
-        q->part = part;
         if (part == 0 && seg)
-            proto_wait_segment(&q->lq.cmd, sku, i, timeout_ms);
+            seg_key_stock(key, sku, i);
         else
-            proto_wait_record(&q->lq.cmd, id, timeout_ms);
-        route(q);
+            seg_key_order(key, id);
+        wait_at(c, key, timeout_ms, f, part);
     }
 }
 

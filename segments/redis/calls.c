@@ -204,14 +204,14 @@ int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id
 
 static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
                           const char *cancelled, const char *expected,
-                          const struct rd_parts *p, struct rd_reply *out);
+                          const struct rd_parts *p, int wait_ms, struct rd_reply *out);
 
 int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
               const char *cancelled, const char *expected, const struct rd_parts *p,
-              struct rd_reply *out)
+              int wait_ms, struct rd_reply *out)
 {
     if (store_cluster(c))
-        return cancel_cluster(c, sku, epoch, id, cancelled, expected, p, out);
+        return cancel_cluster(c, sku, epoch, id, cancelled, expected, p, wait_ms, out);
     struct rd_cmd cmd;
     proto_cancel(&cmd, sku, epoch, id, cancelled, expected, p);
     return store_script(c, &cmd, out);
@@ -219,54 +219,77 @@ int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
 
 /* ---- durability ---------------------------------------------------------------- */
 
-int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *id,
-            const char *sku, int timeout_ms)
+/* WAIT on the node of each of cmds[0..n-1] (WAIT commands; each freed), once per
+ * node: the fewest replicas any reached, or -1. */
+static int wait_nodes(rd_conn *c, struct rd_cmd *cmds, int n)
 {
-    int least = -1, nodes = 0;
-    int *waited = seg_malloc(sizeof *waited * (size_t)(n + 2));
-    for (int k = 0; k < n + 2; k++) {
-        struct rd_cmd cmd;
-        if (k < n)
-            proto_wait_segment(&cmd, placed, seg != NULL ? seg[k] : k, timeout_ms);
-        else if (k == n && id != NULL)
-            proto_wait_record(&cmd, id, timeout_ms);
-        else if (k == n + 1 && sku != NULL)
-            proto_wait_meta(&cmd, sku, timeout_ms);
-        else
-            continue;
+    int least = -1, nodes = 0, rc = 0;
+    int *waited = seg_malloc(sizeof *waited * (size_t)(n + 1));
+    for (int k = 0; k < n; k++) {
         /* One connection per node: its WAIT covers every write made on it. */
-        int node = store_cluster(c) ? store_slot_node(c, cmd.slot) : 0;
+        int node = store_cluster(c) ? store_slot_node(c, cmds[k].slot) : 0;
         bool seen = false;
         for (int j = 0; j < nodes && node >= 0; j++)
             seen |= waited[j] == node;
-        if (seen) {
-            cmd_free(&cmd);
+        if (seen || rc < 0) {
+            cmd_free(&cmds[k]);
             continue;
         }
-        redisReply *r = store_call(c, &cmd);
+        redisReply *r = store_call(c, &cmds[k]);
         long long got = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         if (r != NULL)
             freeReplyObject(r);
         if (got < 0) {
-            free(waited);
-            return -1;
+            rc = -1;
+            continue;
         }
         least = least < 0 || got < least ? (int)got : least;
         if (node >= 0)
             waited[nodes++] = node;
     }
     free(waited);
-    return least < 0 ? 0 : least;
+    return rc < 0 ? -1 : least < 0 ? 0 : least;
+}
+
+int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *id,
+            const char *sku, int timeout_ms)
+{
+    struct rd_cmd *cmds = seg_malloc(sizeof *cmds * (size_t)(n + 2));
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        proto_wait_segment(&cmds[k++], placed, seg != NULL ? seg[i] : i, timeout_ms);
+    if (id != NULL)
+        proto_wait_record(&cmds[k++], id, timeout_ms);
+    if (sku != NULL)
+        proto_wait_meta(&cmds[k++], sku, timeout_ms);
+    int got = wait_nodes(c, cmds, k);
+    free(cmds);
+    return got;
+}
+
+/* The code of a WAIT that reached `got` replicas at least (-1: no answer). */
+static int replicated_code(int got)
+{
+    return got < 0 ? -1 : got < 1 ? RD_NOT_REPLICATED : RD_OK;
+}
+
+int rd_wait_step(rd_conn *c, int wait_ms, const char *placed, int n, const int *seg,
+                 const char *sku)
+{
+    if (wait_ms <= 0)
+        return RD_OK;
+    return replicated_code(rd_wait(c, placed, n, seg, NULL, sku, wait_ms));
 }
 
 /* ---- the whole SKU ------------------------------------------------------------- */
 
 int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
               const char *const *tok, const char *op, long long add, long long limit,
-              const char *rid, const char *sig, struct rd_reply *out)
+              const char *rid, const char *sig, int wait_ms, struct rd_reply *out)
 {
     if (store_cluster(c)) /* ADJUST spans slots: per-slot steps, no locks */
-        return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, out);
+        return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, wait_ms,
+                              out);
     struct rd_cmd cmd;
     proto_adjust(&cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
     return store_script(c, &cmd, out);
@@ -349,12 +372,16 @@ static void drop_graves(rd_conn *c, const char *sku, const char *placed, long lo
 
 /* CANCEL on a cluster, where the record, the segments and the meta are slots of their
  * own: the record checked, each part's units given back in its segment
- * (CANCEL_SEGMENT, under the caller's lock), the record marked (CANCEL_RECORD), the
- * SKU's gen bumped. Each step is safe to run again, so a cancel that died half way is
- * finished by its retry. Codes as rd_cancel. */
+ * (CANCEL_SEGMENT, under the caller's lock), with `wait_ms` those given back on a
+ * replica of each segment's node (else NOT_REPLICATED, the record untouched), the
+ * record marked (CANCEL_RECORD), the SKU's gen bumped. Each step is safe to run
+ * again, so a cancel that died half way is finished by its retry; with `wait_ms` a
+ * record cancelled already has its segments' steps run again and waited for (what a
+ * failover lost after the record was marked is given back) before EXISTS. Codes as
+ * rd_cancel. */
 static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
                           const char *cancelled, const char *expected,
-                          const struct rd_parts *p, struct rd_reply *out)
+                          const struct rd_parts *p, int wait_ms, struct rd_reply *out)
 {
     memset(out, 0, sizeof *out);
     char *rec = NULL;
@@ -363,43 +390,58 @@ static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const ch
         out->code = RD_MISSING;
         return found < 0 ? -1 : 0;
     }
-    if (strcmp(rec, expected) != 0) {
-        if (strcmp(rec, cancelled) == 0) { /* cancelled already */
-            out->code = RD_EXISTS;
-            out->record = rec;
-            return 0;
-        }
+    bool done = strcmp(rec, cancelled) == 0; /* cancelled already */
+    if (done && wait_ms <= 0) {
+        out->code = RD_EXISTS;
+        out->record = rec;
+        return 0;
+    }
+    if (!done && strcmp(rec, expected) != 0) {
         free(rec);
         out->code = RD_STALE;
         return 0;
     }
-    free(rec);
     struct rd_cmd cmd;
     int code = RD_OK;
+    bool given = false;              /* some units given back by this call */
     for (int k = 0; k < p->n; k++) { /* each step releases its segment's lock */
         proto_cancel_segment(&cmd, sku, epoch, p->seg[k], id, p->tok[k], k == 0);
         code = store_step(c, &cmd, 0, NULL);
-        if (code != RD_OK && code != RD_EXISTS) { /* EXISTS: done by a cancel that died */
+        given |= code == RD_OK;
+        /* EXISTS: done by a cancel that died; MISSING on a cancelled record: nothing
+         * of it there to give back. */
+        if (code != RD_OK && code != RD_EXISTS && !(done && code == RD_MISSING)) {
             for (int j = k + 1; j < p->n; j++)
                 rd_release(c, sku, p->seg[j], p->tok[j]);
+            free(rec);
             out->code = code;
             return code < 0 ? -1 : 0;
         }
     }
-    proto_cancel_record(&cmd, id, expected, cancelled);
-    if ((code = store_step(c, &cmd, 0, NULL)) < 0)
-        return -1;
-    if (code != RD_OK) {
-        out->code = RD_STALE;
+    /* Durability "replicated": the record is marked only once a replica has every
+     * give-back. Before, a failover of a segment's master after the record was
+     * marked lost the units for good: the retry answered 200 from the record. */
+    code = rd_wait_step(c, wait_ms, sku, p->n, p->seg, NULL);
+    if (code == RD_OK && !done) {
+        proto_cancel_record(&cmd, id, expected, cancelled);
+        if ((code = store_step(c, &cmd, 0, NULL)) > RD_OK)
+            code = RD_STALE;
+    }
+    if (code == RD_OK && (given || !done)) {
+        proto_gen_bump(&cmd, sku);
+        redisReply *r = store_call(c, &cmd);
+        code = r != NULL ? RD_OK : -1;
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (code == RD_OK && done) {
+        out->code = RD_EXISTS;
+        out->record = rec;
         return 0;
     }
-    proto_gen_bump(&cmd, sku);
-    redisReply *r = store_call(c, &cmd);
-    if (r == NULL)
-        return -1;
-    freeReplyObject(r);
-    out->code = RD_OK;
-    return 0;
+    free(rec);
+    out->code = code < 0 ? 0 : code;
+    return code < 0 ? -1 : 0;
 }
 
 /* Salts tried for an even placement. With 20 segments over 3 masters about one in
@@ -457,12 +499,42 @@ static int placement(rd_conn *c, const char *sku, int n)
  * is taken for dead). */
 #define RESET_LEASE_MS 15000
 
+/* A cluster reset in `epoch` that stops part way gives up its lease, or its mark when
+ * `untouched` (best effort: unanswered, the lease runs out as a dead one's) and
+ * answers `code`. */
+static int reset_stop(rd_conn *c, const char *sku, long long epoch, bool untouched,
+                      int code)
+{
+    struct rd_cmd cmd;
+    proto_reset_yield(&cmd, sku, epoch, untouched);
+    store_step(c, &cmd, 0, NULL);
+    return code;
+}
+
+/* After a cluster reset's commit: the meta's and the SKU set's nodes have a replica
+ * (wait_ms 0: at once). RD_OK, RD_NOT_REPLICATED, or -1. */
+static int commit_replicated(rd_conn *c, const char *sku, int wait_ms)
+{
+    if (wait_ms <= 0)
+        return RD_OK;
+    struct rd_cmd cmds[2];
+    proto_wait_meta(&cmds[0], sku, wait_ms);
+    proto_wait_skus(&cmds[1], wait_ms);
+    return replicated_code(wait_nodes(c, cmds, 2));
+}
+
 /* RESET on a cluster, where a SKU's keys span slots: BEGIN marks the reset pending in
  * the meta (or takes over a dead one), each segment is reset on its own (old, dead
  * and new segments alike), COMMIT writes the new meta, then the SKU set, and the
- * records the segments' graveyards name are dropped. A reset that dies half way
- * leaves the old meta (orders on the segments it reached answer STALE) until another
- * reset takes it over. The code, or -1 when Redis gave no usable answer. */
+ * records the segments' graveyards name are dropped. With to->wait_ms no step is sent
+ * before the one before it is on a replica (BEGIN before any segment: a pending
+ * marker lost in a failover would leave segments of an epoch no later reset knows,
+ * refused STALE for good; every segment before COMMIT: a commit over lost segments
+ * left the SKU short, `it_cluster_failover` test_replicated_reset_across_failover);
+ * one that is not stops the reset (RD_NOT_REPLICATED) as one that died there, its
+ * lease given up. A reset that dies half way leaves the old meta (orders on the
+ * segments it reached answer STALE) until another reset takes it over. The code, or
+ * -1 when Redis gave no usable answer. */
 static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
                          int old_segments, const struct rd_reset *to, const char *rid,
                          const char *sig)
@@ -474,11 +546,17 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     proto_reset_begin(&cmd, sku, old_epoch, old_segments, to->epoch, to->segments,
                       RESET_LEASE_MS, rid, sig);
     int code = store_step(c, &cmd, 1u << RD_OK, &r);
+    if (code == RD_REPLAYED) { /* committed before: answered once it holds */
+        int got = rd_wait_step(c, to->wait_ms, placed, 0, NULL, sku);
+        return got == RD_OK ? RD_REPLAYED : got;
+    }
     if (code != RD_OK)
         return code;
     long long dead = r->elements > 2 ? proto_integer(r->element[1], 0) : 0;
     int dead_n = r->elements > 2 ? (int)proto_integer(r->element[2], 0) : 0;
     freeReplyObject(r);
+    if ((code = rd_wait_step(c, to->wait_ms, placed, 0, NULL, sku)) != RD_OK)
+        return reset_stop(c, sku, to->epoch, dead == 0, code);
     int n = to->segments, m = old_segments > n ? old_segments : n;
     if (dead_n > m && dead_n <= SEG_MAX_SEGMENTS)
         m = dead_n;
@@ -490,6 +568,8 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
             return code;
         freeReplyObject(r);
     }
+    if ((code = rd_wait_step(c, to->wait_ms, placed, m, NULL, NULL)) != RD_OK)
+        return reset_stop(c, sku, to->epoch, false, code);
     proto_reset_commit(&cmd, sku, to, rid, sig);
     if ((code = store_step(c, &cmd, 0, NULL)) != RD_OK)
         return code;
@@ -497,8 +577,9 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     if ((r = store_call(c, &cmd)) == NULL)
         return -1;
     freeReplyObject(r);
+    code = commit_replicated(c, sku, to->wait_ms);
     drop_graves(c, sku, placed, old_epoch, m); /* also what a dead reset left there */
-    return RD_OK;
+    return code;
 }
 
 int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,

@@ -37,7 +37,12 @@
  *                written; re-read and try again
  *   RD_CONFLICT  the request id was used for another admin write
  *   RD_LIMIT     ADJUST: the restock would pass the stock limit
- *   RD_REPLAYED  the request id was applied already: nothing done again */
+ *   RD_REPLAYED  the request id was applied already: nothing done again
+ *   RD_NOT_REPLICATED  (the seam's own, no script answers it) durability "replicated"
+ *                on a cluster: a step of a multi-step call (adjust, reset, cancel)
+ *                reached no replica in time (WAIT), so the call stopped before its next
+ *                step (see rd_adjust, rd_cancel, rd_reset)
+ */
 #define RD_OK 0
 #define RD_BUSY 1
 #define RD_SHORT 2
@@ -48,6 +53,7 @@
 #define RD_CONFLICT 7
 #define RD_LIMIT 8
 #define RD_REPLAYED 9
+#define RD_NOT_REPLICATED 10
 
 typedef struct rd_conn rd_conn;
 typedef struct rd_smap rd_smap;
@@ -116,6 +122,9 @@ struct rd_meta {
     bool rebalance;
     bool replicated; /* durability "replicated" */
     int salt;        /* placement: 0, or the salt in its segments' hash tags */
+    /* A restock or rebalance under way on a cluster (adjust.h: units may be in
+     * transit between its steps): its lease end, ms on the meta node's clock; 0 none. */
+    long long adjust_until;
 };
 
 /* A SKU as the calls on its segments take it: `sku` itself, or "sku/salt" when its
@@ -193,10 +202,18 @@ int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id
 /* CANCEL: give back to each segment what Redis records for order `id`, while its
  * record is still `expected` (the caller's read) and the SKU still in `epoch`; mark
  * it cancelled with `cancelled`. Codes: OK, EXISTS (already cancelled; record),
- * MISSING (no such order), STALE, FENCED. 0 or -1. */
+ * MISSING (no such order), STALE, FENCED, NOT_REPLICATED. 0 or -1.
+ * On a Redis Cluster the segments' part and the record's are separate steps.
+ * `wait_ms` > 0 (durability "replicated") makes the record wait for the segments:
+ * WAIT 1 wait_ms on each segment's node after its give-back, and NOT_REPLICATED
+ * (the record left as it was, so a retry gives back again what a failover lost)
+ * when one has no replica. A record found cancelled already (`expected` may be it)
+ * then has its segments' part run again (each answers EXISTS, or gives back what a
+ * failover lost) and waited for before EXISTS. The caller WAITs for the record and
+ * the meta after OK or EXISTS. A standalone Redis runs one script: wait_ms unused. */
 int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
               const char *cancelled, const char *expected, const struct rd_parts *p,
-              struct rd_reply *out);
+              int wait_ms, struct rd_reply *out);
 
 /* ---- multi-segment orders on a Redis Cluster ------------------------------------
  * Their parts are in several slots, so no script places one all or nothing. Instead
@@ -231,6 +248,13 @@ int rd_intents_settle(rd_conn *c, const char *attempt, long long before_ms, int 
 int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *id,
             const char *sku, int timeout_ms);
 
+/* Durability "replicated" between the steps of a multi-step call on a cluster
+ * (wait_ms > 0): rd_wait on the nodes of segments seg[0..n-1] of `placed` and of the
+ * meta of `sku` (NULL: none), then RD_OK when each has a replica, RD_NOT_REPLICATED
+ * when one has none, -1 when Redis gave no answer. wait_ms 0: RD_OK at once. */
+int rd_wait_step(rd_conn *c, int wait_ms, const char *placed, int n, const int *seg,
+                 const char *sku);
+
 /* ---- the whole SKU ------------------------------------------------------------- */
 
 /* ADJUST: `op` "restock" (add units, raising initial; refused past `limit` as
@@ -238,17 +262,21 @@ int rd_wait(rd_conn *c, const char *placed, int n, const int *seg, const char *i
  * fills more segments), under tok[0..segments-1], while the SKU is `epoch` with
  * `segments`. `rid`/`sig`: request id and what the write is (NULL: none). Codes: OK
  * (value = new gen, 0 when nothing changed), REPLAYED, CONFLICT, STALE, FENCED,
- * LIMIT. 0 or -1.
+ * LIMIT. 0 or -1. `wait_ms` is for a cluster only (a standalone Redis runs one script:
+ * its caller WAITs after it, once the locks are dropped).
  * On a Redis Cluster (the connection routes over one) the script would span slots, so
  * it runs as an intent recorded in the meta and one step per slot (adjust.h), with no
  * segment locks: `tok` is ignored (may be NULL), a restock's units reach the segments
  * before `initial` rises at the commit, and the codes are OK, REPLAYED, CONFLICT,
- * STALE, LIMIT and BUSY (another adjust or a reset of the SKU is under way: retry).
+ * STALE, LIMIT, BUSY (another adjust or a reset of the SKU is under way: retry) and,
+ * with `wait_ms` > 0 (durability replicated: every step WAITs `wait_ms` for a replica
+ * before the next is sent), NOT_REPLICATED (a step reached no replica: stopped there;
+ * the retry under the same request id, or the next adjust, finishes it exactly once).
  * An adjust whose process died is finished by the next one of the SKU (or its retry
  * under the same request id) before that one's own. */
 int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
               const char *const *tok, const char *op, long long add, long long limit,
-              const char *rid, const char *sig, struct rd_reply *out);
+              const char *rid, const char *sig, int wait_ms, struct rd_reply *out);
 
 /* What a reset writes: the new settings and epoch (segments 0: delete the SKU). */
 struct rd_reset {
@@ -261,13 +289,21 @@ struct rd_reset {
     long long epoch; /* the new epoch */
     int salt;        /* the placement salt the SKU has now (a cluster keeps it across
                         resets; a create picks one) */
+    int wait_ms;     /* > 0: the SKU is (or becomes) "replicated": on a cluster each
+                        step WAITs 1 wait_ms for a replica before the next (rd_reset) */
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:
  * none), dropping every key of the old segments, then (after OK) the records of their
  * orders, in batches; a record not dropped (Redis went away meanwhile) is dead and
  * ignored by every read (keys.h). `rid`/`sig` as for rd_adjust. Codes: OK, REPLAYED,
- * CONFLICT, STALE, MISSING (delete of no SKU). 0 or -1. */
+ * CONFLICT, STALE, MISSING (delete of no SKU), NOT_REPLICATED. 0 or -1.
+ * On a Redis Cluster it runs as steps (BEGIN in the meta, one per segment, COMMIT);
+ * with `to->wait_ms` each step is on a replica of every node it wrote before the
+ * next is sent (the SKU set's and the meta's after the commit; a replay waits for
+ * the meta), else NOT_REPLICATED: the reset stopped there, its lease given up, and
+ * its retry (or any reset of the SKU) takes it over at once and finishes it. A
+ * standalone Redis runs one script and does not WAIT. */
 int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
              const struct rd_reset *to, const char *rid, const char *sig,
              struct rd_reply *out);

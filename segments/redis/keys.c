@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/text.h"
+#include "segments/redis/slots.h"
 
 char *seg_key_skus(char *buf)
 {
@@ -102,6 +103,14 @@ char *seg_key_order(char *buf, const char *id)
 char *seg_key_request(char *buf, const char *sku, const char *rid)
 {
     snprintf(buf, SEG_KEY_MAX, "inv:req:{%.*s}:%s", name_len(sku), sku, rid);
+    return buf;
+}
+
+char *seg_key_ack(char *buf, int slot)
+{
+    char tag[RD_NAME_SUFFIX + 1] = "000000";
+    rd_name_for_slot(tag, RD_NAME_SUFFIX, slot); /* the tag alone is hashed */
+    snprintf(buf, SEG_KEY_MAX, "inv:ack:{%s}", tag);
     return buf;
 }
 

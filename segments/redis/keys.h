@@ -53,6 +53,11 @@
  *    adj_until: the intent of a restock or rebalance under way on a Redis Cluster,
  *    its runner and lease, adjust.h; pending,
  *    pending_segments, pending_until: a reset under way there, lua/reset_begin.lua)
+ *   inv:ack:{NNNNNN}          a WAIT's mark (waits.h): written just before a WAIT on the
+ *                             connection that carries only WAITs, so that the WAIT
+ *                             counts from after it; NNNNNN (octal digits) puts it in
+ *                             the slot of the write being waited for. "1", PX 60 s: at
+ *                             most one per slot, and gone a minute after the last one
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
  * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose
@@ -83,6 +88,8 @@ char *seg_key_adjust(char *buf, const char *sku, int i);
 char *seg_key_gone(char *buf, const char *sku, int i, long long epoch, const char *what);
 char *seg_key_order(char *buf, const char *id);
 char *seg_key_request(char *buf, const char *sku, const char *rid);
+/* The WAIT mark of cluster slot `slot` (0..16383; standalone: any). */
+char *seg_key_ack(char *buf, int slot);
 const char *seg_key_events(void);
 const char *seg_key_intents(void);
 

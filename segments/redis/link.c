@@ -188,7 +188,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct link *l = q->l;
     redisReply *r = reply;
     unlink_req(q);
-    if (r == NULL && !q->resent && !q->setup && closed_by_peer(ac)) {
+    if (r == NULL && !q->resent && !q->setup && !q->once && closed_by_peer(ac)) {
         /* Once more on the next connection: every script recognises its own earlier
          * run, so a reply lost on the wire does not become a false answer. A timeout
          * is never sent again: that would only double the wait. */

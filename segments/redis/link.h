@@ -13,7 +13,8 @@
  * command timeout, so the link keeps its own deadline, the oldest reply owed: when it
  * passes the connection is dropped, every command waiting on it is answered NULL and
  * a new one is made). A command whose connection the server closed under it (a
- * restart, CLIENT KILL) is sent once more on the next connection: every script
+ * restart, CLIENT KILL) is sent once more on the next connection (unless marked
+ * `once`): every script
  * recognises its own earlier run, so a reply lost on the wire does not turn into a
  * false answer. Scripts go by EVALSHA once the link has loaded them (SCRIPT LOAD on
  * every connection), by EVAL before that and after NOSCRIPT.
@@ -57,6 +58,8 @@ struct lreq {
     long long sent_ms;
     bool resent; /* sent again once after its connection was closed under it */
     bool setup;  /* the link's own (AUTH, SELECT, SCRIPT LOAD, ASKING) */
+    bool once;   /* never sent again on a new connection: it means something on this
+                    one only (a WAIT counts from its connection's last write) */
     struct link *l;
     struct lreq *prev, *next;
 };

@@ -20,9 +20,9 @@ void proto_ping(struct rd_cmd *c)
 void proto_meta_read(struct rd_cmd *c, const char *sku)
 {
     char key[SEG_KEY_MAX];
-    static const char *const fields[] = {"segments", "mode",       "hold_ms",
-                                         "initial",  "gen",        "rebalance",
-                                         "epoch",    "durability", "salt"};
+    static const char *const fields[] = {"segments", "mode",      "hold_ms", "initial",
+                                         "gen",      "rebalance", "epoch",   "durability",
+                                         "salt",     "adj_until"};
     cmd_plain(c, "HMGET");
     cmd_key(c, seg_key_meta(key, sku));
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
@@ -253,6 +253,23 @@ void proto_wait_meta(struct rd_cmd *c, const char *sku, int timeout_ms)
     wait_at(c, seg_key_meta(key, sku), timeout_ms);
 }
 
+void proto_ack_mark(struct rd_cmd *c, int slot)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "SET");
+    cmd_key(c, seg_key_ack(key, slot));
+    cmd_arg(c, "1");
+    cmd_arg(c, "PX");
+    cmd_arg(c, "60000");
+}
+
+void proto_wait(struct rd_cmd *c, int timeout_ms)
+{
+    cmd_plain(c, "WAIT");
+    cmd_arg(c, "1");
+    cmd_argll(c, timeout_ms);
+}
+
 void proto_stock_read(struct rd_cmd *c, const char *sku, int i)
 {
     char key[SEG_KEY_MAX];
@@ -464,6 +481,21 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
     cmd_argll(c, to->salt);
 }
 
+void proto_reset_yield(struct rd_cmd *c, const char *sku, long long epoch, bool untouched)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_RESET_YIELD);
+    cmd_key(c, seg_key_meta(key, sku));
+    cmd_argll(c, epoch);
+    cmd_arg(c, untouched ? "1" : "0");
+}
+
+void proto_wait_skus(struct rd_cmd *c, int timeout_ms)
+{
+    char key[SEG_KEY_MAX];
+    wait_at(c, seg_key_skus(key), timeout_ms);
+}
+
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
                           const char *id, const char *token, bool first)
 {
@@ -612,7 +644,7 @@ int proto_taken(const redisReply *r, const char *token, int *taken)
 
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
 {
-    if (!is_array(r, 9))
+    if (!is_array(r, 10))
         return -1;
     *found = r->element[0]->type == REDIS_REPLY_STRING;
     if (*found) {
@@ -629,6 +661,7 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
         out->replicated =
             d->type == REDIS_REPLY_STRING && strcmp(d->str, "replicated") == 0;
         out->salt = (int)proto_integer(r->element[8], 0);
+        out->adjust_until = proto_integer(r->element[9], 0);
     }
     return 0;
 }

@@ -72,6 +72,11 @@ void proto_stock_read(struct rd_cmd *c, const char *sku, int i);
 void proto_wait_segment(struct rd_cmd *c, const char *sku, int i, int timeout_ms);
 void proto_wait_record(struct rd_cmd *c, const char *id, int timeout_ms);
 void proto_wait_meta(struct rd_cmd *c, const char *sku, int timeout_ms);
+void proto_wait_skus(struct rd_cmd *c, int timeout_ms); /* the SKU set's node */
+/* A WAIT's mark (keys.h inv:ack) in `slot`, and the plain WAIT 1 timeout_ms sent after
+ * it on the same connection (waits.h). */
+void proto_ack_mark(struct rd_cmd *c, int slot);
+void proto_wait(struct rd_cmd *c, int timeout_ms);
 void proto_release(struct rd_cmd *c, const char *sku, int i, const char *token);
 void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
 void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,
@@ -117,7 +122,9 @@ void proto_scan(struct rd_cmd *c, const char *key, bool hash, const char *cursor
 int proto_scan_page(const redisReply *r, bool hash, char *cursor, size_t cursor_len,
                     char ***names, size_t *n);
 /* A reset on a cluster: RESET_BEGIN, RESET_SEGMENT of segment i (`stock` < 0: the
- * segment goes), RESET_COMMIT, and the SADD (or SREM) of the SKU's name. */
+ * segment goes), RESET_COMMIT, and the SADD (or SREM) of the SKU's name; RESET_YIELD:
+ * the reset in `epoch` stopped part way and gives up its lease (`untouched`: it reset
+ * no segment and took over no dead reset, so its mark goes). */
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
                        const char *rid, const char *sig);
@@ -126,6 +133,8 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,
                         const char *rid, const char *sig);
 void proto_skus_change(struct rd_cmd *c, const char *sku, bool add);
+void proto_reset_yield(struct rd_cmd *c, const char *sku, long long epoch,
+                       bool untouched);
 /* A cancel on a cluster: CANCEL_SEGMENT in segment i, CANCEL_RECORD, and the SKU's gen
  * bumped (HINCRBY) so that every cache sees the stock rise. */
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,

@@ -42,6 +42,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_RESET_BEGIN] = "reset_begin.lua",
     [SCRIPT_RESET_SEGMENT] = "reset_segment.lua",
     [SCRIPT_RESET_COMMIT] = "reset_commit.lua",
+    [SCRIPT_RESET_YIELD] = "reset_yield.lua",
     [SCRIPT_CLAIM] = "claim.lua",
     [SCRIPT_CONFIRM] = "confirm.lua",
     [SCRIPT_ACQUIRE_SLOT] = "acquire_slot.lua",
@@ -53,6 +54,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_ADJUST_TAKE] = "adjust_take.lua",
     [SCRIPT_ADJUST_GIVE] = "adjust_give.lua",
     [SCRIPT_ADJUST_COMMIT] = "adjust_commit.lua",
+    [SCRIPT_ADJUST_YIELD] = "adjust_yield.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

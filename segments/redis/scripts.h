@@ -28,6 +28,7 @@ enum script_id {
     SCRIPT_RESET_BEGIN, /* mark the reset pending in the meta (or take over a dead one) */
     SCRIPT_RESET_SEGMENT, /* empty one segment and give it its new stock and epoch */
     SCRIPT_RESET_COMMIT,  /* the new settings: the reset becomes visible */
+    SCRIPT_RESET_YIELD,   /* a reset stopped part way gives up its lease */
     /* The order path on a Redis Cluster, one slot per script: */
     SCRIPT_CLAIM,          /* the order id's claim (in the id's slot) */
     SCRIPT_CONFIRM,        /* the record under the claim, or the claim given up */
@@ -41,6 +42,7 @@ enum script_id {
     SCRIPT_ADJUST_TAKE,   /* units out of one segment, once per intent */
     SCRIPT_ADJUST_GIVE,   /* units into one segment, once per intent */
     SCRIPT_ADJUST_COMMIT, /* the intent done: initial, gen, the request id */
+    SCRIPT_ADJUST_YIELD,  /* a stopped runner's lease ended early */
     SCRIPT__COUNT
 };
 

@@ -12,7 +12,10 @@
 -- adjust at a time per SKU. An intent whose lease ran out (its process died or
 -- stalled) is taken over: it is answered, the caller becomes its runner with a new
 -- lease, and finishes it (its steps are idempotent) before it begins its own. The same
--- call sent again (the same runner token) answers as it did.
+-- call sent again (the same runner token) answers as it did. Every answer but the
+-- refusals writes (a replay rewrites the request key, KEEPTTL; a call sent again its
+-- runner), so that the caller's WAIT on this node covers what it answers, whichever
+-- connection wrote it (durability replicated).
 -- Reply: {REPLAYED} | {CONFLICT} | {STALE} (not the SKU the caller read, or a reset
 --      that died half way: only another reset finishes it) | {BUSY} (another adjust,
 --      or a reset, under way) | {LIMIT}
@@ -21,7 +24,10 @@
 --        caller's to finish).
 if ARGV[6] ~= '' then
   local prev = redis.call('GET', KEYS[2])
-  if prev == ARGV[6] then return {REPLAYED} end
+  if prev == ARGV[6] then
+    redis.call('SET', KEYS[2], prev, 'KEEPTTL') -- a write, for the caller's WAIT
+    return {REPLAYED}
+  end
   if prev then return {CONFLICT} end
 end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'segments', 'initial', 'pending',
@@ -41,6 +47,7 @@ local function intent(code, lease)
 end
 if m[6] then
   if m[13] == ARGV[11] then -- this call, sent again
+    redis.call('HSET', KEYS[1], 'adj_owner', ARGV[11]) -- a write, for the WAIT
     return intent(m[6] == ARGV[7] and OK or EXISTS, m[7])
   end
   if ARGV[6] ~= '' and m[11] == ARGV[10] and m[12] ~= ARGV[6] then return {CONFLICT} end

@@ -11,7 +11,10 @@
 --      | {STALE} (no longer the SKU's intent: a reset since) | {OK, gen}.
 local m = redis.call('HMGET', KEYS[1], 'adj', 'adj_owner')
 if m[1] ~= ARGV[1] then
-  if ARGV[4] ~= '' and redis.call('GET', KEYS[2]) == ARGV[4] then return {REPLAYED} end
+  if ARGV[4] ~= '' and redis.call('GET', KEYS[2]) == ARGV[4] then
+    redis.call('SET', KEYS[2], ARGV[4], 'KEEPTTL') -- a write, for the caller's WAIT
+    return {REPLAYED}
+  end
   return {STALE}
 end
 if m[2] ~= ARGV[2] then return {FENCED} end

@@ -4,7 +4,8 @@
 -- ARGV: epoch, intent id, units (> 0, decimal), the runner's lease end (ms, the meta
 --       node's clock).
 -- Adds the units with INCRBY and records them under the intent id, so that a rerun
--- answers the same and adds nothing again. Refused past the lease as adjust_take.lua.
+-- answers the same and adds nothing again (and writes its mark again, for the
+-- runner's WAIT, as adjust_take.lua). Refused past the lease as adjust_take.lua.
 -- Reply: {STALE} (the segment is not of this epoch: a reset since) | {FENCED}
 --      | {OK, given}.
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {STALE} end
@@ -12,7 +13,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now >= tonumber(ARGV[4]) - 1000 then return {FENCED} end
 local done = redis.call('HGET', KEYS[3], ARGV[2])
-if done then return {OK, done} end
+if done then
+  redis.call('HSET', KEYS[3], ARGV[2], done) -- a write: see above
+  return {OK, done}
+end
 redis.call('INCRBY', KEYS[1], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 return {OK, ARGV[3]}

@@ -9,6 +9,8 @@
 -- that took the intent over) answers the same amount and takes nothing again.
 -- Refused once the lease, less 1 s for the clocks of two masters, has passed: a
 -- runner that stalled past it may have been replaced, and writes nothing.
+-- A rerun writes its mark again (same value): the runner's WAIT on this node then
+-- covers the first run too, whichever connection made it (durability replicated).
 -- Reply: {STALE} (the segment is not of this epoch: a reset since) | {FENCED}
 --      | {OK, taken}.
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {STALE} end
@@ -16,7 +18,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now >= tonumber(ARGV[4]) - 1000 then return {FENCED} end
 local done = redis.call('HGET', KEYS[3], ARGV[2])
-if done then return {OK, done} end
+if done then
+  redis.call('HSET', KEYS[3], ARGV[2], done) -- a write: see above
+  return {OK, done}
+end
 local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
 local took = math.min(stock, tonumber(ARGV[3]))
 if took < 0 then took = 0 end

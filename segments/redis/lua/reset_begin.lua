@@ -6,8 +6,9 @@
 --       no request id).
 -- Marks the reset as pending in the meta (fields pending, pending_segments,
 -- pending_until), so that one reset at a time works on the SKU's segments. A pending
--- reset whose lease ran out (its process died) is taken over: its epoch and segment
--- count are answered, so the segments it reached are reset too and none is orphaned.
+-- reset whose lease ran out (its process died, or it stopped and gave the lease up:
+-- reset_yield.lua) is taken over: its epoch and segment count are answered, so the
+-- segments it reached are reset too and none is orphaned.
 -- Reply: {REPLAYED} | {CONFLICT} | {STALE} (not as the caller found it, or another
 --      reset is under way) | {MISSING} (delete of no SKU)
 --      | {OK, epoch of a dead pending reset ('0': none), its segment count}.
