@@ -48,6 +48,10 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
     v->tab = skutab_create();
+    if (v->cluster) {
+        const struct rd_target seed = inv_redis_target(v);
+        v->map = rd_smap_create(&seed);
+    }
     const struct rd_target to = inv_redis_target(v);
     v->wd = watchdog_create(v, &to, err, errlen);
     if (v->wd != NULL && v->cluster)
@@ -65,6 +69,7 @@ void inv_free(inv *v)
         return;
     sweeper_free(v->sw);
     watchdog_free(v->wd);
+    rd_smap_free(v->map); /* after every connection that routes by it */
     skutab_free(v->tab);
     free(v->host);
     free(v);
@@ -145,6 +150,7 @@ struct rd_target inv_redis_target(const inv *v)
         .db = v->opt.redis_db,
         .timeout_ms = v->opt.redis_timeout_ms,
         .cluster = v->cluster,
+        .map = v->map,
     };
 }
 

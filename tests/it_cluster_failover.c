@@ -15,6 +15,8 @@
  * not_replicated: the retry places each once. And a restock and a rebalance of a
  * replicated SKU whose meta's or segment's master fails over after their 503
  * not_replicated: the retry under the request id applies each exactly once.
+ * And reads of acknowledged orders right after a master was SIGKILLed or frozen and
+ * its replica promoted: every one 200 (one slot map per process).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -151,12 +153,14 @@ static int cut_off(struct h_cluster_env *f, int slot, void (*cut)(void *), void 
 
 /* One failover of the master serving `slot`: its replica cut off (stopped, and its
  * link dropped by the master) while cut(arg) runs, so what the master acknowledges
- * meanwhile reaches no replica; then the master SIGKILLed, the replica resumed and
- * promoted, the old master restarted until it is a synced replica of the new one.
- * Returns 0 (*ms: how long the promotion took after the kill), or -1 with the reason
- * in err. */
-static int failover(struct h_cluster_env *f, int slot, void (*cut)(void *), void *arg,
-                    long long *ms, char *err, size_t errlen)
+ * meanwhile reaches no replica; then the master SIGKILLed (`freeze`: SIGSTOPped, so
+ * its connections stay open and unanswered), the replica resumed and promoted,
+ * then(arg) run when `then` is not NULL (the old master still down), the old master
+ * restarted (resumed) until it is a synced replica of the new one. Returns 0 (*ms:
+ * how long the promotion took after the kill), or -1 with the reason in err. */
+static int failover_then(struct h_cluster_env *f, int slot, bool freeze,
+                         void (*cut)(void *), void (*then)(void *), void *arg,
+                         long long *ms, char *err, size_t errlen)
 {
     struct rd_slot_map m;
     int victim, replica;
@@ -165,7 +169,7 @@ static int failover(struct h_cluster_env *f, int slot, void (*cut)(void *), void
     h_redis *master = h_cluster_node(f->cluster, victim);
     h_redis *standby = h_cluster_node(f->cluster, replica);
     cut_and_run(master, standby, cut, arg);
-    int st = h_redis_kill(master);
+    int st = freeze ? h_redis_pause(master) : h_redis_kill(master);
     long long killed = h_now_ms();
     h_redis_resume(standby);
     if (st == -1) {
@@ -188,9 +192,11 @@ static int failover(struct h_cluster_env *f, int slot, void (*cut)(void *), void
         return -1;
     }
     *ms = h_now_ms() - killed;
+    if (then != NULL)
+        then(arg);
 
     /* The old master comes back as a replica of the new one. */
-    if (h_redis_restart(master) != 0) {
+    if ((freeze ? h_redis_resume(master) : h_redis_restart(master)) != 0) {
         snprintf(err, errlen, "the old master did not restart");
         return -1;
     }
@@ -202,6 +208,12 @@ static int failover(struct h_cluster_env *f, int slot, void (*cut)(void *), void
         return -1;
     }
     return 0;
+}
+
+static int failover(struct h_cluster_env *f, int slot, void (*cut)(void *), void *arg,
+                    long long *ms, char *err, size_t errlen)
+{
+    return failover_then(f, slot, false, cut, NULL, arg, ms, err, errlen);
 }
 
 static void sleep_300(void *arg)
@@ -964,9 +976,135 @@ static void test_replicated_rebalance_failover(void **state)
     admin_across_failover(f, &x, placed, seg_key_stock(key, placed, empty), 60, 40);
 }
 
+/* Reads right after a failover: orders with ids on every master, read many times
+ * in parallel so that every worker of the service has used connections to every
+ * master; then the master of some of them SIGKILLed (`freeze`: SIGSTOPped), and once
+ * its replica is promoted and cluster-node-timeout + 2 s have passed since the kill,
+ * every order read once, in parallel: all 200. Before, each worker's connection kept
+ * a slot map of its own and learned the new master only by failing a read on the
+ * old one: the first read there of each of the 4 control workers answered 503 (4 of
+ * 90; on a frozen master each after its own 1 s timeout). */
+#define READ_IDS 90
+#define READERS 8
+
+struct reads {
+    struct h_cluster_env *f;
+    char ids[READ_IDS][32];
+    atomic_int next;
+    int status[READ_IDS];
+    long long killed_ms;
+    long long read_from_ms, read_ms; /* the kill to the start and end of the reads */
+};
+
+static void *reader_main(void *arg)
+{
+    struct reads *x = arg;
+    for (int i; (i = atomic_fetch_add(&x->next, 1)) < READ_IDS;)
+        x->status[i] = h_order_status(x->f->port, x->ids[i]);
+    return NULL;
+}
+
+/* Every id read once by READERS threads at a time. */
+static void read_all(struct reads *x)
+{
+    atomic_store(&x->next, 0);
+    pthread_t t[READERS];
+    for (int i = 0; i < READERS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, reader_main, x), 0);
+    for (int i = 0; i < READERS; i++)
+        pthread_join(t[i], NULL);
+}
+
+static void note_kill(void *arg)
+{
+    struct reads *x = arg;
+    x->killed_ms = h_now_ms();
+}
+
+/* The promotion is seen: the reads (the old master still down), once the
+ * cluster-node-timeout (1 s here) and 2 s have passed since the kill, and at least
+ * 500 ms after the promotion (so every node has heard of it). */
+static void read_after_promotion(void *arg)
+{
+    struct reads *x = arg;
+    long long wait = x->killed_ms + 1000 + 2000 - h_now_ms();
+    h_sleep_ms(wait > 500 ? (int)wait : 500);
+    x->read_from_ms = h_now_ms() - x->killed_ms;
+    read_all(x);
+    x->read_ms = h_now_ms() - x->killed_ms;
+}
+
+static void reads_after_failover(struct h_cluster_env *f, const char *sku, bool freeze)
+{
+    struct reads *x = calloc(1, sizeof *x);
+    assert_non_null(x);
+    x->f = f;
+    char path[96];
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    struct h_resp resp;
+    int st = h_req(f->port, "PUT", path, NULL,
+                   "{\"stock\": 1000, \"segments\": 6, \"durability\": \"replicated\"}",
+                   &resp);
+    h_resp_free(&resp);
+    assert_true(st == 200 || st == 201);
+    int per_node[16] = {0};
+    for (int i = 0; i < READ_IDS; i++) {
+        snprintf(x->ids[i], sizeof x->ids[i], "%s-%d", sku, i);
+        assert_int_equal(h_order(f->port, sku, 1, x->ids[i], NULL), 201);
+        char rec[SEG_KEY_MAX];
+        seg_key_order(rec, x->ids[i]);
+        int n = h_cluster_master_of(f->cluster, rec);
+        assert_true(n >= 0 && n < 16);
+        per_node[n]++;
+    }
+    int masters = 0;
+    for (int n = 0; n < 16; n++)
+        masters += per_node[n] > 0;
+    assert_int_equal(masters, 3);             /* ids on every master */
+    for (int round = 0; round < 4; round++) { /* every worker meets every master */
+        read_all(x);
+        for (int i = 0; i < READ_IDS; i++)
+            assert_int_equal(x->status[i], 200);
+    }
+
+    char rec[SEG_KEY_MAX], err[120];
+    seg_key_order(rec, x->ids[0]);
+    long long ms;
+    if (failover_then(f, rd_key_slot(rec, strlen(rec)), freeze, note_kill,
+                      read_after_promotion, x, &ms, err, sizeof err) != 0)
+        fail_msg("failover: %s", err);
+    int unavailable = 0, first = -1;
+    for (int i = 0; i < READ_IDS; i++)
+        if (x->status[i] != 200 && unavailable++ == 0)
+            first = i;
+    fprintf(stderr,
+            "reads after %s: promotion %lld ms after it, %d reads from %lld to %lld ms "
+            "after it, %d not 200%s%s\n",
+            freeze ? "a freeze" : "a kill", ms, READ_IDS, x->read_from_ms, x->read_ms,
+            unavailable, first >= 0 ? ", first: " : "", first >= 0 ? x->ids[first] : "");
+    assert_int_equal(first >= 0 ? x->status[first] : 200, 200);
+    free(x);
+}
+
+static void test_reads_after_failover(void **state)
+{
+    h_deadline(120);
+    reads_after_failover(*state, "fo-read", false);
+}
+
+/* The same with the master frozen, not dead: its connections stay open and a command
+ * on one waits for its timeout. */
+static void test_reads_after_freeze(void **state)
+{
+    h_deadline(120);
+    reads_after_failover(*state, "fo-frozen", true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reads_after_failover),
+        cmocka_unit_test(test_reads_after_freeze),
         cmocka_unit_test(test_failover_replicated_loses_nothing),
         cmocka_unit_test(test_failover_async_counts_losses),
         cmocka_unit_test(test_replicated_retry_after_failover),
@@ -978,6 +1116,7 @@ int main(void)
         cmocka_unit_test(test_replicated_restock_segment_failover),
         cmocka_unit_test(test_replicated_rebalance_failover),
     };
+    cmocka_set_test_filter(getenv("IT_CASE")); /* IT_CASE=test_x: that one alone */
     int failed = cmocka_run_group_tests_name(
         "cluster_failover", tests, h_cluster_group_setup, h_cluster_group_teardown);
     return h_exit_status(failed);

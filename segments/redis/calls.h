@@ -56,6 +56,7 @@
 #define RD_NOT_REPLICATED 10
 
 typedef struct rd_conn rd_conn;
+typedef struct rd_smap rd_smap;
 
 struct rd_target {
     const char *host; /* copied; ignored when unix_path is set */
@@ -66,7 +67,16 @@ struct rd_target {
     int db;                /* SELECT on every (re)connect when not 0 */
     int timeout_ms;        /* connect and per-command timeout */
     bool cluster;          /* host:port is a seed of a Redis Cluster (async.h routes) */
+    rd_smap *map;          /* a cluster: the process's slot map that connections share
+                              (borrowed: outlives them), or NULL: each makes its own */
 };
+
+/* One slot map per process (smap.h): every blocking connection made with it in its
+ * target routes by the newest map, which one thread refreshes for all of them. `seed`
+ * as for a connection (its strings copied); NULL when it is not a cluster. Free after
+ * the last connection that uses it. */
+rd_smap *rd_smap_create(const struct rd_target *seed);
+void rd_smap_free(rd_smap *m);
 
 /* Which of `to` (host:port) and the seeds in `seeds` ("host:port,host:port", may be
  * NULL) answers first, and whether it is a Redis Cluster node: fills `to->host` (into

@@ -679,33 +679,40 @@ int rd_pick_seed(struct rd_target *to, const char *seeds, char *host, size_t hos
     }
 }
 
-int rd_slot_map_fetch(const struct rd_target *seed, struct rd_slot_map *out, char *err,
-                      size_t errlen)
+redisContext *rd_slot_map_connect(const struct rd_target *seed, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (seed->unix_path != NULL && seed->unix_path[0] != '\0') {
+        fetch_fail(NULL, NULL, err, errlen,
+                   "a cluster seed is host:port, not a unix socket");
+        return NULL;
+    }
+    if (seed->db != 0) {
+        fetch_fail(NULL, NULL, err, errlen, "a cluster has db 0 only, not db %d",
+                   seed->db);
+        return NULL;
+    }
+    const char *host;
+    return seed_connect(seed, &host, err, errlen);
+}
+
+int rd_slot_map_ask(redisContext *rc, const char *host, struct rd_slot_map *out,
+                    char *err, size_t errlen)
 {
     rd_slot_map_init(out);
     if (err != NULL && errlen > 0)
         err[0] = '\0';
-    if (seed->unix_path != NULL && seed->unix_path[0] != '\0')
-        return fetch_fail(NULL, NULL, err, errlen,
-                          "a cluster seed is host:port, not a unix socket");
-    if (seed->db != 0)
-        return fetch_fail(NULL, NULL, err, errlen, "a cluster has db 0 only, not db %d",
-                          seed->db);
-    const char *host;
-    redisContext *rc = seed_connect(seed, &host, err, errlen);
-    if (rc == NULL)
-        return -1;
     /* SHARDS first: it lists every replica. SLOTS when SHARDS answers an error (a
      * server before 7.0) or a map the parser refuses (a shard naming two masters,
      * where only SLOTS says which one serves the slots). */
     redisReply *r = redisCommand(rc, "CLUSTER SHARDS");
     if (r == NULL)
-        return fetch_fail(rc, r, err, errlen, "CLUSTER SHARDS: %s", why(rc, r));
+        return fetch_fail(NULL, r, err, errlen, "CLUSTER SHARDS: %s", why(rc, r));
     char refused[160];
     if (r->type != REDIS_REPLY_ERROR &&
         rd_slot_map_from_shards(r, host, out, refused, sizeof refused) == 0) {
         freeReplyObject(r);
-        redisFree(rc);
         return 0;
     }
     if (r->type == REDIS_REPLY_ERROR)
@@ -713,13 +720,26 @@ int rd_slot_map_fetch(const struct rd_target *seed, struct rd_slot_map *out, cha
     freeReplyObject(r);
     r = redisCommand(rc, "CLUSTER SLOTS");
     if (r == NULL || r->type == REDIS_REPLY_ERROR)
-        return fetch_fail(rc, r, err, errlen, "CLUSTER SHARDS: %s; CLUSTER SLOTS: %s",
+        return fetch_fail(NULL, r, err, errlen, "CLUSTER SHARDS: %s; CLUSTER SLOTS: %s",
                           refused, why(rc, r));
     char why_bad[160];
     if (rd_slot_map_from_slots(r, host, out, why_bad, sizeof why_bad) != 0)
-        return fetch_fail(rc, r, err, errlen, "CLUSTER SHARDS: %s; CLUSTER SLOTS: %s",
+        return fetch_fail(NULL, r, err, errlen, "CLUSTER SHARDS: %s; CLUSTER SLOTS: %s",
                           refused, why_bad);
     freeReplyObject(r);
-    redisFree(rc);
     return 0;
+}
+
+int rd_slot_map_fetch(const struct rd_target *seed, struct rd_slot_map *out, char *err,
+                      size_t errlen)
+{
+    rd_slot_map_init(out);
+    redisContext *rc = rd_slot_map_connect(seed, err, errlen);
+    if (rc == NULL)
+        return -1;
+    const char *host =
+        seed->host != NULL && seed->host[0] != '\0' ? seed->host : "127.0.0.1";
+    int rc_ask = rd_slot_map_ask(rc, host, out, err, errlen);
+    redisFree(rc);
+    return rc_ask;
 }

@@ -158,6 +158,18 @@ int rd_slot_map_from_slots(const struct redisReply *r, const char *same_host,
 int rd_slot_map_fetch(const struct rd_target *seed, struct rd_slot_map *out, char *err,
                       size_t errlen);
 
+/* rd_slot_map_fetch in two steps, for a caller that keeps its connection between
+ * fetches. rd_slot_map_connect: a blocking connection to `seed` (AUTH done, timeouts
+ * as for the fetch; the same refusals), or NULL with the reason in err[0..errlen)
+ * (redisFree it). rd_slot_map_ask: the map over it, `host` as the seed's (a node
+ * that announces no endpoint is there); 0, or -1 with the reason and `out` empty,
+ * after which the connection may be unusable (free it). */
+struct redisContext;
+struct redisContext *rd_slot_map_connect(const struct rd_target *seed, char *err,
+                                         size_t errlen);
+int rd_slot_map_ask(struct redisContext *rc, const char *host, struct rd_slot_map *out,
+                    char *err, size_t errlen);
+
 /* Whether `seed` is a cluster node (INFO cluster says cluster_enabled:1): 1, 0 (also
  * for a unix socket), or -1 with the reason in err[0..errlen) when it could not be
  * asked. Blocking, on a connection of its own. */

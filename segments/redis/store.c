@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 
 #include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
+#include "segments/redis/smap.h"
 
 /* One node's connection. */
 struct node {
@@ -30,17 +32,18 @@ struct rd_conn {
     _Atomic long long *errors; /* counts every failure; may be NULL */
     struct node *nodes;        /* nodes[0]: `to` (standalone: the only node) */
     int nnodes;
-    int16_t route[RD_SLOTS]; /* a cluster: slot -> index in nodes; -1 unknown */
-    long long mapped_ms;     /* when the map was last fetched */
+    /* A cluster: */
+    rd_smap *map;            /* the slot map: the process's (to.map), or own_map */
+    rd_smap *own_map;        /* made for this connection when the target had none */
+    long long map_gen;       /* the map's generation `route` follows; 0: none yet */
+    int16_t route[RD_SLOTS]; /* slot -> index in nodes; -1 unknown */
     char errstr[128];        /* the last failure */
 };
 
 /* A cluster: MOVED/ASK followed at most this often per command; TRYAGAIN and
- * CLUSTERDOWN retried every RETRY_MS within the timeout; the map fetched at most
- * every MAP_MIN_MS. */
+ * CLUSTERDOWN retried every RETRY_MS within the timeout. */
 #define MAX_HOPS 5
 #define RETRY_MS 20
-#define MAP_MIN_MS 100
 
 /* The node at host:port, added when new. */
 static int node_index(rd_conn *c, const char *host, int port)
@@ -72,6 +75,12 @@ rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors)
     for (int s = 0; s < RD_SLOTS; s++)
         c->route[s] = -1;
     node_index(c, c->host, to->port);
+    if (to->cluster) {
+        c->map = to->map;
+        if (c->map == NULL)
+            c->map = c->own_map = rd_smap_create(&c->to);
+    }
+    c->to.map = NULL; /* reached through c->map only */
     return c;
 }
 
@@ -89,6 +98,7 @@ void rd_conn_free(rd_conn *c)
     if (c == NULL)
         return;
     store_drop(c);
+    rd_smap_free(c->own_map);
     free(c->nodes);
     free(c);
 }
@@ -225,7 +235,45 @@ static int connect_node(rd_conn *c, struct node *n)
     return 0;
 }
 
-static struct node *node_for(rd_conn *c, int slot);
+/* ---- a cluster's routes ---------------------------------------------------------- */
+
+/* Route by the newest snapshot of the shared map, when `route` follows an older one:
+ * one atomic load when it does not. */
+static void follow_map(rd_conn *c)
+{
+    if (rd_smap_gen(c->map) == c->map_gen)
+        return;
+    const struct rd_smap_snap *snap = rd_smap_get(c->map);
+    if (snap == NULL)
+        return;
+    const struct rd_slot_map *m = &snap->map;
+    int *idx = seg_calloc((size_t)m->nmasters + 1, sizeof *idx);
+    for (int k = 0; k < m->nmasters; k++)
+        idx[k] = node_index(c, m->masters[k].master.host, m->masters[k].master.port);
+    for (int s = 0; s < RD_SLOTS; s++)
+        c->route[s] = (int16_t)(m->slot[s] >= 0 ? idx[m->slot[s]] : -1);
+    free(idx);
+    c->map_gen = snap->gen;
+    rd_smap_put(snap);
+}
+
+/* The index of the node for a command on `slot` (-1: keyless), by the newest map;
+ * on first use, the first map waited for (up to the timeout). */
+static int node_for(rd_conn *c, int slot)
+{
+    if (!c->to.cluster)
+        return 0;
+    follow_map(c);
+    if (c->map_gen == 0) {
+        rd_smap_refresh(c->map, c->to.timeout_ms);
+        follow_map(c);
+        if (c->map_gen == 0) {
+            char err[160];
+            set_error(c, "cluster map", rd_smap_error(c->map, err, sizeof err));
+        }
+    }
+    return slot >= 0 && c->route[slot] >= 0 ? c->route[slot] : 0;
+}
 
 bool store_cluster(const rd_conn *c)
 {
@@ -236,7 +284,7 @@ int store_slot_node(rd_conn *c, int slot)
 {
     if (!c->to.cluster || slot < 0 || slot >= RD_SLOTS)
         return -1;
-    node_for(c, slot); /* fetches the map on first use */
+    node_for(c, slot); /* the newest map; on first use, waited for */
     return c->route[slot];
 }
 
@@ -262,46 +310,17 @@ void store_drop(rd_conn *c)
         drop_node(c, &c->nodes[i]);
 }
 
-/* ---- a cluster's routes ---------------------------------------------------------- */
-
-/* Fetch the slot map (at most every MAP_MIN_MS) and route every slot to its master. */
-static void refresh_map(rd_conn *c)
+/* True when the server has closed `rc` since its last reply (a restart, a node
+ * SIGKILLed, CLIENT KILL, an idle timeout), or sent bytes no command asked for: a
+ * command must not go out on it. One non-blocking peek. */
+static bool went_stale(const redisContext *rc)
 {
-    if (!c->to.cluster || base_now_ms() - c->mapped_ms < MAP_MIN_MS)
-        return;
-    c->mapped_ms = base_now_ms();
-    struct rd_slot_map m;
-    char err[160];
-    /* Ask the seed, else any node met so far (the seed may be the master that died). */
-    int rc = rd_slot_map_fetch(&c->to, &m, err, sizeof err);
-    for (int i = 0; rc != 0 && i < c->nnodes; i++) {
-        struct rd_target t = c->to;
-        t.host = c->nodes[i].host;
-        t.port = c->nodes[i].port;
-        t.unix_path = NULL;
-        rc = rd_slot_map_fetch(&t, &m, err, sizeof err);
-    }
-    if (rc != 0) {
-        set_error(c, "cluster map", err);
-        return;
-    }
-    int *idx = seg_calloc((size_t)m.nmasters + 1, sizeof *idx);
-    for (int k = 0; k < m.nmasters; k++)
-        idx[k] = node_index(c, m.masters[k].master.host, m.masters[k].master.port);
-    for (int s = 0; s < RD_SLOTS; s++)
-        c->route[s] = (int16_t)(m.slot[s] >= 0 ? idx[m.slot[s]] : -1);
-    free(idx);
-    rd_slot_map_clear(&m);
-}
-
-/* The node for a command on `slot` (-1: keyless). */
-static struct node *node_for(rd_conn *c, int slot)
-{
-    if (c->to.cluster && c->mapped_ms == 0)
-        refresh_map(c);
-    if (c->to.cluster && slot >= 0 && c->route[slot] >= 0)
-        return &c->nodes[c->route[slot]];
-    return &c->nodes[0];
+    char b;
+    int saved = errno;
+    ssize_t k = recv(rc->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    bool stale = k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    errno = saved;
+    return stale;
 }
 
 /* True when the server closed the connection under us (a restart, CLIENT KILL): a
@@ -326,11 +345,17 @@ static redisReply *command(redisContext *rc, struct rd_cmd *cmd, const char *sha
     return r;
 }
 
-/* Send `cmd` on node `n` and read its reply: once more on a new connection when the
+/* Send `cmd` on node i and read its reply: once more on a new connection when the
  * server closed the old one under it, by EVAL after NOSCRIPT. ASKING first when
- * `asking`. NULL when no reply came (the connection is dropped). */
-static redisReply *run_on(rd_conn *c, struct node *n, struct rd_cmd *cmd, bool asking)
+ * `asking`. NULL when no reply came (the connection is dropped); *sent says whether
+ * the command went out (false: it cannot have run, as when no connection could be
+ * made). A connection the server closed while it was idle is dropped before use. */
+static redisReply *run_on(rd_conn *c, int i, struct rd_cmd *cmd, bool asking, bool *sent)
 {
+    struct node *n = &c->nodes[i];
+    *sent = false;
+    if (n->rc != NULL && went_stale(n->rc))
+        drop_node(c, n);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (connect_node(c, n) != 0)
             return NULL;
@@ -339,6 +364,7 @@ static redisReply *run_on(rd_conn *c, struct node *n, struct rd_cmd *cmd, bool a
             if (a != NULL)
                 freeReplyObject(a);
         }
+        *sent = true;
         redisReply *r =
             command(n->rc, cmd, cmd->script >= 0 ? n->sha[cmd->script] : NULL);
         if (r == NULL && attempt == 0 && closed_by_peer(n->rc, errno)) {
@@ -368,8 +394,8 @@ static redisReply *run_on(rd_conn *c, struct node *n, struct rd_cmd *cmd, bool a
     return NULL;
 }
 
-/* Follow a cluster's answer `r` to `cmd`: the reply to hand back (freeing `r` when it
- * is replaced), or `r` itself when it is not a redirect. */
+/* Follow a cluster's answer `r` to `cmd` from node `from`: the reply to hand back
+ * (freeing `r` when it is replaced), or `r` itself when it is not a redirect. */
 static redisReply *follow(rd_conn *c, struct rd_cmd *cmd, redisReply *r, int from)
 {
     long long start = base_now_ms();
@@ -378,46 +404,69 @@ static redisReply *follow(rd_conn *c, struct rd_cmd *cmd, redisReply *r, int fro
         struct rd_redirect d;
         if (rd_redirect_parse(r->str, r->len, &d) != 0 || d.kind == RD_REDIR_NONE)
             return r;
-        struct node *to = &c->nodes[from];
-        bool asking = false;
+        int to = from;
+        bool asking = false, sent;
         if (d.kind == RD_REDIR_MOVED || d.kind == RD_REDIR_ASK) {
             char host[RD_HOST_MAX];
             snprintf(host, sizeof host, "%s",
-                     d.host[0] != '\0' && strcmp(d.host, "?") != 0 ? d.host : to->host);
-            int i = node_index(c, host, d.port); /* may move c->nodes */
+                     d.host[0] != '\0' && strcmp(d.host, "?") != 0 ? d.host
+                                                                   : c->nodes[from].host);
+            to = node_index(c, host, d.port);
             if (d.kind == RD_REDIR_MOVED) {
-                c->route[d.slot] = (int16_t)i;
-                refresh_map(c);
+                c->route[d.slot] = (int16_t)to; /* at once; the map follows */
+                rd_smap_refresh(c->map, 0);
             }
             asking = d.kind == RD_REDIR_ASK;
-            to = &c->nodes[i];
         } else {
             if (base_now_ms() + RETRY_MS - start > c->to.timeout_ms)
                 return r;
             if (d.kind != RD_REDIR_TRYAGAIN)
-                refresh_map(c);
+                rd_smap_refresh(c->map, 0);
             struct timespec ts = {0, RETRY_MS * 1000000L};
             nanosleep(&ts, NULL);
             to = node_for(c, cmd->slot);
         }
         freeReplyObject(r);
-        from = (int)(to - c->nodes);
-        r = run_on(c, to, cmd, asking);
+        from = to;
+        r = run_on(c, to, cmd, asking, &sent);
     }
     return r;
 }
 
-redisReply *store_run(rd_conn *c, struct rd_cmd *cmd)
+/* A cluster: `cmd` got no reply from node `from`, which may have failed over. The map
+ * is asked for again; when the command never went out and what is left of the
+ * timeout since `start` allows, the new map is waited for and, when it sends the
+ * slot to another node, the command goes there (*at: that node). NULL when not. */
+static redisReply *rerouted(rd_conn *c, struct rd_cmd *cmd, bool sent, long long start,
+                            int *at)
 {
-    struct node *n = node_for(c, cmd->slot);
-    redisReply *r = run_on(c, n, cmd, false);
-    if (r == NULL) {
-        if (c->to.cluster)
-            refresh_map(c); /* a node gone may be a failover */
+    long long seen = c->map_gen;
+    int left = (int)(c->to.timeout_ms - (base_now_ms() - start));
+    if (sent || left <= 0) {
+        rd_smap_refresh(c->map, 0); /* its outcome is unknown: never sent elsewhere */
         return NULL;
     }
+    if (rd_smap_refresh(c->map, left) == seen)
+        return NULL;
+    int to = node_for(c, cmd->slot);
+    if (to == *at)
+        return NULL;
+    *at = to;
+    return run_on(c, to, cmd, false, &sent);
+}
+
+redisReply *store_run(rd_conn *c, struct rd_cmd *cmd)
+{
+    long long start = base_now_ms();
+    int at = node_for(c, cmd->slot);
+    bool sent;
+    redisReply *r = run_on(c, at, cmd, false, &sent);
+    if (r == NULL && c->to.cluster)
+        r = rerouted(c, cmd, sent, start, &at);
+    if (r == NULL)
+        return NULL;
     if (c->to.cluster)
-        r = follow(c, cmd, r, (int)(n - c->nodes));
+        r = follow(c, cmd, r, at);
     return r != NULL ? checked(c, r) : NULL;
 }
 
@@ -434,6 +483,8 @@ int store_pipeline(rd_conn *c, int n, struct rd_cmd *cmds, redisReply **out)
         return 0;
     }
     struct node *node = &c->nodes[0];
+    if (node->rc != NULL && went_stale(node->rc))
+        drop_node(c, node);
     if (connect_node(c, node) != 0)
         return -1;
     for (int i = 0; i < n; i++) {

@@ -10,14 +10,18 @@
  * one: every script recognises its own earlier run (scripts.h), so a resend after a
  * lost reply reports what really happened.
  *
- * A cluster (`cluster` in the target: host:port is a seed). The connection fetches the
- * slot map from the seed on first use (rd_slot_map_fetch), keeps one connection per
- * node it has needed, and sends each command to the master of its first key's slot
- * (cmd.h). MOVED (the route is updated and the map fetched again, at most every 100
- * ms) and ASK (ASKING first) are followed, up to 5 per command; TRYAGAIN, CLUSTERDOWN
- * and READONLY are retried every 20 ms within the timeout. A command that got no
- * reply is never sent to another node (its outcome is unknown); the map is fetched
- * again for the next one.
+ * A cluster (`cluster` in the target: host:port is a seed). The connection routes by
+ * the process's slot map (the target's `map`, smap.h; one of its own when none),
+ * taking its newest snapshot at each command (the first map waited for on first use),
+ * keeps one connection per node it has needed, and sends each command to the master
+ * of its first key's slot (cmd.h). MOVED (the route is updated at once and the map
+ * asked for) and ASK (ASKING first) are followed, up to 5 per command; TRYAGAIN,
+ * CLUSTERDOWN and READONLY are retried every 20 ms within the timeout. A failed
+ * command asks for the map again. One that never went out (its node's connection
+ * could not be made; a connection the server closed while idle is dropped before
+ * use) waits, within the timeout, for that map and goes to the slot's new master
+ * when the map moved it. A command that got no reply is never sent to another node
+ * (its outcome is unknown).
  *
  * Every call returns NULL when Redis did not give a usable answer: I/O errors and
  * timeouts (the connection is dropped; the next call reconnects) and error replies

@@ -1,0 +1,295 @@
+/* smap.c -- one slot map per process, refreshed by one thread (see smap.h). */
+#include "segments/redis/smap.h"
+
+#include "base/clock.h"
+#include "base/xalloc.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct rd_smap {
+    struct rd_target seed; /* its strings point into the arrays below */
+    char host[RD_HOST_MAX], user[256], password[256];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;      /* the thread: an ask, or stop */
+    pthread_cond_t done;      /* the askers: a fetch ended */
+    struct rd_smap_snap *cur; /* the newest snapshot (under mu); NULL: none yet */
+    _Atomic long long gen;    /* cur's generation, for lock-free reads */
+    long long asked;          /* under mu: asks made */
+    long long answered;       /* under mu: the asks made before the last fetch began */
+    bool stop;                /* under mu */
+    atomic_bool quit;         /* stop, read by a fetch between nodes */
+    char err[200];            /* under mu: why the last fetch failed, "" */
+};
+
+/* An absolute CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait on a
+ * condition made with that clock. */
+static struct timespec after_ms(long long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+static void cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+long long rd_smap_gen(rd_smap *m)
+{
+    return atomic_load_explicit(&m->gen, memory_order_acquire);
+}
+
+const struct rd_smap_snap *rd_smap_get(rd_smap *m)
+{
+    pthread_mutex_lock(&m->mu);
+    struct rd_smap_snap *s = m->cur;
+    if (s != NULL)
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&m->mu);
+    return s;
+}
+
+void rd_smap_put(const struct rd_smap_snap *cs)
+{
+    struct rd_smap_snap *s = (struct rd_smap_snap *)cs;
+    if (s == NULL || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    rd_slot_map_clear(&s->map);
+    free(s);
+}
+
+long long rd_smap_refresh(rd_smap *m, int wait_ms)
+{
+    pthread_mutex_lock(&m->mu);
+    long long ticket = ++m->asked;
+    pthread_cond_signal(&m->wake);
+    if (wait_ms > 0) {
+        struct timespec until = after_ms(wait_ms);
+        long long end = base_now_ms() + wait_ms;
+        while (m->answered < ticket && !m->stop && base_now_ms() < end)
+            pthread_cond_timedwait(&m->done, &m->mu, &until);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rd_smap_gen(m);
+}
+
+const char *rd_smap_error(rd_smap *m, char *buf, size_t len)
+{
+    pthread_mutex_lock(&m->mu);
+    snprintf(buf, len, "%s", m->err);
+    pthread_mutex_unlock(&m->mu);
+    return buf;
+}
+
+/* ---- the thread ------------------------------------------------------------------ */
+
+static bool same_node(const struct rd_node *a, const struct rd_node *b)
+{
+    return a->port == b->port && strcmp(a->host, b->host) == 0;
+}
+
+/* Whether two maps route alike and name the same nodes. */
+static bool same_map(const struct rd_slot_map *a, const struct rd_slot_map *b)
+{
+    if (a->nmasters != b->nmasters || memcmp(a->slot, b->slot, sizeof a->slot) != 0)
+        return false;
+    for (int k = 0; k < a->nmasters; k++) {
+        const struct rd_shard *x = &a->masters[k], *y = &b->masters[k];
+        if (!same_node(&x->master, &y->master) || x->nreplicas != y->nreplicas)
+            return false;
+        for (int i = 0; i < x->nreplicas; i++)
+            if (!same_node(&x->replicas[i], &y->replicas[i]))
+                return false;
+    }
+    return true;
+}
+
+/* A node a fetch may ask. */
+struct place {
+    char host[RD_HOST_MAX];
+    int port;
+};
+
+/* The connection the thread keeps to the node that answered its last fetch. */
+struct kept {
+    redisContext *rc; /* NULL: none */
+    struct place at;
+};
+
+/* Where a fetch asks, in order, each once. */
+struct places {
+    int n;
+    struct place at[64]; /* past that many nodes, the rest are not asked */
+};
+
+static void add_place(struct places *p, const char *host, int port)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->at[i].port == port && strcmp(p->at[i].host, host) == 0)
+            return;
+    if (port <= 0 || p->n == (int)(sizeof p->at / sizeof p->at[0]))
+        return;
+    snprintf(p->at[p->n].host, sizeof p->at[0].host, "%s", host);
+    p->at[p->n++].port = port;
+}
+
+/* Fetch the map into `out`: over the connection kept to the node that answered last
+ * (`keep`: rc NULL when none), else from the seed, then every node of `cur` (may be
+ * NULL), keeping the connection to the first that answers. 0, or -1 with the last
+ * reason in err. */
+static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct kept *keep,
+                 struct rd_slot_map *out, char *err, size_t errlen)
+{
+    if (keep->rc != NULL) {
+        if (rd_slot_map_ask(keep->rc, keep->at.host, out, err, errlen) == 0)
+            return 0;
+        redisFree(keep->rc); /* tried again below, after the others */
+        keep->rc = NULL;
+    }
+    struct places p = {0};
+    add_place(&p, m->host, m->seed.port);
+    for (int k = 0; cur != NULL && k < cur->map.nmasters; k++) {
+        const struct rd_shard *sh = &cur->map.masters[k];
+        add_place(&p, sh->master.host, sh->master.port);
+        for (int i = 0; i < sh->nreplicas; i++)
+            add_place(&p, sh->replicas[i].host, sh->replicas[i].port);
+    }
+    snprintf(err, errlen, "no node to ask");
+    for (int i = 0; i < p.n && !atomic_load(&m->quit); i++) {
+        struct rd_target t = m->seed;
+        t.host = p.at[i].host;
+        t.port = p.at[i].port;
+        redisContext *rc = rd_slot_map_connect(&t, err, errlen);
+        if (rc == NULL)
+            continue;
+        if (rd_slot_map_ask(rc, t.host, out, err, errlen) == 0) {
+            keep->rc = rc;
+            keep->at = p.at[i];
+            return 0;
+        }
+        redisFree(rc);
+    }
+    return -1;
+}
+
+/* Fetch when asked (at most every RD_SMAP_MIN_MS) and every RD_SMAP_TICK_MS; publish
+ * a map that differs from the newest. */
+static void *run(void *arg)
+{
+    rd_smap *m = arg;
+    struct kept keep = {0};
+    long long began = 0; /* when the last fetch began; 0: none yet */
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        bool asked = m->asked > m->answered;
+        long long due =
+            began == 0 ? 0 : began + (asked ? RD_SMAP_MIN_MS : RD_SMAP_TICK_MS);
+        long long now = base_now_ms();
+        if (now < due) {
+            struct timespec until = after_ms(due - now);
+            pthread_cond_timedwait(&m->wake, &m->mu, &until);
+            continue;
+        }
+        long long round = m->asked; /* the asks this fetch answers */
+        struct rd_smap_snap *cur = m->cur;
+        if (cur != NULL)
+            atomic_fetch_add_explicit(&cur->refs, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&m->mu);
+
+        began = base_now_ms();
+        struct rd_slot_map fresh;
+        char err[200];
+        int rc = fetch(m, cur, &keep, &fresh, err, sizeof err);
+        struct rd_smap_snap *made = NULL;
+        if (rc == 0 && (cur == NULL || !same_map(&cur->map, &fresh))) {
+            made = seg_calloc(1, sizeof *made);
+            made->map = fresh;
+            made->gen = (cur != NULL ? cur->gen : 0) + 1;
+            atomic_init(&made->refs, 1); /* the map's own */
+        } else if (rc == 0) {
+            rd_slot_map_clear(&fresh);
+        }
+
+        pthread_mutex_lock(&m->mu);
+        struct rd_smap_snap *old = NULL;
+        if (made != NULL) { /* this thread alone publishes: m->cur is still `cur` */
+            old = m->cur;
+            m->cur = made;
+            atomic_store_explicit(&m->gen, made->gen, memory_order_release);
+        }
+        snprintf(m->err, sizeof m->err, "%s", rc == 0 ? "" : err);
+        m->answered = round;
+        pthread_cond_broadcast(&m->done);
+        pthread_mutex_unlock(&m->mu);
+        rd_smap_put(cur); /* the reference taken for the fetch */
+        rd_smap_put(old); /* the map's own reference to the snapshot replaced */
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (keep.rc != NULL)
+        redisFree(keep.rc);
+    return NULL;
+}
+
+rd_smap *rd_smap_create(const struct rd_target *seed)
+{
+    if (seed == NULL || !seed->cluster)
+        return NULL;
+    rd_smap *m = seg_calloc(1, sizeof *m);
+    m->seed = *seed;
+    snprintf(m->host, sizeof m->host, "%s", seed->host ? seed->host : "127.0.0.1");
+    snprintf(m->user, sizeof m->user, "%s", seed->user ? seed->user : "");
+    snprintf(m->password, sizeof m->password, "%s", seed->password ? seed->password : "");
+    m->seed.host = m->host;
+    m->seed.user = m->user;
+    m->seed.password = m->password;
+    m->seed.unix_path = NULL;
+    m->seed.map = NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    cond_init(&m->wake);
+    cond_init(&m->done);
+    atomic_init(&m->gen, 0);
+    atomic_init(&m->quit, false);
+    int rc = pthread_create(&m->thread, NULL, run, m);
+    if (rc != 0) {
+        fprintf(stderr, "slot map thread: %s\n", strerror(rc));
+        abort(); /* as out of memory: a process without threads cannot serve */
+    }
+    return m;
+}
+
+void rd_smap_free(rd_smap *m)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    atomic_store(&m->quit, true);
+    pthread_cond_signal(&m->wake);
+    pthread_cond_broadcast(&m->done);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    rd_smap_put(m->cur);
+    pthread_cond_destroy(&m->wake);
+    pthread_cond_destroy(&m->done);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
