@@ -52,6 +52,9 @@ struct api_request {
     const char *content_type;    /* NULL when absent */
     const char *authorization;   /* NULL when absent */
     const char *idempotency_key; /* NULL when absent */
+    const char *if_match;        /* NULL when absent */
+    const char *if_none_match;   /* NULL when absent */
+    const char *reset;           /* the `reset` query argument; NULL when absent */
     const char *body;            /* NULL or body_len bytes, not NUL-terminated */
     size_t body_len;
     /* The durability setting: a PUT /admin/skus/{sku} body that names none gets
@@ -71,6 +74,11 @@ struct api_request {
         long long restock_qty;        /* POST /admin/skus/{sku}/restock */
         struct api_sim_body simulate; /* POST /admin/skus/{sku}/simulate */
     } in;
+    /* PUT /admin/skus/{sku}: which version it may replace (api/admin.h), from
+     * If-Match, If-None-Match and ?reset=true */
+    enum sku_replace replace;
+    struct sku_version version; /* SKU_REPLACE_VERSION: the If-Match ETag's */
+    bool create_only_asked;     /* If-None-Match: * (a refusal is 412, not 409) */
 };
 
 enum api_route_flags {

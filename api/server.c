@@ -482,10 +482,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct api_request *req = &r->req;
     if (header(conn, MHD_HTTP_HEADER_CONTENT_TYPE, &req->content_type) != 0 ||
         header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0 ||
-        header(conn, "Idempotency-Key", &req->idempotency_key) != 0) {
+        header(conn, "Idempotency-Key", &req->idempotency_key) != 0 ||
+        header(conn, MHD_HTTP_HEADER_IF_MATCH, &req->if_match) != 0 ||
+        header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH, &req->if_none_match) != 0) {
         api_reply_error(&r->rep, 400, "bad_header", "a header value holds a NUL byte");
         return send_reply(r);
     }
+    req->reset = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "reset");
     req->body = r->body;
     req->body_len = r->len;
     req->default_replicated = s->opt.default_replicated;

@@ -425,7 +425,7 @@ static void test_cancelled_record_checked(void **state)
                            "{\"stock\": 10, \"segments\": 2, "
                            "\"durability\": \"replicated\"}",
                            &r),
-                     200);
+                     201);
     h_resp_free(&r);
     assert_int_equal(h_order(f->port, "c-lost", 2, "cl-1", NULL), 201);
     assert_int_equal(h_req(f->port, "GET", "/orders/cl-1", NULL, NULL, &r), 200);
