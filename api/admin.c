@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "segments/sku.h"
 #include "segments/stats.h"
@@ -25,10 +26,67 @@ static void set(json_t *obj, const char *key, json_t *val)
     }
 }
 
+static int bad_condition(struct api_parse_error *err, const char *detail)
+{
+    err->code = "invalid_field";
+    snprintf(err->detail, sizeof err->detail, "%s", detail);
+    return -1;
+}
+
+/* One strong entity tag as GET gives it, "<epoch>.<gen>" with the quotes, into *v. */
+static bool parse_etag(const char *s, struct sku_version *v)
+{
+    long long epoch, gen;
+    int end = 0;
+    if (strlen(s) > 44 || sscanf(s, "\"%lld.%lld\"%n", &epoch, &gen, &end) != 2 ||
+        s[end] != '\0' || epoch < 1 || gen < epoch)
+        return false;
+    for (const char *p = s + 1; p[1] != '\0'; p++) /* digits and the dot only: no sign, */
+        if ((*p < '0' || *p > '9') && *p != '.') /* space or leading "+" sscanf allows */
+            return false;
+    *v = (struct sku_version){epoch, gen};
+    return true;
+}
+
+/* Which version a PUT may replace: If-Match (one ETag, or *), else If-None-Match: *
+ * (create only, refused 412), else ?reset=true (anything), else create only (refused
+ * 409). 0, or -1 with err set. */
+static int parse_replace(struct api_request *req, struct api_parse_error *err)
+{
+    bool reset = false;
+    if (req->reset != NULL && strcmp(req->reset, "true") == 0)
+        reset = true;
+    else if (req->reset != NULL && strcmp(req->reset, "false") != 0)
+        return bad_condition(err, "reset: must be true or false");
+    if (req->if_match != NULL && req->if_none_match != NULL)
+        return bad_condition(err, "If-Match and If-None-Match: send one of them");
+    if (req->if_none_match != NULL) {
+        if (strcmp(req->if_none_match, "*") != 0)
+            return bad_condition(err, "If-None-Match: only * (create only) on a PUT");
+        if (reset)
+            return bad_condition(err, "If-None-Match: * (create only) contradicts "
+                                      "reset=true");
+        req->replace = SKU_REPLACE_NONE;
+        req->create_only_asked = true;
+    } else if (req->if_match != NULL && strcmp(req->if_match, "*") == 0) {
+        req->replace = SKU_REPLACE_EXISTING;
+    } else if (req->if_match != NULL) {
+        if (!parse_etag(req->if_match, &req->version))
+            return bad_condition(err, "If-Match: one ETag as GET /admin/skus/{sku} "
+                                      "gives it (\"<epoch>.<gen>\", a strong tag), or *");
+        req->replace = SKU_REPLACE_VERSION;
+    } else {
+        req->replace = reset ? SKU_REPLACE_ANY : SKU_REPLACE_NONE;
+    }
+    return 0;
+}
+
 int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
 {
-    return api_parse_sku_config(req->body, req->body_len, req->default_replicated,
-                                &req->in.sku, req->request_id, err);
+    if (api_parse_sku_config(req->body, req->body_len, req->default_replicated,
+                             &req->in.sku, req->request_id, err) != 0)
+        return -1;
+    return parse_replace(req, err);
 }
 
 static json_t *int_array(const long long *v, int n)
@@ -82,9 +140,10 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     return o;
 }
 
-/* Answer GET /admin/skus/{sku} for req->name. */
-static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
-                      struct api_reply *rep)
+/* Answer GET /admin/skus/{sku} for req->name, with its version as the ETag, and
+ * `status` (200; 201 after a create, with its Location). */
+static void reply_sku_as(const struct api_ctx *ctx, struct api_request *req,
+                         struct api_reply *rep, int status)
 {
     struct sku_status *st = calloc(1, sizeof(*st)); /* ~24 KiB: keep it off the stack */
     if (st == NULL) {
@@ -98,8 +157,22 @@ static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
         free(st);
         return;
     }
-    api_reply_json(rep, 200, api_admin_sku_json(req->name, st));
+    api_reply_json(rep, status, api_admin_sku_json(req->name, st));
+    char etag[48];
+    snprintf(etag, sizeof etag, "\"%lld.%lld\"", st->version.epoch, st->version.gen);
+    api_reply_header(rep, "ETag", etag);
+    if (status == 201) {
+        char location[API_HEADER_VALUE_MAX];
+        snprintf(location, sizeof location, "/admin/skus/%s", req->name);
+        api_reply_header(rep, "Location", location);
+    }
     free(st);
+}
+
+static void reply_sku(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep)
+{
+    reply_sku_as(ctx, req, rep, 200);
 }
 
 /* The error reply of an admin write `what` ("restock", ...) that failed with `s`.
@@ -138,14 +211,33 @@ static void write_failed(const struct api_ctx *ctx, struct api_request *req,
 void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
                        struct api_reply *rep)
 {
-    inv_status s = sku_put(ctx->conn, req->name, &req->in.sku, req->request_id);
-    if (s != INV_OK) {
+    bool created = false;
+    inv_status s = sku_put(ctx->conn, req->name, &req->in.sku, req->replace,
+                           &req->version, req->request_id, &created);
+    if (s == INV_SKU_EXISTS && req->create_only_asked)
+        api_reply_error(rep, 412, "precondition_failed",
+                        "sku %s exists and If-None-Match: * asks to create it only",
+                        req->name);
+    else if (s == INV_SKU_EXISTS)
+        api_reply_status(rep, s,
+                         "sku %s exists; to replace it (a new sale: its stock, sold "
+                         "counts and orders start over) send If-Match with the ETag of "
+                         "GET /admin/skus/%s, or PUT /admin/skus/%s?reset=true",
+                         req->name, req->name, req->name);
+    else if (s == INV_PRECONDITION && req->replace == SKU_REPLACE_EXISTING)
+        api_reply_status(rep, s, "no sku %s to replace (If-Match: *)", req->name);
+    else if (s == INV_PRECONDITION)
+        api_reply_status(rep, s,
+                         "sku %s is not the version If-Match names (changed or gone "
+                         "since): GET it again for its ETag",
+                         req->name);
+    else if (s != INV_OK)
         write_failed(ctx, req, rep, s, "create");
+    if (s != INV_OK)
         return;
-    }
     if (ctx->gauges != NULL)
         api_gauges_changed(ctx->gauges);
-    reply_sku(ctx, req, rep);
+    reply_sku_as(ctx, req, rep, created ? 201 : 200);
 }
 
 void api_admin_sku_get(const struct api_ctx *ctx, struct api_request *req,

@@ -1,8 +1,15 @@
 /* admin.h -- SKU administration, counters and health endpoints.
  *
- *   PUT    /admin/skus/{sku}  create/reset (sku_put), then answer as GET does; a body
- *                             without "durability" gets the durability setting's
- *   GET    /admin/skus/{sku}  {"sku","segments","mode","hold_ms","rebalance",
+ *   PUT    /admin/skus/{sku}  create (201, Location) or reset (200) (sku_put), then
+ *                             answer as GET does; a body without "durability" gets
+ *                             the durability setting's. What it may replace: no
+ *                             header, create only (409 sku_exists); If-None-Match: *
+ *                             create only (412 precondition_failed); If-Match: the
+ *                             ETag, that version (or *: any; else 412); ?reset=true
+ *                             anything. A bad condition is 400 invalid_field.
+ *   GET    /admin/skus/{sku}  ETag "<epoch>.<gen>" (sku.h: the SKU's version; so
+ *                             on every answer that reads as GET does);
+ *                             {"sku","segments","mode","hold_ms","rebalance",
  *                             "durability","initial",
  *                             "remaining","sold","orders","segment_stock",
  *                             "segment_sold","segment_locked","locks_held"};
@@ -38,7 +45,8 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st);
  * reference). */
 json_t *api_admin_stats_json(const long long counters[STAT__COUNT]);
 
-/* Body parser for PUT /admin/skus/{sku}: fills req->in.sku. */
+/* Body parser for PUT /admin/skus/{sku}: fills req->in.sku, and from If-Match,
+ * If-None-Match and ?reset req->replace, req->version and req->create_only_asked. */
 int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err);
 
 void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,

@@ -146,6 +146,10 @@ int api_status_http(inv_status s)
         return 503;
     case INV_INVALID:
         return 400;
+    case INV_SKU_EXISTS:
+        return 409;
+    case INV_PRECONDITION:
+        return 412;
     }
     return 500;
 }

@@ -55,6 +55,9 @@ struct api_request {
     const char *idempotency_key; /* NULL when absent */
     const char *limit;           /* the ?limit query parameter; NULL when absent */
     const char *cursor;          /* the ?cursor query parameter; NULL when absent */
+    const char *if_match;        /* NULL when absent */
+    const char *if_none_match;   /* NULL when absent */
+    const char *reset;           /* the `reset` query argument; NULL when absent */
     const char *body;            /* NULL or body_len bytes, not NUL-terminated */
     size_t body_len;
     /* The durability setting: a PUT /admin/skus/{sku} body that names none gets
@@ -75,6 +78,11 @@ struct api_request {
         struct api_sim_body simulate; /* POST /admin/skus/{sku}/simulate */
         struct api_page page;         /* API_ROUTE_PAGED: ?limit and ?cursor */
     } in;
+    /* PUT /admin/skus/{sku}: which version it may replace (api/admin.h), from
+     * If-Match, If-None-Match and ?reset=true */
+    enum sku_replace replace;
+    struct sku_version version; /* SKU_REPLACE_VERSION: the If-Match ETag's */
+    bool create_only_asked;     /* If-None-Match: * (a refusal is 412, not 409) */
 };
 
 enum api_route_flags {

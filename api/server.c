@@ -506,12 +506,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct api_request *req = &r->req;
     if (header(conn, MHD_HTTP_HEADER_CONTENT_TYPE, &req->content_type) != 0 ||
         header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0 ||
-        header(conn, "Idempotency-Key", &req->idempotency_key) != 0) {
+        header(conn, "Idempotency-Key", &req->idempotency_key) != 0 ||
+        header(conn, MHD_HTTP_HEADER_IF_MATCH, &req->if_match) != 0 ||
+        header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH, &req->if_none_match) != 0) {
         api_reply_error(&r->rep, 400, "bad_header", "a header value holds a NUL byte");
         return send_reply(r);
     }
     if (query_arg(conn, "limit", &req->limit) != 0 ||
-        query_arg(conn, "cursor", &req->cursor) != 0) {
+        query_arg(conn, "cursor", &req->cursor) != 0 ||
+        query_arg(conn, "reset", &req->reset) != 0) {
         api_reply_error(&r->rep, 400, "invalid_field",
                         "a query parameter holds a NUL byte");
         return send_reply(r);

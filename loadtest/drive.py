@@ -503,7 +503,8 @@ class Run:
         return {**an.EMPTY_RESULT, **r}
 
     def put_sku(self, sku, settings, fails):
-        code, text = self.api.call("PUT", f"/admin/skus/{sku}", settings)
+        # ?reset=true: a scenario's SKU may be left from an earlier run; start it over
+        code, text = self.api.call("PUT", f"/admin/skus/{sku}?reset=true", settings)
         if code not in (200, 201, 204):
             fails.append(f"PUT /admin/skus/{sku} answered {code}: {text[:200]}")
             return False

@@ -135,6 +135,10 @@ const char *inv_status_name(inv_status s)
         return "request_id_conflict";
     case INV_NOT_REPLICATED:
         return "not_replicated";
+    case INV_SKU_EXISTS:
+        return "sku_exists";
+    case INV_PRECONDITION:
+        return "precondition_failed";
     }
     return "unknown";
 }

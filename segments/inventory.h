@@ -35,6 +35,9 @@ typedef enum inv_status {
     INV_NOT_REPLICATED,   /* durability "replicated": no replica confirmed it in time
                              (WAIT): applied, or on a cluster stopped at that step; a
                              retry (order id, request id) settles it */
+    INV_SKU_EXISTS,       /* a create-only write found the SKU there: nothing changed */
+    INV_PRECONDITION,     /* the SKU is not the version the write names: nothing
+                             changed */
 } inv_status;
 
 /* Options the domain needs; service/ fills them from the configuration. */

@@ -44,6 +44,10 @@ static int admin_status(int code)
         return INV_OK;
     case RD_CONFLICT:
         return INV_REQUEST_CONFLICT;
+    case RD_EXISTS:
+        return INV_SKU_EXISTS;
+    case RD_MISMATCH:
+        return INV_PRECONDITION;
     case RD_MISSING:
         return INV_UNKNOWN_SKU;
     case RD_FENCED:
@@ -60,10 +64,12 @@ static int admin_status(int code)
 }
 
 /* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
- * `cfg` (NULL: delete the SKU) under request id `rid`. Returns the script's code, or
- * -1 when Redis gave no usable answer. */
+ * `cfg` (NULL: delete the SKU) under request id `rid`, if the SKU is the version
+ * `expect` names (calls.h rd_reset.expect). Returns the script's code, or -1 when
+ * Redis gave no usable answer; *created as rd_reset's value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
-                 const struct sku_config *cfg, const char *rid)
+                 const struct sku_config *cfg, const char *expect, const char *rid,
+                 bool *created)
 {
     char sig[128];
     signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
@@ -80,18 +86,22 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .wait_ms = (cfg && cfg->replicated) || (old->epoch != 0 && old->cfg.replicated)
                        ? c->v->opt.redis_timeout_ms / 2
                        : 0,
+        .expect = expect,
     };
     struct rd_reply r;
     int rc = rd_reset(c->rd, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);
     skutab_invalidate(c->v, sku);
+    *created = rc == 0 && r.value == 1;
     rd_reply_clear(&r);
     return rc < 0 ? -1 : r.code;
 }
 
-/* Create, reset (cfg) or delete (NULL) `sku`: read what the SKU is now, and reset
- * exactly that, again when another writer changed it in between. */
+/* Create, reset (cfg) or delete (NULL) `sku` if it is the version `expect` names:
+ * read what the SKU is now, and reset exactly that, again when another writer changed
+ * it in between. */
 static inv_status reset_current(inv_conn *c, const char *sku,
-                                const struct sku_config *cfg, const char *rid)
+                                const struct sku_config *cfg, const char *expect,
+                                const char *rid, bool *created)
 {
     char fresh[33];
     rid = request_id(rid, fresh);
@@ -102,7 +112,7 @@ static inv_status reset_current(inv_conn *c, const char *sku,
             return st;
         if (st == INV_UNKNOWN_SKU)
             old.epoch = 0, old.cfg.segments = 0;
-        int got = admin_status(reset(c, sku, &old, cfg, rid));
+        int got = admin_status(reset(c, sku, &old, cfg, expect, rid, created));
         if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
             skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)
@@ -112,22 +122,37 @@ static inv_status reset_current(inv_conn *c, const char *sku,
 }
 
 inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
-                   const char *rid)
+                   enum sku_replace how, const struct sku_version *v, const char *rid,
+                   bool *created)
 {
+    bool made = false;
+    char expect[48] = "";
+    if (how == SKU_REPLACE_NONE)
+        snprintf(expect, sizeof expect, "-");
+    else if (how == SKU_REPLACE_EXISTING)
+        snprintf(expect, sizeof expect, "*");
+    else if (how == SKU_REPLACE_VERSION && v != NULL)
+        snprintf(expect, sizeof expect, "%lld.%lld", v->epoch, v->gen);
+    else if (how != SKU_REPLACE_ANY)
+        return INV_INVALID;
     if (!seg_valid_name(sku) || cfg->segments < 1 || cfg->segments > SEG_MAX_SEGMENTS ||
         cfg->stock < 0 || cfg->stock > SKU_STOCK_MAX || cfg->hold_ms < 0 ||
         cfg->hold_ms > SKU_HOLD_MAX_MS ||
         (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC) ||
         (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    return reset_current(c, sku, cfg, rid);
+    inv_status s = reset_current(c, sku, cfg, expect, rid, &made);
+    if (created != NULL)
+        *created = s == INV_OK && made;
+    return s;
 }
 
 inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
 {
     if (!seg_valid_name(sku) || (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    return reset_current(c, sku, NULL, rid);
+    bool made;
+    return reset_current(c, sku, NULL, "", rid, &made);
 }
 
 /* One ADJUST (scripts.c) of `sku` as `view` has it: under locks of every segment on
@@ -262,6 +287,7 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     memset(st, 0, sizeof *st);
     snprintf(st->sku, sizeof st->sku, "%s", sku);
     st->cfg = view.cfg;
+    st->version = (struct sku_version){view.epoch, view.gen};
 
     int n = view.cfg.segments;
     char *placed = st->placed;

@@ -32,14 +32,30 @@ struct sku_config {
                         has it (WAIT 1); else "async" (the master applied it) */
 };
 
+/* Which version of a SKU a put may replace. A version is the SKU's epoch (a new one
+ * at every create and reset) and its gen (bumped by every restock, rebalance, the
+ * automatic one included, and cancel; never by a sale): what an admin decided the SKU
+ * holds, not how far its sale has gone. */
+enum sku_replace {
+    SKU_REPLACE_ANY,      /* create, or reset whatever is there */
+    SKU_REPLACE_NONE,     /* create only: INV_SKU_EXISTS when the SKU is there */
+    SKU_REPLACE_EXISTING, /* reset only: INV_PRECONDITION when there is no SKU */
+    SKU_REPLACE_VERSION,  /* reset exactly {epoch, gen}: INV_PRECONDITION otherwise */
+};
+
+struct sku_version {
+    long long epoch, gen;
+};
+
 #define SKU_NODES_MAX 64
 
 struct sku_status {
     char sku[SEG_NAME_MAX + 1];
-    struct sku_config cfg; /* cfg.stock is the initial stock */
-    long long remaining;   /* sum of segment stock */
-    long long sold;        /* sum of segment sold counts */
-    long long orders;      /* number of order records (one per sale) */
+    struct sku_config cfg;      /* cfg.stock is the initial stock */
+    struct sku_version version; /* what sku_put's SKU_REPLACE_VERSION names */
+    long long remaining;        /* sum of segment stock */
+    long long sold;             /* sum of segment sold counts */
+    long long orders;           /* number of order records (one per sale) */
     long long segment_stock[SEG_MAX_SEGMENTS];
     long long segment_sold[SEG_MAX_SEGMENTS];
     long long segment_orders[SEG_MAX_SEGMENTS]; /* orders recorded first in segment i */
@@ -62,13 +78,19 @@ struct sku_status {
  * write checks, in its script, that the SKU is still as the caller found it, and
  * reads it again when not: a stale cache never decides where stock goes. */
 
-/* Create or reset `sku`. INV_OK, INV_INVALID (cfg out of range),
- * INV_REQUEST_CONFLICT, INV_BUSY (raced by other resets throughout),
- * INV_UNAVAILABLE, or on a Redis Cluster, when the SKU is or becomes "replicated",
- * INV_NOT_REPLICATED: a step reached no replica, the reset stopped there and its
- * retry finishes it (calls.h rd_reset; sku_delete likewise). */
+/* Create or reset `sku` as `how` (and `v`, for SKU_REPLACE_VERSION) allow: the
+ * version is compared in the script that resets (on a cluster, in the step that
+ * marks the reset pending), so no write slips between the compare and the reset.
+ * INV_OK with *created (may be NULL) true when the SKU was made, false when reset (a
+ * replay under the same request id: as its first run), INV_SKU_EXISTS,
+ * INV_PRECONDITION, INV_INVALID (cfg out of range), INV_REQUEST_CONFLICT, INV_BUSY
+ * (raced by other resets throughout), INV_UNAVAILABLE, or on a Redis Cluster, when
+ * the SKU is or becomes "replicated", INV_NOT_REPLICATED: a step reached no replica,
+ * the reset stopped there and its retry finishes it (calls.h rd_reset; sku_delete
+ * likewise). */
 inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
-                   const char *rid);
+                   enum sku_replace how, const struct sku_version *v, const char *rid,
+                   bool *created);
 
 /* Fill `st` (caller-owned). INV_OK, INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);

@@ -126,7 +126,7 @@ fi
 url="http://$bind:$port"
 cat <<MSG
 run: starting $bin on $url (Ctrl-C stops it)
-  try:  curl -s -X PUT $url/admin/skus/tv -H 'Content-Type: application/json' \\
+  try:  curl -s -X PUT "$url/admin/skus/tv?reset=true" -H 'Content-Type: application/json' \\
              -d '{"stock": 1000, "segments": 20, "hold_ms": 20}'
         curl -s -X POST $url/orders -H 'Content-Type: application/json' -d '{"sku": "tv"}'
   load: make loadtest-quick   (or wrk -t2 -c100 -d10s -s loadtest/orders.lua $url/orders -- sku=tv)

@@ -1449,6 +1449,8 @@ static int parse_response(const char *buf, size_t len, bool eof, struct h_resp *
     header_value(headers, "Content-Type", out->content_type, sizeof out->content_type);
     header_value(headers, "Retry-After", out->retry_after, sizeof out->retry_after);
     header_value(headers, "Allow", out->allow, sizeof out->allow);
+    header_value(headers, "ETag", out->etag, sizeof out->etag);
+    header_value(headers, "Location", out->location, sizeof out->location);
     return 1;
 }
 
@@ -1630,16 +1632,16 @@ int h_put_sku(int port, const char *token, const char *sku, long long stock, int
               const char *mode, int hold_ms)
 {
     char path[256], body[256];
-    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
     snprintf(body, sizeof body,
              "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": %d}",
              stock, segments, mode, hold_ms);
     struct h_resp r;
     int st = h_req(port, "PUT", path, token, body, &r);
-    if (st != 200)
+    if (st != 200 && st != 201)
         say("PUT %s %s -> %d %.300s", path, body, st, r.body);
     h_resp_free(&r);
-    return st == 200 ? 0 : -1;
+    return st == 200 || st == 201 ? 0 : -1;
 }
 
 json_t *h_get_sku(int port, const char *token, const char *sku)

@@ -258,7 +258,9 @@ struct h_resp {
     char content_type[128]; /* header values, "" when absent */
     char retry_after[64];
     char allow[128];
-    char err[160]; /* why status is -1 */
+    char etag[64];      /* the ETag header, quotes and all */
+    char location[192]; /* the Location header */
+    char err[160];      /* why status is -1 */
 };
 
 /* Receive/send timeout of every request, default 30000 ms. Set before threads start. */
@@ -291,7 +293,8 @@ int h_expect_error(const struct h_resp *r, int status, const char *code);
 
 /* ---- domain helpers ----------------------------------------------------------- */
 
-/* PUT /admin/skus/SKU {"stock","segments","mode","hold_ms"}; 0 on 200. */
+/* PUT /admin/skus/SKU?reset=true {"stock","segments","mode","hold_ms"}: creates it,
+ * or resets it whatever it holds; 0 on 201 (created) or 200 (reset). */
 int h_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
               const char *mode, int hold_ms);
 

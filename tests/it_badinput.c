@@ -563,7 +563,7 @@ static void test_unknown_skus_keep_no_memory(void **state)
         snprintf(path, sizeof path, "/admin/skus/gone-%d", i);
         assert_int_equal(keepalive(&fd, port, "PUT", path,
                                    "{\"stock\": 5, \"segments\": 1, \"mode\": \"lock\"}"),
-                         200);
+                         201);
         snprintf(json, sizeof json, "{\"sku\": \"gone-%d\", \"qty\": 1}", i);
         assert_int_equal(keepalive(&fd, port, "POST", "/orders", json), 201);
         assert_int_equal(keepalive(&fd, port, "DELETE", path, NULL), 200);

@@ -277,7 +277,7 @@ static void *client_main(void *arg)
 static int run_failovers(struct h_cluster_env *f, const char *sku, const char *durability)
 {
     char path[128], body[160];
-    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
     snprintf(body, sizeof body,
              "{\"stock\": 1000000, \"segments\": 20, \"durability\": \"%s\"}",
              durability);
@@ -433,7 +433,7 @@ static void retry_case_setup(struct h_cluster_env *f, const char *sku, int stock
              "{\"stock\": %d, \"segments\": 2, \"mode\": \"lock\", "
              "\"hold_ms\": %d, \"durability\": \"replicated\"}",
              stock, hold_ms);
-    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
     int st;
     long long until =
         h_now_ms() + 30000; /* 503 not_replicated while a failover settles */
@@ -640,7 +640,7 @@ static void test_replicated_reset_across_failover(void **state)
                                    .body = "{\"stock\": 300, \"segments\": 6, "
                                            "\"durability\": \"replicated\"}",
                                    .key = "fo-reset-0"};
-    assert_int_equal(retry_req(&create, NULL), 200);
+    assert_int_equal(retry_req(&create, NULL), 201);
     for (int k = 0; k < 3; k++) {
         char id[32];
         snprintf(id, sizeof id, "fo-reset-o%d", k);
@@ -662,7 +662,7 @@ static void test_replicated_reset_across_failover(void **state)
 
     struct cut_req x = {.port = f->port,
                         .method = "PUT",
-                        .path = "/admin/skus/fo-reset",
+                        .path = "/admin/skus/fo-reset?reset=true",
                         .body = "{\"stock\": 600, \"segments\": 6, \"durability\": "
                                 "\"replicated\", \"request_id\": \"fo-reset-1\"}"};
     long long ms;
@@ -699,7 +699,7 @@ static void test_replicated_delete_waits(void **state)
         .path = "/admin/skus/fo-del",
         .body = "{\"stock\": 30, \"segments\": 3, \"durability\": \"replicated\"}",
         .key = "fo-del-0"};
-    assert_int_equal(retry_req(&create, NULL), 200);
+    assert_int_equal(retry_req(&create, NULL), 201);
     char key[SEG_KEY_MAX];
     seg_key_meta(key, "fo-del");
     struct cut_req x = {.port = f->port,
@@ -814,7 +814,7 @@ static void admin_while_cut_off(void *arg)
 static void replicated_sku(struct h_cluster_env *f, const char *sku, char *placed)
 {
     char path[96];
-    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
     struct h_resp resp;
     int st =
         h_req(f->port, "PUT", path, NULL,

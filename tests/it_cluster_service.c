@@ -126,6 +126,69 @@ static void test_sku_lifecycle(void **state)
     assert_int_equal(segment_keys(f, "clu"), 0);
 }
 
+/* PUT `sku` with `headers` ("Name: value\r\n" lines, NULL: none): the status; its
+ * ETag into etag[64] when not NULL. */
+static int put_cond(int port, const char *sku, const char *headers, const char *body,
+                    char *etag, const char *code)
+{
+    char path[96], head[256];
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(head, sizeof head, "Content-Type: application/json\r\n%s",
+             headers != NULL ? headers : "");
+    struct h_resp r;
+    int st = h_http(port, "PUT", path, head, body, strlen(body), &r);
+    if (code != NULL)
+        assert_int_equal(h_expect_error(&r, st, code), 0);
+    if (etag != NULL)
+        snprintf(etag, 64, "%s", r.etag);
+    h_resp_free(&r);
+    return st;
+}
+
+/* Issue 28 item 1 on a cluster, where the version is compared in RESET_BEGIN: a
+ * second PUT is 409 and leaves the sale alone, a stale If-Match (a restock since) is
+ * 412, the current one resets, and its replay under the same request id answers 200
+ * again without a second reset. */
+static void test_put_replaces_only_what_it_names(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *body = "{\"stock\": 90, \"segments\": 6}";
+    char etag[64], now[64], hdr[160];
+    assert_in_range(put_cond(f->port, "c-live", NULL, body, etag, NULL), 200,
+                    201); /* 201 */
+    assert_int_equal(h_order(f->port, "c-live", 5, "CL-1", NULL), 201);
+    assert_int_equal(put_cond(f->port, "c-live", NULL, body, NULL, "sku_exists"), 409);
+    assert_int_equal(put_cond(f->port, "c-live", "If-None-Match: *\r\n", body, NULL,
+                              "precondition_failed"),
+                     412);
+    struct h_resp r;
+    assert_int_equal(
+        h_req(f->port, "POST", "/admin/skus/c-live/restock", NULL, "{\"qty\": 6}", &r),
+        200);
+    snprintf(now, sizeof now, "%s", r.etag);
+    h_resp_free(&r);
+    assert_string_not_equal(now, etag);
+    snprintf(hdr, sizeof hdr, "If-Match: %s\r\n", etag);
+    assert_int_equal(put_cond(f->port, "c-live", hdr, body, NULL, "precondition_failed"),
+                     412);
+    json_t *j = h_get_sku(f->port, NULL, "c-live");
+    assert_non_null(j);
+    assert_int_equal(h_jint(j, "sold"), 5);
+    assert_int_equal(h_jint(j, "initial"), 96);
+    json_decref(j);
+    assert_int_equal(h_order_status(f->port, "CL-1"), 200);
+
+    snprintf(hdr, sizeof hdr, "If-Match: %s\r\nIdempotency-Key: c-live-reset\r\n", now);
+    assert_int_equal(put_cond(f->port, "c-live", hdr, body, NULL, NULL), 200);
+    assert_int_equal(h_order_status(f->port, "CL-1"), 404);
+    assert_int_equal(h_order(f->port, "c-live", 2, "CL-2", NULL), 201);
+    assert_int_equal(put_cond(f->port, "c-live", hdr, body, NULL, NULL),
+                     200); /* replay */
+    assert_int_equal(h_order_status(f->port, "CL-2"), 200);
+    assert_int_equal(h_audit(f->port, NULL, "c-live", 90, false), 0);
+}
+
 /* ---- orders --------------------------------------------------------------------- */
 
 struct burst {
@@ -425,7 +488,7 @@ static void test_cancelled_record_checked(void **state)
                            "{\"stock\": 10, \"segments\": 2, "
                            "\"durability\": \"replicated\"}",
                            &r),
-                     200);
+                     201);
     h_resp_free(&r);
     assert_int_equal(h_order(f->port, "c-lost", 2, "cl-1", NULL), 201);
     assert_int_equal(h_req(f->port, "GET", "/orders/cl-1", NULL, NULL, &r), 200);
@@ -564,6 +627,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sku_lifecycle),
+        cmocka_unit_test(test_put_replaces_only_what_it_names),
         cmocka_unit_test(test_sell_out_lock),
         cmocka_unit_test(test_sell_out_hold),
         cmocka_unit_test(test_sell_out_atomic),

@@ -32,7 +32,7 @@ static int group_teardown(void **state)
 static void put_stock(int port, const char *sku, const char *durability, long long stock)
 {
     char path[128], body[160];
-    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
     snprintf(body, sizeof body,
              "{\"stock\": %lld, \"segments\": 2, \"durability\": \"%s\"}", stock,
              durability);

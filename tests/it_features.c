@@ -229,14 +229,14 @@ static void put_sku_rebalance(int port, const char *sku, long long stock, int se
                               bool rebalance)
 {
     char path[128], body[200];
-    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
     snprintf(body, sizeof body,
              "{\"stock\": %lld, \"segments\": %d, \"mode\": \"lock\", \"hold_ms\": 0, "
              "\"rebalance\": %s}",
              stock, segments, rebalance ? "true" : "false");
     struct h_resp r;
     int st = h_req(port, "PUT", path, NULL, body, &r);
-    if (st != 200)
+    if (st != 200 && st != 201)
         fail_msg("PUT %s %s -> %d %.300s", path, body, st, r.body);
     h_resp_free(&r);
 }

@@ -66,7 +66,7 @@ static void put(struct fixture *f, const char *sku, long long stock, int n, sku_
                 int hold_ms)
 {
     struct sku_config cfg = {stock, n, mode, hold_ms, false, false};
-    assert_int_equal(sku_put(f->c, sku, &cfg, NULL), INV_OK);
+    assert_int_equal(sku_put(f->c, sku, &cfg, SKU_REPLACE_ANY, NULL, NULL, NULL), INV_OK);
 }
 
 /* Outcomes of a batch of orders. */

@@ -89,7 +89,7 @@ static int loop_down(void **state)
 static long long put(struct fixture *f, const char *sku, long long stock, int segments)
 {
     struct sku_config cfg = {.stock = stock, .segments = segments, .mode = SKU_MODE_LOCK};
-    assert_int_equal(sku_put(f->c, sku, &cfg, NULL), INV_OK);
+    assert_int_equal(sku_put(f->c, sku, &cfg, SKU_REPLACE_ANY, NULL, NULL, NULL), INV_OK);
     struct sku_view view;
     assert_int_equal(skutab_read(f->c, sku, &view), INV_OK);
     assert_true(view.epoch > 0);

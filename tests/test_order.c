@@ -77,7 +77,7 @@ static void put(struct fixture *f, const char *sku, long long stock, int segment
                              .segments = segments,
                              .mode = SKU_MODE_LOCK,
                              .rebalance = rebalance};
-    assert_int_equal(sku_put(f->c, sku, &cfg, NULL), INV_OK);
+    assert_int_equal(sku_put(f->c, sku, &cfg, SKU_REPLACE_ANY, NULL, NULL, NULL), INV_OK);
 }
 
 static struct sku_status *status(struct fixture *f, const char *sku)

@@ -524,12 +524,14 @@
           u = await waitFor((x) => !running(skuIn(x, n)), 15000);
         }
       }
+      /* Creates each SKU, or resets it: ?reset=true says a live sale may be replaced. */
       for (const c of CMP) {
         await expect(
-          await api("PUT", skuPath(c.sku), {
+          await api("PUT", skuPath(c.sku, "?reset=true"), {
             stock, segments: c.segments, mode: "lock", hold_ms: 20, rebalance: true, request_id: reqId(),
           }),
           200,
+          201,
         );
       }
       const orders = Math.ceil(stock * 1.25);
@@ -581,11 +583,12 @@
       });
     } else if (button.classList.contains("a-reset")) {
       await busy(button, async () => {
+        /* If-Match: * resets the SKU that is there, and never makes one deleted since. */
         await expect(
           await api("PUT", skuPath(c.sku), {
             stock: Number(d.initial), segments: Number(d.segments), mode: d.mode,
             hold_ms: Number(d.holdMs), rebalance: d.rebalance === "true", request_id: reqId(),
-          }),
+          }, { "If-Match": "*" }),
           200,
         );
         toast("Reset " + c.sku + " to " + fmt(Number(d.initial)) + " units.");
@@ -624,7 +627,7 @@
           mode: f.elements.mode.value, hold_ms: Number(f.elements.hold_ms.value),
           rebalance: f.elements.rebalance.checked, request_id: reqId(),
         }),
-        200,
+        201, /* create only: an existing SKU is 409 sku_exists, shown as the error */
       );
       toast("Created " + name + ".");
       await refreshSkus();

@@ -473,19 +473,21 @@ static int commit_replicated(rd_conn *c, const char *sku, int wait_ms)
  * one that is not stops the reset (RD_NOT_REPLICATED) as one that died there, its
  * lease given up. A reset that dies half way leaves the old meta (orders on the
  * segments it reached answer STALE) until another reset takes it over. The code, or
- * -1 when Redis gave no usable answer. */
+ * -1 when Redis gave no usable answer; *created (OK, REPLAYED) as rd_reset's value. */
 static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
                          int old_segments, const struct rd_reset *to, const char *rid,
-                         const char *sig)
+                         const char *sig, long long *created)
 {
     struct rd_cmd cmd;
     redisReply *r = NULL;
     char placed[RD_SKU_PLACED_MAX];
     rd_sku_placed(placed, sku, to->salt);
     proto_reset_begin(&cmd, sku, old_epoch, old_segments, to->epoch, to->segments,
-                      RESET_LEASE_MS, rid, sig);
-    int code = store_step(c, &cmd, 1u << RD_OK, &r);
+                      RESET_LEASE_MS, to->expect, rid, sig);
+    int code = store_step(c, &cmd, 1u << RD_OK | 1u << RD_REPLAYED, &r);
     if (code == RD_REPLAYED) { /* committed before: answered once it holds */
+        *created = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;
+        freeReplyObject(r);
         int got = rd_wait_step(c, to->wait_ms, placed, 0, NULL, sku);
         return got == RD_OK ? RD_REPLAYED : got;
     }
@@ -510,8 +512,10 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     if ((code = rd_wait_step(c, to->wait_ms, placed, m, NULL, NULL)) != RD_OK)
         return reset_stop(c, sku, to->epoch, false, code);
     proto_reset_commit(&cmd, sku, to, rid, sig);
-    if ((code = store_step(c, &cmd, 0, NULL)) != RD_OK)
+    if ((code = store_step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
         return code;
+    *created = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;
+    freeReplyObject(r);
     proto_skus_change(&cmd, sku, n > 0);
     if ((r = store_call(c, &cmd)) == NULL)
         return -1;
@@ -530,8 +534,11 @@ int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
         struct rd_reset placed = *to;
         if (placed.salt < 0) /* a new SKU: spread its segments over the masters */
             placed.salt = placement(c, sku, to->segments);
-        int code = reset_cluster(c, sku, old_epoch, old_segments, &placed, rid, sig);
+        long long created = 0;
+        int code =
+            reset_cluster(c, sku, old_epoch, old_segments, &placed, rid, sig, &created);
         out->code = code < 0 ? 0 : code;
+        out->value = created;
         return code < 0 ? -1 : 0;
     }
     struct rd_cmd cmd;

@@ -30,7 +30,8 @@
  *   RD_OK        done
  *   RD_BUSY      ACQUIRE: the lock is held by another token
  *   RD_SHORT     the segment(s) hold less than asked; value/stocks: what they hold
- *   RD_EXISTS    the order id is recorded already; record: that record
+ *   RD_EXISTS    the order id is recorded already; record: that record (RESET
+ *                create only: the SKU exists)
  *   RD_MISSING   the segment (CANCEL: the order; RESET delete: the SKU) is absent
  *   RD_FENCED    a token no longer owns its lock: nothing written
  *   RD_STALE     the SKU (or the order) is not what the caller believed: nothing
@@ -42,6 +43,7 @@
  *                on a cluster: a step of a multi-step call (adjust, reset, cancel)
  *                reached no replica in time (WAIT), so the call stopped before its next
  *                step (see rd_adjust, rd_cancel, rd_reset)
+ *   RD_MISMATCH  RESET: the SKU is not the version the caller names (rd_reset.expect)
  */
 #define RD_OK 0
 #define RD_BUSY 1
@@ -54,6 +56,7 @@
 #define RD_LIMIT 8
 #define RD_REPLAYED 9
 #define RD_NOT_REPLICATED 10
+#define RD_MISMATCH 11
 
 typedef struct rd_conn rd_conn;
 typedef struct rd_smap rd_smap;
@@ -285,19 +288,25 @@ struct rd_reset {
     int hold_ms;
     long long stock;
     bool rebalance;
-    bool replicated; /* durability "replicated" */
-    long long epoch; /* the new epoch */
-    int salt;        /* the placement salt the SKU has now (a cluster keeps it across
-                        resets; a create picks one) */
-    int wait_ms;     /* > 0: the SKU is (or becomes) "replicated": on a cluster each
-                        step WAITs 1 wait_ms for a replica before the next (rd_reset) */
+    bool replicated;    /* durability "replicated" */
+    long long epoch;    /* the new epoch */
+    int salt;           /* the placement salt the SKU has now (a cluster keeps it across
+                           resets; a create picks one) */
+    int wait_ms;        /* > 0: the SKU is (or becomes) "replicated": on a cluster each
+                           step WAITs 1 wait_ms for a replica before the next (rd_reset) */
+    const char *expect; /* the version it replaces, compared in the script that starts
+                           the reset: NULL or "" any, "-" none (create only: EXISTS),
+                           "*" any existing one, "<epoch>.<gen>" exactly that one
+                           (else MISMATCH) */
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:
  * none), dropping every key of the old segments, then (after OK) the records of their
  * orders, in batches; a record not dropped (Redis went away meanwhile) is dead and
  * ignored by every read (keys.h). `rid`/`sig` as for rd_adjust. Codes: OK, REPLAYED,
- * CONFLICT, STALE, MISSING (delete of no SKU), NOT_REPLICATED. 0 or -1.
+ * CONFLICT, EXISTS, MISMATCH (to->expect), STALE, MISSING (delete of no SKU),
+ * NOT_REPLICATED; with OK and REPLAYED out->value is 1 when the reset created the SKU
+ * (a replay: when the first run did), else 0. 0 or -1.
  * On a Redis Cluster it runs as steps (BEGIN in the meta, one per segment, COMMIT);
  * with `to->wait_ms` each step is on a replica of every node it wrote before the
  * next is sent (the SKU set's and the meta's after the commit; a replay waits for

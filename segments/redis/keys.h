@@ -43,7 +43,8 @@
  *                             lua/confirm.lua); a fresh id is made for its segment's
  *                             slot (slots.h rd_name_for_slot), and the DEDUCT writes it.
  *   inv:req:{sku}:rid         an admin write already applied under request id `rid`:
- *                             what it was ("restock:100", ...); kept for a day
+ *                             what it was ("restock:100", ...; a PUT that created
+ *                             the SKU with "|new" after it); kept for a day
  *   inv:intents               sorted set (a Redis Cluster): the ids of multi-segment
  *                             orders in flight, scored by when they began (ms since
  *                             the epoch, the sender's clock); their plans are in their

@@ -421,11 +421,12 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_argll(c, to->epoch);
     cmd_arg(c, rid != NULL ? sig : "");
     cmd_arg(c, to->replicated ? "replicated" : "async");
+    cmd_arg(c, to->expect != NULL ? to->expect : "");
 }
 
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
-                       const char *rid, const char *sig)
+                       const char *expect, const char *rid, const char *sig)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_RESET_BEGIN);
@@ -437,6 +438,7 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
     cmd_argll(c, segments);
     cmd_argll(c, lease_ms);
     cmd_arg(c, rid != NULL ? sig : "");
+    cmd_arg(c, expect != NULL ? expect : "");
 }
 
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,

@@ -25,9 +25,9 @@ extern const struct embed_file rd_lua_files[];
 #define S(x) S_(x)
 
 static const char prelude[] =
-    "local OK, BUSY, SHORT, EXISTS, MISSING, FENCED, STALE, CONFLICT, LIMIT, REPLAYED "
-    "= " S(RD_OK) ", " S(RD_BUSY) ", " S(RD_SHORT) ", " S(RD_EXISTS) ", " S(RD_MISSING) ", " S(
-        RD_FENCED) ", " S(RD_STALE) ", " S(RD_CONFLICT) ", " S(RD_LIMIT) ", " S(RD_REPLAYED) "\n";
+    "local OK, BUSY, SHORT, EXISTS, MISSING, FENCED, STALE, CONFLICT, LIMIT, REPLAYED, "
+    "MISMATCH = " S(RD_OK) ", " S(RD_BUSY) ", " S(RD_SHORT) ", " S(RD_EXISTS) ", " S(RD_MISSING) ", " S(
+        RD_FENCED) ", " S(RD_STALE) ", " S(RD_CONFLICT) ", " S(RD_LIMIT) ", " S(RD_REPLAYED) ", " S(RD_MISMATCH) "\n";
 
 static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] = "acquire.lua",

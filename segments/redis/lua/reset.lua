@@ -5,7 +5,9 @@
 -- ARGV: sku, segments (0 = delete the SKU), mode, hold_ms, initial, share+1, share,
 --       count of segments given share+1, rebalance (0/1), the epoch and segment count
 --       the caller found ('0', '0' for no SKU), the new epoch, the request's signature
---       ('' = no request id), durability ('async' | 'replicated').
+--       ('' = no request id), durability ('async' | 'replicated'), the version the
+--       caller replaces ('' = any, '-' = none: create only, '*' = any existing one,
+--       'epoch.gen' = exactly that one).
 -- Refuses (STALE) when the SKU is not as the caller found it, so every key of every
 -- old segment is listed and none is orphaned. Moves each old segment's orders hash and
 -- cancelled set to its graveyards (RENAME: O(1) however big the sale) and deletes the
@@ -17,13 +19,27 @@
 -- (DROP_RECORDS) and then the graveyards. Until then the records are dead, since their
 -- epoch is not the SKU's any more (keys.h). (This script used to answer every id: one
 -- script as long as the sale, 1.9 s of Redis at 1.34M orders.)
--- Reply: {REPLAYED} | {CONFLICT} | {STALE} | {MISSING} (delete of no SKU) | {OK}.
+-- The version is compared here, in the script that resets, so nothing can change the
+-- SKU between the compare and the reset. A request id is recorded with '|new' after
+-- its signature when the reset created the SKU, so that a replay says so too.
+-- Reply: {REPLAYED, created 0/1} | {CONFLICT} | {EXISTS} (create only: the SKU exists)
+--      | {MISMATCH} (not the version named) | {STALE} | {MISSING} (delete of no SKU)
+--      | {OK, created 0/1}.
 if ARGV[13] ~= '' then
   local prev = redis.call('GET', KEYS[3])
-  if prev == ARGV[13] then return {REPLAYED} end
+  if prev == ARGV[13] then return {REPLAYED, 0} end
+  if prev == ARGV[13] .. '|new' then return {REPLAYED, 1} end
   if prev then return {CONFLICT} end
 end
-local epoch = redis.call('HGET', KEYS[1], 'epoch') or '0'
+local v = redis.call('HMGET', KEYS[1], 'epoch', 'gen')
+local want = ARGV[15]
+if want == '-' then
+  if v[1] then return {EXISTS} end
+elseif want ~= '' and (not v[1] or (want ~= '*' and want ~= v[1] .. '.' .. (v[2] or ''))) then
+  return {MISMATCH}
+end
+local created = not v[1]
+local epoch = v[1] or '0'
 if epoch ~= ARGV[10]
    or (redis.call('HGET', KEYS[1], 'segments') or '0') ~= ARGV[11] then
   return {STALE}
@@ -37,11 +53,13 @@ for i = 0, m - 1 do
   if redis.call('EXISTS', KEYS[b + 6]) == 1 then redis.call('RENAME', KEYS[b + 6], KEYS[b + 9]) end
   redis.call('UNLINK', KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 5], KEYS[b + 7])
 end
-if ARGV[13] ~= '' then redis.call('SET', KEYS[3], ARGV[13], 'EX', 86400) end
+if ARGV[13] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[13] .. (created and '|new' or ''), 'EX', 86400)
+end
 redis.call('DEL', KEYS[1])
 if n == 0 then
   redis.call('SREM', KEYS[2], ARGV[1])
-  return {OK}
+  return {OK, 0}
 end
 local extra = tonumber(ARGV[8])
 for i = 0, n - 1 do
@@ -54,4 +72,4 @@ redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'mode', ARGV[3],
            'hold_ms', ARGV[4], 'initial', ARGV[5], 'rebalance', ARGV[9],
            'epoch', ARGV[12], 'gen', ARGV[12], 'durability', ARGV[14])
 redis.call('SADD', KEYS[2], ARGV[1])
-return {OK}
+return {OK, created and 1 or 0}

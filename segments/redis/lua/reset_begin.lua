@@ -3,22 +3,33 @@
 -- KEYS: meta, request key.
 -- ARGV: the epoch and segment count the caller found ('0', '0' for no SKU), the new
 --       epoch, the new segment count, the lease in ms, the request's signature ('' =
---       no request id).
+--       no request id), the version the caller replaces ('' = any, '-' = none: create
+--       only, '*' = any existing one, 'epoch.gen' = exactly that one: reset.lua).
 -- Marks the reset as pending in the meta (fields pending, pending_segments,
 -- pending_until), so that one reset at a time works on the SKU's segments. A pending
 -- reset whose lease ran out (its process died, or it stopped and gave the lease up:
 -- reset_yield.lua) is taken over: its epoch and segment count are answered, so the
 -- segments it reached are reset too and none is orphaned.
--- Reply: {REPLAYED} | {CONFLICT} | {STALE} (not as the caller found it, or another
---      reset is under way) | {MISSING} (delete of no SKU)
+-- The version is compared here, before the reset touches anything; until its commit
+-- the pending mark keeps every other reset and adjust off the SKU.
+-- Reply: {REPLAYED, created 0/1} | {CONFLICT} | {EXISTS} (create only: the SKU exists)
+--      | {MISMATCH} (not the version named) | {STALE} (not as the caller found it, or
+--      another reset is under way) | {MISSING} (delete of no SKU)
 --      | {OK, epoch of a dead pending reset ('0': none), its segment count}.
 if ARGV[6] ~= '' then
   local prev = redis.call('GET', KEYS[2])
-  if prev == ARGV[6] then return {REPLAYED} end
+  if prev == ARGV[6] then return {REPLAYED, 0} end
+  if prev == ARGV[6] .. '|new' then return {REPLAYED, 1} end
   if prev then return {CONFLICT} end
 end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'segments', 'pending', 'pending_segments',
-                     'pending_until')
+                     'pending_until', 'gen')
+local want = ARGV[7]
+if want == '-' then
+  if m[1] then return {EXISTS} end
+elseif want ~= '' and (not m[1] or (want ~= '*' and want ~= m[1] .. '.' .. (m[6] or ''))) then
+  return {MISMATCH}
+end
 if (m[1] or '0') ~= ARGV[1] or (m[2] or '0') ~= ARGV[2] then return {STALE} end
 if ARGV[4] == '0' and not m[2] and not m[3] then return {MISSING} end
 local t = redis.call('TIME')
