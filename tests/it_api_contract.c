@@ -132,8 +132,10 @@ static void test_openapi_validates(void **state)
     argv[2] = strchr(argv[2], '=') + 1; /* the document itself, no schema */
     h_resp_free(&r);
 
-    sample(h, "PUT", "/admin/skus/oa-sku", NULL, "{\"stock\": 10, \"segments\": 2}", 200,
+    sample(h, "PUT", "/admin/skus/oa-sku", NULL, "{\"stock\": 10, \"segments\": 2}", 201,
            "Sku", dir, argv, &argc, paths);
+    sample(h, "PUT", "/admin/skus/oa-sku", NULL, "{\"stock\": 10, \"segments\": 2}", 409,
+           "Error", dir, argv, &argc, paths);
     sample(h, "GET", "/admin/skus?limit=1", NULL, NULL, 200, "SkuPage", dir, argv, &argc,
            paths);
     sample(h, "POST", "/orders", NULL, "{\"sku\": \"oa-sku\", \"qty\": 2}", 201, "Order",
