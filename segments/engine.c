@@ -114,6 +114,7 @@ static void multi_go(struct ord *o);
 static void on_handed(struct lwait *w, int seg);
 static void on_round_timer(evutil_socket_t fd, short what, void *arg);
 static void on_hold_done(evutil_socket_t fd, short what, void *arg);
+static bool mode_followed(engine *e);
 
 /* One part of a multi-segment order on a cluster, for its reply. */
 struct part {
@@ -254,7 +255,8 @@ static void answer_and_free(struct ord *o)
         if (st != INV_UNKNOWN_SKU && o->s != NULL && ltab_shared(o->s) != NULL)
             skutab_count(ltab_shared(o->s), order_outcome_stat(st));
         stat_observe(e->v, HIST_ORDER, (inv_now_ms() - o->started_ms) * 1000);
-        e->in_flight--;
+        if (--e->in_flight == 0)
+            mode_followed(e);
         o->fn(o->arg, &o->res);
         o->res.record = NULL; /* the callee's now */
     }
@@ -1538,6 +1540,22 @@ static void round_begin(struct ord *o)
 
 /* ---- the engine ----------------------------------------------------------------- */
 
+/* Whether the loop's handle routes as the process's mode says. The mode moves from
+ * standalone to cluster once (a Redis that became a cluster after the start: calls.h
+ * rd_smap_create); the handle follows when no order of this loop is under way, so
+ * that every order runs in one mode from its start to its end. Until then a new
+ * order answers 503 (the standalone scripts fail on a cluster anyway); the orders
+ * under way end within their deadlines, and the last one lets the handle follow. */
+static bool mode_followed(engine *e)
+{
+    if (!rda_mode_behind(e->rd))
+        return true;
+    if (e->in_flight > 1) /* the order asking counts itself */
+        return false;
+    rda_mode_follow(e->rd);
+    return true;
+}
+
 static void on_start(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -1545,6 +1563,8 @@ static void on_start(evutil_socket_t fd, short what, void *arg)
     struct ord *o = arg;
     if (o->res.status == INV_INVALID)
         answer_and_free(o);
+    else if (!mode_followed(o->e))
+        finish(o, INV_UNAVAILABLE);
     else
         view(o);
 }

@@ -35,7 +35,7 @@ static void pick_seed(inv *v)
 
 bool inv_redis_cluster(const inv *v)
 {
-    return v->cluster;
+    return v->map != NULL ? rd_smap_cluster(v->map) : v->cluster;
 }
 
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
@@ -48,15 +48,15 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
     v->tab = skutab_create();
-    if (v->cluster) {
-        const struct rd_target seed = inv_redis_target(v);
-        v->map = rd_smap_create(&seed);
-    }
+    /* The map also holds the mode, which may become a cluster later (calls.h): every
+     * TCP Redis has one, and the sweeper, idle while standalone. */
+    const struct rd_target seed = inv_redis_target(v);
+    v->map = rd_smap_create(&seed);
     const struct rd_target to = inv_redis_target(v);
     v->wd = watchdog_create(v, &to, err, errlen);
-    if (v->wd != NULL && v->cluster)
+    if (v->wd != NULL && v->map != NULL)
         v->sw = sweeper_create(v, &to, err, errlen);
-    if (v->wd == NULL || (v->cluster && v->sw == NULL)) {
+    if (v->wd == NULL || (v->map != NULL && v->sw == NULL)) {
         inv_free(v);
         return NULL;
     }
@@ -153,7 +153,7 @@ struct rd_target inv_redis_target(const inv *v)
         .password = v->opt.redis_password,
         .db = v->opt.redis_db,
         .timeout_ms = v->opt.redis_timeout_ms,
-        .cluster = v->cluster,
+        .cluster = inv_redis_cluster(v),
         .map = v->map,
     };
 }

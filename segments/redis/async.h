@@ -27,6 +27,8 @@
  *   TRYAGAIN     (a multi-key command mid-migration), CLUSTERDOWN, READONLY (a
  *                demoted master): sent again after 5..25 ms, while the call is
  *                younger than timeout_ms; CLUSTERDOWN and READONLY refresh the map.
+ * A standalone handle with the process's map in its target follows the mode when it
+ * becomes a cluster, at the caller's say (rda_mode_follow).
  * At most 5 MOVED/ASK per call. A command whose link failed is answered -1, never
  * sent to another node: its outcome is unknown. NOSCRIPT is answered per node, which
  * has its own script cache (link.h).
@@ -135,6 +137,15 @@ void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
 
 /* True when the handle routes over a cluster. */
 bool rda_cluster(const rda_conn *c);
+/* The process's mode (the target's map, calls.h) became a cluster and this handle
+ * still routes as standalone: rda_mode_behind. rda_mode_follow makes it route over
+ * the cluster from its next call on (the map asked for at once); the caller does so
+ * when none of its multi-call operations is under way, since an operation begun
+ * standalone must not end as a cluster's. Neither changes anything otherwise. An
+ * answer only a cluster gives (MOVED, CROSSSLOT, ...) to a standalone handle asks
+ * the map to look at once. */
+bool rda_mode_behind(const rda_conn *c);
+void rda_mode_follow(rda_conn *c);
 /* A cluster: rewrite the end of the fresh order id `id` (32 hex digits) so that its
  * record lives in segment i's slot (slots.h rd_name_for_slot), where the DEDUCT
  * writes it with the deduction, in one script; a standalone Redis: nothing to do. */

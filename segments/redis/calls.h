@@ -70,16 +70,22 @@ struct rd_target {
     int db;                /* SELECT on every (re)connect when not 0 */
     int timeout_ms;        /* connect and per-command timeout */
     bool cluster;          /* host:port is a seed of a Redis Cluster (async.h routes) */
-    rd_smap *map;          /* a cluster: the process's slot map that connections share
-                              (borrowed: outlives them), or NULL: each makes its own */
+    rd_smap *map;          /* the process's slot map that connections share and its
+                              mode (borrowed: outlives them), or NULL: a cluster
+                              connection makes its own, a standalone one stays so */
 };
 
-/* One slot map per process (smap.h): every blocking connection made with it in its
- * target routes by the newest map, which one thread refreshes for all of them. `seed`
- * as for a connection (its strings copied); NULL when it is not a cluster. Free after
- * the last connection that uses it. */
+/* One slot map per process (smap.h): every connection made with it in its target
+ * routes by the newest map, which one thread refreshes for all of them. It also
+ * holds the process's mode: a cluster (seed->cluster), or standalone until the seed
+ * says it is a cluster node (the thread asks INFO cluster every 5 s, and when a
+ * connection met an answer only a cluster gives); then a cluster for good. `seed` as
+ * for a connection (its strings copied); NULL for a unix socket (never a cluster).
+ * Free after the last connection that uses it. rd_smap_cluster: the mode now (one
+ * atomic load; NULL: false). */
 rd_smap *rd_smap_create(const struct rd_target *seed);
 void rd_smap_free(rd_smap *m);
+bool rd_smap_cluster(rd_smap *m);
 
 /* Which of `to` (host:port) and the seeds in `seeds` ("host:port,host:port", may be
  * NULL) answers first, and whether it is a Redis Cluster node: fills `to->host` (into
@@ -104,6 +110,9 @@ rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors);
 void rd_conn_free(rd_conn *c);
 /* The last failure, for logs ("" when none). */
 const char *rd_conn_error(const rd_conn *c);
+/* True when the connection routes over a cluster: its target said so, or the
+ * process's mode (the target's map) has become a cluster since. */
+bool rd_conn_cluster(rd_conn *c);
 
 struct rd_reply {
     int code;        /* RD_* */
