@@ -23,10 +23,11 @@ typedef struct sweeper sweeper;
 struct inv {
     struct inv_options opt; /* opt.redis_host points at `host` */
     char *host;
-    bool cluster; /* at start: a cluster (forced, or said so by INFO cluster); the
-                     mode now is the map's (inv_redis_cluster) */
-    rd_smap *map; /* the slot map every connection routes by on a cluster, and the
-                     mode (calls.h); NULL for a unix socket */
+    bool cluster;      /* at start: a cluster (forced, or said so by INFO cluster); the
+                          mode now is the map's (inv_redis_cluster) */
+    bool probe_failed; /* no seed answered INFO cluster at start */
+    rd_smap *map;      /* the slot map every connection routes by on a cluster, and the
+                          mode (calls.h); NULL for a unix socket */
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];

@@ -20,6 +20,7 @@ static void pick_seed(inv *v)
     char host[256], why[256];
     if (rd_pick_seed(&to, v->opt.redis_seeds, host, sizeof host, why, sizeof why) != 0) {
         v->cluster = v->opt.redis_cluster;
+        v->probe_failed = true;
         char detail[320];
         snprintf(detail, sizeof detail, "no seed answered at start (%s): %s", why,
                  v->cluster ? "a cluster, as configured" : "taken as standalone");
@@ -52,6 +53,8 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
      * TCP Redis has one, and the sweeper, idle while standalone. */
     const struct rd_target seed = inv_redis_target(v);
     v->map = rd_smap_create(&seed);
+    if (!v->cluster && v->probe_failed)
+        rd_smap_unsure(v->map); /* asked again every 5 s until it answers */
     const struct rd_target to = inv_redis_target(v);
     v->wd = watchdog_create(v, &to, err, errlen);
     if (v->wd != NULL && v->map != NULL)

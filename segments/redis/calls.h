@@ -86,6 +86,9 @@ struct rd_target {
 rd_smap *rd_smap_create(const struct rd_target *seed);
 void rd_smap_free(rd_smap *m);
 bool rd_smap_cluster(rd_smap *m);
+/* Standalone because no seed answered at start (a guess): ask INFO cluster every
+ * 5 s until one answers too. NULL is fine. */
+void rd_smap_unsure(rd_smap *m);
 
 /* Which of `to` (host:port) and the seeds in `seeds` ("host:port,host:port", may be
  * NULL) answers first, and whether it is a Redis Cluster node: fills `to->host` (into

@@ -24,6 +24,7 @@ struct rd_smap {
     long long asked;          /* under mu: asks made */
     long long answered;       /* under mu: the asks made before the last fetch began */
     bool stop;                /* under mu */
+    bool unsure;              /* under mu: standalone, but no INFO cluster answered yet */
     atomic_bool quit;         /* stop, read by a fetch between nodes */
     atomic_bool cluster;      /* the mode: false (standalone) until it is a cluster */
     char err[200];            /* under mu: why the last fetch failed, "" */
@@ -75,6 +76,16 @@ void rd_smap_put(const struct rd_smap_snap *cs)
         return;
     rd_slot_map_clear(&s->map);
     free(s);
+}
+
+void rd_smap_unsure(rd_smap *m)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->unsure = true;
+    pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->mu);
 }
 
 long long rd_smap_refresh(rd_smap *m, int wait_ms)
@@ -196,26 +207,28 @@ static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct kept *keep,
     return -1;
 }
 
-/* Standalone: whether the seed answers INFO cluster with cluster_enabled:1 now. A
- * Redis that became a cluster (in practice: a cluster node that did not answer when
- * the process started) is logged once, here. */
-static bool became_cluster(rd_smap *m)
+/* Standalone: INFO cluster on the seed now: 1 (cluster_enabled:1), 0, or -1 (no
+ * answer). A Redis that became a cluster (in practice: a cluster node that did not
+ * answer when the process started) is logged once, here. */
+static int probe(rd_smap *m)
 {
     char err[200];
-    if (rd_cluster_probe(&m->seed, err, sizeof err) != 1)
-        return false;
+    int on = rd_cluster_probe(&m->seed, err, sizeof err);
+    if (on != 1)
+        return on;
     char detail[RD_HOST_MAX + 96];
     snprintf(detail, sizeof detail,
              "%s:%d is a Redis Cluster node: routing by its slot map from now on",
              m->host, m->seed.port);
     rd_log(true, "mode", detail);
-    return true;
+    return 1;
 }
 
-/* Standalone: ask INFO cluster every RD_SMAP_PROBE_MS, and when asked (at most every
- * RD_SMAP_PROBE_MIN_MS); once it says cluster, fetch the map, publish it and then
- * the mode. A cluster: fetch when asked (at most every RD_SMAP_MIN_MS) and every
- * RD_SMAP_TICK_MS; publish a map that differs from the newest. */
+/* Standalone: ask INFO cluster when asked (at most every RD_SMAP_PROBE_MIN_MS), and
+ * every RD_SMAP_PROBE_MS until one answers when none did at start; once it says
+ * cluster, fetch the map, publish it and then the mode. A cluster: fetch when asked (at
+ * most every RD_SMAP_MIN_MS) and every RD_SMAP_TICK_MS; publish a map that differs from
+ * the newest. */
 static void *run(void *arg)
 {
     rd_smap *m = arg;
@@ -228,6 +241,10 @@ static void *run(void *arg)
         long long gap = cluster ? (asked ? RD_SMAP_MIN_MS : RD_SMAP_TICK_MS)
                                 : (asked ? RD_SMAP_PROBE_MIN_MS : RD_SMAP_PROBE_MS);
         long long due = began == 0 ? 0 : began + gap;
+        if (!cluster && !asked && !m->unsure) { /* a standalone Redis that said so */
+            pthread_cond_wait(&m->wake, &m->mu);
+            continue;
+        }
         long long now = base_now_ms();
         if (now < due) {
             struct timespec until = after_ms(due - now);
@@ -244,7 +261,8 @@ static void *run(void *arg)
         struct rd_slot_map fresh;
         char err[200];
         int rc = -1;
-        bool switched = !cluster && became_cluster(m);
+        int on = cluster ? 1 : probe(m);
+        bool switched = !cluster && on == 1;
         if (cluster || switched)
             rc = fetch(m, cur, &keep, &fresh, err, sizeof err);
         else
@@ -269,6 +287,8 @@ static void *run(void *arg)
         snprintf(m->err, sizeof m->err, "%s", rc == 0 ? "" : err);
         if (switched) /* after its first map, so that a connection finds one */
             atomic_store_explicit(&m->cluster, true, memory_order_release);
+        if (on >= 0)
+            m->unsure = false;
         m->answered = round;
         pthread_cond_broadcast(&m->done);
         pthread_mutex_unlock(&m->mu);
