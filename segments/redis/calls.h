@@ -78,8 +78,9 @@ struct rd_target {
 /* One slot map per process (smap.h): every connection made with it in its target
  * routes by the newest map, which one thread refreshes for all of them. It also
  * holds the process's mode: a cluster (seed->cluster), or standalone until the seed
- * says it is a cluster node (the thread asks INFO cluster every 5 s, and when a
- * connection met an answer only a cluster gives); then a cluster for good. `seed` as
+ * says it is a cluster node (the thread asks INFO cluster when a connection met an
+ * answer only a cluster gives, and every 5 s after rd_smap_unsure); then a cluster
+ * for good. `seed` as
  * for a connection (its strings copied); NULL for a unix socket (never a cluster).
  * Free after the last connection that uses it. rd_smap_cluster: the mode now (one
  * atomic load; NULL: false). */
