@@ -31,8 +31,34 @@ struct engine {
     long long changes; /* inv.changes when this loop's table was last in step */
 };
 
+/* The states of an order. Each is set by ord_set() alone, which checks it against
+ * the transitions of `ord_next` (below); every state may end in RECORD or DONE (no Redis
+ * answer at any step: DONE, unavailable). */
+enum ord_state {
+    ORD_START,   /* placed: its first step runs on the next turn of the loop */
+    ORD_VIEW,    /* the SKU's settings: cached and fresh, or META sent */
+    ORD_CLAIM,   /* a cluster: the order id's claim (CLAIM; FIND, the undo of a dead
+                    claim's plan or its record's CONFIRM when taking it over; WAIT) */
+    ORD_ROUND,   /* choosing the ring's next segment (no call out) */
+    ORD_BACKOFF, /* no segment free, one busy elsewhere: a backoff timer, then ROUND */
+    ORD_WAIT,    /* in line for a claim held by an order of this loop (timer) */
+    ORD_ACQUIRE, /* ACQUIRE sent for segment `seg` */
+    ORD_HOLD,    /* the lock of `seg` held (lease renewed), the hold timer armed; or
+                    the hold over, the lock's previous DEDUCT not answered (hold_over) */
+    ORD_DEDUCT,  /* DEDUCT sent (hold_ms 0: behind its SET NX PX in one write) */
+    ORD_MULTI,   /* several segments: the plan's intent, its locks in ascending order,
+                    DEDUCT_MULTI or one DEDUCT per part, an undo */
+    ORD_SPREAD,  /* the automatic rebalance: every segment locked, ADJUST "spread" */
+    ORD_VERDICT, /* fresh counts: every segment's stock, then the meta */
+    ORD_PLACED,  /* sold: the record's CONFIRM (a cluster), the replicas' WAIT */
+    ORD_RECORD,  /* sold out or insufficient with a client id: its record read first */
+    ORD_DONE,    /* answered: freed now, or once the replies it is owed (pending) came */
+    ORD__COUNT
+};
+
 struct ord {
     engine *e;
+    enum ord_state state; /* written by ord_set() only */
     char sku[SEG_NAME_MAX + 1];
     long long qty;
     bool has_id;
@@ -74,7 +100,6 @@ struct ord {
     bool lease_lost; /* a renewal found it gone */
     int pending;     /* renewals and piped locks owed a reply: the order outlives its
                         answer for them */
-    bool answered;
     /* a lock kept from one order of this loop to the next (pass_lock) */
     int64_t lock_ms;  /* when the lock held was taken (its ACQUIRE sent) */
     int keeps;        /* the orders it served before this one */
@@ -83,7 +108,6 @@ struct ord {
     bool hold_over;   /* our hold ended before pred's answer came */
 
     /* several segments (an order's parts, or every segment for a spread) */
-    bool spreading; /* the locks are for the automatic rebalance */
     int mn, mk, mround;
     int *mseg;
     int mhanded; /* the claim a multi-segment wait was handed, or -1 */
@@ -120,6 +144,57 @@ struct part {
     struct ord *o;
     int k;
 };
+
+/* ---- the transitions ------------------------------------------------------------ */
+
+#define TO(s) (1u << (s))
+/* The states each state may go to, besides itself, RECORD and DONE. */
+static const unsigned ord_next[ORD__COUNT] = {
+    [ORD_START] = TO(ORD_VIEW),
+    [ORD_VIEW] = TO(ORD_CLAIM) | TO(ORD_ROUND),
+    [ORD_CLAIM] = TO(ORD_ROUND) | TO(ORD_MULTI),
+    [ORD_ROUND] = TO(ORD_BACKOFF) | TO(ORD_WAIT) | TO(ORD_ACQUIRE) | TO(ORD_DEDUCT) |
+                  TO(ORD_MULTI) | TO(ORD_SPREAD) | TO(ORD_VERDICT),
+    [ORD_BACKOFF] = TO(ORD_ROUND),
+    [ORD_WAIT] = TO(ORD_ROUND) | TO(ORD_HOLD),
+    [ORD_ACQUIRE] = TO(ORD_HOLD) | TO(ORD_DEDUCT) | TO(ORD_ROUND) | TO(ORD_VIEW),
+    [ORD_HOLD] = TO(ORD_DEDUCT) | TO(ORD_ROUND),
+    [ORD_DEDUCT] = TO(ORD_PLACED) | TO(ORD_ROUND) | TO(ORD_VIEW),
+    [ORD_MULTI] = TO(ORD_CLAIM) | TO(ORD_VIEW) | TO(ORD_VERDICT) | TO(ORD_PLACED),
+    [ORD_SPREAD] = TO(ORD_ROUND) | TO(ORD_VIEW),
+    [ORD_VERDICT] = TO(ORD_ROUND) | TO(ORD_VIEW),
+    [ORD_PLACED] = 0,
+    [ORD_RECORD] = 0,
+    [ORD_DONE] = 0,
+};
+#undef TO
+
+/* The name of a state, for logs and failures. */
+static const char *ord_state_name(enum ord_state st)
+{
+    static const char *const names[ORD__COUNT] = {
+        [ORD_START] = "start",     [ORD_VIEW] = "view",       [ORD_CLAIM] = "claim",
+        [ORD_ROUND] = "round",     [ORD_BACKOFF] = "backoff", [ORD_WAIT] = "wait",
+        [ORD_ACQUIRE] = "acquire", [ORD_HOLD] = "hold",       [ORD_DEDUCT] = "deduct",
+        [ORD_MULTI] = "multi",     [ORD_SPREAD] = "spread",   [ORD_VERDICT] = "verdict",
+        [ORD_PLACED] = "placed",   [ORD_RECORD] = "record",   [ORD_DONE] = "done",
+    };
+    return (unsigned)st < ORD__COUNT ? names[st] : "?";
+}
+
+/* The one writer of o->state. A transition not in ord_next is a defect of the
+ * engine: it aborts, naming both states. */
+static void ord_set(struct ord *o, enum ord_state to)
+{
+    enum ord_state from = o->state;
+    if (to != from && to != ORD_DONE && (to != ORD_RECORD || from == ORD_DONE) &&
+        !(ord_next[from] & (1u << to))) {
+        fprintf(stderr, "inventoryd: engine: an order went from %s to %s\n",
+                ord_state_name(from), ord_state_name(to));
+        abort();
+    }
+    o->state = to;
+}
 
 /* ---- small things --------------------------------------------------------------- */
 
@@ -181,7 +256,7 @@ static void on_renewed(void *arg, int rc, int value)
         stat_add(o->e->v, STAT_LEASE_LOST, 1);
         o->lease_lost = true;
     }
-    if (o->answered && o->pending == 0)
+    if (o->state == ORD_DONE && o->pending == 0)
         finish(o, o->res.status); /* frees it */
 }
 
@@ -243,8 +318,8 @@ static void on_record(void *arg, int rc, char *record)
 static void answer_and_free(struct ord *o)
 {
     engine *e = o->e;
-    if (!o->answered) {
-        o->answered = true;
+    if (o->state != ORD_DONE) {
+        ord_set(o, ORD_DONE);
         inv_status st = o->res.status;
         if (st != INV_OK && st != INV_REPLAYED) {
             free(o->res.record);
@@ -278,7 +353,7 @@ static void answer_and_free(struct ord *o)
 
 static void finish(struct ord *o, inv_status st)
 {
-    if (o->answered) {
+    if (o->state == ORD_DONE) {
         answer_and_free(o);
         return;
     }
@@ -304,6 +379,7 @@ static void finish(struct ord *o, inv_status st)
     if ((st == INV_SOLD_OUT || st == INV_INSUFFICIENT) && o->has_id) {
         /* Segments known empty were skipped without Redis, so the scripts that spot a
          * replay may not have run: a retry of a confirmed order must still get it. */
+        ord_set(o, ORD_RECORD);
         rda_record_read(o->e->rd, o->res.order_id, o->sku, o->view.epoch, on_record, o);
         return;
     }
@@ -387,6 +463,7 @@ static void sync_changes(engine *e)
 static void view(struct ord *o)
 {
     engine *e = o->e;
+    ord_set(o, ORD_VIEW);
     sync_changes(e);
     int64_t now = inv_now_ms();
     if (o->s == NULL)
@@ -430,6 +507,7 @@ static void claim(struct ord *o)
                 2 * e->v->opt.redis_timeout_ms + CLAIM_SLACK_MS;
     const char *plan = o->dplan != NULL ? RD_PLAN_KEEP : o->mclaiming ? o->mplan : NULL;
     o->claim_ends_ms = inv_now_ms() + lease;
+    ord_set(o, ORD_CLAIM);
     rda_claim(e->rd, o->res.order_id, o->attempt, o->sku, o->view.epoch, lease, o->dead,
               plan, on_claim, o);
 }
@@ -495,6 +573,7 @@ static void claimed(struct ord *o)
             finish(o, INV_UNAVAILABLE); /* not a plan: left for an operator */
     } else if (o->mclaiming) {
         o->mclaiming = false;
+        ord_set(o, ORD_MULTI);
         multi_go(o);
     } else if (o->recovered != NULL)
         rda_confirm(e->rd, o->res.order_id, o->attempt, o->recovered, o->sku,
@@ -626,6 +705,7 @@ static void placed(struct ord *o)
         finish(o, INV_OK);
         return;
     }
+    ord_set(o, ORD_PLACED);
     bool parts = o->mplaced && rda_cluster(e->rd); /* one connection: one WAIT */
     o->mwaits = parts ? o->mn : 1;
     o->mreplicas = 1 << 30;
@@ -665,6 +745,7 @@ static void settle_successor(struct ord *o, int rc, const struct rd_reply *r)
         rda_release(o->e->rd, o->placed, o->seg, o->token, NULL, NULL);
     lease_stop(w);
     w->handed = w->seg; /* still claimed here */
+    ord_set(w, ORD_ROUND);
     arm(w, 0, on_round_timer);
 }
 
@@ -685,6 +766,7 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
         note_stock(o, i, r->value);
         o->res.segment = i;
         if (o->confirm) { /* the record, in the id's slot */
+            ord_set(o, ORD_PLACED);
             rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku,
                         o->view.epoch, on_confirmed, o);
             return;
@@ -719,12 +801,13 @@ static void on_piped_lock(void *arg, int rc, int taken)
         stat_add(o->e->v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(o->e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
     }
-    if (o->answered && o->pending == 0)
+    if (o->state == ORD_DONE && o->pending == 0)
         finish(o, o->res.status); /* frees it */
 }
 
 static void send_deduct(struct ord *o, const char *token, bool keep)
 {
+    ord_set(o, ORD_DEDUCT);
     if (!o->has_id && !o->claim_ok) /* a fresh id: made for the segment's slot */
         rda_id_for_segment(o->e->rd, o->placed, o->seg, o->res.order_id);
     free(o->record);
@@ -764,6 +847,7 @@ static bool may_keep(const struct ord *o, const struct ord *w)
 static void pass_lock(struct ord *o, struct ord *w)
 {
     engine *e = o->e;
+    ord_set(w, ORD_HOLD);
     w->waiting = false; /* ltab_next_holder took it out of the queue */
     event_del(w->timer);
     w->seg = o->seg;
@@ -832,9 +916,10 @@ static void on_acquire(void *arg, int rc, struct rd_reply *r)
         stat_add(e->v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
         lease_start(o);
-        if (o->view.cfg.hold_ms > 0)
+        if (o->view.cfg.hold_ms > 0) {
+            ord_set(o, ORD_HOLD);
             arm(o, o->view.cfg.hold_ms, on_hold_done);
-        else
+        } else
             send_deduct(o, o->token, false);
         return;
     case RD_BUSY:
@@ -871,7 +956,6 @@ static void multi_release(struct ord *o)
 
 static void spread_end(struct ord *o)
 {
-    o->spreading = false;
     ltab_rebalance_end(o->s);
 }
 
@@ -880,7 +964,7 @@ static void spread_end(struct ord *o)
  * order ends with `st`. */
 static void multi_give_up(struct ord *o, inv_status st)
 {
-    bool spreading = o->spreading;
+    bool spreading = o->state == ORD_SPREAD;
     multi_release(o);
     if (spreading)
         spread_end(o);
@@ -1185,7 +1269,7 @@ static void on_multi_wait_over(evutil_socket_t fd, short what, void *arg)
 static void multi_lock_next(struct ord *o)
 {
     if (o->mk == o->mn) {
-        if (o->spreading)
+        if (o->state == ORD_SPREAD)
             spread_apply(o);
         else
             multi_deduct(o);
@@ -1245,7 +1329,7 @@ static bool spread_begin(struct ord *o)
     for (int i = 0; i < n; i++)
         o->mseg[i] = i;
     o->mn = n;
-    o->spreading = true;
+    ord_set(o, ORD_SPREAD);
     multi_lock_next(o);
     return true;
 }
@@ -1270,6 +1354,7 @@ static void multi_begin(struct ord *o)
         return;
     }
     o->mn = k;
+    ord_set(o, ORD_MULTI);
     if (rda_cluster(o->e->rd)) { /* the intent first */
         const struct rd_parts parts = {k, o->mseg, o->mpart, NULL};
         free(o->mplan);
@@ -1363,6 +1448,7 @@ static void on_verdict_stocks(void *arg, int rc, const long long *stock)
  * insufficient or busy, from the counts. */
 static void verdict(struct ord *o)
 {
+    ord_set(o, ORD_VERDICT);
     long long most = confirmed(o->s, o->view.gen);
     if (most >= 0 && most < o->qty) {
         finish(o, most == 0 ? INV_SOLD_OUT : INV_INSUFFICIENT);
@@ -1421,6 +1507,7 @@ static void round_end(struct ord *o)
     if (o->busy > 0 || o->claimed == 0) {
         /* a lock held elsewhere sends no signal (nor does another loop's claim, nor
          * one away from home here): back off */
+        ord_set(o, ORD_BACKOFF);
         arm(o, ring_backoff_ms(o->remote_rounds++, rnd(e, UINT32_MAX), remaining),
             on_round_timer);
         return;
@@ -1441,6 +1528,7 @@ static void round_end(struct ord *o)
         arm(o, 0, on_round_timer);
         return;
     }
+    ord_set(o, ORD_WAIT);
     o->waiting = true;
     o->wait.seg = -1;
     o->wait.handed = on_handed;
@@ -1451,6 +1539,7 @@ static void round_end(struct ord *o)
 static void visit_next(struct ord *o)
 {
     engine *e = o->e;
+    ord_set(o, ORD_ROUND);
     bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
     while (o->k < o->n) {
         int i = ring_segment(o->start, o->k, o->n, e->home, e->homes);
@@ -1499,6 +1588,7 @@ static void visit_next(struct ord *o)
         o->lock_ms = inv_now_ms();
         o->keeps = 0;
         stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
+        ord_set(o, ORD_ACQUIRE);
         rda_acquire(e->rd, o->placed, o->view.epoch, i, o->res.order_id, o->qty, o->token,
                     e->v->opt.lock_ttl_ms, on_acquire, o);
         return;
@@ -1510,6 +1600,7 @@ static void visit_next(struct ord *o)
 static void round_begin(struct ord *o)
 {
     engine *e = o->e;
+    ord_set(o, ORD_ROUND);
     if (o->handed < 0 && sold_out(o->s, o->view.gen)) {
         stat_add(e->v, STAT_SOLD_OUT_FAST, 1);
         finish(o, INV_SOLD_OUT);
