@@ -24,6 +24,7 @@ rpid=$!
 sport=$(free_port)
 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.%p" \
     "$bin" --port "$sport" --bind 127.0.0.1 --redis "127.0.0.1:$rport" --threads 1 \
+    --log-level warn --access-log false \
     >"$tmp/svc.log" 2>&1 &
 spid=$!
 cleanup() { kill "$spid" "$rpid" 2>/dev/null; wait "$spid" "$rpid" 2>/dev/null; }
@@ -34,22 +35,30 @@ for _ in $(seq 1 120); do
     sleep 0.5
 done
 curl -fs "$url/livez" >/dev/null || { tail "$tmp/svc.log"; exit 2; }
+# wrk ends its run with SIGINT once each of its 2 threads has every answer (orders.lua
+# puts a marker in the donedir), as loadtest/drive.py does.
+orders_wrk() { # sku requests nonce donedir out
+    mkdir -p "$4"
+    wrk -t 2 -c 16 -d 600s -s "$here/orders.lua" "$url" -- sku="$1" threads=2 \
+        requests="$2" nonce="$3" donedir="$4" >"$5" 2>&1 &
+    local w=$!
+    while kill -0 "$w" 2>/dev/null && [ "$(ls "$4" | wc -l)" -lt 2 ]; do sleep 0.2; done
+    kill -INT "$w" 2>/dev/null
+    wait "$w"
+}
 run() { # name mode
     local sku="cg-$1-$$" d="$tmp/done-$1"
     curl -fs -X PUT "$url/admin/skus/$sku" -H 'Content-Type: application/json' \
         -d "{\"stock\":100000000,\"segments\":20,\"mode\":\"$2\",\"hold_ms\":0}" >/dev/null ||
         { echo "PUT $sku failed"; exit 2; }
-    mkdir -p "$d.w" "$d"
-    wrk -t 2 -c 16 -d 120s -s "$here/orders.lua" "$url" -- sku="$sku" threads=2 \
-        requests=500 nonce="w$1$$" donedir="$d.w" >/dev/null
+    orders_wrk "$sku" 500 "w$1$$" "$d.w" /dev/null
     callgrind_control -z "$spid" >/dev/null
-    wrk -t 2 -c 16 -d 600s -s "$here/orders.lua" "$url" -- sku="$sku" threads=2 \
-        requests="$orders" nonce="m$1$$" donedir="$d" >"$tmp/wrk-$1.log"
+    orders_wrk "$sku" "$orders" "m$1$$" "$d" "$tmp/wrk-$1.log"
     rm -f "$tmp"/cg.*
     callgrind_control -d "$spid" >/dev/null
     local ir c201
     ir=$(cat "$tmp"/cg.* | awk '/^summary:/ {s += $2} END {print s}')
-    c201=$(grep -o '"201":[0-9]*' "$tmp/wrk-$1.log" | head -1 | cut -d: -f2)
+    c201=$(grep -o '"c201":[0-9]*' "$tmp/wrk-$1.log" | head -1 | cut -d: -f2)
     echo "$1: $((ir / orders)) instructions per order ($ir Ir, $orders orders, ${c201:-?} answered 201)"
 }
 run lock-h0 lock
