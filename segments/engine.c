@@ -22,7 +22,7 @@ static void visit_next(struct ord *o);
 static void on_round_timer(evutil_socket_t fd, short what, void *arg);
 static void on_hold_done(evutil_socket_t fd, short what, void *arg);
 
-/* ---- settings ----------------------------------------------------------- */
+/* ---- settings -------------------------------------------------------------------- */
 
 static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
 {
@@ -97,7 +97,7 @@ static void proceed(struct ord *o)
     round_begin(o);
 }
 
-/* ---- one segment -------------------------------------------------------- */
+/* ---- one segment ----------------------------------------------------------------- */
 
 static void short_of_stock(struct ord *o, int i, long long stock, bool known)
 {
@@ -278,7 +278,7 @@ static void on_acquire(void *arg, int rc, struct rd_reply *r)
     visit_next(o);
 }
 
-/* ---- rounds ------------------------------------------------------------- */
+/* ---- rounds ---------------------------------------------------------------------- */
 
 static void on_round_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -448,7 +448,7 @@ static void round_begin(struct ord *o)
     visit_next(o);
 }
 
-/* ---- the engine --------------------------------------------------------- */
+/* ---- the engine ------------------------------------------------------------------ */
 
 static void on_start(evutil_socket_t fd, short what, void *arg)
 {

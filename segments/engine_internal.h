@@ -154,7 +154,7 @@ struct part {
     int k;
 };
 
-/* ---- ord.c: the order itself ---------------------------------------------------- */
+/* ---- ord.c: the order itself ----------------------------------------------------- */
 
 /* How much longer than the order may live its id's claim lasts; a segment refuses a
  * deduction within CLAIM_MARGIN_MS of the claim's end (the clocks of two masters). */
@@ -219,7 +219,7 @@ static inline void ord_unclaim(struct ord *o, int i)
         ltab_unclaim(o->s, i);
 }
 
-/* ---- lease.c: lease renewal ----------------------------------------------------- */
+/* ---- lease.c: lease renewal ------------------------------------------------------ */
 
 /* The lock of `seg` is ours: renewed every lock_ttl_ms / 3 until lease_stop. */
 void lease_start(struct ord *o);
@@ -232,7 +232,7 @@ static inline void lease_stop(struct ord *o)
     event_del(o->renew);
 }
 
-/* ---- handover.c: a lock kept from one order of this loop to the next ------------ */
+/* ---- handover.c: a lock kept from one order of this loop to the next ------------- */
 
 /* May o's lock go on to `w` with the DEDUCT that keeps it (standalone Redis only)? */
 bool handover_may_keep(const struct ord *o, const struct ord *w);
@@ -247,17 +247,17 @@ void handover_settle(struct ord *o, int rc, const struct rd_reply *r,
                      void (*on_hold_done)(evutil_socket_t, short, void *),
                      void (*on_round_timer)(evutil_socket_t, short, void *));
 
-/* ---- claims.c: a cluster, the order id's claim ---------------------------------- */
+/* ---- claims.c: a cluster, the order id's claim ----------------------------------- */
 
 /* Claim the id (CLAIM): then ROUND, or MULTI (the claim records a plan: mclaiming),
  * or an answer (a replay, busy, the record of a dead claim's order). */
 void claims_claim(struct ord *o);
 
-/* ---- verdict.c: sold out, insufficient or busy, from fresh counts --------------- */
+/* ---- verdict.c: sold out, insufficient or busy, from fresh counts ---------------- */
 
 void verdict_begin(struct ord *o);
 
-/* ---- multi.c: several segments at once ------------------------------------------ */
+/* ---- multi.c: several segments at once ------------------------------------------- */
 
 /* The arrays of a set of o->n segments, none locked. */
 void multi_alloc(struct ord *o);
@@ -271,7 +271,7 @@ void multi_begin(struct ord *o);
 /* The plan known (and on a cluster recorded): its locks, then its deduction (MULTI). */
 void multi_go(struct ord *o);
 
-/* ---- spread.c: the automatic rebalance ------------------------------------------ */
+/* ---- spread.c: the automatic rebalance ------------------------------------------- */
 
 /* A spread due and begun by this order (SPREAD)? false: the order goes on. */
 bool spread_begin(struct ord *o);

@@ -208,7 +208,7 @@ static void multi_deduct(struct ord *o)
     free(tok);
 }
 
-/* ---- the set of locks --------------------------------------------------- */
+/* ---- the set of locks ------------------------------------------------------------ */
 
 static void on_multi_retry(evutil_socket_t fd, short what, void *arg)
 {
@@ -327,7 +327,7 @@ void multi_alloc(struct ord *o)
     o->mround = 0;
 }
 
-/* ---- an order in parts -------------------------------------------------- */
+/* ---- an order in parts ----------------------------------------------------------- */
 
 /* The plan is known (and on a cluster recorded): lock the parts, or deduct. */
 void multi_go(struct ord *o)
@@ -359,5 +359,5 @@ void multi_begin(struct ord *o)
         rda_intent(o->e->rd, o->res.order_id, true, on_intent, o);
         return;
     }
-    ord_enter(o, ORD_MULTI);
+    multi_go(o);
 }

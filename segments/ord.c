@@ -8,7 +8,7 @@
 #include "segments/skutab.h"
 #include "base/text.h"
 
-/* ---- the transitions ---------------------------------------------------- */
+/* ---- the transitions ------------------------------------------------------------- */
 
 /* The state machine, state by state (its steps: engine.c, and the files it names):
  *
@@ -135,7 +135,7 @@ void ord_enter(struct ord *o, enum ord_state to)
     o->e->enter[to](o);
 }
 
-/* ---- small things ------------------------------------------------------- */
+/* ---- small things ---------------------------------------------------------------- */
 
 uint32_t ord_rnd(engine *e, uint32_t n)
 {
@@ -162,7 +162,7 @@ void ord_arm(struct ord *o, int ms, void (*cb)(evutil_socket_t, short, void *))
     evtimer_add(o->timer, &tv);
 }
 
-/* ---- answers ------------------------------------------------------------ */
+/* ---- answers --------------------------------------------------------------------- */
 
 /* The order id was met again: the same order (REPLAYED, record kept) or a clash. */
 void ord_replayed(struct ord *o, char *record)
@@ -310,7 +310,7 @@ void ord_stale(struct ord *o)
     ord_enter(o, ORD_VIEW);
 }
 
-/* ---- what the segments hold --------------------------------------------- */
+/* ---- what the segments hold ------------------------------------------------------ */
 
 /* Segments known empty in `gen`, here or by another loop (which tells the others
  * through the shared entry). */
