@@ -14,9 +14,9 @@
  *   ord.c      the order itself: its state and transitions, its answer and its end
  *
  * A step of a lower file that goes on to a state entered by a higher one (VIEW,
- * ROUND, MULTI) calls ord_enter(), which runs that state's step from the engine's
- * table `enter` (filled by engine.c). Every callback's privdata is the order (or a
- * `struct part` of it); a NULL reply (rc < 0: no answer) ends the order unavailable,
+ * ROUND, MULTI, VERDICT) calls ord_enter(), which runs that state's step from the
+ * engine's table `enter` (filled by engine.c). Every callback's privdata is the order (or
+ * a `struct part` of it); a NULL reply (rc < 0: no answer) ends the order unavailable,
  * unless the outcome is certain without it. An order is freed by ord_finish() once
  * answered and owed no reply (`pending`).
  */
@@ -73,6 +73,10 @@ enum ord_state {
     ORD__COUNT
 };
 
+/* An order. Its state is `state`; the flags left beside it are orthogonal to it:
+ * what it owns or owes across states (claim_ok, holding, waiting, pending, mclaiming),
+ * how the current step was sent (pipelined, confirm), or what a reply said (has_id,
+ * stock_left, lease_lost, hold_over, mlost, mplaced). */
 struct ord {
     engine *e;
     enum ord_state state; /* written by ord_set() only */
