@@ -898,15 +898,6 @@ void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char 
     route(q);
 }
 
-void rda_cancel(rda_conn *c, const char *sku, long long epoch, const char *id,
-                const char *cancelled, const char *expected, const struct rd_parts *p,
-                rda_reply_fn fn, void *arg)
-{
-    struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_cancel(&q->lq.cmd, sku, epoch, id, cancelled, expected, p);
-    route(q);
-}
-
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
                 const char *const *tok, const char *op, long long add, long long limit,
                 const char *rid, const char *sig, rda_reply_fn fn, void *arg)

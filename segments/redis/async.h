@@ -119,12 +119,13 @@ void rda_release(rda_conn *c, const char *sku, int i, const char *token, rda_int
                  void *arg);
 void rda_renew(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
                rda_int_fn fn, void *arg);
+/* DEDUCT_MULTI: all or nothing, fenced by every token. Codes: OK (stocks[j] = stock
+ * left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS; `stocks` has p->n
+ * entries (filled for OK and SHORT). A standalone Redis only (one script, every
+ * segment's keys); a cluster deducts part by part (rda_deduct_part). */
 void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char *id,
                       const char *record, const char *attempt, const struct rd_parts *p,
                       rda_multi_fn fn, void *arg);
-void rda_cancel(rda_conn *c, const char *sku, long long epoch, const char *id,
-                const char *cancelled, const char *expected, const struct rd_parts *p,
-                rda_reply_fn fn, void *arg);
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
                 const char *const *tok, const char *op, long long add, long long limit,
                 const char *rid, const char *sig, rda_reply_fn fn, void *arg);

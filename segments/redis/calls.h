@@ -1,7 +1,7 @@
 /* calls.h -- the Redis seam: a connection, and one typed call per script or read.
  *
  * Everything that knows Redis lives in segments/redis/: key names (keys.h), Lua
- * (the lua/ files, scripts.c), the connection (store.c) and the reply shapes (calls.c).
+ * (the lua/ files, scripts.c), the connection (store.c) and the reply shapes (proto.c).
  * The rest of the program passes C values in and gets C values back; no redisReply, key
  * or Lua crosses this header. Each call is blocking on its connection (a worker's own).
  *
@@ -207,13 +207,6 @@ struct rd_parts {
     const long long *part;  /* DEDUCT_MULTI only */
     const char *const *tok; /* per part: the lock token, or "" (mode atomic) */
 };
-
-/* DEDUCT_MULTI: all or nothing, fenced by every token. Codes: OK (stocks[j] = stock
- * left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS. `stocks` has n
- * entries (filled for OK and SHORT). 0 or -1. */
-int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id,
-                    const char *record, const char *attempt, const struct rd_parts *p,
-                    struct rd_reply *out, long long *stocks);
 
 /* CANCEL: give back to each segment what Redis records for order `id`, while its
  * record is still `expected` (the caller's read) and the SKU still in `epoch`; mark
