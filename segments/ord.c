@@ -13,6 +13,8 @@
 /* The state machine, state by state (its steps: engine.c, and the files it names):
  *
  *   START     the first step, on the next turn of the loop     -> VIEW
+ *             (-> DONE, 503, while the loop's handle waits to follow the process's
+ *             Redis to cluster mode: ord_mode_followed)
  *   VIEW      settings cached and fresh? else META sent      -> ROUND (a Redis
  *             Cluster, an order with a client id: CLAIM first)
  *   CLAIM     (a cluster) the id claimed in its slot: OK     -> ROUND (durability
