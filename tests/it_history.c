@@ -55,6 +55,11 @@
  *    sent, not refused with a 4xx); each request id counts once.
  * Each violation is printed with the log lines involved (and all of them written to
  * the log file); any violation fails the test.
+ *
+ * HISTORY_OPS (a list such as "order,cancel,restock") limits the kinds the clients
+ * send; orders are always sent. tests/it_history_cluster.c compiles this file again
+ * with HISTORY_CLUSTER defined: the same clients and checks on a Redis Cluster with
+ * replicated SKUs and failovers (its header says what differs).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -140,9 +145,9 @@ static const struct sku_spec specs[N_SKUS] = {
     {"h-atomic", 30, {4, 1, 20}, "atomic", 0, NULL},
 };
 #else
-/* Every SKU replicated, so that nothing acknowledged may be lost to a failover. Stock
- * for a round of orders without restocks and cancels (the default mix), but c-atomic,
- * which sells out. */
+/* Every SKU replicated, so that nothing acknowledged may be lost to a failover. More
+ * stock than above, so that failovers meet SKUs with stock left (HISTORY_OPS=order
+ * included); c-atomic sells out. */
 static const struct sku_spec specs[N_SKUS] = {
     {"c-one", 1200, {1, 1, 4}, "lock", 2, "replicated"},
     {"c-four", 3000, {4, 4, 20}, "lock", 5, "replicated"},

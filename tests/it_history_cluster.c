@@ -13,27 +13,34 @@
  *
  * The chaos, on the test's main thread: after 1.5-3 s of quiet, one fault, then again
  * until the end, the first of them a failover:
- *  - failover: a random master's replica is frozen (SIGSTOP) and its link cut (CLIENT
- *    KILL TYPE replica on the master) for 300 ms, so the master acknowledges what no
- *    replica has (a replicated write must then answer 503, never 2xx); the master is
- *    SIGKILLed, the replica resumed and promoted; the old master restarted, and the
- *    next fault waits until it is a synced replica of the new one;
+ *  - failover, graceful by default: CLUSTER FAILOVER on a random master's replica (the
+ *    master hands over once the replica has all it acknowledged), then the old master
+ *    SIGKILLed and restarted; the next fault waits until it is a synced replica;
+ *  - failover, hard (HISTORY_FAULTS=hard, or HISTORY_CLUSTER_ALL=1): the replica
+ *    frozen (SIGSTOP) and its link cut (CLIENT KILL TYPE replica on the master) for
+ *    300 ms, so the master acknowledges what no replica has (a replicated write must
+ *    then answer 503, never 2xx); the master SIGKILLed, the replica resumed and
+ *    promoted; the old master restarted as above;
  *  - freeze: the same 300 ms freeze and cut, then the replica resumed, no kill.
  *
- * What is sent. By default the clients send orders only (new, retried, sent to 2-3
- * instances at once; qty 1 to 14, so some take several segments) and rebalances:
- * what is correct on main today. Issue 21 names three defects of replicated writes
- * across a failover (a restock invents stock; a PUT loses segments; a cancel loses
- * units), so cancels, restocks, resets and deletes are on only with
- * HISTORY_CLUSTER_ALL=1 (every kind) or as HISTORY_OPS lists them
- * (e.g. HISTORY_OPS=order,cancel). Async SKUs are left out: losing an acknowledged
- * async write in a failover is what async means, and the checks count any loss.
+ * What is sent. The clients send every kind it_history does (orders with ids, some
+ * multi-segment, retried and sent to 2-3 instances at once; cancels; restocks with a
+ * request id, retried after a 503 under it; rebalances; resets and delete + create).
+ * By default the failovers are graceful and the replica freezes end without a kill:
+ * every write must then hold, and does on main today (make test). Hard failovers are
+ * on with HISTORY_FAULTS=hard or HISTORY_CLUSTER_ALL=1: issue 21 names three defects
+ * of replicated writes across one (a restock invents stock; a PUT loses segments; a
+ * cancel loses units), and they show two more on the order path (docs/DESIGN.md,
+ * "Keeping stock exact"), so the lead turns them on once those are fixed. HISTORY_OPS
+ * (e.g. HISTORY_OPS=order,restock) narrows the kinds, to tell the defects apart.
+ * Async SKUs are left out: losing an acknowledged async write in a failover is what
+ * async means, and the checks count any loss.
  *
  * `make soak CLUSTER=1` runs it round after round (tests/soak.sh --cluster).
  */
 #define HISTORY_CLUSTER 1
 #define HISTORY_NAME "it_history_cluster"
-#define DEFAULT_OPS ((1u << K_ORDER) | (1u << K_REBALANCE))
+#define DEFAULT_OPS OPS_ALL
 #define RETRY_UNKNOWN true
 #define DEADLINE_EXTRA 200 /* a failover may take 30 s to promote, 30 s to rejoin */
 
