@@ -1968,10 +1968,12 @@ static void settle_worker(int idx, void *ctx)
 }
 
 /* RETRY_UNKNOWN: once the clients have stopped, every order, cancel and restock id
- * that got no definite answer at all (only 503s or none) is sent again under its id
- * until one comes (every 250 ms, over the instances, for SETTLE_SECONDS at most), as
- * a client must: a dead attempt's claim or plan is settled by that retry, and only
- * then can the records be judged against the SKUs. Returns how many got none. */
+ * whose last request got an unknown outcome (503 or none) is sent again under its id
+ * until a definite answer comes (every 250 ms, over the instances, for SETTLE_SECONDS
+ * at most), as a client must: a dead attempt's claim or plan is settled by that
+ * retry, and only then can the records be judged against the SKUs. (A definite answer
+ * before the unknown one does not settle it: a reset may have come between, and the
+ * unknown request started a new sale.) Returns how many got none. */
 #define SETTLE_SECONDS 30
 static int settle_unknown(struct run *run)
 {
@@ -1980,12 +1982,12 @@ static int settle_unknown(struct run *run)
     struct settle st = {.run = run, .q = xmalloc((m + 1) * sizeof *st.q)};
     for (size_t i = 0; i < m;) {
         size_t j = i;
-        bool definite = false;
         while (j < m && v[j]->q.kind == v[i]->q.kind &&
                strcmp(v[j]->q.id, v[i]->q.id) == 0)
-            definite |= !is_unknown(v[j++]);
+            j++;
         enum kind kind = v[i]->q.kind;
-        if (!definite && (kind == K_ORDER || kind == K_CANCEL || kind == K_RESTOCK))
+        if (is_unknown(v[j - 1]) &&
+            (kind == K_ORDER || kind == K_CANCEL || kind == K_RESTOCK))
             st.q[st.n++] = v[j - 1]->q;
         i = j;
     }

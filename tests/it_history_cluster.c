@@ -119,12 +119,13 @@ static int pick_shard(const h_cluster *c, uint64_t *rng, int *master, int *repli
     return -1;
 }
 
-/* Poll node i until its role is `want` (FAULT_WAIT_MS at most): 0, or -1. */
-static int await_role(const h_cluster *c, int i, char want, long long *ms)
+/* Poll node i until its role is `want` (`limit_ms` at most): 0, or -1. */
+static int await_role(const h_cluster *c, int i, char want, long long limit_ms,
+                      long long *ms)
 {
     long long t0 = h_now_ms();
     while (role_of(c, i, NULL) != want) {
-        if (h_now_ms() - t0 > FAULT_WAIT_MS)
+        if (h_now_ms() - t0 > limit_ms)
             return -1;
         h_sleep_ms(50);
     }
@@ -158,15 +159,21 @@ static bool hard_faults(void)
 }
 
 /* The graceful handover, then the old master killed: 0 (*ms: until the replica was a
- * master), or -1 when the replica refused or was not promoted. */
+ * master), or -1 when the replica refused or was not promoted three times (a manual
+ * failover gives up after 5 s when the replica cannot catch up meanwhile). */
 static int hand_over(const h_cluster *c, int master, int replica, long long *ms)
 {
-    redisReply *r = h_port_command(h_cluster_port(c, replica), "CLUSTER FAILOVER");
-    int rc = r != NULL && r->type == REDIS_REPLY_STATUS ? 0 : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    if (rc == 0)
-        rc = await_role(c, replica, 'm', ms);
+    int rc = -1;
+    long long t0 = h_now_ms();
+    for (int attempt = 0; attempt < 3 && rc != 0; attempt++) {
+        redisReply *r = h_port_command(h_cluster_port(c, replica), "CLUSTER FAILOVER");
+        rc = r != NULL && r->type == REDIS_REPLY_STATUS ? 0 : -1;
+        if (r != NULL)
+            freeReplyObject(r);
+        if (rc == 0)
+            rc = await_role(c, replica, 'm', 8000, ms);
+    }
+    *ms = h_now_ms() - t0;
     if (rc == 0)
         h_redis_kill(h_cluster_node(c, master));
     return rc;
@@ -190,11 +197,11 @@ static void fault(struct run *run, uint64_t *rng, bool failover)
     } else {
         if (hard)
             freeze_and_cut(c, master, replica, true);
-        if (hard && await_role(c, replica, 'm', &promoted) != 0)
+        if (hard && await_role(c, replica, 'm', FAULT_WAIT_MS, &promoted) != 0)
             why = "the replica was not promoted";
         else if (h_redis_restart(h_cluster_node(c, master)) != 0)
             why = "the old master did not restart";
-        else if (await_role(c, master, 's', &rejoined) != 0)
+        else if (await_role(c, master, 's', FAULT_WAIT_MS, &rejoined) != 0)
             why = "the old master did not rejoin as a synced replica";
         else
             rc = 0;
