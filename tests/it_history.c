@@ -374,8 +374,10 @@ struct run {
     long long check_until;  /* reads of the check stop retrying 503s after this */
     struct hlog log;
     pthread_mutex_t reset_mu[N_SKUS]; /* one reset of a SKU at a time */
-    bool restart_failed;              /* written by the chaos thread, read after join */
-    char chaos_error[160];            /* cluster: a fault that did not go as planned */
+    pthread_rwlock_t pause; /* each client op holds it shared: the chaos may take it to
+                               run a fault with no op in flight (writers first) */
+    bool restart_failed;    /* written by the chaos thread, read after join */
+    char chaos_error[160];  /* cluster: a fault that did not go as planned */
 };
 
 static long long run_now(const struct run *run)
@@ -755,7 +757,9 @@ static void client_main(struct run *run, int idx)
     c->idx = idx;
     c->rng = rng_seed(run->seed, idx);
     while (run_now(run) < run->end && !log_full(&run->log)) {
+        pthread_rwlock_rdlock(&run->pause);
         client_step(c);
+        pthread_rwlock_unlock(&run->pause);
         sleep_us(rng_below(&c->rng, PACE_US + 1));
     }
     free(c);
@@ -1891,6 +1895,11 @@ static void run_init(struct run *run, struct fixture *f)
     run->log.max = (size_t)REQUESTS_PER_SECOND * (size_t)run->seconds + 1000;
     for (int s = 0; s < N_SKUS; s++)
         pthread_mutex_init(&run->reset_mu[s], NULL);
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&run->pause, &attr);
+    pthread_rwlockattr_destroy(&attr);
     run->t0 = mono_us();
 }
 
@@ -1898,6 +1907,7 @@ static void run_free(struct run *run)
 {
     for (int s = 0; s < N_SKUS; s++)
         pthread_mutex_destroy(&run->reset_mu[s]);
+    pthread_rwlock_destroy(&run->pause);
     log_free(&run->log);
 }
 
