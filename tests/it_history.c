@@ -146,12 +146,12 @@ static const struct sku_spec specs[N_SKUS] = {
 };
 #else
 /* Every SKU replicated, so that nothing acknowledged may be lost to a failover. More
- * stock than above, so that failovers meet SKUs with stock left (HISTORY_OPS=order
- * included); c-atomic sells out. */
+ * stock than above, so that failovers meet SKUs with stock left also when no cancel or
+ * restock brings any back (the default kinds); c-atomic sells out. */
 static const struct sku_spec specs[N_SKUS] = {
-    {"c-one", 1200, {1, 1, 4}, "lock", 2, "replicated"},
-    {"c-four", 3000, {4, 4, 20}, "lock", 5, "replicated"},
-    {"c-twenty", 12000, {20, 20, 4}, "lock", 3, "replicated"},
+    {"c-one", 12000, {1, 1, 4}, "lock", 2, "replicated"},
+    {"c-four", 30000, {4, 4, 20}, "lock", 5, "replicated"},
+    {"c-twenty", 120000, {20, 20, 4}, "lock", 3, "replicated"},
     {"c-atomic", 300, {4, 1, 20}, "atomic", 0, "replicated"},
 };
 #endif
