@@ -8,6 +8,7 @@
 #   make fuzz             build and run the request-parsing fuzzer for FUZZ_SECONDS
 #   make SANITIZER=address|undefined|thread   sanitized build under build/<sanitizer>/
 #   make soak SECONDS=600  the randomized history checker, round after round (tests/soak.sh)
+#   make soak CLUSTER=1    the same on a Redis Cluster with failovers (tests/it_history_cluster.c)
 #   make install [PREFIX=/usr/local DESTDIR=]   daemon, unit, man page, /etc config
 #   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
@@ -170,11 +171,14 @@ clean:
 
 # The history checker (tests/it_history.c) with a fresh seed per round of SOAK_ROUND
 # seconds until SECONDS are used; a failing round prints its seed and how to rerun it.
+# CLUSTER=1: its cluster variant (tests/it_history_cluster.c), a fresh 3+3 Redis Cluster
+# per round with failovers; HISTORY_CLUSTER_ALL=1 adds every kind and hard failovers.
 SECONDS    ?= 600
 SOAK_ROUND ?= 60
+SOAK_BIN   := $(if $(CLUSTER),it_history_cluster,it_history)
 soak: deps
-	@$(MAKE) --no-print-directory $(BIN) $(BUILD)/tests/it_history
-	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(BUILD)
+	@$(MAKE) --no-print-directory $(BIN) $(BUILD)/tests/$(SOAK_BIN)
+	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(if $(CLUSTER),--cluster) $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: the daemon in $(PREFIX)/sbin, the systemd
 # unit in $(UNITDIR), the manual page inventoryd(8), /etc/logrotate.d/inventoryd, and

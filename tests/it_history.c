@@ -55,6 +55,11 @@
  *    sent, not refused with a 4xx); each request id counts once.
  * Each violation is printed with the log lines involved (and all of them written to
  * the log file); any violation fails the test.
+ *
+ * HISTORY_OPS (a list such as "order,cancel,restock") limits the kinds the clients
+ * send; orders are always sent. tests/it_history_cluster.c compiles this file again
+ * with HISTORY_CLUSTER defined: the same clients and checks on a Redis Cluster with
+ * replicated SKUs and failovers (its header says what differs).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -90,6 +95,15 @@
 #define SHOW_PER_CATEGORY 8      /* violations printed per category (all go to the log) */
 #define NEVER LLONG_MAX
 
+/* The variant: this file alone is the standalone checker; tests/it_history_cluster.c
+ * defines HISTORY_CLUSTER, includes it and adds its own fixture and chaos. */
+#ifndef HISTORY_CLUSTER
+#define HISTORY_NAME "it_history"
+#define DEFAULT_OPS OPS_ALL /* kinds the clients send unless HISTORY_OPS says */
+#define RETRY_UNKNOWN false /* retry an order or cancel answered 503 under its id */
+#define DEADLINE_EXTRA 60   /* seconds past HISTORY_SECONDS before h_deadline fires */
+#endif
+
 enum kind {
     K_ORDER,
     K_CANCEL,
@@ -97,29 +111,50 @@ enum kind {
     K_REBALANCE,
     K_RESET, /* PUT /admin/skus/S: create or reset */
     K_DELETE,
-    K_KILL,    /* chaos: CLIENT KILL; status = clients killed */
-    K_RESTART, /* chaos: Redis restart; status 0 or -1 */
+    K_KILL,     /* chaos: CLIENT KILL; status = clients killed */
+    K_RESTART,  /* chaos: Redis restart; status 0 or -1 */
+    K_FAILOVER, /* chaos (cluster): a master SIGKILLed, its replica promoted; 0 or -1 */
+    K_FREEZE,   /* chaos (cluster): a replica frozen and its link cut; 0 or -1 */
     K__COUNT
 };
 
-static const char *const kind_name[K__COUNT] = {"order", "cancel", "restock", "rebalance",
-                                                "reset", "delete", "kill",    "restart"};
+static const char *const kind_name[K__COUNT] = {
+    "order",  "cancel", "restock", "rebalance", "reset",
+    "delete", "kill",   "restart", "failover",  "freeze"};
+
+/* Sets of the kinds clients send (bit 1 << kind); orders are always sent. */
+#define OPS_ALL                                                                          \
+    ((1u << K_ORDER) | (1u << K_CANCEL) | (1u << K_RESTOCK) | (1u << K_REBALANCE) |      \
+     (1u << K_RESET) | (1u << K_DELETE))
 
 /* A SKU of the history and how its resets look. */
 struct sku_spec {
     const char *name;
-    long long stock;  /* a reset's stock: this, +-25% */
-    int segs[3];      /* segment counts a reset picks from; the first at setup */
-    const char *mode; /* mode at setup; a reset flips it now and then */
-    int hold_max;     /* hold_ms 0..hold_max */
+    long long stock;        /* a reset's stock: this, +-25% */
+    int segs[3];            /* segment counts a reset picks from; the first at setup */
+    const char *mode;       /* mode at setup; a reset flips it now and then */
+    int hold_max;           /* hold_ms 0..hold_max */
+    const char *durability; /* sent with every reset; NULL: none (the setting's) */
 };
 
+#ifndef HISTORY_CLUSTER
 static const struct sku_spec specs[N_SKUS] = {
-    {"h-one", 24, {1, 1, 4}, "lock", 2},
-    {"h-four", 40, {4, 4, 20}, "lock", 5},
-    {"h-twenty", 200, {20, 20, 4}, "lock", 3},
-    {"h-atomic", 30, {4, 1, 20}, "atomic", 0},
+    {"h-one", 24, {1, 1, 4}, "lock", 2, NULL},
+    {"h-four", 40, {4, 4, 20}, "lock", 5, NULL},
+    {"h-twenty", 200, {20, 20, 4}, "lock", 3, NULL},
+    {"h-atomic", 30, {4, 1, 20}, "atomic", 0, NULL},
 };
+#else
+/* Every SKU replicated, so that nothing acknowledged may be lost to a failover. More
+ * stock than above, so that failovers meet SKUs with stock left also when no cancel or
+ * restock brings any back (the default kinds); c-atomic sells out. */
+static const struct sku_spec specs[N_SKUS] = {
+    {"c-one", 12000, {1, 1, 4}, "lock", 2, "replicated"},
+    {"c-four", 30000, {4, 4, 20}, "lock", 5, "replicated"},
+    {"c-twenty", 120000, {20, 20, 4}, "lock", 3, "replicated"},
+    {"c-atomic", 300, {4, 1, 20}, "atomic", 0, "replicated"},
+};
+#endif
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
@@ -127,7 +162,7 @@ static void *xmalloc(size_t n)
 {
     void *p = calloc(1, n);
     if (p == NULL) {
-        fprintf(stderr, "it_history: out of memory\n");
+        fprintf(stderr, HISTORY_NAME ": out of memory\n");
         abort();
     }
     return p;
@@ -191,7 +226,8 @@ static unsigned long long env_ull(const char *name, unsigned long long dflt)
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (errno != 0 || *end != '\0') {
-        fprintf(stderr, "it_history: %s=%s is not a number; using %llu\n", name, v, dflt);
+        fprintf(stderr, HISTORY_NAME ": %s=%s is not a number; using %llu\n", name, v,
+                dflt);
         return dflt;
     }
     return n;
@@ -258,7 +294,7 @@ static void log_add(struct hlog *l, struct entry *e)
         l->cap = l->cap ? 2 * l->cap : 4096;
         struct entry *grown = realloc(l->e, l->cap * sizeof *grown);
         if (grown == NULL) {
-            fprintf(stderr, "it_history: out of memory\n");
+            fprintf(stderr, HISTORY_NAME ": out of memory\n");
             abort();
         }
         l->e = grown;
@@ -303,7 +339,7 @@ static const char *entry_line(const struct entry *e, char *buf, size_t len,
         snprintf(who, sizeof who, "t%d i%d", q->thread, q->inst);
     int n = snprintf(buf, len, "#%zu %.3f..%.3fms %s %s", e->seq, e->sent / 1000.0,
                      e->recv / 1000.0, who, kind_name[q->kind]);
-    if (q->kind == K_KILL || q->kind == K_RESTART) {
+    if (q->kind >= K_KILL) {
         snprintf(buf + n, len - (size_t)n, " -> %d", e->status);
         return buf;
     }
@@ -325,7 +361,9 @@ static const char *entry_line(const struct entry *e, char *buf, size_t len,
 /* ---- the run ----------------------------------------------------------------------- */
 
 struct run {
-    h_redis *redis;
+    h_redis *redis;     /* standalone: the Redis (NULL on a cluster) */
+    h_cluster *cluster; /* the cluster variant's cluster (NULL standalone) */
+    unsigned ops;       /* the kinds clients send (OPS_ALL, HISTORY_OPS) */
     int port[N_INST];
     unsigned long long seed;
     int seconds;
@@ -336,7 +374,10 @@ struct run {
     long long check_until;  /* reads of the check stop retrying 503s after this */
     struct hlog log;
     pthread_mutex_t reset_mu[N_SKUS]; /* one reset of a SKU at a time */
-    bool restart_failed;              /* written by the chaos thread, read after join */
+    pthread_rwlock_t pause; /* each client op holds it shared: the chaos may take it to
+                               run a fault with no op in flight (writers first) */
+    bool restart_failed;    /* written by the chaos thread, read after join */
+    char chaos_error[160];  /* cluster: a fault that did not go as planned */
 };
 
 static long long run_now(const struct run *run)
@@ -384,6 +425,9 @@ static int http_send(int port, const struct req *q, struct h_resp *r)
         if (!q->key_header)
             n += snprintf(body + n, sizeof body - (size_t)n, ",\"request_id\":\"%s\"",
                           q->id);
+        if (specs[q->sku].durability != NULL)
+            n += snprintf(body + n, sizeof body - (size_t)n, ",\"durability\":\"%s\"",
+                          specs[q->sku].durability);
         snprintf(body + n, sizeof body - (size_t)n, "}");
         key_header = q->key_header;
         break;
@@ -552,6 +596,21 @@ static int send_until_definite(struct client *c, struct req *q, int attempts)
     return st;
 }
 
+static bool op_on(const struct client *c, enum kind kind)
+{
+    return (c->run->ops >> kind) & 1u;
+}
+
+/* Send an order or cancel once; with RETRY_UNKNOWN, again under its id after a 503
+ * or no answer, until the answer is definite. */
+static void send_order_or_cancel(struct client *c, struct req *q)
+{
+    if (RETRY_UNKNOWN)
+        send_until_definite(c, q, 4);
+    else
+        send_one(c->run, q);
+}
+
 static void op_new_order(struct client *c)
 {
     struct req q = new_req(c, K_ORDER, rng_below(&c->rng, N_SKUS));
@@ -561,13 +620,13 @@ static void op_new_order(struct client *c)
     int r = rng_below(&c->rng, 100);
     if (r < 8) {
         send_to_instances(c->run, &q, rng_range(&c->rng, 2, 3));
-    } else if (r < 13) { /* raced by its own cancel */
+    } else if (r < 13 && op_on(c, K_CANCEL)) { /* raced by its own cancel */
         struct req pair[2] = {q, q};
         pair[1].kind = K_CANCEL;
         pair[1].inst = rng_below(&c->rng, N_INST);
         send_together(c->run, pair, 2);
     } else {
-        send_one(c->run, &q);
+        send_order_or_cancel(c, &q);
     }
 }
 
@@ -575,7 +634,7 @@ static void op_retry_order(struct client *c)
 {
     struct req q;
     if (recall(c, c->orders, ORDER_MEMORY, c->norders, K_ORDER, &q))
-        send_one(c->run, &q);
+        send_order_or_cancel(c, &q);
     else
         op_new_order(c);
 }
@@ -584,7 +643,7 @@ static void op_cancel(struct client *c)
 {
     struct req q;
     if (recall(c, c->orders, ORDER_MEMORY, c->norders, K_CANCEL, &q))
-        send_one(c->run, &q);
+        send_order_or_cancel(c, &q);
     else
         op_new_order(c);
 }
@@ -660,28 +719,35 @@ static void op_recreate(struct client *c)
     pthread_mutex_unlock(&c->run->reset_mu[s]);
 }
 
-/* One op drawn from the mix (per 10 000): at ~1500 ops/s about one reset a second
- * and a delete + create every few seconds, spread over the SKUs. */
+/* The mix (per 10 000, cumulative): at ~1500 ops/s about one reset a second and a
+ * delete + create every few seconds, spread over the SKUs; the rest new orders. */
+static const struct {
+    int upto;
+    enum kind kind; /* the op runs when run->ops has it; else a new order */
+    void (*op)(struct client *);
+} mix[] = {
+    {800, K_ORDER, op_retry_order},    {2000, K_CANCEL, op_cancel},
+    {2900, K_RESTOCK, op_restock},     {3100, K_RESTOCK, op_restock_again},
+    {3500, K_REBALANCE, op_rebalance}, {3508, K_RESET, op_reset},
+    {3511, K_DELETE, op_recreate},
+};
+
+/* One op drawn from the mix; no reset or delete after resets_until. */
 static void client_step(struct client *c)
 {
     bool resets = run_now(c->run) < c->run->resets_until;
     int r = rng_below(&c->rng, 10000);
-    if (r < 800)
-        op_retry_order(c);
-    else if (r < 2000)
-        op_cancel(c);
-    else if (r < 2900)
-        op_restock(c);
-    else if (r < 3100)
-        op_restock_again(c);
-    else if (r < 3500)
-        op_rebalance(c);
-    else if (r < 3508 && resets)
-        op_reset(c);
-    else if (r < 3511 && resets)
-        op_recreate(c);
-    else
-        op_new_order(c);
+    for (size_t i = 0; i < sizeof mix / sizeof mix[0]; i++) {
+        if (r >= mix[i].upto)
+            continue;
+        bool late = (mix[i].kind == K_RESET || mix[i].kind == K_DELETE) && !resets;
+        if (op_on(c, mix[i].kind) && !late) {
+            mix[i].op(c);
+            return;
+        }
+        break;
+    }
+    op_new_order(c);
 }
 
 static void client_main(struct run *run, int idx)
@@ -691,7 +757,9 @@ static void client_main(struct run *run, int idx)
     c->idx = idx;
     c->rng = rng_seed(run->seed, idx);
     while (run_now(run) < run->end && !log_full(&run->log)) {
+        pthread_rwlock_rdlock(&run->pause);
         client_step(c);
+        pthread_rwlock_unlock(&run->pause);
         sleep_us(rng_below(&c->rng, PACE_US + 1));
     }
     free(c);
@@ -714,6 +782,7 @@ static void chaos_log(struct run *run, enum kind kind, long long sent, int statu
     log_add(&run->log, &e);
 }
 
+#ifndef HISTORY_CLUSTER
 /* CLIENT KILL every normal client but ours; -1 when the connection failed. */
 static int chaos_kill(struct run *run, redisContext *rc)
 {
@@ -764,6 +833,11 @@ static void chaos_main(struct run *run)
     if (rc != NULL)
         redisFree(rc);
 }
+
+#else
+/* The cluster's faults until run->end (tests/it_history_cluster.c). */
+static void chaos_main(struct run *run);
+#endif
 
 static void client_thread(int idx, void *ctx)
 {
@@ -1017,12 +1091,16 @@ static bool code_is(const struct entry *e, const char *a, const char *b)
 
 /* The README's table: may request `e` get this status and code? Our requests are all
  * well-formed and an order id only ever goes with one sku and qty, so a 400 or an
- * order_id_conflict is a fault, not an answer. */
+ * order_id_conflict is a fault, not an answer. A write to a "replicated" SKU may also
+ * be 503 not_replicated. */
 static bool answer_allowed(const struct entry *e)
 {
     int st = e->status;
+    const char *durability = specs[e->q.sku].durability;
     if (st == 503)
-        return code_is(e, "busy", "backend_unavailable");
+        return code_is(e, "busy", "backend_unavailable") ||
+               (durability != NULL && strcmp(durability, "replicated") == 0 &&
+                code_is(e, "not_replicated", NULL));
     switch (e->q.kind) {
     case K_ORDER:
         return st == 201 || st == 200 ||
@@ -1556,8 +1634,8 @@ static void write_log_head(struct checker *k)
 {
     const struct run *run = k->run;
     char line[8192];
-    fprintf(k->out, "# it_history seed=%llu seconds=%d instances=%d,%d,%d\n", run->seed,
-            run->seconds, run->port[0], run->port[1], run->port[2]);
+    fprintf(k->out, "# " HISTORY_NAME " seed=%llu seconds=%d instances=%d,%d,%d\n",
+            run->seed, run->seconds, run->port[0], run->port[1], run->port[2]);
     fprintf(k->out, "# times in ms since the start; resets until %.3f, end %.3f\n",
             run->resets_until / 1000.0, run->end / 1000.0);
     for (size_t i = 0; i < k->n; i++)
@@ -1620,6 +1698,58 @@ static void checker_free(struct checker *k)
     free(k->gop);
 }
 
+static int by_id_kind_time(const void *a, const void *b)
+{
+    const struct entry *x = *(struct entry *const *)a, *y = *(struct entry *const *)b;
+    int c = strcmp(x->q.id, y->q.id);
+    if (c == 0)
+        c = (int)x->q.kind - (int)y->q.kind;
+    return c != 0 ? c : x->sent < y->sent ? -1 : x->sent > y->sent;
+}
+
+/* Requests whose outcome the client could not know (503 or no answer), and how many
+ * of them a later request of the same kind and id answered definitely (2xx-4xx): the
+ * retry's answer is what checks 4 and 5 judge. */
+static bool is_unknown(const struct entry *e)
+{
+    return e->status < 0 || e->status == 503;
+}
+
+/* The clients' requests of e[0..n-1] sorted by id, kind and send time (*m of them;
+ * caller frees). */
+static const struct entry **by_id_kind(const struct entry *e, size_t n, size_t *m)
+{
+    const struct entry **v = xmalloc((n + 1) * sizeof *v);
+    *m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (e[i].q.kind < K_KILL && e[i].q.thread >= 0)
+            v[(*m)++] = &e[i];
+    qsort(v, *m, sizeof *v, by_id_kind_time);
+    return v;
+}
+
+static void count_unknown(const struct checker *k, long long *unknown,
+                          long long *resolved)
+{
+    size_t m;
+    const struct entry **v = by_id_kind(k->e, k->n, &m);
+    *unknown = *resolved = 0;
+    for (size_t i = 0; i < m; i++) {
+        if (!is_unknown(v[i]))
+            continue;
+        ++*unknown;
+        for (size_t j = i + 1;
+             j < m && v[j]->q.kind == v[i]->q.kind && strcmp(v[j]->q.id, v[i]->q.id) == 0;
+             j++) {
+            if (!is_unknown(v[j])) {
+                ++*resolved;
+                break;
+            }
+        }
+    }
+    free(v);
+}
+
 /* What ran and what was judged, ending with the line tests/soak.sh reads. */
 static void print_summary(const struct checker *k)
 {
@@ -1638,57 +1768,76 @@ static void print_summary(const struct checker *k)
     int skus = 0;
     for (int s = 0; s < N_SKUS; s++)
         skus += k->sku[s].status == 200;
+    long long unknown, resolved;
+    count_unknown(k, &unknown, &resolved);
     fprintf(stderr,
-            "it_history: seed %llu, %d s, %lld requests: order %lld, cancel %lld, "
-            "restock %lld, rebalance %lld, reset %lld, delete %lld; chaos: %lld CLIENT "
-            "KILLs, %lld Redis restart(s)%s\n",
+            HISTORY_NAME ": seed %llu, %d s, %lld requests: order %lld, cancel %lld, "
+                         "restock %lld, rebalance %lld, reset %lld, delete %lld; chaos: "
+                         "%lld CLIENT KILLs, %lld Redis restart(s), %lld failovers, %lld "
+                         "replica freezes%s\n",
             run->seed, run->seconds, requests, by_kind[K_ORDER], by_kind[K_CANCEL],
             by_kind[K_RESTOCK], by_kind[K_REBALANCE], by_kind[K_RESET], by_kind[K_DELETE],
-            by_kind[K_KILL], by_kind[K_RESTART],
+            by_kind[K_KILL], by_kind[K_RESTART], by_kind[K_FAILOVER], by_kind[K_FREEZE],
             run->log.full ? " (request cap reached: stopped early)" : "");
     fprintf(stderr,
-            "it_history: answers: 2xx %lld, 4xx %lld, 5xx %lld, none %lld; judged "
+            HISTORY_NAME
+            ": requests of unknown outcome (503 or none): %lld, %lld of them followed "
+            "by a definite answer to the same kind and id\n",
+            unknown, resolved);
+    fprintf(stderr,
+            HISTORY_NAME
+            ": answers: 2xx %lld, 4xx %lld, 5xx %lld, none %lld; judged "
             "against Redis: %lld order answers, %lld cancel answers, %lld restock ids, "
             "%lld order records, %d SKUs\n",
             by_status[2], by_status[4], by_status[5], by_status[0], k->judged[K_ORDER],
             k->judged[K_CANCEL], k->judged[K_RESTOCK], k->records, skus);
     for (int c = 0; c < k->ncat; c++)
-        fprintf(stderr, "it_history: violations [%s]: %d\n", k->cat[c], k->cat_count[c]);
-    fprintf(stderr, "it_history: violations %d\n", k->violations);
+        fprintf(stderr, HISTORY_NAME ": violations [%s]: %d\n", k->cat[c],
+                k->cat_count[c]);
+    fprintf(stderr, HISTORY_NAME ": violations %d\n", k->violations);
     fprintf(stderr,
             "history-result seed=%llu seconds=%d requests=%lld judged=%lld "
-            "violations=%d\n",
-            run->seed, run->seconds, requests, judged + k->records, k->violations);
+            "failovers=%lld violations=%d\n",
+            run->seed, run->seconds, requests, judged + k->records, by_kind[K_FAILOVER],
+            k->violations);
 }
 
 /* ---- the test ---------------------------------------------------------------------- */
 
 struct fixture {
-    h_redis *redis;
+    h_redis *redis;     /* standalone */
+    h_cluster *cluster; /* the cluster variant */
     h_svc *svc[N_INST];
 };
 
+/* The instances' arguments. Different lock waits, so that 503 busy and long waits
+ * both happen. */
+static const char *const svc_args[N_INST][9] = {
+    {"--threads", "16", "--lock-wait-ms", "300", "--lock-ttl-ms", "1000",
+     "--redis-timeout-ms", "1000", NULL},
+    {"--threads", "16", "--lock-wait-ms", "800", "--lock-ttl-ms", "1000",
+     "--redis-timeout-ms", "1000", NULL},
+    {"--threads", "16", "--lock-wait-ms", "1500", "--lock-ttl-ms", "1500",
+     "--redis-timeout-ms", "1000", NULL},
+};
+
+#ifndef HISTORY_CLUSTER
 static int group_setup(void **state)
 {
-    /* Different lock waits, so that 503 busy and long waits both happen. */
-    static const char *const args[N_INST][9] = {
-        {"--threads", "16", "--lock-wait-ms", "300", "--lock-ttl-ms", "1000",
-         "--redis-timeout-ms", "1000", NULL},
-        {"--threads", "16", "--lock-wait-ms", "800", "--lock-ttl-ms", "1000",
-         "--redis-timeout-ms", "1000", NULL},
-        {"--threads", "16", "--lock-wait-ms", "1500", "--lock-ttl-ms", "1500",
-         "--redis-timeout-ms", "1000", NULL},
-    };
     struct fixture *f = xmalloc(sizeof *f);
     *state = f;
     f->redis = h_redis_start();
     if (f->redis == NULL)
         return -1;
     for (int i = 0; i < N_INST; i++)
-        if ((f->svc[i] = h_svc_start_args(f->redis, args[i])) == NULL)
+        if ((f->svc[i] = h_svc_start_args(f->redis, svc_args[i])) == NULL)
             return -1;
     return 0;
 }
+#else
+/* A cluster and the instances on it (tests/it_history_cluster.c). */
+static int group_setup(void **state);
+#endif
 
 static int group_teardown(void **state)
 {
@@ -1701,14 +1850,36 @@ static int group_teardown(void **state)
         h_svc_free(f->svc[i]);
     }
     h_redis_free(f->redis);
+    h_cluster_free(f->cluster);
     free(f);
     return rc;
+}
+
+/* The kinds the clients send: HISTORY_OPS (a comma-separated list of kind names, e.g.
+ * "order,cancel"), else DEFAULT_OPS; HISTORY_CLUSTER_ALL=1 turns every kind on. */
+static unsigned ops_from_env(void)
+{
+    const char *all = getenv("HISTORY_CLUSTER_ALL"), *list = getenv("HISTORY_OPS");
+    if (all != NULL && strcmp(all, "1") == 0)
+        return OPS_ALL;
+    if (list == NULL || list[0] == '\0')
+        return DEFAULT_OPS;
+    unsigned ops = 1u << K_ORDER;
+    for (int k = 0; k < K_KILL; k++) {
+        size_t n = strlen(kind_name[k]);
+        for (const char *p = list; (p = strstr(p, kind_name[k])) != NULL; p += n)
+            if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+                ops |= 1u << k;
+    }
+    return ops;
 }
 
 static void run_init(struct run *run, struct fixture *f)
 {
     memset(run, 0, sizeof *run);
     run->redis = f->redis;
+    run->cluster = f->cluster;
+    run->ops = ops_from_env();
     for (int i = 0; i < N_INST; i++)
         run->port[i] = h_svc_port(f->svc[i]);
     run->seed = env_ull("HISTORY_SEED", DEFAULT_SEED);
@@ -1724,6 +1895,11 @@ static void run_init(struct run *run, struct fixture *f)
     run->log.max = (size_t)REQUESTS_PER_SECOND * (size_t)run->seconds + 1000;
     for (int s = 0; s < N_SKUS; s++)
         pthread_mutex_init(&run->reset_mu[s], NULL);
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&run->pause, &attr);
+    pthread_rwlockattr_destroy(&attr);
     run->t0 = mono_us();
 }
 
@@ -1731,6 +1907,7 @@ static void run_free(struct run *run)
 {
     for (int s = 0; s < N_SKUS; s++)
         pthread_mutex_destroy(&run->reset_mu[s]);
+    pthread_rwlock_destroy(&run->pause);
     log_free(&run->log);
 }
 
@@ -1764,20 +1941,99 @@ static void wait_quiet(struct run *run)
     h_sleep_ms(unanswered ? 4000 : 300);
 }
 
+/* The requests settle_unknown sends again, shared out one at a time. */
+struct settle {
+    struct run *run;
+    struct req *q;
+    size_t n, next;
+    long long until; /* us since t0 */
+    pthread_mutex_t mu;
+    int left; /* still without a definite answer at the end */
+};
+
+static void settle_worker(int idx, void *ctx)
+{
+    struct settle *st = ctx;
+    for (;;) {
+        pthread_mutex_lock(&st->mu);
+        size_t i = st->next++;
+        pthread_mutex_unlock(&st->mu);
+        if (i >= st->n)
+            return;
+        struct req *q = &st->q[i];
+        int status = -1;
+        for (int t = 0; run_now(st->run) < st->until; t++) {
+            q->inst = (idx + t) % N_INST;
+            status = send_one(st->run, q);
+            if ((status >= 200 && status < 500) || status == -2)
+                break;
+            h_sleep_ms(250);
+        }
+        if (status < 200 || status >= 500) {
+            pthread_mutex_lock(&st->mu);
+            st->left++;
+            pthread_mutex_unlock(&st->mu);
+        }
+    }
+}
+
+/* RETRY_UNKNOWN: once the clients have stopped, every order, cancel and restock id
+ * whose last request got an unknown outcome (503 or none) is sent again under its id
+ * until a definite answer comes (every 250 ms, over the instances, for SETTLE_SECONDS
+ * at most), as a client must: a dead attempt's claim or plan is settled by that
+ * retry, and only then can the records be judged against the SKUs. (A definite answer
+ * before the unknown one does not settle it: a reset may have come between, and the
+ * unknown request started a new sale.) Returns how many got none. */
+#define SETTLE_SECONDS 30
+static int settle_unknown(struct run *run)
+{
+    size_t m;
+    const struct entry **v = by_id_kind(run->log.e, run->log.n, &m);
+    struct settle st = {.run = run, .q = xmalloc((m + 1) * sizeof *st.q)};
+    for (size_t i = 0; i < m;) {
+        size_t j = i;
+        while (j < m && v[j]->q.kind == v[i]->q.kind &&
+               strcmp(v[j]->q.id, v[i]->q.id) == 0)
+            j++;
+        enum kind kind = v[i]->q.kind;
+        if (is_unknown(v[j - 1]) &&
+            (kind == K_ORDER || kind == K_CANCEL || kind == K_RESTOCK))
+            st.q[st.n++] = v[j - 1]->q;
+        i = j;
+    }
+    free(v);
+    st.until = run_now(run) + SETTLE_SECONDS * 1000000LL;
+    pthread_mutex_init(&st.mu, NULL);
+    h_parallel(N_CLIENTS, settle_worker, &st);
+    pthread_mutex_destroy(&st.mu);
+    fprintf(stderr,
+            HISTORY_NAME ": %zu ids without a definite answer sent again: %d left\n",
+            st.n, st.left);
+    free(st.q);
+    return st.left;
+}
+
 static void test_history(void **state)
 {
     struct fixture *f = *state;
     struct run run;
     run_init(&run, f);
-    h_deadline((unsigned)run.seconds + 60);
+    h_deadline((unsigned)run.seconds + DEADLINE_EXTRA);
     h_http_set_timeout(10000);
+    char ops[80] = "";
+    for (int i = 0; i < K_KILL; i++)
+        if ((run.ops >> i) & 1u)
+            snprintf(ops + strlen(ops), sizeof ops - strlen(ops), "%s%s",
+                     ops[0] ? "," : "", kind_name[i]);
     fprintf(stderr,
-            "it_history: seed %llu, %d s (reproduce: HISTORY_SEED=%llu "
-            "HISTORY_SECONDS=%d build/tests/it_history)\n",
-            run.seed, run.seconds, run.seed, run.seconds);
+            HISTORY_NAME ": seed %llu, %d s, ops %s (reproduce: HISTORY_SEED=%llu "
+                         "HISTORY_SECONDS=%d HISTORY_OPS=%s build/tests/" HISTORY_NAME
+                         ")\n",
+            run.seed, run.seconds, ops, run.seed, run.seconds, ops);
     create_skus(&run);
     assert_int_equal(run_history(&run), 0);
     wait_quiet(&run);
+    int unsettled = RETRY_UNKNOWN ? settle_unknown(&run) : 0;
 
     char *tmp_dir = NULL, *path = log_file_path(run.seed, &tmp_dir);
     struct checker k;
@@ -1791,6 +2047,13 @@ static void test_history(void **state)
             report(&k, "instance-died", NULL, 0, "instance %d exited", i);
     if (run.restart_failed)
         report(&k, "redis-restart", NULL, 0, "Redis did not come back");
+    if (unsettled > 0)
+        report(
+            &k, "unsettled", NULL, 0,
+            "%d ids got no definite answer within %d s after the run (all 503 or none)",
+            unsettled, SETTLE_SECONDS);
+    if (run.chaos_error[0] != '\0')
+        report(&k, "fault", NULL, 0, "%s", run.chaos_error);
     run_checks(&k);
     fclose(k.out);
     print_summary(&k);
@@ -1798,11 +2061,11 @@ static void test_history(void **state)
     checker_free(&k);
     run_free(&run);
     if (violations > 0)
-        fprintf(
-            stderr,
-            "it_history: FAILED with seed %llu; log: %s\nreproduce: HISTORY_SEED=%llu "
-            "HISTORY_SECONDS=%d build/tests/it_history\n",
-            run.seed, path, run.seed, run.seconds);
+        fprintf(stderr,
+                HISTORY_NAME
+                ": FAILED with seed %llu; log: %s\nreproduce: HISTORY_SEED=%llu "
+                "HISTORY_SECONDS=%d HISTORY_OPS=%s build/tests/" HISTORY_NAME "\n",
+                run.seed, path, run.seed, run.seconds, ops);
     else if (tmp_dir != NULL)
         h_rmtree(tmp_dir);
     free(tmp_dir);

@@ -3,10 +3,13 @@
 # with a fresh random HISTORY_SEED, until about SECONDS have been used; print per round
 # the seed, the operations checked and the violations, and at the end the totals.
 #
-#   tests/soak.sh [--seconds N] [--round N] [BUILD_DIR]
+#   tests/soak.sh [--seconds N] [--round N] [--cluster] [BUILD_DIR]
 #
 #   --seconds N   total time to use (default 600)
 #   --round N     HISTORY_SECONDS of one round (default 60; the last round is shorter)
+#   --cluster     run tests/it_history_cluster instead: each round on a fresh 3+3 Redis
+#                 Cluster with failovers (HISTORY_CLUSTER_ALL, HISTORY_OPS and
+#                 HISTORY_FAULTS are passed on from the environment)
 #   BUILD_DIR     where inventoryd and tests/it_history are (default build)
 #
 # On the first failing round it prints that round's output, the seed, where its log
@@ -18,19 +21,28 @@ set -u
 total=600
 round=60
 build=
+name=it_history
+overhead=5 # setup and checks of one round, on top of its HISTORY_SECONDS
+extra=120  # a round's timeout past its HISTORY_SECONDS
 while [ $# -gt 0 ]; do
     case "$1" in
     --seconds) total=$2; shift 2 ;;
     --round) round=$2; shift 2 ;;
+    --cluster)
+        name=it_history_cluster
+        overhead=25 # the cluster's start, the settling of unknown outcomes, the checks
+        extra=240
+        shift
+        ;;
     -h | --help)
-        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) build=$1; shift ;;
     esac
 done
 build=${build:-build}
-bin=$build/tests/it_history
+bin=$build/tests/$name
 export INVENTORYD=${INVENTORYD:-$build/inventoryd}
 for f in "$bin" "$INVENTORYD"; do
     if [ ! -x "$f" ]; then
@@ -45,7 +57,6 @@ case "$total$round" in
     ;;
 esac
 
-overhead=5 # setup and checks of one round, on top of its HISTORY_SECONDS
 min_round=5
 logroot=$build/soak/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$logroot" || exit 2
@@ -71,6 +82,7 @@ field() {
 rounds=0
 requests=0
 checked=0
+failovers=0
 start=$(date +%s)
 echo "soak: $total s in rounds of up to $round s; logs of failing rounds in $logroot"
 while :; do
@@ -82,7 +94,7 @@ while :; do
     dir=$logroot/round-$rounds
     mkdir -p "$dir"
     HISTORY_SEED=$seed HISTORY_SECONDS=$secs HISTORY_LOG_DIR=$dir \
-        timeout -k 10 $((secs + 120)) "$bin" >"$dir/output.txt" 2>&1 &
+        timeout -k 10 $((secs + extra)) "$bin" >"$dir/output.txt" 2>&1 &
     child=$!
     wait "$child"
     rc=$?
@@ -91,22 +103,25 @@ while :; do
     r=$(field requests "$result")
     c=$(field judged "$result")
     v=$(field violations "$result")
-    printf 'round %d: seed %s, %d s: %s requests, %s checked, %s violations%s\n' \
-        "$rounds" "$seed" "$secs" "${r:-?}" "${c:-?}" "${v:-?}" \
+    fo=$(field failovers "$result")
+    printf 'round %d: seed %s, %d s: %s requests, %s checked, %s failovers, %s violations%s\n' \
+        "$rounds" "$seed" "$secs" "${r:-?}" "${c:-?}" "${fo:-?}" "${v:-?}" \
         "$([ "$rc" -eq 0 ] || echo " -- FAILED (exit $rc)")"
     requests=$((requests + ${r:-0}))
     checked=$((checked + ${c:-0}))
+    failovers=$((failovers + ${fo:-0}))
     if [ "$rc" -ne 0 ]; then
         echo "----- output of round $rounds -----"
         cat "$dir/output.txt"
         echo "----- end of round $rounds -----"
         echo "soak: FAILED after $rounds round(s): seed $seed (log and output in $dir)"
-        echo "reproduce: HISTORY_SEED=$seed HISTORY_SECONDS=$secs $bin"
-        echo "soak: totals: $rounds rounds, $requests requests, $checked checked, 1 failed"
+        echo "reproduce: ${HISTORY_CLUSTER_ALL:+HISTORY_CLUSTER_ALL=$HISTORY_CLUSTER_ALL }${HISTORY_OPS:+HISTORY_OPS=$HISTORY_OPS }${HISTORY_FAULTS:+HISTORY_FAULTS=$HISTORY_FAULTS }HISTORY_SEED=$seed HISTORY_SECONDS=$secs $bin"
+        echo "soak: totals: $rounds rounds, $requests requests, $checked checked," \
+            "$failovers failovers, 1 failed"
         exit 1
     fi
     rm -rf "$dir"
 done
-echo "soak: totals: $rounds rounds, $requests requests, $checked checked, 0 violations," \
-    "$(($(date +%s) - start)) s"
+echo "soak: totals: $rounds rounds, $requests requests, $checked checked," \
+    "$failovers failovers, 0 violations, $(($(date +%s) - start)) s"
 [ "$rounds" -gt 0 ]
