@@ -25,6 +25,7 @@ struct inv {
     char *host;
     bool cluster; /* Redis is a cluster (forced, or said so by INFO cluster at start) */
     rd_smap *map; /* a cluster: the slot map every blocking connection routes by */
+    rd_sentinel *sentinel; /* Sentinel: the current master, for every connection */
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];

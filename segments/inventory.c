@@ -44,7 +44,23 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     v->opt = *opt;
     v->host = seg_strdup(opt->redis_host ? opt->redis_host : "127.0.0.1");
     v->opt.redis_host = v->host;
-    pick_seed(v);
+    if (opt->redis_sentinels != NULL && opt->redis_sentinels[0] != '\0') {
+        v->sentinel = rd_sentinel_create(
+            &(struct rd_sentinel_opts){
+                .sentinels = opt->redis_sentinels,
+                .name = opt->redis_sentinel_master,
+                .password = opt->redis_sentinel_password,
+                .timeout_ms = opt->redis_timeout_ms,
+            },
+            err, errlen);
+        if (v->sentinel == NULL) {
+            free(v->host);
+            free(v);
+            return NULL;
+        }
+    } else {
+        pick_seed(v);
+    }
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
     v->tab = skutab_create();
@@ -70,6 +86,7 @@ void inv_free(inv *v)
     sweeper_free(v->sw);
     watchdog_free(v->wd);
     rd_smap_free(v->map); /* after every connection that routes by it */
+    rd_sentinel_free(v->sentinel);
     skutab_free(v->tab);
     free(v->host);
     free(v);
@@ -155,6 +172,7 @@ struct rd_target inv_redis_target(const inv *v)
         .timeout_ms = v->opt.redis_timeout_ms,
         .cluster = v->cluster,
         .map = v->map,
+        .sentinel = v->sentinel,
     };
 }
 

@@ -1,0 +1,302 @@
+/* it_sentinel.c -- Redis Sentinel against real processes: a master, its replica and
+ * three redis-sentinels (quorum 2, with a password of their own) on loopback; the
+ * service started with --redis redis-sentinel://.../mymaster follows a failover under
+ * load (SIGKILLed master): orders succeed again within a bound, nothing is oversold,
+ * the audit holds on the new master and every acknowledged order of a "replicated"
+ * SKU is there. A wrong sentinel password and a malformed URL are refused.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness.h"
+
+#define NAME "mymaster"
+#define SPASS "sentinel-secret"
+#define NSENTINELS 3
+#define CLIENTS 4
+#define MAX_ACKED 20000
+
+struct fixture {
+    h_redis *master, *replica;
+    h_sentinel *sentinels[NSENTINELS];
+    char url[256];
+    h_svc *svc;
+    int port;
+};
+
+/* A reply of `cmd` on the sentinel at `port` (after AUTH): its element count when
+ * an array, else -1. */
+static long sentinel_count(int port, const char *cmd)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    if (c == NULL || c->err) {
+        if (c != NULL)
+            redisFree(c);
+        return -1;
+    }
+    long n = -1;
+    redisReply *r = redisCommand(c, "AUTH %s", SPASS);
+    if (r != NULL)
+        freeReplyObject(r);
+    r = redisCommand(c, cmd);
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY)
+        n = (long)r->elements;
+    if (r != NULL)
+        freeReplyObject(r);
+    redisFree(c);
+    return n;
+}
+
+static int group_setup(void **state)
+{
+    h_deadline(120);
+    struct fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    if ((f->master = h_redis_start()) == NULL)
+        return -1;
+    redisReply *r =
+        h_port_command(h_redis_port(f->master), "CONFIG SET repl-diskless-sync-delay 0");
+    if (r != NULL)
+        freeReplyObject(r);
+    char mport[16];
+    snprintf(mport, sizeof mport, "%d", h_redis_port(f->master));
+    /* No AOF on the replica (see it_durability.c: a replica writing its first AOF
+     * ignores SIGTERM); it becomes the master the service follows. */
+    const char *args[] = {"--replicaof", "127.0.0.1",
+                          mport,         "--appendonly",
+                          "no",          "--repl-diskless-sync-delay",
+                          "0",           NULL};
+    if ((f->replica = h_redis_start_args(args)) == NULL)
+        return -1;
+    for (int i = 0; i < NSENTINELS; i++)
+        if ((f->sentinels[i] =
+                 h_sentinel_start(h_redis_port(f->master), NAME, 2, SPASS)) == NULL)
+            return -1;
+    /* A failover needs each sentinel to know the replica and the other sentinels
+     * (found through the master's hello channel, every 2 s). */
+    long long end = h_now_ms() + 30000;
+    for (int i = 0; i < NSENTINELS; i++) {
+        int sp = h_sentinel_port(f->sentinels[i]);
+        while (h_now_ms() < end && (sentinel_count(sp, "SENTINEL replicas " NAME) < 1 ||
+                                    sentinel_count(sp, "SENTINEL sentinels " NAME) < 2))
+            h_sleep_ms(100);
+        if (sentinel_count(sp, "SENTINEL sentinels " NAME) < 2)
+            return -1;
+    }
+    int n = snprintf(f->url, sizeof f->url, "redis-sentinel://");
+    for (int i = 0; i < NSENTINELS; i++)
+        n += snprintf(f->url + n, sizeof f->url - (size_t)n, "%s127.0.0.1:%d",
+                      i ? "," : "", h_sentinel_port(f->sentinels[i]));
+    snprintf(f->url + n, sizeof f->url - (size_t)n, "/%s", NAME);
+    const char *svc_args[] = {"--redis", f->url, "--redis-timeout-ms", "500", NULL};
+    const char *env[] = {"INVENTORY_REDIS_SENTINEL_PASSWORD=" SPASS, NULL};
+    struct h_svc_opts o = {.args = svc_args, .env = env};
+    if ((f->svc = h_svc_start(NULL, &o)) == NULL)
+        return -1;
+    f->port = h_svc_port(f->svc);
+    h_deadline(0);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    struct fixture *f = *state;
+    if (f == NULL)
+        return 0;
+    int rc = h_svc_stop_clean(f->svc);
+    h_svc_free(f->svc);
+    for (int i = 0; i < NSENTINELS; i++)
+        h_sentinel_free(f->sentinels[i]);
+    h_redis_free(f->replica);
+    h_redis_free(f->master);
+    free(f);
+    return rc;
+}
+
+static void put(int port, const char *sku, const char *durability, long long stock)
+{
+    char path[128], body[160];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\": %lld, \"segments\": 4, \"durability\": \"%s\"}", stock,
+             durability);
+    struct h_resp r;
+    int st = h_req(port, "PUT", path, NULL, body, &r);
+    if (st != 200 && st != 201)
+        fail_msg("PUT %s: %d %s", path, st, r.body);
+    h_resp_free(&r);
+}
+
+struct load {
+    int port;
+    atomic_bool stop;
+    _Atomic long long last_ok_ms; /* when an order last got 201 */
+    struct client {
+        int n_acked; /* 201s of the replicated SKU: their ids in acked */
+        char (*acked)[32];
+        long long created_async, other;
+    } c[CLIENTS];
+};
+
+/* Orders of qty 1, alternating the replicated and the async SKU, each with an id
+ * of its own, until told to stop. */
+static void client(int idx, void *ctx)
+{
+    struct load *l = ctx;
+    struct client *c = &l->c[idx];
+    for (int i = 0; !atomic_load(&l->stop); i++) {
+        bool replicated = i % 2 == 0;
+        char id[32];
+        snprintf(id, sizeof id, "c%d-%d", idx, i);
+        int st = h_order(l->port, replicated ? "sn-repl" : "sn-async", 1, id, NULL);
+        if (st == 201) {
+            atomic_store(&l->last_ok_ms, h_now_ms());
+            if (!replicated)
+                c->created_async++;
+            else if (c->n_acked < MAX_ACKED)
+                snprintf(c->acked[c->n_acked++], sizeof c->acked[0], "%s", id);
+        } else if (st != 503) {
+            c->other++;
+        } else {
+            h_sleep_ms(20); /* the outage: no busy loop */
+        }
+    }
+}
+
+struct driver {
+    struct load *l;
+    struct fixture *f;
+    long long killed_ms, back_ms;
+};
+
+/* Thread 0 of h_parallel: SIGKILL the master after a second of orders, wait for the
+ * first order to succeed after it, let orders run a second more, stop the clients. */
+static void drive(int idx, void *ctx)
+{
+    struct driver *d = ctx;
+    if (idx != 0) {
+        client(idx - 1, d->l);
+        return;
+    }
+    h_sleep_ms(1000);
+    d->killed_ms = h_now_ms();
+    h_redis_kill(d->f->master);
+    long long end = d->killed_ms + 30000;
+    while (h_now_ms() < end && atomic_load(&d->l->last_ok_ms) <= d->killed_ms + 100)
+        h_sleep_ms(50);
+    d->back_ms = atomic_load(&d->l->last_ok_ms);
+    h_sleep_ms(1000);
+    atomic_store(&d->l->stop, true);
+}
+
+/* The master is SIGKILLed under load; the sentinels promote the replica and the
+ * service follows them: orders succeed again within 15 s (down-after 1 s, an election,
+ * then one tick of the resolver), nothing oversold, remaining + sold = initial on the
+ * new master for both SKUs, and every 201 of the "replicated" SKU is found there. */
+static void test_failover_under_load(void **state)
+{
+    struct fixture *f = *state;
+    h_deadline(90);
+    const long long stock = 1000000;
+    put(f->port, "sn-repl", "replicated", stock);
+    put(f->port, "sn-async", "async", stock);
+    assert_int_equal(h_order(f->port, "sn-repl", 1, "warm", NULL), 201);
+
+    struct load *l = calloc(1, sizeof *l);
+    l->port = f->port;
+    for (int i = 0; i < CLIENTS; i++)
+        l->c[i].acked = calloc(MAX_ACKED, sizeof *l->c[i].acked);
+    struct driver d = {.l = l, .f = f};
+    assert_int_equal(h_parallel(CLIENTS + 1, drive, &d), 0);
+
+    long long outage = d.back_ms - d.killed_ms;
+    fprintf(stderr, "sentinel: orders again %lld ms after the SIGKILL\n", outage);
+    if (d.back_ms <= d.killed_ms + 100) {
+        h_svc_dump_log(f->svc, 4000);
+        fail_msg("no order succeeded within 30 s of the master's SIGKILL");
+    }
+    /* Generous: the failover itself takes 2-5 s here; broken is "never". */
+    assert_true(outage < 15000);
+
+    long long acked = 0, other = 0;
+    for (int i = 0; i < CLIENTS; i++) {
+        other += l->c[i].other;
+        for (int k = 0; k < l->c[i].n_acked; k++, acked++)
+            if (h_order_status(f->port, l->c[i].acked[k]) != 200)
+                fail_msg("acknowledged order %s of the replicated SKU is lost",
+                         l->c[i].acked[k]);
+    }
+    assert_int_equal(other, 0);
+    assert_true(acked > 0);
+    assert_int_equal(h_audit(f->port, NULL, "sn-repl", stock, true), 0);
+    assert_int_equal(h_audit(f->port, NULL, "sn-async", stock, false), 0);
+    json_t *s = h_get_sku(f->port, NULL, "sn-repl");
+    assert_non_null(s);
+    assert_true(h_jint(s, "sold") >= acked + 1); /* + "warm" */
+    json_decref(s);
+    for (int i = 0; i < CLIENTS; i++)
+        free(l->c[i].acked);
+    free(l);
+    h_deadline(0);
+}
+
+/* The sentinels' password is their own: a service that gives them a wrong one finds
+ * no master, and its orders are 503 (the master itself has no password here). */
+static void test_wrong_sentinel_password(void **state)
+{
+    struct fixture *f = *state;
+    const char *args[] = {"--redis", f->url, "--redis-timeout-ms", "300", NULL};
+    const char *env[] = {"INVENTORY_REDIS_SENTINEL_PASSWORD=wrong", NULL};
+    struct h_svc_opts o = {.args = args, .env = env};
+    h_svc *s = h_svc_start(NULL, &o);
+    assert_non_null(s);
+    struct h_resp r;
+    assert_int_equal(h_order(h_svc_port(s), "sn-repl", 1, NULL, &r), 503);
+    assert_int_equal(h_expect_error(&r, 503, "backend_unavailable"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_svc_stop_clean(s), 0);
+    h_svc_free(s);
+}
+
+/* A malformed redis-sentinel:// is a configuration error: exit 2, one line. */
+static void test_malformed_url_exits_2(void **state)
+{
+    (void)state;
+    const char *bin = getenv("INVENTORYD");
+    const char *urls[][2] = {
+        {"redis-sentinel://127.0.0.1:26379", "needs the master's name"},
+        {"redis-sentinel://127.0.0.1:70000/mymaster", "port must be an integer"},
+        {"redis-sentinel://127.0.0.1:26379,/mymaster", "empty sentinel"},
+    };
+    for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+        const char *argv[] = {bin != NULL && bin[0] ? bin : "build/inventoryd", "--redis",
+                              urls[i][0], NULL};
+        char *out = NULL, *err = NULL;
+        assert_int_equal(h_run_cmd(argv, NULL, 5000, &out, &err), 2);
+        if (strstr(err, urls[i][1]) == NULL)
+            fail_msg("'%s': stderr '%s' does not say '%s'", urls[i][0], err, urls[i][1]);
+        char *nl = strchr(err, '\n');
+        assert_true(nl == NULL || nl[1] == '\0');
+        free(out);
+        free(err);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_malformed_url_exits_2),
+        cmocka_unit_test(test_wrong_sentinel_password),
+        cmocka_unit_test(test_failover_under_load),
+    };
+    return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
