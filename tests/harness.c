@@ -775,7 +775,7 @@ static int sentinel_launch(h_sentinel *s, int master_port, const char *name, int
             "port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s\n"
             "sentinel monitor %s 127.0.0.1 %d %d\n"
             "sentinel down-after-milliseconds %s 1000\n"
-            "sentinel failover-timeout %s 5000\n"
+            "sentinel failover-timeout %s 2000\n"
             "sentinel parallel-syncs %s 1\n",
             s->port, s->dir, logfile, name, master_port, quorum, name, name, name);
     if (password != NULL)

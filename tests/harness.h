@@ -115,7 +115,7 @@ int h_redis_get(const h_redis *r, const char *key, char *buf, size_t len);
 /* A redis-sentinel child ($REDIS_SENTINEL, else Debian's redis-sentinel from PATH) on
  * a free loopback port, with its own temp dir and config file: it monitors `name` at
  * 127.0.0.1:master_port with `quorum`, down-after-milliseconds 1000, failover-timeout
- * 5000; with `password` (may be NULL) its requirepass and the password it gives the
+ * 2000; with `password` (may be NULL) its requirepass and the password it gives the
  * other sentinels. Started once it answers PING (after AUTH). NULL on failure. */
 typedef struct h_sentinel h_sentinel;
 h_sentinel *h_sentinel_start(int master_port, const char *name, int quorum,
