@@ -314,6 +314,37 @@ static void test_failover_under_load(void **state)
     h_deadline(0);
 }
 
+/* True when every sentinel lists node `n` as a replica whose link to its master is
+ * up and that it holds for neither down nor disconnected. */
+static bool replica_known(struct fixture *f, int n)
+{
+    int good = 0;
+    for (int k = 0; k < NSENTINELS; k++) {
+        redisReply *r = sentinel_command(f->sentinels[k], "SENTINEL replicas " NAME);
+        for (size_t i = 0; r != NULL && r->type == REDIS_REPLY_ARRAY && i < r->elements;
+             i++) {
+            const redisReply *e = r->element[i];
+            bool port = false, flags = false, link = false;
+            for (size_t j = 0; e->type == REDIS_REPLY_ARRAY && j + 1 < e->elements;
+                 j += 2) {
+                const char *key = e->element[j]->str, *val = e->element[j + 1]->str;
+                if (key == NULL || val == NULL)
+                    continue;
+                if (strcmp(key, "port") == 0)
+                    port = atoi(val) == h_redis_port(f->node[n]);
+                else if (strcmp(key, "flags") == 0)
+                    flags = strcmp(val, "slave") == 0;
+                else if (strcmp(key, "master-link-status") == 0)
+                    link = strcmp(val, "ok") == 0;
+            }
+            good += port && flags && link;
+        }
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    return good == NSENTINELS;
+}
+
 /* SIGSTOP the master (a replica since test_failover_under_load); returns once
  * sentinel 0 names the other. */
 static long long freeze_master(struct fixture *f)
@@ -338,21 +369,19 @@ static void test_frozen_master_is_left(void **state)
     int m = named_node(f);
     assert_true(m > 0);
     int other = m == 1 ? 2 : 1;
-    /* The other replica must stream from the new master for the sentinels to pick it. */
+    /* The other replica must stream from the new master, and every sentinel must
+     * know it so, for the sentinels to pick it. Sentinel points it there itself;
+     * REPLICAOF here only saves waiting for a slow reconfiguration. */
+    char mport[16];
+    snprintf(mport, sizeof mport, "%d", h_redis_port(f->node[m]));
+    redisReply *r =
+        h_port_command(h_redis_port(f->node[other]), "REPLICAOF 127.0.0.1 %s", mport);
+    if (r != NULL)
+        freeReplyObject(r);
     long long end = h_now_ms() + 30000;
-    bool ready = false;
-    while (!ready && h_now_ms() < end) {
-        redisReply *r = h_port_command(h_redis_port(f->node[other]), "ROLE");
-        ready = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 3 &&
-                strcmp(r->element[0]->str, "slave") == 0 &&
-                r->element[2]->integer == h_redis_port(f->node[m]) &&
-                strcmp(r->element[3]->str, "connected") == 0;
-        if (r != NULL)
-            freeReplyObject(r);
-        if (!ready)
-            h_sleep_ms(100);
-    }
-    assert_true(ready);
+    while (!replica_known(f, other) && h_now_ms() < end)
+        h_sleep_ms(100);
+    assert_true(replica_known(f, other));
     const char *args[] = {"--redis", f->url, "--redis-timeout-ms", "20000", NULL};
     const char *env[] = {"INVENTORY_REDIS_SENTINEL_PASSWORD=" SPASS, NULL};
     struct h_svc_opts o = {.args = args, .env = env};
@@ -384,6 +413,34 @@ static void test_wrong_sentinel_password(void **state)
     h_svc_free(s);
 }
 
+/* A sentinel that names a replica (its stale view, or one still monitoring a demoted
+ * master): every connection checks ROLE and refuses it, so the SKU that the replica
+ * holds is not served from it (503), let alone written to. Without the check the
+ * read came from the replica: 200. */
+static void test_replica_named_is_refused(void **state)
+{
+    struct fixture *f = *state;
+    put(f->port, "sn-role", "replicated", 10); /* on node[0] and, by WAIT, node[1] */
+    h_sentinel *stale = h_sentinel_start(h_redis_port(f->node[1]), "stale", 2, NULL);
+    assert_non_null(stale);
+    char url[96];
+    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d/stale",
+             h_sentinel_port(stale));
+    const char *args[] = {"--redis", url, "--redis-timeout-ms", "300", NULL};
+    h_svc *s = h_svc_start(NULL, &(struct h_svc_opts){.args = args});
+    assert_non_null(s);
+    struct h_resp r;
+    int st = h_req(h_svc_port(s), "GET", "/admin/skus/sn-role", NULL, NULL, &r);
+    if (st != 503)
+        fail_msg("GET a SKU through a replica: %d %s", st, r.body);
+    h_resp_free(&r);
+    assert_int_equal(h_order(h_svc_port(s), "sn-role", 1, NULL, &r), 503);
+    h_resp_free(&r);
+    assert_int_equal(h_svc_stop_clean(s), 0);
+    h_svc_free(s);
+    h_sentinel_free(stale);
+}
+
 /* A malformed redis-sentinel:// is a configuration error: exit 2, one line. */
 static void test_malformed_url_exits_2(void **state)
 {
@@ -413,6 +470,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_malformed_url_exits_2),
         cmocka_unit_test(test_wrong_sentinel_password),
+        cmocka_unit_test(test_replica_named_is_refused),
         cmocka_unit_test(test_failover_under_load),
         cmocka_unit_test(test_frozen_master_is_left),
     };
