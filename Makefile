@@ -141,12 +141,14 @@ loadtest-quick: deps
 	@loadtest/run.sh --bin $(BIN) --quick $(ARGS)
 
 FUZZ_SECONDS ?= 20
-FUZZ_SRC := api/parse.c base/names.c base/text.c segments/redis/keys.c
+# keys.c names a key for a slot (seg_key_ack) with slots.c, which brings hiredis.
+FUZZ_SRC := api/parse.c base/names.c base/text.c base/xalloc.c segments/redis/keys.c \
+            segments/redis/slots.c
 fuzz: deps
 	@mkdir -p build/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined \
-	    $(shell pkg-config --cflags jansson) -o build/fuzz/fuzz_parse tests/fuzz/fuzz_parse.c \
-	    $(FUZZ_SRC) $(shell pkg-config --libs jansson)
+	    $(shell pkg-config --cflags jansson hiredis) -o build/fuzz/fuzz_parse \
+	    tests/fuzz/fuzz_parse.c $(FUZZ_SRC) $(shell pkg-config --libs jansson hiredis) -lpthread
 	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 

@@ -354,14 +354,17 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
                  struct api_reply *rep)
 {
     (void)req;
-    static const char up[] = "{\"status\":\"ok\",\"redis\":\"up\"}";
-    if (inv_ping(ctx->conn) == INV_OK) {
-        api_reply_text(rep, 200, up, sizeof(up) - 1);
+    /* redis_mode: what the process routes by now (standalone may become cluster). */
+    bool up = inv_ping(ctx->conn) == INV_OK;
+    const char *mode = inv_redis_cluster(ctx->inv) ? "cluster" : "standalone";
+    json_t *o = must(json_object());
+    set(o, "status", json_string(up ? "ok" : "degraded"));
+    set(o, "redis", json_string(up ? "up" : "down"));
+    set(o, "redis_mode", json_string(mode));
+    if (up) {
+        api_reply_json(rep, 200, o);
         return;
     }
-    json_t *o = must(json_object());
-    set(o, "status", json_string("degraded"));
-    set(o, "redis", json_string("down"));
     set(o, "error", json_string("backend_unavailable"));
     const char *why = inv_conn_error(ctx->conn);
     char detail[200];

@@ -23,15 +23,18 @@ typedef struct sweeper sweeper;
 struct inv {
     struct inv_options opt; /* opt.redis_host points at `host` */
     char *host;
-    bool cluster; /* Redis is a cluster (forced, or said so by INFO cluster at start) */
-    rd_smap *map; /* a cluster: the slot map every blocking connection routes by */
+    bool cluster;      /* at start: a cluster (forced, or said so by INFO cluster); the
+                          mode now is the map's (inv_redis_cluster) */
+    bool probe_failed; /* no seed answered INFO cluster at start */
+    rd_smap *map;      /* the slot map every connection routes by on a cluster, and the
+                          mode (calls.h); NULL for a unix socket */
     rd_sentinel *sentinel; /* Sentinel: the current master, for every connection */
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];
     skutab *tab;               /* in-process state per SKU (skutab.h) */
     watchdog *wd;              /* renews the leases of held locks (watchdog.h) */
-    sweeper *sw;               /* a cluster: undoes dead multi-segment intents */
+    sweeper *sw;               /* with a map: undoes dead multi-segment intents */
     _Atomic long long changes; /* SKU changes made by this process (skutab_invalidate) */
 };
 

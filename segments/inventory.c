@@ -20,6 +20,7 @@ static void pick_seed(inv *v)
     char host[256], why[256];
     if (rd_pick_seed(&to, v->opt.redis_seeds, host, sizeof host, why, sizeof why) != 0) {
         v->cluster = v->opt.redis_cluster;
+        v->probe_failed = true;
         char detail[320];
         snprintf(detail, sizeof detail, "no seed answered at start (%s): %s", why,
                  v->cluster ? "a cluster, as configured" : "taken as standalone");
@@ -35,7 +36,7 @@ static void pick_seed(inv *v)
 
 bool inv_redis_cluster(const inv *v)
 {
-    return v->cluster;
+    return v->map != NULL ? rd_smap_cluster(v->map) : v->cluster;
 }
 
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
@@ -64,15 +65,18 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
     v->tab = skutab_create();
-    if (v->cluster) {
-        const struct rd_target seed = inv_redis_target(v);
-        v->map = rd_smap_create(&seed);
-    }
+    /* The map also holds the mode, which may become a cluster later (calls.h): every
+     * TCP Redis has one, and the sweeper, idle while standalone. Not a Sentinel
+     * Redis: its master is no cluster, and host:port there is a sentinel's. */
+    const struct rd_target seed = inv_redis_target(v);
+    v->map = v->sentinel == NULL ? rd_smap_create(&seed) : NULL;
+    if (!v->cluster && v->probe_failed)
+        rd_smap_unsure(v->map); /* asked again every 5 s until it answers */
     const struct rd_target to = inv_redis_target(v);
     v->wd = watchdog_create(v, &to, err, errlen);
-    if (v->wd != NULL && v->cluster)
+    if (v->wd != NULL && v->map != NULL)
         v->sw = sweeper_create(v, &to, err, errlen);
-    if (v->wd == NULL || (v->cluster && v->sw == NULL)) {
+    if (v->wd == NULL || (v->map != NULL && v->sw == NULL)) {
         inv_free(v);
         return NULL;
     }
@@ -170,7 +174,7 @@ struct rd_target inv_redis_target(const inv *v)
         .password = v->opt.redis_password,
         .db = v->opt.redis_db,
         .timeout_ms = v->opt.redis_timeout_ms,
-        .cluster = v->cluster,
+        .cluster = inv_redis_cluster(v),
         .map = v->map,
         .sentinel = v->sentinel,
     };

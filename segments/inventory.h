@@ -80,8 +80,9 @@ void inv_conn_free(inv_conn *c);
 typedef void (*inv_log_fn)(bool failure, const char *what, const char *detail);
 void inv_set_redis_logger(inv_log_fn fn);
 
-/* True when Redis is a cluster: configured so, or found so at start (INFO cluster on
- * the first seed that answered). */
+/* True when Redis is a cluster: configured so, found so at start (INFO cluster on
+ * the first seed that answered), or since (a Redis taken as standalone that answers
+ * as a cluster node: the mode moves once, never back; thread-safe, one atomic). */
 bool inv_redis_cluster(const inv *v);
 
 /* PING Redis: INV_OK or INV_UNAVAILABLE. */

@@ -100,7 +100,7 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     struct sku_view view;
     inv_status st = INV_UNAVAILABLE;
     bool ok = parse_record(rec, p) == 0;
-    if (ok && (!p->cancelled || c->v->cluster))
+    if (ok && (!p->cancelled || rd_conn_cluster(c->rd)))
         st = skutab_get(c, p->sku, &e, &view);
     /* A record cancelled already is the answer, except for a "replicated" SKU on a
      * cluster: there the segments' part is checked (and redone, if a failover lost

@@ -167,7 +167,7 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     const int n = view->cfg.segments;
     struct lockset *set = NULL;
     const char **tok = NULL;
-    if (!c->v->cluster) {
+    if (!rd_conn_cluster(c->rd)) {
         int seg[SEG_MAX_SEGMENTS];
         for (int i = 0; i < n; i++)
             seg[i] = i;
@@ -242,7 +242,8 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
         if (code == RD_NOT_REPLICATED)
             return INV_NOT_REPLICATED;
         int got = admin_status(code);
-        if (got == INV_OK && view.cfg.replicated && rid != NULL && !c->v->cluster)
+        if (got == INV_OK && view.cfg.replicated && rid != NULL &&
+            !rd_conn_cluster(c->rd))
             return replicated(c, sku, &view);
         if (got >= 0)
             return (inv_status)got;

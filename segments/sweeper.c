@@ -65,7 +65,8 @@ static void *run(void *arg)
         char attempt[33];
         inv_random_hex(attempt);
         int settled = 0;
-        rd_intents_settle(s->c.rd, attempt, base_wall_ms() - SWEEP_AGE_MS, &settled);
+        if (rd_conn_cluster(s->c.rd)) /* standalone: no intents (it may become one) */
+            rd_intents_settle(s->c.rd, attempt, base_wall_ms() - SWEEP_AGE_MS, &settled);
         if (settled > 0)
             stat_add(s->v, STAT_INTENTS_UNDONE, settled);
         pthread_mutex_lock(&s->mu);

@@ -38,7 +38,7 @@ static int setup(void **state)
         return -1;
     struct inv_options opt = {.redis_host = "127.0.0.1",
                               .redis_port = h_redis_port(f->redis),
-                              .redis_timeout_ms = 500,
+                              .redis_timeout_ms = 2000,
                               .lock_ttl_ms = TTL_MS,
                               .lock_wait_ms = 3000,
                               .meta_cache_ms = 100};

@@ -385,6 +385,31 @@ static void redirects_parse(void **state)
     assert_string_equal(rd_redirect_name(RD_REDIR_NONE), "NONE");
 }
 
+/* The answers only a cluster gives, which make a standalone connection ask whether
+ * its Redis became one (the words as redis-server 7.0.15 sends them). */
+static void cluster_errors_recognised(void **state)
+{
+    (void)state;
+    const char *yes[] = {"MOVED 3999 127.0.0.1:6381", "-ASK 3999 127.0.0.1:6381",
+                         "TRYAGAIN Multiple keys request during rehashing of slot",
+                         "CLUSTERDOWN Hash slot not served",
+                         "CROSSSLOT Keys in request don't hash to the same slot"};
+    const char *no[] = {"ERR unknown command",
+                        "NOSCRIPT No matching script",
+                        "MOVEDX 1 h:1",
+                        "ASKING",
+                        "LOADING Redis is loading",
+                        ""};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        if (!rd_cluster_error(yes[i], strlen(yes[i])))
+            fail_msg("\"%s\" not recognised", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        if (rd_cluster_error(no[i], strlen(no[i])))
+            fail_msg("\"%s\" taken for a cluster's", no[i]);
+    assert_false(rd_cluster_error(NULL, 0));
+    assert_false(rd_cluster_error("CROSSSLOT", 5)); /* never read past len */
+}
+
 static void malformed_redirects_refused(void **state)
 {
     (void)state;
@@ -989,6 +1014,7 @@ int main(void)
         cmocka_unit_test(segment_keys_share_a_slot),
         cmocka_unit_test(names_for_every_slot),
         cmocka_unit_test(redirects_parse),
+        cmocka_unit_test(cluster_errors_recognised),
         cmocka_unit_test(malformed_redirects_refused),
         cmocka_unit_test(redirect_fuzz),
         cmocka_unit_test(shards_three_masters),

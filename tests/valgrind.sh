@@ -60,7 +60,7 @@ expect() { # STATUS METHOD PATH [BODY]
     [ "$got" = "$want" ] || fail "$method $path $body: $got, expected $want"
 }
 
-expect 200 PUT /admin/skus/vg '{"stock": 120, "segments": 8}'
+expect 201 PUT /admin/skus/vg '{"stock": 120, "segments": 8}'
 for i in $(seq 100); do expect 201 POST /orders "{\"sku\": \"vg\", \"order_id\": \"vg-$i\"}"; done
 expect 200 POST /orders '{"sku": "vg", "order_id": "vg-1"}'
 expect 201 POST /orders '{"sku": "vg", "qty": 12}'
@@ -81,7 +81,7 @@ expect 200 GET /healthz
 # status and audit; one more stream stays open across SIGTERM (below).
 expect 200 GET /
 expect 200 GET /ui/app.js
-expect 200 PUT /admin/skus/vg-sim '{"stock": 50, "segments": 4}'
+expect 201 PUT /admin/skus/vg-sim '{"stock": 50, "segments": 4}'
 expect 202 POST /admin/skus/vg-sim/simulate '{"orders": 60, "concurrency": 4}'
 curl -sN --max-time 3 "$U/admin/events?sku=vg-sim&sku=vg" >"$dir/events.txt" || true
 grep -q '^data: {"tick":' "$dir/events.txt" || fail "no update on the event stream"

@@ -12,6 +12,7 @@
 #include "segments/redis/link.h"
 #include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
+#include "segments/redis/smap.h"
 #include "segments/redis/waits.h"
 
 enum kind {
@@ -79,6 +80,7 @@ struct rda_conn {
     struct rd_target to; /* host and port: the seed */
     char host[256], unix_path[1024], user[256], password[256];
     struct link_owner own;
+    rd_smap *mode;        /* the process's mode (calls.h), or NULL: as `to` says */
     struct link **links;  /* links[0]: the seed (standalone: the only link) */
     struct waits **waits; /* waits[i]: the WAITs of links[i]'s node, NULL until one */
     int nlinks, cap;
@@ -277,6 +279,14 @@ static void want_refresh(rda_conn *c)
     }
 }
 
+/* Start routing over a cluster: the map asked for now and every REFRESH_EVERY_MS. */
+static void start_cluster(rda_conn *c)
+{
+    struct timeval every = {REFRESH_EVERY_MS / 1000, (REFRESH_EVERY_MS % 1000) * 1000};
+    evtimer_add(c->refresh_every, &every);
+    send_map_request(c, false);
+}
+
 /* Route every slot to its master in `m`. */
 static void apply_map(rda_conn *c, const struct rd_slot_map *m)
 {
@@ -429,6 +439,8 @@ static void req_done(struct lreq *lq, redisReply *r)
     if (r->type == REDIS_REPLY_ERROR) {
         if (is_cluster(c) && !c->closing && redirected(q, r))
             return;
+        if (!is_cluster(c) && c->mode != NULL && rd_cluster_error(r->str, r->len))
+            rd_smap_refresh(c->mode, 0); /* has it become a cluster? (calls.h) */
         link_owner_error(&c->own, "redis error", r->str);
         answer(q, NULL);
         return;
@@ -464,6 +476,8 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
     c->to.unix_path = c->unix_path;
     c->to.user = c->user;
     c->to.password = c->password;
+    c->mode = to->map;
+    c->to.map = NULL;
     if (counts != NULL)
         c->own.counts = *counts;
     for (int s = 0; s < RD_SLOTS; s++)
@@ -480,13 +494,22 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
     c->links = seg_calloc((size_t)c->cap, sizeof *c->links);
     c->waits = seg_calloc((size_t)c->cap, sizeof *c->waits);
     c->links[c->nlinks++] = link_create(base, &c->to, &c->own);
-    if (is_cluster(c)) {
-        struct timeval every = {REFRESH_EVERY_MS / 1000,
-                                (REFRESH_EVERY_MS % 1000) * 1000};
-        evtimer_add(c->refresh_every, &every);
-        send_map_request(c, false);
-    }
+    if (is_cluster(c))
+        start_cluster(c);
     return c;
+}
+
+bool rda_mode_behind(const rda_conn *c)
+{
+    return !is_cluster(c) && rd_smap_cluster(c->mode);
+}
+
+void rda_mode_follow(rda_conn *c)
+{
+    if (!rda_mode_behind(c) || c->closing)
+        return;
+    c->to.cluster = true; /* links[0] is the seed; the map adds the masters */
+    start_cluster(c);
 }
 
 void rda_free(rda_conn *c)
@@ -872,15 +895,6 @@ void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char 
     struct req *q = new_req(c, K_MULTI, FN(fn), arg);
     q->n = p->n;
     proto_deduct_multi(&q->lq.cmd, sku, epoch, id, record, attempt, p);
-    route(q);
-}
-
-void rda_cancel(rda_conn *c, const char *sku, long long epoch, const char *id,
-                const char *cancelled, const char *expected, const struct rd_parts *p,
-                rda_reply_fn fn, void *arg)
-{
-    struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_cancel(&q->lq.cmd, sku, epoch, id, cancelled, expected, p);
     route(q);
 }
 

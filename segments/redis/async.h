@@ -27,6 +27,8 @@
  *   TRYAGAIN     (a multi-key command mid-migration), CLUSTERDOWN, READONLY (a
  *                demoted master): sent again after 5..25 ms, while the call is
  *                younger than timeout_ms; CLUSTERDOWN and READONLY refresh the map.
+ * A standalone handle with the process's map in its target follows the mode when it
+ * becomes a cluster, at the caller's say (rda_mode_follow).
  * At most 5 MOVED/ASK per call. A command whose link failed is answered -1, never
  * sent to another node: its outcome is unknown. NOSCRIPT is answered per node, which
  * has its own script cache (link.h).
@@ -117,12 +119,13 @@ void rda_release(rda_conn *c, const char *sku, int i, const char *token, rda_int
                  void *arg);
 void rda_renew(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
                rda_int_fn fn, void *arg);
+/* DEDUCT_MULTI: all or nothing, fenced by every token. Codes: OK (stocks[j] = stock
+ * left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS; `stocks` has p->n
+ * entries (filled for OK and SHORT). A standalone Redis only (one script, every
+ * segment's keys); a cluster deducts part by part (rda_deduct_part). */
 void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char *id,
                       const char *record, const char *attempt, const struct rd_parts *p,
                       rda_multi_fn fn, void *arg);
-void rda_cancel(rda_conn *c, const char *sku, long long epoch, const char *id,
-                const char *cancelled, const char *expected, const struct rd_parts *p,
-                rda_reply_fn fn, void *arg);
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
                 const char *const *tok, const char *op, long long add, long long limit,
                 const char *rid, const char *sig, rda_reply_fn fn, void *arg);
@@ -135,6 +138,15 @@ void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
 
 /* True when the handle routes over a cluster. */
 bool rda_cluster(const rda_conn *c);
+/* The process's mode (the target's map, calls.h) became a cluster and this handle
+ * still routes as standalone: rda_mode_behind. rda_mode_follow makes it route over
+ * the cluster from its next call on (the map asked for at once); the caller does so
+ * when none of its multi-call operations is under way, since an operation begun
+ * standalone must not end as a cluster's. Neither changes anything otherwise. An
+ * answer only a cluster gives (MOVED, CROSSSLOT, ...) to a standalone handle asks
+ * the map to look at once. */
+bool rda_mode_behind(const rda_conn *c);
+void rda_mode_follow(rda_conn *c);
 /* A cluster: rewrite the end of the fresh order id `id` (32 hex digits) so that its
  * record lives in segment i's slot (slots.h rd_name_for_slot), where the DEDUCT
  * writes it with the deduction, in one script; a standalone Redis: nothing to do. */

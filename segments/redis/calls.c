@@ -189,20 +189,6 @@ int rd_renew(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms)
 
 /* ---- several segments ---------------------------------------------------------- */
 
-int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id,
-                    const char *record, const char *attempt, const struct rd_parts *p,
-                    struct rd_reply *out, long long *stocks)
-{
-    struct rd_cmd cmd;
-    proto_deduct_multi(&cmd, sku, epoch, id, record, attempt, p);
-    memset(out, 0, sizeof *out);
-    redisReply *r = store_call(c, &cmd);
-    int rc = r != NULL ? proto_multi(r, p->n, out, stocks) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc;
-}
-
 static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
                           const char *cancelled, const char *expected,
                           const struct rd_parts *p, int wait_ms, struct rd_reply *out);

@@ -1,7 +1,7 @@
 /* calls.h -- the Redis seam: a connection, and one typed call per script or read.
  *
  * Everything that knows Redis lives in segments/redis/: key names (keys.h), Lua
- * (the lua/ files, scripts.c), the connection (store.c) and the reply shapes (calls.c).
+ * (the lua/ files, scripts.c), the connection (store.c) and the reply shapes (proto.c).
  * The rest of the program passes C values in and gets C values back; no redisReply, key
  * or Lua crosses this header. Each call is blocking on its connection (a worker's own).
  *
@@ -71,8 +71,9 @@ struct rd_target {
     int db;                /* SELECT on every (re)connect when not 0 */
     int timeout_ms;        /* connect and per-command timeout */
     bool cluster;          /* host:port is a seed of a Redis Cluster (async.h routes) */
-    rd_smap *map;          /* a cluster: the process's slot map that connections share
-                              (borrowed: outlives them), or NULL: each makes its own */
+    rd_smap *map;          /* the process's slot map that connections share and its
+                              mode (borrowed: outlives them), or NULL: a cluster
+                              connection makes its own, a standalone one stays so */
     rd_sentinel *sentinel; /* Sentinel: every (re)connect goes to the master these
                               name, host and port ignored, and checks ROLE; a change
                               of master drops a connection to the old one (borrowed:
@@ -95,12 +96,21 @@ rd_sentinel *rd_sentinel_create(const struct rd_sentinel_opts *o, char *err,
                                 size_t errlen);
 void rd_sentinel_free(rd_sentinel *s);
 
-/* One slot map per process (smap.h): every blocking connection made with it in its
- * target routes by the newest map, which one thread refreshes for all of them. `seed`
- * as for a connection (its strings copied); NULL when it is not a cluster. Free after
- * the last connection that uses it. */
+/* One slot map per process (smap.h): every connection made with it in its target
+ * routes by the newest map, which one thread refreshes for all of them. It also
+ * holds the process's mode: a cluster (seed->cluster), or standalone until the seed
+ * says it is a cluster node (the thread asks INFO cluster when a connection met an
+ * answer only a cluster gives, and every 5 s after rd_smap_unsure); then a cluster
+ * for good. `seed` as
+ * for a connection (its strings copied); NULL for a unix socket (never a cluster).
+ * Free after the last connection that uses it. rd_smap_cluster: the mode now (one
+ * atomic load; NULL: false). */
 rd_smap *rd_smap_create(const struct rd_target *seed);
 void rd_smap_free(rd_smap *m);
+bool rd_smap_cluster(rd_smap *m);
+/* Standalone because no seed answered at start (a guess): ask INFO cluster every
+ * 5 s until one answers too. NULL is fine. */
+void rd_smap_unsure(rd_smap *m);
 
 /* Which of `to` (host:port) and the seeds in `seeds` ("host:port,host:port", may be
  * NULL) answers first, and whether it is a Redis Cluster node: fills `to->host` (into
@@ -125,6 +135,9 @@ rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors);
 void rd_conn_free(rd_conn *c);
 /* The last failure, for logs ("" when none). */
 const char *rd_conn_error(const rd_conn *c);
+/* True when the connection routes over a cluster: its target said so, or the
+ * process's mode (the target's map) has become a cluster since. */
+bool rd_conn_cluster(rd_conn *c);
 
 struct rd_reply {
     int code;        /* RD_* */
@@ -215,13 +228,6 @@ struct rd_parts {
     const long long *part;  /* DEDUCT_MULTI only */
     const char *const *tok; /* per part: the lock token, or "" (mode atomic) */
 };
-
-/* DEDUCT_MULTI: all or nothing, fenced by every token. Codes: OK (stocks[j] = stock
- * left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS. `stocks` has n
- * entries (filled for OK and SHORT). 0 or -1. */
-int rd_deduct_multi(rd_conn *c, const char *sku, long long epoch, const char *id,
-                    const char *record, const char *attempt, const struct rd_parts *p,
-                    struct rd_reply *out, long long *stocks);
 
 /* CANCEL: give back to each segment what Redis records for order `id`, while its
  * record is still `expected` (the caller's read) and the SKU still in `epoch`; mark

@@ -636,6 +636,24 @@ int rd_cluster_probe(const struct rd_target *seed, char *err, size_t errlen)
     return on;
 }
 
+bool rd_cluster_error(const char *err, size_t len)
+{
+    static const char *const words[] = {"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN",
+                                        "CROSSSLOT"};
+    if (err == NULL)
+        return false;
+    if (len > 0 && err[0] == '-') {
+        err++;
+        len--;
+    }
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
+        size_t n = strlen(words[i]);
+        if (len >= n && memcmp(err, words[i], n) == 0)
+            return true;
+    }
+    return false;
+}
+
 int rd_pick_seed(struct rd_target *to, const char *seeds, char *host, size_t hostlen,
                  char *err, size_t errlen)
 {

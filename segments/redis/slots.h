@@ -175,4 +175,10 @@ int rd_slot_map_ask(struct redisContext *rc, const char *host, struct rd_slot_ma
  * asked. Blocking, on a connection of its own. */
 int rd_cluster_probe(const struct rd_target *seed, char *err, size_t errlen);
 
+/* Whether an error reply `err` (len bytes, a leading '-' allowed) is one only a
+ * cluster node gives: MOVED, ASK, TRYAGAIN, CLUSTERDOWN or CROSSSLOT. A connection
+ * that takes its Redis as standalone and meets one asks whether it became a cluster
+ * (smap.h). */
+bool rd_cluster_error(const char *err, size_t len);
+
 #endif

@@ -24,7 +24,9 @@ struct rd_smap {
     long long asked;          /* under mu: asks made */
     long long answered;       /* under mu: the asks made before the last fetch began */
     bool stop;                /* under mu */
+    bool unsure;              /* under mu: standalone, but no INFO cluster answered yet */
     atomic_bool quit;         /* stop, read by a fetch between nodes */
+    atomic_bool cluster;      /* the mode: false (standalone) until it is a cluster */
     char err[200];            /* under mu: why the last fetch failed, "" */
 };
 
@@ -76,6 +78,16 @@ void rd_smap_put(const struct rd_smap_snap *cs)
     free(s);
 }
 
+void rd_smap_unsure(rd_smap *m)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->unsure = true;
+    pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->mu);
+}
+
 long long rd_smap_refresh(rd_smap *m, int wait_ms)
 {
     pthread_mutex_lock(&m->mu);
@@ -89,6 +101,11 @@ long long rd_smap_refresh(rd_smap *m, int wait_ms)
     }
     pthread_mutex_unlock(&m->mu);
     return rd_smap_gen(m);
+}
+
+bool rd_smap_cluster(rd_smap *m)
+{
+    return m != NULL && atomic_load_explicit(&m->cluster, memory_order_acquire);
 }
 
 const char *rd_smap_error(rd_smap *m, char *buf, size_t len)
@@ -190,18 +207,44 @@ static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct kept *keep,
     return -1;
 }
 
-/* Fetch when asked (at most every RD_SMAP_MIN_MS) and every RD_SMAP_TICK_MS; publish
- * a map that differs from the newest. */
+/* Standalone: INFO cluster on the seed now: 1 (cluster_enabled:1), 0, or -1 (no
+ * answer). A Redis that became a cluster (in practice: a cluster node that did not
+ * answer when the process started) is logged once, here. */
+static int probe(rd_smap *m)
+{
+    char err[200];
+    int on = rd_cluster_probe(&m->seed, err, sizeof err);
+    if (on != 1)
+        return on;
+    char detail[RD_HOST_MAX + 96];
+    snprintf(detail, sizeof detail,
+             "%s:%d is a Redis Cluster node: routing by its slot map from now on",
+             m->host, m->seed.port);
+    rd_log(true, "mode", detail);
+    return 1;
+}
+
+/* Standalone: ask INFO cluster when asked (at most every RD_SMAP_PROBE_MIN_MS), and
+ * every RD_SMAP_PROBE_MS until one answers when none did at start; once it says
+ * cluster, fetch the map, publish it and then the mode. A cluster: fetch when asked (at
+ * most every RD_SMAP_MIN_MS) and every RD_SMAP_TICK_MS; publish a map that differs from
+ * the newest. */
 static void *run(void *arg)
 {
     rd_smap *m = arg;
     struct kept keep = {0};
-    long long began = 0; /* when the last fetch began; 0: none yet */
+    long long began = 0; /* when the last fetch (or probe) began; 0: none yet */
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
         bool asked = m->asked > m->answered;
-        long long due =
-            began == 0 ? 0 : began + (asked ? RD_SMAP_MIN_MS : RD_SMAP_TICK_MS);
+        bool cluster = atomic_load_explicit(&m->cluster, memory_order_relaxed);
+        long long gap = cluster ? (asked ? RD_SMAP_MIN_MS : RD_SMAP_TICK_MS)
+                                : (asked ? RD_SMAP_PROBE_MIN_MS : RD_SMAP_PROBE_MS);
+        long long due = began == 0 ? 0 : began + gap;
+        if (!cluster && !asked && !m->unsure) { /* a standalone Redis that said so */
+            pthread_cond_wait(&m->wake, &m->mu);
+            continue;
+        }
         long long now = base_now_ms();
         if (now < due) {
             struct timespec until = after_ms(due - now);
@@ -217,7 +260,13 @@ static void *run(void *arg)
         began = base_now_ms();
         struct rd_slot_map fresh;
         char err[200];
-        int rc = fetch(m, cur, &keep, &fresh, err, sizeof err);
+        int rc = -1;
+        int on = cluster ? 1 : probe(m);
+        bool switched = !cluster && on == 1;
+        if (cluster || switched)
+            rc = fetch(m, cur, &keep, &fresh, err, sizeof err);
+        else
+            snprintf(err, sizeof err, "not a cluster");
         struct rd_smap_snap *made = NULL;
         if (rc == 0 && (cur == NULL || !same_map(&cur->map, &fresh))) {
             made = seg_calloc(1, sizeof *made);
@@ -236,6 +285,10 @@ static void *run(void *arg)
             atomic_store_explicit(&m->gen, made->gen, memory_order_release);
         }
         snprintf(m->err, sizeof m->err, "%s", rc == 0 ? "" : err);
+        if (switched) /* after its first map, so that a connection finds one */
+            atomic_store_explicit(&m->cluster, true, memory_order_release);
+        if (on >= 0)
+            m->unsure = false;
         m->answered = round;
         pthread_cond_broadcast(&m->done);
         pthread_mutex_unlock(&m->mu);
@@ -251,8 +304,9 @@ static void *run(void *arg)
 
 rd_smap *rd_smap_create(const struct rd_target *seed)
 {
-    if (seed == NULL || !seed->cluster)
-        return NULL;
+    if (seed == NULL ||
+        (!seed->cluster && seed->unix_path != NULL && seed->unix_path[0] != '\0'))
+        return NULL; /* a cluster node is reached over TCP */
     rd_smap *m = seg_calloc(1, sizeof *m);
     m->seed = *seed;
     snprintf(m->host, sizeof m->host, "%s", seed->host ? seed->host : "127.0.0.1");
@@ -268,6 +322,7 @@ rd_smap *rd_smap_create(const struct rd_target *seed)
     cond_init(&m->done);
     atomic_init(&m->gen, 0);
     atomic_init(&m->quit, false);
+    atomic_init(&m->cluster, seed->cluster);
     int rc = pthread_create(&m->thread, NULL, run, m);
     if (rc != 0) {
         fprintf(stderr, "slot map thread: %s\n", strerror(rc));

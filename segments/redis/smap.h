@@ -24,6 +24,16 @@
  * unreachable one would cost every connection its command's timeout): one tick
  * after a replica's promotion, every connection routes to it.
  *
+ * The mode. A process whose Redis answered as standalone at start (or not at all)
+ * has a map too, without snapshots, whose thread asks the seed `INFO cluster` when a
+ * connection asks (rd_smap_refresh after an answer only a cluster gives: MOVED, ASK,
+ * CROSSSLOT, ...; slots.h rd_cluster_error; at most every RD_SMAP_PROBE_MIN_MS),
+ * and, when no seed answered at start (rd_smap_unsure), every RD_SMAP_PROBE_MS until
+ * one answers. A standalone Redis that said so is sent nothing unasked. When it says
+ * cluster_enabled:1, the thread fetches the first map, publishes it, and then the mode
+ * (rd_smap_cluster, one atomic: false -> true, once; never back). Every connection reads
+ * the mode at each command and, once it is a cluster, routes by the map from then on.
+ *
  * Errors. A failed fetch keeps the newest snapshot and records why (rd_smap_error).
  * Every function is thread-safe. rd_smap_free comes after the last connection that
  * uses the map is freed.
@@ -37,8 +47,10 @@
 #include "segments/redis/calls.h"
 #include "segments/redis/slots.h"
 
-#define RD_SMAP_TICK_MS 250 /* the map is fetched at least this often */
-#define RD_SMAP_MIN_MS 100  /* and at most this often */
+#define RD_SMAP_TICK_MS 250      /* the map is fetched at least this often */
+#define RD_SMAP_MIN_MS 100       /* and at most this often */
+#define RD_SMAP_PROBE_MS 5000    /* standalone: INFO cluster at least this often */
+#define RD_SMAP_PROBE_MIN_MS 250 /* and at most this often */
 
 struct rd_smap_snap {
     long long gen;          /* 1, 2, ...: the newest has the highest */

@@ -34,7 +34,7 @@ struct rd_conn {
     _Atomic long long *errors; /* counts every failure; may be NULL */
     struct node *nodes;        /* nodes[0]: `to` (standalone: the only node) */
     int nnodes;
-    /* A cluster: */
+    /* A cluster (or standalone, `map` for the process's mode only): */
     rd_smap *map;            /* the slot map: the process's (to.map), or own_map */
     rd_smap *own_map;        /* made for this connection when the target had none */
     long long map_gen;       /* the map's generation `route` follows; 0: none yet */
@@ -77,11 +77,9 @@ rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors)
     for (int s = 0; s < RD_SLOTS; s++)
         c->route[s] = -1;
     node_index(c, c->host, to->port);
-    if (to->cluster) {
-        c->map = to->map;
-        if (c->map == NULL)
-            c->map = c->own_map = rd_smap_create(&c->to);
-    }
+    c->map = to->map; /* standalone: for the mode, which may become a cluster */
+    if (to->cluster && c->map == NULL)
+        c->map = c->own_map = rd_smap_create(&c->to);
     c->to.map = NULL; /* reached through c->map only */
     return c;
 }
@@ -110,33 +108,22 @@ const char *rd_conn_error(const rd_conn *c)
     return c->errstr;
 }
 
-static rd_log_fn logger;
-
-void rd_set_logger(rd_log_fn fn)
-{
-    logger = fn;
-}
-
-void rd_log(bool failure, const char *what, const char *detail)
-{
-    if (logger != NULL)
-        logger(failure, what, detail);
-}
-
 static void set_error(rd_conn *c, const char *what, const char *detail)
 {
     snprintf(c->errstr, sizeof c->errstr, "%s: %.100s", what, detail);
-    if (logger != NULL)
-        logger(true, what, detail);
+    rd_log(true, what, detail);
     if (c->errors != NULL)
         atomic_fetch_add_explicit(c->errors, 1, memory_order_relaxed);
 }
 
 /* Judge a reply (not NULL): keep it when usable; otherwise record why, free it and
- * return NULL. */
+ * return NULL. An answer only a cluster gives, to a connection that takes its Redis
+ * as standalone, asks the process's map whether it became one. */
 static redisReply *checked(rd_conn *c, redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR) {
+        if (!c->to.cluster && c->map != NULL && rd_cluster_error(r->str, r->len))
+            rd_smap_refresh(c->map, 0);
         set_error(c, "redis error", r->str);
         freeReplyObject(r);
         return NULL;
@@ -273,13 +260,22 @@ static int connect_node(rd_conn *c, struct node *n)
         drop_node(c, n);
         return -1;
     }
-    if (c->failed && logger != NULL)
-        logger(false, "connect", local ? c->unix_path : n->host);
+    if (c->failed)
+        rd_log(false, "connect", local ? c->unix_path : n->host);
     c->failed = false;
     return 0;
 }
 
 /* ---- a cluster's routes ---------------------------------------------------------- */
+
+/* Whether the connection routes over a cluster, following the process's mode: once
+ * it became a cluster, from this command on (never back). */
+static bool cluster_now(rd_conn *c)
+{
+    if (!c->to.cluster && rd_smap_cluster(c->map))
+        c->to.cluster = true; /* nodes[0] is the seed: the map adds the others */
+    return c->to.cluster;
+}
 
 /* Route by the newest snapshot of the shared map, when `route` follows an older one:
  * one atomic load when it does not. */
@@ -319,14 +315,19 @@ static int node_for(rd_conn *c, int slot)
     return slot >= 0 && c->route[slot] >= 0 ? c->route[slot] : 0;
 }
 
-bool store_cluster(const rd_conn *c)
+bool store_cluster(rd_conn *c)
 {
-    return c->to.cluster;
+    return cluster_now(c);
+}
+
+bool rd_conn_cluster(rd_conn *c)
+{
+    return cluster_now(c);
 }
 
 int store_slot_node(rd_conn *c, int slot)
 {
-    if (!c->to.cluster || slot < 0 || slot >= RD_SLOTS)
+    if (!cluster_now(c) || slot < 0 || slot >= RD_SLOTS)
         return -1;
     node_for(c, slot); /* the newest map; on first use, waited for */
     return c->route[slot];
@@ -502,6 +503,7 @@ static redisReply *rerouted(rd_conn *c, struct rd_cmd *cmd, bool sent, long long
 redisReply *store_run(rd_conn *c, struct rd_cmd *cmd)
 {
     long long start = base_now_ms();
+    cluster_now(c);
     int at = node_for(c, cmd->slot);
     bool sent;
     redisReply *r = run_on(c, at, cmd, false, &sent);
@@ -516,7 +518,7 @@ redisReply *store_run(rd_conn *c, struct rd_cmd *cmd)
 
 int store_pipeline(rd_conn *c, int n, struct rd_cmd *cmds, redisReply **out)
 {
-    if (c->to.cluster) { /* one at a time, each to its own node */
+    if (cluster_now(c)) { /* one at a time, each to its own node */
         for (int i = 0; i < n; i++) {
             if ((out[i] = store_run(c, &cmds[i])) == NULL) {
                 for (int j = 0; j < i; j++)

@@ -23,6 +23,10 @@
  * when the map moved it. A command that got no reply is never sent to another node
  * (its outcome is unknown).
  *
+ * Standalone, with the process's map in the target: the connection reads the mode
+ * at each command (calls.h rd_smap_create) and routes as a cluster's once it moved;
+ * an answer only a cluster gives asks the map to check at once.
+ *
  * Every call returns NULL when Redis did not give a usable answer: I/O errors and
  * timeouts (the connection is dropped; the next call reconnects) and error replies
  * (LOADING, OOM, a script error). rd_conn_error says which; the connection's error
@@ -38,7 +42,7 @@
 #include "segments/redis/scripts.h"
 
 /* True when the connection routes over a cluster's masters. */
-bool store_cluster(const rd_conn *c);
+bool store_cluster(rd_conn *c); /* read at each command: rd_conn_cluster (calls.h) */
 
 /* A cluster: the index of the node that serves `slot` (the map fetched first when
  * none is known), or -1; how many node indexes there are; node i's "host:port". */

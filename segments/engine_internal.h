@@ -1,0 +1,287 @@
+/* engine_internal.h -- the engine's own layout and steps, shared by its files only.
+ *
+ * Nothing outside the engine's files (engine.c, ord.c, lease.c, handover.c, claims.c,
+ * multi.c, spread.c, verdict.c) includes this. An order (`struct ord`) lives on one
+ * engine, on its loop's thread; it is a state machine: `state` says what it waits for,
+ * ord_set() (ord.c) is the only writer of it and checks every transition against one
+ * table. The files are layered, each calling only those below it:
+ *
+ *   engine.c   the order path: settings, rounds of the ring, one segment's ACQUIRE,
+ *              hold and DEDUCT; the engine's API and its table of steps
+ *   spread.c   the automatic rebalance          multi.c   several segments at once
+ *   claims.c   a cluster: the order id's claim  verdict.c sold out, from fresh counts
+ *   handover.c a lock kept from one order to the next    lease.c  lease renewal
+ *   ord.c      the order itself: its state and transitions, its answer and its end
+ *
+ * A step of a lower file that goes on to a state entered by a higher one (VIEW,
+ * ROUND, MULTI, VERDICT) calls ord_enter(), which runs that state's step from the
+ * engine's table `enter` (filled by engine.c). Every callback's privdata is the order (or
+ * a `struct part` of it); a NULL reply (rc < 0: no answer) ends the order unavailable,
+ * unless the outcome is certain without it. An order is freed by ord_finish() once
+ * answered and owed no reply (`pending`).
+ */
+#ifndef SEG_ENGINE_INTERNAL_H
+#define SEG_ENGINE_INTERNAL_H
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "segments/engine.h"
+#include "segments/internal.h"
+#include "segments/ltab.h"
+#include "segments/redis/async.h"
+
+struct ord;
+typedef void (*ord_step_fn)(struct ord *o);
+
+struct engine {
+    inv *v;
+    struct event_base *base;
+    rda_conn *rd;
+    ltab *tab;
+    int home, homes; /* this loop's number, and how many (ring.h) */
+    uint64_t rng, token_id, token_seq;
+    int in_flight;
+    long long changes;        /* inv.changes when this loop's table was last in step */
+    const ord_step_fn *enter; /* per state, the step that enters it (engine.c) */
+};
+
+/* The states of an order. Each is set by ord_set() alone, which checks it against
+ * the transitions of ord.c's table `ord_next`; every state may end in RECORD or DONE
+ * (no Redis answer at any step: DONE, unavailable). */
+enum ord_state {
+    ORD_START,   /* placed: its first step runs on the next turn of the loop */
+    ORD_VIEW,    /* the SKU's settings: cached and fresh, or META sent */
+    ORD_CLAIM,   /* a cluster: the order id's claim (CLAIM; FIND, the undo of a dead
+                    claim's plan or its record's CONFIRM when taking it over; WAIT) */
+    ORD_ROUND,   /* choosing the ring's next segment (no call out) */
+    ORD_BACKOFF, /* no segment free, one busy elsewhere: a backoff timer, then ROUND */
+    ORD_WAIT,    /* in line for a claim held by an order of this loop (timer) */
+    ORD_ACQUIRE, /* ACQUIRE sent for segment `seg` */
+    ORD_HOLD,    /* the lock of `seg` held (lease renewed), the hold timer armed; or
+                    the hold over, the lock's previous DEDUCT not answered (hold_over) */
+    ORD_DEDUCT,  /* DEDUCT sent (hold_ms 0: behind its SET NX PX in one write) */
+    ORD_MULTI,   /* several segments: the plan's intent, its locks in ascending order,
+                    DEDUCT_MULTI or one DEDUCT per part, an undo */
+    ORD_SPREAD,  /* the automatic rebalance: every segment locked, ADJUST "spread" */
+    ORD_VERDICT, /* fresh counts: every segment's stock, then the meta */
+    ORD_PLACED,  /* sold: the record's CONFIRM (a cluster), the replicas' WAIT */
+    ORD_RECORD,  /* sold out or insufficient with a client id: its record read first */
+    ORD_DONE,    /* answered: freed now, or once the replies it is owed (pending) came */
+    ORD__COUNT
+};
+
+/* An order. Its state is `state`; the flags left beside it are orthogonal to it:
+ * what it owns or owes across states (claim_ok, holding, waiting, pending, mclaiming),
+ * how the current step was sent (pipelined, confirm), or what a reply said (has_id,
+ * stock_left, lease_lost, hold_over, mlost, mplaced). */
+struct ord {
+    engine *e;
+    enum ord_state state; /* written by ord_set() only */
+    char sku[SEG_NAME_MAX + 1];
+    long long qty;
+    bool has_id; /* the client gave the id (a retry may replay it); cleared once its
+                    record was read */
+    struct order_result res;
+    engine_done_fn fn;
+    void *arg;
+
+    lsku *s;
+    struct sku_view view;
+    char placed[RD_SKU_PLACED_MAX]; /* the SKU as its segments' calls take it */
+    int64_t started_ms, deadline_ms;
+    int stale_tries;
+
+    /* a cluster: the order id's claim (rda_claim) */
+    char attempt[33]; /* this order's, for the claim and the record */
+    bool claim_ok;    /* the id is ours until `until` (the claim's node's clock) */
+    long long until;
+    int64_t claim_ends_ms; /* the same end, as this process's clock has it at most */
+    char *dead;            /* the attempt of a dead claim being taken over */
+    char *recovered;       /* its order, found in a segment: the record to confirm */
+    char *dplan; /* its plan (a multi-segment order's): to undo once taken over */
+
+    /* the current round */
+    /* claimed: segments passed by that an order of this loop holds and will hand
+     * on (at home here); away: those another loop holds, or that will go back free;
+     * busy: those Redis found locked elsewhere */
+    int n, start, k, handed, claimed, away, busy, remote_rounds;
+    bool stock_left;  /* a segment passed by holds some stock, too little */
+    long long *seen;  /* stock last seen per segment, -1 unknown; n entries */
+    long long vtotal; /* VERDICT: the total of the stocks just read */
+
+    /* the segment being worked on */
+    int seg;
+    char token[33];
+    char *record;
+    bool holding;    /* a lock of ours (lease renewed) */
+    bool pipelined;  /* hold_ms 0: the lock went out with the DEDUCT, in one write */
+    bool confirm;    /* a cluster: the DEDUCT wrote no record, CONFIRM writes it */
+    bool lease_lost; /* a renewal found it gone */
+    int pending;     /* renewals and piped locks owed a reply: the order outlives its
+                        answer for them */
+    /* a lock kept from one order of this loop to the next (handover.c) */
+    int64_t lock_ms;  /* when the lock held was taken (its ACQUIRE sent) */
+    int keeps;        /* the orders it served before this one */
+    struct ord *succ; /* ours went on to it, until our DEDUCT (keep) answers */
+    struct ord *pred; /* the order whose DEDUCT keeps it for us, until that answers */
+    bool hold_over;   /* our hold ended before pred's answer came */
+
+    /* several segments (an order's parts, or every segment for a spread) */
+    int mn, mk, mround;
+    int *mseg;
+    int mhanded;                    /* the claim a multi-segment wait was handed, or -1 */
+    void (*mlocked)(struct ord *o); /* runs once every lock of the set is held */
+    long long *mpart;
+    char (*mtok)[33];
+    /* ... on a cluster, one deduction per part, under the id's claim and its plan: */
+    char *mplan;
+    bool mclaiming; /* the claim that records the plan is out */
+    int mleft;      /* parts owed a reply */
+    int mcode;      /* RD_OK, or why a part was refused */
+    bool mlost;     /* a part had no answer: its outcome is unknown */
+    bool mplaced;   /* every part deducted and the record written */
+    struct part *mctx;
+    int mwaits, mreplicas; /* durability "replicated": WAITs owed, the fewest replicas */
+
+    struct event *timer; /* the state's timer (hold, backoff, wait, next turn) */
+    struct event *renew; /* the lease's renewal, every lock_ttl_ms / 3 (lease.c) */
+    struct lwait wait;
+    bool waiting; /* `wait` is in a queue of the SKU's table (ltab_wait) */
+};
+
+/* One part of a multi-segment order on a cluster, for its reply. */
+struct part {
+    struct ord *o;
+    int k;
+};
+
+/* ---- ord.c: the order itself ----------------------------------------------------- */
+
+/* How much longer than the order may live its id's claim lasts; a segment refuses a
+ * deduction within CLAIM_MARGIN_MS of the claim's end (the clocks of two masters). */
+#define CLAIM_SLACK_MS 3000
+#define CLAIM_MARGIN_MS 1000
+
+/* The name of a state, for logs and failures ("?" when out of range). */
+const char *ord_state_name(enum ord_state st);
+/* The one writer of o->state: a transition not in the table aborts, naming both. */
+void ord_set(struct ord *o, enum ord_state to);
+/* Enter VIEW, ROUND, MULTI or VERDICT by the engine's step for it (ord_set inside). */
+void ord_enter(struct ord *o, enum ord_state to);
+
+/* A random number below n (xorshift64*, the engine's state). */
+uint32_t ord_rnd(engine *e, uint32_t n);
+/* A lock token or attempt, unique to this engine: 32 hex digits and a NUL. */
+void ord_token(engine *e, char out[33]);
+/* The order's one timer: `cb` after `ms` (0: on the next turn of the loop). */
+void ord_arm(struct ord *o, int ms, void (*cb)(evutil_socket_t, short, void *));
+
+/* The order ends with `st`: links and waits undone, a claim with no sale given up, a
+ * 409 with a client id reads its record first (RECORD); then answered (DONE) and
+ * freed, or freed once its owed replies came. Called again in DONE: frees it then. */
+void ord_finish(struct ord *o, inv_status st);
+/* The answer now (fn called once), then freed unless replies are owed. */
+void ord_answer_and_free(struct ord *o);
+/* Whether the loop's handle routes as the process's mode says (ord.c): false while
+ * it must still follow the mode to a cluster and orders of the loop are under way
+ * (a new order then answers 503); the last order's end lets it follow. */
+bool ord_mode_followed(engine *e);
+/* The order id met again: REPLAYED with `record` (taken) when it is this order,
+ * CONFLICT otherwise. */
+void ord_replayed(struct ord *o, char *record);
+/* Sold: res.record set; durability replicated, WAIT for a replica first (PLACED). */
+void ord_placed(struct ord *o);
+/* A STALE reply: the settings read again (VIEW), 503 busy after 4. */
+void ord_stale(struct ord *o);
+
+/* Segments known empty in `gen` (the most of this loop's and all loops' count). */
+int ord_empties(lsku *s, long long gen);
+/* The most the SKU holds in `gen` by a verdict from fresh counts, or -1. */
+long long ord_confirmed(lsku *s, long long gen);
+bool ord_sold_out(lsku *s, long long gen);
+/* What a reply said segment i holds now (hints; an empty one told every loop). */
+void ord_note_stock(struct ord *o, int i, long long stock);
+
+/* The order a queued waiter is part of. */
+static inline struct ord *ord_of_wait(struct lwait *w)
+{
+    return (struct ord *)((char *)w - offsetof(struct ord, wait));
+}
+
+/* A new round of the ring from segment `start`, `k` of its segments behind it. */
+static inline void ord_round_reset(struct ord *o, int start, int k)
+{
+    o->start = start;
+    o->k = k;
+    o->claimed = o->away = o->busy = 0;
+    o->stock_left = false;
+}
+
+/* Segment i's claim on this loop given back (lock mode only takes claims). */
+static inline void ord_unclaim(struct ord *o, int i)
+{
+    if (o->view.cfg.mode == SKU_MODE_LOCK)
+        ltab_unclaim(o->s, i);
+}
+
+/* ---- lease.c: lease renewal ------------------------------------------------------ */
+
+/* The lock of `seg` is ours: renewed every lock_ttl_ms / 3 until lease_stop. */
+void lease_start(struct ord *o);
+/* The renewal timer (o->renew's callback, EV_PERSIST). */
+void lease_on_tick(evutil_socket_t fd, short what, void *arg);
+/* No more renewals (replies owed still come). */
+static inline void lease_stop(struct ord *o)
+{
+    o->holding = false;
+    event_del(o->renew);
+}
+
+/* ---- handover.c: a lock kept from one order of this loop to the next ------------- */
+
+/* May o's lock go on to `w` with the DEDUCT that keeps it (standalone Redis only)? */
+bool handover_may_keep(const struct ord *o, const struct ord *w);
+/* o's lock goes on to `w` (taken out of the queue): w holds it now (HOLD), its hold
+ * timer armed with `on_hold_done`. */
+void handover_pass(struct ord *o, struct ord *w,
+                   void (*on_hold_done)(evutil_socket_t, short, void *));
+/* o's DEDUCT (keep) answered (rc, r): its successor goes on holding (`on_hold_done`
+ * now if its hold is over) when it was OK, or takes the segment again from a new
+ * round (`on_round_timer`, next turn) when not. */
+void handover_settle(struct ord *o, int rc, const struct rd_reply *r,
+                     void (*on_hold_done)(evutil_socket_t, short, void *),
+                     void (*on_round_timer)(evutil_socket_t, short, void *));
+
+/* ---- claims.c: a cluster, the order id's claim ----------------------------------- */
+
+/* Claim the id (CLAIM): then ROUND, or MULTI (the claim records a plan: mclaiming),
+ * or an answer (a replay, busy, the record of a dead claim's order). */
+void claims_claim(struct ord *o);
+
+/* ---- verdict.c: sold out, insufficient or busy, from fresh counts ---------------- */
+
+void verdict_begin(struct ord *o);
+
+/* ---- multi.c: several segments at once ------------------------------------------- */
+
+/* The arrays of a set of o->n segments, none locked. */
+void multi_alloc(struct ord *o);
+/* Lock mseg[mk..mn) in ascending order, then o->mlocked. */
+void multi_lock_next(struct ord *o);
+/* The set's locks not all had: those taken given back; a spread gives way (ROUND),
+ * an order ends with `st`. */
+void multi_give_up(struct ord *o, inv_status st);
+/* No segment holds qty: plan the parts (VERDICT when none fills it) and place them. */
+void multi_begin(struct ord *o);
+/* The plan known (and on a cluster recorded): its locks, then its deduction (MULTI). */
+void multi_go(struct ord *o);
+
+/* ---- spread.c: the automatic rebalance ------------------------------------------- */
+
+/* A spread due and begun by this order (SPREAD)? false: the order goes on. */
+bool spread_begin(struct ord *o);
+
+#endif

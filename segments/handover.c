@@ -1,0 +1,69 @@
+/* handover.c -- a segment lock kept from one order of this loop to the next, with the
+ * DEDUCT that keeps it. */
+#include <string.h>
+
+#include "segments/engine_internal.h"
+#include "segments/ring.h"
+
+/* Orders a lock may serve in a row, kept from one to the next. */
+#define KEEP_MAX 16
+
+/* The lock held by `o` goes on to `w`, the next order of this loop waiting for the
+ * segment, with the DEDUCT that leaves it held (keep): `w` starts its hold at once,
+ * without a round trip for an ACQUIRE. Its own DEDUCT waits for ours to answer
+ * (handover_settle): only an OK leaves the lock held. Both are fenced by the same
+ * token; the lease goes on being renewed by the holder. */
+bool handover_may_keep(const struct ord *o, const struct ord *w)
+{
+    const engine *e = o->e;
+    return !rda_cluster(e->rd) && o->keeps < KEEP_MAX &&
+           inv_now_ms() - o->lock_ms < e->v->opt.lock_ttl_ms / 3 &&
+           w->view.cfg.hold_ms > 0 && o->seg < w->n && w->pred == NULL;
+}
+
+void handover_pass(struct ord *o, struct ord *w,
+                   void (*on_hold_done)(evutil_socket_t, short, void *))
+{
+    engine *e = o->e;
+    ord_set(w, ORD_HOLD);
+    w->waiting = false; /* ltab_next_holder took it out of the queue */
+    event_del(w->timer);
+    w->seg = o->seg;
+    memcpy(w->token, o->token, sizeof w->token);
+    w->lock_ms = o->lock_ms;
+    w->keeps = o->keeps + 1;
+    w->pred = o;
+    o->succ = w;
+    w->hold_over = false;
+    /* its round as if it had started at the segment and taken it */
+    w->handed = -1;
+    ord_round_reset(w, ring_start(w->seg, w->n, e->home, e->homes), 1);
+    stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - w->started_ms) * 1000);
+    lease_start(w);
+    ord_arm(w, w->view.cfg.hold_ms, on_hold_done);
+}
+
+/* Our DEDUCT (keep) answered: the order the lock went on to may go on with it, or,
+ * when the script let it go (or the answer was lost: then let go of it here),
+ * takes the segment again the usual way, with an ACQUIRE. */
+void handover_settle(struct ord *o, int rc, const struct rd_reply *r,
+                     void (*on_hold_done)(evutil_socket_t, short, void *),
+                     void (*on_round_timer)(evutil_socket_t, short, void *))
+{
+    struct ord *w = o->succ;
+    if (w == NULL)
+        return;
+    o->succ = NULL;
+    w->pred = NULL;
+    if (rc == 0 && r->code == RD_OK) {
+        if (w->hold_over)
+            ord_arm(w, 0, on_hold_done);
+        return;
+    }
+    if (rc < 0)
+        rda_release(o->e->rd, o->placed, o->seg, o->token, NULL, NULL);
+    lease_stop(w);
+    w->handed = w->seg; /* still claimed here */
+    ord_set(w, ORD_ROUND);
+    ord_arm(w, 0, on_round_timer);
+}
