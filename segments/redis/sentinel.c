@@ -168,6 +168,7 @@ static void round_once(rd_sentinel *s)
     pthread_mutex_lock(&s->mu);
     snprintf(s->err, sizeof s->err, "%s", ok ? "" : err);
     long long gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
+    struct addr was = s->master;
     bool moved = ok && (gen == 0 || got.port != s->master.port ||
                         strcmp(got.host, s->master.host));
     if (moved) {
@@ -175,11 +176,12 @@ static void round_once(rd_sentinel *s)
         atomic_store_explicit(&s->gen, gen + 1, memory_order_release);
     }
     pthread_mutex_unlock(&s->mu);
-    if (moved) {
-        char detail[RD_HOST_MAX + 64];
-        snprintf(detail, sizeof detail, "%s:%d (generation %lld)", got.host, got.port,
-                 gen + 1);
-        rd_log(false, "sentinel master", detail);
+    if (moved && gen > 0) { /* a failover: worth a warning (the first answer is not) */
+        char detail[256];
+        snprintf(detail, sizeof detail,
+                 "the master of %.32s is now %.48s:%d (was %.48s:%d)", s->name, got.host,
+                 got.port, was.host, was.port);
+        rd_log(true, "sentinel", detail);
     } else if (!ok) {
         rd_log(true, "sentinel", err);
     }
