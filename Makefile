@@ -16,7 +16,7 @@
 PKGS      := libmicrohttpd hiredis jansson libevent
 DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
-             libclang-rt-14-dev valgrind procps python3 libevent-dev
+             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc

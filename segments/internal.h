@@ -28,6 +28,7 @@ struct inv {
     bool probe_failed; /* no seed answered INFO cluster at start */
     rd_smap *map;      /* the slot map every connection routes by on a cluster, and the
                           mode (calls.h); NULL for a unix socket */
+    rd_sentinel *sentinel; /* Sentinel: the current master, for every connection */
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];

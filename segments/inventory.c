@@ -45,14 +45,31 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     v->opt = *opt;
     v->host = seg_strdup(opt->redis_host ? opt->redis_host : "127.0.0.1");
     v->opt.redis_host = v->host;
-    pick_seed(v);
+    if (opt->redis_sentinels != NULL && opt->redis_sentinels[0] != '\0') {
+        v->sentinel = rd_sentinel_create(
+            &(struct rd_sentinel_opts){
+                .sentinels = opt->redis_sentinels,
+                .name = opt->redis_sentinel_master,
+                .password = opt->redis_sentinel_password,
+                .timeout_ms = opt->redis_timeout_ms,
+            },
+            err, errlen);
+        if (v->sentinel == NULL) {
+            free(v->host);
+            free(v);
+            return NULL;
+        }
+    } else {
+        pick_seed(v);
+    }
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
     v->tab = skutab_create();
     /* The map also holds the mode, which may become a cluster later (calls.h): every
-     * TCP Redis has one, and the sweeper, idle while standalone. */
+     * TCP Redis has one, and the sweeper, idle while standalone. Not a Sentinel
+     * Redis: its master is no cluster, and host:port there is a sentinel's. */
     const struct rd_target seed = inv_redis_target(v);
-    v->map = rd_smap_create(&seed);
+    v->map = v->sentinel == NULL ? rd_smap_create(&seed) : NULL;
     if (!v->cluster && v->probe_failed)
         rd_smap_unsure(v->map); /* asked again every 5 s until it answers */
     const struct rd_target to = inv_redis_target(v);
@@ -73,6 +90,7 @@ void inv_free(inv *v)
     sweeper_free(v->sw);
     watchdog_free(v->wd);
     rd_smap_free(v->map); /* after every connection that routes by it */
+    rd_sentinel_free(v->sentinel);
     skutab_free(v->tab);
     free(v->host);
     free(v);
@@ -158,6 +176,7 @@ struct rd_target inv_redis_target(const inv *v)
         .timeout_ms = v->opt.redis_timeout_ms,
         .cluster = inv_redis_cluster(v),
         .map = v->map,
+        .sentinel = v->sentinel,
     };
 }
 

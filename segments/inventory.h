@@ -51,6 +51,12 @@ struct inv_options {
     int redis_db;               /* SELECT on every (re)connect when not 0 */
     const char *redis_seeds;    /* more Redis Cluster seeds, "host:port,host:port" */
     bool redis_cluster;         /* a Redis Cluster without asking (else INFO cluster) */
+    /* Redis Sentinel: the master is whichever these sentinels ("host:port,...") name
+     * for redis_sentinel_master (redis_host and redis_port are then unused);
+     * redis_sentinel_password is the sentinels' AUTH, redis_password the master's. */
+    const char *redis_sentinels;
+    const char *redis_sentinel_master;
+    const char *redis_sentinel_password;
     int redis_timeout_ms; /* connect and per-command timeout (a hung Redis -> 503) */
     int lock_ttl_ms;      /* lease of a segment lock; renewed every ttl/3 while held */
     int lock_wait_ms;     /* how long an order waits for a free segment before BUSY */

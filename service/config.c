@@ -24,7 +24,8 @@ enum kind {
     K_ENUM,  /* one of `names`, stored as its index in an int-sized enum field */
     K_BOOL,  /* bool field: true or false (a JSON boolean in the file) */
     K_PATH,  /* a file path in char[cap]; "-" stores "" (stderr) */
-    K_REDIS, /* "host:port", "redis://[user[:password]@]host[:port][/db]" or
+    K_REDIS, /* "host:port", "redis://[user[:password]@]host[:port][/db]",
+                "redis-sentinel://[user[:password]@]h:p,h:p/name[/db]" or
                 "unix:///path" into the redis_* fields */
 };
 
@@ -81,6 +82,8 @@ static const struct setting settings[] = {
                 "--redis-password-file", K_STR, redis_password_file),
     BOOL_SETTING("redis_cluster", "INVENTORY_REDIS_CLUSTER", "--redis-cluster",
                  redis_cluster),
+    STR_SETTING("redis_sentinel_password", "INVENTORY_REDIS_SENTINEL_PASSWORD", NULL,
+                K_TOKEN, redis_sentinel_password),
     INT_SETTING("threads", "INVENTORY_THREADS", "--threads", threads, 1, 1024),
     INT_SETTING("lock_ttl_ms", "INVENTORY_LOCK_TTL_MS", "--lock-ttl-ms", lock_ttl_ms, 100,
                 600000),
@@ -274,9 +277,79 @@ static int set_redis_url(const char *text, const char *where, struct cfg *c, cha
     return 0;
 }
 
+/* "redis-sentinel://[user[:password]@]h1[:p1],h2[:p2]/name[/db]": the sentinels into
+ * redis_sentinels ("h:p,h:p", port 26379 when none), the name into
+ * redis_sentinel_master, user, password and db as for redis:// (the master's). */
+static int set_sentinel_url(const char *text, const char *where, struct cfg *c, char *err,
+                            size_t errlen)
+{
+    char url[CFG_PATH_MAX + 256];
+    if (strlen(text) >= sizeof url)
+        return fail(err, errlen, "%s: the redis-sentinel:// URL is too long", where);
+    snprintf(url, sizeof url, "redis://%s", text + strlen("redis-sentinel://"));
+    char *p = url + strlen("redis://");
+    char *at = strrchr(p, '@');
+    char *hosts = at != NULL ? at + 1 : p;
+    char *slash = strchr(hosts, '/');
+    if (slash == NULL || slash[1] == '\0' || slash[1] == '/')
+        return fail(err, errlen,
+                    "%s: redis-sentinel:// needs the master's name: "
+                    "redis-sentinel://host:port,host:port/mastername, got '%s'",
+                    where, text);
+    *slash = '\0';
+    const char *name = slash + 1;
+    char *db = strchr(slash + 1, '/');
+    if (db != NULL)
+        *db++ = '\0';
+    size_t nlen = strlen(name);
+    if (nlen > 200 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789._-") != nlen)
+        return fail(err, errlen,
+                    "%s: the master's name must be 1..200 of A-Z a-z 0-9 . _ -, got '%s'",
+                    where, name);
+    char list[CFG_PATH_MAX] = "";
+    size_t used = 0;
+    for (const char *h = hosts; *h != '\0' || used == 0;) {
+        const char *end = strchr(h, ',');
+        size_t n = end != NULL ? (size_t)(end - h) : strlen(h);
+        char hp[CFG_HOST_MAX + 16];
+        if (n == 0 || n >= sizeof hp - 7)
+            return fail(err, errlen, "%s: an empty or too long sentinel address in '%s'",
+                        where, text);
+        memcpy(hp, h, n);
+        hp[n] = '\0';
+        const char *last = strrchr(hp, ':');
+        if (last == NULL || (hp[0] == '[' && strrchr(hp, ']') > last))
+            strcat(hp, ":26379"); /* the sentinels' default port */
+        struct cfg probe;
+        if (set_host_port(hp, strlen(hp), where, &probe, err, errlen) != 0)
+            return -1;
+        int k = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", hp);
+        if (k < 0 || (size_t)k >= sizeof list - used)
+            return fail(err, errlen, "%s: the sentinel list is too long", where);
+        used += (size_t)k;
+        h += n + (end != NULL);
+        if (end != NULL && *h == '\0')
+            return fail(err, errlen, "%s: empty sentinel after the last ','", where);
+    }
+    /* User, password and db as a redis:// URL of the first sentinel would have them. */
+    char first[CFG_PATH_MAX + 256];
+    size_t cut = strcspn(list, ",");
+    snprintf(first, sizeof first, "redis://%.*s%.*s%s%s", at ? (int)(at - p + 1) : 0, p,
+             (int)cut, list, db ? "/" : "", db ? db : "");
+    if (set_redis_url(first, where, c, err, errlen) != 0)
+        return -1;
+    memcpy(c->redis_sentinels, list, used + 1);
+    snprintf(c->redis_sentinel_master, sizeof c->redis_sentinel_master, "%s", name);
+    return 0;
+}
+
 static int set_redis(const char *text, const char *where, struct cfg *c, char *err,
                      size_t errlen)
 {
+    c->redis_sentinels[0] = c->redis_sentinel_master[0] = '\0';
+    if (strncmp(text, "redis-sentinel://", 17) == 0)
+        return set_sentinel_url(text, where, c, err, errlen);
     if (strncmp(text, "unix://", 7) == 0) {
         const char *path = text + 7;
         if (path[0] != '/' || strlen(path) >= sizeof c->redis_unix)
@@ -288,7 +361,9 @@ static int set_redis(const char *text, const char *where, struct cfg *c, char *e
     if (strncmp(text, "redis://", 8) == 0)
         return set_redis_url(text, where, c, err, errlen);
     if (strstr(text, "://") != NULL)
-        return fail(err, errlen, "%s: only redis:// and unix:// are supported, got '%s'",
+        return fail(err, errlen,
+                    "%s: only redis://, redis-sentinel:// and unix:// are supported, got "
+                    "'%s'",
                     where, text);
     /* HOST:PORT[,HOST:PORT...]: cluster seeds, the first tried first. */
     const char *comma = strchr(text, ',');
@@ -741,6 +816,12 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
              out->bind);
         goto done;
     }
+    if (out->redis_sentinels[0] != '\0' && out->redis_cluster) {
+        fail(err, errlen,
+             "redis_cluster: a redis-sentinel:// Redis is not a Redis Cluster; drop "
+             "redis_cluster or name the cluster's nodes in redis");
+        goto done;
+    }
     rc = 0;
 done:
     free(opts);
@@ -796,13 +877,16 @@ static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, boo
         snprintf(buf, len, "%s", s->names[*(const int *)field]);
         break;
     case K_REDIS:
-        if (c->redis_unix[0] != '\0')
+        if (c->redis_sentinels[0] != '\0')
+            append(buf, len, "redis-sentinel://%s/%s", c->redis_sentinels,
+                   c->redis_sentinel_master);
+        else if (c->redis_unix[0] != '\0')
             append(buf, len, "unix://%s", c->redis_unix);
         else if (strchr(c->redis_host, ':') != NULL)
             append(buf, len, "[%s]:%d", c->redis_host, c->redis_port);
         else
             append(buf, len, "%s:%d", c->redis_host, c->redis_port);
-        if (c->redis_seeds[0] != '\0')
+        if (c->redis_seeds[0] != '\0' && c->redis_sentinels[0] == '\0')
             append(buf, len, ",%s", c->redis_seeds);
         if (c->redis_db != 0)
             append(buf, len, " (db %d)", c->redis_db);
@@ -963,8 +1047,10 @@ void cfg_usage(FILE *f, const char *prog)
         f,
         "\n"
         "redis: HOST:PORT, HOST:PORT,HOST:PORT,... (Redis Cluster seeds, tried in\n"
-        "order), redis://[user[:password]@]host[:port][/db] or unix:///path. A Redis\n"
-        "Cluster is recognised at start (INFO cluster), or later at its first\n"
+        "order), redis://[user[:password]@]host[:port][/db], unix:///path or\n"
+        "redis-sentinel://[user[:password]@]h1:p1,h2:p2/mastername[/db] (Sentinel: the\n"
+        "master the sentinels name; redis_sentinel_password: the sentinels' own AUTH).\n"
+        "A Redis Cluster is recognised at start (INFO cluster), or later at its first\n"
         "cluster answer (MOVED, CROSSSLOT, ...: /healthz names the mode); redis_cluster\n"
         "true says so without asking. redis_user and redis_password: AUTH on every "
         "connect;\n"

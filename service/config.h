@@ -55,6 +55,9 @@ struct cfg {
     char redis_password_file[CFG_PATH_MAX]; /* read into redis_password at load */
     char redis_seeds[CFG_PATH_MAX];         /* more cluster seeds: "h:p,h:p"; "" */
     bool redis_cluster;                     /* a Redis Cluster, without asking; false */
+    char redis_sentinels[CFG_PATH_MAX];     /* redis-sentinel://: "h:p,h:p"; "" = none */
+    char redis_sentinel_master[CFG_HOST_MAX + 1];    /* the monitored name; "" */
+    char redis_sentinel_password[CFG_TOKEN_MAX + 1]; /* the sentinels' AUTH (secret) */
     int threads;          /* event loops (api/loop.h), 1..1024; the number of cores */
     int lock_ttl_ms;      /* 100..600000; 3000 */
     int lock_wait_ms;     /* 0..600000; 2000 */

@@ -258,6 +258,9 @@ int main(int argc, char **argv)
         .redis_db = cfg.redis_db,
         .redis_seeds = cfg.redis_seeds,
         .redis_cluster = cfg.redis_cluster,
+        .redis_sentinels = cfg.redis_sentinels,
+        .redis_sentinel_master = cfg.redis_sentinel_master,
+        .redis_sentinel_password = cfg.redis_sentinel_password,
         .redis_timeout_ms = cfg.redis_timeout_ms,
         .lock_ttl_ms = cfg.lock_ttl_ms,
         .lock_wait_ms = cfg.lock_wait_ms,
@@ -293,8 +296,11 @@ int main(int argc, char **argv)
     struct timespec started;
     clock_gettime(CLOCK_MONOTONIC, &started);
 
-    char redis[CFG_PATH_MAX + 16];
-    if (cfg.redis_unix[0] != '\0')
+    char redis[CFG_PATH_MAX + CFG_HOST_MAX + 32];
+    if (cfg.redis_sentinels[0] != '\0')
+        snprintf(redis, sizeof(redis), "Sentinel %s, master %s", cfg.redis_sentinels,
+                 cfg.redis_sentinel_master);
+    else if (cfg.redis_unix[0] != '\0')
         snprintf(redis, sizeof(redis), "unix://%s", cfg.redis_unix);
     else
         snprintf(redis, sizeof(redis), "%s:%d%s", cfg.redis_host, cfg.redis_port,

@@ -734,6 +734,117 @@ int h_redis_get(const h_redis *r, const char *key, char *buf, size_t len)
     return res;
 }
 
+/* ---- redis-sentinel ------------------------------------------------------------ */
+
+struct h_sentinel {
+    pid_t pid;
+    int port;
+    char *dir;
+};
+
+/* 1 when the sentinel on `port` answers PING (AUTH `password` first when set). */
+static int sentinel_ok(int port, const char *password)
+{
+    redisContext *c = connect_port(port, 500);
+    if (c == NULL)
+        return 0;
+    redisReply *a = password != NULL ? redisCommand(c, "AUTH %s", password) : NULL;
+    if (a != NULL)
+        freeReplyObject(a);
+    redisReply *rep = redisCommand(c, "PING");
+    int ok =
+        rep != NULL && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return ok;
+}
+
+static int sentinel_launch(h_sentinel *s, int master_port, const char *name, int quorum,
+                           const char *password)
+{
+    char conf[600], logfile[600];
+    snprintf(conf, sizeof conf, "%s/sentinel.conf", s->dir);
+    snprintf(logfile, sizeof logfile, "%s/sentinel.log", s->dir);
+    FILE *f = fopen(conf, "w");
+    if (f == NULL) {
+        say("%s: %s", conf, strerror(errno));
+        return -1;
+    }
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\nlogfile %s\n"
+            "sentinel monitor %s 127.0.0.1 %d %d\n"
+            "sentinel down-after-milliseconds %s 1000\n"
+            "sentinel failover-timeout %s 2000\n"
+            "sentinel parallel-syncs %s 1\n",
+            s->port, s->dir, logfile, name, master_port, quorum, name, name, name);
+    if (password != NULL)
+        fprintf(f, "requirepass %s\nsentinel sentinel-pass %s\n", password, password);
+    fclose(f);
+    const char *bin = getenv("REDIS_SENTINEL");
+    if (bin == NULL || bin[0] == '\0')
+        bin = "redis-sentinel";
+    const char *argv[] = {bin, conf, NULL};
+    s->pid = spawn(argv, NULL, NULL, NULL);
+    if (s->pid < 0)
+        return -1;
+    long long end = h_now_ms() + 15000;
+    while (h_now_ms() < end) {
+        if (sentinel_ok(s->port, password))
+            return 0;
+        int st = wait_exit(s->pid, 0);
+        if (st != -2) {
+            say("redis-sentinel on port %d exited with %d", s->port, st);
+            dump_tail(logfile, 2000);
+            s->pid = 0;
+            return -1;
+        }
+        h_sleep_ms(20);
+    }
+    say("redis-sentinel on port %d did not answer PING in 15 s", s->port);
+    terminate(s->pid, SIGKILL, 5000);
+    s->pid = 0;
+    return -1;
+}
+
+h_sentinel *h_sentinel_start(int master_port, const char *name, int quorum,
+                             const char *password)
+{
+    h_sentinel *s = xcalloc(1, sizeof *s);
+    s->dir = h_tempdir("sentinel");
+    if (s->dir == NULL) {
+        free(s);
+        return NULL;
+    }
+    for (int attempt = 0; attempt < 5; attempt++) {
+        s->port = h_free_port();
+        if (s->port != 0 && sentinel_launch(s, master_port, name, quorum, password) == 0)
+            return s;
+    }
+    say("could not start redis-sentinel");
+    h_sentinel_free(s);
+    return NULL;
+}
+
+int h_sentinel_port(const h_sentinel *s)
+{
+    return s->port;
+}
+
+void h_sentinel_free(h_sentinel *s)
+{
+    if (s == NULL)
+        return;
+    if (s->pid > 0)
+        terminate(s->pid, SIGTERM, 10000);
+    if (s->dir != NULL) {
+        h_rmtree(s->dir);
+        reg_del_dir(s->dir);
+        free(s->dir);
+    }
+    free(s);
+}
+
 /* ---- redis cluster ------------------------------------------------------------- */
 
 #define H_CLUSTER_PORT_LO 12000

@@ -110,6 +110,20 @@ int h_redis_set_px(const h_redis *r, const char *key, const char *value, long px
  * 0 when not, -1 on error. */
 int h_redis_get(const h_redis *r, const char *key, char *buf, size_t len);
 
+/* ---- redis-sentinel ----------------------------------------------------------- */
+
+/* A redis-sentinel child ($REDIS_SENTINEL, else Debian's redis-sentinel from PATH) on
+ * a free loopback port, with its own temp dir and config file: it monitors `name` at
+ * 127.0.0.1:master_port with `quorum`, down-after-milliseconds 1000, failover-timeout
+ * 2000; with `password` (may be NULL) its requirepass and the password it gives the
+ * other sentinels. Started once it answers PING (after AUTH). NULL on failure. */
+typedef struct h_sentinel h_sentinel;
+h_sentinel *h_sentinel_start(int master_port, const char *name, int quorum,
+                             const char *password);
+int h_sentinel_port(const h_sentinel *s);
+/* Stop by pid (SIGTERM, SIGKILL after 10 s), remove its dir, free. NULL is fine. */
+void h_sentinel_free(h_sentinel *s);
+
 /* ---- redis cluster ------------------------------------------------------------ */
 
 /* A Redis Cluster of redis-server children: each an h_redis (its own temp dir, AOF

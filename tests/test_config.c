@@ -452,6 +452,52 @@ static void flag_errors_name_the_flag(void **state)
     expect_error((const char *const[]){"inventoryd", "--help=yes", NULL}, NULL, "--help");
 }
 
+/* redis-sentinel://: the sentinels (26379 when no port), the master's name, and
+ * user, password and db of the master; the sentinels' own password is a setting of
+ * its own. A malformed URL is a one-line error naming what is wrong. */
+static void redis_sentinel_url(void **state)
+{
+    (void)state;
+    struct cfg c;
+    char err[512];
+    const char *env[] = {"INVENTORY_REDIS_SENTINEL_PASSWORD=spass", NULL};
+    assert_int_equal(
+        LOAD(env, &c, err, "--redis",
+             "redis-sentinel://app:p%40ss@s1,10.0.0.2:26380,[::1]:5/mymaster/2", NULL),
+        0);
+    assert_string_equal(c.redis_sentinels, "s1:26379,10.0.0.2:26380,[::1]:5");
+    assert_string_equal(c.redis_sentinel_master, "mymaster");
+    assert_string_equal(c.redis_user, "app");
+    assert_string_equal(c.redis_password, "p@ss");
+    assert_int_equal(c.redis_db, 2);
+    assert_string_equal(c.redis_sentinel_password, "spass");
+    /* A later plain address replaces the Sentinel one. */
+    assert_int_equal(LOAD(NULL, &c, err, "--redis", "redis-sentinel://s1:1/m", "--redis",
+                          "h:6379", NULL),
+                     0);
+    assert_string_equal(c.redis_sentinels, "");
+    assert_string_equal(c.redis_host, "h");
+
+    const char *bad[][2] = {
+        {"redis-sentinel://s1:26379,s2:26379", "needs the master's name"},
+        {"redis-sentinel://s1:26379/", "needs the master's name"},
+        {"redis-sentinel:///mymaster", "empty or too long sentinel address"},
+        {"redis-sentinel://s1:0/m", "port must be an integer"},
+        {"redis-sentinel://s1:1,/m", "empty sentinel after the last ','"},
+        {"redis-sentinel://s1:1,,s2:2/m", "empty or too long sentinel address"},
+        {"redis-sentinel://s1:1/my master", "the master's name must be"},
+        {"redis-sentinel://s1:1/m/x", "the database must be a number"},
+        {"redis-sentinel://a%zz@s1:1/m", "bad user or password"},
+        {"rediss-sentinel://s1:1/m", "only redis://, redis-sentinel:// and unix://"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_error((const char *const[]){"inventoryd", "--redis", bad[i][0], NULL},
+                     NULL, bad[i][1]);
+    expect_error((const char *const[]){"inventoryd", "--redis", "redis-sentinel://s1:1/m",
+                                       "--redis-cluster", "true", NULL},
+                 NULL, "not a Redis Cluster");
+}
+
 static void flag_beats_bad_env_only_when_valid(void **state)
 {
     (void)state;
@@ -767,6 +813,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(file_errors_name_the_key, setup, teardown),
         cmocka_unit_test_setup_teardown(env_errors_name_the_variable, setup, teardown),
         cmocka_unit_test_setup_teardown(flag_errors_name_the_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(redis_sentinel_url, setup, teardown),
         cmocka_unit_test_setup_teardown(flag_beats_bad_env_only_when_valid, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(non_loopback_needs_a_token, setup, teardown),

@@ -60,6 +60,7 @@
 
 typedef struct rd_conn rd_conn;
 typedef struct rd_smap rd_smap;
+typedef struct rd_sentinel rd_sentinel;
 
 struct rd_target {
     const char *host; /* copied; ignored when unix_path is set */
@@ -73,7 +74,27 @@ struct rd_target {
     rd_smap *map;          /* the process's slot map that connections share and its
                               mode (borrowed: outlives them), or NULL: a cluster
                               connection makes its own, a standalone one stays so */
+    rd_sentinel *sentinel; /* Sentinel: every (re)connect goes to the master these
+                              name, host and port ignored, and checks ROLE; a change
+                              of master drops a connection to the old one (borrowed:
+                              outlives the connections), or NULL */
 };
+
+/* One Sentinel resolver per process (sentinel.h): the current master of `name` as
+ * the sentinels at `sentinels` ("host:port,host:port", "[v6]:port" too) say, AUTH
+ * `password` (the sentinels' own, or NULL/"") on each connection to a sentinel,
+ * `timeout_ms` per connect and command. Asks once before it returns (no answer is
+ * not an error: the thread keeps asking); NULL with err set when the list does not
+ * parse. Free after the last connection that uses it. */
+struct rd_sentinel_opts {
+    const char *sentinels;
+    const char *name;
+    const char *password;
+    int timeout_ms;
+};
+rd_sentinel *rd_sentinel_create(const struct rd_sentinel_opts *o, char *err,
+                                size_t errlen);
+void rd_sentinel_free(rd_sentinel *s);
 
 /* One slot map per process (smap.h): every connection made with it in its target
  * routes by the newest map, which one thread refreshes for all of them. It also

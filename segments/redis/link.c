@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/xalloc.h"
+#include "segments/redis/sentinel.h"
 #include "segments/redis/store.h"
 
 struct link {
@@ -29,6 +30,7 @@ struct link {
                              (in `resend`) instead of failing at once */
     long long attempt_ms; /* when the last attempt to connect began */
     bool failed;          /* the last connection failed: log the next one that works */
+    long long sgen;       /* Sentinel: the master generation host:port is of */
 };
 
 /* A request of the link's own: what it was (for the log) and, for SCRIPT LOAD, which
@@ -96,11 +98,23 @@ static void fail_later(struct link *l, struct lreq *q)
 /* ---- sending -------------------------------------------------------------------- */
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+static void drop(struct link *l, const char *why);
+
+/* Sentinel: drop a connection to a master the sentinels no longer name; requests
+ * owed a reply on it are answered NULL ("unavailable": their ids make a retry
+ * safe), and the next connection goes to the new master. */
+static void leave_old_master(struct link *l)
+{
+    if (l->ac != NULL && l->to.sentinel != NULL &&
+        rd_sentinel_gen(l->to.sentinel) != l->sgen)
+        drop(l, "the sentinels named another master");
+}
 
 void link_send(struct link *l, struct lreq *q)
 {
     q->l = l;
     q->prev = q->next = q;
+    leave_old_master(l);
     if (l->ac == NULL) {
         if (!l->reconnecting) {
             /* Down: bring the next attempt forward (RETRY_NOW_MS after the last one)
@@ -128,13 +142,25 @@ void link_send(struct link *l, struct lreq *q)
     bump(l->own->counts.commands);
 }
 
-static void drop(struct link *l, const char *why);
+/* Sentinel: true when `r`, the answer to ROLE, says master. */
+static bool says_master(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+           r->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(r->element[0]->str, "master") == 0;
+}
 
 static void setup_done(struct lreq *q, redisReply *r)
 {
     struct setup *s = (struct setup *)q;
     struct link *l = q->l;
-    if (r != NULL && r->type == REDIS_REPLY_ERROR) {
+    if (r != NULL && strcmp(s->what, "ROLE") == 0 && !says_master(r)) {
+        /* A stale answer of the sentinels, or a failover under way: nothing may be
+         * written here (a replica refuses writes anyway: READONLY). */
+        set_error(l, "ROLE", r->type == REDIS_REPLY_ERROR ? r->str : "not a master");
+        rd_sentinel_refresh(l->to.sentinel);
+        drop(l, NULL);
+    } else if (r != NULL && r->type == REDIS_REPLY_ERROR) {
         set_error(l, s->what, r->str);
         if (s->script < 0 && strcmp(s->what, "ASKING") != 0)
             drop(l, NULL); /* AUTH or SELECT refused: this connection is no use */
@@ -241,6 +267,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     set_error(l, "connect", ac->errstr);
+    if (l->to.sentinel != NULL)
+        rd_sentinel_refresh(l->to.sentinel); /* refused: maybe a failover */
     l->reconnecting = false;
     fail_resends(l);
     if (l->ac == ac) { /* hiredis frees the context after this callback */
@@ -290,6 +318,16 @@ static void connect_failed(struct link *l, const char *why)
 static void connect_now(struct link *l)
 {
     l->attempt_ms = base_now_ms();
+    if (l->to.sentinel != NULL) {
+        long long gen =
+            rd_sentinel_master(l->to.sentinel, l->host, sizeof l->host, &l->to.port);
+        if (gen == 0) {
+            char why[200];
+            connect_failed(l, rd_sentinel_error(l->to.sentinel, why, sizeof why));
+            return;
+        }
+        l->sgen = gen;
+    }
     redisAsyncContext *ac = l->unix_path[0] != '\0'
                                 ? redisAsyncConnectUnix(l->unix_path)
                                 : redisAsyncConnect(l->host, l->to.port);
@@ -297,6 +335,8 @@ static void connect_now(struct link *l)
         connect_failed(l, ac != NULL ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
+        if (l->to.sentinel != NULL)
+            rd_sentinel_refresh(l->to.sentinel);
         return;
     }
     ac->data = l;
@@ -318,6 +358,11 @@ static void connect_now(struct link *l)
         if (l->user[0] != '\0')
             cmd_arg(&s->q.cmd, l->user);
         cmd_arg(&s->q.cmd, l->password);
+        link_send(l, &s->q);
+    }
+    if (l->to.sentinel != NULL) {
+        struct setup *s = new_setup("ROLE", -1);
+        cmd_plain(&s->q.cmd, "ROLE");
         link_send(l, &s->q);
     }
     if (l->to.db != 0) {
@@ -355,6 +400,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct link *l = arg;
+    leave_old_master(l);
     struct lreq *oldest = l->head.next;
     if (oldest != &l->head && base_now_ms() - oldest->sent_ms > l->to.timeout_ms) {
         char why[64];

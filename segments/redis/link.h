@@ -24,6 +24,10 @@
  * the server closes is made again at once, and commands meanwhile wait for it. While
  * no connection is up otherwise, a command brings the next attempt forward (to 50 ms
  * after the last one) and waits for it: answered NULL when that attempt fails.
+ * Sentinel (`to->sentinel`): each attempt goes to the master the resolver names now
+ * and sends ROLE first (not a master: dropped, the resolver asked again); when the
+ * resolver names another master, the connection is dropped at the next command or
+ * tick (what it owed answered NULL) and made again to the new one.
  * Failures go to the owner's error text and counters and to the seam's logger.
  */
 #ifndef SEG_REDIS_LINK_H

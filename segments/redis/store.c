@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "segments/redis/proto.h"
+#include "segments/redis/sentinel.h"
 #include "segments/redis/slots.h"
 #include "segments/redis/smap.h"
 
@@ -22,6 +23,7 @@ struct node {
     char host[RD_HOST_MAX];
     int port;
     redisContext *rc;            /* NULL until connected, and again after an error */
+    long long sgen;              /* Sentinel: the master generation host:port is of */
     char sha[SCRIPT__COUNT][41]; /* SCRIPT LOAD results for this connection */
 };
 
@@ -191,10 +193,50 @@ static int authenticate(rd_conn *c, struct node *n)
     return 0;
 }
 
+/* Sentinel: point node 0 at the newest master the sentinels name (0), or -1 with
+ * the error set while they have named none. */
+static int sentinel_address(rd_conn *c, struct node *n)
+{
+    long long gen = rd_sentinel_master(c->to.sentinel, n->host, sizeof n->host, &n->port);
+    if (gen == 0) {
+        char why[200];
+        set_error(c, "sentinel", rd_sentinel_error(c->to.sentinel, why, sizeof why));
+        return -1;
+    }
+    n->sgen = gen;
+    return 0;
+}
+
+/* Sentinel: 0 when the node just connected says ROLE master; else -1, the error set
+ * and the sentinels asked again (their answer was stale, or a failover is under way):
+ * nothing may be written to a replica. */
+static int check_master(rd_conn *c, struct node *n)
+{
+    redisReply *r = redisCommand(n->rc, "ROLE");
+    bool master = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                  r->element[0]->type == REDIS_REPLY_STRING &&
+                  strcmp(r->element[0]->str, "master") == 0;
+    if (!master) {
+        set_error(c, "ROLE",
+                  r == NULL                      ? n->rc->errstr
+                  : r->type == REDIS_REPLY_ERROR ? r->str
+                                                 : "not a master (a failover?)");
+        rd_sentinel_refresh(c->to.sentinel);
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return master ? 0 : -1;
+}
+
 static int connect_node(rd_conn *c, struct node *n)
 {
+    bool sentinel = c->to.sentinel != NULL && n == &c->nodes[0];
+    if (n->rc != NULL && sentinel && rd_sentinel_gen(c->to.sentinel) != n->sgen)
+        drop_node(c, n); /* the sentinels switched masters: leave the old one */
     if (n->rc != NULL)
         return 0;
+    if (sentinel && sentinel_address(c, n) != 0)
+        return -1;
     int ms = c->to.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     bool local = n == &c->nodes[0] && c->unix_path[0] != '\0';
@@ -207,10 +249,12 @@ static int connect_node(rd_conn *c, struct node *n)
     if (n->rc->err) {
         set_error(c, "connect", n->rc->errstr);
         drop_node(c, n);
+        if (sentinel)
+            rd_sentinel_refresh(c->to.sentinel);
         return -1;
     }
     if (redisSetTimeout(n->rc, tv) != REDIS_OK || authenticate(c, n) != 0 ||
-        load_scripts(c, n) != 0) {
+        (sentinel && check_master(c, n) != 0) || load_scripts(c, n) != 0) {
         if (n->rc && n->rc->err)
             set_error(c, "connect", n->rc->errstr);
         drop_node(c, n);
