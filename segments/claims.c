@@ -50,9 +50,11 @@ static void on_found(void *arg, int rc, int seg, long long qty)
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
-    if (seg >= 0)
+    if (seg >= 0) {
+        o->found_seg = seg;
         o->recovered =
             record_build(o->res.order_id, o->sku, qty, 1, &seg, &qty, "confirmed");
+    }
     claims_claim(o);
 }
 

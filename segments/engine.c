@@ -121,6 +121,34 @@ static void on_confirmed(void *arg, int rc, struct rd_reply *r)
     ord_placed(o);
 }
 
+static void confirm(struct ord *o)
+{
+    rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku, o->view.epoch,
+                on_confirmed, o);
+}
+
+/* Durability "replicated", a client's id on a cluster: the record goes only once a
+ * replica has the sale. A record on the id's node outliving a sale that a failover
+ * of the segment's node lost would answer the retry 200 for units never sold. No
+ * replica: 503 not_replicated, the claim kept and no record written, so the retry
+ * waits for the claim to run out and looks in the segments (claims.c): the sale
+ * found -> its record (WAITed for there); lost -> sold afresh. */
+static void on_deduct_waited(void *arg, int rc, int replicas)
+{
+    struct ord *o = arg;
+    if (rc < 0) {
+        ord_finish(o, INV_UNAVAILABLE); /* the claim kept */
+        return;
+    }
+    if (replicas < 1) {
+        o->claim_ok = false; /* kept: not given up, the sale may stand */
+        ord_finish(o, INV_NOT_REPLICATED);
+        return;
+    }
+    o->seg_waited = true;
+    confirm(o);
+}
+
 static void on_deduct(void *arg, int rc, struct rd_reply *r)
 {
     struct ord *o = arg;
@@ -139,8 +167,12 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
         o->res.segment = i;
         if (o->confirm) { /* the record, in the id's slot */
             ord_set(o, ORD_PLACED);
-            rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku,
-                        o->view.epoch, on_confirmed, o);
+            if (o->view.cfg.replicated) { /* the sale on a replica first */
+                rda_wait(o->e->rd, o->placed, i, NULL, o->e->v->opt.redis_timeout_ms / 2,
+                         on_deduct_waited, o);
+                return;
+            }
+            confirm(o);
             return;
         }
         ord_placed(o);
@@ -472,6 +504,7 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
     o->arg = arg;
     o->handed = -1;
     o->res.segment = -1;
+    o->found_seg = -1;
     o->started_ms = inv_now_ms();
     o->deadline_ms = o->started_ms + e->v->opt.lock_wait_ms;
     ord_token(e, o->attempt);

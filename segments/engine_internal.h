@@ -101,7 +101,9 @@ struct ord {
     int64_t claim_ends_ms; /* the same end, as this process's clock has it at most */
     char *dead;            /* the attempt of a dead claim being taken over */
     char *recovered;       /* its order, found in a segment: the record to confirm */
-    char *dplan; /* its plan (a multi-segment order's): to undo once taken over */
+    char *dplan;   /* its plan (a multi-segment order's): to undo once taken over */
+    int found_seg; /* the segment `recovered` came from (-1: none); a replay WAITs there
+                    */
 
     /* the current round */
     /* claimed: segments passed by that an order of this loop holds and will hand
@@ -119,6 +121,7 @@ struct ord {
     bool holding;    /* a lock of ours (lease renewed) */
     bool pipelined;  /* hold_ms 0: the lock went out with the DEDUCT, in one write */
     bool confirm;    /* a cluster: the DEDUCT wrote no record, CONFIRM writes it */
+    bool seg_waited; /* replicated: a replica had the DEDUCT before the CONFIRM went */
     bool lease_lost; /* a renewal found it gone */
     int pending;     /* renewals and piped locks owed a reply: the order outlives its
                         answer for them */
@@ -190,7 +193,8 @@ void ord_answer_and_free(struct ord *o);
  * (a new order then answers 503); the last order's end lets it follow. */
 bool ord_mode_followed(engine *e);
 /* The order id met again: REPLAYED with `record` (taken) when it is this order,
- * CONFLICT otherwise. */
+ * CONFLICT otherwise. A replicated SKU on a cluster: REPLAYED only once a replica
+ * has the record (and the sale of a record just recovered), else 503 not_replicated. */
 void ord_replayed(struct ord *o, char *record);
 /* Sold: res.record set; durability replicated, WAIT for a replica first (PLACED). */
 void ord_placed(struct ord *o);

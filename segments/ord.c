@@ -167,10 +167,27 @@ void ord_arm(struct ord *o, int ms, void (*cb)(evutil_socket_t, short, void *))
 /* ---- answers --------------------------------------------------------------------- */
 
 /* The order id was met again: the same order (REPLAYED, record kept) or a clash. */
+static void on_replay_waited(void *arg, int rc, int replicas)
+{
+    struct ord *o = arg;
+    ord_finish(o, rc < 0         ? INV_UNAVAILABLE
+                  : replicas < 1 ? INV_NOT_REPLICATED
+                                 : INV_REPLAYED);
+}
+
 void ord_replayed(struct ord *o, char *record)
 {
     if (record_same_order(record, o->sku, o->qty)) {
         o->res.record = record;
+        if (o->view.cfg.replicated && rda_cluster(o->e->rd) && o->state != ORD_DONE) {
+            /* A 200 only for a record a replica has (and, for one just recovered
+             * from a sale, the sale too): one a failover then lost would be a sale
+             * answered that never stood. No replica: 503, the retry is safe. */
+            o->claim_ok = false; /* the id has its record: nothing to give up */
+            rda_wait(o->e->rd, o->placed, o->found_seg, o->res.order_id,
+                     o->e->v->opt.redis_timeout_ms / 2, on_replay_waited, o);
+            return;
+        }
         ord_finish(o, INV_REPLAYED);
     } else {
         free(record);
@@ -312,8 +329,10 @@ void ord_placed(struct ord *o)
     bool parts = o->mplaced && rda_cluster(e->rd); /* one connection: one WAIT */
     o->mwaits = parts ? o->mn : 1;
     o->mreplicas = 1 << 30;
+    /* A sale WAITed for before its CONFIRM (engine.c): only the record's node now. */
+    int seg = o->seg_waited ? -1 : o->res.segment;
     for (int k = 0, n = o->mwaits; k < n; k++)
-        rda_wait(e->rd, o->placed, parts ? o->mseg[k] : o->res.segment, o->res.order_id,
+        rda_wait(e->rd, o->placed, parts ? o->mseg[k] : seg, o->res.order_id,
                  e->v->opt.redis_timeout_ms / 2, on_waited, o);
 }
 

@@ -816,7 +816,7 @@ void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_m
 {
     struct fan *f = seg_calloc(1, sizeof *f);
     /* One WAIT per node written: a record in the segment's slot is on its. */
-    bool seg = i >= 0, rec = i < 0 || !record_with_segment(c, sku, i, id);
+    bool seg = i >= 0, rec = id != NULL && (i < 0 || !record_with_segment(c, sku, i, id));
     f->n = seg + rec;
     f->left = f->n;
     f->what = FAN_LEAST;

@@ -176,11 +176,11 @@ void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
 int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void *arg);
 /* WAIT 1 timeout_ms on the node that holds segment i of `sku` (and, on a cluster,
  * on the one that holds the record of `id`, when that is another; i = -1: on that
- * one only, as after a claim): value = how many replicas have every write those
- * nodes answered before this call (the least of the two). The WAITs go on a second
- * connection per node (waits.h), never on the one the other calls share, so they
- * hold nothing up but each other; timeout_ms is capped at half the Redis timeout,
- * and the answer can take two of them (a round already out is not waited on). */
+ * one only, as after a claim; id NULL: on the segment's only): value = how many replicas
+ * have every write those nodes answered before this call (the least of the two). The
+ * WAITs go on a second connection per node (waits.h), never on the one the other calls
+ * share, so they hold nothing up but each other; timeout_ms is capped at half the Redis
+ * timeout, and the answer can take two of them (a round already out is not waited on). */
 void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,
               rda_int_fn fn, void *arg);
 /* The first of segments 0..n-1 whose orders hash holds `id`: seg and qty, or seg -1
