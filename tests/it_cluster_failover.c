@@ -554,6 +554,69 @@ static void test_replicated_multi_retry_after_failover(void **state)
     assert_int_equal(holder.status, 201);
 }
 
+/* Durability "replicated", an order with a client's id whose SEGMENT's master (not
+ * the id's) is cut off from its replica and then fails over: the sale is lost with
+ * it. The record, on the id's master, must not outlive it: the order answers 503
+ * not_replicated and its retry sells afresh (201, sold 1). Before, the CONFIRM went
+ * before any WAIT: the record survived the sale, the retry answered 200 from it and
+ * the SKU showed the unit unsold (records 1, sold 0). */
+static void test_replicated_record_follows_sale(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(120);
+    const char *sku = "fo-rec";
+    struct h_resp r;
+    int st;
+    long long until =
+        h_now_ms() + 30000; /* 503 not_replicated while a failover settles */
+    while ((st = h_req(f->port, "PUT", "/admin/skus/fo-rec?reset=true", NULL,
+                       "{\"stock\": 2, \"segments\": 1, \"mode\": \"lock\", "
+                       "\"hold_ms\": 1, \"durability\": \"replicated\"}",
+                       &r)) == 503 &&
+           h_now_ms() < until) {
+        h_resp_free(&r);
+        h_sleep_ms(200);
+    }
+    h_resp_free(&r);
+    assert_true(st == 200 || st == 201);
+    json_t *j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    char placed[96], seg[SEG_KEY_MAX], rec[SEG_KEY_MAX], id[32];
+    snprintf(placed, sizeof placed, "%s",
+             json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+    seg_key_stock(seg, placed, 0);
+    int m = h_cluster_master_of(f->cluster, seg);
+    assert_true(m >= 0);
+    for (int k = 0;; k++) { /* an id whose record is on another master */
+        snprintf(id, sizeof id, "%s-%d", sku, k);
+        seg_key_order(rec, id);
+        if (h_cluster_master_of(f->cluster, rec) != m)
+            break;
+    }
+    struct cut_order x = {.port = f->port, .sku = sku, .qty = 1, .id = id};
+    long long ms;
+    char err[120];
+    if (failover(f, rd_key_slot(seg, strlen(seg)), order_while_cut_off, &x, &ms, err,
+                 sizeof err) != 0)
+        fail_msg("failover: %s", err);
+    fprintf(stderr, "%s cut off: %d %s; failover %lld ms\n", sku, x.status, x.code, ms);
+    assert_int_equal(x.status, 503);
+    assert_string_equal(x.code, "not_replicated");
+
+    until = h_now_ms() + 30000; /* 503 busy until the kept claim runs out */
+    while ((st = h_order(f->port, sku, 1, id, NULL)) == 503 && h_now_ms() < until)
+        h_sleep_ms(200);
+    assert_int_equal(st, 201); /* the sale was lost: sold afresh, not replayed */
+    assert_int_equal(h_order(f->port, sku, 1, id, NULL), 200);
+    j = h_get_sku(f->port, NULL, sku);
+    assert_non_null(j);
+    long long sold = json_integer_value(json_object_get(j, "sold"));
+    json_decref(j);
+    assert_int_equal(sold, 1); /* the record's unit is sold */
+    assert_int_equal(h_audit(f->port, NULL, sku, 2, true), 0);
+}
+
 /* A request sent while a replica is cut off (body: JSON or NULL; key: its
  * Idempotency-Key or NULL), and what it answered. */
 struct cut_req {
@@ -1109,6 +1172,7 @@ int main(void)
         cmocka_unit_test(test_failover_async_counts_losses),
         cmocka_unit_test(test_replicated_retry_after_failover),
         cmocka_unit_test(test_replicated_multi_retry_after_failover),
+        cmocka_unit_test(test_replicated_record_follows_sale),
         cmocka_unit_test(test_replicated_reset_across_failover),
         cmocka_unit_test(test_replicated_delete_waits),
         cmocka_unit_test(test_replicated_cancel_across_failover),
