@@ -56,7 +56,9 @@
  *             STALE                                          -> VIEW (re-read)
  *   DEDUCT    OK -> PLACED (a fresh id was made for the segment's slot, and the
  *             DEDUCT wrote its record; a client's id on a cluster: its record is
- *             CONFIRMed in the id's slot, no answer -> unavailable, the claim kept);
+ *             CONFIRMed in the id's slot, no answer -> unavailable, the claim kept;
+ *             durability replicated: the DEDUCT WAITed for first, no replica ->
+ *             DONE, not_replicated, the claim kept and no record);
  *             FENCED (a lock held elsewhere, or a lease lost) -> ROUND;
  *             SHORT/MISSING -> ROUND; EXISTS -> DONE; STALE -> VIEW
  *   MULTI     (a cluster: the id into the intents set, then CLAIM with the plan)
