@@ -133,6 +133,44 @@ static void on_multi_undone(void *arg, int rc, int units)
     multi_failed(o, o->mcode);
 }
 
+static void multi_confirm(struct ord *o)
+{
+    rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku, o->view.epoch,
+                on_multi_confirmed, o);
+}
+
+/* Durability "replicated": the record only once a replica has every part, as for one
+ * segment (engine.c): a record outliving a part that a failover of its segment's
+ * master lost would answer the retry 200 for units never sold. A part no replica
+ * has: 503 not_replicated with claim, plan and intent kept and no record, so the
+ * retry (or the sweeper) finds the claim run out and undoes the plan. */
+static void on_part_waited(void *arg, int rc, int replicas)
+{
+    struct ord *o = arg;
+    if (rc < 0)
+        o->mreplicas = -1;
+    else if (replicas < o->mreplicas && o->mreplicas >= 0)
+        o->mreplicas = replicas;
+    if (--o->mwaits > 0)
+        return;
+    if (o->mreplicas < 1) {
+        o->claim_ok = false; /* kept: not given up, the parts may stand */
+        ord_finish(o, o->mreplicas < 0 ? INV_UNAVAILABLE : INV_NOT_REPLICATED);
+        return;
+    }
+    o->seg_waited = true;
+    multi_confirm(o);
+}
+
+static void multi_wait_parts(struct ord *o)
+{
+    o->mwaits = o->mn;
+    o->mreplicas = 1 << 30;
+    for (int k = 0, n = o->mn; k < n; k++)
+        rda_wait(o->e->rd, o->placed, o->mseg[k], NULL, o->e->v->opt.redis_timeout_ms / 2,
+                 on_part_waited, o);
+}
+
 static void on_part(void *arg, int rc, struct rd_reply *r)
 {
     struct part *p = arg;
@@ -148,9 +186,10 @@ static void on_part(void *arg, int rc, struct rd_reply *r)
     multi_unclaim(o);
     if (o->mlost)
         ord_finish(o, INV_UNAVAILABLE);
+    else if (o->mcode == RD_OK && o->view.cfg.replicated)
+        multi_wait_parts(o);
     else if (o->mcode == RD_OK)
-        rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku,
-                    o->view.epoch, on_multi_confirmed, o);
+        multi_confirm(o);
     else if (inv_now_ms() >= o->claim_ends_ms - CLAIM_MARGIN_MS)
         /* The claim may be another's by now, and what the id holds in a segment its
          * parts: the undo is for whoever holds the claim next. */

@@ -328,7 +328,9 @@ void ord_placed(struct ord *o)
         return;
     }
     ord_set(o, ORD_PLACED);
-    bool parts = o->mplaced && rda_cluster(e->rd); /* one connection: one WAIT */
+    /* A cluster: each part's node, unless the parts were WAITed for before the
+     * CONFIRM (multi.c); one connection: one WAIT. */
+    bool parts = o->mplaced && rda_cluster(e->rd) && !o->seg_waited;
     o->mwaits = parts ? o->mn : 1;
     o->mreplicas = 1 << 30;
     /* A sale WAITed for before its CONFIRM (engine.c): only the record's node now. */
