@@ -179,6 +179,28 @@ static void test_one_master_down_grants_two_down_refuse(void **state)
     h_deadline(0);
 }
 
+/* A hung master (SIGSTOP) answers nothing: each call waits its own timer (hiredis has
+ * none), decides with the two that answered, and drops the hung connection. */
+static void test_hung_master_is_outvoted(void **state)
+{
+    struct rl_env *e = *state;
+    h_deadline(60);
+    h_lock *a = h_lock_new(&lks_redlock_ops, e->target);
+    lks_hold *h;
+    assert_int_equal(h_redis_pause(e->node[0]), 0);
+    long long t0 = h_now_ms();
+    assert_int_equal(h_lock_acquire(a, "hung", 400, 0, &h), LKS_OK);
+    assert_int_equal(h_lock_renew(a, h, 400), LKS_OK);
+    assert_int_equal(h_lock_release(a, h), LKS_OK);
+    long long took = h_now_ms() - t0;
+    assert_int_equal(h_redis_resume(e->node[0]), 0);
+    assert_true(took < 2000); /* two call timers of 100 ms, not a hang */
+    assert_int_equal(h_lock_acquire(a, "hung", 400, 1000, &h), LKS_OK);
+    assert_int_equal(h_lock_release(a, h), LKS_OK);
+    h_lock_free(a);
+    h_deadline(0);
+}
+
 /* The documented failure, shown on purpose: A wins on nodes 0 and 1 while node 2 is
  * down; node 1 restarts without persistence and forgets A's key; node 2 comes back
  * empty. B then wins on nodes 1 and 2 while A's lease still runs: both hold at once.
@@ -224,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_expired_holder_cannot_release_the_next),
         cmocka_unit_test(test_renew_keeps_the_lock_past_its_ttl),
         cmocka_unit_test(test_one_master_down_grants_two_down_refuse),
+        cmocka_unit_test(test_hung_master_is_outvoted),
         cmocka_unit_test(test_restart_without_persistence_grants_twice),
     };
     return h_exit_status(
