@@ -130,11 +130,11 @@ static void test_renew_keeps_the_lock_past_its_ttl(void **state)
     h_lock *a = h_lock_new(&lks_redlock_ops, e->target);
     h_lock *b = h_lock_new(&lks_redlock_ops, e->target);
     lks_hold *ha, *hb;
-    assert_int_equal(h_lock_acquire(a, "renewed", 400, 0, &ha), LKS_OK);
+    assert_int_equal(h_lock_acquire(a, "renewed", 600, 0, &ha), LKS_OK);
     long long until = ha->valid_until_ms;
-    for (int i = 0; i < 6; i++) { /* 900 ms: past two leases */
-        h_lock_run_ms(a, 150);
-        assert_int_equal(h_lock_renew(a, ha, 400), LKS_OK);
+    for (int i = 0; i < 7; i++) { /* 1.4 s: past two leases */
+        h_lock_run_ms(a, 200);
+        assert_int_equal(h_lock_renew(a, ha, 600), LKS_OK);
         assert_true(ha->valid_until_ms > until);
         until = ha->valid_until_ms;
         assert_int_equal(h_lock_acquire(b, "renewed", 400, 0, &hb), LKS_BUSY);
