@@ -52,6 +52,7 @@ struct mc_op {
     char token[33];
     time_t expiry_s;
     int rc;
+    bool is_acquire; /* answered through acq_fn with the hold; else done_fn */
     lks_acquire_fn acq_fn;
     lks_done_fn done_fn;
     void *arg;
@@ -367,18 +368,20 @@ static void op_deliver(mc_op *op, int rc)
 {
     mc *m = op->mc;
     mc_hold *h = op->hold;
+    bool is_acquire = op->is_acquire;
     lks_acquire_fn afn = op->acq_fn;
     lks_done_fn dfn = op->done_fn;
     void *arg = op->arg;
     op_unlink_free(op);
-    if (afn != NULL) {
+    if (is_acquire) {
         if (rc == LKS_OK) {
             h->next = m->holds;
             if (m->holds != NULL)
                 m->holds->prev = h;
             m->holds = h;
         }
-        afn(arg, rc, rc == LKS_OK ? &h->pub : NULL);
+        if (afn != NULL)
+            afn(arg, rc, rc == LKS_OK ? &h->pub : NULL);
         if (rc != LKS_OK && h->refs == 0)
             hold_free(h);
         return;
@@ -396,6 +399,7 @@ static void op_deliver(mc_op *op, int rc)
  * (compare-and-delete) with no one waiting; the hold goes with this call. */
 static void forget_acquire(mc_op *op)
 {
+    op->is_acquire = false;
     op->acq_fn = NULL;
     op->done_fn = NULL;
     op->hold->released = true;
@@ -430,7 +434,8 @@ static void op_step(evutil_socket_t fd, short what, void *arg)
             lks_acquire_fn fn = op->acq_fn;
             void *fn_arg = op->arg;
             forget_acquire(op);
-            fn(fn_arg, LKS_UNAVAIL, NULL);
+            if (fn != NULL)
+                fn(fn_arg, LKS_UNAVAIL, NULL);
         }
         return;
     case MC_ACQ_BACKOFF:
@@ -515,8 +520,6 @@ static void mc_free(void *svc)
     /* Every op (queued, done, backing off) is on m->ops. */
     while (m->ops != NULL) {
         mc_op *op = m->ops;
-        if (op->acq_fn == NULL && op->done_fn == NULL)
-            op->hold->released = true; /* a forgotten acquire's clean-up */
         op_deliver(op, LKS_UNAVAIL);
     }
     while (m->holds != NULL) {
@@ -560,6 +563,7 @@ static void mc_acquire(void *svc, const char *name, int ttl_ms, int wait_ms,
         snprintf(h->token + 2 * i, 3, "%02x", raw[i]);
     h->pub.name = h->name;
     mc_op *op = op_new(m, MC_ACQ_QUEUED, h, ttl_ms);
+    op->is_acquire = true;
     op->acq_fn = fn;
     op->arg = arg;
     op->deadline_ms = base_now_ms() + (wait_ms > 0 ? wait_ms : 0);

@@ -63,6 +63,7 @@ struct rl_op {
     bool early;                  /* this round was decided by a majority granting */
     rl_call *call[RL_MAX_NODES]; /* this round's outstanding calls (NULL: answered) */
     int rc;                      /* RL_ANSWER */
+    bool is_acquire;             /* answered through acq_fn with the hold; else done_fn */
     lks_acquire_fn acq_fn;
     lks_done_fn done_fn;
     void *arg;
@@ -355,7 +356,7 @@ static void op_deliver(rl_op *op, int rc)
     event_free(op->timer);
     rl_hold *h = op->hold;
     h->refs--;
-    bool is_acquire = op->acq_fn != NULL;
+    bool is_acquire = op->is_acquire;
     lks_acquire_fn afn = op->acq_fn;
     lks_done_fn dfn = op->done_fn;
     void *arg = op->arg;
@@ -367,7 +368,8 @@ static void op_deliver(rl_op *op, int rc)
                 r->holds->prev = h;
             r->holds = h;
         }
-        afn(arg, rc, rc == LKS_OK ? &h->pub : NULL);
+        if (afn != NULL)
+            afn(arg, rc, rc == LKS_OK ? &h->pub : NULL);
         if (rc != LKS_OK)
             hold_free(h);
         return;
@@ -546,6 +548,7 @@ static void rl_acquire(void *svc, const char *name, int ttl_ms, int wait_ms,
     h->pub.name = h->name;
     h->pub.fence = 0;
     rl_op *op = op_new(r, RL_ACQ_SENT, h, ttl_ms);
+    op->is_acquire = true;
     op->acq_fn = fn;
     op->arg = arg;
     op->deadline_ms = base_now_ms() + (wait_ms > 0 ? wait_ms : 0);
