@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 FOLDERS = ["base", "segments/redis", "segments", "api", "service"]
+FOLDERS += ["segments/redlock", "segments/memcached"]
 
 
 def sccs(graph):
