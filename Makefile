@@ -13,10 +13,11 @@
 #   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
 
-PKGS      := libmicrohttpd hiredis jansson libevent
+PKGS      := libmicrohttpd hiredis jansson libevent libpq
 DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
-             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel
+             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel \
+             postgresql libpq-dev postgresql-contrib
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc
@@ -45,7 +46,7 @@ else
 $(error SANITIZER must be address, undefined or thread)
 endif
 
-LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c segments/postgres/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/), the
 # Lua scripts (segments/redis/lua/) and the OpenAPI document (api/openapi.json).
@@ -61,7 +62,7 @@ UNIT_SRC  := $(wildcard tests/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 IT_SRC    := $(wildcard tests/it_*.c)
 IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
-HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o
+HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harness_pg.o
 
 .SECONDARY:
 .PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
@@ -105,6 +106,8 @@ $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/it_cluster_failover \
     $(BUILD)/tests/it_cluster_service $(BUILD)/tests/it_cluster_multi \
     $(BUILD)/tests/it_cluster_admin: $(LIB_OBJ)
+# The PostgreSQL store's own calls (segments/postgres/).
+$(BUILD)/tests/it_pg_store: $(LIB_OBJ)
 
 # Installs whatever of DEB_PKGS is missing; a no-op when all are present.
 deps:
@@ -153,7 +156,7 @@ fuzz: deps
 	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 
-FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
+FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] segments/redis/*.[ch] segments/postgres/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)
 # The layering rules of docs/DESIGN.md: no folder includes one that includes it back,
