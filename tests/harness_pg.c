@@ -222,6 +222,19 @@ int h_pg_stop(h_pg *p)
     return st;
 }
 
+int h_pg_restart(h_pg *p)
+{
+    if (p->pid > 0)
+        h_pg_stop(p);
+    /* The old port may linger a moment after the stop. */
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if (launch(p, geteuid() == 0) == 0)
+            return 0;
+        h_sleep_ms(200);
+    }
+    return -1;
+}
+
 void h_pg_free(h_pg *p)
 {
     if (p == NULL)

@@ -30,6 +30,9 @@ int h_pg_port(const h_pg *p);
 int h_pg_pid(const h_pg *p);
 /* Stop (SIGINT: fast shutdown, then SIGKILL after 10 s); the exit status. */
 int h_pg_stop(h_pg *p);
+/* Stop if running, then start again on the same port and data: 0 once it accepts
+ * connections, -1 otherwise. */
+int h_pg_restart(h_pg *p);
 /* Stop if running, remove the dir, free. NULL is fine. */
 void h_pg_free(h_pg *p);
 

@@ -392,6 +392,8 @@ static void sell_out(struct env *e, enum scheme scheme, const char *sku)
         snprintf(o[i].token, sizeof o[i].token, "tok-%d", i);
         o[i].timer = evtimer_new(e->base, on_order_timer, &o[i]);
     }
+    struct pgc_stats st0;
+    pgc_stats(e->c[0], &st0);
     for (int i = 0; i < SELL_ORDERS; i++)
         order_step(&o[i]);
     bool all = run_until(e->base, &s.answered, SELL_ORDERS, 20000);
@@ -402,8 +404,13 @@ static void sell_out(struct env *e, enum scheme scheme, const char *sku)
         event_free(o[i].timer);
     }
     free(o);
-    printf("%s: %lld sold, %d answered, %d failed, %d conflicts, %d busy\n", sku, s.sold,
-           s.answered, failed, s.conflicts, s.busy);
+    struct pgc_stats st;
+    pgc_stats(e->c[0], &st);
+    st.calls -= st0.calls;
+    st.writes -= st0.writes;
+    printf("%s: %lld sold, %d answered, %d failed, %d conflicts, %d busy;"
+           " connection 0: %lld calls in %lld writes\n",
+           sku, s.sold, s.answered, failed, s.conflicts, s.busy, st.calls, st.writes);
     assert_true(all);
     assert_int_equal(failed, 0);
     assert_int_equal(sold, SELL_STOCK);
@@ -716,6 +723,74 @@ static void test_backend_killed(void **state)
     event_base_free(hb);
 }
 
+/* ---- a call's deadline, and a restarted server ---------------------------------------
+ */
+
+static void test_call_deadline(void **state)
+{
+    struct env *e = *state;
+    put_sku(e, "deadline", 10, 1, "atomic", "");
+    struct event_base *hb = event_base_new();
+    pgc_conn *holder = connect_to(hb, e->pg, 5000);
+    struct wait t = {0};
+    pgs_row_take(holder, "deadline", 0, 1, on_res, &t);
+    wait_for(hb, &t);
+    assert_int_equal(t.r.code, PGS_OK);
+
+    const struct pgc_opts o = {.conninfo = h_pg_conninfo(e->pg), .call_timeout_ms = 300};
+    pgc_conn *d = pgc_create(e->base, &o);
+    struct wait w = {0};
+    long long t0 = h_now_ms();
+    pgs_atomic_deduct(d, "deadline", 0, "dl-1", 1, "{}", on_res, &w);
+    wait_for(e->base, &w);
+    long long took = h_now_ms() - t0;
+    /* Answered at its deadline, not when the lock goes: a bound 10x the deadline. */
+    assert_int_equal(w.rc, -1);
+    assert_true(took >= 250 && took < 3000);
+    struct pgc_stats st;
+    pgc_stats(d, &st);
+    assert_int_equal(st.timeouts, 1);
+
+    pgs_row_release(holder, t.r.txn, NULL, NULL);
+    run_for(hb, 50);
+    /* The outcome was unknown: the statement may have run once the lock went. The same
+     * id makes the retry safe either way. */
+    struct wait r = {0};
+    pgs_atomic_deduct(d, "deadline", 0, "dl-1", 1, "{}", on_res, &r);
+    wait_for(e->base, &r);
+    assert_int_equal(r.rc, 0);
+    assert_true(r.r.code == PGS_OK || r.r.code == PGS_EXISTS);
+    audit(e, "deadline", 10, 1);
+    pgc_free(d);
+    pgc_free(holder);
+    event_base_free(hb);
+}
+
+static void test_server_restart(void **state)
+{
+    struct env *e = *state;
+    put_sku(e, "restart", 10, 1, "atomic", "");
+    struct pgc_stats before;
+    pgc_stats(e->c[0], &before);
+    assert_int_equal(h_pg_stop(e->pg), 0);
+    run_for(e->base, 100); /* the connections see it close */
+    assert_false(pgc_ready(e->c[0]));
+    /* A call made while the server is down waits for the next connection. */
+    struct wait w = {0};
+    pgs_atomic_deduct(e->c[0], "restart", 0, "rs-1", 1, "{}", on_res, &w);
+    run_for(e->base, 200);
+    assert_int_equal(w.done, 0);
+    assert_int_equal(h_pg_restart(e->pg), 0);
+    wait_for(e->base, &w);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(w.r.code, PGS_OK);
+    struct pgc_stats after;
+    pgc_stats(e->c[0], &after);
+    assert_true(after.connects > before.connects);
+    assert_true(after.failures > before.failures);
+    audit(e, "restart", 10, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -729,6 +804,8 @@ int main(void)
         cmocka_unit_test(test_lease_fenced),
         cmocka_unit_test(test_optimistic_conflict),
         cmocka_unit_test(test_backend_killed),
+        cmocka_unit_test(test_call_deadline),
+        cmocka_unit_test(test_server_restart),
     };
     int failed =
         cmocka_run_group_tests_name("pg_store", tests, group_setup, group_teardown);

@@ -181,7 +181,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     c->st.timeouts++;
     if (!k->sent) {
         unlink_call(&c->wait_head, &c->wait_tail, k);
-        set_error(c, "call timed out before it could be sent", c->errstr);
+        set_error(c, "call timed out before it could be sent", NULL);
         answer(c, k, -1);
         return;
     }
@@ -382,6 +382,9 @@ static void on_connect(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     pgc_conn *c = arg;
+    /* Off the loop before libpq may close the socket or open another. */
+    event_free(c->io);
+    c->io = NULL;
     PostgresPollingStatusType p = PQconnectPoll(c->pg);
     if (p == PGRES_POLLING_READING || p == PGRES_POLLING_WRITING) {
         connect_wait(c, p);
@@ -397,7 +400,6 @@ static void on_connect(evutil_socket_t fd, short what, void *arg)
     }
     PQsetNoticeProcessor(c->pg, drop_notice, NULL);
     evtimer_del(c->retry);
-    event_free(c->io);
     c->io = event_new(c->base, PQsocket(c->pg), EV_READ | EV_PERSIST, on_read, c);
     event_add(c->io, NULL);
     c->wr = event_new(c->base, PQsocket(c->pg), EV_WRITE, on_write, c);
