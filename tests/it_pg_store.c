@@ -88,7 +88,7 @@ static pgc_conn *connect_to(struct event_base *base, const h_pg *pg, int lock_tt
 {
     const struct pgc_opts o = {.conninfo = h_pg_conninfo(pg),
                                .lock_ttl_ms = lock_ttl_ms,
-                               .call_timeout_ms = 5000};
+                               .call_timeout_ms = 10000};
     return pgc_create(base, &o);
 }
 
@@ -594,7 +594,7 @@ static struct pgs_res lease_call(struct env *e, int op, const char *token, const
     struct wait w = {0};
     switch (op) {
     case 0:
-        pgs_lease_take(e->c[0], "lease", 0, token, 300, on_res, &w);
+        pgs_lease_take(e->c[0], "lease", 0, token, 1000, on_res, &w);
         break;
     case 1:
         pgs_lease_deduct(e->c[0], "lease", 0, token, id, 1, "{}", 1, on_res, &w);
@@ -603,7 +603,7 @@ static struct pgs_res lease_call(struct env *e, int op, const char *token, const
         pgs_lease_release(e->c[0], "lease", 0, token, on_res, &w);
         break;
     default:
-        pgs_lease_renew(e->c[0], "lease", 0, token, 300, on_res, &w);
+        pgs_lease_renew(e->c[0], "lease", 0, token, 1000, on_res, &w);
         break;
     }
     wait_for(e->base, &w);
@@ -623,8 +623,8 @@ static void test_lease_fenced(void **state)
     assert_int_equal(lease_call(e, 1, "A", "lease-a1").code, PGS_OK);
     assert_int_equal(lease_call(e, 3, "A", NULL).code, PGS_OK);
 
-    /* A stops (past its 300 ms): its next write is fenced, though nobody took over. */
-    run_for(e->base, 450);
+    /* A stops (past its 1000 ms): its next write is fenced, though nobody took over. */
+    run_for(e->base, 1200);
     assert_int_equal(lease_call(e, 1, "A", "lease-a2").code, PGS_FENCED);
     assert_int_equal(lease_call(e, 3, "A", NULL).code, PGS_FENCED);
     struct pgs_res b = lease_call(e, 0, "B", NULL);
@@ -791,6 +791,36 @@ static void test_server_restart(void **state)
     audit(e, "restart", 10, 1);
 }
 
+/* ---- answered once, never inside the call, and on close ---------------------------- */
+
+static void test_answered_on_close(void **state)
+{
+    struct env *e = *state;
+    put_sku(e, "close", 10, 1, "atomic", "");
+    struct event_base *b = event_base_new();
+    pgc_conn *c = connect_to(b, e->pg, 5000);
+    struct wait w[4] = {{0}};
+    /* Queued before the connection is up: none is answered from inside the call. */
+    pgs_atomic_deduct(c, "close", 0, "close-0", 1, "{}", on_res, &w[0]);
+    pgs_opt_read(c, "close", 0, on_res, &w[1]);
+    assert_int_equal(w[0].done + w[1].done, 0);
+    wait_for(b, &w[0]);
+    wait_for(b, &w[1]);
+    assert_int_equal(w[0].r.code, PGS_OK);
+    /* Sent and unsent calls alike are answered -1, once, when the handle is freed. */
+    pgs_row_take(c, "close", 0, 1, on_res, &w[2]);
+    pgs_atomic_deduct(c, "close", 0, "close-1", 1, "{}", on_res, &w[3]);
+    event_base_loop(b, EVLOOP_NONBLOCK); /* sends them */
+    pgc_free(c);
+    for (int i = 2; i < 4; i++) {
+        assert_int_equal(w[i].done, 1);
+        assert_int_equal(w[i].rc, -1);
+    }
+    run_for(b, 50);
+    assert_int_equal(w[2].done + w[3].done, 2);
+    event_base_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -805,6 +835,7 @@ int main(void)
         cmocka_unit_test(test_optimistic_conflict),
         cmocka_unit_test(test_backend_killed),
         cmocka_unit_test(test_call_deadline),
+        cmocka_unit_test(test_answered_on_close),
         cmocka_unit_test(test_server_restart),
     };
     int failed =

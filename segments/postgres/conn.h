@@ -34,7 +34,9 @@
  * included). Added to it (and winning over it): idle_in_transaction_session_timeout =
  * lock_ttl_ms, so the server ends the session of a holder frozen past its lock's time
  * and frees its row locks; statement_timeout; TCP keepalives on both ends (idle and
- * interval lock_ttl_ms/3, 3 probes) and tcp_user_timeout = lock_ttl_ms on ours.
+ * interval lock_ttl_ms/3, 3 probes) and tcp_user_timeout = lock_ttl_ms on ours;
+ * client_connection_check_interval (lock_ttl_ms/3), so that a statement whose client
+ * is gone (a call dropped at its deadline) stops instead of running on.
  * Notices (a ROLLBACK with no transaction) are dropped.
  */
 #ifndef SEG_POSTGRES_CONN_H
