@@ -27,6 +27,7 @@
 #include <event2/event.h>
 
 #include "segments/postgres/conn.h"
+#include "segments/postgres/pool.h"
 #include "segments/postgres/store.h"
 #include "tests/harness.h"
 #include "tests/harness_pg.h"
@@ -209,6 +210,7 @@ enum ostate {
     O_DEDUCT,   /* the deduction sent */
     O_STOCKS,   /* every segment tried: reading what is left */
     O_RETRY,    /* stock is left but was held: waiting a moment */
+    O_HOLD,     /* row: holding the segment's row lock for hold_ms */
     O_SOLD,     /* answered: sold */
     O_SOLD_OUT, /* answered: none left */
     O_FAILED,   /* answered: no answer from the store */
@@ -235,9 +237,13 @@ struct sellout {
     int answered;
     long long sold;
     int conflicts, busy;
+    pgp_pool *pool; /* row: each order's connection picked from it */
+    int hold_ms;    /* row: the hold between the lock and the deduction */
+    int holding, most_holding;
 };
 
 static void order_step(struct order *o);
+static void on_deducted(void *arg, int rc, const struct pgs_res *r);
 
 static void order_done(struct order *o, enum ostate st)
 {
@@ -252,6 +258,13 @@ static void on_order_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct order *o = arg;
+    if (o->st == O_HOLD) {
+        static const char record[] = "{\"sku\":\"test\",\"qty\":1}";
+        o->s->holding--;
+        o->st = O_DEDUCT;
+        pgs_row_deduct(o->c, o->txn, o->s->sku, o->seg, o->id, 1, record, on_deducted, o);
+        return;
+    }
     o->st = O_PICK;
     o->tried = 0;
     order_step(o);
@@ -319,6 +332,15 @@ static void on_taken(void *arg, int rc, const struct pgs_res *r)
     switch (o->s->scheme) {
     case ROW:
         o->seg = r->seg;
+        if (o->s->hold_ms > 0) {
+            o->st = O_HOLD;
+            o->txn = r->txn;
+            if (++o->s->holding > o->s->most_holding)
+                o->s->most_holding = o->s->holding;
+            struct timeval tv = {0, o->s->hold_ms * 1000};
+            evtimer_add(o->timer, &tv);
+            return;
+        }
         pgs_row_deduct(o->c, r->txn, o->s->sku, r->seg, o->id, 1, record, on_deducted, o);
         break;
     case LEASE:
@@ -360,6 +382,8 @@ static void order_step(struct order *o)
     o->st = O_TAKE;
     switch (o->s->scheme) {
     case ROW:
+        if (o->s->pool != NULL)
+            o->c = pgp_pick(o->s->pool);
         pgs_row_take(o->c, o->s->sku, -1, 1, on_taken, o);
         break;
     case LEASE:
@@ -455,6 +479,51 @@ static void on_got(void *arg, int rc, const struct pgs_order *ord)
         g->qty = ord->qty;
     }
     g->done++;
+}
+
+/* row with a hold, on a pool of connections: while one transaction holds a
+ * connection, the others take theirs on the rest. */
+#define POOL_SIZE 3
+#define POOL_ORDERS 40
+#define POOL_STOCK 30
+
+static void test_pool_row_hold(void **state)
+{
+    struct env *e = *state;
+    put_sku(e, "pool-row", POOL_STOCK, POOL_SIZE, "lock", "row");
+    const struct pgc_opts opts = {
+        .conninfo = h_pg_conninfo(e->pg), .lock_ttl_ms = 5000, .call_timeout_ms = 10000};
+    pgp_pool *pool = pgp_create(e->base, &opts, POOL_SIZE);
+    struct sellout s = {.scheme = ROW,
+                        .sku = "pool-row",
+                        .segments = POOL_SIZE,
+                        .pool = pool,
+                        .hold_ms = 10};
+    struct order *o = calloc(POOL_ORDERS, sizeof *o);
+    for (int i = 0; i < POOL_ORDERS; i++) {
+        o[i] = (struct order){.s = &s, .c = pgp_at(pool, 0), .idx = i, .st = O_PICK};
+        snprintf(o[i].id, sizeof o[i].id, "pool-%d", i);
+        o[i].timer = evtimer_new(e->base, on_order_timer, &o[i]);
+    }
+    for (int i = 0; i < POOL_ORDERS; i++)
+        order_step(&o[i]);
+    bool all = run_until(e->base, &s.answered, POOL_ORDERS, 30000);
+    int failed = 0, sold = 0;
+    for (int i = 0; i < POOL_ORDERS; i++) {
+        failed += o[i].st == O_FAILED;
+        sold += o[i].st == O_SOLD;
+        event_free(o[i].timer);
+    }
+    free(o);
+    printf("pool-row: %d sold, %d failed, at most %d held at once\n", sold, failed,
+           s.most_holding);
+    assert_true(all);
+    assert_int_equal(failed, 0);
+    assert_int_equal(sold, POOL_STOCK);
+    /* One connection would hold one at a time. */
+    assert_true(s.most_holding >= 2 && s.most_holding <= POOL_SIZE);
+    audit(e, "pool-row", POOL_STOCK, POOL_STOCK);
+    pgp_free(pool);
 }
 
 /* ---- idempotent order ids ---------------------------------------------------------- */
@@ -829,6 +898,7 @@ int main(void)
         cmocka_unit_test(test_sellout_lease),
         cmocka_unit_test(test_sellout_optimistic),
         cmocka_unit_test(test_sellout_atomic),
+        cmocka_unit_test(test_pool_row_hold),
         cmocka_unit_test(test_idempotent_ids),
         cmocka_unit_test(test_row_frozen_holder),
         cmocka_unit_test(test_lease_fenced),

@@ -48,6 +48,8 @@ struct pgc_conn {
     struct call *wait_head, *wait_tail; /* queued, not sent */
     struct call *sent_head, *sent_tail; /* sent, answer pending */
     unsigned long long owner;           /* the transaction holding the connection */
+    int begins;                         /* PGC_BEGIN calls in the wait queue */
+    int owed;                           /* calls not answered yet */
     unsigned long long txn_seq;
     struct pgc_stats st;
     char errstr[160];
@@ -125,6 +127,14 @@ static void unlink_call(struct call **head, struct call **tail, struct call *k)
     }
 }
 
+/* Take `k` out of the wait queue (to send it, or to answer it unsent). */
+static void wait_remove(pgc_conn *c, struct call *k)
+{
+    unlink_call(&c->wait_head, &c->wait_tail, k);
+    if (k->flags & PGC_BEGIN)
+        c->begins--;
+}
+
 /* A transaction is over: roll the session back (a no-op warning when the server has
  * already ended it) and let the other calls go. */
 static void txn_over(pgc_conn *c, unsigned long long txn, bool rollback)
@@ -160,6 +170,7 @@ static bool results_ok(const struct call *k)
 /* Answer `k` (already out of its queue) and free it. */
 static void answer(pgc_conn *c, struct call *k, int rc)
 {
+    c->owed--;
     if (k->txn != 0 && (rc != 0 || (k->flags & PGC_END) || !results_ok(k)))
         txn_over(c, k->txn, !(rc == 0 && (k->flags & PGC_END) && results_ok(k)));
     if (k->fn != NULL) {
@@ -180,7 +191,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     pgc_conn *c = k->c;
     c->st.timeouts++;
     if (!k->sent) {
-        unlink_call(&c->wait_head, &c->wait_tail, k);
+        wait_remove(c, k);
         set_error(c, "call timed out before it could be sent", NULL);
         answer(c, k, -1);
         return;
@@ -228,6 +239,9 @@ unsigned long long pgc_call(pgc_conn *c, unsigned long long txn, unsigned flags,
         evtimer_add(k->deadline, &tv);
     }
     push(&c->wait_head, &c->wait_tail, k);
+    c->owed++;
+    if (flags & PGC_BEGIN)
+        c->begins++;
     event_active(c->kick, 0, 0);
     return k->txn;
 }
@@ -278,7 +292,7 @@ static void pump(pgc_conn *c)
             if (k == NULL)
                 break;
         }
-        unlink_call(&c->wait_head, &c->wait_tail, k);
+        wait_remove(c, k);
         for (int i = 0; i < k->n; i++) {
             if (!PQsendQueryParams(c->pg, k->sql[i], k->nparams[i], NULL,
                                    (const char *const *)k->params[i], NULL, NULL, 0)) {
@@ -497,8 +511,10 @@ void pgc_free(pgc_conn *c)
     struct call *k;
     while ((k = pop(&c->sent_head, &c->sent_tail)) != NULL)
         answer(c, k, -1);
-    while ((k = pop(&c->wait_head, &c->wait_tail)) != NULL)
+    while ((k = c->wait_head) != NULL) {
+        wait_remove(c, k);
         answer(c, k, -1);
+    }
     if (c->pg != NULL)
         PQfinish(c->pg);
     event_free(c->retry);
@@ -520,4 +536,14 @@ void pgc_stats(const pgc_conn *c, struct pgc_stats *out)
 int pgc_ready(const pgc_conn *c)
 {
     return c->state == CONN_READY;
+}
+
+int pgc_held(const pgc_conn *c)
+{
+    return c->owner != 0 || c->begins > 0;
+}
+
+int pgc_owed(const pgc_conn *c)
+{
+    return c->owed;
 }

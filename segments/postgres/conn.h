@@ -83,6 +83,11 @@ const char *pgc_error(const pgc_conn *c);
 void pgc_stats(const pgc_conn *c, struct pgc_stats *out);
 /* True while connected (calls go out at once). */
 int pgc_ready(const pgc_conn *c);
+/* True while a transaction holds the connection or waits to open on it (other calls
+ * wait behind it). */
+int pgc_held(const pgc_conn *c);
+/* Calls made and not answered yet. */
+int pgc_owed(const pgc_conn *c);
 
 /* Queue a call of `n` statements (copied; n >= 1). `txn`: 0, or the id of this
  * caller's open transaction. `flags`: PGC_BEGIN (with txn 0) and/or PGC_END. Returns
