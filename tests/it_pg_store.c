@@ -640,6 +640,10 @@ static void test_row_frozen_holder(void **state)
     }
     assert_int_equal(sold, 5);
     assert_true(h_now_ms() - frozen_at >= FROZEN_TTL_MS - 50);
+    /* It was the server that ended the holder's session (the holder never ran). */
+    assert_int_equal(h_pg_scalar(e->pg, "SELECT count(*) FROM pg_stat_activity"
+                                        " WHERE state LIKE 'idle in transaction%'"),
+                     0);
 
     /* The holder wakes up and commits: it fails, and writes nothing. */
     struct wait late = {0};
