@@ -194,6 +194,17 @@ static void test_migrate(void **state)
     assert_int_equal(m.ok, 1);
     assert_int_equal(m.version[0], pgs_schema_latest());
     assert_int_equal(h_pg_scalar(e->pg, "SELECT count(*) FROM schema_version"), 1);
+    /* A database a newer build migrated is refused, and left as it is. */
+    assert_int_equal(h_pg_exec(e->pg, "UPDATE schema_version SET version = version + 1"),
+                     0);
+    struct migrated newer = {0};
+    pgs_migrate(e->c[0], on_migrated, &newer);
+    assert_true(run_until(e->base, &newer.done, 1, 10000));
+    assert_int_equal(newer.ok, 0);
+    assert_int_equal(h_pg_scalar(e->pg, "SELECT max(version) FROM schema_version"),
+                     pgs_schema_latest() + 1);
+    assert_int_equal(h_pg_exec(e->pg, "UPDATE schema_version SET version = version - 1"),
+                     0);
     assert_int_equal(h_pg_scalar(e->pg, "SELECT count(*) FROM pg_tables WHERE tablename"
                                         " IN ('skus', 'segments', 'orders')"),
                      3);

@@ -102,8 +102,10 @@ static void on_version(void *arg, int rc, PGresult *const *res, int n)
     char latest[16];
     snprintf(latest, sizeof latest, "%d", LATEST);
     const char *p[] = {latest};
-    st[k++].sql = "DELETE FROM schema_version";
-    st[k++] = (struct pgc_stmt){"INSERT INTO schema_version VALUES ($1::int)", 1, p};
+    if (count > 0) {
+        st[k++].sql = "DELETE FROM schema_version";
+        st[k++] = (struct pgc_stmt){"INSERT INTO schema_version VALUES ($1::int)", 1, p};
+    }
     st[k++].sql = "COMMIT";
     pgc_call(m->c, m->txn, PGC_END, st, k, on_applied, m);
     free(st);

@@ -115,7 +115,8 @@ void pgs_lease_renew(pgc_conn *c, const char *sku, int seg, const char *token, i
                      pgs_fn fn, void *arg);
 /* Deduct under the lease, with the order row, in one statement: OK, SHORT, FENCED
  * (not our lease, or expired: nothing written), EXISTS. `keep`: an OK leaves the
- * lease held, else it is released with the deduction. */
+ * lease held, else it is released with the deduction; any other code leaves the
+ * lease as it was (the holder releases it). */
 void pgs_lease_deduct(pgc_conn *c, const char *sku, int seg, const char *token,
                       const char *id, long long qty, const char *record, int keep,
                       pgs_fn fn, void *arg);
