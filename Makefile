@@ -106,8 +106,8 @@ $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/it_cluster_failover \
     $(BUILD)/tests/it_cluster_service $(BUILD)/tests/it_cluster_multi \
     $(BUILD)/tests/it_cluster_admin: $(LIB_OBJ)
-# The PostgreSQL store's own calls (segments/postgres/).
-$(BUILD)/tests/it_pg_store: $(LIB_OBJ)
+# The PostgreSQL store's own calls (segments/postgres/), on a shared fixture (pg_env.h).
+$(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tests/pg_env.o
 
 # Installs whatever of DEB_PKGS is missing; a no-op when all are present.
 deps:
