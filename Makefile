@@ -13,11 +13,11 @@
 #   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
 
-PKGS      := libmicrohttpd hiredis jansson libevent libmemcached
+PKGS      := libmicrohttpd hiredis jansson libevent libpq libmemcached
 DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
-             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel
-DEB_PKGS  += memcached libmemcached-dev
+             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel \
+             postgresql libpq-dev postgresql-contrib memcached libmemcached-dev
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc
@@ -46,7 +46,9 @@ else
 $(error SANITIZER must be address, undefined or thread)
 endif
 
-LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c api/*.c) $(wildcard segments/redlock/*.c segments/memcached/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+# The stores and lock services behind the seam, a folder each.
+BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached
+LIB_SRC   := $(wildcard base/*.c segments/*.c $(BACKENDS:%=%/*.c) api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/), the
 # Lua scripts (segments/redis/lua/) and the OpenAPI document (api/openapi.json).
@@ -62,8 +64,8 @@ UNIT_SRC  := $(wildcard tests/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 IT_SRC    := $(wildcard tests/it_*.c)
 IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
-HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o
-HARNESS   += $(BUILD)/tests/harness_lock.o
+HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harness_pg.o \
+             $(BUILD)/tests/harness_lock.o
 
 .SECONDARY:
 .PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
@@ -109,6 +111,8 @@ $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/i
     $(BUILD)/tests/it_cluster_admin: $(LIB_OBJ)
 # The lock services (segments/locksvc.h) driven directly.
 $(BUILD)/tests/it_redlock $(BUILD)/tests/it_memcached_lock: $(LIB_OBJ)
+# The PostgreSQL store's own calls (segments/postgres/), on a shared fixture (pg_env.h).
+$(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tests/pg_env.o
 
 # Installs whatever of DEB_PKGS is missing; a no-op when all are present.
 deps:
@@ -157,8 +161,7 @@ fuzz: deps
 	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 
-FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
-FORMAT_SRC += $(wildcard segments/redlock/*.[ch] segments/memcached/*.[ch])
+FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] $(BACKENDS:%=%/*.[ch]) api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)
 # The layering rules of docs/DESIGN.md: no folder includes one that includes it back,

@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 
-FOLDERS = ["base", "segments/redis", "segments", "api", "service"]
+FOLDERS = ["base", "segments/redis", "segments/postgres", "segments", "api", "service"]
 FOLDERS += ["segments/redlock", "segments/memcached"]
 
 
@@ -63,7 +63,7 @@ def folder_graph():
 
 
 def call_graph(build):
-    srcs = sorted(glob.glob("segments/*.c") + glob.glob("segments/redis/*.c"))
+    srcs = sorted(glob.glob("segments/*.c") + glob.glob("segments/redis/*.c") + glob.glob("segments/postgres/*.c"))
     defs, uses = {}, {}
     for src in srcs:
         obj = os.path.join(build, src[:-2] + ".o")
