@@ -29,6 +29,10 @@
  * accepted for that segment. STORE_NO_FENCE (0): the store's own lock fences alone;
  * a store without STORE_CAP_FENCE is only ever given 0.
  *
+ * Not here yet: cancel, restock, reset. The admin operations still run on Redis's
+ * blocking seam (segments/redis/calls.h) and join this table when they move onto the
+ * same asynchronous code (issue 22's second half).
+ *
  * Ids. Every write is idempotent against itself: sent again after a lost reply it
  * recognises its own earlier work (lock token, attempt, order id) and answers what
  * really happened.

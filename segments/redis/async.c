@@ -105,6 +105,9 @@ struct rda_conn {
 
 /* ---- answering ------------------------------------------------------------------ */
 
+_Static_assert(sizeof((struct store_meta *)0)->mode == sizeof((struct rd_meta *)0)->mode,
+               "a meta's mode copied whole");
+
 /* Decode `r` (NULL: no answer) for `q`'s caller, call it and free `q`. */
 static void answer(struct req *q, redisReply *r)
 {
