@@ -100,6 +100,8 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ) $(HARNESS)
 
 # Unit tests that place orders through the engine and wait for them (tests/engine_sync.h).
 $(BUILD)/tests/test_lock $(BUILD)/tests/test_order: $(BUILD)/tests/engine_sync.o
+# The engine over the in-memory store of tests/memstore.h (no Redis).
+$(BUILD)/tests/test_engine_mem: $(BUILD)/tests/memstore.o
 
 $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)

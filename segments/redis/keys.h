@@ -95,7 +95,8 @@ const char *seg_key_events(void);
 const char *seg_key_intents(void);
 
 /* The name the segments of `sku` are keyed under: `sku`, or "sku/salt" when salt > 0
- * (buf: SEG_NAME_MAX + 16 bytes). calls.h rd_sku_placed is this. */
+ * (buf: SEG_NAME_MAX + 16 bytes). calls.h rd_sku_placed is this, and both are
+ * store.h store_sku_placed. */
 char *seg_key_placed(char *buf, const char *sku, int salt);
 
 #endif
