@@ -27,7 +27,13 @@
  * comes with a fencing number instead: the write then names it in `fence` (> 0), and
  * a store with STORE_CAP_FENCE refuses (FENCED) a fence lower than the highest it
  * accepted for that segment. STORE_NO_FENCE (0): the store's own lock fences alone;
- * a store without STORE_CAP_FENCE is only ever given 0.
+ * a store without STORE_CAP_FENCE is only ever given 0. The fence is registered when
+ * the lock is won (`hold`, which issues one for a service that has none), before the
+ * holder reads the stock it will write under it, so a holder whose lock was granted
+ * again meanwhile is refused even when the new holder has written nothing yet.
+ * STORE_UNFENCED (-1), the lab's demonstration (`"fencing": false`): the write
+ * trusts its lock alone, neither fence nor stock checked again, as a client that
+ * believes its lock does; a lock held twice then sells what is not there.
  *
  * Not here yet: cancel, restock, reset. The admin operations still run on Redis's
  * blocking seam (segments/redis/calls.h) and join this table when they move onto the
@@ -81,6 +87,7 @@ enum store_code {
 #define STORE_CAP_FENCE 0x8u
 
 #define STORE_NO_FENCE 0LL
+#define STORE_UNFENCED -1LL
 
 /* The answer of a write. `r` and what it points to are valid during the callback
  * only, but the callback may take r->record or r->plan (set it to NULL). */
@@ -91,6 +98,7 @@ struct store_reply {
     char *record;    /* EXISTS: the order record (JSON); CLAIM MISSING: the dead claim's
                         attempt */
     char *plan;      /* CLAIM MISSING: the dead claim's plan, "" for none */
+    long long fence; /* HOLD OK: the fence registered */
 };
 
 /* A SKU's settings as stored. */
@@ -198,6 +206,12 @@ struct store_ops {
     void (*acquire)(store *s, const char *sku, long long epoch, int i, const char *id,
                     long long qty, const char *token, int ttl_ms, store_reply_fn fn,
                     void *arg);
+    /* STORE_CAP_FENCE, HOLD: a lock service granted segment i's lock (no lock of the
+     * store's is taken): ACQUIRE's checks, then `fence` registered as the segment's
+     * highest, or with fence 0 the next one issued. OK (value = stock, fence = the
+     * fence), FENCED (a higher one is registered), SHORT, EXISTS, MISSING, STALE. */
+    void (*hold)(store *s, const char *sku, long long epoch, int i, const char *id,
+                 long long qty, long long fence, store_reply_fn fn, void *arg);
     /* The lock alone: value 1 taken (ours), 0 held by another token. */
     void (*lock)(store *s, const char *sku, int i, const char *token, int ttl_ms,
                  store_int_fn fn, void *arg);
@@ -218,7 +232,8 @@ struct store_ops {
                    long long fence, const char *attempt, const char *id, long long qty,
                    const char *record, long long until, bool keep, store_reply_fn fn,
                    void *arg);
-    /* STORE_CAP_MULTI_ONE: all or nothing over p's parts, each fenced. OK (stocks[j]
+    /* STORE_CAP_MULTI_ONE: all or nothing over p's parts, each fenced by its token
+     * (p->fence unused: a lock service's SKU deducts from one segment). OK (stocks[j]
      * = stock left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS. */
     void (*deduct_multi)(store *s, const char *sku, long long epoch, const char *id,
                          const char *record, const char *attempt,

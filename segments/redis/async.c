@@ -167,7 +167,8 @@ static void answer(struct req *q, redisReply *r)
         switch (q->kind) {
         case K_REPLY:
         case K_MULTI: {
-            struct store_reply sr = {out.code, out.value, out.record, out.plan};
+            struct store_reply sr = {out.code, out.value, out.record, out.plan,
+                                     out.fence};
             if (q->kind == K_REPLY)
                 ((rda_reply_fn)q->fn)(q->arg, rc, &sr);
             else
@@ -724,11 +725,11 @@ void rda_intent(rda_conn *c, const char *id, bool add, rda_int_fn fn, void *arg)
 }
 
 void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
-                     const char *token, const char *id, long long qty, long long until,
-                     bool first, rda_reply_fn fn, void *arg)
+                     const char *token, long long fence, const char *id, long long qty,
+                     long long until, bool first, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, first);
+    proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, first, fence);
     route(q);
 }
 
@@ -860,26 +861,29 @@ bool rda_cluster(const rda_conn *c)
 }
 
 void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const char *id,
-                 long long qty, const char *token, int ttl_ms, rda_reply_fn fn, void *arg)
+                 long long qty, const char *token, int ttl_ms, long long fence,
+                 rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
     if (is_cluster(c)) /* the id was claimed: CLAIM checked the record */
-        proto_acquire_slot(&q->lq.cmd, sku, epoch, i, qty, token, ttl_ms);
+        proto_acquire_slot(&q->lq.cmd, sku, epoch, i, qty, token, ttl_ms, fence);
     else
-        proto_acquire(&q->lq.cmd, sku, epoch, i, id, qty, token, ttl_ms);
+        proto_acquire(&q->lq.cmd, sku, epoch, i, id, qty, token, ttl_ms, fence);
     route(q);
 }
 
 bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
-                const char *attempt, const char *id, long long qty, const char *record,
-                long long until, bool keep, rda_reply_fn fn, void *arg)
+                long long fence, const char *attempt, const char *id, long long qty,
+                const char *record, long long until, bool keep, rda_reply_fn fn,
+                void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
     bool whole = until == 0 && record_with_segment(c, sku, i, id);
     if (whole) /* one slot: the record goes with the deduction */
-        proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record, keep);
+        proto_deduct(&q->lq.cmd, sku, epoch, i, token, attempt, id, qty, record, keep,
+                     fence);
     else /* the record is CONFIRM's, in the id's slot */
-        proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, true);
+        proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, true, fence);
     route(q);
     return whole;
 }

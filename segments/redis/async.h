@@ -100,9 +100,10 @@ void rda_meta_read(rda_conn *c, const char *sku, rda_meta_fn fn, void *arg);
 void rda_record_read(rda_conn *c, const char *id, const char *sku, long long epoch,
                      rda_record_fn fn, void *arg);
 void rda_stocks_read(rda_conn *c, const char *sku, int n, rda_stocks_fn fn, void *arg);
+/* Token "": a lock service's hold, `fence` registered (0: one issued): OK's fence. */
 void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const char *id,
-                 long long qty, const char *token, int ttl_ms, rda_reply_fn fn,
-                 void *arg);
+                 long long qty, const char *token, int ttl_ms, long long fence,
+                 rda_reply_fn fn, void *arg);
 /* `until`: on a cluster, the end of the id's claim (rda_claim; 0 for a fresh id):
  * the segment refuses (STALE) past it. Returns true when the DEDUCT writes the
  * record too: always on a standalone Redis; on a cluster for an unclaimed id in the
@@ -110,8 +111,9 @@ void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const cha
  * confirms it (rda_confirm) once the deduction is OK. `keep`: an OK leaves the lock
  * held, for the holder's next order (only where the DEDUCT writes the record). */
 bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char *token,
-                const char *attempt, const char *id, long long qty, const char *record,
-                long long until, bool keep, rda_reply_fn fn, void *arg);
+                long long fence, const char *attempt, const char *id, long long qty,
+                const char *record, long long until, bool keep, rda_reply_fn fn,
+                void *arg);
 /* value: 1 taken (ours), 0 held by another token. */
 void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
               rda_int_fn fn, void *arg);
@@ -172,8 +174,8 @@ void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *r
  * one. */
 void rda_intent(rda_conn *c, const char *id, bool add, rda_int_fn fn, void *arg);
 void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
-                     const char *token, const char *id, long long qty, long long until,
-                     bool first, rda_reply_fn fn, void *arg);
+                     const char *token, long long fence, const char *id, long long qty,
+                     long long until, bool first, rda_reply_fn fn, void *arg);
 int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void *arg);
 /* WAIT 1 timeout_ms on the node that holds segment i of `sku` (and, on a cluster,
  * on the one that holds the record of `id`, when that is another; i = -1: on that

@@ -24,8 +24,9 @@ static rda_conn *conn(const store *s)
 
 static unsigned caps(const store *s)
 {
-    return rda_cluster(conn(s)) ? STORE_CAP_RECORD_APART
-                                : STORE_CAP_MULTI_ONE | STORE_CAP_KEEP;
+    return STORE_CAP_FENCE |
+           (rda_cluster(conn(s)) ? STORE_CAP_RECORD_APART
+                                 : STORE_CAP_MULTI_ONE | STORE_CAP_KEEP);
 }
 
 static void store_free(store *s)
@@ -85,7 +86,14 @@ static void acquire(store *s, const char *sku, long long epoch, int i, const cha
                     long long qty, const char *token, int ttl_ms, store_reply_fn fn,
                     void *arg)
 {
-    rda_acquire(conn(s), sku, epoch, i, id, qty, token, ttl_ms, fn, arg);
+    rda_acquire(conn(s), sku, epoch, i, id, qty, token, ttl_ms, 0, fn, arg);
+}
+
+/* ACQUIRE with no token: lua/acquire.lua registers (or issues) the fence. */
+static void hold(store *s, const char *sku, long long epoch, int i, const char *id,
+                 long long qty, long long fence, store_reply_fn fn, void *arg)
+{
+    rda_acquire(conn(s), sku, epoch, i, id, qty, "", 0, fence, fn, arg);
 }
 
 static void lock(store *s, const char *sku, int i, const char *token, int ttl_ms,
@@ -106,15 +114,13 @@ static void release(store *s, const char *sku, int i, const char *token, store_i
     rda_release(conn(s), sku, i, token, fn, arg);
 }
 
-/* `fence` is always STORE_NO_FENCE here (no STORE_CAP_FENCE): the token fences. */
 static bool deduct(store *s, const char *sku, long long epoch, int i, const char *token,
                    long long fence, const char *attempt, const char *id, long long qty,
                    const char *record, long long until, bool keep, store_reply_fn fn,
                    void *arg)
 {
-    (void)fence;
-    return rda_deduct(conn(s), sku, epoch, i, token, attempt, id, qty, record, until,
-                      keep, fn, arg);
+    return rda_deduct(conn(s), sku, epoch, i, token, fence, attempt, id, qty, record,
+                      until, keep, fn, arg);
 }
 
 static void deduct_multi(store *s, const char *sku, long long epoch, const char *id,
@@ -155,8 +161,7 @@ static void deduct_part(store *s, const char *sku, long long epoch, int i,
                         const char *token, long long fence, const char *id, long long qty,
                         long long until, bool first, store_reply_fn fn, void *arg)
 {
-    (void)fence;
-    rda_deduct_part(conn(s), sku, epoch, i, token, id, qty, until, first, fn, arg);
+    rda_deduct_part(conn(s), sku, epoch, i, token, fence, id, qty, until, first, fn, arg);
 }
 
 static int undo(store *s, const char *id, const char *plan, store_int_fn fn, void *arg)
@@ -196,6 +201,7 @@ static const struct store_ops redis_ops = {
     .stocks_read = stocks_read,
     .find_order = find_order,
     .acquire = acquire,
+    .hold = hold,
     .lock = lock,
     .renew = renew,
     .release = release,

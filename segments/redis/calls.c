@@ -137,7 +137,7 @@ int rd_acquire(rd_conn *c, const char *sku, long long epoch, int i, const char *
                long long qty, const char *token, int ttl_ms, struct rd_reply *out)
 {
     struct rd_cmd cmd;
-    proto_acquire(&cmd, sku, epoch, i, id, qty, token, ttl_ms);
+    proto_acquire(&cmd, sku, epoch, i, id, qty, token, ttl_ms, 0);
     return store_script(c, &cmd, out);
 }
 
@@ -146,7 +146,7 @@ int rd_deduct(rd_conn *c, const char *sku, long long epoch, int i, const char *t
               struct rd_reply *out)
 {
     struct rd_cmd cmd;
-    proto_deduct(&cmd, sku, epoch, i, token, attempt, id, qty, record, false);
+    proto_deduct(&cmd, sku, epoch, i, token, attempt, id, qty, record, false, 0);
     return store_script(c, &cmd, out);
 }
 

@@ -145,6 +145,7 @@ struct rd_reply {
     char *record;    /* EXISTS: the order record (JSON); CLAIM MISSING: the dead claim's
                         attempt (malloc'd; rd_reply_clear) */
     char *plan;      /* CLAIM MISSING: the dead claim's plan, "" for none (malloc'd) */
+    long long fence; /* ACQUIRE OK of a lock service's hold: the fence registered */
 };
 void rd_reply_clear(struct rd_reply *r);
 

@@ -76,6 +76,11 @@ char *seg_key_epoch(char *buf, const char *sku, int i)
     return segment_key(buf, sku, i, "epoch");
 }
 
+char *seg_key_fence(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "fence");
+}
+
 char *seg_key_adjust(char *buf, const char *sku, int i)
 {
     return segment_key(buf, sku, i, "adj");

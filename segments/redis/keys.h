@@ -3,7 +3,9 @@
  * Key schema (the hash tag `{sku:i}` puts a segment's keys in one cluster slot):
  *   inv:skus                  set of SKU names
  *   inv:sku:{sku}             hash: segments, mode, hold_ms, rebalance, initial, epoch,
- *                             gen. `epoch` is random, drawn at every create or reset and
+ *                             gen, lock (a lock service's name; absent: the lock
+ *                             here), fencing ("0": the lab's unfenced writes). `epoch` is
+ random, drawn at every create or reset and
  *                             never reused; `gen` starts at epoch and is bumped by every
  *                             change that can raise stock (restock, rebalance, cancel).
  *   inv:{sku:i}:epoch         segment i's copy of the SKU's epoch: every script that
@@ -13,6 +15,10 @@
  *   inv:{sku:i}:stock         integer stock left in segment i
  *   inv:{sku:i}:sold          integer units sold from segment i
  *   inv:{sku:i}:lock          segment i's lock: a random token, PX lease
+ *   inv:{sku:i}:fence         the highest fencing number a lock service's holder of
+ *                             segment i registered (lua/acquire.lua; issued there by
+ *                             INCR for a service without its own); a write naming a
+ *                             lower one is FENCED. Never reset: it only grows
  *   inv:{sku:i}:orders        hash order_id -> qty taken from segment i, one field per
  *                             order whose first (or only) segment is i
  *   inv:{sku:i}:parts         hash order_id -> qty taken from segment i by a
@@ -83,6 +89,8 @@ char *seg_key_orders(char *buf, const char *sku, int i);
 char *seg_key_parts(char *buf, const char *sku, int i);
 char *seg_key_cancelled(char *buf, const char *sku, int i);
 char *seg_key_epoch(char *buf, const char *sku, int i);
+/* The highest fence a lock service's holder of segment i registered (store.h). */
+char *seg_key_fence(char *buf, const char *sku, int i);
 char *seg_key_adjust(char *buf, const char *sku, int i);
 /* Segment i's orders hash ("orders") or cancelled set ("cancelled") as a reset of the
  * SKU's `epoch` left them. */

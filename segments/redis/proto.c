@@ -73,7 +73,8 @@ void proto_skus_list(struct rd_cmd *c)
 }
 
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                   const char *id, long long qty, const char *token, int ttl_ms)
+                   const char *id, long long qty, const char *token, int ttl_ms,
+                   long long fence)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_ACQUIRE);
@@ -81,16 +82,18 @@ void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_key(c, seg_key_stock(key, sku, i));
     cmd_key(c, seg_key_lock(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_fence(key, sku, i));
     cmd_argll(c, qty);
     cmd_arg(c, token);
     cmd_argll(c, ttl_ms);
     cmd_argll(c, epoch);
     cmd_arg(c, sku);
+    cmd_argll(c, fence);
 }
 
 void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
                   const char *token, const char *attempt, const char *id, long long qty,
-                  const char *record, bool keep)
+                  const char *record, bool keep, long long fence)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_DEDUCT);
@@ -100,6 +103,7 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_key(c, seg_key_orders(key, sku, i));
     cmd_key(c, seg_key_order(key, id));
     cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_fence(key, sku, i));
     cmd_arg(c, token);
     cmd_argll(c, qty);
     cmd_arg(c, id);
@@ -108,25 +112,28 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_argll(c, epoch);
     cmd_arg(c, sku);
     cmd_arg(c, keep ? "1" : "0");
+    cmd_argll(c, fence);
 }
 
 void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                        long long qty, const char *token, int ttl_ms)
+                        long long qty, const char *token, int ttl_ms, long long fence)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_ACQUIRE_SLOT);
     cmd_key(c, seg_key_stock(key, sku, i));
     cmd_key(c, seg_key_lock(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_fence(key, sku, i));
     cmd_argll(c, qty);
     cmd_arg(c, token);
     cmd_argll(c, ttl_ms);
     cmd_argll(c, epoch);
+    cmd_argll(c, fence);
 }
 
 void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
                        const char *token, const char *id, long long qty, long long until,
-                       bool first)
+                       bool first, long long fence)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_DEDUCT_SLOT);
@@ -135,11 +142,13 @@ void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i
     cmd_key(c, seg_key_sold(key, sku, i));
     cmd_key(c, first ? seg_key_orders(key, sku, i) : seg_key_parts(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_fence(key, sku, i));
     cmd_arg(c, token);
     cmd_argll(c, qty);
     cmd_arg(c, id);
     cmd_argll(c, epoch);
     cmd_argll(c, until);
+    cmd_argll(c, fence);
 }
 
 void proto_undo_part(struct rd_cmd *c, const char *sku, long long epoch, int i,
@@ -610,6 +619,8 @@ int proto_scripted(const redisReply *r, struct rd_reply *out)
     }
     if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_STRING)
         out->plan = seg_strdup(r->element[2]->str); /* CLAIM MISSING: the plan */
+    else if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER)
+        out->fence = r->element[2]->integer; /* ACQUIRE of a lock service's hold */
     return 0;
 }
 

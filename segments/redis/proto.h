@@ -23,23 +23,25 @@ void proto_stocks_read(struct rd_cmd *c, const char *sku, int n);
  * (c[1..3]: GET, HLEN, EXISTS): one command per key, each in the segment's slot. */
 void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full);
 void proto_skus_list(struct rd_cmd *c);
+/* Token "": a lock service's hold with `fence` (0: issue one), lua/acquire.lua. */
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                   const char *id, long long qty, const char *token, int ttl_ms);
-/* `keep`: an OK leaves the lock held (lua/deduct.lua). */
+                   const char *id, long long qty, const char *token, int ttl_ms,
+                   long long fence);
+/* `keep`: an OK leaves the lock held; `fence`: store.h's (lua/deduct.lua). */
 void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
                   const char *token, const char *attempt, const char *id, long long qty,
-                  const char *record, bool keep);
+                  const char *record, bool keep, long long fence);
 void proto_lock(struct rd_cmd *c, const char *sku, int i, const char *token, int ttl_ms);
 /* The order path on a cluster (lua/claim.lua, confirm.lua, acquire_slot.lua,
  * deduct_slot.lua), and the one-key reads it fans out: HGET of `id` in segment i's
  * orders hash, GET of segment i's stock. */
 void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                        long long qty, const char *token, int ttl_ms);
+                        long long qty, const char *token, int ttl_ms, long long fence);
 /* `first`: the order's first (or only) segment, whose orders hash records it; a later
  * part of a multi-segment order is recorded in its segment's parts hash. */
 void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
                        const char *token, const char *id, long long qty, long long until,
-                       bool first);
+                       bool first, long long fence);
 void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const char *sku,
                  long long epoch, int lease_ms, const char *dead, const char *plan);
 /* Multi-segment orders on a cluster: UNDO_PART of a part in segment i; the ZADD and

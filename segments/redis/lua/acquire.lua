@@ -1,9 +1,12 @@
 -- ACQUIRE: check the order id, read the segment's stock and, when it holds enough,
 -- take the segment's lock.
--- KEYS: order record, segment stock, segment lock, segment epoch.
--- ARGV: qty, token, ttl_ms, epoch, sku.
+-- KEYS: order record, segment stock, segment lock, segment epoch, segment fence.
+-- ARGV: qty, token, ttl_ms, epoch, sku, fence.
 -- Reply: {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock} | {BUSY, stock}
---      | {OK, stock}.
+--      | {OK, stock} | {FENCED} | {OK, stock, fence}.
+-- Token '': the lock is a lock service's (store.h `hold`): no lock taken here, its
+-- fence registered as the segment's highest (a lower one: FENCED), or with fence 0
+-- the next one issued (Redisson's fenced lock).
 -- The stock is read before the lock is tried, so an empty segment is skipped without
 -- ever being locked; stock only rises under a lock, so "short" stays true. Taking a
 -- lock the same token already holds is OK, so a retry after a lost reply is safe.
@@ -16,6 +19,12 @@ local s = redis.call('GET', KEYS[2])
 if not s then return {MISSING} end
 s = tonumber(s)
 if s < tonumber(ARGV[1]) then return {SHORT, s} end
+if ARGV[2] == '' then -- a lock service holds it: register its fence (0: issue one)
+  local f, top = tonumber(ARGV[6]), tonumber(redis.call('GET', KEYS[5]) or '0')
+  if f == 0 then f = top + 1 elseif f < top then return {FENCED} end
+  redis.call('SET', KEYS[5], f)
+  return {OK, s, f}
+end
 if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3])
    and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return {BUSY, s}

@@ -1,7 +1,9 @@
 -- DEDUCT: the fenced write (with an empty token it is mode `atomic`'s whole attempt).
--- KEYS: segment lock, stock, sold, orders hash, order record, segment epoch.
+-- KEYS: segment lock, stock, sold, orders hash, order record, segment epoch, fence.
 -- ARGV: token ('' = no lock), qty, order_id, record JSON, attempt id, epoch, sku,
---       keep ('1': an OK keeps the lock for the next order of the holder's loop).
+--       keep ('1': an OK keeps the lock for the next order of the holder's loop),
+--       fence (a lock service's hold, acquire.lua: FENCED below the segment's highest;
+--       '0' none; '-1' the lab's unfenced write, which trusts its lock for the stock).
 -- Reply: {FENCED} | {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock}
 --      | {OK, stock left}.
 -- A record written by this very attempt (the script sent again after its reply was
@@ -22,6 +24,8 @@ if rec[1] and rec[2] == ARGV[5] then
   return done({OK, tonumber(v[3] or '0')})
 end
 if locked and not mine then return {FENCED} end
+local fence = tonumber(ARGV[9] or '0')
+if fence > 0 and fence < tonumber(redis.call('GET', KEYS[7]) or '0') then return {FENCED} end
 if v[2] ~= ARGV[6] then return done({STALE}) end
 if rec[1] and (rec[3] ~= ARGV[7] or rec[4] == ARGV[6]) then
   return done({EXISTS, rec[1]})
@@ -29,7 +33,7 @@ end
 if not v[3] then return done({MISSING}) end
 local s = tonumber(v[3])
 local q = tonumber(ARGV[2])
-if s < q then return done({SHORT, s}) end
+if s < q and fence ~= -1 then return done({SHORT, s}) end
 redis.call('DECRBY', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])

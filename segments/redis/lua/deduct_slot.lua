@@ -1,9 +1,9 @@
 -- DEDUCT on a Redis Cluster: deduct.lua with the segment's keys only. The order record
 -- lives in the id's slot: the id was claimed before (claim.lua) and CONFIRM writes the
 -- record after.
--- KEYS: segment lock, stock, sold, orders hash, segment epoch.
+-- KEYS: segment lock, stock, sold, orders hash, segment epoch, segment fence.
 -- ARGV: token ('' = no lock), qty, order_id, epoch, the end of the id's claim ('0' =
---       none: a fresh id).
+--       none: a fresh id), fence (deduct.lua's).
 -- The id in the segment's orders hash is this order's own earlier run (a resend after
 -- a lost reply; the claim keeps other attempts of the id out): OK. Past the claim's
 -- end nothing is written (STALE: the caller claims again), so an attempt taken for
@@ -21,6 +21,8 @@ if redis.call('HEXISTS', KEYS[4], ARGV[3]) == 1 then
   return done({OK, tonumber(v[3] or '0')})
 end
 if locked and not mine then return {FENCED} end
+local fence = tonumber(ARGV[6] or '0')
+if fence > 0 and fence < tonumber(redis.call('GET', KEYS[6]) or '0') then return {FENCED} end
 if v[2] ~= ARGV[4] then return done({STALE}) end
 if ARGV[5] ~= '0' then
   local t = redis.call('TIME')
@@ -31,7 +33,7 @@ end
 if not v[3] then return done({MISSING}) end
 local s = tonumber(v[3])
 local q = tonumber(ARGV[2])
-if s < q then return done({SHORT, s}) end
+if s < q and fence ~= -1 then return done({SHORT, s}) end
 redis.call('DECRBY', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
