@@ -86,6 +86,20 @@ int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
     if (api_parse_sku_config(req->body, req->body_len, req->default_replicated,
                              &req->in.sku, req->request_id, err) != 0)
         return -1;
+    const struct sku_config *cfg = &req->in.sku;
+    if (!(req->lock_services & (1u << cfg->lock))) {
+        err->code = "invalid_field";
+        snprintf(err->detail, sizeof err->detail,
+                 "lock: \"%s\" is not configured (start with --%s)",
+                 sku_lock_name(cfg->lock), sku_lock_name(cfg->lock));
+        return -1;
+    }
+    if (cfg->unfenced && !req->lab) {
+        err->code = "invalid_field";
+        snprintf(err->detail, sizeof err->detail,
+                 "fencing: false is only accepted when started with --lab");
+        return -1;
+    }
     return parse_replace(req, err);
 }
 
@@ -117,6 +131,8 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
     set(o, "rebalance", json_boolean(st->cfg.rebalance));
     set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
+    set(o, "lock", json_string(sku_lock_name(st->cfg.lock)));
+    set(o, "fencing", json_boolean(!st->cfg.unfenced));
     set(o, "initial", json_integer(st->cfg.stock));
     set(o, "remaining", json_integer(st->remaining));
     set(o, "sold", json_integer(st->sold));

@@ -244,9 +244,9 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
                          struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err)
 {
-    static const char *const known[] = {"stock",      "segments",  "mode",
-                                        "hold_ms",    "rebalance", "request_id",
-                                        "durability", NULL};
+    static const char *const known[] = {
+        "stock",      "segments",   "mode", "hold_ms", "rebalance",
+        "request_id", "durability", "lock", "fencing", NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;
@@ -286,6 +286,34 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
         else if (v != NULL)
             rc = fail(err, "invalid_field",
                       "durability: must be \"async\" or \"replicated\"");
+    }
+    out->lock = SKU_LOCK_STORE;
+    if (rc == 0) {
+        json_t *v = get_string(root, "lock", false, err, &rc);
+        if (v != NULL && sku_lock_parse(json_string_value(v), &out->lock) != 0)
+            rc = fail(err, "invalid_field",
+                      "lock: must be \"redis\", \"redlock\", \"memcached\" or "
+                      "\"zookeeper\"");
+    }
+    out->unfenced = false;
+    if (rc == 0) {
+        json_t *v = json_object_get(root, "fencing");
+        if (v != NULL && !json_is_boolean(v))
+            rc = fail(err, "invalid_field", "fencing: must be true or false");
+        else if (v != NULL)
+            out->unfenced = json_is_false(v);
+    }
+    if (rc == 0 && out->lock != SKU_LOCK_STORE) {
+        /* a lock service's holder takes one segment; the automatic rebalance and the
+         * orders over several segments take the store's locks, which it does not */
+        json_t *rb = json_object_get(root, "rebalance");
+        if (out->mode != SKU_MODE_LOCK)
+            rc = fail(err, "invalid_field", "lock: a lock service needs mode \"lock\"");
+        else if (rb != NULL && json_is_true(rb))
+            rc = fail(err, "invalid_field", "rebalance: not with a lock service");
+        out->rebalance = false;
+    } else if (rc == 0 && out->unfenced) {
+        rc = fail(err, "invalid_field", "fencing: false needs a lock service (\"lock\")");
     }
     if (rc == 0)
         rc = get_name(root, "request_id", false, request_id, err);

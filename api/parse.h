@@ -49,8 +49,11 @@ int api_parse_order_json(const char *body, size_t len, struct api_order_body *ou
 /* PUT /admin/skus/{sku}: {"stock": 0..SKU_STOCK_MAX, "segments": 1..SEG_MAX_SEGMENTS
  * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0,
  * "rebalance": true|false = true, "durability": "async"|"replicated" =
- * `default_replicated` ? "replicated" : "async" (the durability setting), "request_id":
- * name}. `request_id` is "" when the body has none. */
+ * `default_replicated` ? "replicated" : "async" (the durability setting), "lock":
+ * "redis"|"redlock"|"memcached"|"zookeeper" = "redis" (a lock service: mode lock, no
+ * rebalance), "fencing": true|false = true (false: with a lock service), "request_id":
+ * name}. `request_id` is "" when the body has none. Whether the lock service is
+ * configured and the lab allows no fencing is the caller's to check. */
 int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
                          struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err);

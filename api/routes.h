@@ -63,6 +63,10 @@ struct api_request {
     /* The durability setting: a PUT /admin/skus/{sku} body that names none gets
      * "replicated" when true (api_options.default_replicated). */
     bool default_replicated;
+    /* PUT /admin/skus/{sku}: the lock services configured (bit 1 << sku_lock; the
+     * store's own always), and whether "fencing": false is allowed (--lab). */
+    unsigned lock_services;
+    bool lab;
 
     char name[SEG_NAME_MAX + 2]; /* the "{}" path segment, validated; "" when none */
     char request_id[SEG_NAME_MAX + 1]; /* API_ROUTE_WRITE: the body's request_id or

@@ -64,6 +64,10 @@ struct api_options {
     /* The durability setting: a SKU whose PUT /admin/skus/{sku} body names none is
      * "replicated" when true, "async" when false. */
     bool default_replicated;
+    /* The lock services configured (bit 1 << sku_lock, skumode.h) and --lab: what a
+     * PUT /admin/skus/{sku} may name ("lock", "fencing": false). */
+    unsigned lock_services;
+    bool lab;
     /* The domain's own limits (as given to inv_create), to bound the wait at
      * shutdown for the orders in flight: */
     int lock_wait_ms;

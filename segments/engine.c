@@ -32,7 +32,8 @@ static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
         return;
     }
     struct sku_view v = {0};
-    if (!found || sku_mode_parse(m->mode, &v.cfg.mode) != 0 || m->segments < 1 ||
+    if (!found || sku_mode_parse(m->mode, &v.cfg.mode) != 0 ||
+        sku_lock_parse(m->lock, &v.cfg.lock) != 0 || m->segments < 1 ||
         m->segments > SEG_MAX_SEGMENTS) {
         ltab_invalidate(o->s);
         if (ltab_shared(o->s) != NULL && !skutab_dropped(ltab_shared(o->s)))
@@ -45,6 +46,7 @@ static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
     v.cfg.stock = m->initial;
     v.cfg.rebalance = m->rebalance;
     v.cfg.replicated = m->replicated;
+    v.cfg.unfenced = m->unfenced;
     v.salt = m->salt;
     v.epoch = m->epoch;
     v.gen = m->gen;
@@ -156,7 +158,9 @@ static void on_deduct(void *arg, int rc, struct store_reply *r)
     bool pipelined = o->pipelined;
     o->pipelined = false;
     handover_settle(o, rc, r, on_hold_done, on_round_timer);
-    lease_stop(o); /* the segment's claim went on with the DEDUCT (on_hold_done) */
+    lease_stop(o);     /* the segment's claim went on with the DEDUCT (on_hold_done) */
+    if (o->lh != NULL) /* the claim goes back once the service let the lock go */
+        lease_svc_release(o, true);
     if (rc < 0) {
         ord_finish(o, INV_UNAVAILABLE);
         return;
@@ -227,9 +231,10 @@ static void send_deduct(struct ord *o, const char *token, bool keep)
     else
         ord_token(o->e, attempt);
     long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
-    o->confirm = !STORE_CALL(o->e->st, deduct, o->placed, o->view.epoch, o->seg, token,
-                             STORE_NO_FENCE, attempt, o->res.order_id, o->qty, o->record,
-                             until, keep, on_deduct, o);
+    o->confirm =
+        !STORE_CALL(o->e->st, deduct, o->placed, o->view.epoch, o->seg, token,
+                    o->lh != NULL ? o->fence : STORE_NO_FENCE, attempt, o->res.order_id,
+                    o->qty, o->record, until, keep, on_deduct, o);
 }
 
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
@@ -243,6 +248,8 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
     }
     if (o->lease_lost) { /* the fenced write would refuse us anyway */
         lease_stop(o);
+        if (o->lh != NULL)
+            lease_svc_release(o, false);
         stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
         o->busy++;
         ord_unclaim(o, o->seg);
@@ -255,6 +262,10 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
      * behind it on the same connection, instead of a round trip later. (Should it get
      * there first after all, a redirect on a cluster, it is BUSY and looks
      * elsewhere.) */
+    if (o->lh != NULL) { /* its claim goes back once the service let the lock go */
+        send_deduct(o, "", false);
+        return;
+    }
     struct lwait *w = ltab_next_holder(o->s, o->seg);
     struct ord *next = w != NULL && w->handed == on_handed ? ord_of_wait(w) : NULL;
     if (next != NULL && !handover_may_keep(o, next))
@@ -266,6 +277,62 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         w->handed(w, o->seg);
     else
         ltab_free_claim(o->s, o->seg); /* nobody waits: no need to look again */
+}
+
+static void on_acquire(void *arg, int rc, struct store_reply *r);
+
+/* HOLD answered: the fence registered for the service's hold, or the hold let go
+ * (the segment is short, the SKU stale, ...), then on as ACQUIRE's answer. */
+static void on_held(void *arg, int rc, struct store_reply *r)
+{
+    struct ord *o = arg;
+    if (rc == 0 && r->code == STORE_OK)
+        o->fence = o->view.cfg.unfenced ? STORE_UNFENCED : r->fence;
+    else
+        lease_svc_release(o, false);
+    on_acquire(arg, rc, r);
+}
+
+/* The lock service answered: a hold is registered with the store (its fence, or
+ * one the store issues); BUSY looks elsewhere as the store's BUSY does. */
+static void on_svc_acquired(void *arg, int rc, lks_hold *h)
+{
+    struct ord *o = arg;
+    engine *e = o->e;
+    if (rc == LKS_OK) {
+        lease_svc_hold(o, h);
+        long long fence =
+            (e->lks_ops[o->lk]->caps & LKS_CAP_FENCES) ? (long long)h->fence : 0;
+        STORE_CALL(e->st, hold, o->placed, o->view.epoch, o->seg, o->res.order_id, o->qty,
+                   fence, on_held, o);
+        return;
+    }
+    ord_unclaim(o, o->seg);
+    if (rc == LKS_BUSY) {
+        stat_add(e->v, STAT_BUSY_SKIPS, 1);
+        o->busy++;
+        visit_next(o);
+        return;
+    }
+    ord_finish(o, INV_UNAVAILABLE);
+}
+
+/* ACQUIRE of a SKU whose lock is a lock service's: one try (wait 0), so a busy
+ * segment falls through as the store's BUSY does. A process without that service
+ * (or a store that cannot fence) answers 503. */
+static void svc_acquire(struct ord *o)
+{
+    engine *e = o->e;
+    o->lk = o->view.cfg.lock;
+    if (e->lks[o->lk] == NULL || !(store_caps(e->st) & STORE_CAP_FENCE)) {
+        ord_unclaim(o, o->seg);
+        ord_finish(o, INV_UNAVAILABLE);
+        return;
+    }
+    char name[STORE_SKU_PLACED_MAX + 16];
+    snprintf(name, sizeof name, "%s:%d", o->placed, o->seg);
+    e->lks_ops[o->lk]->acquire(e->lks[o->lk], name, e->v->opt.lock_ttl_ms, 0,
+                               on_svc_acquired, o);
 }
 
 static void on_acquire(void *arg, int rc, struct store_reply *r)
@@ -287,8 +354,12 @@ static void on_acquire(void *arg, int rc, struct store_reply *r)
             ord_set(o, ORD_HOLD);
             ord_arm(o, o->view.cfg.hold_ms, on_hold_done);
         } else
-            send_deduct(o, o->token, false);
+            send_deduct(o, o->lh != NULL ? "" : o->token, false);
         return;
+    case STORE_FENCED: /* a lock service's grant older than one the store has seen */
+        stat_add(e->v, STAT_FENCED_REJECTIONS, 1);
+        o->busy++;
+        break;
     case STORE_BUSY:
         ord_note_stock(o, i, r->value);
         stat_add(e->v, STAT_BUSY_SKIPS, 1);
@@ -344,8 +415,8 @@ static void round_end(struct ord *o)
     }
     int remaining = (int)(o->deadline_ms - inv_now_ms());
     if (passed == 0 && (o->n == 1 || remaining > 0)) {
-        if (o->n == 1)
-            verdict_begin(o);
+        if (o->n == 1 || o->view.cfg.lock != SKU_LOCK_STORE)
+            verdict_begin(o); /* (a lock service's SKU: one segment per order) */
         else
             multi_begin(o);
         return;
@@ -394,6 +465,7 @@ static void visit_next(struct ord *o)
     engine *e = o->e;
     ord_set(o, ORD_ROUND);
     bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
+    bool svc = locked && o->view.cfg.lock != SKU_LOCK_STORE;
     while (o->k < o->n) {
         int i = ring_segment(o->start, o->k, o->n, e->home, e->homes);
         bool mine = o->k == 0 && i == o->handed;
@@ -411,7 +483,7 @@ static void visit_next(struct ord *o)
             send_deduct(o, "", false);
             return;
         }
-        if (o->view.cfg.hold_ms == 0) {
+        if (o->view.cfg.hold_ms == 0 && !svc) {
             /* No work under the lock: SET NX PX and the fenced DEDUCT leave in one
              * write and run back to back, so the lock is held for microseconds, not
              * a round trip, and orders of this loop need no claim to keep out of
@@ -442,6 +514,10 @@ static void visit_next(struct ord *o)
         o->keeps = 0;
         stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
         ord_set(o, ORD_ACQUIRE);
+        if (svc) {
+            svc_acquire(o);
+            return;
+        }
         STORE_CALL(e->st, acquire, o->placed, o->view.epoch, i, o->res.order_id, o->qty,
                    o->token, e->v->opt.lock_ttl_ms, on_acquire, o);
         return;
@@ -560,6 +636,8 @@ engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, s
     }
     e->rng |= 1;
     e->st = st;
+    for (int l = SKU_LOCK_STORE + 1; l < SKU_LOCK__COUNT; l++)
+        e->lks[l] = inv_lock_create(v, base, l, &e->lks_ops[l]);
     e->changes = atomic_load_explicit(&v->changes, memory_order_acquire);
     return e;
 }
@@ -568,6 +646,9 @@ void engine_free(engine *e)
 {
     if (e == NULL)
         return;
+    for (int l = 0; l < SKU_LOCK__COUNT; l++)
+        if (e->lks[l] != NULL)
+            e->lks_ops[l]->free(e->lks[l]);
     e->st->ops->free(e->st);
     ltab_free(e->tab);
     free(e);

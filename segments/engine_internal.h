@@ -30,7 +30,9 @@
 
 #include "segments/engine.h"
 #include "segments/internal.h"
+#include "segments/locksvc.h"
 #include "segments/ltab.h"
+#include "segments/skumode.h"
 #include "segments/store.h"
 
 struct ord;
@@ -46,6 +48,9 @@ struct engine {
     int in_flight;
     long long changes;        /* inv.changes when this loop's table was last in step */
     const ord_step_fn *enter; /* per state, the step that enters it (engine.c) */
+    /* this loop's handle of each lock service configured (sku_lock; NULL: none) */
+    const struct lks_ops *lks_ops[SKU_LOCK__COUNT];
+    void *lks[SKU_LOCK__COUNT];
 };
 
 /* The states of an order. Each is set by ord_set() alone, which checks it against
@@ -122,9 +127,15 @@ struct ord {
     bool pipelined;  /* hold_ms 0: the lock went out with the DEDUCT, in one write */
     bool confirm;    /* a cluster: the DEDUCT wrote no record, CONFIRM writes it */
     bool seg_waited; /* replicated: a replica had the DEDUCT before the CONFIRM went */
-    bool lease_lost; /* a renewal found it gone */
-    int pending;     /* renewals and piped locks owed a reply: the order outlives its
-                        answer for them */
+    bool lease_lost; /* a renewal found it gone (or the lock service said so) */
+    /* a lock service's hold of `seg` (SKU "lock" not the store's): from its grant
+     * until its release is sent; the fence registered with the store for it (or
+     * STORE_UNFENCED: the lab's "fencing": false) */
+    lks_hold *lh;
+    int lk; /* the service (sku_lock) `lh` is of */
+    long long fence;
+    int pending; /* renewals and piped locks owed a reply: the order outlives its
+                    answer for them */
     /* a lock kept from one order of this loop to the next (handover.c) */
     int64_t lock_ms;  /* when the lock held was taken (its ACQUIRE sent) */
     int keeps;        /* the orders it served before this one */
@@ -237,6 +248,13 @@ static inline void ord_unclaim(struct ord *o, int i)
 void lease_start(struct ord *o);
 /* The renewal timer (o->renew's callback, EV_PERSIST). */
 void lease_on_tick(evutil_socket_t fd, short what, void *arg);
+/* A lock service granted `h` for o->seg: renewed by lease_start's timer, its loss
+ * (lost callback, renew LOST) sets lease_lost. */
+void lease_svc_hold(struct ord *o, lks_hold *h);
+/* Give the service's hold up (no more renewals of it). `unclaim`: segment seg's
+ * claim on this loop is given back once the service answered, so the next order of
+ * the loop does not meet our lock there (the order outlives its answer for it). */
+void lease_svc_release(struct ord *o, bool unclaim);
 /* No more renewals (replies owed still come). */
 static inline void lease_stop(struct ord *o)
 {

@@ -13,6 +13,7 @@
 #include "segments/clock.h"
 #include "segments/inventory.h"
 #include "segments/rand.h"
+#include "segments/locksvc.h"
 #include "segments/store.h"
 #include "segments/stats.h"
 
@@ -62,5 +63,11 @@ struct rd_target inv_redis_target(const inv *v);
 /* The stock store of an event loop on `base` (store.h): the backend is chosen here,
  * at one place (today Redis, segments/redis/backend.h). Freed by its ops' free. */
 store *inv_store_create(inv *v, struct event_base *base);
+
+/* A handle of lock service `lock` (skumode.h sku_lock) on `base`, chosen here too:
+ * *ops its table (locksvc.h), NULL with *ops NULL when that service is not
+ * configured or cannot be made (the reason logged). Freed by (*ops)->free. */
+void *inv_lock_create(inv *v, struct event_base *base, int lock,
+                      const struct lks_ops **ops);
 
 #endif

@@ -5,9 +5,12 @@
 #include <stdlib.h>
 
 #include "segments/internal.h"
+#include "segments/memcached/mclock.h"
+#include "segments/redlock/redlock.h"
 #include "segments/redis/backend.h"
 #include "segments/redis/calls.h"
 #include "segments/rand.h"
+#include "segments/skumode.h"
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
 #include "segments/watchdog.h"
@@ -194,4 +197,42 @@ store *inv_store_create(inv *v, struct event_base *base)
 watchdog *inv_watchdog(inv *v)
 {
     return v->wd;
+}
+
+/* The target of lock service `lock` in `opt`, NULL when none is configured. */
+static const char *lock_target(const struct inv_options *opt, int lock)
+{
+    const char *t = lock == SKU_LOCK_REDLOCK     ? opt->redlock
+                    : lock == SKU_LOCK_MEMCACHED ? opt->memcached
+                                                 : NULL;
+    return t != NULL && t[0] != '\0' ? t : NULL;
+}
+
+unsigned inv_lock_services(const struct inv_options *opt)
+{
+    unsigned out = 1u << SKU_LOCK_STORE;
+    for (int l = 0; l < SKU_LOCK__COUNT; l++)
+        if (lock_target(opt, l) != NULL)
+            out |= 1u << l;
+    return out;
+}
+
+void *inv_lock_create(inv *v, struct event_base *base, int lock,
+                      const struct lks_ops **ops)
+{
+    *ops = NULL;
+    const char *target = lock_target(&v->opt, lock);
+    const struct lks_ops *o = lock == SKU_LOCK_REDLOCK     ? &lks_redlock_ops
+                              : lock == SKU_LOCK_MEMCACHED ? &lks_memcached_ops
+                                                           : NULL;
+    if (target == NULL || o == NULL)
+        return NULL;
+    char err[256] = "";
+    void *svc = o->create(base, target, err, sizeof err);
+    if (svc == NULL) {
+        rd_log(true, o->name, err);
+        return NULL;
+    }
+    *ops = o;
+    return svc;
 }

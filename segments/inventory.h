@@ -61,7 +61,14 @@ struct inv_options {
     int lock_ttl_ms;      /* lease of a segment lock; renewed every ttl/3 while held */
     int lock_wait_ms;     /* how long an order waits for a free segment before BUSY */
     int meta_cache_ms;    /* how long a SKU's settings are trusted without re-reading */
+    /* Lock services (segments/locksvc.h) for SKUs with a "lock" of theirs; NULL/""
+     * for none; borrowed, must outlive the handle: */
+    const char *redlock;   /* RedLock masters "h:p,h:p,h:p" */
+    const char *memcached; /* one memcached "h:p" */
 };
+
+/* The lock services `opt` configures: bit 1 << sku_lock (skumode.h) for each. */
+unsigned inv_lock_services(const struct inv_options *opt);
 
 /* Create the process-wide handle and start the lease watchdog thread.
  * Returns NULL and fills `err` when a thread cannot be started. Redis need not

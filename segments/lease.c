@@ -1,6 +1,10 @@
 /* lease.c -- lease renewal of the segment lock an order holds (every lock_ttl_ms / 3). */
 #include "segments/engine_internal.h"
 
+#include <stdlib.h>
+
+#include "base/xalloc.h"
+
 static void on_renewed(void *arg, int rc, int value)
 {
     struct ord *o = arg;
@@ -15,6 +19,70 @@ static void on_renewed(void *arg, int rc, int value)
         ord_finish(o, o->res.status); /* frees it */
 }
 
+/* A lock service's renewal: LOST was counted by the lost callback, which runs first;
+ * no answer changes nothing (the hold's end, if it comes, calls that callback). */
+static void on_svc_renewed(void *arg, int rc)
+{
+    struct ord *o = arg;
+    o->pending--;
+    if (rc == LKS_OK)
+        stat_add(o->e->v, STAT_LEASE_RENEWALS, 1);
+    else if (rc == LKS_LOST)
+        o->lease_lost = true;
+    if (o->state == ORD_DONE && o->pending == 0)
+        ord_finish(o, o->res.status); /* frees it */
+}
+
+static void on_svc_lost(void *arg, lks_hold *h)
+{
+    (void)h;
+    struct ord *o = arg;
+    stat_add(o->e->v, STAT_LEASE_LOST, 1);
+    o->lease_lost = true;
+}
+
+void lease_svc_hold(struct ord *o, lks_hold *h)
+{
+    o->lh = h;
+    h->lost = on_svc_lost;
+    h->lost_arg = o;
+}
+
+/* A release whose segment's claim goes back once the service answered. */
+struct released {
+    struct ord *o;
+    int seg;
+};
+
+static void on_svc_released(void *arg, int rc)
+{
+    (void)rc; /* LOST or no answer: the lease ends it anyway */
+    struct released *r = arg;
+    struct ord *o = r->o;
+    ltab_unclaim(o->s, r->seg);
+    free(r);
+    o->pending--;
+    if (o->state == ORD_DONE && o->pending == 0)
+        ord_finish(o, o->res.status); /* frees it */
+}
+
+void lease_svc_release(struct ord *o, bool unclaim)
+{
+    engine *e = o->e;
+    lks_hold *h = o->lh;
+    o->lh = NULL;
+    h->lost = NULL;
+    if (!unclaim) {
+        e->lks_ops[o->lk]->release(e->lks[o->lk], h, NULL, NULL);
+        return;
+    }
+    struct released *r = seg_malloc(sizeof *r);
+    r->o = o;
+    r->seg = o->seg;
+    o->pending++;
+    e->lks_ops[o->lk]->release(e->lks[o->lk], h, on_svc_released, r);
+}
+
 void lease_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -23,6 +91,12 @@ void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     if (!o->holding || o->lease_lost)
         return;
     o->pending++;
+    if (o->lh != NULL) {
+        engine *e = o->e;
+        e->lks_ops[o->lk]->renew(e->lks[o->lk], o->lh, e->v->opt.lock_ttl_ms,
+                                 on_svc_renewed, o);
+        return;
+    }
     STORE_CALL(o->e->st, renew, o->placed, o->seg, o->token, o->e->v->opt.lock_ttl_ms,
                on_renewed, o);
 }

@@ -20,8 +20,9 @@ static void signature(char *buf, size_t len, const char *op, long long n,
                       const struct sku_config *cfg)
 {
     if (cfg != NULL)
-        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d", op, cfg->stock, cfg->segments,
-                 sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance, cfg->replicated);
+        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d:%s:%d", op, cfg->stock, cfg->segments,
+                 sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance, cfg->replicated,
+                 sku_lock_name(cfg->lock), cfg->unfenced);
     else
         snprintf(buf, len, "%s:%lld", op, n);
 }
@@ -81,6 +82,8 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .stock = cfg ? cfg->stock : 0,
         .rebalance = cfg && cfg->rebalance,
         .replicated = cfg && cfg->replicated,
+        .lock = cfg && cfg->lock != SKU_LOCK_STORE ? sku_lock_name(cfg->lock) : "",
+        .unfenced = cfg && cfg->unfenced,
         .salt = old->epoch != 0 ? old->salt : -1, /* kept; a new SKU is placed */
         .epoch = inv_new_epoch(),
         /* "replicated" before or after: every step on a replica before the next */

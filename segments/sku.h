@@ -30,6 +30,9 @@ struct sku_config {
                         empty while stock remains (spread.c) */
     bool replicated; /* durability "replicated": an order is 201 only once a replica
                         has it (WAIT 1); else "async" (the master applied it) */
+    sku_lock lock;   /* mode lock: where the segment locks live (skumode.h) */
+    bool unfenced;   /* "fencing": false (the lab only): a lock service's holder
+                        writes unchecked (store.h STORE_UNFENCED) */
 };
 
 /* Which version of a SKU a put may replace. A version is the SKU's epoch (a new one

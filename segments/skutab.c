@@ -246,7 +246,8 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     int found = rd_meta_read(c->rd, sku, &m);
     if (found < 0)
         return INV_UNAVAILABLE;
-    if (found == 0 || sku_mode_parse(m.mode, &out->cfg.mode) != 0 || m.segments < 1 ||
+    if (found == 0 || sku_mode_parse(m.mode, &out->cfg.mode) != 0 ||
+        sku_lock_parse(m.lock, &out->cfg.lock) != 0 || m.segments < 1 ||
         m.segments > SEG_MAX_SEGMENTS)
         return INV_UNKNOWN_SKU;
     out->cfg.segments = m.segments;
@@ -254,6 +255,7 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     out->cfg.stock = m.initial;
     out->cfg.rebalance = m.rebalance;
     out->cfg.replicated = m.replicated;
+    out->cfg.unfenced = m.unfenced;
     out->epoch = m.epoch;
     out->gen = m.gen;
     out->salt = m.salt;

@@ -111,6 +111,8 @@ struct store_meta {
     long long gen;   /* bumped by every change of stock from outside the order path */
     bool rebalance;
     bool replicated; /* durability "replicated" */
+    char lock[16];   /* a lock service's name (skumode.h), "": the store's own */
+    bool unfenced;   /* "fencing": false */
     int salt;        /* placement of the segments (store_sku_placed); 0: none */
     long long adjust_until;
 };

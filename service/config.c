@@ -111,6 +111,9 @@ static const struct setting settings[] = {
                  format_names),
     STR_SETTING("log_file", "INVENTORY_LOG_FILE", "--log-file", K_PATH, log_file),
     BOOL_SETTING("access_log", "INVENTORY_ACCESS_LOG", "--access-log", access_log),
+    STR_SETTING("redlock", "INVENTORY_REDLOCK", "--redlock", K_STR, redlock),
+    STR_SETTING("memcached", "INVENTORY_MEMCACHED", "--memcached", K_STR, memcached),
+    BOOL_SETTING("lab", "INVENTORY_LAB", "--lab", lab),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
@@ -1067,6 +1070,12 @@ void cfg_usage(FILE *f, const char *prog)
         "re-reads the configuration, of which log_level applies at once (the others at\n"
         "the next restart); SIGUSR1 logs the counters; SIGTERM and SIGINT stop after\n"
         "in-flight requests.\n"
+        "\n"
+        "redlock: the RedLock masters, HOST:PORT,HOST:PORT,... (3 or 5 independent\n"
+        "redis-servers); memcached: HOST:PORT of one memcached. A SKU whose body names\n"
+        "\"lock\": \"redlock\" or \"memcached\" takes its segment locks there, every\n"
+        "write fenced by Redis. lab: true accepts \"fencing\": false (a demonstration\n"
+        "of the oversell that fencing prevents; never in production).\n"
         "\n"
         "A non-loopback --bind requires an admin token. Exit status 2 on a bad "
         "setting.\n");

@@ -79,6 +79,9 @@ struct cfg {
     enum log_format log_format; /* text|json; text */
     char log_file[CFG_PATH_MAX]; /* "" = stderr (the setting's "-"); reopened on SIGHUP */
     bool access_log;             /* a line per HTTP request (log_access); true */
+    char redlock[CFG_PATH_MAX];  /* RedLock masters "h:p,h:p,h:p"; "" = none */
+    char memcached[CFG_PATH_MAX];   /* memcached "h:p" for its lock; "" = none */
+    bool lab;                       /* accept "fencing": false (demonstrations); false */
     char config_path[CFG_PATH_MAX]; /* file actually read, "" when none */
     bool help;                      /* --help given: print cfg_usage(), run nothing */
     bool version;                   /* --version given */

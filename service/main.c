@@ -265,6 +265,8 @@ int main(int argc, char **argv)
         .lock_ttl_ms = cfg.lock_ttl_ms,
         .lock_wait_ms = cfg.lock_wait_ms,
         .meta_cache_ms = cfg.meta_cache_ms,
+        .redlock = cfg.redlock,
+        .memcached = cfg.memcached,
     };
     inv_set_redis_logger(redis_log);
     inv *v = inv_create(&opt, err, sizeof(err));
@@ -285,6 +287,8 @@ int main(int argc, char **argv)
         .metrics_sku_limit = cfg.metrics_sku_limit,
         .default_replicated = cfg.durability == CFG_DURABILITY_REPLICATED,
         .lock_wait_ms = cfg.lock_wait_ms,
+        .lock_services = inv_lock_services(&opt),
+        .lab = cfg.lab,
         .redis_timeout_ms = cfg.redis_timeout_ms,
     };
     struct api_server *srv = api_server_start(&api, v, err, sizeof(err));

@@ -191,9 +191,11 @@ static void answer(struct req *q, redisReply *r)
                                        .gen = meta.gen,
                                        .rebalance = meta.rebalance,
                                        .replicated = meta.replicated,
+                                       .unfenced = meta.unfenced,
                                        .salt = meta.salt,
                                        .adjust_until = meta.adjust_until};
                 memcpy(m.mode, meta.mode, sizeof m.mode);
+                memcpy(m.lock, meta.lock, sizeof m.lock);
                 ((rda_meta_fn)q->fn)(q->arg, 0, 1, &m);
             } else {
                 ((rda_meta_fn)q->fn)(q->arg, rc, 0, NULL);

@@ -159,6 +159,8 @@ struct rd_meta {
     long long gen;
     bool rebalance;
     bool replicated; /* durability "replicated" */
+    char lock[16];   /* a lock service's name, "": the lock in Redis */
+    bool unfenced;   /* "fencing": false */
     int salt;        /* placement: 0, or the salt in its segments' hash tags */
     /* A restock or rebalance under way on a cluster (adjust.h: units may be in
      * transit between its steps): its lease end, ms on the meta node's clock; 0 none. */
@@ -317,6 +319,8 @@ struct rd_reset {
     long long stock;
     bool rebalance;
     bool replicated;    /* durability "replicated" */
+    const char *lock;   /* a lock service's name, "" or NULL: the lock in Redis */
+    bool unfenced;      /* "fencing": false */
     long long epoch;    /* the new epoch */
     int salt;           /* the placement salt the SKU has now (a cluster keeps it across
                            resets; a create picks one) */

@@ -22,7 +22,7 @@ void proto_meta_read(struct rd_cmd *c, const char *sku)
     char key[SEG_KEY_MAX];
     static const char *const fields[] = {"segments", "mode",      "hold_ms", "initial",
                                          "gen",      "rebalance", "epoch",   "durability",
-                                         "salt",     "adj_until"};
+                                         "salt",     "adj_until", "lock",    "fencing"};
     cmd_plain(c, "HMGET");
     cmd_key(c, seg_key_meta(key, sku));
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
@@ -431,6 +431,8 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_arg(c, rid != NULL ? sig : "");
     cmd_arg(c, to->replicated ? "replicated" : "async");
     cmd_arg(c, to->expect != NULL ? to->expect : "");
+    cmd_arg(c, to->lock != NULL ? to->lock : "");
+    cmd_arg(c, to->unfenced ? "0" : "1");
 }
 
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
@@ -490,6 +492,8 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
     cmd_arg(c, rid != NULL ? sig : "");
     cmd_arg(c, to->replicated ? "replicated" : "async");
     cmd_argll(c, to->salt);
+    cmd_arg(c, to->lock != NULL ? to->lock : "");
+    cmd_arg(c, to->unfenced ? "0" : "1");
 }
 
 void proto_reset_yield(struct rd_cmd *c, const char *sku, long long epoch, bool untouched)
@@ -657,7 +661,7 @@ int proto_taken(const redisReply *r, const char *token, int *taken)
 
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
 {
-    if (!is_array(r, 10))
+    if (!is_array(r, 12))
         return -1;
     *found = r->element[0]->type == REDIS_REPLY_STRING;
     if (*found) {
@@ -675,6 +679,10 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
             d->type == REDIS_REPLY_STRING && strcmp(d->str, "replicated") == 0;
         out->salt = (int)proto_integer(r->element[8], 0);
         out->adjust_until = proto_integer(r->element[9], 0);
+        const redisReply *lock = r->element[10];
+        snprintf(out->lock, sizeof out->lock, "%s",
+                 lock->type == REDIS_REPLY_STRING ? lock->str : "");
+        out->unfenced = proto_integer(r->element[11], 1) == 0;
     }
     return 0;
 }

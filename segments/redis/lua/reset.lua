@@ -7,7 +7,7 @@
 --       the caller found ('0', '0' for no SKU), the new epoch, the request's signature
 --       ('' = no request id), durability ('async' | 'replicated'), the version the
 --       caller replaces ('' = any, '-' = none: create only, '*' = any existing one,
---       'epoch.gen' = exactly that one).
+--       'epoch.gen' = exactly that one), lock ('' = the lock here), fencing ('0'/'1').
 -- Refuses (STALE) when the SKU is not as the caller found it, so every key of every
 -- old segment is listed and none is orphaned. Moves each old segment's orders hash and
 -- cancelled set to its graveyards (RENAME: O(1) however big the sale) and deletes the
@@ -70,6 +70,7 @@ for i = 0, n - 1 do
 end
 redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'mode', ARGV[3],
            'hold_ms', ARGV[4], 'initial', ARGV[5], 'rebalance', ARGV[9],
-           'epoch', ARGV[12], 'gen', ARGV[12], 'durability', ARGV[14])
+           'epoch', ARGV[12], 'gen', ARGV[12], 'durability', ARGV[14],
+           'lock', ARGV[16], 'fencing', ARGV[17])
 redis.call('SADD', KEYS[2], ARGV[1])
 return {OK, created and 1 or 0}
