@@ -1,0 +1,330 @@
+/* it_lock_services.c -- SKUs whose segment locks live in a lock service (RedLock over
+ * three redis-servers, memcached), every write fenced by the Redis store: exact
+ * sell-out over HTTP, a holder frozen past its lease (fenced: nothing oversold; the
+ * lab's "fencing": false: the oversell shown), and the settings refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness_lock.h"
+
+#define TTL_MS                                                                           \
+    2000 /* the lease: renewed every ttl/3, so a hold of 600 ms renews none              \
+          */
+#define HOLD_MS 600
+
+struct env {
+    h_redis *store;
+    h_redis *nodes[3];
+    h_memcached *mc;
+    h_svc *a, *b; /* two instances on the same store and lock services */
+    char redlock[256];
+};
+
+static int group_setup(void **state)
+{
+    struct env *e = calloc(1, sizeof *e);
+    *state = e;
+    e->store = h_redis_start();
+    e->mc = h_memcached_start();
+    if (e->store == NULL || e->mc == NULL ||
+        h_redlock_nodes_start(e->nodes, 3, false, e->redlock, sizeof e->redlock) != 0)
+        return -1;
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", TTL_MS);
+    const char *args[] = {
+        "--redlock",      e->redlock,  "--memcached", h_memcached_addr(e->mc), "--lab",
+        "true",           "--threads", "2",           "--lock-ttl-ms",         ttl,
+        "--lock-wait-ms", "1000",      NULL};
+    e->a = h_svc_start_args(e->store, args);
+    e->b = h_svc_start_args(e->store, args);
+    return e->a != NULL && e->b != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    struct env *e = *state;
+    int rc = h_svc_stop_clean(e->a) | h_svc_stop_clean(e->b);
+    h_svc_free(e->a);
+    h_svc_free(e->b);
+    for (int i = 0; i < 3; i++)
+        h_redis_free(e->nodes[i]);
+    h_memcached_free(e->mc);
+    h_redis_free(e->store);
+    free(e);
+    return rc;
+}
+
+/* PUT /admin/skus/SKU?reset=true with `body`: its status. */
+static int put_sku(int port, const char *sku, const char *body)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    struct h_resp r;
+    int st = h_req(port, "PUT", path, NULL, body, &r);
+    if (st != 200 && st != 201)
+        fprintf(stderr, "PUT %s %s: %d %s\n", sku, body, st, r.body);
+    h_resp_free(&r);
+    return st;
+}
+
+/* ---- exact sell-out ------------------------------------------------------------ */
+
+struct sellout {
+    const char *sku;
+    int ports[2];
+    atomic_int sold, busy, other;
+};
+
+static void sell(int idx, void *arg)
+{
+    struct sellout *s = arg;
+    long long until = h_now_ms() + 40000;
+    for (int k = 0; h_now_ms() < until; k++) {
+        int st = h_order(s->ports[(idx + k) % 2], s->sku, 1, NULL, NULL);
+        if (st == 201)
+            atomic_fetch_add(&s->sold, 1);
+        else if (st == 409)
+            return; /* sold out */
+        else if (st == 503)
+            atomic_fetch_add(&s->busy, 1);
+        else
+            atomic_fetch_add(&s->other, 1);
+    }
+}
+
+static void sell_out(struct env *e, const char *lock)
+{
+    h_deadline(60);
+    char sku[32], body[160];
+    snprintf(sku, sizeof sku, "ls-%s", lock);
+    snprintf(body, sizeof body,
+             "{\"stock\": 120, \"segments\": 4, \"hold_ms\": 2, \"lock\": \"%s\"}", lock);
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    assert_int_equal(put_sku(pa, sku, body), 201);
+    json_t *j = h_get_sku(pb, NULL, sku);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "lock")), lock);
+    assert_true(json_is_true(json_object_get(j, "fencing")));
+    assert_true(json_is_false(json_object_get(j, "rebalance")));
+    json_decref(j);
+    long long acquired =
+        h_stat(pa, NULL, "lock_acquired") + h_stat(pb, NULL, "lock_acquired");
+
+    struct sellout s = {.sku = sku, .ports = {pa, pb}};
+    assert_int_equal(h_parallel(8, sell, &s), 0);
+    fprintf(stderr, "%s sell-out: %d sold, %d busy, %d other\n", lock, s.sold, s.busy,
+            s.other);
+    assert_int_equal(s.sold, 120);
+    assert_int_equal(s.other, 0);
+    assert_int_equal(h_audit(pa, NULL, sku, 120, true), 0);
+    /* every sale held a lock of the service's */
+    assert_true(h_stat(pa, NULL, "lock_acquired") + h_stat(pb, NULL, "lock_acquired") -
+                    acquired >=
+                120);
+    assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 409);
+}
+
+static void test_sellout_redlock(void **state)
+{
+    sell_out(*state, "redlock");
+}
+
+static void test_sellout_memcached(void **state)
+{
+    sell_out(*state, "memcached");
+}
+
+/* ---- a holder frozen past its lease -------------------------------------------- */
+
+struct frozen_order {
+    int port;
+    const char *sku;
+    int status;
+};
+
+static void *order_thread(void *arg)
+{
+    struct frozen_order *f = arg;
+    f->status = h_order(f->port, f->sku, 1, NULL, NULL);
+    return NULL;
+}
+
+/* Instance A takes the only segment's lock for HOLD_MS and is frozen (SIGSTOP) while
+ * it holds; its lease runs out, B takes the lock and sells the last unit; A, woken,
+ * sends the write it was about to send (its hold timer fires before its lease's end
+ * is noticed: the pause fell between the check and the write). Returns A's answer;
+ * *sold and *remaining as GET /admin/skus has them after. */
+static int frozen_holder(struct env *e, const char *lock, bool fencing, long long *sold,
+                         long long *remaining)
+{
+    char sku[32], body[192];
+    snprintf(sku, sizeof sku, "fz-%s-%d", lock, fencing);
+    snprintf(body, sizeof body,
+             "{\"stock\": 1, \"segments\": 1, \"hold_ms\": %d, \"lock\": \"%s\", "
+             "\"fencing\": %s}",
+             HOLD_MS, lock, fencing ? "true" : "false");
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    assert_int_equal(put_sku(pa, sku, body), 201);
+    long long acquired = h_stat(pa, NULL, "lock_acquired");
+
+    struct frozen_order fa = {pa, sku, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, order_thread, &fa), 0);
+    /* frozen while holding: once A counts the lock acquired, HOLD_MS remain */
+    long long until = h_now_ms() + 5000;
+    while (h_stat(pa, NULL, "lock_acquired") == acquired && h_now_ms() < until)
+        h_sleep_ms(5);
+    assert_int_equal(h_svc_pause(e->a), 0);
+
+    /* B sells the unit once the service lets A's lock go (memcached: whole seconds) */
+    int st = 0;
+    until = h_now_ms() + 15000;
+    while (h_now_ms() < until) {
+        st = h_order(pb, sku, 1, NULL, NULL);
+        if (st != 503)
+            break;
+        h_sleep_ms(50);
+    }
+    assert_int_equal(h_svc_resume(e->a), 0);
+    pthread_join(t, NULL);
+    json_t *j = h_get_sku(pb, NULL, sku);
+    assert_non_null(j);
+    *sold = h_jint(j, "sold");
+    *remaining = h_jint(j, "remaining");
+    json_decref(j);
+    fprintf(stderr,
+            "%s frozen holder, fencing %s: B %d, A %d, sold %lld, remaining %lld\n", lock,
+            fencing ? "on" : "off", st, fa.status, *sold, *remaining);
+    assert_int_equal(st, 201);
+    return fa.status;
+}
+
+static void frozen_fenced(struct env *e, const char *lock)
+{
+    h_deadline(60);
+    long long fenced = h_stat(h_svc_port(e->a), NULL, "fenced_rejections");
+    long long sold, remaining;
+    int a = frozen_holder(e, lock, true, &sold, &remaining);
+    assert_int_equal(a, 409); /* its write refused, the SKU is sold out */
+    assert_int_equal(sold, 1);
+    assert_int_equal(remaining, 0);
+    char sku[32];
+    snprintf(sku, sizeof sku, "fz-%s-1", lock);
+    assert_int_equal(h_audit(h_svc_port(e->b), NULL, sku, 1, true), 0);
+    /* the stale fence was refused by the store, and counted */
+    assert_true(h_stat(h_svc_port(e->a), NULL, "fenced_rejections") > fenced);
+    struct h_resp m;
+    assert_int_equal(h_http(h_svc_port(e->a), "GET", "/metrics", NULL, NULL, 0, &m), 200);
+    assert_true(h_metric(m.body, "inventory_fenced_rejections_total") >= 1);
+    h_resp_free(&m);
+}
+
+static void frozen_unfenced(struct env *e, const char *lock)
+{
+    h_deadline(60);
+    long long sold, remaining;
+    int a = frozen_holder(e, lock, false, &sold, &remaining);
+    /* the lab's demonstration: both holders sold the one unit */
+    assert_int_equal(a, 201);
+    assert_int_equal(sold, 2);
+    assert_int_equal(remaining, -1);
+}
+
+static void test_frozen_holder_redlock_fenced(void **state)
+{
+    frozen_fenced(*state, "redlock");
+}
+
+static void test_frozen_holder_redlock_unfenced_oversells(void **state)
+{
+    frozen_unfenced(*state, "redlock");
+}
+
+static void test_frozen_holder_memcached_fenced(void **state)
+{
+    frozen_fenced(*state, "memcached");
+}
+
+static void test_frozen_holder_memcached_unfenced_oversells(void **state)
+{
+    frozen_unfenced(*state, "memcached");
+}
+
+/* ---- settings refused ------------------------------------------------------------ */
+
+static void expect_put_refused(int port, const char *body, const char *detail)
+{
+    char path[64] = "/admin/skus/ls-bad?reset=true";
+    struct h_resp r;
+    h_req(port, "PUT", path, NULL, body, &r);
+    if (h_expect_error(&r, 400, "invalid_field") != 0 || strstr(r.body, detail) == NULL)
+        fail_msg("%s: %d %s (wanted 400 naming \"%s\")", body, r.status, r.body, detail);
+    h_resp_free(&r);
+}
+
+static void test_bad_settings_refused(void **state)
+{
+    struct env *e = *state;
+    h_deadline(30);
+    int pa = h_svc_port(e->a);
+    expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"etcd\"}", "lock");
+    expect_put_refused(pa, "{\"stock\": 1, \"lock\": 3}", "lock");
+    expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"zookeeper\"}", "not configured");
+    expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"mode\": \"atomic\"}",
+                       "mode");
+    expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"rebalance\": true}",
+                       "rebalance");
+    expect_put_refused(pa, "{\"stock\": 1, \"fencing\": false}", "lock service");
+    expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"fencing\": 0}",
+                       "fencing");
+    /* an instance without the services nor --lab */
+    h_svc *c = h_svc_start_args(e->store, NULL);
+    assert_non_null(c);
+    int pc = h_svc_port(c);
+    expect_put_refused(pc, "{\"stock\": 1, \"lock\": \"redlock\"}", "--redlock");
+    expect_put_refused(pc, "{\"stock\": 1, \"lock\": \"memcached\"}", "--memcached");
+    char body[128];
+    snprintf(body, sizeof body,
+             "{\"stock\": 1, \"lock\": \"redlock\", \"fencing\": false}");
+    assert_int_equal(put_sku(pa, "ls-lab", body), 201); /* A has --lab */
+    h_svc *d =
+        h_svc_start_args(e->store, (const char *const[]){"--redlock", e->redlock, NULL});
+    assert_non_null(d);
+    expect_put_refused(h_svc_port(d), body, "--lab");
+    /* the default is the store's own lock, named */
+    assert_int_equal(put_sku(pc, "ls-plain", "{\"stock\": 3}"), 201);
+    json_t *j = h_get_sku(pc, NULL, "ls-plain");
+    assert_string_equal(json_string_value(json_object_get(j, "lock")), "redis");
+    json_decref(j);
+    /* an instance without the service cannot sell a SKU that needs it: 503 */
+    assert_int_equal(h_order(pc, "ls-lab", 1, NULL, NULL), 503);
+    assert_int_equal(h_svc_stop_clean(c), 0);
+    assert_int_equal(h_svc_stop_clean(d), 0);
+    h_svc_free(c);
+    h_svc_free(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_settings_refused),
+        cmocka_unit_test(test_sellout_redlock),
+        cmocka_unit_test(test_sellout_memcached),
+        cmocka_unit_test(test_frozen_holder_redlock_fenced),
+        cmocka_unit_test(test_frozen_holder_redlock_unfenced_oversells),
+        cmocka_unit_test(test_frozen_holder_memcached_fenced),
+        cmocka_unit_test(test_frozen_holder_memcached_unfenced_oversells),
+    };
+    return h_exit_status(
+        cmocka_run_group_tests_name("lock_services", tests, group_setup, group_teardown));
+}
