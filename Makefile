@@ -17,6 +17,7 @@ PKGS      := libmicrohttpd hiredis jansson libevent
 DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
              libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel
+DEB_PKGS  += zookeeper libzookeeper-st-dev
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc
@@ -27,6 +28,7 @@ CFLAGS    = -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -MMD -MP -I. \
             $(shell pkg-config --cflags $(PKGS)) $(SAN_FLAGS)
 LDFLAGS   = $(SAN_FLAGS)
 LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+LDLIBS    += -lzookeeper_st
 TEST_LIBS = $(shell pkg-config --libs cmocka)
 
 SANITIZER ?=
@@ -46,6 +48,7 @@ $(error SANITIZER must be address, undefined or thread)
 endif
 
 LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_SRC   += $(wildcard segments/zookeeper/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/), the
 # Lua scripts (segments/redis/lua/) and the OpenAPI document (api/openapi.json).
@@ -62,6 +65,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 IT_SRC    := $(wildcard tests/it_*.c)
 IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o
+HARNESS   += $(BUILD)/tests/harness_zk.o
 
 .SECONDARY:
 .PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
@@ -105,6 +109,8 @@ $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/it_cluster_failover \
     $(BUILD)/tests/it_cluster_service $(BUILD)/tests/it_cluster_multi \
     $(BUILD)/tests/it_cluster_admin: $(LIB_OBJ)
+# The ZooKeeper lock service, called directly (segments/zookeeper/zklock.h).
+$(BUILD)/tests/it_zk_lock: $(LIB_OBJ)
 
 # Installs whatever of DEB_PKGS is missing; a no-op when all are present.
 deps:
@@ -154,6 +160,7 @@ fuzz: deps
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 
 FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
+FORMAT_SRC += $(wildcard segments/zookeeper/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRC)
 # The layering rules of docs/DESIGN.md: no folder includes one that includes it back,

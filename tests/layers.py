@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 
-FOLDERS = ["base", "segments/redis", "segments", "api", "service"]
+FOLDERS = ["base", "segments/redis", "segments", "segments/zookeeper", "api", "service"]
 
 
 def sccs(graph):
