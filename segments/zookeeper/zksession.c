@@ -22,6 +22,7 @@ struct zks {
     struct event *io;    /* the client's socket (re-added at every pump) */
     struct event *timer; /* zookeeper_interest's timeout */
     struct event *reset; /* closes an expired handle, opens a new session */
+    bool started;        /* zks_start was called: a handle is open or being made */
     bool connected;
     bool ended; /* the current handle's session ended: reset is pending */
     long long down_since;
@@ -250,8 +251,9 @@ void zks_free(zks *s)
 
 void zks_start(zks *s, int timeout_ms)
 {
-    if (s->sessions > 0)
+    if (s->started)
         return;
+    s->started = true;
     s->asked_ms = timeout_ms;
     open_handle(s);
 }
