@@ -26,7 +26,7 @@
 #include "tests/harness.h"
 #include "tests/harness_zk.h"
 
-#define TTL 8000 /* the session timeout asked for: longer than any stop below */
+#define TTL 20000 /* the session timeout asked for: longer than any stop below */
 #define ROOT "/inventoryd/locks/"
 
 static const struct lks_ops *ops = &zkl_ops;
@@ -105,15 +105,21 @@ static void *svc_new(struct event_base *b, const h_zk *zk)
     return s;
 }
 
-static int acquire_sync(struct event_base *b, void *svc, const char *name, int wait_ms,
-                        lks_hold **h)
+static int acquire_ttl_sync(struct event_base *b, void *svc, const char *name, int ttl_ms,
+                            int wait_ms, lks_hold **h)
 {
     struct acq a = {0};
-    ops->acquire(svc, name, TTL, wait_ms, on_acq, &a);
+    ops->acquire(svc, name, ttl_ms, wait_ms, on_acq, &a);
     if (!run_until(b, &a.done, wait_ms + 15000))
         fail_msg("acquire %s: no answer", name);
     *h = a.h;
     return a.rc;
+}
+
+static int acquire_sync(struct event_base *b, void *svc, const char *name, int wait_ms,
+                        lks_hold **h)
+{
+    return acquire_ttl_sync(b, svc, name, TTL, wait_ms, h);
 }
 
 static int release_sync(struct event_base *b, void *svc, lks_hold *h)
@@ -423,13 +429,29 @@ static void test_server_down(void **state)
 {
     h_zk *zk = *state;
     struct event_base *b = event_base_new();
-    void *a = svc_new(b, zk);
-    lks_hold *h, *h2;
+    void *a = svc_new(b, zk), *brief = svc_new(b, zk);
+    lks_hold *h, *h2, *hb;
     assert_int_equal(acquire_sync(b, a, "dn", 0, &h), LKS_OK);
+    /* A handle whose session times out after 1 s (its first acquire's ttl). */
+    assert_int_equal(acquire_ttl_sync(b, brief, "dn4", 1000, 0, &hb), LKS_OK);
+    struct lostcb lost_a = {0}, lost_b = {0};
+    h->lost = on_lost;
+    h->lost_arg = &lost_a;
+    hb->lost = on_lost;
+    hb->lost_arg = &lost_b;
 
+    long long stopped = h_now_ms();
     assert_int_equal(h_zk_stop(zk), 0);
     run_for(b, 100);
     assert_int_equal(renew_sync(b, a, h), LKS_UNAVAIL);
+    /* A connection loss keeps a hold until the session's timeout, not longer. */
+    while (lost_b.calls == 0 && h_now_ms() - stopped < 10000)
+        run_for(b, 20);
+    assert_int_equal(lost_b.calls, 1);
+    assert_true(h_now_ms() - stopped >= 1000);
+    assert_int_equal(renew_sync(b, brief, hb), LKS_LOST);
+    assert_int_equal(release_sync(b, brief, hb), LKS_LOST);
+    assert_int_equal(lost_a.calls, 0); /* its 20 s have not passed */
     long long t0 = h_now_ms();
     assert_int_equal(acquire_sync(b, a, "dn2", 200, &h2), LKS_UNAVAIL);
     assert_true(h_now_ms() - t0 < 200 + ZKL_REPLY_MS + 1000);
@@ -450,6 +472,11 @@ static void test_server_down(void **state)
     assert_int_equal(rc, LKS_OK);
     assert_int_equal(acquire_sync(b, a, "dn2", 0, &h2), LKS_OK);
     assert_int_equal(release_sync(b, a, h2), LKS_OK);
+    assert_int_equal(lost_a.calls, 0);
+    /* The brief handle's new session gets the lock once the server expires the old
+     * one (restored at the restart, a timeout later). */
+    assert_int_equal(acquire_ttl_sync(b, brief, "dn4", 1000, 10000, &hb), LKS_OK);
+    assert_int_equal(release_sync(b, brief, hb), LKS_OK);
 
     /* Paused: no answer within wait_ms + the allowance is UNAVAIL; the create that
      * was sent is cleaned up once the server answers again. */
@@ -466,6 +493,7 @@ static void test_server_down(void **state)
     assert_int_equal(release_sync(b, a, h), LKS_OK);
     expect_children(b, zk, ROOT "dn", 0);
     ops->free(a);
+    ops->free(brief);
     event_base_free(b);
 }
 

@@ -31,13 +31,14 @@
  *
  * Sessions. The session starts at the first acquire, asking for that acquire's ttl_ms
  * as its timeout (the server may clamp it to its min/max session timeout); every
- * lock of the handle shares it. A connection loss keeps every hold: the server keeps
- * the session and its nodes until the session timeout passes without a reconnect (the
- * client reconnects meanwhile, to any server of the list). Contenders in line list
- * again after a reconnect. Session expiry (ZOO_EXPIRED_SESSION_STATE, or a failed
- * auth) loses every hold of the handle: each goes to LOST and its `lost` callback runs
- * once; contenders still waiting re-enter the line in the new session, which is made
- * at once with the same timeout.
+ * lock of the handle shares it. A connection loss keeps every hold until the session
+ * timeout: the server keeps the session and its nodes until the timeout passes
+ * without a reconnect (the client reconnects meanwhile, to any server of the list);
+ * contenders in line list again after a reconnect. Session expiry
+ * (ZOO_EXPIRED_SESSION_STATE at a reconnect, a failed auth, or the connection down
+ * for a whole session timeout: the server has expired it by then) loses every hold of
+ * the handle: each goes to LOST and its `lost` callback runs once; contenders still
+ * waiting re-enter the line in the new session, made at once with the same timeout.
  *
  * Leases. A hold is valid until the send time of the last request the server
  * answered for it plus min(ttl_ms, the negotiated session timeout): the server cannot

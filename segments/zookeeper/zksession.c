@@ -22,6 +22,8 @@ struct zks {
     struct event *io;    /* the client's socket (re-added at every pump) */
     struct event *timer; /* zookeeper_interest's timeout */
     struct event *reset; /* closes an expired handle, opens a new session */
+    struct event *down;  /* disconnected for a whole session timeout */
+    int timeout_ms;      /* the negotiated timeout, at the last connect */
     bool started;        /* zks_start was called: a handle is open or being made */
     bool connected;
     bool ended; /* the current handle's session ended: reset is pending */
@@ -78,6 +80,18 @@ static bool valid_hosts(const char *hosts)
     }
 }
 
+/* The session is over for us: close the handle on the next turn, make a new one. */
+static void end_session(zks *s)
+{
+    s->ended = true;
+    s->connected = false;
+    if (s->down_since == 0)
+        s->down_since = base_now_ms();
+    evtimer_del(s->down);
+    event_active(s->reset, EV_TIMEOUT, 0);
+    s->h.session(s->h.arg, ZKS_EXPIRED);
+}
+
 static void session_event(zks *s, int state)
 {
     if (state == ZOO_CONNECTED_STATE) {
@@ -85,6 +99,8 @@ static void session_event(zks *s, int state)
             return;
         s->connected = true;
         s->down_since = 0;
+        s->timeout_ms = zoo_recv_timeout(s->zh);
+        evtimer_del(s->down);
         const clientid_t *id = zoo_client_id(s->zh);
         log_info("zookeeper: session 0x%llx connected to %s (timeout %d ms)",
                  (unsigned long long)id->client_id, s->hosts, zoo_recv_timeout(s->zh));
@@ -92,23 +108,36 @@ static void session_event(zks *s, int state)
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
         if (s->ended)
             return;
-        s->ended = true;
-        s->connected = false;
-        if (s->down_since == 0)
-            s->down_since = base_now_ms();
         log_warn("zookeeper: session %s on %s; its locks are lost, making a new one",
                  state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "refused (auth)",
                  s->hosts);
-        event_active(s->reset, EV_TIMEOUT, 0);
-        s->h.session(s->h.arg, ZKS_EXPIRED);
+        end_session(s);
     } else if (s->connected) { /* connecting / associating again */
         s->connected = false;
         s->down_since = base_now_ms();
+        struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
+        evtimer_add(s->down, &tv);
         log_warn("zookeeper: connection to %s lost; the session lives on until its "
-                 "timeout",
-                 s->hosts);
+                 "timeout (%d ms)",
+                 s->hosts, s->timeout_ms);
         s->h.session(s->h.arg, ZKS_DISCONNECTED);
     }
+}
+
+/* Disconnected for a whole session timeout: the server has expired the session by
+ * now (unless it was down itself and restored it: then its nodes go a timeout
+ * later). Its locks count as lost from here, not from whenever a reconnect tells. */
+static void on_down(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    zks *s = arg;
+    if (s->connected || s->ended || s->zh == NULL)
+        return;
+    log_warn("zookeeper: no connection to %s for the session timeout (%d ms); its locks "
+             "are lost, making a new session",
+             s->hosts, s->timeout_ms);
+    end_session(s);
 }
 
 /* The one watcher of the session: session events (as the default watcher and, from
@@ -230,7 +259,8 @@ zks *zks_create(struct event_base *base, const char *hosts, const struct zks_han
     s->io = event_new(base, -1, 0, on_io, s);
     s->timer = evtimer_new(base, on_timer, s);
     s->reset = evtimer_new(base, on_reset, s);
-    if (s->io == NULL || s->timer == NULL || s->reset == NULL) {
+    s->down = evtimer_new(base, on_down, s);
+    if (s->io == NULL || s->timer == NULL || s->reset == NULL || s->down == NULL) {
         fprintf(stderr, "zookeeper: out of memory for events\n");
         abort();
     }
@@ -245,6 +275,7 @@ void zks_free(zks *s)
     event_free(s->io);
     event_free(s->timer);
     event_free(s->reset);
+    event_free(s->down);
     free(s->hosts);
     free(s);
 }
@@ -255,6 +286,7 @@ void zks_start(zks *s, int timeout_ms)
         return;
     s->started = true;
     s->asked_ms = timeout_ms;
+    s->timeout_ms = timeout_ms;
     open_handle(s);
 }
 

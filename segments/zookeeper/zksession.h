@@ -23,10 +23,12 @@
  *   ZKS_DISCONNECTED  the connection was lost. The session, and every ephemeral node
  *                     of it, lives on in the server until the session timeout passes
  *                     without the client reconnecting; the client keeps trying.
- *   ZKS_EXPIRED       the session ended (the server expired it, or auth failed): its
- *                     ephemeral nodes are gone. The old handle is closed on the next
- *                     turn of the loop (its pending completions then run with
- *                     ZCLOSING) and a new session is started with the same timeout.
+ *   ZKS_EXPIRED       the session ended: the server expired it (told at a reconnect),
+ *                     auth failed, or the connection stayed down for a whole session
+ *                     timeout (the server has expired it by then, unless it was down
+ *                     itself). The old handle is closed on the next turn of the loop
+ *                     (its pending completions then run with ZCLOSING) and a new
+ *                     session is started with the same timeout.
  * Handlers run inside the client (from zookeeper_process or zookeeper_interest): they
  * must not call the client nor free the session; they record and schedule.
  *
