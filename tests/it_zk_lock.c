@@ -25,6 +25,7 @@
 #include "segments/zookeeper/zklock.h"
 #include "tests/harness.h"
 #include "tests/harness_zk.h"
+#include "tests/proxy.h"
 
 #define TTL 20000 /* the session timeout asked for: longer than any stop below */
 #define ROOT "/inventoryd/locks/"
@@ -253,8 +254,7 @@ static void test_mutual_exclusion(void **state)
     event_base_free(m.b);
 }
 
-/* ---- FIFO, no herd
- * ---------------------------------------------------------------------- */
+/* ---- FIFO, no herd --------------------------------------------------------- */
 
 #define FIFO_WAITERS 5
 
@@ -314,8 +314,7 @@ static void test_fifo_no_herd(void **state)
     event_base_free(b);
 }
 
-/* ---- giving up, and the fence is the czxid
- * ---------------------------------------------- */
+/* ---- giving up, and the fence is the czxid --------------------------------- */
 
 static void test_wait_gives_up(void **state)
 {
@@ -359,8 +358,50 @@ static void test_wait_gives_up(void **state)
     event_base_free(b);
 }
 
-/* ---- session expiry
- * ----------------------------------------------------------------------- */
+/* ---- a create whose reply is lost -------------------------------------------- */
+
+/* The server makes the node, the reply never arrives (the proxy resets the client's
+ * connection instead): after the reconnect the contender finds its node by its random
+ * prefix and takes the lock with it -- one node, no second create. */
+static void test_create_reply_lost(void **state)
+{
+    h_zk *zk = *state;
+    h_proxy *px = h_proxy_start(h_zk_port(zk));
+    assert_non_null(px);
+    char addr[32], err[160];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", h_proxy_port(px));
+    struct event_base *b = event_base_new();
+    void *a = ops->create(b, addr, err, sizeof err);
+    assert_non_null(a);
+    lks_hold *h;
+    assert_int_equal(acquire_sync(b, a, "lr", 0, &h), LKS_OK); /* makes the parent */
+    assert_int_equal(release_sync(b, a, h), LKS_OK);
+
+    struct zkl_stats st;
+    zkl_get_stats(a, &st);
+    uint64_t creates = st.creates;
+    h_proxy_drop_reply(px, "/inventoryd/locks/lr/_c_", 1);
+    assert_int_equal(acquire_sync(b, a, "lr", 5000, &h), LKS_OK);
+    assert_int_equal(h_proxy_drops(px), 1);
+    char **names;
+    int n;
+    assert_int_equal(h_zk_children(zk, ROOT "lr", &names, &n), 0);
+    assert_int_equal(n, 1);
+    char path[256];
+    snprintf(path, sizeof path, ROOT "lr/%s", names[0]);
+    h_zk_free_names(names, n);
+    assert_int_equal((long long)h->fence, h_zk_czxid(zk, path));
+    zkl_get_stats(a, &st);
+    assert_int_equal(st.creates, creates + 1); /* not sent again */
+    assert_int_equal(st.sessions, 1);
+    assert_int_equal(release_sync(b, a, h), LKS_OK);
+    assert_int_equal(h_zk_count_children(zk, ROOT "lr"), 0);
+    ops->free(a);
+    event_base_free(b);
+    h_proxy_free(px);
+}
+
+/* ---- session expiry -------------------------------------------------------- */
 
 struct lostcb {
     int calls;
@@ -422,8 +463,7 @@ static void test_session_expired(void **state)
     event_base_free(b);
 }
 
-/* ---- the server stopped, then paused
- * -------------------------------------------------------- */
+/* ---- the server stopped, then paused --------------------------------------- */
 
 static void test_server_down(void **state)
 {
@@ -501,8 +541,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mutual_exclusion), cmocka_unit_test(test_fifo_no_herd),
-        cmocka_unit_test(test_wait_gives_up),    cmocka_unit_test(test_session_expired),
-        cmocka_unit_test(test_server_down),
+        cmocka_unit_test(test_wait_gives_up),    cmocka_unit_test(test_create_reply_lost),
+        cmocka_unit_test(test_session_expired),  cmocka_unit_test(test_server_down),
     };
     int failed =
         cmocka_run_group_tests_name("zk_lock", tests, group_setup, group_teardown);
