@@ -349,7 +349,12 @@ static void test_wait_gives_up(void **state)
     assert_int_equal(h_zk_count_children(zk, ROOT "gu"), 0);
     assert_int_equal(acquire_sync(b, other, "gu", 0, &h2), LKS_OK);
     assert_true(h2->fence > fence);
+    /* Valid for the ttl from the request that found it the lowest, at most. */
+    long long now = h_now_ms(), until = h2->valid_until_ms;
+    assert_true(until > now && until <= now + TTL);
+    run_for(b, 20);
     assert_int_equal(renew_sync(b, other, h2), LKS_OK);
+    assert_true(h2->valid_until_ms > until);
     assert_int_equal(release_sync(b, other, h2), LKS_OK);
 
     assert_int_equal(acquire_sync(b, other, "bad/name", 0, &h2), LKS_UNAVAIL);
