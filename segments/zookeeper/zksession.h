@@ -1,6 +1,6 @@
 /* zksession.h -- one ZooKeeper session driven by a libevent loop: the single-threaded
  * C client's socket and timer, its reconnects, and a new session after expiry. Private
- * to segments/zookeeper/ (the lock recipe, zklock.c, sits on it).
+ * to segments/zookeeper/ (the lock recipe, zklock.c and zkstep.c, sits on it).
  *
  * Why the single-threaded client. libzookeeper_mt runs its own I/O and completion
  * threads: every completion and watch would arrive on a thread of the library and
