@@ -114,7 +114,7 @@ static void quiet(const char *message)
     (void)message;
 }
 
-/* ---- a blocking client on the single-threaded library ----------------------------- */
+/* ---- a blocking client on the single-threaded library ---------------------- */
 
 struct hz {
     zhandle_t *zh;
@@ -200,8 +200,7 @@ static void hz_close(struct hz *c)
     c->zh = NULL;
 }
 
-/* ---- the server ---------------------------------------------------------------------
- */
+/* ---- the server ------------------------------------------------------------ */
 
 static int write_cfg(h_zk *z)
 {
@@ -378,8 +377,7 @@ void h_zk_free(h_zk *z)
     free(z);
 }
 
-/* ---- peeks ----------------------------------------------------------------------------
- */
+/* ---- peeks ----------------------------------------------------------------- */
 
 static int cmp_names(const void *a, const void *b)
 {

@@ -46,8 +46,7 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* ---- a loop and its callbacks -------------------------------------------------------
- */
+/* ---- a loop and its callbacks ---------------------------------------------- */
 
 struct acq {
     bool done;
@@ -154,8 +153,7 @@ static void expect_children(struct event_base *b, const h_zk *zk, const char *pa
     fail_msg("%s: %d children, expected %d", path, got, n);
 }
 
-/* ---- mutual exclusion and fences ----------------------------------------------------
- */
+/* ---- mutual exclusion and fences ------------------------------------------- */
 
 #define MX_HANDLES 4
 #define MX_ROUNDS 5
@@ -363,7 +361,7 @@ static void test_wait_gives_up(void **state)
     event_base_free(b);
 }
 
-/* ---- a create whose reply is lost -------------------------------------------- */
+/* ---- a create whose reply is lost ------------------------------------------ */
 
 /* The server makes the node, the reply never arrives (the proxy resets the client's
  * connection instead): after the reconnect the contender finds its node by its random

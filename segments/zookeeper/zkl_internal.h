@@ -124,7 +124,7 @@ struct zkl_svc {
     bool freeing;
 };
 
-/* ---- zkqueue.c ------------------------------------------------------------------ */
+/* ---- zkqueue.c ------------------------------------------------------------- */
 
 /* Put the lock on the due list (once) and schedule the kick. */
 void zkl_mark_due(struct zkl_lock *lk);
@@ -144,7 +144,7 @@ void zkl_finish(struct zkl_lock *lk);
 /* Our node is gone, or never was. */
 void zkl_forget_node(struct zkl_lock *lk);
 
-/* ---- zkstep.c ------------------------------------------------------------------- */
+/* ---- zkstep.c -------------------------------------------------------------- */
 
 enum zkl_reply zkl_classify(int rc);
 /* The one handler of a lock: deadlines, then the reply or event its state waits for;

@@ -86,8 +86,7 @@ static void on_lock_timer(evutil_socket_t fd, short what, void *arg)
     zkl_mark_due(arg);
 }
 
-/* ---- session events -----------------------------------------------------------------
- */
+/* ---- session events -------------------------------------------------------- */
 
 static void on_session(void *arg, enum zks_event ev)
 {
@@ -141,8 +140,7 @@ static void on_node(void *arg, int type, const char *path)
     }
 }
 
-/* ---- the operations -------------------------------------------------------------------
- */
+/* ---- the operations -------------------------------------------------------- */
 
 static bool valid_name(const char *name)
 {

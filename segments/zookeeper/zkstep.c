@@ -37,7 +37,7 @@ enum zkl_reply zkl_classify(int rc)
     }
 }
 
-/* ---- requests and their completions ----------------------------------------------- */
+/* ---- requests and their completions ---------------------------------------- */
 
 static void reply_done(struct zkl_lock *lk)
 {
@@ -289,8 +289,7 @@ static void grant(struct zkl_lock *lk)
     zkl_answer_acquire(lk, LKS_OK);
 }
 
-/* ---- the state machine ---------------------------------------------------------------
- */
+/* ---- the state machine ----------------------------------------------------- */
 
 /* A reply to the current state's request (lk->rc), handled. */
 static void on_reply(struct zkl_lock *lk)
