@@ -38,7 +38,8 @@
  * (ZOO_EXPIRED_SESSION_STATE at a reconnect, a failed auth, or the connection down
  * for a whole session timeout: the server has expired it by then) loses every hold of
  * the handle: each goes to LOST and its `lost` callback runs once; contenders still
- * waiting re-enter the line in the new session, made at once with the same timeout.
+ * waiting re-enter the line in the new session, made at once with the same timeout,
+ * unless the connection has been down for ZKL_REPLY_MS (then LKS_UNAVAIL).
  *
  * Leases. A hold is valid until the send time of the last request the server
  * answered for it plus min(ttl_ms, the negotiated session timeout): the server cannot
