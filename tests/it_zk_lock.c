@@ -466,6 +466,68 @@ static void test_session_expired(void **state)
     event_base_free(b);
 }
 
+/* ---- a holder frozen past its session -------------------------------------- */
+
+/* The failure the fence exists for: the holder's process stops (here: its loop is not
+ * run) past its session timeout, the server expires the session and grants the lock
+ * to the next contender. The frozen holder's valid_until_ms was over before that
+ * grant (its own clock tells it to stop writing), and once it runs again it is told:
+ * lost callback, renew and release LOST. */
+static void test_holder_frozen(void **state)
+{
+    h_zk *zk = *state;
+    struct event_base *ba = event_base_new(), *bb = event_base_new();
+    void *a = svc_new(ba, zk), *c = svc_new(bb, zk);
+    lks_hold *h;
+    assert_int_equal(acquire_ttl_sync(ba, a, "frz", 1000, 0, &h), LKS_OK);
+    struct lostcb lost = {0};
+    h->lost = on_lost;
+    h->lost_arg = &lost;
+    uint64_t fence = h->fence;
+    long long until = h->valid_until_ms;
+
+    struct acq next = {0};
+    ops->acquire(c, "frz", TTL, 10000, on_acq, &next); /* ba is not run: frozen */
+    assert_true(run_until(bb, &next.done, 10000));
+    assert_int_equal(next.rc, LKS_OK);
+    assert_true(next.h->fence > fence);
+    assert_true(next.at_ms > until); /* the frozen holder's lease was over first */
+    assert_int_equal(lost.calls, 0); /* nothing ran on its loop yet */
+
+    long long end = h_now_ms() + 10000;
+    while (lost.calls == 0 && h_now_ms() < end)
+        run_for(ba, 20);
+    assert_int_equal(lost.calls, 1);
+    assert_int_equal(renew_sync(ba, a, h), LKS_LOST);
+    assert_int_equal(release_sync(ba, a, h), LKS_LOST);
+    assert_int_equal(release_sync(bb, c, next.h), LKS_OK);
+    ops->free(a);
+    ops->free(c);
+    event_base_free(ba);
+    event_base_free(bb);
+}
+
+static void test_bad_target(void **state)
+{
+    (void)state;
+    struct event_base *b = event_base_new();
+    const char *bad[] = {
+        "",      "127.0.0.1",   "127.0.0.1:0", "127.0.0.1:99999", "127.0.0.1:2181/chroot",
+        "a b:1", "127.0.0.1:1,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[160] = "";
+        void *s = ops->create(b, bad[i], err, sizeof err);
+        if (s != NULL)
+            fail_msg("target '%s' accepted", bad[i]);
+        assert_true(strstr(err, "zookeeper") != NULL);
+    }
+    char err[160];
+    void *s = ops->create(b, "127.0.0.1:1,localhost:2181,[::1]:2181", err, sizeof err);
+    assert_non_null(s);
+    ops->free(s);
+    event_base_free(b);
+}
+
 /* ---- the server stopped, then paused --------------------------------------- */
 
 static void test_server_down(void **state)
@@ -545,7 +607,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mutual_exclusion), cmocka_unit_test(test_fifo_no_herd),
         cmocka_unit_test(test_wait_gives_up),    cmocka_unit_test(test_create_reply_lost),
-        cmocka_unit_test(test_session_expired),  cmocka_unit_test(test_server_down),
+        cmocka_unit_test(test_session_expired),  cmocka_unit_test(test_holder_frozen),
+        cmocka_unit_test(test_bad_target),       cmocka_unit_test(test_server_down),
     };
     int failed =
         cmocka_run_group_tests_name("zk_lock", tests, group_setup, group_teardown);
