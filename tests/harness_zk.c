@@ -309,11 +309,22 @@ h_zk *h_zk_start(void)
     snprintf(z->log, sizeof z->log, "%s/zk.log", z->dir);
     snprintf(z->addr, sizeof z->addr, "127.0.0.1:%d", z->port);
     zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
-    if (write_cfg(z) != 0 || spawn(z) != 0 || wait_ready(z) != 0) {
-        h_zk_free(z);
-        return NULL;
+    /* A port found free can be taken before java binds it: then the server exits at
+     * start, and another port is tried. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (attempt > 0) {
+            z->port = h_free_port();
+            snprintf(z->addr, sizeof z->addr, "127.0.0.1:%d", z->port);
+        }
+        if (write_cfg(z) != 0 || spawn(z) != 0)
+            break;
+        if (wait_ready(z) == 0)
+            return z;
+        if (z->pid > 0) /* running but not answering: no point in another port */
+            break;
     }
-    return z;
+    h_zk_free(z);
+    return NULL;
 }
 
 int h_zk_port(const h_zk *z)
