@@ -10,7 +10,8 @@
  * org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg`, CLASSPATH being the one
  * the package gives its scripts (the CLASSPATH= line of /etc/zookeeper/conf/environment,
  * else /usr/share/java/zookeeper.jar; $ZK_CLASSPATH and $JAVA override), its output in
- * zk.log beside zoo.cfg. Started once a client session connects (within 60 s). Java
+ * zk.log beside zoo.cfg (a server that exits at start, its port taken meanwhile, is
+ * tried again on another port). Started once a client session connects (60 s). Java
  * starts slowly: start one server per test binary. The child gets
  * PR_SET_PDEATHSIG=SIGKILL and is killed at exit if still running, so a failing test
  * leaves none behind; start it from the test's main thread.
