@@ -584,15 +584,25 @@ static void test_server_down(void **state)
     assert_int_equal(release_sync(b, brief, hb), LKS_OK);
 
     /* Paused: no answer within wait_ms + the allowance is UNAVAIL; the create that
-     * was sent is cleaned up once the server answers again. */
+     * was sent is cleaned up once the server answers again. Renew and release wait
+     * no longer than the allowance either (not until the client gives the connection
+     * up, 2/3 of the 20 s session); the released node goes once the server is back. */
+    lks_hold *h5;
+    assert_int_equal(acquire_sync(b, a, "dn5", 0, &h5), LKS_OK);
     assert_int_equal(h_zk_pause(zk), 0);
     t0 = h_now_ms();
     assert_int_equal(acquire_sync(b, a, "dn3", 200, &h2), LKS_UNAVAIL);
     long long took = h_now_ms() - t0;
     assert_true(took >= 200 + ZKL_REPLY_MS);
     assert_true(took < 200 + ZKL_REPLY_MS + 1000);
+    t0 = h_now_ms();
+    assert_int_equal(renew_sync(b, a, h), LKS_UNAVAIL);
+    assert_int_equal(release_sync(b, a, h5), LKS_UNAVAIL);
+    took = h_now_ms() - t0;
+    assert_true(took < 2 * ZKL_REPLY_MS + 1000);
     assert_int_equal(h_zk_resume(zk), 0);
     expect_children(b, zk, ROOT "dn3", 0);
+    expect_children(b, zk, ROOT "dn5", 0);
     assert_int_equal(acquire_sync(b, a, "dn3", 0, &h2), LKS_OK);
     assert_int_equal(release_sync(b, a, h2), LKS_OK);
     assert_int_equal(release_sync(b, a, h), LKS_OK);

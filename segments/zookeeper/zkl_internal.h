@@ -111,6 +111,8 @@ struct zkl_renew {
     void *arg;
     int ttl_ms;
     long long sent_ms;
+    struct event *timer; /* answers UNAVAIL after ZKL_REPLY_MS without a reply */
+    bool answered;
 };
 
 struct zkl_svc {

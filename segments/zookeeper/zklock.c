@@ -287,9 +287,21 @@ static void on_renewed(int rc, const struct Stat *stat, const void *data)
     } else {
         res = LKS_UNAVAIL;
     }
-    zkl_queue_done(s, lk, op->fn, op->arg, res);
+    if (!op->answered)
+        zkl_queue_done(s, lk, op->fn, op->arg, res);
     zkl_unref(lk); /* the answer holds its own reference */
+    event_free(op->timer);
     free(op);
+}
+
+/* No reply within the allowance: UNAVAIL now (a late OK still moves valid_until). */
+static void on_renew_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct zkl_renew *op = arg;
+    op->answered = true;
+    zkl_queue_done(op->lk->svc, op->lk, op->fn, op->arg, LKS_UNAVAIL);
 }
 
 static void zk_renew(void *svc, lks_hold *h, int ttl_ms, lks_done_fn fn, void *arg)
@@ -316,6 +328,13 @@ static void zk_renew(void *svc, lks_hold *h, int ttl_ms, lks_done_fn fn, void *a
         return;
     }
     lk->refs++;
+    op->timer = evtimer_new(s->base, on_renew_timeout, op);
+    if (op->timer == NULL) {
+        fprintf(stderr, "zookeeper: out of memory for a timer\n");
+        abort();
+    }
+    struct timeval tv = {ZKL_REPLY_MS / 1000, (ZKL_REPLY_MS % 1000) * 1000};
+    evtimer_add(op->timer, &tv);
     zks_pump(s->zs);
 }
 
@@ -334,6 +353,7 @@ static void zk_release(void *svc, lks_hold *h, lks_done_fn fn, void *arg)
         lk->rel_arg = arg;
         lk->rel_pending = true;
         lk->rel_rc = LKS_LOST;
+        lk->answer_until = base_now_ms() + ZKL_REPLY_MS;
     }
     zkl_mark_due(lk);
 }

@@ -45,9 +45,10 @@
  * answered for it plus min(ttl_ms, the negotiated session timeout): the server cannot
  * have expired the session before then. Renew asks the server (an exists on our node):
  * LKS_OK while the session lives and the node is ours, moving valid_until_ms the same
- * way; LKS_LOST after expiry or when the node is gone; LKS_UNAVAIL while disconnected.
- * Release deletes our node: LKS_OK, LKS_LOST when it was gone already, LKS_UNAVAIL
- * when the connection is down (then the node is deleted once it is back, or goes with
+ * way; LKS_LOST after expiry or when the node is gone; LKS_UNAVAIL while disconnected
+ * or without a reply within ZKL_REPLY_MS. Release deletes our node: LKS_OK, LKS_LOST
+ * when it was gone already, LKS_UNAVAIL when the connection is down or no reply came
+ * within ZKL_REPLY_MS (then the node is deleted once the server answers, or goes with
  * the session).
  *
  * Callbacks run from the loop (a zero-delay event), never inside the client library

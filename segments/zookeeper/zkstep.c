@@ -414,6 +414,11 @@ void zkl_lock_run(struct zkl_lock *lk)
             lk->leaving = true;
         }
     }
+    if (lk->rel_pending && now >= lk->answer_until) {
+        /* No answer within the allowance: UNAVAIL now, the node deleted later. */
+        lk->rel_pending = false;
+        zkl_queue_done(s, lk, lk->rel_fn, lk->rel_arg, LKS_UNAVAIL);
+    }
     if (lk->replied) {
         lk->replied = false;
         on_reply(lk);
@@ -454,12 +459,13 @@ void zkl_lock_run(struct zkl_lock *lk)
         break;
     }
 
-    if (lk->acq_fn != NULL && lk->state != ZKL_DONE) {
+    if ((lk->acq_fn != NULL || lk->rel_pending) && lk->state != ZKL_DONE) {
         long long next = lk->answer_until;
-        if (lk->state == ZKL_WATCHING && lk->wait_until < next)
-            next = lk->wait_until;
         long long down = zks_down_since(s->zs);
-        if (lk->state == ZKL_OFFLINE && down != 0 && down + ZKL_REPLY_MS < next)
+        if (lk->acq_fn != NULL && lk->state == ZKL_WATCHING && lk->wait_until < next)
+            next = lk->wait_until;
+        if (lk->acq_fn != NULL && lk->state == ZKL_OFFLINE && down != 0 &&
+            down + ZKL_REPLY_MS < next)
             next = down + ZKL_REPLY_MS;
         long long ms = next > now ? next - now : 0;
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
