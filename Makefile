@@ -13,10 +13,11 @@
 #   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
 
-PKGS      := libmicrohttpd hiredis jansson libevent
+PKGS      := libmicrohttpd hiredis jansson libevent libpq libmemcached
 DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
-             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel
+             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel \
+             postgresql libpq-dev postgresql-contrib memcached libmemcached-dev
 DEB_PKGS  += zookeeper libzookeeper-st-dev
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -47,8 +48,10 @@ else
 $(error SANITIZER must be address, undefined or thread)
 endif
 
-LIB_SRC   := $(wildcard base/*.c segments/*.c segments/redis/*.c api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
-LIB_SRC   += $(wildcard segments/zookeeper/*.c)
+# The stores and lock services behind the seam, a folder each.
+BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached \
+             segments/zookeeper
+LIB_SRC   := $(wildcard base/*.c segments/*.c $(BACKENDS:%=%/*.c) api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/), the
 # Lua scripts (segments/redis/lua/) and the OpenAPI document (api/openapi.json).
@@ -64,7 +67,8 @@ UNIT_SRC  := $(wildcard tests/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 IT_SRC    := $(wildcard tests/it_*.c)
 IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
-HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o
+HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harness_pg.o \
+             $(BUILD)/tests/harness_lock.o
 HARNESS   += $(BUILD)/tests/harness_zk.o
 
 .SECONDARY:
@@ -100,6 +104,8 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ) $(HARNESS)
 
 # Unit tests that place orders through the engine and wait for them (tests/engine_sync.h).
 $(BUILD)/tests/test_lock $(BUILD)/tests/test_order: $(BUILD)/tests/engine_sync.o
+# The engine over the in-memory store of tests/memstore.h (no Redis).
+$(BUILD)/tests/test_engine_mem: $(BUILD)/tests/memstore.o
 
 $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
@@ -109,6 +115,10 @@ $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/it_cluster_failover \
     $(BUILD)/tests/it_cluster_service $(BUILD)/tests/it_cluster_multi \
     $(BUILD)/tests/it_cluster_admin: $(LIB_OBJ)
+# The lock services (segments/locksvc.h) driven directly.
+$(BUILD)/tests/it_redlock $(BUILD)/tests/it_memcached_lock: $(LIB_OBJ)
+# The PostgreSQL store's own calls (segments/postgres/), on a shared fixture (pg_env.h).
+$(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tests/pg_env.o
 # The ZooKeeper lock service, called directly (segments/zookeeper/zklock.h).
 $(BUILD)/tests/it_zk_lock: $(LIB_OBJ)
 
@@ -159,8 +169,7 @@ fuzz: deps
 	build/fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/corpus
 
-FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] segments/redis/*.[ch] api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
-FORMAT_SRC += $(wildcard segments/zookeeper/*.[ch])
+FORMAT_SRC = $(wildcard base/*.[ch] service/*.[ch] segments/*.[ch] $(BACKENDS:%=%/*.[ch]) api/*.[ch] tests/*.[ch] tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)
 # The layering rules of docs/DESIGN.md: no folder includes one that includes it back,

@@ -5,18 +5,20 @@
 #include "segments/engine_internal.h"
 #include "segments/record.h"
 
-static void on_claim(void *arg, int rc, struct rd_reply *r);
+static void on_claim(void *arg, int rc, struct store_reply *r);
 
 void claims_claim(struct ord *o)
 {
     engine *e = o->e;
     int lease = e->v->opt.lock_wait_ms + o->view.cfg.hold_ms +
                 2 * e->v->opt.redis_timeout_ms + CLAIM_SLACK_MS;
-    const char *plan = o->dplan != NULL ? RD_PLAN_KEEP : o->mclaiming ? o->mplan : NULL;
+    const char *plan = o->dplan != NULL ? STORE_PLAN_KEEP
+                       : o->mclaiming   ? o->mplan
+                                        : NULL;
     o->claim_ends_ms = inv_now_ms() + lease;
     ord_set(o, ORD_CLAIM);
-    rda_claim(e->rd, o->res.order_id, o->attempt, o->sku, o->view.epoch, lease, o->dead,
-              plan, on_claim, o);
+    STORE_CALL(e->st, claim, o->res.order_id, o->attempt, o->sku, o->view.epoch, lease,
+               o->dead, plan, on_claim, o);
 }
 
 static void on_claim_retry(evutil_socket_t fd, short what, void *arg)
@@ -26,10 +28,10 @@ static void on_claim_retry(evutil_socket_t fd, short what, void *arg)
     claims_claim(arg);
 }
 
-static void on_recovered(void *arg, int rc, struct rd_reply *r)
+static void on_recovered(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
-    if (rc < 0 || r->code != RD_OK) {
+    if (rc < 0 || r->code != STORE_OK) {
         ord_finish(o, rc < 0 ? INV_UNAVAILABLE : INV_BUSY);
         return;
     }
@@ -78,14 +80,14 @@ static void claimed(struct ord *o)
 {
     engine *e = o->e;
     if (o->dplan != NULL) {
-        if (rda_undo(e->rd, o->res.order_id, o->dplan, on_dead_undone, o) != 0)
+        if (STORE_CALL(e->st, undo, o->res.order_id, o->dplan, on_dead_undone, o) != 0)
             ord_finish(o, INV_UNAVAILABLE); /* not a plan: left for an operator */
     } else if (o->mclaiming) {
         o->mclaiming = false;
         ord_enter(o, ORD_MULTI);
     } else if (o->recovered != NULL)
-        rda_confirm(e->rd, o->res.order_id, o->attempt, o->recovered, o->sku,
-                    o->view.epoch, on_recovered, o);
+        STORE_CALL(e->st, confirm, o->res.order_id, o->attempt, o->recovered, o->sku,
+                   o->view.epoch, on_recovered, o);
     else
         ord_enter(o, ORD_ROUND);
 }
@@ -105,14 +107,14 @@ static void on_claim_waited(void *arg, int rc, int replicas)
         ord_finish(o, INV_UNAVAILABLE);
     else if (replicas < 1) { /* nothing sold: the claim (and the plan) given up */
         if (o->mclaiming)
-            rda_intent(o->e->rd, o->res.order_id, false, NULL, NULL);
+            STORE_CALL(o->e->st, intent, o->res.order_id, false, NULL, NULL);
         o->mclaiming = false;
         ord_finish(o, INV_NOT_REPLICATED);
     } else
         claimed(o);
 }
 
-static void on_claim(void *arg, int rc, struct rd_reply *r)
+static void on_claim(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
     engine *e = o->e;
@@ -121,29 +123,29 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
         return;
     }
     switch (r->code) {
-    case RD_OK:
+    case STORE_OK:
         o->claim_ok = true;
         o->until = r->value;
         free(o->dead);
         o->dead = NULL;
         /* Replicated, a claim for a sale (the others hold what they undo): WAIT. */
         if (o->view.cfg.replicated && o->dplan == NULL && o->recovered == NULL)
-            rda_wait(e->rd, o->placed, -1, o->res.order_id,
-                     e->v->opt.redis_timeout_ms / 2, on_claim_waited, o);
+            STORE_CALL(e->st, wait, o->placed, -1, o->res.order_id,
+                       e->v->opt.redis_timeout_ms / 2, on_claim_waited, o);
         else
             claimed(o);
         return;
-    case RD_EXISTS:
+    case STORE_EXISTS:
         ord_replayed(o, r->record);
         r->record = NULL;
         return;
-    case RD_BUSY: /* the same id in flight elsewhere: its answer will be ours */
+    case STORE_BUSY: /* the same id in flight elsewhere: its answer will be ours */
         if (inv_now_ms() + 20 < o->deadline_ms)
             ord_arm(o, 20, on_claim_retry);
         else
             ord_finish(o, INV_BUSY);
         return;
-    case RD_MISSING: /* a claim that ran out with no record */
+    case STORE_MISSING: /* a claim that ran out with no record */
         free(o->dead);
         o->dead = r->record;
         r->record = NULL;
@@ -154,8 +156,8 @@ static void on_claim(void *arg, int rc, struct rd_reply *r)
             claims_claim(o);
             return;
         }
-        rda_find_order(e->rd, o->placed, o->view.cfg.segments, o->res.order_id, on_found,
-                       o);
+        STORE_CALL(e->st, find_order, o->placed, o->view.cfg.segments, o->res.order_id,
+                   on_found, o);
         return;
     default:
         ord_finish(o, INV_UNAVAILABLE);

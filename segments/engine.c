@@ -24,7 +24,7 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg);
 
 /* ---- settings -------------------------------------------------------------------- */
 
-static void on_meta(void *arg, int rc, int found, const struct rd_meta *m)
+static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
 {
     struct ord *o = arg;
     if (rc < 0) {
@@ -83,14 +83,14 @@ static void view(struct ord *o)
     /* Every order that finds the settings old reads them: one that went on with old
      * ones while Redis hangs would send its ACQUIRE into the hang, and the lock it
      * takes when Redis wakes would stay until its TTL. */
-    rda_meta_read(e->rd, o->sku, on_meta, o);
+    STORE_CALL(e->st, meta_read, o->sku, on_meta, o);
 }
 
 /* Settings known: on a cluster an order with a client id claims the id first. */
 static void proceed(struct ord *o)
 {
-    rd_sku_placed(o->placed, o->sku, o->view.salt);
-    if (rda_cluster(o->e->rd) && o->has_id && !o->claim_ok) {
+    store_sku_placed(o->placed, o->sku, o->view.salt);
+    if ((store_caps(o->e->st) & STORE_CAP_RECORD_APART) && o->has_id && !o->claim_ok) {
         claims_claim(o);
         return;
     }
@@ -111,10 +111,10 @@ static void short_of_stock(struct ord *o, int i, long long stock, bool known)
 
 /* A cluster: the record of a deduction that was OK. No answer: the outcome is
  * unknown to the client, and the claim stays for a retry to settle. */
-static void on_confirmed(void *arg, int rc, struct rd_reply *r)
+static void on_confirmed(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
-    if (rc < 0 || r->code != RD_OK) {
+    if (rc < 0 || r->code != STORE_OK) {
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
@@ -123,8 +123,8 @@ static void on_confirmed(void *arg, int rc, struct rd_reply *r)
 
 static void confirm(struct ord *o)
 {
-    rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku, o->view.epoch,
-                on_confirmed, o);
+    STORE_CALL(o->e->st, confirm, o->res.order_id, o->attempt, o->record, o->sku,
+               o->view.epoch, on_confirmed, o);
 }
 
 /* Durability "replicated", a client's id on a cluster: the record goes only once a
@@ -149,7 +149,7 @@ static void on_deduct_waited(void *arg, int rc, int replicas)
     confirm(o);
 }
 
-static void on_deduct(void *arg, int rc, struct rd_reply *r)
+static void on_deduct(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
     int i = o->seg;
@@ -162,14 +162,14 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
         return;
     }
     switch (r->code) {
-    case RD_OK:
+    case STORE_OK:
         ord_note_stock(o, i, r->value);
         o->res.segment = i;
         if (o->confirm) { /* the record, in the id's slot */
             ord_set(o, ORD_PLACED);
             if (o->view.cfg.replicated) { /* the sale on a replica first */
-                rda_wait(o->e->rd, o->placed, i, NULL, o->e->v->opt.redis_timeout_ms / 2,
-                         on_deduct_waited, o);
+                STORE_CALL(o->e->st, wait, o->placed, i, NULL,
+                           o->e->v->opt.redis_timeout_ms / 2, on_deduct_waited, o);
                 return;
             }
             confirm(o);
@@ -177,19 +177,19 @@ static void on_deduct(void *arg, int rc, struct rd_reply *r)
         }
         ord_placed(o);
         return;
-    case RD_FENCED: /* pipelined: the lock was held elsewhere, nothing was tried */
+    case STORE_FENCED: /* pipelined: the lock was held elsewhere, nothing was tried */
         stat_add(o->e->v, pipelined ? STAT_BUSY_SKIPS : STAT_FENCED_REJECTIONS, 1);
         o->busy++;
         break;
-    case RD_STALE:
+    case STORE_STALE:
         ord_stale(o);
         return;
-    case RD_EXISTS:
+    case STORE_EXISTS:
         ord_replayed(o, r->record);
         r->record = NULL;
         return;
     default:
-        short_of_stock(o, i, r->value, r->code == RD_SHORT);
+        short_of_stock(o, i, r->value, r->code == STORE_SHORT);
     }
     visit_next(o);
 }
@@ -213,7 +213,7 @@ static void send_deduct(struct ord *o, const char *token, bool keep)
 {
     ord_set(o, ORD_DEDUCT);
     if (!o->has_id && !o->claim_ok) /* a fresh id: made for the segment's slot */
-        rda_id_for_segment(o->e->rd, o->placed, o->seg, o->res.order_id);
+        STORE_CALL(o->e->st, id_for_segment, o->placed, o->seg, o->res.order_id);
     free(o->record);
     o->record =
         record_build(o->res.order_id, o->sku, o->qty, 1, &o->seg, &o->qty, "confirmed");
@@ -227,9 +227,9 @@ static void send_deduct(struct ord *o, const char *token, bool keep)
     else
         ord_token(o->e, attempt);
     long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
-    o->confirm =
-        !rda_deduct(o->e->rd, o->placed, o->view.epoch, o->seg, token, attempt,
-                    o->res.order_id, o->qty, o->record, until, keep, on_deduct, o);
+    o->confirm = !STORE_CALL(o->e->st, deduct, o->placed, o->view.epoch, o->seg, token,
+                             STORE_NO_FENCE, attempt, o->res.order_id, o->qty, o->record,
+                             until, keep, on_deduct, o);
 }
 
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
@@ -268,7 +268,7 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         ltab_free_claim(o->s, o->seg); /* nobody waits: no need to look again */
 }
 
-static void on_acquire(void *arg, int rc, struct rd_reply *r)
+static void on_acquire(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
     engine *e = o->e;
@@ -279,7 +279,7 @@ static void on_acquire(void *arg, int rc, struct rd_reply *r)
         return;
     }
     switch (r->code) {
-    case RD_OK:
+    case STORE_OK:
         stat_add(e->v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
         lease_start(o);
@@ -289,22 +289,22 @@ static void on_acquire(void *arg, int rc, struct rd_reply *r)
         } else
             send_deduct(o, o->token, false);
         return;
-    case RD_BUSY:
+    case STORE_BUSY:
         ord_note_stock(o, i, r->value);
         stat_add(e->v, STAT_BUSY_SKIPS, 1);
         o->busy++;
         break;
-    case RD_EXISTS:
+    case STORE_EXISTS:
         ord_unclaim(o, i);
         ord_replayed(o, r->record);
         r->record = NULL;
         return;
-    case RD_STALE:
+    case STORE_STALE:
         ord_unclaim(o, i);
         ord_stale(o);
         return;
     default:
-        short_of_stock(o, i, r->value, r->code == RD_SHORT);
+        short_of_stock(o, i, r->value, r->code == STORE_SHORT);
     }
     ord_unclaim(o, i);
     visit_next(o);
@@ -424,8 +424,8 @@ static void visit_next(struct ord *o)
             stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
             o->pipelined = true;
             o->pending++;
-            rda_lock(e->rd, o->placed, i, o->token, e->v->opt.lock_ttl_ms, on_piped_lock,
-                     o);
+            STORE_CALL(e->st, lock, o->placed, i, o->token, e->v->opt.lock_ttl_ms,
+                       on_piped_lock, o);
             send_deduct(o, o->token, false);
             return;
         }
@@ -442,8 +442,8 @@ static void visit_next(struct ord *o)
         o->keeps = 0;
         stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
         ord_set(o, ORD_ACQUIRE);
-        rda_acquire(e->rd, o->placed, o->view.epoch, i, o->res.order_id, o->qty, o->token,
-                    e->v->opt.lock_ttl_ms, on_acquire, o);
+        STORE_CALL(e->st, acquire, o->placed, o->view.epoch, i, o->res.order_id, o->qty,
+                   o->token, e->v->opt.lock_ttl_ms, on_acquire, o);
         return;
     }
     o->handed = -1;
@@ -541,6 +541,11 @@ static const ord_step_fn engine_steps[ORD__COUNT] = {
 
 engine *engine_create(inv *v, struct event_base *base, int home, int homes)
 {
+    return engine_create_on(v, base, home, homes, inv_store_create(v, base));
+}
+
+engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, store *st)
+{
     engine *e = seg_calloc(1, sizeof *e);
     e->v = v;
     e->base = base;
@@ -554,11 +559,7 @@ engine *engine_create(inv *v, struct event_base *base, int home, int homes)
         abort();
     }
     e->rng |= 1;
-    const struct rd_target to = inv_redis_target(v);
-    const struct rda_counters counts = {&v->stats[STAT_REDIS_ERRORS],
-                                        &v->stats[STAT_REDIS_COMMANDS],
-                                        &v->stats[STAT_REDIS_WRITES]};
-    e->rd = rda_create(base, &to, &counts);
+    e->st = st;
     e->changes = atomic_load_explicit(&v->changes, memory_order_acquire);
     return e;
 }
@@ -567,14 +568,14 @@ void engine_free(engine *e)
 {
     if (e == NULL)
         return;
-    rda_free(e->rd);
+    e->st->ops->free(e->st);
     ltab_free(e->tab);
     free(e);
 }
 
 const char *engine_error(const engine *e)
 {
-    return rda_error(e->rd);
+    return e->st->ops->error(e->st);
 }
 
 int engine_in_flight(const engine *e)
@@ -606,8 +607,8 @@ void engine_invalidate(engine *e, const char *sku)
 
 void engine_pipeline(const engine *e, long long *commands, long long *writes)
 {
-    struct rda_stats st;
-    rda_stats(e->rd, &st);
+    struct store_stats st;
+    e->st->ops->stats(e->st, &st);
     *commands = st.commands;
     *writes = st.writes;
 }

@@ -1,9 +1,9 @@
 /* engine.h -- the order path on an event loop: each order an explicit state machine,
- * every wait a timer, every Redis call asynchronous (segments/redis/async.h).
+ * every wait a timer, every store call asynchronous (segments/store.h).
  *
- * One engine per event loop, used from that loop's thread only: its own Redis
- * connection, its own table of SKUs (ltab.h: settings, local claims, hints), its own
- * timers. An order lives and dies on one engine. The protocol is order.h's: the
+ * One engine per event loop, used from that loop's thread only: its own store handle
+ * (a Redis connection), its own table of SKUs (ltab.h: settings, local claims, hints),
+ * its own timers. An order lives and dies on one engine. The protocol is order.h's: the
  * scripts, the fencing, epochs and self-recognition.
  *
  * An order's states are `enum ord_state` (engine_internal.h, a comment each), its
@@ -18,6 +18,7 @@
 
 #include "segments/inventory.h"
 #include "segments/order.h"
+#include "segments/store.h"
 
 typedef struct engine engine;
 
@@ -25,6 +26,10 @@ typedef struct engine engine;
  * event loop `home` of `homes` in this process (ring.h: the segments its orders
  * visit first; 0 of 1 for a lone engine). */
 engine *engine_create(inv *v, struct event_base *base, int home, int homes);
+/* The same over store `st` (store.h; taken: engine_free frees it), made on `base`:
+ * engine_create's is the store inv_store_create picks (Redis), a test's may be
+ * another (tests/memstore.h). */
+engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, store *st);
 /* Free; no order may be in flight (engine_in_flight). NULL is fine. */
 void engine_free(engine *e);
 

@@ -31,7 +31,7 @@
 #include "segments/engine.h"
 #include "segments/internal.h"
 #include "segments/ltab.h"
-#include "segments/redis/async.h"
+#include "segments/store.h"
 
 struct ord;
 typedef void (*ord_step_fn)(struct ord *o);
@@ -39,7 +39,7 @@ typedef void (*ord_step_fn)(struct ord *o);
 struct engine {
     inv *v;
     struct event_base *base;
-    rda_conn *rd;
+    store *st; /* the stock store (store.h), this loop's own */
     ltab *tab;
     int home, homes; /* this loop's number, and how many (ring.h) */
     uint64_t rng, token_id, token_seq;
@@ -90,11 +90,11 @@ struct ord {
 
     lsku *s;
     struct sku_view view;
-    char placed[RD_SKU_PLACED_MAX]; /* the SKU as its segments' calls take it */
+    char placed[STORE_SKU_PLACED_MAX]; /* the SKU as its segments' calls take it */
     int64_t started_ms, deadline_ms;
     int stale_tries;
 
-    /* a cluster: the order id's claim (rda_claim) */
+    /* a record apart (STORE_CAP_RECORD_APART): the order id's claim */
     char attempt[33]; /* this order's, for the claim and the record */
     bool claim_ok;    /* the id is ours until `until` (the claim's node's clock) */
     long long until;
@@ -143,7 +143,7 @@ struct ord {
     char *mplan;
     bool mclaiming; /* the claim that records the plan is out */
     int mleft;      /* parts owed a reply */
-    int mcode;      /* RD_OK, or why a part was refused */
+    int mcode;      /* STORE_OK, or why a part was refused */
     bool mlost;     /* a part had no answer: its outcome is unknown */
     bool mplaced;   /* every part deducted and the record written */
     struct part *mctx;
@@ -246,7 +246,7 @@ static inline void lease_stop(struct ord *o)
 
 /* ---- handover.c: a lock kept from one order of this loop to the next ------------- */
 
-/* May o's lock go on to `w` with the DEDUCT that keeps it (standalone Redis only)? */
+/* May o's lock go on to `w` with the DEDUCT that keeps it (STORE_CAP_KEEP)? */
 bool handover_may_keep(const struct ord *o, const struct ord *w);
 /* o's lock goes on to `w` (taken out of the queue): w holds it now (HOLD), its hold
  * timer armed with `on_hold_done`. */
@@ -255,7 +255,7 @@ void handover_pass(struct ord *o, struct ord *w,
 /* o's DEDUCT (keep) answered (rc, r): its successor goes on holding (`on_hold_done`
  * now if its hold is over) when it was OK, or takes the segment again from a new
  * round (`on_round_timer`, next turn) when not. */
-void handover_settle(struct ord *o, int rc, const struct rd_reply *r,
+void handover_settle(struct ord *o, int rc, const struct store_reply *r,
                      void (*on_hold_done)(evutil_socket_t, short, void *),
                      void (*on_round_timer)(evutil_socket_t, short, void *));
 

@@ -16,7 +16,7 @@
 bool handover_may_keep(const struct ord *o, const struct ord *w)
 {
     const engine *e = o->e;
-    return !rda_cluster(e->rd) && o->keeps < KEEP_MAX &&
+    return (store_caps(e->st) & STORE_CAP_KEEP) && o->keeps < KEEP_MAX &&
            inv_now_ms() - o->lock_ms < e->v->opt.lock_ttl_ms / 3 &&
            w->view.cfg.hold_ms > 0 && o->seg < w->n && w->pred == NULL;
 }
@@ -46,7 +46,7 @@ void handover_pass(struct ord *o, struct ord *w,
 /* Our DEDUCT (keep) answered: the order the lock went on to may go on with it, or,
  * when the script let it go (or the answer was lost: then let go of it here),
  * takes the segment again the usual way, with an ACQUIRE. */
-void handover_settle(struct ord *o, int rc, const struct rd_reply *r,
+void handover_settle(struct ord *o, int rc, const struct store_reply *r,
                      void (*on_hold_done)(evutil_socket_t, short, void *),
                      void (*on_round_timer)(evutil_socket_t, short, void *))
 {
@@ -55,13 +55,13 @@ void handover_settle(struct ord *o, int rc, const struct rd_reply *r,
         return;
     o->succ = NULL;
     w->pred = NULL;
-    if (rc == 0 && r->code == RD_OK) {
+    if (rc == 0 && r->code == STORE_OK) {
         if (w->hold_over)
             ord_arm(w, 0, on_hold_done);
         return;
     }
     if (rc < 0)
-        rda_release(o->e->rd, o->placed, o->seg, o->token, NULL, NULL);
+        STORE_CALL(o->e->st, release, o->placed, o->seg, o->token, NULL, NULL);
     lease_stop(w);
     w->handed = w->seg; /* still claimed here */
     ord_set(w, ORD_ROUND);

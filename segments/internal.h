@@ -13,8 +13,15 @@
 #include "segments/clock.h"
 #include "segments/inventory.h"
 #include "segments/rand.h"
-#include "segments/redis/calls.h"
+#include "segments/store.h"
 #include "segments/stats.h"
+
+/* The Redis handles `inv` holds (segments/redis/calls.h, included by the files that
+ * use them: this header stays free of Redis so that the engine's files are). */
+struct rd_smap;
+struct rd_sentinel;
+struct rd_conn;
+struct rd_target;
 
 typedef struct skutab skutab;
 typedef struct watchdog watchdog;
@@ -23,12 +30,12 @@ typedef struct sweeper sweeper;
 struct inv {
     struct inv_options opt; /* opt.redis_host points at `host` */
     char *host;
-    bool cluster;      /* at start: a cluster (forced, or said so by INFO cluster); the
-                          mode now is the map's (inv_redis_cluster) */
-    bool probe_failed; /* no seed answered INFO cluster at start */
-    rd_smap *map;      /* the slot map every connection routes by on a cluster, and the
-                          mode (calls.h); NULL for a unix socket */
-    rd_sentinel *sentinel; /* Sentinel: the current master, for every connection */
+    bool cluster;        /* at start: a cluster (forced, or said so by INFO cluster); the
+                            mode now is the map's (inv_redis_cluster) */
+    bool probe_failed;   /* no seed answered INFO cluster at start */
+    struct rd_smap *map; /* the slot map every connection routes by on a cluster, and the
+                     mode (calls.h); NULL for a unix socket */
+    struct rd_sentinel *sentinel; /* Sentinel: the current master, for every connection */
     _Atomic long long stats[STAT__COUNT];
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];
@@ -40,7 +47,7 @@ struct inv {
 
 struct inv_conn {
     inv *v;
-    rd_conn *rd;        /* the Redis seam's connection (segments/redis/calls.h) */
+    struct rd_conn *rd; /* the Redis seam's connection (segments/redis/calls.h) */
     uint64_t rng;       /* xorshift state: ring start and backoff jitter */
     uint64_t token_id;  /* random per connection: prefix of every lock token */
     uint64_t token_seq; /* counter: suffix of every lock token */
@@ -49,7 +56,11 @@ struct inv_conn {
 /* The handle's lease watchdog (for tests that drive leases by hand). */
 watchdog *inv_watchdog(inv *v);
 
-/* Where v's Redis is (the options as the seam takes them). */
+/* Where v's Redis is (the options as the seam takes them; calls.h). */
 struct rd_target inv_redis_target(const inv *v);
+
+/* The stock store of an event loop on `base` (store.h): the backend is chosen here,
+ * at one place (today Redis, segments/redis/backend.h). Freed by its ops' free. */
+store *inv_store_create(inv *v, struct event_base *base);
 
 #endif

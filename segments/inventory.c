@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include "segments/internal.h"
+#include "segments/redis/backend.h"
+#include "segments/redis/calls.h"
 #include "segments/rand.h"
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
@@ -178,6 +180,15 @@ struct rd_target inv_redis_target(const inv *v)
         .map = v->map,
         .sentinel = v->sentinel,
     };
+}
+
+store *inv_store_create(inv *v, struct event_base *base)
+{
+    const struct rd_target to = inv_redis_target(v);
+    const struct rda_counters counts = {&v->stats[STAT_REDIS_ERRORS],
+                                        &v->stats[STAT_REDIS_COMMANDS],
+                                        &v->stats[STAT_REDIS_WRITES]};
+    return rd_store_create(base, &to, &counts);
 }
 
 watchdog *inv_watchdog(inv *v)

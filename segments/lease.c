@@ -23,8 +23,8 @@ void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     if (!o->holding || o->lease_lost)
         return;
     o->pending++;
-    rda_renew(o->e->rd, o->placed, o->seg, o->token, o->e->v->opt.lock_ttl_ms, on_renewed,
-              o);
+    STORE_CALL(o->e->st, renew, o->placed, o->seg, o->token, o->e->v->opt.lock_ttl_ms,
+               on_renewed, o);
 }
 
 void lease_start(struct ord *o)

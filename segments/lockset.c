@@ -10,6 +10,7 @@
 #include "segments/ring.h"
 #include "segments/watchdog.h"
 #include "base/xalloc.h"
+#include "segments/redis/calls.h"
 
 struct lockset {
     sku_local *e;

@@ -10,7 +10,7 @@
 static void multi_release(struct ord *o)
 {
     for (int k = 0; k < o->mk; k++) {
-        rda_release(o->e->rd, o->placed, o->mseg[k], o->mtok[k], NULL, NULL);
+        STORE_CALL(o->e->st, release, o->placed, o->mseg[k], o->mtok[k], NULL, NULL);
         ltab_unclaim(o->s, o->mseg[k]);
     }
     o->mk = 0;
@@ -44,13 +44,13 @@ static void multi_unclaim(struct ord *o)
 static void multi_failed(struct ord *o, int code)
 {
     switch (code) {
-    case RD_STALE:
+    case STORE_STALE:
         ord_stale(o);
         return;
-    case RD_FENCED:
+    case STORE_FENCED:
         stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
         break;
-    case RD_SHORT:
+    case STORE_SHORT:
         /* The plan came from hints, and the script's stocks did not update them:
          * they belong to a newer generation (a cancel or restock since this loop
          * read the settings). Read the settings again before another plan. */
@@ -66,7 +66,7 @@ static void multi_failed(struct ord *o, int code)
     ord_enter(o, ORD_VIEW); /* look again, with what the script saw */
 }
 
-static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *stocks)
+static void on_multi(void *arg, int rc, struct store_reply *r, const long long *stocks)
 {
     struct ord *o = arg;
     multi_unclaim(o);
@@ -74,18 +74,18 @@ static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *sto
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
-    if (r->code == RD_OK || r->code == RD_SHORT)
+    if (r->code == STORE_OK || r->code == STORE_SHORT)
         for (int k = 0; k < o->mn; k++)
             ord_note_stock(o, o->mseg[k], stocks[k]);
     switch (r->code) {
-    case RD_OK:
+    case STORE_OK:
         stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
         o->res.record = o->record;
         o->record = NULL;
         o->res.segment = o->mseg[0];
         ord_finish(o, INV_OK);
         return;
-    case RD_EXISTS:
+    case STORE_EXISTS:
         ord_replayed(o, r->record);
         r->record = NULL;
         return;
@@ -103,14 +103,14 @@ static void on_multi(void *arg, int rc, struct rd_reply *r, const long long *sto
  * again. A part without an answer leaves claim and plan for a retry with the id or
  * the sweeper to undo once the claim has run out (calls.h). */
 
-static void on_multi_confirmed(void *arg, int rc, struct rd_reply *r)
+static void on_multi_confirmed(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
-    if (rc < 0 || r->code != RD_OK) { /* the record's outcome is unknown */
+    if (rc < 0 || r->code != STORE_OK) { /* the record's outcome is unknown */
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
-    rda_intent(o->e->rd, o->res.order_id, false, NULL, NULL);
+    STORE_CALL(o->e->st, intent, o->res.order_id, false, NULL, NULL);
     stat_add(o->e->v, STAT_MULTI_SEGMENT, 1);
     o->res.segment = o->mseg[0];
     o->mplaced = true;
@@ -126,36 +126,77 @@ static void on_multi_undone(void *arg, int rc, int units)
         return;
     }
     /* Nothing of it stands: the claim (and the plan) given up, and the intent. */
-    rda_confirm(o->e->rd, o->res.order_id, o->attempt, NULL, o->sku, o->view.epoch, NULL,
-                NULL);
+    STORE_CALL(o->e->st, confirm, o->res.order_id, o->attempt, NULL, o->sku,
+               o->view.epoch, NULL, NULL);
     o->claim_ok = false;
-    rda_intent(o->e->rd, o->res.order_id, false, NULL, NULL);
+    STORE_CALL(o->e->st, intent, o->res.order_id, false, NULL, NULL);
     multi_failed(o, o->mcode);
 }
 
-static void on_part(void *arg, int rc, struct rd_reply *r)
+static void multi_confirm(struct ord *o)
+{
+    STORE_CALL(o->e->st, confirm, o->res.order_id, o->attempt, o->record, o->sku,
+               o->view.epoch, on_multi_confirmed, o);
+}
+
+/* Durability "replicated": the record only once a replica has every part, as for one
+ * segment (engine.c): a record outliving a part that a failover of its segment's
+ * master lost would answer the retry 200 for units never sold. A part no replica
+ * has: 503 not_replicated with claim, plan and intent kept and no record, so the
+ * retry (or the sweeper) finds the claim run out and undoes the plan. */
+static void on_part_waited(void *arg, int rc, int replicas)
+{
+    struct ord *o = arg;
+    if (rc < 0)
+        o->mreplicas = -1;
+    else if (replicas < o->mreplicas && o->mreplicas >= 0)
+        o->mreplicas = replicas;
+    if (--o->mwaits > 0)
+        return;
+    if (o->mreplicas < 1) {
+        o->claim_ok = false; /* kept: not given up, the parts may stand */
+        ord_finish(o, o->mreplicas < 0 ? INV_UNAVAILABLE : INV_NOT_REPLICATED);
+        return;
+    }
+    o->seg_waited = true;
+    multi_confirm(o);
+}
+
+static void multi_wait_parts(struct ord *o)
+{
+    o->mwaits = o->mn;
+    o->mreplicas = 1 << 30;
+    for (int k = 0, n = o->mn; k < n; k++)
+        STORE_CALL(o->e->st, wait, o->placed, o->mseg[k], NULL,
+                   o->e->v->opt.redis_timeout_ms / 2, on_part_waited, o);
+}
+
+static void on_part(void *arg, int rc, struct store_reply *r)
 {
     struct part *p = arg;
     struct ord *o = p->o;
     if (rc < 0)
         o->mlost = true;
-    else if (r->code == RD_OK || r->code == RD_SHORT)
+    else if (r->code == STORE_OK || r->code == STORE_SHORT)
         ord_note_stock(o, o->mseg[p->k], r->value);
-    if (rc == 0 && r->code != RD_OK && (o->mcode == RD_OK || r->code == RD_STALE))
+    if (rc == 0 && r->code != STORE_OK &&
+        (o->mcode == STORE_OK || r->code == STORE_STALE))
         o->mcode = r->code; /* STALE wins: the view is re-read */
     if (--o->mleft > 0)
         return;
     multi_unclaim(o);
     if (o->mlost)
         ord_finish(o, INV_UNAVAILABLE);
-    else if (o->mcode == RD_OK)
-        rda_confirm(o->e->rd, o->res.order_id, o->attempt, o->record, o->sku,
-                    o->view.epoch, on_multi_confirmed, o);
+    else if (o->mcode == STORE_OK && o->view.cfg.replicated)
+        multi_wait_parts(o);
+    else if (o->mcode == STORE_OK)
+        multi_confirm(o);
     else if (inv_now_ms() >= o->claim_ends_ms - CLAIM_MARGIN_MS)
         /* The claim may be another's by now, and what the id holds in a segment its
          * parts: the undo is for whoever holds the claim next. */
         ord_finish(o, INV_UNAVAILABLE);
-    else if (rda_undo(o->e->rd, o->res.order_id, o->mplan, on_multi_undone, o) != 0)
+    else if (STORE_CALL(o->e->st, undo, o->res.order_id, o->mplan, on_multi_undone, o) !=
+             0)
         ord_finish(o, INV_UNAVAILABLE);
 }
 
@@ -165,14 +206,14 @@ static void multi_parts(struct ord *o)
     free(o->mctx);
     o->mctx = seg_malloc(sizeof *o->mctx * (size_t)o->mn);
     o->mleft = o->mn;
-    o->mcode = RD_OK;
+    o->mcode = STORE_OK;
     o->mlost = false;
     bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
     for (int k = 0; k < o->mn; k++) {
         o->mctx[k] = (struct part){o, k};
-        rda_deduct_part(o->e->rd, o->placed, o->view.epoch, o->mseg[k],
-                        locked ? o->mtok[k] : "", o->res.order_id, o->mpart[k],
-                        o->until - CLAIM_MARGIN_MS, k == 0, on_part, &o->mctx[k]);
+        STORE_CALL(o->e->st, deduct_part, o->placed, o->view.epoch, o->mseg[k],
+                   locked ? o->mtok[k] : "", STORE_NO_FENCE, o->res.order_id, o->mpart[k],
+                   o->until - CLAIM_MARGIN_MS, k == 0, on_part, &o->mctx[k]);
     }
 }
 
@@ -193,7 +234,7 @@ static void multi_deduct(struct ord *o)
     free(o->record);
     o->record = record_build(o->res.order_id, o->sku, o->qty, o->mn, o->mseg, o->mpart,
                              "confirmed");
-    if (rda_cluster(o->e->rd)) {
+    if (!(store_caps(o->e->st) & STORE_CAP_MULTI_ONE)) {
         multi_parts(o);
         return;
     }
@@ -202,9 +243,9 @@ static void multi_deduct(struct ord *o)
     const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->view.cfg.mode == SKU_MODE_LOCK ? o->mtok[k] : "";
-    const struct rd_parts parts = {o->mn, o->mseg, o->mpart, tok};
-    rda_deduct_multi(o->e->rd, o->placed, o->view.epoch, o->res.order_id, o->record,
-                     attempt, &parts, on_multi, o);
+    const struct store_parts parts = {o->mn, o->mseg, o->mpart, tok, NULL};
+    STORE_CALL(o->e->st, deduct_multi, o->placed, o->view.epoch, o->res.order_id,
+               o->record, attempt, &parts, on_multi, o);
     free(tok);
 }
 
@@ -250,8 +291,8 @@ static void multi_lock_send(struct ord *o)
     int i = o->mseg[o->mk];
     ord_token(o->e, o->mtok[o->mk]);
     stat_add(o->e->v, STAT_LOCK_ATTEMPTS, 1);
-    rda_lock(o->e->rd, o->placed, i, o->mtok[o->mk], o->e->v->opt.lock_ttl_ms,
-             on_multi_locked, o);
+    STORE_CALL(o->e->st, lock, o->placed, i, o->mtok[o->mk], o->e->v->opt.lock_ttl_ms,
+               on_multi_locked, o);
 }
 
 static void on_multi_claimed(evutil_socket_t fd, short what, void *arg)
@@ -352,11 +393,11 @@ void multi_begin(struct ord *o)
     }
     o->mn = k;
     ord_set(o, ORD_MULTI);
-    if (rda_cluster(o->e->rd)) { /* the intent first */
-        const struct rd_parts parts = {k, o->mseg, o->mpart, NULL};
+    if (!(store_caps(o->e->st) & STORE_CAP_MULTI_ONE)) { /* the intent first */
+        const struct store_parts parts = {k, o->mseg, o->mpart, NULL, NULL};
         free(o->mplan);
-        o->mplan = rd_plan_build(o->placed, o->view.epoch, &parts);
-        rda_intent(o->e->rd, o->res.order_id, true, on_intent, o);
+        o->mplan = STORE_CALL(o->e->st, plan_build, o->placed, o->view.epoch, &parts);
+        STORE_CALL(o->e->st, intent, o->res.order_id, true, on_intent, o);
         return;
     }
     multi_go(o);

@@ -181,13 +181,14 @@ void ord_replayed(struct ord *o, char *record)
 {
     if (record_same_order(record, o->sku, o->qty)) {
         o->res.record = record;
-        if (o->view.cfg.replicated && rda_cluster(o->e->rd) && o->state != ORD_DONE) {
+        if (o->view.cfg.replicated && (store_caps(o->e->st) & STORE_CAP_RECORD_APART) &&
+            o->state != ORD_DONE) {
             /* A 200 only for a record a replica has (and, for one just recovered
              * from a sale, the sale too): one a failover then lost would be a sale
              * answered that never stood. No replica: 503, the retry is safe. */
             o->claim_ok = false; /* the id has its record: nothing to give up */
-            rda_wait(o->e->rd, o->placed, o->found_seg, o->res.order_id,
-                     o->e->v->opt.redis_timeout_ms / 2, on_replay_waited, o);
+            STORE_CALL(o->e->st, wait, o->placed, o->found_seg, o->res.order_id,
+                       o->e->v->opt.redis_timeout_ms / 2, on_replay_waited, o);
             return;
         }
         ord_finish(o, INV_REPLAYED);
@@ -212,18 +213,18 @@ static void on_record(void *arg, int rc, char *record)
 }
 
 /* Whether the loop's handle routes as the process's mode says. The mode moves from
- * standalone to cluster once (a Redis that became a cluster after the start: calls.h
- * rd_smap_create); the handle follows when no order of this loop is under way, so
+ * standalone to cluster once (a Redis that became a cluster after the start: the
+ * store's mode_behind); the handle follows when no order of this loop is under way, so
  * that every order runs in one mode from its start to its end. Until then a new
  * order answers 503 (the standalone scripts fail on a cluster anyway); the orders
  * under way end within their deadlines, and the last one lets the handle follow. */
 bool ord_mode_followed(engine *e)
 {
-    if (!rda_mode_behind(e->rd))
+    if (!store_mode_behind(e->st))
         return true;
     if (e->in_flight > 1) /* the order asking counts itself */
         return false;
-    rda_mode_follow(e->rd);
+    e->st->ops->mode_follow(e->st);
     return true;
 }
 
@@ -282,8 +283,8 @@ void ord_finish(struct ord *o, inv_status st)
         /* No sale for certain: the id is free again. (After no answer it stays
          * claimed: a deduction may have landed, and only the claim's end and a look
          * into the segments may say.) */
-        rda_confirm(o->e->rd, o->res.order_id, o->attempt, NULL, o->sku, o->view.epoch,
-                    NULL, NULL);
+        STORE_CALL(o->e->st, confirm, o->res.order_id, o->attempt, NULL, o->sku,
+                   o->view.epoch, NULL, NULL);
         o->claim_ok = false;
     }
     if (o->waiting && o->s != NULL)
@@ -293,7 +294,8 @@ void ord_finish(struct ord *o, inv_status st)
         /* Segments known empty were skipped without Redis, so the scripts that spot a
          * replay may not have run: a retry of a confirmed order must still get it. */
         ord_set(o, ORD_RECORD);
-        rda_record_read(o->e->rd, o->res.order_id, o->sku, o->view.epoch, on_record, o);
+        STORE_CALL(o->e->st, record_read, o->res.order_id, o->sku, o->view.epoch,
+                   on_record, o);
         return;
     }
     ord_answer_and_free(o);
@@ -328,14 +330,17 @@ void ord_placed(struct ord *o)
         return;
     }
     ord_set(o, ORD_PLACED);
-    bool parts = o->mplaced && rda_cluster(e->rd); /* one connection: one WAIT */
+    /* Parts apart (no MULTI_ONE): each part's node, unless the parts were WAITed for
+     * before the CONFIRM (multi.c); one connection: one WAIT. */
+    bool parts =
+        o->mplaced && !(store_caps(e->st) & STORE_CAP_MULTI_ONE) && !o->seg_waited;
     o->mwaits = parts ? o->mn : 1;
     o->mreplicas = 1 << 30;
     /* A sale WAITed for before its CONFIRM (engine.c): only the record's node now. */
     int seg = o->seg_waited ? -1 : o->res.segment;
     for (int k = 0, n = o->mwaits; k < n; k++)
-        rda_wait(e->rd, o->placed, parts ? o->mseg[k] : seg, o->res.order_id,
-                 e->v->opt.redis_timeout_ms / 2, on_waited, o);
+        STORE_CALL(e->st, wait, o->placed, parts ? o->mseg[k] : seg, o->res.order_id,
+                   e->v->opt.redis_timeout_ms / 2, on_waited, o);
 }
 
 /* The SKU is not what this order's view says (a reset or delete): read it again. */

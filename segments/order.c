@@ -12,6 +12,7 @@
 #include "segments/record.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
+#include "segments/redis/calls.h"
 
 /* How many views a cancel tries before answering busy. */
 #define STALE_TRIES 4

@@ -12,6 +12,7 @@
 #include "segments/ring.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
+#include "segments/redis/calls.h"
 
 /* What an admin write is, for its request id: a retry under the same id must be the
  * same write. */

@@ -12,6 +12,7 @@
 #include "base/xalloc.h"
 #include "segments/clock.h"
 #include "segments/skumode.h"
+#include "segments/redis/calls.h"
 
 #define BUCKETS 1024
 /* Entries nobody holds, kept for their counters and settings: past this many, the

@@ -8,7 +8,7 @@
 #include "base/xalloc.h"
 
 /* The ADJUST script evened the stock out (and released the locks) or refused. */
-static void on_spread(void *arg, int rc, struct rd_reply *r)
+static void on_spread(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
     if (rc < 0) {
@@ -19,12 +19,12 @@ static void on_spread(void *arg, int rc, struct rd_reply *r)
         ltab_unclaim(o->s, o->mseg[k]); /* the script released the locks */
     o->mk = 0;
     ltab_rebalance_end(o->s);
-    if (r->code == RD_OK) {
+    if (r->code == STORE_OK) {
         stat_add(o->e->v, STAT_REBALANCES, 1);
         skutab_invalidate(o->e->v, o->sku); /* a new generation: every loop re-reads */
         ltab_invalidate(o->s);
         ord_enter(o, ORD_VIEW);
-    } else if (r->code == RD_STALE) {
+    } else if (r->code == STORE_STALE) {
         ord_stale(o);
     } else {
         ord_enter(o, ORD_ROUND);
@@ -36,8 +36,8 @@ static void spread_apply(struct ord *o)
     const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->mtok[k];
-    rda_adjust(o->e->rd, o->placed, o->view.epoch, o->mn, tok, "spread", 0, SKU_STOCK_MAX,
-               NULL, "", on_spread, o);
+    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->mn, tok, "spread", 0,
+               SKU_STOCK_MAX, NULL, "", on_spread, o);
     free(tok);
 }
 
@@ -55,7 +55,7 @@ bool spread_begin(struct ord *o)
     int empty = ord_empties(o->s, o->view.gen);
     if (empty * 2 < n || empty == n || !ltab_rebalance_begin(o->s, o->view.gen))
         return false;
-    if (rda_cluster(o->e->rd)) {
+    if (!(store_caps(o->e->st) & STORE_CAP_MULTI_ONE)) {
         sweeper_spread(o->e->v->sw, o->sku);
         ltab_rebalance_end(o->s);
         return false;

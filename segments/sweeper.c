@@ -12,6 +12,7 @@
 #include "segments/clock.h"
 #include "segments/rand.h"
 #include "segments/sku.h"
+#include "segments/redis/calls.h"
 
 /* How often it looks, and how old an intent must be to be looked at (younger ones
  * are in flight: their claims would answer BUSY anyway). */

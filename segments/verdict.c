@@ -27,7 +27,7 @@ static void on_verdict_wait(evutil_socket_t fd, short what, void *arg)
     ord_enter(o, ORD_VIEW); /* the settings were dropped: read again */
 }
 
-static void on_verdict_meta(void *arg, int rc, int found, const struct rd_meta *m)
+static void on_verdict_meta(void *arg, int rc, int found, const struct store_meta *m)
 {
     struct ord *o = arg;
     if (rc < 0) {
@@ -80,7 +80,7 @@ static void on_verdict_stocks(void *arg, int rc, const long long *stock)
         o->seen[i] = stock[i];
         o->vtotal += stock[i];
     }
-    rda_meta_read(o->e->rd, o->sku, on_verdict_meta, o);
+    STORE_CALL(o->e->st, meta_read, o->sku, on_verdict_meta, o);
 }
 
 /* Nothing found to fill the order (or the deadline came first): sold out,
@@ -93,5 +93,5 @@ void verdict_begin(struct ord *o)
         ord_finish(o, most == 0 ? INV_SOLD_OUT : INV_INSUFFICIENT);
         return;
     }
-    rda_stocks_read(o->e->rd, o->placed, o->n, on_verdict_stocks, o);
+    STORE_CALL(o->e->st, stocks_read, o->placed, o->n, on_verdict_stocks, o);
 }

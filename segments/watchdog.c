@@ -9,6 +9,7 @@
 
 #include "segments/clock.h"
 #include "base/xalloc.h"
+#include "segments/redis/calls.h"
 
 #define BATCH 64
 

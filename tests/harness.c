@@ -479,6 +479,22 @@ int h_run_cmd(const char *const argv[], const char *const env[], int timeout_ms,
     return st;
 }
 
+int h_spawn(const char *const argv[], const char *const env[], const char *out_path,
+            const char *err_path)
+{
+    return spawn(argv, env, out_path, err_path);
+}
+
+int h_wait_exit(int pid, int timeout_ms)
+{
+    return wait_exit(pid, timeout_ms);
+}
+
+int h_terminate(int pid, int sig, int grace_ms)
+{
+    return terminate(pid, sig, grace_ms);
+}
+
 /* ---- redis-server -------------------------------------------------------------- */
 
 #define H_REDIS_EXTRA 16

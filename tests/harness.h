@@ -55,6 +55,16 @@ int h_rmtree(const char *path);
 int h_run_cmd(const char *const argv[], const char *const env[], int timeout_ms,
               char **out, char **err);
 
+/* For harness files of other servers (harness_*.c): start a long-running child as
+ * the registry's own (stdout/stderr appended to the given files, NULL: /dev/null;
+ * env as h_run_cmd), returning its pid or -1; wait up to timeout_ms for it to exit
+ * (its status as h_run_cmd, -2 while it still runs); and stop it (SIGCONT + `sig`,
+ * SIGKILL after grace_ms; its exit status). */
+int h_spawn(const char *const argv[], const char *const env[], const char *out_path,
+            const char *err_path);
+int h_wait_exit(int pid, int timeout_ms);
+int h_terminate(int pid, int sig, int grace_ms);
+
 /* ---- redis-server ------------------------------------------------------------- */
 
 /* A redis-server child: 127.0.0.1, own temp dir, AOF on (everysec), no RDB. */

@@ -560,19 +560,25 @@ static void test_replicated_multi_retry_after_failover(void **state)
  * not_replicated and its retry sells afresh (201, sold 1). Before, the CONFIRM went
  * before any WAIT: the record survived the sale, the retry answered 200 from it and
  * the SKU showed the unit unsold (records 1, sold 0). */
-static void test_replicated_record_follows_sale(void **state)
+/* A replicated order of `qty` on a SKU of `stock` in `segments` (qty over one
+ * segment's stock: in parts), its id's record on another master than segment 0's,
+ * placed while segment 0's replica is cut off and its master then failed over: it
+ * answers 503 not_replicated, and its retry sells afresh (201), never replays a record
+ * whose sale the failover lost. */
+static void record_follows_sale(struct h_cluster_env *f, const char *sku, int stock,
+                                int segments, int qty)
 {
-    struct h_cluster_env *f = *state;
-    h_deadline(120);
-    const char *sku = "fo-rec";
     struct h_resp r;
     int st;
+    char path[96], body[160];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\": %d, \"segments\": %d, \"mode\": \"lock\", "
+             "\"hold_ms\": 1, \"durability\": \"replicated\"}",
+             stock, segments);
     long long until =
         h_now_ms() + 30000; /* 503 not_replicated while a failover settles */
-    while ((st = h_req(f->port, "PUT", "/admin/skus/fo-rec?reset=true", NULL,
-                       "{\"stock\": 2, \"segments\": 1, \"mode\": \"lock\", "
-                       "\"hold_ms\": 1, \"durability\": \"replicated\"}",
-                       &r)) == 503 &&
+    while ((st = h_req(f->port, "PUT", path, NULL, body, &r)) == 503 &&
            h_now_ms() < until) {
         h_resp_free(&r);
         h_sleep_ms(200);
@@ -594,7 +600,7 @@ static void test_replicated_record_follows_sale(void **state)
         if (h_cluster_master_of(f->cluster, rec) != m)
             break;
     }
-    struct cut_order x = {.port = f->port, .sku = sku, .qty = 1, .id = id};
+    struct cut_order x = {.port = f->port, .sku = sku, .qty = qty, .id = id};
     long long ms;
     char err[120];
     if (failover(f, rd_key_slot(seg, strlen(seg)), order_while_cut_off, &x, &ms, err,
@@ -605,16 +611,29 @@ static void test_replicated_record_follows_sale(void **state)
     assert_string_equal(x.code, "not_replicated");
 
     until = h_now_ms() + 30000; /* 503 busy until the kept claim runs out */
-    while ((st = h_order(f->port, sku, 1, id, NULL)) == 503 && h_now_ms() < until)
+    while ((st = h_order(f->port, sku, qty, id, NULL)) == 503 && h_now_ms() < until)
         h_sleep_ms(200);
     assert_int_equal(st, 201); /* the sale was lost: sold afresh, not replayed */
-    assert_int_equal(h_order(f->port, sku, 1, id, NULL), 200);
+    assert_int_equal(h_order(f->port, sku, qty, id, NULL), 200);
     j = h_get_sku(f->port, NULL, sku);
     assert_non_null(j);
     long long sold = json_integer_value(json_object_get(j, "sold"));
     json_decref(j);
-    assert_int_equal(sold, 1); /* the record's unit is sold */
-    assert_int_equal(h_audit(f->port, NULL, sku, 2, true), 0);
+    assert_int_equal(sold, qty); /* the record's units are sold */
+    assert_int_equal(h_audit(f->port, NULL, sku, stock, qty == 1), 0);
+}
+
+static void test_replicated_record_follows_sale(void **state)
+{
+    h_deadline(120);
+    record_follows_sale(*state, "fo-rec", 2, 1, 1);
+}
+
+/* The same for an order in parts: its record waits for every part's replica. */
+static void test_replicated_record_follows_parts(void **state)
+{
+    h_deadline(120);
+    record_follows_sale(*state, "fo-recm", 4, 2, 3);
 }
 
 /* A request sent while a replica is cut off (body: JSON or NULL; key: its
@@ -1173,6 +1192,7 @@ int main(void)
         cmocka_unit_test(test_replicated_retry_after_failover),
         cmocka_unit_test(test_replicated_multi_retry_after_failover),
         cmocka_unit_test(test_replicated_record_follows_sale),
+        cmocka_unit_test(test_replicated_record_follows_parts),
         cmocka_unit_test(test_replicated_reset_across_failover),
         cmocka_unit_test(test_replicated_delete_waits),
         cmocka_unit_test(test_replicated_cancel_across_failover),

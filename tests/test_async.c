@@ -66,7 +66,7 @@ struct seen {
     long long value;
 };
 
-static void on_reply(void *arg, int rc, struct rd_reply *r)
+static void on_reply(void *arg, int rc, struct store_reply *r)
 {
     struct seen *s = arg;
     s->done++;

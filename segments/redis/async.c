@@ -105,6 +105,9 @@ struct rda_conn {
 
 /* ---- answering ------------------------------------------------------------------ */
 
+_Static_assert(sizeof((struct store_meta *)0)->mode == sizeof((struct rd_meta *)0)->mode,
+               "a meta's mode copied whole");
+
 /* Decode `r` (NULL: no answer) for `q`'s caller, call it and free `q`. */
 static void answer(struct req *q, redisReply *r)
 {
@@ -163,19 +166,37 @@ static void answer(struct req *q, redisReply *r)
     if (q->fn != NULL) { /* no callback: nobody asked */
         switch (q->kind) {
         case K_REPLY:
-            ((rda_reply_fn)q->fn)(q->arg, rc, &out);
+        case K_MULTI: {
+            struct store_reply sr = {out.code, out.value, out.record, out.plan};
+            if (q->kind == K_REPLY)
+                ((rda_reply_fn)q->fn)(q->arg, rc, &sr);
+            else
+                ((rda_multi_fn)q->fn)(q->arg, rc, &sr, stocks);
+            out.record = sr.record; /* what the callback left is freed below */
+            out.plan = sr.plan;
             break;
-        case K_MULTI:
-            ((rda_multi_fn)q->fn)(q->arg, rc, &out, stocks);
-            break;
+        }
         case K_INT_DONE:
         case K_INT_TAKEN:
         case K_PING:
             ((rda_int_fn)q->fn)(q->arg, rc, value);
             break;
         case K_META:
-            ((rda_meta_fn)q->fn)(q->arg, rc, rc == 0 && found,
-                                 rc == 0 && found ? &meta : NULL);
+            if (rc == 0 && found) {
+                struct store_meta m = {.segments = meta.segments,
+                                       .hold_ms = meta.hold_ms,
+                                       .initial = meta.initial,
+                                       .epoch = meta.epoch,
+                                       .gen = meta.gen,
+                                       .rebalance = meta.rebalance,
+                                       .replicated = meta.replicated,
+                                       .salt = meta.salt,
+                                       .adjust_until = meta.adjust_until};
+                memcpy(m.mode, meta.mode, sizeof m.mode);
+                ((rda_meta_fn)q->fn)(q->arg, 0, 1, &m);
+            } else {
+                ((rda_meta_fn)q->fn)(q->arg, rc, 0, NULL);
+            }
             break;
         case K_RECORD:
             ((rda_record_fn)q->fn)(q->arg, rc, record);

@@ -44,6 +44,7 @@
 #include <stdatomic.h>
 
 #include "segments/redis/calls.h"
+#include "segments/store.h"
 
 typedef struct rda_conn rda_conn;
 
@@ -78,16 +79,16 @@ void rda_free(rda_conn *c);
 const char *rda_error(const rda_conn *c);
 void rda_stats(const rda_conn *c, struct rda_stats *out);
 
-/* Callbacks. `r` and what it points to are valid during the call only, but a callback
- * may take r->record (set it to NULL). */
-typedef void (*rda_reply_fn)(void *arg, int rc, struct rd_reply *r);
-typedef void (*rda_multi_fn)(void *arg, int rc, struct rd_reply *r,
-                             const long long *stocks);
-typedef void (*rda_int_fn)(void *arg, int rc, int value);
-typedef void (*rda_meta_fn)(void *arg, int rc, int found, const struct rd_meta *m);
-typedef void (*rda_record_fn)(void *arg, int rc, char *record); /* record: callee frees */
-typedef void (*rda_stocks_fn)(void *arg, int rc, const long long *stock);
-typedef void (*rda_found_fn)(void *arg, int rc, int seg, long long qty);
+/* Callbacks: the store seam's (segments/store.h), with its C types; the codes of
+ * struct store_reply are the RD_* codes. `r` and what it points to are valid during
+ * the call only, but a callback may take r->record (set it to NULL). */
+typedef store_reply_fn rda_reply_fn;
+typedef store_multi_fn rda_multi_fn;
+typedef store_int_fn rda_int_fn;
+typedef store_meta_fn rda_meta_fn;
+typedef store_record_fn rda_record_fn; /* record: callee frees */
+typedef store_stocks_fn rda_stocks_fn;
+typedef store_found_fn rda_found_fn;
 
 /* The calls of calls.h, with the same arguments and codes. `fn` may be NULL when
  * nobody waits for the answer (a release on the way out). */

@@ -6,6 +6,7 @@
 
 #include "base/text.h"
 #include "segments/redis/slots.h"
+#include "segments/store.h"
 
 char *seg_key_skus(char *buf)
 {
@@ -126,11 +127,6 @@ const char *seg_key_intents(void)
 
 char *seg_key_placed(char *buf, const char *sku, int salt)
 {
-    struct text t = text_at(buf, SEG_NAME_MAX + 16);
-    text_str(&t, sku);
-    if (salt > 0) {
-        text_str(&t, "/");
-        text_ll(&t, salt);
-    }
+    store_sku_placed(buf, sku, salt); /* the seam's name: written once */
     return buf;
 }

@@ -53,7 +53,8 @@
  *   (meta fields adj, adj_op, adj_add, adj_plan, adj_rid, adj_sig, adj_owner,
  *    adj_until: the intent of a restock or rebalance under way on a Redis Cluster,
  *    its runner and lease, adjust.h; pending,
- *    pending_segments, pending_until: a reset under way there, lua/reset_begin.lua)
+ *    pending_segments, pending_until, pending_dead, pending_span: a reset under way
+ *    there and the dead ones it took over, lua/reset_begin.lua)
  *   inv:ack:{NNNNNN}          a WAIT's mark (waits.h): written just before a WAIT on the
  *                             connection that carries only WAITs, so that the WAIT
  *                             counts from after it; NNNNNN (octal digits) puts it in
@@ -95,7 +96,8 @@ const char *seg_key_events(void);
 const char *seg_key_intents(void);
 
 /* The name the segments of `sku` are keyed under: `sku`, or "sku/salt" when salt > 0
- * (buf: SEG_NAME_MAX + 16 bytes). calls.h rd_sku_placed is this. */
+ * (buf: SEG_NAME_MAX + 16 bytes). calls.h rd_sku_placed is this, and both are
+ * store.h store_sku_placed. */
 char *seg_key_placed(char *buf, const char *sku, int salt);
 
 #endif
