@@ -331,6 +331,9 @@ static void svc_acquire(struct ord *o)
     }
     char name[STORE_SKU_PLACED_MAX + 16];
     snprintf(name, sizeof name, "%s:%d", o->placed, o->seg);
+    for (char *p = name; *p != '\0'; p++)
+        if (*p == '/') /* "sku/salt": a znode's name takes no '/' (names have no ':') */
+            *p = ':';
     e->lks_ops[o->lk]->acquire(e->lks[o->lk], name, e->v->opt.lock_ttl_ms, 0,
                                on_svc_acquired, o);
 }

@@ -7,6 +7,7 @@
 #include "segments/internal.h"
 #include "segments/memcached/mclock.h"
 #include "segments/redlock/redlock.h"
+#include "segments/zookeeper/zklock.h"
 #include "segments/redis/backend.h"
 #include "segments/redis/calls.h"
 #include "segments/rand.h"
@@ -204,6 +205,7 @@ static const char *lock_target(const struct inv_options *opt, int lock)
 {
     const char *t = lock == SKU_LOCK_REDLOCK     ? opt->redlock
                     : lock == SKU_LOCK_MEMCACHED ? opt->memcached
+                    : lock == SKU_LOCK_ZOOKEEPER ? opt->zookeeper
                                                  : NULL;
     return t != NULL && t[0] != '\0' ? t : NULL;
 }
@@ -224,6 +226,7 @@ void *inv_lock_create(inv *v, struct event_base *base, int lock,
     const char *target = lock_target(&v->opt, lock);
     const struct lks_ops *o = lock == SKU_LOCK_REDLOCK     ? &lks_redlock_ops
                               : lock == SKU_LOCK_MEMCACHED ? &lks_memcached_ops
+                              : lock == SKU_LOCK_ZOOKEEPER ? &zkl_ops
                                                            : NULL;
     if (target == NULL || o == NULL)
         return NULL;

@@ -65,6 +65,7 @@ struct inv_options {
      * for none; borrowed, must outlive the handle: */
     const char *redlock;   /* RedLock masters "h:p,h:p,h:p" */
     const char *memcached; /* one memcached "h:p" */
+    const char *zookeeper; /* a ZooKeeper ensemble "h:p,h:p,..." */
 };
 
 /* The lock services `opt` configures: bit 1 << sku_lock (skumode.h) for each. */

@@ -113,6 +113,7 @@ static const struct setting settings[] = {
     BOOL_SETTING("access_log", "INVENTORY_ACCESS_LOG", "--access-log", access_log),
     STR_SETTING("redlock", "INVENTORY_REDLOCK", "--redlock", K_STR, redlock),
     STR_SETTING("memcached", "INVENTORY_MEMCACHED", "--memcached", K_STR, memcached),
+    STR_SETTING("zookeeper", "INVENTORY_ZOOKEEPER", "--zookeeper", K_STR, zookeeper),
     BOOL_SETTING("lab", "INVENTORY_LAB", "--lab", lab),
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -1072,9 +1073,10 @@ void cfg_usage(FILE *f, const char *prog)
         "in-flight requests.\n"
         "\n"
         "redlock: the RedLock masters, HOST:PORT,HOST:PORT,... (3 or 5 independent\n"
-        "redis-servers); memcached: HOST:PORT of one memcached. A SKU whose body names\n"
-        "\"lock\": \"redlock\" or \"memcached\" takes its segment locks there, every\n"
-        "write fenced by Redis. lab: true accepts \"fencing\": false (a demonstration\n"
+        "redis-servers); memcached: HOST:PORT of one memcached; zookeeper: the\n"
+        "ensemble's HOST:PORT,... A SKU whose body names \"lock\": \"redlock\",\n"
+        "\"memcached\" or \"zookeeper\" takes its segment locks there, every write\n"
+        "fenced by Redis. lab: true accepts \"fencing\": false (a demonstration\n"
         "of the oversell that fencing prevents; never in production).\n"
         "\n"
         "A non-loopback --bind requires an admin token. Exit status 2 on a bad "

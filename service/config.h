@@ -81,6 +81,7 @@ struct cfg {
     bool access_log;             /* a line per HTTP request (log_access); true */
     char redlock[CFG_PATH_MAX];  /* RedLock masters "h:p,h:p,h:p"; "" = none */
     char memcached[CFG_PATH_MAX];   /* memcached "h:p" for its lock; "" = none */
+    char zookeeper[CFG_PATH_MAX];   /* ZooKeeper ensemble "h:p,h:p"; "" = none */
     bool lab;                       /* accept "fencing": false (demonstrations); false */
     char config_path[CFG_PATH_MAX]; /* file actually read, "" when none */
     bool help;                      /* --help given: print cfg_usage(), run nothing */

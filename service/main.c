@@ -267,6 +267,7 @@ int main(int argc, char **argv)
         .meta_cache_ms = cfg.meta_cache_ms,
         .redlock = cfg.redlock,
         .memcached = cfg.memcached,
+        .zookeeper = cfg.zookeeper,
     };
     inv_set_redis_logger(redis_log);
     inv *v = inv_create(&opt, err, sizeof(err));

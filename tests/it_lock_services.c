@@ -1,6 +1,6 @@
 /* it_lock_services.c -- SKUs whose segment locks live in a lock service (RedLock over
- * three redis-servers, memcached), every write fenced by the Redis store: exact
- * sell-out over HTTP, a holder frozen past its lease (fenced: nothing oversold; the
+ * three redis-servers, memcached, ZooKeeper), every write fenced by the Redis store:
+ * exact sell-out over HTTP, a holder frozen past its lease (fenced: nothing oversold; the
  * lab's "fencing": false: the oversell shown), and the settings refused. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "tests/harness_lock.h"
+#include "tests/harness_zk.h"
 
 #define TTL_MS                                                                           \
     2000 /* the lease: renewed every ttl/3, so a hold of 600 ms renews none              \
@@ -26,6 +27,7 @@ struct env {
     h_redis *store;
     h_redis *nodes[3];
     h_memcached *mc;
+    h_zk *zk;
     h_svc *a, *b; /* two instances on the same store and lock services */
     char redlock[256];
 };
@@ -36,15 +38,27 @@ static int group_setup(void **state)
     *state = e;
     e->store = h_redis_start();
     e->mc = h_memcached_start();
-    if (e->store == NULL || e->mc == NULL ||
+    e->zk = h_zk_start();
+    if (e->store == NULL || e->mc == NULL || e->zk == NULL ||
         h_redlock_nodes_start(e->nodes, 3, false, e->redlock, sizeof e->redlock) != 0)
         return -1;
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", TTL_MS);
-    const char *args[] = {
-        "--redlock",      e->redlock,  "--memcached", h_memcached_addr(e->mc), "--lab",
-        "true",           "--threads", "2",           "--lock-ttl-ms",         ttl,
-        "--lock-wait-ms", "1000",      NULL};
+    const char *args[] = {"--redlock",
+                          e->redlock,
+                          "--memcached",
+                          h_memcached_addr(e->mc),
+                          "--zookeeper",
+                          h_zk_addr(e->zk),
+                          "--lab",
+                          "true",
+                          "--threads",
+                          "2",
+                          "--lock-ttl-ms",
+                          ttl,
+                          "--lock-wait-ms",
+                          "1000",
+                          NULL};
     e->a = h_svc_start_args(e->store, args);
     e->b = h_svc_start_args(e->store, args);
     return e->a != NULL && e->b != NULL ? 0 : -1;
@@ -59,6 +73,7 @@ static int group_teardown(void **state)
     for (int i = 0; i < 3; i++)
         h_redis_free(e->nodes[i]);
     h_memcached_free(e->mc);
+    h_zk_free(e->zk);
     h_redis_free(e->store);
     free(e);
     return rc;
@@ -142,6 +157,11 @@ static void test_sellout_redlock(void **state)
 static void test_sellout_memcached(void **state)
 {
     sell_out(*state, "memcached");
+}
+
+static void test_sellout_zookeeper(void **state)
+{
+    sell_out(*state, "zookeeper");
 }
 
 /* ---- a holder frozen past its lease -------------------------------------------- */
@@ -260,6 +280,18 @@ static void test_frozen_holder_memcached_unfenced_oversells(void **state)
     frozen_unfenced(*state, "memcached");
 }
 
+/* ZooKeeper: the frozen holder's session expires (its lease: the session timeout it
+ * asked, ttl), its node goes, B's node is the lowest; the fence is the node's czxid */
+static void test_frozen_holder_zookeeper_fenced(void **state)
+{
+    frozen_fenced(*state, "zookeeper");
+}
+
+static void test_frozen_holder_zookeeper_unfenced_oversells(void **state)
+{
+    frozen_unfenced(*state, "zookeeper");
+}
+
 /* ---- settings refused ------------------------------------------------------------ */
 
 static void expect_put_refused(int port, const char *body, const char *detail)
@@ -279,7 +311,6 @@ static void test_bad_settings_refused(void **state)
     int pa = h_svc_port(e->a);
     expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"etcd\"}", "lock");
     expect_put_refused(pa, "{\"stock\": 1, \"lock\": 3}", "lock");
-    expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"zookeeper\"}", "not configured");
     expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"mode\": \"atomic\"}",
                        "mode");
     expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"rebalance\": true}",
@@ -293,6 +324,7 @@ static void test_bad_settings_refused(void **state)
     int pc = h_svc_port(c);
     expect_put_refused(pc, "{\"stock\": 1, \"lock\": \"redlock\"}", "--redlock");
     expect_put_refused(pc, "{\"stock\": 1, \"lock\": \"memcached\"}", "--memcached");
+    expect_put_refused(pc, "{\"stock\": 1, \"lock\": \"zookeeper\"}", "--zookeeper");
     char body[128];
     snprintf(body, sizeof body,
              "{\"stock\": 1, \"lock\": \"redlock\", \"fencing\": false}");
@@ -320,10 +352,13 @@ int main(void)
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_sellout_redlock),
         cmocka_unit_test(test_sellout_memcached),
+        cmocka_unit_test(test_sellout_zookeeper),
         cmocka_unit_test(test_frozen_holder_redlock_fenced),
         cmocka_unit_test(test_frozen_holder_redlock_unfenced_oversells),
         cmocka_unit_test(test_frozen_holder_memcached_fenced),
         cmocka_unit_test(test_frozen_holder_memcached_unfenced_oversells),
+        cmocka_unit_test(test_frozen_holder_zookeeper_fenced),
+        cmocka_unit_test(test_frozen_holder_zookeeper_unfenced_oversells),
     };
     return h_exit_status(
         cmocka_run_group_tests_name("lock_services", tests, group_setup, group_teardown));
