@@ -117,7 +117,8 @@ struct ord {
     int n, start, k, handed, claimed, away, busy, remote_rounds;
     bool stock_left;  /* a segment passed by holds some stock, too little */
     long long *seen;  /* stock last seen per segment, -1 unknown; n entries */
-    long long vtotal; /* VERDICT: the total of the stocks just read */
+    long long vtotal; /* VERDICT: the total of the stocks just read (a lock service's
+                         SKU: the most one segment holds) */
 
     /* the segment being worked on */
     int seg;

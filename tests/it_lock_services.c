@@ -164,6 +164,39 @@ static void test_sellout_zookeeper(void **state)
     sell_out(*state, "zookeeper");
 }
 
+/* A lock service's SKU through the rest of its life: an order id replayed, a cancel, a
+ * restock, an order no segment fills (insufficient: orders do not span segments under
+ * a lock service), then sold out exactly. */
+static void test_replay_cancel_restock_redlock(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    const char *sku = "ls-life";
+    assert_int_equal(
+        put_sku(pa, sku, "{\"stock\": 10, \"segments\": 2, \"lock\": \"redlock\"}"), 201);
+    assert_int_equal(h_order(pa, sku, 2, "ls-life-1", NULL), 201);
+    assert_int_equal(h_order(pb, sku, 2, "ls-life-1", NULL), 200); /* replayed */
+    struct h_resp r;
+    assert_int_equal(h_req(pb, "DELETE", "/orders/ls-life-1", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    char path[96];
+    snprintf(path, sizeof path, "/admin/skus/%s/restock", sku);
+    assert_int_equal(h_req(pa, "POST", path, NULL, "{\"qty\": 5}", &r), 200);
+    h_resp_free(&r);
+    json_t *j = h_get_sku(pa, NULL, sku);
+    assert_int_equal(h_jint(j, "remaining"), 15);
+    json_decref(j);
+    char code[64];
+    assert_int_equal(h_order(pb, sku, 9, NULL, &r), 409); /* 8 + 7: none holds 9 */
+    assert_string_equal(h_error_code(&r, code, sizeof code), "insufficient_stock");
+    h_resp_free(&r);
+    for (int k = 0; k < 15; k++)
+        assert_int_equal(h_order(k % 2 ? pa : pb, sku, 1, NULL, NULL), 201);
+    assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 409);
+    assert_int_equal(h_audit(pa, NULL, sku, 15, false), 0);
+}
+
 /* ---- a holder frozen past its lease -------------------------------------------- */
 
 struct frozen_order {
@@ -353,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_sellout_redlock),
         cmocka_unit_test(test_sellout_memcached),
         cmocka_unit_test(test_sellout_zookeeper),
+        cmocka_unit_test(test_replay_cancel_restock_redlock),
         cmocka_unit_test(test_frozen_holder_redlock_fenced),
         cmocka_unit_test(test_frozen_holder_redlock_unfenced_oversells),
         cmocka_unit_test(test_frozen_holder_memcached_fenced),
