@@ -97,6 +97,7 @@ static int put_sku(int port, const char *sku, const char *body)
 struct sellout {
     const char *sku;
     int ports[2];
+    bool ids; /* every other order with a client's order id */
     atomic_int sold, busy, other;
 };
 
@@ -105,7 +106,10 @@ static void sell(int idx, void *arg)
     struct sellout *s = arg;
     long long until = h_now_ms() + 40000;
     for (int k = 0; h_now_ms() < until; k++) {
-        int st = h_order(s->ports[(idx + k) % 2], s->sku, 1, NULL, NULL);
+        char id[64];
+        snprintf(id, sizeof id, "%s-%d-%d", s->sku, idx, k);
+        int st = h_order(s->ports[(idx + k) % 2], s->sku, 1, s->ids && k % 2 ? id : NULL,
+                         NULL);
         if (st == 201)
             atomic_fetch_add(&s->sold, 1);
         else if (st == 409)
@@ -117,14 +121,14 @@ static void sell(int idx, void *arg)
     }
 }
 
-static void sell_out(struct env *e, const char *lock)
+/* 120 units on 4 segments sold by 8 clients over instances a and b. */
+static void sell_out_on(h_svc *a, h_svc *b, const char *lock, const char *sku, bool ids)
 {
     h_deadline(60);
-    char sku[32], body[160];
-    snprintf(sku, sizeof sku, "ls-%s", lock);
+    char body[160];
     snprintf(body, sizeof body,
              "{\"stock\": 120, \"segments\": 4, \"hold_ms\": 2, \"lock\": \"%s\"}", lock);
-    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    int pa = h_svc_port(a), pb = h_svc_port(b);
     assert_int_equal(put_sku(pa, sku, body), 201);
     json_t *j = h_get_sku(pb, NULL, sku);
     assert_non_null(j);
@@ -135,18 +139,28 @@ static void sell_out(struct env *e, const char *lock)
     long long acquired =
         h_stat(pa, NULL, "lock_acquired") + h_stat(pb, NULL, "lock_acquired");
 
-    struct sellout s = {.sku = sku, .ports = {pa, pb}};
+    struct sellout s = {.sku = sku, .ports = {pa, pb}, .ids = ids};
     assert_int_equal(h_parallel(8, sell, &s), 0);
     fprintf(stderr, "%s sell-out: %d sold, %d busy, %d other\n", lock, s.sold, s.busy,
             s.other);
     assert_int_equal(s.sold, 120);
     assert_int_equal(s.other, 0);
     assert_int_equal(h_audit(pa, NULL, sku, 120, true), 0);
+    json_t *st = h_get_sku(pb, NULL, sku);
+    assert_int_equal(h_jint(st, "orders"), 120);
+    json_decref(st);
     /* every sale held a lock of the service's */
     assert_true(h_stat(pa, NULL, "lock_acquired") + h_stat(pb, NULL, "lock_acquired") -
                     acquired >=
                 120);
     assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 409);
+}
+
+static void sell_out(struct env *e, const char *lock)
+{
+    char sku[32];
+    snprintf(sku, sizeof sku, "ls-%s", lock);
+    sell_out_on(e->a, e->b, lock, sku, false);
 }
 
 static void test_sellout_redlock(void **state)
@@ -217,16 +231,15 @@ static void *order_thread(void *arg)
  * sends the write it was about to send (its hold timer fires before its lease's end
  * is noticed: the pause fell between the check and the write). Returns A's answer;
  * *sold and *remaining as GET /admin/skus has them after. */
-static int frozen_holder(struct env *e, const char *lock, bool fencing, long long *sold,
-                         long long *remaining)
+static int frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku,
+                         bool fencing, long long *sold, long long *remaining)
 {
-    char sku[32], body[192];
-    snprintf(sku, sizeof sku, "fz-%s-%d", lock, fencing);
+    char body[192];
     snprintf(body, sizeof body,
              "{\"stock\": 1, \"segments\": 1, \"hold_ms\": %d, \"lock\": \"%s\", "
              "\"fencing\": %s}",
              HOLD_MS, lock, fencing ? "true" : "false");
-    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    int pa = h_svc_port(a), pb = h_svc_port(b);
     assert_int_equal(put_sku(pa, sku, body), 201);
     long long acquired = h_stat(pa, NULL, "lock_acquired");
 
@@ -237,7 +250,7 @@ static int frozen_holder(struct env *e, const char *lock, bool fencing, long lon
     long long until = h_now_ms() + 5000;
     while (h_stat(pa, NULL, "lock_acquired") == acquired && h_now_ms() < until)
         h_sleep_ms(5);
-    assert_int_equal(h_svc_pause(e->a), 0);
+    assert_int_equal(h_svc_pause(a), 0);
 
     /* B sells the unit once the service lets A's lock go (memcached: whole seconds) */
     int st = 0;
@@ -248,7 +261,7 @@ static int frozen_holder(struct env *e, const char *lock, bool fencing, long lon
             break;
         h_sleep_ms(50);
     }
-    assert_int_equal(h_svc_resume(e->a), 0);
+    assert_int_equal(h_svc_resume(a), 0);
     pthread_join(t, NULL);
     json_t *j = h_get_sku(pb, NULL, sku);
     assert_non_null(j);
@@ -262,31 +275,38 @@ static int frozen_holder(struct env *e, const char *lock, bool fencing, long lon
     return fa.status;
 }
 
-static void frozen_fenced(struct env *e, const char *lock)
+static void frozen_fenced_on(h_svc *a, h_svc *b, const char *lock, const char *sku)
 {
     h_deadline(60);
-    long long fenced = h_stat(h_svc_port(e->a), NULL, "fenced_rejections");
+    long long fenced = h_stat(h_svc_port(a), NULL, "fenced_rejections");
     long long sold, remaining;
-    int a = frozen_holder(e, lock, true, &sold, &remaining);
-    assert_int_equal(a, 409); /* its write refused, the SKU is sold out */
+    int st = frozen_holder(a, b, lock, sku, true, &sold, &remaining);
+    assert_int_equal(st, 409); /* its write refused, the SKU is sold out */
     assert_int_equal(sold, 1);
     assert_int_equal(remaining, 0);
-    char sku[32];
-    snprintf(sku, sizeof sku, "fz-%s-1", lock);
-    assert_int_equal(h_audit(h_svc_port(e->b), NULL, sku, 1, true), 0);
+    assert_int_equal(h_audit(h_svc_port(b), NULL, sku, 1, true), 0);
     /* the stale fence was refused by the store, and counted */
-    assert_true(h_stat(h_svc_port(e->a), NULL, "fenced_rejections") > fenced);
+    assert_true(h_stat(h_svc_port(a), NULL, "fenced_rejections") > fenced);
     struct h_resp m;
-    assert_int_equal(h_http(h_svc_port(e->a), "GET", "/metrics", NULL, NULL, 0, &m), 200);
+    assert_int_equal(h_http(h_svc_port(a), "GET", "/metrics", NULL, NULL, 0, &m), 200);
     assert_true(h_metric(m.body, "inventory_fenced_rejections_total") >= 1);
     h_resp_free(&m);
+}
+
+static void frozen_fenced(struct env *e, const char *lock)
+{
+    char sku[32];
+    snprintf(sku, sizeof sku, "fz-%s-1", lock);
+    frozen_fenced_on(e->a, e->b, lock, sku);
 }
 
 static void frozen_unfenced(struct env *e, const char *lock)
 {
     h_deadline(60);
     long long sold, remaining;
-    int a = frozen_holder(e, lock, false, &sold, &remaining);
+    char sku[32];
+    snprintf(sku, sizeof sku, "fz-%s-0", lock);
+    int a = frozen_holder(e->a, e->b, lock, sku, false, &sold, &remaining);
     /* the lab's demonstration: both holders sold the one unit */
     assert_int_equal(a, 201);
     assert_int_equal(sold, 2);
@@ -323,6 +343,35 @@ static void test_frozen_holder_zookeeper_fenced(void **state)
 static void test_frozen_holder_zookeeper_unfenced_oversells(void **state)
 {
     frozen_unfenced(*state, "zookeeper");
+}
+
+/* ---- a Redis Cluster as the store ----------------------------------------------- */
+
+/* The fenced scripts of a cluster (acquire_slot.lua, deduct_slot.lua; deduct.lua for a
+ * fresh id made for its segment's slot): a sell-out with client ids and without, and
+ * the frozen holder refused. */
+static void test_cluster_store_redlock(void **state)
+{
+    struct env *e = *state;
+    h_deadline(90);
+    h_cluster *c = h_cluster_start(3, 0);
+    assert_non_null(c);
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", TTL_MS);
+    const char *args[] = {
+        "--redlock", e->redlock,       "--threads", "2", "--lock-ttl-ms",
+        ttl,         "--lock-wait-ms", "1000",      NULL};
+    h_svc *a = h_svc_start_args(h_cluster_node(c, 0), args);
+    h_svc *b = h_svc_start_args(h_cluster_node(c, 1), args);
+    assert_non_null(a);
+    assert_non_null(b);
+    sell_out_on(a, b, "redlock", "lc-sell", true);
+    frozen_fenced_on(a, b, "redlock", "lc-frozen");
+    assert_int_equal(h_svc_stop_clean(a), 0);
+    assert_int_equal(h_svc_stop_clean(b), 0);
+    h_svc_free(a);
+    h_svc_free(b);
+    h_cluster_free(c);
 }
 
 /* ---- settings refused ------------------------------------------------------------ */
@@ -393,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_frozen_holder_memcached_unfenced_oversells),
         cmocka_unit_test(test_frozen_holder_zookeeper_fenced),
         cmocka_unit_test(test_frozen_holder_zookeeper_unfenced_oversells),
+        cmocka_unit_test(test_cluster_store_redlock),
     };
     return h_exit_status(
         cmocka_run_group_tests_name("lock_services", tests, group_setup, group_teardown));
