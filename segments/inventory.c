@@ -40,6 +40,8 @@ static void pick_seed(inv *v)
     v->cluster = to.cluster;
 }
 
+static const char *lock_target(const struct inv_options *opt, int lock);
+
 bool inv_redis_cluster(const inv *v)
 {
     return v->map != NULL ? rd_smap_cluster(v->map) : v->cluster;
@@ -70,6 +72,8 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     }
     for (int i = 0; i < STAT__COUNT; i++)
         atomic_init(&v->stats[i], 0);
+    if (lock_target(opt, SKU_LOCK_ZOOKEEPER) != NULL)
+        zkl_library_init(); /* before any loop's thread: its handles are per loop */
     v->tab = skutab_create();
     /* The map also holds the mode, which may become a cluster later (calls.h): every
      * TCP Redis has one, and the sweeper, idle while standalone. Not a Sentinel

@@ -430,6 +430,14 @@ static void test_bad_settings_refused(void **state)
 
 int main(void)
 {
+    /* the services inherit it: see tests/tsan_zookeeper.supp (no-op without TSan) */
+    char supp[4096], opts[4608];
+    const char *old = getenv("TSAN_OPTIONS");
+    if (realpath("tests/tsan_zookeeper.supp", supp) != NULL) {
+        snprintf(opts, sizeof opts, "%s%ssuppressions=%s", old ? old : "",
+                 old && old[0] ? " " : "", supp);
+        setenv("TSAN_OPTIONS", opts, 1);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_sellout_redlock),

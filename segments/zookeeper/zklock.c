@@ -380,3 +380,8 @@ int zkl_session(void *svc, int64_t *id, char passwd[16])
     struct zkl_svc *s = svc;
     return zks_client_id(s->zs, id, passwd);
 }
+
+void zkl_library_init(void)
+{
+    zoo_set_debug_level((ZooLogLevel)0); /* 0: no logging at all (zookeeper.h) */
+}
