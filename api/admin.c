@@ -87,7 +87,7 @@ int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
                              &req->in.sku, req->request_id, err) != 0)
         return -1;
     const struct sku_config *cfg = &req->in.sku;
-    if (!(req->lock_services & (1u << cfg->lock))) {
+    if (cfg->lock != SKU_LOCK_STORE && !(req->lock_services & (1u << cfg->lock))) {
         err->code = "invalid_field";
         snprintf(err->detail, sizeof err->detail,
                  "lock: \"%s\" is not configured (start with --%s)",

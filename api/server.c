@@ -522,7 +522,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->body = r->body;
     req->body_len = r->len;
     req->default_replicated = s->opt.default_replicated;
-    req->lock_services = s->opt.lock_services | 1u << SKU_LOCK_STORE;
+    req->lock_services = s->opt.lock_services;
     req->lab = s->opt.lab;
     struct api_tokens tokens = {s->opt.admin_token, s->opt.metrics_token};
     r->route = api_route_prepare(req, &tokens, &r->rep);

@@ -117,12 +117,12 @@ static void typed_calls_and_pipelining(void **state)
     rda_conn *c = connect_async(f, NULL);
 
     struct seen acq = {0}, ded = {0};
-    rda_acquire(c, "as", epoch, 0, "o-1", 1, "tok-1", 5000, on_reply, &acq);
+    rda_acquire(c, "as", epoch, 0, "o-1", 1, "tok-1", 5000, 0, on_reply, &acq);
     assert_int_equal(acq.done, 0); /* never answered from inside the call */
     assert_true(run_until(f, &acq.done, 1));
     assert_int_equal(acq.code, RD_OK);
     assert_int_equal(acq.value, 1000);
-    rda_deduct(c, "as", epoch, 0, "tok-1", "tok-1", "o-1", 1, "{}", 0, false, on_reply,
+    rda_deduct(c, "as", epoch, 0, "tok-1", 0, "tok-1", "o-1", 1, "{}", 0, false, on_reply,
                &ded);
     assert_true(run_until(f, &ded.done, 1));
     assert_int_equal(ded.code, RD_OK);
@@ -136,7 +136,7 @@ static void typed_calls_and_pipelining(void **state)
     for (int i = 0; i < 500; i++) {
         snprintf(id, sizeof id, "m-%d", i);
         snprintf(tok, sizeof tok, "t-%d", i);
-        rda_deduct(c, "as", epoch, 0, "", tok, id, 1, "{}", 0, false, on_reply, &many);
+        rda_deduct(c, "as", epoch, 0, "", 0, tok, id, 1, "{}", 0, false, on_reply, &many);
     }
     assert_true(run_until(f, &many.done, 500));
     assert_int_equal(many.ok, 500);
@@ -193,7 +193,7 @@ static void killed_connection_and_noscript(void **state)
     long long epoch = put(f, "kn", 10, 2);
     rda_conn *c = connect_async(f, NULL);
     struct seen first = {0};
-    rda_acquire(c, "kn", epoch, 0, "k-1", 1, "tk-1", 5000, on_reply, &first);
+    rda_acquire(c, "kn", epoch, 0, "k-1", 1, "tk-1", 5000, 0, on_reply, &first);
     assert_true(run_until(f, &first.done, 1));
     assert_int_equal(first.code, RD_OK);
 
@@ -203,7 +203,7 @@ static void killed_connection_and_noscript(void **state)
     redisReply *r = redisCommand(rc, "SCRIPT FLUSH");
     freeReplyObject(r);
     struct seen again = {0};
-    rda_acquire(c, "kn", epoch, 1, "k-2", 1, "tk-2", 5000, on_reply, &again);
+    rda_acquire(c, "kn", epoch, 1, "k-2", 1, "tk-2", 5000, 0, on_reply, &again);
     assert_true(run_until(f, &again.done, 1));
     assert_int_equal(again.code, RD_OK);
 
@@ -241,7 +241,7 @@ static void lost_reply_is_sent_again(void **state)
     assert_true(run_until(f, &ping.done, 1));
     h_proxy_drop_reply(p, "attempt-lost", 1);
     struct seen ded = {0};
-    rda_deduct(c, "lost", epoch, 0, "", "attempt-lost", "o-lost", 2, "{}", 0, false,
+    rda_deduct(c, "lost", epoch, 0, "", 0, "attempt-lost", "o-lost", 2, "{}", 0, false,
                on_reply, &ded);
     assert_true(run_until(f, &ded.done, 1));
     assert_int_equal(h_proxy_drops(p), 1);
