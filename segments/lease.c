@@ -44,6 +44,7 @@ static void on_svc_lost(void *arg, lks_hold *h)
 void lease_svc_hold(struct ord *o, lks_hold *h)
 {
     o->lh = h;
+    o->lease_lost = false; /* from the grant: a loss before lease_start counts */
     h->lost = on_svc_lost;
     h->lost_arg = o;
 }
@@ -104,7 +105,8 @@ void lease_on_tick(evutil_socket_t fd, short what, void *arg)
 void lease_start(struct ord *o)
 {
     o->holding = true;
-    o->lease_lost = false;
+    if (o->lh == NULL) /* a service's hold was marked from its grant on */
+        o->lease_lost = false;
     int every = o->e->v->opt.lock_ttl_ms / 3;
     struct timeval tv = {every / 1000, (every % 1000) * 1000};
     evtimer_add(o->renew, &tv);
