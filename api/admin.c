@@ -117,6 +117,8 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
     set(o, "rebalance", json_boolean(st->cfg.rebalance));
     set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
+    if (st->cfg.lock[0] != '\0') /* the lock scheme, as the store names it */
+        set(o, "lock", json_string(st->cfg.lock));
     set(o, "initial", json_integer(st->cfg.stock));
     set(o, "remaining", json_integer(st->remaining));
     set(o, "sold", json_integer(st->sold));

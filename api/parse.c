@@ -246,7 +246,7 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
 {
     static const char *const known[] = {"stock",      "segments",  "mode",
                                         "hold_ms",    "rebalance", "request_id",
-                                        "durability", NULL};
+                                        "durability", "lock",      NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;
@@ -267,6 +267,17 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
             out->mode = SKU_MODE_ATOMIC;
         else if (v != NULL)
             rc = fail(err, "invalid_field", "mode: must be \"lock\" or \"atomic\"");
+    }
+    out->lock[0] = '\0';
+    if (rc == 0) { /* the lock scheme: which ones the store has, sku_put checks */
+        json_t *v = get_string(root, "lock", false, err, &rc);
+        if (v != NULL &&
+            (json_string_length(v) == 0 || json_string_length(v) >= sizeof out->lock))
+            rc = fail(err, "invalid_field",
+                      "lock: must be \"redis\" (Redis), or \"row\", \"lease\" or "
+                      "\"optimistic\" (PostgreSQL)");
+        else if (v != NULL)
+            snprintf(out->lock, sizeof out->lock, "%s", json_string_value(v));
     }
     out->rebalance = true;
     if (rc == 0) {

@@ -28,6 +28,7 @@ struct sku_config {
     int hold_ms;     /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
     bool rebalance;  /* mode lock: rebalance automatically once half the segments are
                         empty while stock remains (spread.c) */
+    char lock[16];   /* the lock scheme ("lock"): "" the store's default (admin.h) */
     bool replicated; /* durability "replicated": an order is 201 only once a replica
                         has it (WAIT 1); else "async" (the master applied it) */
 };
