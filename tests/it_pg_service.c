@@ -147,6 +147,23 @@ static void test_atomic_sells_out(void **state)
     sell_out("atomic-sku", "atomic", NULL, 0);
 }
 
+/* A `row` hold longer than lock_ttl_ms (the session's idle-in-transaction timeout):
+ * the lease renewal (a statement in the transaction every ttl/3) keeps the session,
+ * and the order is sold. */
+static void test_row_hold_past_ttl(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("300");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "long", 2, 1, "lock", "row", 700), 0);
+    assert_int_equal(h_order(port, "long", 1, "long-1", NULL), 201);
+    assert_int_equal(rows("long"), 1);
+    assert_int_equal(h_audit(port, TOKEN, "long", 2, true), 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 /* ---- the admin side -------------------------------------------------------------- */
 
 static void test_orders_and_admin(void **state)
@@ -310,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_lease_sells_out),
         cmocka_unit_test(test_optimistic_sells_out),
         cmocka_unit_test(test_atomic_sells_out),
+        cmocka_unit_test(test_row_hold_past_ttl),
         cmocka_unit_test(test_orders_and_admin),
         cmocka_unit_test(test_two_instances),
         cmocka_unit_test(test_frozen_row_holder),

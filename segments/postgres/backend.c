@@ -9,6 +9,7 @@
 
 #include "segments/postgres/pool.h"
 #include "segments/postgres/store.h"
+#include "base/clock.h"
 #include "base/xalloc.h"
 
 enum scheme { SCHEME_ROW, SCHEME_LEASE, SCHEME_OPT };
@@ -26,6 +27,7 @@ struct held { /* a lock this handle holds by token: row (its transaction), optim
     pgc_conn *c;
     unsigned long long txn;
     long long version;
+    long long at_ms; /* when it was taken: one left behind is dropped (held_add) */
     char token[48];
 };
 
@@ -36,7 +38,7 @@ struct pg_store {
     pgp_pool *pool;  /* the transactions of `row` holds */
     struct known *known;
     struct held *held;
-    char err[200];
+    int ttl_ms;
 };
 
 static struct pg_store *self(store *s)
@@ -84,9 +86,30 @@ static struct held *held_find(struct pg_store *s, const char *token, bool unlink
     return NULL;
 }
 
+/* One the engine left behind (an order that ended between its acquire and its
+ * deduction, e.g. a lease lost in the hold) is dropped once its lock would have run
+ * out: a row transaction rolled back (the server has ended its session by then). */
+static void held_prune(struct pg_store *s)
+{
+    long long old = base_now_ms() - 2LL * s->ttl_ms;
+    for (struct held **p = &s->held; *p != NULL;) {
+        struct held *h = *p;
+        if (h->at_ms >= old) {
+            p = &h->next;
+            continue;
+        }
+        *p = h->next;
+        if (h->scheme == SCHEME_ROW)
+            pgs_row_release(h->c, h->txn, NULL, NULL);
+        free(h);
+    }
+}
+
 static struct held *held_add(struct pg_store *s, const char *token, enum scheme sc)
 {
+    held_prune(s);
     struct held *h = seg_calloc(1, sizeof *h);
+    h->at_ms = base_now_ms();
     snprintf(h->token, sizeof h->token, "%s", token);
     h->scheme = sc;
     h->next = s->held;
@@ -206,6 +229,7 @@ struct call { /* what a statement's answer is for */
     char id[SEG_NAME_MAX + 1];
     char token[48];
     char *record;
+    pgc_conn *c; /* row: the connection of the transaction being opened */
     int seg, n;
     long long qty, epoch;
     bool keep;
@@ -447,22 +471,18 @@ static void on_row_taken(void *arg, int rc, const struct pgs_res *r)
     switch (r->code) {
     case PGS_OK: {
         struct held *h = held_add(k->s, k->token, SCHEME_ROW);
-        h->c = (pgc_conn *)k->part; /* the connection, kept in a spare field */
+        h->c = k->c;
         h->txn = r->txn;
-        k->part = NULL;
         reply(k, 0, STORE_OK, r->stock, NULL);
         return;
     }
     case PGS_BUSY:
-        k->part = NULL;
         reply(k, 0, STORE_BUSY, -1, NULL);
         return;
     case PGS_SHORT:
-        k->part = NULL;
         reply(k, 0, STORE_SHORT, r->stock, NULL);
         return;
     default:
-        k->part = NULL;
         reply(k, 0, STORE_MISSING, 0, NULL);
     }
 }
@@ -483,9 +503,8 @@ static void acquire(store *st, const char *sku, long long epoch, int i, const ch
     if (k->scheme == SCHEME_ROW) {
         /* The transaction is the lock: it stays open on its connection across the
          * hold (an order id recorded already is found by the deduction's INSERT). */
-        pgc_conn *c = pgp_pick(s->pool);
-        k->part = (long long *)c;
-        pgs_row_take(c, sku, i, qty, on_row_taken, k);
+        k->c = pgp_pick(s->pool);
+        pgs_row_take(k->c, sku, i, qty, on_row_taken, k);
         return;
     }
     char seg[16], q[24], ttl[16], ep[24];
@@ -538,6 +557,18 @@ static void lock(store *st, const char *sku, int i, const char *token, int ttl_m
     pgs_lease_take(s->plain, sku, i, token, ttl_ms, on_lease_int, k);
 }
 
+/* The transaction is over (its session ended): the lock is lost, the entry goes. */
+static void on_row_renewed(void *arg, int rc, PGresult *const *res, int n)
+{
+    struct call *k = arg;
+    bool ok = results_ok(rc, res, n);
+    if (!ok)
+        free(held_find(k->s, k->token, true));
+    if (k->fn.num != NULL)
+        k->fn.num(k->arg, 0, ok);
+    call_free(k);
+}
+
 static void renew(store *st, const char *sku, int i, const char *token, int ttl_ms,
                   store_int_fn fn, void *arg)
 {
@@ -549,9 +580,21 @@ static void renew(store *st, const char *sku, int i, const char *token, int ttl_
         pgs_lease_renew(s->plain, sku, i, token, ttl_ms, on_lease_int, k);
         return;
     }
-    /* row: the session's timeouts are the lease; still ours while the handle holds
-     * the transaction (a lost one answers its deduction -1). */
-    later_int(s, fn, arg, sc == SCHEME_OPT || held_find(s, token, false) != NULL);
+    struct held *h = sc == SCHEME_ROW ? held_find(s, token, false) : NULL;
+    if (h != NULL) {
+        /* row: the session's idle_in_transaction_session_timeout is the lease; a
+         * statement in the transaction renews it (a frozen holder sends none). */
+        struct call *k = call_new(s, arg, sku);
+        k->fn.num = fn;
+        snprintf(k->token, sizeof k->token, "%s", token);
+        h->at_ms = base_now_ms();
+        static const struct pgc_stmt q = {"SELECT 1", 0, NULL};
+        pgc_call(h->c, h->txn, 0, &q, 1, on_row_renewed, k);
+        return;
+    }
+    /* a row lock handed on with keep is taken again by the deduction's own statement;
+     * optimistic: the version decides at the deduction */
+    later_int(s, fn, arg, 1);
 }
 
 static void release(store *st, const char *sku, int i, const char *token, store_int_fn fn,
@@ -875,6 +918,7 @@ store *pgb_store_create(struct event_base *base, const struct pgb_opts *o)
     struct pg_store *s = seg_calloc(1, sizeof *s);
     s->base.ops = &pg_ops;
     s->ev = base;
+    s->ttl_ms = o->lock_ttl_ms > 0 ? o->lock_ttl_ms : 5000;
     const struct pgc_opts co = {
         .conninfo = o->conninfo,
         .lock_ttl_ms = o->lock_ttl_ms,
