@@ -864,6 +864,27 @@ static void append(char *buf, size_t len, const char *fmt, ...)
 /* The value of setting `s` in `c`: a number in *num (CFG_VINT, CFG_VBOOL) or text in
  * `buf` (CFG_VTEXT) -- secrets as "***"/"(none)" when `mask`, in clear otherwise
  * (only to compare them). The one place that decides how a value is shown. */
+/* A store connection string with its password as ***: the one of a URL's
+ * "user:password@" and of a "password=" pair. */
+static void mask_store(char *buf, size_t len, const char *text)
+{
+    const char *scheme = strstr(text, "://");
+    const char *at = scheme != NULL ? strchr(scheme + 3, '@') : NULL;
+    const char *colon =
+        at != NULL ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+    if (colon != NULL) {
+        snprintf(buf, len, "%.*s:***%s", (int)(colon - text), text, at);
+        return;
+    }
+    const char *pw = strstr(text, "password=");
+    if (pw != NULL) {
+        const char *end = strchr(pw, ' ');
+        snprintf(buf, len, "%.*spassword=***%s", (int)(pw - text), text, end ? end : "");
+        return;
+    }
+    snprintf(buf, len, "%s", text);
+}
+
 static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, bool mask,
                                char *buf, size_t len, long long *num)
 {
@@ -902,6 +923,12 @@ static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, boo
         snprintf(buf, len, "%s", field[0] != '\0' ? field : "(stderr)");
         break;
     case K_STR:
+        if (mask && strcmp(s->key, "store") == 0) {
+            mask_store(buf, len, field);
+            break;
+        }
+        snprintf(buf, len, "%s", field);
+        break;
     case K_BIND:
         snprintf(buf, len, "%s", field);
         break;
