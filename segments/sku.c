@@ -68,15 +68,17 @@ static int admin_status(int code)
  * `expect` names (calls.h rd_reset.expect). Returns the script's code, or -1 when
  * Redis gave no usable answer; *created as rd_reset's value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
-                 const struct sku_config *cfg, const char *expect, const char *rid,
-                 bool *created)
+                 const struct sku_config *cfg, const char *lock, const char *expect,
+                 const char *rid, bool *created)
 {
-    char sig[128];
+    char sig[128 + SKU_LOCK_MAX];
     signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
+    if (lock[0] != '\0') /* a retry naming another scheme is another write */
+        snprintf(sig + strlen(sig), sizeof sig - strlen(sig), ":%s", lock);
     const struct admin_reset to = {
         .segments = cfg ? cfg->segments : 0,
         .mode = sku_mode_name(cfg ? cfg->mode : SKU_MODE_LOCK),
-        .lock = cfg ? cfg->lock : "",
+        .lock = lock,
         .hold_ms = cfg ? cfg->hold_ms : 0,
         .stock = cfg ? cfg->stock : 0,
         .rebalance = cfg && cfg->rebalance,
@@ -102,8 +104,8 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
  * read what the SKU is now, and reset exactly that, again when another writer changed
  * it in between. */
 static inv_status reset_current(inv_conn *c, const char *sku,
-                                const struct sku_config *cfg, const char *expect,
-                                const char *rid, bool *created)
+                                const struct sku_config *cfg, const char *lock,
+                                const char *expect, const char *rid, bool *created)
 {
     char fresh[33];
     rid = request_id(rid, fresh);
@@ -114,7 +116,7 @@ static inv_status reset_current(inv_conn *c, const char *sku,
             return st;
         if (st == INV_UNKNOWN_SKU)
             old.epoch = 0, old.cfg.segments = 0;
-        int got = admin_status(reset(c, sku, &old, cfg, expect, rid, created));
+        int got = admin_status(reset(c, sku, &old, cfg, lock, expect, rid, created));
         if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
             skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)
@@ -127,7 +129,16 @@ inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
                    enum sku_replace how, const struct sku_version *v, const char *rid,
                    bool *created)
 {
+    return sku_put_lock(c, sku, cfg, NULL, how, v, rid, created);
+}
+
+inv_status sku_put_lock(inv_conn *c, const char *sku, const struct sku_config *cfg,
+                        const char *lock, enum sku_replace how,
+                        const struct sku_version *v, const char *rid, bool *created)
+{
     bool made = false;
+    if (lock == NULL)
+        lock = "";
     char expect[48] = "";
     if (how == SKU_REPLACE_NONE)
         snprintf(expect, sizeof expect, "-");
@@ -143,14 +154,14 @@ inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
         (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC) ||
         (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    if (cfg->lock[0] != '\0') { /* a lock scheme this store has (admin.h) */
+    if (lock[0] != '\0') { /* a lock scheme this store has (admin.h) */
         const char *const *l = c->adm->ops->locks;
-        while (*l != NULL && strcmp(*l, cfg->lock) != 0)
+        while (*l != NULL && strcmp(*l, lock) != 0)
             l++;
         if (*l == NULL)
             return INV_INVALID;
     }
-    inv_status s = reset_current(c, sku, cfg, expect, rid, &made);
+    inv_status s = reset_current(c, sku, cfg, lock, expect, rid, &made);
     if (created != NULL)
         *created = s == INV_OK && made;
     return s;
@@ -161,7 +172,7 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
     if (!seg_valid_name(sku) || (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
     bool made;
-    return reset_current(c, sku, NULL, "", rid, &made);
+    return reset_current(c, sku, NULL, "", "", rid, &made);
 }
 
 /* One ADJUST (scripts.c) of `sku` as `view` has it: under locks of every segment on
@@ -297,6 +308,7 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     memset(st, 0, sizeof *st);
     snprintf(st->sku, sizeof st->sku, "%s", sku);
     st->cfg = view.cfg;
+    memcpy(st->lock, view.lock, sizeof st->lock);
     st->version = (struct sku_version){view.epoch, view.gen};
 
     int n = view.cfg.segments;

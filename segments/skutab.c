@@ -258,7 +258,7 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     out->epoch = m.epoch;
     out->gen = m.gen;
     out->salt = m.salt;
-    memcpy(out->cfg.lock, lock, sizeof out->cfg.lock);
+    memcpy(out->lock, lock, sizeof out->lock);
     return INV_OK;
 }
 
