@@ -238,6 +238,41 @@ static void test_orders_and_admin(void **state)
     h_svc_free(svc);
 }
 
+/* A multi-segment order under each scheme: all or nothing in one statement. */
+static void test_multi_every_scheme(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    static const char *const lock[][2] = {
+        {"lock", "row"}, {"lock", "lease"}, {"lock", "optimistic"}, {"atomic", NULL}};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32];
+        snprintf(sku, sizeof sku, "multi-%zu", i);
+        assert_int_equal(put_sku(port, sku, 10, 5, lock[i][0], lock[i][1], 0), 0);
+        assert_int_equal(h_order(port, sku, 5, NULL, NULL),
+                         201); /* 3 segments at least */
+        assert_int_equal(h_order(port, sku, 6, NULL, NULL), 409); /* 5 left: nothing */
+        assert_int_equal(h_order(port, sku, 5, NULL, NULL), 201);
+        assert_int_equal(h_audit(port, TOKEN, sku, 10, false), 0);
+        assert_int_equal(rows(sku), 2);
+    }
+    /* bad input: not a string, empty, a scheme PostgreSQL has not */
+    static const char *const bad[] = {"{\"stock\":1,\"lock\":1}",
+                                      "{\"stock\":1,\"lock\":\"\"}",
+                                      "{\"stock\":1,\"lock\":\"redlock\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct h_resp r;
+        h_req(port, "PUT", "/admin/skus/bad", TOKEN, bad[i], &r);
+        if (h_expect_error(&r, 400, "invalid_field") != 0)
+            fail_msg("%s", bad[i]);
+        h_resp_free(&r);
+    }
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 /* ---- two instances, and a frozen holder ----------------------------------------- */
 
 static void two_buyers(int idx, void *arg)
@@ -329,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_atomic_sells_out),
         cmocka_unit_test(test_row_hold_past_ttl),
         cmocka_unit_test(test_orders_and_admin),
+        cmocka_unit_test(test_multi_every_scheme),
         cmocka_unit_test(test_two_instances),
         cmocka_unit_test(test_frozen_row_holder),
     };
