@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -273,6 +274,116 @@ static void test_multi_every_scheme(void **state)
     h_svc_free(svc);
 }
 
+/* ---- faults -------------------------------------------------------------------- */
+
+#define FAULT_BUYERS 6
+#define FAULT_TRIES 400
+
+struct fault_sale {
+    int port;
+    const char *sku;
+    _Atomic int stop;
+    char ids[FAULT_BUYERS][FAULT_TRIES][24]; /* the ids answered 201 ("" none) */
+    _Atomic long long sold, unknown;
+};
+
+/* Orders with ids of their own until sold out; a 503 (the store away) is an unknown
+ * outcome, tried again later under a new id. */
+static void fault_buyer(int idx, void *arg)
+{
+    struct fault_sale *s = arg;
+    for (int i = 0; i < FAULT_TRIES && !atomic_load(&s->stop); i++) {
+        char id[24];
+        snprintf(id, sizeof id, "f%d-%d", idx, i);
+        struct h_resp r;
+        int st = h_order(s->port, s->sku, 1, id, &r);
+        char code[64];
+        h_error_code(&r, code, sizeof code);
+        h_resp_free(&r);
+        if (st == 201) {
+            memcpy(s->ids[idx][i], id, sizeof id);
+            atomic_fetch_add(&s->sold, 1);
+        } else if (strcmp(code, "sold_out") == 0) {
+            return;
+        } else if (st == 503) {
+            atomic_fetch_add(&s->unknown, 1);
+            h_sleep_ms(20);
+        }
+    }
+}
+
+static void *buyers(void *arg)
+{
+    return h_parallel(FAULT_BUYERS, fault_buyer, arg) == 0 ? arg : NULL;
+}
+
+/* On the main thread: a postmaster started again is a child of this thread (its
+ * PR_SET_PDEATHSIG follows the thread that forked it), and cmocka's asserts hold. */
+static void restart_pg(void)
+{
+    assert_int_equal(h_pg_restart(pg), 0);
+}
+
+static void terminate_backends(void)
+{
+    for (int k = 0; k < 3; k++) {
+        h_pg_exec(pg, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE"
+                      " pid <> pg_backend_pid() AND backend_type = 'client backend'");
+        h_sleep_ms(100);
+    }
+}
+
+/* A fault in the middle of a sale: conserved (stock + order rows = initial), no
+ * segment below zero, every 201 with its row, and the sale goes on to sell out. */
+static void sale_through(const char *sku, const char *lock, void (*fault)(void))
+{
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    const long long initial = 150;
+    assert_int_equal(put_sku(port, sku, initial, 4, "lock", lock, 2), 0);
+    struct fault_sale *fault_sale = calloc(1, sizeof *fault_sale);
+    fault_sale->port = port;
+    fault_sale->sku = sku;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, buyers, fault_sale), 0);
+    h_sleep_ms(150);
+    fault();
+    void *done = NULL;
+    pthread_join(t, &done);
+    assert_non_null(done);
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT sum(stock) FROM segments WHERE sku = '%s') +"
+             " (SELECT count(*) FROM orders WHERE sku = '%s')",
+             sku, sku);
+    assert_int_equal(h_pg_scalar(pg, sql), initial);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM segments WHERE sku = '%s' AND stock < 0", sku);
+    assert_int_equal(h_pg_scalar(pg, sql), 0);
+    for (int b = 0; b < FAULT_BUYERS; b++)
+        for (int i = 0; i < FAULT_TRIES; i++)
+            if (fault_sale->ids[b][i][0] != '\0')
+                assert_int_equal(h_order_status(port, fault_sale->ids[b][i]), 200);
+    assert_true(atomic_load(&fault_sale->sold) <= initial);
+    assert_int_equal(rows(sku), initial); /* sold out: what 503 left unknown was sold */
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+    free(fault_sale);
+}
+
+static void test_pg_restart_mid_sale(void **state)
+{
+    (void)state;
+    sale_through("restart", "row", restart_pg);
+}
+
+static void test_backends_terminated_mid_sale(void **state)
+{
+    (void)state;
+    sale_through("terminate", "lease", terminate_backends);
+}
+
 /* ---- two instances, and a frozen holder ----------------------------------------- */
 
 static void two_buyers(int idx, void *arg)
@@ -365,6 +476,8 @@ int main(void)
         cmocka_unit_test(test_row_hold_past_ttl),
         cmocka_unit_test(test_orders_and_admin),
         cmocka_unit_test(test_multi_every_scheme),
+        cmocka_unit_test(test_pg_restart_mid_sale),
+        cmocka_unit_test(test_backends_terminated_mid_sale),
         cmocka_unit_test(test_two_instances),
         cmocka_unit_test(test_frozen_row_holder),
     };

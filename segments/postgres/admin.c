@@ -3,6 +3,7 @@
 
 #include <event2/event.h>
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@ struct pg_admin {
     char *conninfo;
     int timeout_ms;
     PGconn *pg;
+    bool in_txn; /* a transaction of ours is open on pg */
     char errstr[200];
 };
 
@@ -53,23 +55,31 @@ static PGconn *connect_now(struct pg_admin *a)
 }
 
 /* Run one statement: its result (PQclear it), or NULL when the connection failed
- * (dropped: the next call connects again). An SQL error is a result too. */
+ * (dropped: the next call connects again). An SQL error is a result too. A connection
+ * found dead (the server restarted, the session ended) is made again and the
+ * statement sent once more, unless it was inside a transaction of ours: that
+ * transaction is gone, and its outcome is the caller's -1. */
 static PGresult *run(struct pg_admin *a, const char *sql, int n, const char *const *p)
 {
-    PGconn *pg = connect_now(a);
-    if (pg == NULL)
-        return NULL;
-    PGresult *r = PQexecParams(pg, sql, n, NULL, p, NULL, NULL, 0);
-    ExecStatusType s = PQresultStatus(r);
-    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
-        set_error(a, "query", PQresultErrorMessage(r));
-    if (PQstatus(pg) != CONNECTION_OK) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        PGconn *pg = connect_now(a);
+        if (pg == NULL)
+            return NULL;
+        PGresult *r = PQexecParams(pg, sql, n, NULL, p, NULL, NULL, 0);
+        ExecStatusType s = PQresultStatus(r);
+        if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
+            set_error(a, "query", PQresultErrorMessage(r));
+        if (PQstatus(pg) == CONNECTION_OK)
+            return r;
         PQclear(r);
         PQfinish(a->pg);
         a->pg = NULL;
-        return NULL;
+        bool was_in_txn = a->in_txn && strcmp(sql, "BEGIN") != 0;
+        a->in_txn = false;
+        if (was_in_txn)
+            return NULL;
     }
-    return r;
+    return NULL;
 }
 
 static bool ok(const PGresult *r)
@@ -87,9 +97,12 @@ static int step(struct pg_admin *a, const char *sql, int n, const char *const *p
         return -1;
     if (!ok(r)) {
         PQclear(r);
-        PGresult *rb = run(a, "ROLLBACK", 0, NULL);
-        if (rb != NULL)
-            PQclear(rb);
+        if (a->in_txn) {
+            a->in_txn = false; /* ROLLBACK, never sent again on a new connection */
+            PGresult *rb = run(a, "ROLLBACK", 0, NULL);
+            if (rb != NULL)
+                PQclear(rb);
+        }
         return -1;
     }
     if (out != NULL)
@@ -101,13 +114,16 @@ static int step(struct pg_admin *a, const char *sql, int n, const char *const *p
 
 static int begin(struct pg_admin *a)
 {
-    return step(a, "BEGIN", 0, NULL, NULL);
+    int rc = step(a, "BEGIN", 0, NULL, NULL);
+    a->in_txn = rc == 0;
+    return rc;
 }
 
 /* End the transaction: COMMIT (when `commit` and nothing failed) or ROLLBACK. */
 static int finish(struct pg_admin *a, bool commit)
 {
     PGresult *r = run(a, commit ? "COMMIT" : "ROLLBACK", 0, NULL);
+    a->in_txn = false;
     int rc =
         r != NULL && ok(r) && (!commit || strcmp(PQcmdStatus(r), "COMMIT") == 0) ? 0 : -1;
     if (r != NULL)
