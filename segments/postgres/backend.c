@@ -73,6 +73,18 @@ static void scheme_set(struct pg_store *s, const char *sku, const char *lock)
     s->known = k;
 }
 
+static void scheme_forget(struct pg_store *s, const char *sku)
+{
+    for (struct known **p = &s->known; *p != NULL; p = &(*p)->next) {
+        if (strcmp((*p)->sku, sku) == 0) {
+            struct known *k = *p;
+            *p = k->next;
+            free(k);
+            return;
+        }
+    }
+}
+
 static struct held *held_find(struct pg_store *s, const char *token, bool unlink)
 {
     for (struct held **p = &s->held; *p != NULL; p = &(*p)->next) {
@@ -264,6 +276,7 @@ static void on_meta(void *arg, int rc, PGresult *const *res, int n)
     if (!results_ok(rc, res, n)) {
         k->fn.meta(k->arg, -1, 0, NULL);
     } else if (PQntuples(res[0]) == 0) {
+        scheme_forget(k->s, k->sku); /* deleted: the list holds the SKUs there are */
         k->fn.meta(k->arg, 0, 0, NULL);
     } else {
         const PGresult *r = res[0];
