@@ -7,143 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "segments/postgres/pool.h"
-#include "segments/postgres/store.h"
+#include "segments/postgres/handle.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
-
-enum scheme { SCHEME_ROW, SCHEME_LEASE, SCHEME_OPT };
-
-struct known { /* a SKU's lock scheme, as its last meta_read said */
-    struct known *next;
-    enum scheme scheme;
-    char sku[];
-};
-
-struct held { /* a lock this handle holds by token: row (its transaction), optimistic
-                 (the version it read) */
-    struct held *next;
-    enum scheme scheme;
-    pgc_conn *c;
-    unsigned long long txn;
-    long long version;
-    long long at_ms; /* when it was taken: one left behind is dropped (held_add) */
-    char token[48];
-};
-
-struct pg_store {
-    struct store base; /* first */
-    struct event_base *ev;
-    pgc_conn *plain; /* every call outside a `row` hold: one connection, in order */
-    pgp_pool *pool;  /* the transactions of `row` holds */
-    struct known *known;
-    struct held *held;
-    int ttl_ms;
-};
 
 static struct pg_store *self(store *s)
 {
     return (struct pg_store *)s;
-}
-
-static enum scheme scheme_of(struct pg_store *s, const char *sku)
-{
-    for (struct known *k = s->known; k != NULL; k = k->next)
-        if (strcmp(k->sku, sku) == 0)
-            return k->scheme;
-    return SCHEME_ROW;
-}
-
-static void scheme_set(struct pg_store *s, const char *sku, const char *lock)
-{
-    enum scheme sc = strcmp(lock, "lease") == 0        ? SCHEME_LEASE
-                     : strcmp(lock, "optimistic") == 0 ? SCHEME_OPT
-                                                       : SCHEME_ROW;
-    for (struct known *k = s->known; k != NULL; k = k->next) {
-        if (strcmp(k->sku, sku) == 0) {
-            k->scheme = sc;
-            return;
-        }
-    }
-    size_t n = strlen(sku) + 1;
-    struct known *k = seg_calloc(1, sizeof *k + n);
-    memcpy(k->sku, sku, n);
-    k->scheme = sc;
-    k->next = s->known;
-    s->known = k;
-}
-
-static void scheme_forget(struct pg_store *s, const char *sku)
-{
-    for (struct known **p = &s->known; *p != NULL; p = &(*p)->next) {
-        if (strcmp((*p)->sku, sku) == 0) {
-            struct known *k = *p;
-            *p = k->next;
-            free(k);
-            return;
-        }
-    }
-}
-
-static struct held *held_find(struct pg_store *s, const char *token, bool unlink)
-{
-    for (struct held **p = &s->held; *p != NULL; p = &(*p)->next) {
-        struct held *h = *p;
-        if (strcmp(h->token, token) != 0)
-            continue;
-        if (unlink)
-            *p = h->next;
-        return h;
-    }
-    return NULL;
-}
-
-/* One the engine left behind (an order that ended between its acquire and its
- * deduction, e.g. a lease lost in the hold) is dropped once its lock would have run
- * out: a row transaction rolled back (the server has ended its session by then). */
-static void held_prune(struct pg_store *s)
-{
-    long long old = base_now_ms() - 2LL * s->ttl_ms;
-    for (struct held **p = &s->held; *p != NULL;) {
-        struct held *h = *p;
-        if (h->at_ms >= old) {
-            p = &h->next;
-            continue;
-        }
-        *p = h->next;
-        if (h->scheme == SCHEME_ROW)
-            pgs_row_release(h->c, h->txn, NULL, NULL);
-        free(h);
-    }
-}
-
-static struct held *held_add(struct pg_store *s, const char *token, enum scheme sc)
-{
-    held_prune(s);
-    struct held *h = seg_calloc(1, sizeof *h);
-    h->at_ms = base_now_ms();
-    snprintf(h->token, sizeof h->token, "%s", token);
-    h->scheme = sc;
-    h->next = s->held;
-    s->held = h;
-    return h;
-}
-
-static long long cell(const PGresult *r, int row, int col)
-{
-    return PQgetisnull(r, row, col) ? -1 : strtoll(PQgetvalue(r, row, col), NULL, 10);
-}
-
-static bool results_ok(int rc, PGresult *const *res, int n)
-{
-    if (rc != 0 || n < 1)
-        return false;
-    for (int i = 0; i < n; i++) {
-        ExecStatusType st = PQresultStatus(res[i]);
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-            return false;
-    }
-    return true;
 }
 
 /* ---- answers on the next turn of the loop ----------------------------------------- */
@@ -191,16 +61,7 @@ static void store_free(store *st)
     struct pg_store *s = self(st);
     pgc_free(s->plain);
     pgp_free(s->pool);
-    while (s->known != NULL) {
-        struct known *k = s->known;
-        s->known = k->next;
-        free(k);
-    }
-    while (s->held != NULL) {
-        struct held *h = s->held;
-        s->held = h->next;
-        free(h);
-    }
+    pgb_tables_free(s);
     free(s);
 }
 
@@ -225,82 +86,37 @@ static void stats(const store *st, struct store_stats *out)
 
 /* ---- reads ------------------------------------------------------------------------ */
 
-struct call { /* what a statement's answer is for */
-    struct pg_store *s;
-    union {
-        store_meta_fn meta;
-        store_record_fn record;
-        store_stocks_fn stocks;
-        store_found_fn found;
-        store_reply_fn reply;
-        store_int_fn num;
-        store_multi_fn multi;
-    } fn;
-    void *arg;
-    char sku[STORE_SKU_PLACED_MAX];
-    char id[SEG_NAME_MAX + 1];
-    char token[48];
-    char *record;
-    pgc_conn *c; /* row: the connection of the transaction being opened */
-    int seg, n;
-    long long qty, epoch;
-    bool keep;
-    enum scheme scheme;
-    long long *part;
-    char **tok;
-};
-
-static struct call *call_new(struct pg_store *s, void *arg, const char *sku)
-{
-    struct call *k = seg_calloc(1, sizeof *k);
-    k->s = s;
-    k->arg = arg;
-    if (sku != NULL)
-        snprintf(k->sku, sizeof k->sku, "%s", sku);
-    return k;
-}
-
-static void call_free(struct call *k)
-{
-    free(k->record);
-    free(k->part);
-    for (int j = 0; k->tok != NULL && j < k->n; j++)
-        free(k->tok[j]);
-    free(k->tok);
-    free(k);
-}
-
 static void on_meta(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
-    if (!results_ok(rc, res, n)) {
+    if (!pgb_results_ok(rc, res, n)) {
         k->fn.meta(k->arg, -1, 0, NULL);
     } else if (PQntuples(res[0]) == 0) {
-        scheme_forget(k->s, k->sku); /* deleted: the list holds the SKUs there are */
+        pgb_scheme_forget(k->s, k->sku); /* deleted: the list holds the SKUs there are */
         k->fn.meta(k->arg, 0, 0, NULL);
     } else {
         const PGresult *r = res[0];
         struct store_meta m = {
-            .segments = (int)cell(r, 0, 0),
-            .hold_ms = (int)cell(r, 0, 3),
-            .initial = cell(r, 0, 4),
-            .epoch = cell(r, 0, 5),
-            .gen = cell(r, 0, 6),
+            .segments = (int)pgb_cell(r, 0, 0),
+            .hold_ms = (int)pgb_cell(r, 0, 3),
+            .initial = pgb_cell(r, 0, 4),
+            .epoch = pgb_cell(r, 0, 5),
+            .gen = pgb_cell(r, 0, 6),
             /* The automatic rebalance is not wired on PostgreSQL yet (a manual one
              * is): the engine is told the SKU has none. */
             .rebalance = false,
             .replicated = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
         };
         snprintf(m.mode, sizeof m.mode, "%s", PQgetvalue(r, 0, 1));
-        scheme_set(k->s, k->sku, PQgetvalue(r, 0, 2));
+        pgb_scheme_set(k->s, k->sku, PQgetvalue(r, 0, 2));
         k->fn.meta(k->arg, 0, 1, &m);
     }
-    call_free(k);
+    pgb_call_free(k);
 }
 
 static void meta_read(store *st, const char *sku, store_meta_fn fn, void *arg)
 {
-    struct call *k = call_new(self(st), arg, sku);
+    struct call *k = pgb_call_new(self(st), arg, sku);
     k->fn.meta = fn;
     const char *p[] = {sku};
     const struct pgc_stmt q = {
@@ -313,13 +129,13 @@ static void meta_read(store *st, const char *sku, store_meta_fn fn, void *arg)
 static void on_record(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
-    if (!results_ok(rc, res, n))
+    if (!pgb_results_ok(rc, res, n))
         k->fn.record(k->arg, -1, NULL);
     else
         k->fn.record(k->arg, 0,
                      PQntuples(res[0]) == 1 ? seg_strdup(PQgetvalue(res[0], 0, 0))
                                             : NULL);
-    call_free(k);
+    pgb_call_free(k);
 }
 
 /* A reset drops the SKU's order rows: a record found is of the SKU's epoch. */
@@ -328,7 +144,7 @@ static void record_read(store *st, const char *id, const char *sku, long long ep
 {
     (void)sku;
     (void)epoch;
-    struct call *k = call_new(self(st), arg, NULL);
+    struct call *k = pgb_call_new(self(st), arg, NULL);
     k->fn.record = fn;
     const char *p[] = {id};
     const struct pgc_stmt q = {"SELECT record FROM orders WHERE order_id = $1", 1, p};
@@ -338,24 +154,24 @@ static void record_read(store *st, const char *id, const char *sku, long long ep
 static void on_stocks(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
-    if (!results_ok(rc, res, n)) {
+    if (!pgb_results_ok(rc, res, n)) {
         k->fn.stocks(k->arg, -1, NULL);
     } else {
         long long *stock = seg_calloc((size_t)k->n + 1, sizeof *stock);
         for (int i = 0; i < PQntuples(res[0]); i++) {
-            int seg = (int)cell(res[0], i, 0);
+            int seg = (int)pgb_cell(res[0], i, 0);
             if (seg >= 0 && seg < k->n)
-                stock[seg] = cell(res[0], i, 1);
+                stock[seg] = pgb_cell(res[0], i, 1);
         }
         k->fn.stocks(k->arg, 0, stock);
         free(stock);
     }
-    call_free(k);
+    pgb_call_free(k);
 }
 
 static void stocks_read(store *st, const char *sku, int n, store_stocks_fn fn, void *arg)
 {
-    struct call *k = call_new(self(st), arg, sku);
+    struct call *k = pgb_call_new(self(st), arg, sku);
     k->fn.stocks = fn;
     k->n = n;
     const char *p[] = {sku};
@@ -366,20 +182,20 @@ static void stocks_read(store *st, const char *sku, int n, store_stocks_fn fn, v
 static void on_found(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
-    if (!results_ok(rc, res, n))
+    if (!pgb_results_ok(rc, res, n))
         k->fn.found(k->arg, -1, -1, 0);
     else if (PQntuples(res[0]) == 0)
         k->fn.found(k->arg, 0, -1, 0);
     else
-        k->fn.found(k->arg, 0, (int)cell(res[0], 0, 0), cell(res[0], 0, 1));
-    call_free(k);
+        k->fn.found(k->arg, 0, (int)pgb_cell(res[0], 0, 0), pgb_cell(res[0], 0, 1));
+    pgb_call_free(k);
 }
 
 static void find_order(store *st, const char *sku, int n, const char *id,
                        store_found_fn fn, void *arg)
 {
     (void)n;
-    struct call *k = call_new(self(st), arg, sku);
+    struct call *k = pgb_call_new(self(st), arg, sku);
     k->fn.found = fn;
     const char *p[] = {id, sku};
     const struct pgc_stmt q = {
@@ -394,14 +210,14 @@ static void reply(struct call *k, int rc, int code, long long value, char *recor
     struct store_reply r = {.code = code, .value = value, .record = record};
     k->fn.reply(k->arg, rc, rc == 0 ? &r : NULL);
     free(r.record);
-    call_free(k);
+    pgb_call_free(k);
 }
 
 /* EXISTS comes with the record the id has. */
 static void on_exists_record(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
-    if (!results_ok(rc, res, n) || PQntuples(res[0]) != 1)
+    if (!pgb_results_ok(rc, res, n) || PQntuples(res[0]) != 1)
         reply(k, -1, 0, 0, NULL);
     else
         reply(k, 0, STORE_EXISTS, 0, seg_strdup(PQgetvalue(res[0], 0, 0)));
@@ -447,7 +263,7 @@ static void reply_pgs(struct call *k, int rc, const struct pgs_res *r)
 static void on_acquire(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
-    if (!results_ok(rc, res, n)) {
+    if (!pgb_results_ok(rc, res, n)) {
         reply(k, -1, 0, 0, NULL);
         return;
     }
@@ -456,10 +272,10 @@ static void on_acquire(void *arg, int rc, PGresult *const *res, int n)
         reply(k, 0, STORE_MISSING, 0, NULL);
         return;
     }
-    long long stock = cell(r, 0, 0);
+    long long stock = pgb_cell(r, 0, 0);
     if (!PQgetisnull(r, 0, 2)) {
         reply(k, 0, STORE_EXISTS, 0, seg_strdup(PQgetvalue(r, 0, 2)));
-    } else if (cell(r, 0, 3) != k->epoch) {
+    } else if (pgb_cell(r, 0, 3) != k->epoch) {
         reply(k, 0, STORE_STALE, 0, NULL);
     } else if (k->scheme == SCHEME_LEASE) {
         int code = !PQgetisnull(r, 0, 1) ? STORE_OK
@@ -469,7 +285,7 @@ static void on_acquire(void *arg, int rc, PGresult *const *res, int n)
     } else if (stock < k->qty) {
         reply(k, 0, STORE_SHORT, stock, NULL);
     } else {
-        held_add(k->s, k->token, SCHEME_OPT)->version = cell(r, 0, 4);
+        pgb_held_add(k->s, k->token, SCHEME_OPT)->version = pgb_cell(r, 0, 4);
         reply(k, 0, STORE_OK, stock, NULL);
     }
 }
@@ -483,7 +299,7 @@ static void on_row_taken(void *arg, int rc, const struct pgs_res *r)
     }
     switch (r->code) {
     case PGS_OK: {
-        struct held *h = held_add(k->s, k->token, SCHEME_ROW);
+        struct held *h = pgb_held_add(k->s, k->token, SCHEME_ROW);
         h->c = k->c;
         h->txn = r->txn;
         reply(k, 0, STORE_OK, r->stock, NULL);
@@ -505,12 +321,12 @@ static void acquire(store *st, const char *sku, long long epoch, int i, const ch
                     void *arg)
 {
     struct pg_store *s = self(st);
-    struct call *k = call_new(s, arg, sku);
+    struct call *k = pgb_call_new(s, arg, sku);
     k->fn.reply = fn;
     k->seg = i;
     k->qty = qty;
     k->epoch = epoch;
-    k->scheme = scheme_of(s, sku);
+    k->scheme = pgb_scheme_of(s, sku);
     snprintf(k->token, sizeof k->token, "%s", token);
     snprintf(k->id, sizeof k->id, "%s", id);
     if (k->scheme == SCHEME_ROW) {
@@ -552,7 +368,7 @@ static void on_lease_int(void *arg, int rc, const struct pgs_res *r)
     struct call *k = arg;
     if (k->fn.num != NULL)
         k->fn.num(k->arg, rc, rc == 0 && r->code == PGS_OK);
-    call_free(k);
+    pgb_call_free(k);
 }
 
 /* row and optimistic: the deduction takes the row lock (checks the version) in its
@@ -561,11 +377,11 @@ static void lock(store *st, const char *sku, int i, const char *token, int ttl_m
                  store_int_fn fn, void *arg)
 {
     struct pg_store *s = self(st);
-    if (scheme_of(s, sku) != SCHEME_LEASE) {
+    if (pgb_scheme_of(s, sku) != SCHEME_LEASE) {
         later_int(s, fn, arg, 1);
         return;
     }
-    struct call *k = call_new(s, arg, sku);
+    struct call *k = pgb_call_new(s, arg, sku);
     k->fn.num = fn;
     pgs_lease_take(s->plain, sku, i, token, ttl_ms, on_lease_int, k);
 }
@@ -574,30 +390,30 @@ static void lock(store *st, const char *sku, int i, const char *token, int ttl_m
 static void on_row_renewed(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
-    bool ok = results_ok(rc, res, n);
+    bool ok = pgb_results_ok(rc, res, n);
     if (!ok)
-        free(held_find(k->s, k->token, true));
+        free(pgb_held_find(k->s, k->token, true));
     if (k->fn.num != NULL)
         k->fn.num(k->arg, 0, ok);
-    call_free(k);
+    pgb_call_free(k);
 }
 
 static void renew(store *st, const char *sku, int i, const char *token, int ttl_ms,
                   store_int_fn fn, void *arg)
 {
     struct pg_store *s = self(st);
-    enum scheme sc = scheme_of(s, sku);
+    enum scheme sc = pgb_scheme_of(s, sku);
     if (sc == SCHEME_LEASE) {
-        struct call *k = call_new(s, arg, sku);
+        struct call *k = pgb_call_new(s, arg, sku);
         k->fn.num = fn;
         pgs_lease_renew(s->plain, sku, i, token, ttl_ms, on_lease_int, k);
         return;
     }
-    struct held *h = sc == SCHEME_ROW ? held_find(s, token, false) : NULL;
+    struct held *h = sc == SCHEME_ROW ? pgb_held_find(s, token, false) : NULL;
     if (h != NULL) {
         /* row: the session's idle_in_transaction_session_timeout is the lease; a
          * statement in the transaction renews it (a frozen holder sends none). */
-        struct call *k = call_new(s, arg, sku);
+        struct call *k = pgb_call_new(s, arg, sku);
         k->fn.num = fn;
         snprintf(k->token, sizeof k->token, "%s", token);
         h->at_ms = base_now_ms();
@@ -614,13 +430,13 @@ static void release(store *st, const char *sku, int i, const char *token, store_
                     void *arg)
 {
     struct pg_store *s = self(st);
-    if (scheme_of(s, sku) == SCHEME_LEASE) {
-        struct call *k = call_new(s, arg, sku);
+    if (pgb_scheme_of(s, sku) == SCHEME_LEASE) {
+        struct call *k = pgb_call_new(s, arg, sku);
         k->fn.num = fn;
         pgs_lease_release(s->plain, sku, i, token, on_lease_int, k);
         return;
     }
-    struct held *h = held_find(s, token, true);
+    struct held *h = pgb_held_find(s, token, true);
     if (h != NULL && h->scheme == SCHEME_ROW)
         pgs_row_release(h->c, h->txn, NULL, NULL);
     free(h);
@@ -635,7 +451,7 @@ static void on_deducted(void *arg, int rc, const struct pgs_res *r)
     if (k->scheme == SCHEME_LEASE && (rc != 0 || r->code != PGS_OK) && k->token[0])
         pgs_lease_release(k->s->plain, k->sku, k->seg, k->token, NULL, NULL);
     if (k->scheme == SCHEME_OPT && rc == 0 && r->code == PGS_OK && k->keep)
-        held_add(k->s, k->token, SCHEME_OPT)->version = r->version;
+        pgb_held_add(k->s, k->token, SCHEME_OPT)->version = r->version;
     reply_pgs(k, rc, r);
 }
 
@@ -657,7 +473,7 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
 {
     (void)epoch, (void)fence, (void)attempt, (void)until;
     struct pg_store *s = self(st);
-    struct call *k = call_new(s, arg, sku);
+    struct call *k = pgb_call_new(s, arg, sku);
     k->fn.reply = fn;
     k->seg = i;
     k->qty = qty;
@@ -670,8 +486,8 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
         pgs_atomic_deduct(s->plain, sku, i, id, qty, record, on_deducted, k);
         return true;
     }
-    k->scheme = scheme_of(s, sku);
-    struct held *h = held_find(s, token, true);
+    k->scheme = pgb_scheme_of(s, sku);
+    struct held *h = pgb_held_find(s, token, true);
     if (k->scheme == SCHEME_LEASE) {
         pgs_lease_deduct(s->plain, sku, i, token, id, qty, record, keep, on_deducted, k);
     } else if (k->scheme == SCHEME_ROW && h != NULL && h->scheme == SCHEME_ROW) {
@@ -686,210 +502,6 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
     }
     free(h);
     return true;
-}
-
-/* ---- several segments at once ----------------------------------------------------- */
-
-static void multi_done(struct call *k, int rc, int code, const long long *stocks)
-{
-    struct store_reply r = {.code = code};
-    if (code == STORE_EXISTS)
-        r.record = k->record, k->record = NULL;
-    k->fn.multi(k->arg, rc, rc == 0 ? &r : NULL, stocks);
-    free(r.record);
-    call_free(k);
-}
-
-/* Why a multi deduction wrote nothing: the id recorded (EXISTS), the SKU reset
- * (STALE), a part short (SHORT with the stocks), else a lock not ours (FENCED). */
-static void on_multi_why(void *arg, int rc, PGresult *const *res, int n)
-{
-    struct call *k = arg;
-    if (!results_ok(rc, res, n)) {
-        multi_done(k, -1, 0, NULL);
-        return;
-    }
-    const PGresult *r = res[0];
-    long long *stocks = seg_calloc((size_t)k->n, sizeof *stocks);
-    bool short_ = false, fenced = false, stale = PQntuples(r) != k->n;
-    for (int j = 0; j < PQntuples(r) && j < k->n; j++) {
-        stocks[j] = cell(r, j, 1);
-        short_ |= stocks[j] < k->part[j];
-        fenced |= strcmp(PQgetvalue(r, j, 2), "t") != 0;
-        stale |= cell(r, j, 3) != k->epoch;
-        if (!PQgetisnull(r, j, 4) && k->record == NULL)
-            k->record = seg_strdup(PQgetvalue(r, j, 4));
-    }
-    int code = k->record != NULL ? STORE_EXISTS
-               : stale           ? STORE_STALE
-               : short_          ? STORE_SHORT
-                                 : STORE_FENCED;
-    (void)fenced;
-    multi_done(k, 0, code, stocks);
-    free(stocks);
-}
-
-/* Arrays as PostgreSQL text literals: {1,2,3}, {"a","b"}. */
-static char *array_ll(const long long *v, const int *iv, int n)
-{
-    size_t cap = (size_t)n * 24 + 3, len = 0;
-    char *a = seg_malloc(cap);
-    a[len++] = '{';
-    for (int j = 0; j < n; j++)
-        len += (size_t)snprintf(a + len, cap - len, "%s%lld", j ? "," : "",
-                                v != NULL ? v[j] : (long long)iv[j]);
-    snprintf(a + len, cap - len, "}");
-    return a;
-}
-
-static char *array_text(char *const *v, int n)
-{
-    size_t cap = 3, len = 0;
-    for (int j = 0; j < n; j++)
-        cap += strlen(v[j]) + 3;
-    char *a = seg_malloc(cap);
-    a[len++] = '{';
-    for (int j = 0; j < n; j++)
-        len += (size_t)snprintf(a + len, cap - len, "%s\"%s\"", j ? "," : "", v[j]);
-    snprintf(a + len, cap - len, "}");
-    return a;
-}
-
-static void on_multi(void *arg, int rc, PGresult *const *res, int n)
-{
-    struct call *k = arg;
-    if (rc != 0 || n != 1) {
-        multi_done(k, -1, 0, NULL);
-        return;
-    }
-    const PGresult *r = res[0];
-    ExecStatusType st = PQresultStatus(r);
-    if (st == PGRES_TUPLES_OK && PQntuples(r) == k->n) {
-        long long *stocks = seg_calloc((size_t)k->n, sizeof *stocks);
-        for (int j = 0; j < k->n; j++)
-            stocks[j] = cell(r, j, 1);
-        if (k->scheme == SCHEME_OPT)
-            for (int j = 0; j < k->n; j++)
-                free(held_find(k->s, k->tok[j], true));
-        multi_done(k, 0, STORE_OK, stocks);
-        free(stocks);
-        return;
-    }
-    int code = st == PGRES_TUPLES_OK ? 0 : pgs_code_of_error(r);
-    if (st != PGRES_TUPLES_OK && code < 0) {
-        /* 22012: the all-or-nothing check (one part not deducted); anything else
-         * is the store's failure */
-        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        if (state == NULL || strcmp(state, "22012") != 0) {
-            multi_done(k, -1, 0, NULL);
-            return;
-        }
-    }
-    if (code == PGS_BUSY) {
-        multi_done(k, 0, STORE_FENCED, NULL);
-        return;
-    }
-    int *seg = seg_calloc((size_t)k->n, sizeof *seg);
-    for (int j = 0; j < k->n; j++)
-        seg[j] = (int)k->part[k->n + j];
-    char *segs = array_ll(NULL, seg, k->n);
-    char *toks = array_text(k->tok, k->n);
-    free(seg);
-    const char *p[] = {k->sku, segs, toks, k->id};
-    const struct pgc_stmt q = {
-        "SELECT s.seg, s.stock, coalesce(p.tok = '' OR (s.lease_token = p.tok AND"
-        " s.lease_until > now()), false), (SELECT epoch FROM skus WHERE sku = $1),"
-        " (SELECT record FROM orders WHERE order_id = $4) FROM segments s JOIN"
-        " unnest($2::int[], $3::text[]) AS p(seg, tok) ON s.seg = p.seg"
-        " WHERE s.sku = $1 ORDER BY s.seg",
-        4, p};
-    pgc_call(k->s->plain, 0, 0, &q, 1, on_multi_why, k);
-    free(segs);
-    free(toks);
-}
-
-/* One statement, all or nothing: every part's conditional UPDATE (by the SKU's scheme:
- * row locks taken NOWAIT first; lease: each part's lease ours, released with it;
- * optimistic and atomic: the stock checked and the version bumped in the statement),
- * the order row when every part was deducted, and a division by zero that undoes the
- * statement when one was not. */
-static void deduct_multi(store *st, const char *sku, long long epoch, const char *id,
-                         const char *record, const char *attempt,
-                         const struct store_parts *p, store_multi_fn fn, void *arg)
-{
-    (void)attempt;
-    struct pg_store *s = self(st);
-    struct call *k = call_new(s, arg, sku);
-    k->fn.multi = fn;
-    k->n = p->n;
-    k->epoch = epoch;
-    snprintf(k->id, sizeof k->id, "%s", id);
-    /* part[0..n-1] the parts, part[n..2n-1] their segments */
-    k->part = seg_calloc((size_t)p->n * 2, sizeof *k->part);
-    k->tok = seg_calloc((size_t)p->n, sizeof *k->tok);
-    for (int j = 0; j < p->n; j++) {
-        k->part[j] = p->part[j];
-        k->part[p->n + j] = p->seg[j];
-        k->tok[j] = seg_strdup(p->tok != NULL ? p->tok[j] : "");
-    }
-    bool atomic = p->tok == NULL || p->tok[0][0] == '\0';
-    k->scheme = atomic ? SCHEME_OPT : scheme_of(s, sku);
-    char *segs = array_ll(NULL, p->seg, p->n);
-    char *parts = array_ll(p->part, NULL, p->n);
-    char *toks = array_text(k->tok, p->n);
-    char n[16], ep[24];
-    snprintf(n, sizeof n, "%d", p->n);
-    snprintf(ep, sizeof ep, "%lld", epoch);
-    const char *q[] = {sku, segs, parts, toks, id, n, record, ep};
-    static const char row[] =
-        "WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::text[])"
-        " AS p(seg, q, tok)),"
-        " l AS MATERIALIZED (SELECT s.seg FROM segments s WHERE s.sku = $1 AND s.seg IN"
-        " (SELECT seg FROM p) ORDER BY s.seg FOR UPDATE NOWAIT),"
-        " d AS (UPDATE segments s SET stock = s.stock - p.q, version = s.version + 1"
-        " FROM p WHERE s.sku = $1 AND s.seg = p.seg AND s.stock >= p.q"
-        " AND (SELECT count(*) FROM l) = $6::int"
-        " AND (SELECT epoch FROM skus WHERE sku = $1) = $8::bigint RETURNING s.seg, "
-        "s.stock),"
-        " o AS (INSERT INTO orders (order_id, sku, seg, qty, record) SELECT $5, $1,"
-        " (SELECT min(seg) FROM p), (SELECT sum(q) FROM p), $7"
-        " WHERE (SELECT count(*) FROM d) = $6::int RETURNING 1)"
-        " SELECT seg, stock, 1 / CASE WHEN (SELECT count(*) FROM d) = $6::int"
-        " THEN 1 ELSE 0 END FROM d ORDER BY seg";
-    static const char lease[] =
-        "WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::text[])"
-        " AS p(seg, q, tok)),"
-        " d AS (UPDATE segments s SET stock = s.stock - p.q, version = s.version + 1,"
-        " lease_token = NULL, lease_until = NULL"
-        " FROM p WHERE s.sku = $1 AND s.seg = p.seg AND s.stock >= p.q"
-        " AND s.lease_token = p.tok AND s.lease_until > now()"
-        " AND (SELECT epoch FROM skus WHERE sku = $1) = $8::bigint RETURNING s.seg, "
-        "s.stock),"
-        " o AS (INSERT INTO orders (order_id, sku, seg, qty, record) SELECT $5, $1,"
-        " (SELECT min(seg) FROM p), (SELECT sum(q) FROM p), $7"
-        " WHERE (SELECT count(*) FROM d) = $6::int RETURNING 1)"
-        " SELECT seg, stock, 1 / CASE WHEN (SELECT count(*) FROM d) = $6::int"
-        " THEN 1 ELSE 0 END FROM d ORDER BY seg";
-    static const char plain[] =
-        "WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::text[])"
-        " AS p(seg, q, tok)),"
-        " d AS (UPDATE segments s SET stock = s.stock - p.q, version = s.version + 1"
-        " FROM p WHERE s.sku = $1 AND s.seg = p.seg AND s.stock >= p.q"
-        " AND (SELECT epoch FROM skus WHERE sku = $1) = $8::bigint RETURNING s.seg, "
-        "s.stock),"
-        " o AS (INSERT INTO orders (order_id, sku, seg, qty, record) SELECT $5, $1,"
-        " (SELECT min(seg) FROM p), (SELECT sum(q) FROM p), $7"
-        " WHERE (SELECT count(*) FROM d) = $6::int RETURNING 1)"
-        " SELECT seg, stock, 1 / CASE WHEN (SELECT count(*) FROM d) = $6::int"
-        " THEN 1 ELSE 0 END FROM d ORDER BY seg";
-    const struct pgc_stmt stmt = {k->scheme == SCHEME_ROW     ? row
-                                  : k->scheme == SCHEME_LEASE ? lease
-                                                              : plain,
-                                  8, q};
-    pgc_call(s->plain, 0, 0, &stmt, 1, on_multi, k);
-    free(segs);
-    free(parts);
-    free(toks);
 }
 
 static void id_for_segment(store *s, const char *sku, int i, char *id)
@@ -921,7 +533,7 @@ static const struct store_ops pg_ops = {
     .renew = renew,
     .release = release,
     .deduct = deduct,
-    .deduct_multi = deduct_multi,
+    .deduct_multi = pgb_deduct_multi,
     .id_for_segment = id_for_segment,
     .wait = wait_durable,
 };
