@@ -68,6 +68,31 @@ static long long rows(const char *sku)
     return h_pg_scalar(pg, sql);
 }
 
+/* ---- the schema -------------------------------------------------------------- */
+
+/* `inventoryd --migrate --store URL` alone: the schema at the latest version, again a
+ * no-op; refused (2) without a PostgreSQL store, 1 when the server does not answer. */
+static void test_migrate_command(void **state)
+{
+    (void)state;
+    const char *bin = getenv("INVENTORYD") ? getenv("INVENTORYD") : "build/inventoryd";
+    const char *argv[] = {bin, "--migrate", "--store", h_pg_conninfo(pg), NULL};
+    for (int k = 0; k < 2; k++) {
+        char *out = NULL;
+        assert_int_equal(h_run_cmd(argv, NULL, 20000, &out, NULL), 0);
+        assert_non_null(strstr(out, "schema at version 2"));
+        free(out);
+    }
+    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 2);
+    const char *redis[] = {bin, "--migrate", NULL};
+    assert_int_equal(h_run_cmd(redis, NULL, 20000, NULL, NULL), 2);
+    const char *bad[] = {bin, "--store", "mysql://x", "--check-config", NULL};
+    assert_int_equal(h_run_cmd(bad, NULL, 20000, NULL, NULL), 2);
+    const char *away[] = {bin, "--migrate", "--store",
+                          "postgres://postgres@127.0.0.1:1/x", NULL};
+    assert_int_equal(h_run_cmd(away, NULL, 20000, NULL, NULL), 1);
+}
+
 /* ---- selling out ---------------------------------------------------------------- */
 
 struct sale {
@@ -468,6 +493,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_migrate_command),
         cmocka_unit_test(test_row_sells_out),
         cmocka_unit_test(test_row_hold0_sells_out),
         cmocka_unit_test(test_lease_sells_out),
