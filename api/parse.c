@@ -240,13 +240,33 @@ int api_parse_order_json(const char *body, size_t len, struct api_order_body *ou
     return rc;
 }
 
+int api_parse_sku_lock(const char *body, size_t len, char lock[SKU_LOCK_MAX],
+                       struct api_parse_error *err)
+{
+    lock[0] = '\0';
+    json_t *root = load_object(body, len, err);
+    if (root == NULL)
+        return -1;
+    int rc = 0;
+    json_t *v = get_string(root, "lock", false, err, &rc);
+    if (v != NULL &&
+        (json_string_length(v) == 0 || json_string_length(v) >= SKU_LOCK_MAX))
+        rc = fail(err, "invalid_field",
+                  "lock: must be \"redis\" (Redis), or \"row\", \"lease\" or "
+                  "\"optimistic\" (PostgreSQL)");
+    else if (v != NULL)
+        snprintf(lock, SKU_LOCK_MAX, "%s", json_string_value(v));
+    json_decref(root);
+    return rc;
+}
+
 int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
                          struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err)
 {
     static const char *const known[] = {"stock",      "segments",  "mode",
                                         "hold_ms",    "rebalance", "request_id",
-                                        "durability", NULL};
+                                        "durability", "lock",      NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;

@@ -51,6 +51,10 @@ int api_parse_order_json(const char *body, size_t len, struct api_order_body *ou
  * "rebalance": true|false = true, "durability": "async"|"replicated" =
  * `default_replicated` ? "replicated" : "async" (the durability setting), "request_id":
  * name}. `request_id` is "" when the body has none. */
+/* The "lock" of a PUT /admin/skus/{sku} body (a string of 1..15 characters; which
+ * ones the store has, sku_put_lock decides) into lock, "" when absent: 0 or -1. */
+int api_parse_sku_lock(const char *body, size_t len, char lock[SKU_LOCK_MAX],
+                       struct api_parse_error *err);
 int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
                          struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err);
