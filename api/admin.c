@@ -84,7 +84,8 @@ static int parse_replace(struct api_request *req, struct api_parse_error *err)
 int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
 {
     if (api_parse_sku_config(req->body, req->body_len, req->default_replicated,
-                             &req->in.sku, req->request_id, err) != 0)
+                             &req->in.sku, req->request_id, err) != 0 ||
+        api_parse_sku_lock(req->body, req->body_len, req->sku_lock, err) != 0)
         return -1;
     const struct sku_config *cfg = &req->in.sku;
     if (cfg->lock != SKU_LOCK_STORE && !(req->lock_services & (1u << cfg->lock))) {
@@ -131,7 +132,8 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
     set(o, "rebalance", json_boolean(st->cfg.rebalance));
     set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
-    set(o, "lock", json_string(sku_lock_name(st->cfg.lock)));
+    if (st->lock[0] != '\0') /* the lock scheme, as the store names it */
+        set(o, "lock", json_string(st->lock));
     set(o, "fencing", json_boolean(!st->cfg.unfenced));
     set(o, "initial", json_integer(st->cfg.stock));
     set(o, "remaining", json_integer(st->remaining));
@@ -228,8 +230,8 @@ void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
                        struct api_reply *rep)
 {
     bool created = false;
-    inv_status s = sku_put(ctx->conn, req->name, &req->in.sku, req->replace,
-                           &req->version, req->request_id, &created);
+    inv_status s = sku_put_lock(ctx->conn, req->name, &req->in.sku, req->sku_lock,
+                                req->replace, &req->version, req->request_id, &created);
     if (s == INV_SKU_EXISTS && req->create_only_asked)
         api_reply_error(rep, 412, "precondition_failed",
                         "sku %s exists and If-None-Match: * asks to create it only",

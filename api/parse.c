@@ -240,6 +240,27 @@ int api_parse_order_json(const char *body, size_t len, struct api_order_body *ou
     return rc;
 }
 
+int api_parse_sku_lock(const char *body, size_t len, char lock[SKU_LOCK_MAX],
+                       struct api_parse_error *err)
+{
+    lock[0] = '\0';
+    json_t *root = load_object(body, len, err);
+    if (root == NULL)
+        return -1;
+    int rc = 0;
+    json_t *v = get_string(root, "lock", false, err, &rc);
+    if (v != NULL &&
+        (json_string_length(v) == 0 || json_string_length(v) >= SKU_LOCK_MAX))
+        rc = fail(err, "invalid_field",
+                  "lock: must be \"redis\", \"redlock\", \"memcached\" or "
+                  "\"zookeeper\" (Redis), or \"row\", \"lease\" or \"optimistic\" "
+                  "(PostgreSQL)");
+    else if (v != NULL)
+        snprintf(lock, SKU_LOCK_MAX, "%s", json_string_value(v));
+    json_decref(root);
+    return rc;
+}
+
 int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
                          struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err)
@@ -287,13 +308,12 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
             rc = fail(err, "invalid_field",
                       "durability: must be \"async\" or \"replicated\"");
     }
-    out->lock = SKU_LOCK_STORE;
+    out->lock = SKU_LOCK_STORE; /* a string naming no service: a store's scheme, its
+                                   own to check (api_parse_sku_lock, sku_put_lock) */
     if (rc == 0) {
-        json_t *v = get_string(root, "lock", false, err, &rc);
-        if (v != NULL && sku_lock_parse(json_string_value(v), &out->lock) != 0)
-            rc = fail(err, "invalid_field",
-                      "lock: must be \"redis\", \"redlock\", \"memcached\" or "
-                      "\"zookeeper\"");
+        json_t *v = json_object_get(root, "lock");
+        if (json_is_string(v) && sku_lock_parse(json_string_value(v), &out->lock) != 0)
+            out->lock = SKU_LOCK_STORE;
     }
     out->unfenced = false;
     if (rc == 0) {

@@ -50,10 +50,15 @@ int api_parse_order_json(const char *body, size_t len, struct api_order_body *ou
  * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0,
  * "rebalance": true|false = true, "durability": "async"|"replicated" =
  * `default_replicated` ? "replicated" : "async" (the durability setting), "lock":
- * "redis"|"redlock"|"memcached"|"zookeeper" = "redis" (a lock service: mode lock, no
- * rebalance), "fencing": true|false = true (false: with a lock service), "request_id":
- * name}. `request_id` is "" when the body has none. Whether the lock service is
- * configured and the lab allows no fencing is the caller's to check. */
+ * a name (api_parse_sku_lock); when it names a lock service ("redlock", "memcached",
+ * "zookeeper") out->lock is that service (mode lock, no rebalance), else
+ * SKU_LOCK_STORE; "fencing": true|false = true (false: with a lock service),
+ * "request_id": name}. `request_id` is "" when the body has none. Whether the lock
+ * service is configured and the lab allows no fencing is the caller's to check. */
+/* The "lock" of a PUT /admin/skus/{sku} body (a string of 1..15 characters; which
+ * ones the store has, sku_put_lock decides) into lock, "" when absent: 0 or -1. */
+int api_parse_sku_lock(const char *body, size_t len, char lock[SKU_LOCK_MAX],
+                       struct api_parse_error *err);
 int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
                          struct sku_config *out, char request_id[SEG_NAME_MAX + 1],
                          struct api_parse_error *err);

@@ -85,8 +85,9 @@ struct api_request {
     /* PUT /admin/skus/{sku}: which version it may replace (api/admin.h), from
      * If-Match, If-None-Match and ?reset=true */
     enum sku_replace replace;
-    struct sku_version version; /* SKU_REPLACE_VERSION: the If-Match ETag's */
-    bool create_only_asked;     /* If-None-Match: * (a refusal is 412, not 409) */
+    struct sku_version version;  /* SKU_REPLACE_VERSION: the If-Match ETag's */
+    bool create_only_asked;      /* If-None-Match: * (a refusal is 412, not 409) */
+    char sku_lock[SKU_LOCK_MAX]; /* PUT /admin/skus/{sku}: its "lock", "" for none */
 };
 
 enum api_route_flags {

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "segments/admin.h"
 #include "segments/clock.h"
 #include "segments/inventory.h"
 #include "segments/rand.h"
@@ -34,6 +35,7 @@ struct inv {
     bool cluster;        /* at start: a cluster (forced, or said so by INFO cluster); the
                             mode now is the map's (inv_redis_cluster) */
     bool probe_failed;   /* no seed answered INFO cluster at start */
+    bool postgres;       /* the store is PostgreSQL (opt.store): no Redis is used */
     struct rd_smap *map; /* the slot map every connection routes by on a cluster, and the
                      mode (calls.h); NULL for a unix socket */
     struct rd_sentinel *sentinel; /* Sentinel: the current master, for every connection */
@@ -48,7 +50,9 @@ struct inv {
 
 struct inv_conn {
     inv *v;
-    struct rd_conn *rd; /* the Redis seam's connection (segments/redis/calls.h) */
+    struct admin *adm;  /* the store's blocking admin seam (segments/admin.h) */
+    struct rd_conn *rd; /* Redis: the admin table's connection, for callers of calls.h
+                           beside it (the sweeper, tests); NULL on PostgreSQL */
     uint64_t rng;       /* xorshift state: ring start and backoff jitter */
     uint64_t token_id;  /* random per connection: prefix of every lock token */
     uint64_t token_seq; /* counter: suffix of every lock token */
@@ -61,7 +65,9 @@ watchdog *inv_watchdog(inv *v);
 struct rd_target inv_redis_target(const inv *v);
 
 /* The stock store of an event loop on `base` (store.h): the backend is chosen here,
- * at one place (today Redis, segments/redis/backend.h). Freed by its ops' free. */
+ * at one place (Redis, segments/redis/backend.h, or PostgreSQL, postgres/backend.h;
+ * and so is a worker's admin table, admin.h, in inv_conn_create). Freed by its ops'
+ * free. */
 store *inv_store_create(inv *v, struct event_base *base);
 
 /* A handle of lock service `lock` (skumode.h sku_lock) on `base`, chosen here too:

@@ -3,9 +3,13 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "segments/internal.h"
 #include "segments/memcached/mclock.h"
+#include "segments/postgres/admin.h"
+#include "segments/postgres/backend.h"
+#include "segments/redis/admin.h"
 #include "segments/redlock/redlock.h"
 #include "segments/zookeeper/zklock.h"
 #include "segments/redis/backend.h"
@@ -47,13 +51,36 @@ bool inv_redis_cluster(const inv *v)
     return v->map != NULL ? rd_smap_cluster(v->map) : v->cluster;
 }
 
+bool inv_store_is_postgres(const char *where)
+{
+    return where != NULL &&
+           (strncmp(where, "postgres://", 11) == 0 ||
+            strncmp(where, "postgresql://", 13) == 0 || strncmp(where, "host=", 5) == 0 ||
+            strncmp(where, "dbname=", 7) == 0);
+}
+
+int inv_migrate(const char *where, int timeout_ms, int *version, char *err, size_t errlen)
+{
+    return pga_migrate(where, timeout_ms, version, err, errlen);
+}
+
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
 {
     inv *v = seg_calloc(1, sizeof *v);
     v->opt = *opt;
     v->host = seg_strdup(opt->redis_host ? opt->redis_host : "127.0.0.1");
     v->opt.redis_host = v->host;
-    if (opt->redis_sentinels != NULL && opt->redis_sentinels[0] != '\0') {
+    v->postgres = inv_store_is_postgres(opt->store);
+    if (v->postgres) {
+        /* PostgreSQL: its schema now; no Redis is asked anything (the watchdog's
+         * connection is made on first use, and no admin lock is taken here). */
+        int version = 0;
+        if (inv_migrate(opt->store, opt->redis_timeout_ms, &version, err, errlen) != 0) {
+            free(v->host);
+            free(v);
+            return NULL;
+        }
+    } else if (opt->redis_sentinels != NULL && opt->redis_sentinels[0] != '\0') {
         v->sentinel = rd_sentinel_create(
             &(struct rd_sentinel_opts){
                 .sentinels = opt->redis_sentinels,
@@ -79,7 +106,7 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
      * TCP Redis has one, and the sweeper, idle while standalone. Not a Sentinel
      * Redis: its master is no cluster, and host:port there is a sentinel's. */
     const struct rd_target seed = inv_redis_target(v);
-    v->map = v->sentinel == NULL ? rd_smap_create(&seed) : NULL;
+    v->map = v->sentinel == NULL && !v->postgres ? rd_smap_create(&seed) : NULL;
     if (!v->cluster && v->probe_failed)
         rd_smap_unsure(v->map); /* asked again every 5 s until it answers */
     const struct rd_target to = inv_redis_target(v);
@@ -111,7 +138,9 @@ inv_conn *inv_conn_create(inv *v)
     inv_conn *c = seg_calloc(1, sizeof *c);
     c->v = v;
     const struct rd_target to = inv_redis_target(v);
-    c->rd = rd_conn_create(&to, &v->stats[STAT_REDIS_ERRORS]);
+    c->adm = v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms)
+                         : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
+    c->rd = v->postgres ? NULL : rd_admin_conn(c->adm);
     inv_rand_seed(c);
     return c;
 }
@@ -120,13 +149,13 @@ void inv_conn_free(inv_conn *c)
 {
     if (c == NULL)
         return;
-    rd_conn_free(c->rd);
+    c->adm->ops->free(c->adm);
     free(c);
 }
 
 inv_status inv_ping(inv_conn *c)
 {
-    return rd_ping(c->rd) == 0 ? INV_OK : INV_UNAVAILABLE;
+    return ADMIN_CALL0(c->adm, ping) == 0 ? INV_OK : INV_UNAVAILABLE;
 }
 
 void inv_set_redis_logger(inv_log_fn fn)
@@ -136,7 +165,7 @@ void inv_set_redis_logger(inv_log_fn fn)
 
 const char *inv_conn_error(const inv_conn *c)
 {
-    return rd_conn_error(c->rd);
+    return c->adm->ops->error(c->adm);
 }
 
 const char *inv_status_name(inv_status s)
@@ -192,6 +221,14 @@ struct rd_target inv_redis_target(const inv *v)
 
 store *inv_store_create(inv *v, struct event_base *base)
 {
+    if (v->postgres) {
+        const struct pgb_opts o = {
+            .conninfo = v->opt.store,
+            .lock_ttl_ms = v->opt.lock_ttl_ms,
+            .timeout_ms = v->opt.redis_timeout_ms,
+        };
+        return pgb_store_create(base, &o);
+    }
     const struct rd_target to = inv_redis_target(v);
     const struct rda_counters counts = {&v->stats[STAT_REDIS_ERRORS],
                                         &v->stats[STAT_REDIS_COMMANDS],

@@ -61,6 +61,11 @@ struct inv_options {
     int lock_ttl_ms;      /* lease of a segment lock; renewed every ttl/3 while held */
     int lock_wait_ms;     /* how long an order waits for a free segment before BUSY */
     int meta_cache_ms;    /* how long a SKU's settings are trusted without re-reading */
+    /* The stock store: NULL/"" Redis (the redis_* options above), or a PostgreSQL
+     * connection string ("postgres://...", "postgresql://...", or key=value pairs
+     * starting "host=" / "dbname="): every redis_* option then unused, the schema
+     * migrated by inv_create. Borrowed, must outlive the handle. */
+    const char *store;
     /* Lock services (segments/locksvc.h) for SKUs with a "lock" of theirs; NULL/""
      * for none; borrowed, must outlive the handle: */
     const char *redlock;   /* RedLock masters "h:p,h:p,h:p" */
@@ -70,6 +75,14 @@ struct inv_options {
 
 /* The lock services `opt` configures: bit 1 << sku_lock (skumode.h) for each. */
 unsigned inv_lock_services(const struct inv_options *opt);
+
+/* True when `store` (inv_options.store) names PostgreSQL. */
+bool inv_store_is_postgres(const char *where);
+
+/* Create or upgrade the PostgreSQL schema of `store` and return: 0 with *version, or
+ * -1 with err filled (`inventoryd --migrate`; inv_create does it too). */
+int inv_migrate(const char *where, int timeout_ms, int *version, char *err,
+                size_t errlen);
 
 /* Create the process-wide handle and start the lease watchdog thread.
  * Returns NULL and fills `err` when a thread cannot be started. Redis need not

@@ -10,7 +10,7 @@
 #include "segments/ring.h"
 #include "segments/watchdog.h"
 #include "base/xalloc.h"
-#include "segments/redis/calls.h"
+#include "segments/internal.h"
 
 struct lockset {
     sku_local *e;
@@ -33,7 +33,7 @@ static inv_status take_one(inv_conn *c, struct lockset *s, int k, int64_t deadli
     inv_new_token(c, l->token);
     stat_add(c->v, STAT_LOCK_ATTEMPTS, 1);
     for (int round = 0;; round++) {
-        int got = rd_lock(c->rd, s->sku, i, l->token, c->v->opt.lock_ttl_ms);
+        int got = ADMIN_CALL(c->adm, lock, s->sku, i, l->token, c->v->opt.lock_ttl_ms);
         if (got == 1)
             break;
         left = (int)(deadline - inv_now_ms());
@@ -82,7 +82,7 @@ bool lockset_drop(inv_conn *c, struct lockset *s, bool release)
     for (int k = 0; k < s->n; k++) {
         lost |= watchdog_remove(c->v->wd, &s->lease[k]);
         if (release)
-            rd_release(c->rd, s->sku, s->seg[k], s->lease[k].token);
+            ADMIN_CALL(c->adm, release, s->sku, s->seg[k], s->lease[k].token);
         skutab_unclaim(s->e, s->seg[k]);
     }
     free(s->seg);

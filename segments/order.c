@@ -12,7 +12,6 @@
 #include "segments/record.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
-#include "segments/redis/calls.h"
 
 /* How many views a cancel tries before answering busy. */
 #define STALE_TRIES 4
@@ -23,7 +22,7 @@
  * INV_UNAVAILABLE. */
 static inv_status read_record(inv_conn *c, const char *id, char **record)
 {
-    int found = rd_record_read(c->rd, id, record);
+    int found = ADMIN_CALL(c->adm, record_read, id, record);
     return found < 0 ? INV_UNAVAILABLE : found ? INV_OK : INV_NOT_FOUND;
 }
 
@@ -101,7 +100,7 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     struct sku_view view;
     inv_status st = INV_UNAVAILABLE;
     bool ok = parse_record(rec, p) == 0;
-    if (ok && (!p->cancelled || rd_conn_cluster(c->rd)))
+    if (ok && (!p->cancelled || (ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_CLUSTER)))
         st = skutab_get(c, p->sku, &e, &view);
     /* A record cancelled already is the answer, except for a "replicated" SKU on a
      * cluster: there the segments' part is checked (and redone, if a failover lost
@@ -112,8 +111,8 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         return INV_OK;
     }
     struct lockset *set = NULL;
-    char placed[RD_SKU_PLACED_MAX];
-    rd_sku_placed(placed, p->sku, view.salt);
+    char placed[STORE_SKU_PLACED_MAX];
+    store_sku_placed(placed, p->sku, view.salt);
     if (st == INV_OK)
         set = lockset_take(c, e, placed, p->seg, p->n,
                            inv_now_ms() + c->v->opt.lock_wait_ms, &st);
@@ -128,24 +127,24 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     const char **tok = seg_malloc(sizeof *tok * (size_t)p->n);
     for (int j = 0; j < p->n; j++)
         tok[j] = lockset_token(set, j);
-    const struct rd_parts parts = {p->n, p->seg, NULL, tok};
-    struct rd_reply r;
+    const struct store_parts parts = {p->n, p->seg, p->part, tok, NULL};
+    struct store_reply r = {0};
     int wait_ms = view.cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
-    int code =
-        rd_cancel(c->rd, placed, view.epoch, id, cancelled, rec, &parts, wait_ms, &r) < 0
-            ? -1
-            : r.code;
+    int code = ADMIN_CALL(c->adm, cancel, placed, view.epoch, id, cancelled, rec, &parts,
+                          wait_ms, &r) < 0
+                   ? -1
+                   : r.code;
     free(tok);
-    if (code == RD_EXISTS) { /* cancelled already: that record */
+    if (code == STORE_EXISTS) { /* cancelled already: that record */
         *record = r.record;
         r.record = NULL;
     }
-    rd_reply_clear(&r);
+    admin_reply_clear(&r);
     lockset_drop(c, set, code < 0);
-    if (code == RD_OK)
+    if (code == STORE_OK)
         skutab_count(e, STAT_ORDERS_CANCELLED);
     skutab_release(c->v->tab, e);
-    if (code == RD_OK) {
+    if (code == STORE_OK) {
         /* The script bumped the generation: sold-out flags here go at once. */
         skutab_invalidate(c->v, p->sku);
         stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
@@ -153,12 +152,13 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     } else {
         free(cancelled);
     }
-    if (code == RD_STALE) /* the next try must not trust the cached view */
+    if (code == STORE_STALE) /* the next try must not trust the cached view */
         skutab_invalidate(c->v, p->sku);
-    if ((code == RD_OK || (code == RD_EXISTS && *record != NULL)) && wait_ms > 0) {
+    if ((code == STORE_OK || (code == STORE_EXISTS && *record != NULL)) && wait_ms > 0) {
         /* Durability "replicated": 200 once a replica has the cancel too; else 503
          * not_replicated, and the retry answers 200 once it holds. */
-        int replicas = rd_wait(c->rd, placed, p->n, p->seg, id, p->sku, wait_ms);
+        int replicas =
+            ADMIN_CALL(c->adm, wait, placed, p->n, p->seg, id, p->sku, wait_ms);
         if (replicas < 1) {
             free(*record);
             *record = NULL;
@@ -168,17 +168,17 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     }
     free(p);
     switch (code) {
-    case RD_OK:
+    case STORE_OK:
         return INV_OK;
-    case RD_EXISTS:
+    case STORE_EXISTS:
         return *record != NULL ? INV_OK : INV_UNAVAILABLE;
-    case RD_MISSING:
+    case STORE_MISSING:
         return INV_NOT_FOUND;
-    case RD_FENCED:
+    case STORE_FENCED:
         return INV_BUSY;
-    case RD_NOT_REPLICATED:
+    case ADMIN_NOT_REPLICATED:
         return INV_NOT_REPLICATED;
-    case RD_STALE:
+    case STORE_STALE:
         return CANCEL_STALE;
     default:
         return INV_UNAVAILABLE;

@@ -12,7 +12,6 @@
 #include "segments/ring.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
-#include "segments/redis/calls.h"
 
 /* What an admin write is, for its request id: a retry under the same id must be the
  * same write. */
@@ -41,24 +40,24 @@ static const char *request_id(const char *given, char fresh[33])
 static int admin_status(int code)
 {
     switch (code) {
-    case RD_OK:
-    case RD_REPLAYED:
+    case STORE_OK:
+    case ADMIN_REPLAYED:
         return INV_OK;
-    case RD_CONFLICT:
+    case ADMIN_CONFLICT:
         return INV_REQUEST_CONFLICT;
-    case RD_EXISTS:
+    case STORE_EXISTS:
         return INV_SKU_EXISTS;
-    case RD_MISMATCH:
+    case ADMIN_MISMATCH:
         return INV_PRECONDITION;
-    case RD_MISSING:
+    case STORE_MISSING:
         return INV_UNKNOWN_SKU;
-    case RD_FENCED:
+    case STORE_FENCED:
         return INV_BUSY;
-    case RD_LIMIT:
+    case ADMIN_LIMIT:
         return INV_INVALID;
-    case RD_NOT_REPLICATED:
+    case ADMIN_NOT_REPLICATED:
         return INV_NOT_REPLICATED;
-    case RD_STALE:
+    case STORE_STALE:
         return -1; /* look again */
     default:
         return INV_UNAVAILABLE;
@@ -70,19 +69,21 @@ static int admin_status(int code)
  * `expect` names (calls.h rd_reset.expect). Returns the script's code, or -1 when
  * Redis gave no usable answer; *created as rd_reset's value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
-                 const struct sku_config *cfg, const char *expect, const char *rid,
-                 bool *created)
+                 const struct sku_config *cfg, const char *lock, const char *expect,
+                 const char *rid, bool *created)
 {
-    char sig[128];
+    char sig[128 + SKU_LOCK_MAX];
     signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
-    const struct rd_reset to = {
+    if (lock[0] != '\0') /* a retry naming another scheme is another write */
+        snprintf(sig + strlen(sig), sizeof sig - strlen(sig), ":%s", lock);
+    const struct admin_reset to = {
         .segments = cfg ? cfg->segments : 0,
         .mode = sku_mode_name(cfg ? cfg->mode : SKU_MODE_LOCK),
+        .lock = lock,
         .hold_ms = cfg ? cfg->hold_ms : 0,
         .stock = cfg ? cfg->stock : 0,
         .rebalance = cfg && cfg->rebalance,
         .replicated = cfg && cfg->replicated,
-        .lock = cfg && cfg->lock != SKU_LOCK_STORE ? sku_lock_name(cfg->lock) : "",
         .unfenced = cfg && cfg->unfenced,
         .salt = old->epoch != 0 ? old->salt : -1, /* kept; a new SKU is placed */
         .epoch = inv_new_epoch(),
@@ -92,11 +93,12 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                        : 0,
         .expect = expect,
     };
-    struct rd_reply r;
-    int rc = rd_reset(c->rd, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);
+    struct store_reply r = {0};
+    int rc =
+        ADMIN_CALL(c->adm, reset, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);
     skutab_invalidate(c->v, sku);
     *created = rc == 0 && r.value == 1;
-    rd_reply_clear(&r);
+    admin_reply_clear(&r);
     return rc < 0 ? -1 : r.code;
 }
 
@@ -104,8 +106,8 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
  * read what the SKU is now, and reset exactly that, again when another writer changed
  * it in between. */
 static inv_status reset_current(inv_conn *c, const char *sku,
-                                const struct sku_config *cfg, const char *expect,
-                                const char *rid, bool *created)
+                                const struct sku_config *cfg, const char *lock,
+                                const char *expect, const char *rid, bool *created)
 {
     char fresh[33];
     rid = request_id(rid, fresh);
@@ -116,7 +118,7 @@ static inv_status reset_current(inv_conn *c, const char *sku,
             return st;
         if (st == INV_UNKNOWN_SKU)
             old.epoch = 0, old.cfg.segments = 0;
-        int got = admin_status(reset(c, sku, &old, cfg, expect, rid, created));
+        int got = admin_status(reset(c, sku, &old, cfg, lock, expect, rid, created));
         if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
             skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)
@@ -129,7 +131,16 @@ inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
                    enum sku_replace how, const struct sku_version *v, const char *rid,
                    bool *created)
 {
+    return sku_put_lock(c, sku, cfg, NULL, how, v, rid, created);
+}
+
+inv_status sku_put_lock(inv_conn *c, const char *sku, const struct sku_config *cfg,
+                        const char *lock, enum sku_replace how,
+                        const struct sku_version *v, const char *rid, bool *created)
+{
     bool made = false;
+    if (lock == NULL)
+        lock = "";
     char expect[48] = "";
     if (how == SKU_REPLACE_NONE)
         snprintf(expect, sizeof expect, "-");
@@ -145,7 +156,14 @@ inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
         (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC) ||
         (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    inv_status s = reset_current(c, sku, cfg, expect, rid, &made);
+    if (lock[0] != '\0') { /* a lock scheme this store has (admin.h) */
+        const char *const *l = c->adm->ops->locks;
+        while (*l != NULL && strcmp(*l, lock) != 0)
+            l++;
+        if (*l == NULL)
+            return INV_INVALID;
+    }
+    inv_status s = reset_current(c, sku, cfg, lock, expect, rid, &made);
     if (created != NULL)
         *created = s == INV_OK && made;
     return s;
@@ -156,13 +174,13 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
     if (!seg_valid_name(sku) || (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
     bool made;
-    return reset_current(c, sku, NULL, "", rid, &made);
+    return reset_current(c, sku, NULL, "", "", rid, &made);
 }
 
 /* One ADJUST (scripts.c) of `sku` as `view` has it: under locks of every segment on
  * a standalone Redis; on a Redis Cluster without them, in the seam's per-slot steps
  * (calls.h rd_adjust), each on a replica before the next for a `replicated` SKU. The
- * script's code (RD_NOT_REPLICATED: a step reached no replica), -1 without an answer,
+ * script's code (ADMIN_NOT_REPLICATED: a step reached no replica), -1 without an answer,
  * or -2 with *st set when the locks were not had. */
 static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
                        const struct sku_view *view, const char *op, long long add,
@@ -171,7 +189,7 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     const int n = view->cfg.segments;
     struct lockset *set = NULL;
     const char **tok = NULL;
-    if (!rd_conn_cluster(c->rd)) {
+    if (ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS) {
         int seg[SEG_MAX_SEGMENTS];
         for (int i = 0; i < n; i++)
             seg[i] = i;
@@ -185,21 +203,21 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
     char sig[128] = "";
     if (rid != NULL)
         signature(sig, sizeof sig, op, add, NULL);
-    struct rd_reply r;
+    struct store_reply r = {0};
     int wait_ms = view->cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
-    int code = rd_adjust(c->rd, sku, view->epoch, n, tok, op, add, SKU_STOCK_MAX - add,
-                         rid, sig, wait_ms, &r) < 0
+    int code = ADMIN_CALL(c->adm, adjust, sku, view->epoch, n, tok, op, add,
+                          SKU_STOCK_MAX - add, rid, sig, wait_ms, &r) < 0
                    ? -1
                    : r.code;
-    long long gen = code == RD_OK ? r.value : 0;
-    rd_reply_clear(&r);
+    long long gen = code == STORE_OK ? r.value : 0;
+    admin_reply_clear(&r);
     free(tok);
     if (set != NULL)
         lockset_drop(c, set, code < 0);
     if (gen > 0) {
         stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
         skutab_invalidate(c->v, sku);
-    } else if (code == RD_NOT_REPLICATED) { /* it may have committed: look again */
+    } else if (code == ADMIN_NOT_REPLICATED) { /* it may have committed: look again */
         skutab_invalidate(c->v, sku);
     }
     return code;
@@ -210,10 +228,10 @@ static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
  * answers 200 (replayed). (On a cluster the seam WAITs after every step.) */
 static inv_status replicated(inv_conn *c, const char *sku, const struct sku_view *view)
 {
-    char placed[RD_SKU_PLACED_MAX];
-    rd_sku_placed(placed, sku, view->salt);
-    int replicas = rd_wait(c->rd, placed, view->cfg.segments, NULL, NULL, sku,
-                           c->v->opt.redis_timeout_ms / 2);
+    char placed[STORE_SKU_PLACED_MAX];
+    store_sku_placed(placed, sku, view->salt);
+    int replicas = ADMIN_CALL(c->adm, wait, placed, view->cfg.segments, NULL, NULL, sku,
+                              c->v->opt.redis_timeout_ms / 2);
     return replicas < 0 ? INV_UNAVAILABLE : replicas < 1 ? INV_NOT_REPLICATED : INV_OK;
 }
 
@@ -236,18 +254,18 @@ static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long
         skutab_release(c->v->tab, e);
         if (code == -2)
             return st;
-        if (code == RD_BUSY) {
+        if (code == STORE_BUSY) {
             int left = (int)(deadline - inv_now_ms());
             if (left <= 0)
                 return INV_BUSY;
             inv_sleep_ms(ring_backoff_ms(round++, inv_rand(c, UINT32_MAX), left));
             continue;
         }
-        if (code == RD_NOT_REPLICATED)
+        if (code == ADMIN_NOT_REPLICATED)
             return INV_NOT_REPLICATED;
         int got = admin_status(code);
         if (got == INV_OK && view.cfg.replicated && rid != NULL &&
-            !rd_conn_cluster(c->rd))
+            !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_CLUSTER))
             return replicated(c, sku, &view);
         if (got >= 0)
             return (inv_status)got;
@@ -292,17 +310,18 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     memset(st, 0, sizeof *st);
     snprintf(st->sku, sizeof st->sku, "%s", sku);
     st->cfg = view.cfg;
+    memcpy(st->lock, view.lock, sizeof st->lock);
     st->version = (struct sku_version){view.epoch, view.gen};
 
     int n = view.cfg.segments;
     char *placed = st->placed;
-    rd_sku_placed(placed, sku, view.salt);
-    int rc_read = rd_segments_read(c->rd, placed, n, st->segment_stock, st->segment_sold,
-                                   st->segment_orders, st->segment_locked);
+    store_sku_placed(placed, sku, view.salt);
+    int rc_read = ADMIN_CALL(c->adm, segments_read, placed, n, st->segment_stock,
+                             st->segment_sold, st->segment_orders, st->segment_locked);
     for (int i = 0; i < n && rc_read == 0; i++) {
         char node[48];
-        rc_read =
-            rd_segment_place(c->rd, placed, i, &st->segment_slot[i], node, sizeof node);
+        rc_read = ADMIN_CALL(c->adm, segment_place, placed, i, &st->segment_slot[i], node,
+                             sizeof node);
         st->segment_node[i] = -1;
         for (int k = 0; node[0] != '\0' && k <= st->nnodes && k < SKU_NODES_MAX; k++) {
             if (k == st->nnodes)
@@ -333,7 +352,7 @@ inv_status sku_list(inv_conn *c, char ***names, size_t *n)
 {
     *names = NULL;
     *n = 0;
-    if (rd_skus_list(c->rd, names, n) != 0)
+    if (ADMIN_CALL(c->adm, skus_list, names, n) != 0)
         return INV_UNAVAILABLE;
     qsort(*names, *n, sizeof **names, compare_names);
     return INV_OK;

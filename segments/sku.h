@@ -35,6 +35,8 @@ struct sku_config {
                         writes unchecked (store.h STORE_UNFENCED) */
 };
 
+#define SKU_LOCK_MAX 16 /* a lock scheme's name ("lock"), its NUL included */
+
 /* Which version of a SKU a put may replace. A version is the SKU's epoch (a new one
  * at every create and reset) and its gen (bumped by every restock, rebalance, the
  * automatic one included, and cancel; never by a sale): what an admin decided the SKU
@@ -71,6 +73,7 @@ struct sku_status {
     char placed[SEG_NAME_MAX + 16]; /* the name its segments are keyed under: the SKU,
                                        or "sku/salt" when placed with a salt */
     int locks_held;                 /* segment locks held right now (any instance) */
+    char lock[SKU_LOCK_MAX];        /* the lock scheme, as the store names it */
 };
 
 /* Admin writes take a request id `rid` (a valid name, or NULL/"" for none): a write
@@ -94,6 +97,12 @@ struct sku_status {
 inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
                    enum sku_replace how, const struct sku_version *v, const char *rid,
                    bool *created);
+/* sku_put with the SKU's lock scheme `lock` (the "lock" of the PUT): one of the
+ * store's (admin.h admin_ops.locks), else INV_INVALID; NULL or "": the store's
+ * default. */
+inv_status sku_put_lock(inv_conn *c, const char *sku, const struct sku_config *cfg,
+                        const char *lock, enum sku_replace how,
+                        const struct sku_version *v, const char *rid, bool *created);
 
 /* Fill `st` (caller-owned). INV_OK, INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);

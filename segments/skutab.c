@@ -12,7 +12,7 @@
 #include "base/xalloc.h"
 #include "segments/clock.h"
 #include "segments/skumode.h"
-#include "segments/redis/calls.h"
+#include "segments/internal.h"
 
 #define BUCKETS 1024
 /* Entries nobody holds, kept for their counters and settings: past this many, the
@@ -242,8 +242,9 @@ bool skutab_dropped(const sku_local *e)
 
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
 {
-    struct rd_meta m;
-    int found = rd_meta_read(c->rd, sku, &m);
+    struct store_meta m = {0};
+    char lock[16];
+    int found = ADMIN_CALL(c->adm, meta_read, sku, &m, lock);
     if (found < 0)
         return INV_UNAVAILABLE;
     if (found == 0 || sku_mode_parse(m.mode, &out->cfg.mode) != 0 ||
@@ -259,6 +260,7 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     out->epoch = m.epoch;
     out->gen = m.gen;
     out->salt = m.salt;
+    memcpy(out->lock, lock, sizeof out->lock);
     return INV_OK;
 }
 

@@ -35,6 +35,7 @@ struct sku_view {
     long long epoch; /* drawn at create/reset, never reused (redis/keys.h); 0: none */
     long long gen;   /* starts at epoch, bumped by every change raising stock */
     int salt;        /* placement of its segments (calls.h rd_sku_placed); 0: none */
+    char lock[16];   /* its lock scheme as the store names it (admin.h) */
 };
 
 skutab *skutab_create(void);

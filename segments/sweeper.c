@@ -12,7 +12,7 @@
 #include "segments/clock.h"
 #include "segments/rand.h"
 #include "segments/sku.h"
-#include "segments/redis/calls.h"
+#include "segments/redis/admin.h"
 
 /* How often it looks, and how old an intent must be to be looked at (younger ones
  * are in flight: their claims would answer BUSY anyway). */
@@ -81,14 +81,15 @@ sweeper *sweeper_create(inv *v, const struct rd_target *to, char *err, size_t er
     sweeper *s = seg_calloc(1, sizeof *s);
     s->v = v;
     s->c.v = v;
-    s->c.rd = rd_conn_create(to, &v->stats[STAT_REDIS_ERRORS]);
+    s->c.adm = rd_admin_create(to, &v->stats[STAT_REDIS_ERRORS]);
+    s->c.rd = rd_admin_conn(s->c.adm);
     inv_rand_seed(&s->c);
     pthread_mutex_init(&s->mu, NULL);
     inv_cond_init(&s->cv);
     int rc = pthread_create(&s->thread, NULL, run, s);
     if (rc != 0) {
         snprintf(err, errlen, "sweeper thread: %s", strerror(rc));
-        rd_conn_free(s->c.rd);
+        s->c.adm->ops->free(s->c.adm);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         free(s);
@@ -106,7 +107,7 @@ void sweeper_free(sweeper *s)
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
-    rd_conn_free(s->c.rd);
+    s->c.adm->ops->free(s->c.adm);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -74,6 +74,7 @@ static const char *const durability_names[] = {
 static const struct setting settings[] = {
     INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
     STR_SETTING("bind", "INVENTORY_BIND", "--bind", K_BIND, bind),
+    STR_SETTING("store", "INVENTORY_STORE", "--store", K_STR, store),
     STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
     STR_SETTING("redis_user", "INVENTORY_REDIS_USER", NULL, K_STR, redis_user),
     STR_SETTING("redis_password", "INVENTORY_REDIS_PASSWORD", NULL, K_TOKEN,
@@ -702,7 +703,8 @@ static int scan_args(int argc, char *const argv[], struct opt *opts, char *err,
         bool takes_value = true;
         if ((namelen == 6 && strncmp(a, "--help", 6) == 0) ||
             (namelen == 9 && strncmp(a, "--version", 9) == 0) ||
-            (namelen == 14 && strncmp(a, "--check-config", 14) == 0)) {
+            (namelen == 14 && strncmp(a, "--check-config", 14) == 0) ||
+            (namelen == 9 && strncmp(a, "--migrate", 9) == 0)) {
             takes_value = false;
         } else {
             bool known = namelen == 8 && strncmp(a, "--config", 8) == 0;
@@ -770,6 +772,8 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
             out->version = true;
         else if (opt_is(&opts[i], "--check-config"))
             out->check = true;
+        else if (opt_is(&opts[i], "--migrate"))
+            out->migrate = true;
         else if (opt_is(&opts[i], "--config")) {
             if (opts[i].value[0] == '\0') {
                 fail(err, errlen, "--config: empty path");
@@ -864,6 +868,27 @@ static void append(char *buf, size_t len, const char *fmt, ...)
 /* The value of setting `s` in `c`: a number in *num (CFG_VINT, CFG_VBOOL) or text in
  * `buf` (CFG_VTEXT) -- secrets as "***"/"(none)" when `mask`, in clear otherwise
  * (only to compare them). The one place that decides how a value is shown. */
+/* A store connection string with its password as ***: the one of a URL's
+ * "user:password@" and of a "password=" pair. */
+static void mask_store(char *buf, size_t len, const char *text)
+{
+    const char *scheme = strstr(text, "://");
+    const char *at = scheme != NULL ? strchr(scheme + 3, '@') : NULL;
+    const char *colon =
+        at != NULL ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+    if (colon != NULL) {
+        snprintf(buf, len, "%.*s:***%s", (int)(colon - text), text, at);
+        return;
+    }
+    const char *pw = strstr(text, "password=");
+    if (pw != NULL) {
+        const char *end = strchr(pw, ' ');
+        snprintf(buf, len, "%.*spassword=***%s", (int)(pw - text), text, end ? end : "");
+        return;
+    }
+    snprintf(buf, len, "%s", text);
+}
+
 static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, bool mask,
                                char *buf, size_t len, long long *num)
 {
@@ -902,6 +927,12 @@ static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, boo
         snprintf(buf, len, "%s", field[0] != '\0' ? field : "(stderr)");
         break;
     case K_STR:
+        if (mask && strcmp(s->key, "store") == 0) {
+            mask_store(buf, len, field);
+            break;
+        }
+        snprintf(buf, len, "%s", field);
+        break;
     case K_BIND:
         snprintf(buf, len, "%s", field);
         break;
@@ -997,7 +1028,9 @@ static const char *metavar(const struct setting *s)
     case K_STR:
         break;
     }
-    return strcmp(s->key, "redis_password_file") == 0 ? "PATH" : "T";
+    return strcmp(s->key, "redis_password_file") == 0 ? "PATH"
+           : strcmp(s->key, "store") == 0             ? "URL"
+                                                      : "T";
 }
 
 /* The usage line and the settings table are made from `settings`, the one list of
@@ -1015,7 +1048,7 @@ void cfg_usage(FILE *f, const char *prog)
             col = fprintf(f, "\n         ") - 1;
         col += fprintf(f, "%s", opt);
     }
-    fprintf(f, "\n          [--check-config] [--help] [--version]\n");
+    fprintf(f, "\n          [--check-config] [--migrate] [--help] [--version]\n");
     fprintf(f,
             "\n"
             "Settings, each overriding the one before: built-in defaults, the JSON file\n"
@@ -1059,6 +1092,11 @@ void cfg_usage(FILE *f, const char *prog)
         "true says so without asking. redis_user and redis_password: AUTH on every "
         "connect;\n"
         "redis_password_file: the password on the first line of a file (wins).\n"
+        "\n"
+        "store: where the stock lives: \"redis\" or \"\" (the redis setting), or a\n"
+        "PostgreSQL connection string (postgres://user@host:port/db, or key=value\n"
+        "pairs from host= or dbname=; a password in a libpq passfile): the schema is\n"
+        "created or upgraded at start, or by --migrate alone (exits 0, or 1).\n"
         "\n"
         "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
         "none (replicated: an order is 201 only once a replica has it).\n"

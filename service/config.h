@@ -53,9 +53,10 @@ struct cfg {
     char redis_user[CFG_TOKEN_MAX + 1];     /* ACL user for AUTH; "" = default user */
     char redis_password[CFG_TOKEN_MAX + 1]; /* AUTH on connect; "" = none (secret) */
     char redis_password_file[CFG_PATH_MAX]; /* read into redis_password at load */
-    char redis_seeds[CFG_PATH_MAX];         /* more cluster seeds: "h:p,h:p"; "" */
-    bool redis_cluster;                     /* a Redis Cluster, without asking; false */
-    char redis_sentinels[CFG_PATH_MAX];     /* redis-sentinel://: "h:p,h:p"; "" = none */
+    char store[CFG_PATH_MAX]; /* "" or "redis": Redis; a PostgreSQL connection string */
+    char redis_seeds[CFG_PATH_MAX];     /* more cluster seeds: "h:p,h:p"; "" */
+    bool redis_cluster;                 /* a Redis Cluster, without asking; false */
+    char redis_sentinels[CFG_PATH_MAX]; /* redis-sentinel://: "h:p,h:p"; "" = none */
     char redis_sentinel_master[CFG_HOST_MAX + 1];    /* the monitored name; "" */
     char redis_sentinel_password[CFG_TOKEN_MAX + 1]; /* the sentinels' AUTH (secret) */
     int threads;          /* event loops (api/loop.h), 1..1024; the number of cores */
@@ -87,6 +88,7 @@ struct cfg {
     bool help;                      /* --help given: print cfg_usage(), run nothing */
     bool version;                   /* --version given */
     bool check;                     /* --check-config: validate, print, run nothing */
+    bool migrate; /* --migrate: create or upgrade the PostgreSQL schema, then exit */
 };
 
 /* The files tried, in order, when neither --config nor $INVENTORY_CONFIG names one:

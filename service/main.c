@@ -206,6 +206,27 @@ int main(int argc, char **argv)
         printf("inventoryd %s\n", INVENTORYD_VERSION);
         return 0;
     }
+    if (cfg.store[0] != '\0' && strcmp(cfg.store, "redis") != 0 &&
+        !inv_store_is_postgres(cfg.store)) {
+        fprintf(stderr,
+                "inventoryd: store: must be \"redis\" or a PostgreSQL connection string "
+                "(postgres://..., host=..., dbname=...)\n");
+        return 2;
+    }
+    if (cfg.migrate) {
+        int version = 0;
+        if (!inv_store_is_postgres(cfg.store)) {
+            fprintf(stderr, "inventoryd: --migrate: the store is not PostgreSQL\n");
+            return 2;
+        }
+        if (inv_migrate(cfg.store, cfg.redis_timeout_ms, &version, err, sizeof(err)) !=
+            0) {
+            fprintf(stderr, "inventoryd: %s\n", err);
+            return 1;
+        }
+        printf("inventoryd: schema at version %d\n", version);
+        return 0;
+    }
     if (cfg.check) {
         /* Like `nginx -t`: everything was validated by cfg_load(); say what would run. */
         if (cfg.log_file[0] != '\0' && check_log_file(cfg.log_file, err, sizeof(err))) {
@@ -268,6 +289,7 @@ int main(int argc, char **argv)
         .redlock = cfg.redlock,
         .memcached = cfg.memcached,
         .zookeeper = cfg.zookeeper,
+        .store = inv_store_is_postgres(cfg.store) ? cfg.store : NULL,
     };
     inv_set_redis_logger(redis_log);
     inv *v = inv_create(&opt, err, sizeof(err));
@@ -302,7 +324,9 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &started);
 
     char redis[CFG_PATH_MAX + CFG_HOST_MAX + 32];
-    if (cfg.redis_sentinels[0] != '\0')
+    if (inv_store_is_postgres(cfg.store))
+        snprintf(redis, sizeof(redis), "none: the store is PostgreSQL");
+    else if (cfg.redis_sentinels[0] != '\0')
         snprintf(redis, sizeof(redis), "Sentinel %s, master %s", cfg.redis_sentinels,
                  cfg.redis_sentinel_master);
     else if (cfg.redis_unix[0] != '\0')

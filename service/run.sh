@@ -11,6 +11,12 @@
 # with a replica each on ports 7000.. (bus ports 17000..), data in var/cluster/<port>;
 # made on first use with redis-cli --cluster create, started again as it was later.
 # The service gets every node as a seed (--redis 127.0.0.1:7000,...).
+#
+# STORE=postgres (make run STORE=postgres): a PostgreSQL of its own instead of Redis:
+# initdb into a temp dir (as the `postgres` user when run as root: PostgreSQL refuses
+# root), the server on 127.0.0.1 with a free port and its socket in that dir, stopped
+# by pid on exit and the dir removed. The service gets --store postgres://... and
+# migrates the schema at start. PG_BINDIR: default /usr/lib/postgresql/15/bin.
 set -euo pipefail
 
 bin=$1
@@ -41,9 +47,16 @@ redis_port=${redis_addr##*:}
 redis_pid=
 svc_pid=
 cluster_pids=()
+pg_pid=
+pg_dir=
 cleanup() {
     trap - EXIT INT TERM
     [ -n "$svc_pid" ] && kill -TERM "$svc_pid" 2>/dev/null && wait "$svc_pid" 2>/dev/null
+    if [ -n "$pg_pid" ]; then
+        kill -INT "$pg_pid" 2>/dev/null && wait "$pg_pid" 2>/dev/null
+        echo "run: stopped PostgreSQL (pid $pg_pid)"
+    fi
+    [ -n "$pg_dir" ] && rm -rf "$pg_dir"
     if [ -n "$redis_pid" ]; then
         kill -TERM "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
         echo "run: stopped redis-server (data kept in var/redis)"
@@ -98,7 +111,50 @@ if [ -n "$cluster" ]; then
     redis_addr=$seeds
 fi
 
-if [ -n "$cluster" ]; then
+store=${STORE:-}
+if [ "$store" = postgres ]; then
+    pg_bin=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+    pg_dir=$(mktemp -d /tmp/inventoryd-pg.XXXXXX)
+    chmod 755 "$pg_dir"
+    as_pg=()
+    if [ "$(id -u)" = 0 ]; then
+        chown postgres: "$pg_dir"
+        as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+    fi
+    "${as_pg[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust -E UTF8 \
+        --locale C >"$pg_dir/initdb.log" 2>&1 ||
+        { echo "run: initdb failed:" >&2; cat "$pg_dir/initdb.log" >&2; exit 1; }
+    pg_port=
+    for _ in 1 2 3 4 5; do # a free port (another server may take it first: try again)
+        p=$((20000 + RANDOM % 20000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+        "${as_pg[@]}" "$pg_bin/postgres" -D "$pg_dir/data" -p "$p" \
+            -c listen_addresses=127.0.0.1 -c unix_socket_directories="$pg_dir" \
+            >"$pg_dir/postgres.log" 2>&1 &
+        pg_pid=$!
+        for _ in $(seq 100); do
+            if "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$p"; then
+                pg_port=$p
+                break
+            fi
+            kill -0 "$pg_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        [ -n "$pg_port" ] && break
+        kill -INT "$pg_pid" 2>/dev/null && wait "$pg_pid" 2>/dev/null
+        pg_pid=
+    done
+    [ -n "$pg_port" ] ||
+        { echo "run: postgres did not start:" >&2; cat "$pg_dir/postgres.log" >&2; exit 1; }
+    pg_url="postgres://postgres@127.0.0.1:$pg_port/postgres"
+    echo "run: PostgreSQL on 127.0.0.1:$pg_port (pid $pg_pid, data in $pg_dir, removed on exit)"
+    set -- "$@" --store "$pg_url"
+elif [ -n "$store" ]; then
+    echo "run: STORE must be postgres (or unset: Redis), got '$store'" >&2
+    exit 2
+fi
+
+if [ -n "$cluster" ] || [ -n "$store" ]; then
     :
 elif redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null 2>&1; then
     echo "run: using the Redis that answers at $redis_addr"

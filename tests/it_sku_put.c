@@ -244,6 +244,36 @@ static void test_bad_conditions(void **state)
     h_resp_free(&r);
 }
 
+/* A SKU's "lock" on the Redis store: "redis" (its only scheme) is taken and shown; a
+ * PostgreSQL scheme, an empty or a non-string one is 400 and creates nothing. */
+static void test_lock_scheme(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    static const char *const bad[] = {
+        "{\"stock\":5,\"lock\":\"row\"}",
+        "{\"stock\":5,\"lock\":\"\"}",
+        "{\"stock\":5,\"lock\":5}",
+    };
+    struct h_resp r;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h_req(e->port, "PUT", "/admin/skus/lk", NULL, bad[i], &r);
+        if (h_expect_error(&r, 400, "invalid_field") != 0)
+            fail_msg("%s", bad[i]);
+        h_resp_free(&r);
+    }
+    assert_int_equal(h_req(e->port, "GET", "/admin/skus/lk", NULL, NULL, &r), 404);
+    h_resp_free(&r);
+    assert_int_equal(h_req(e->port, "PUT", "/admin/skus/lk", NULL,
+                           "{\"stock\":5,\"lock\":\"redis\"}", &r),
+                     201);
+    h_resp_free(&r);
+    json_t *j = h_get_sku(e->port, NULL, "lk");
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "lock")), "redis");
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_explicit_reset),
         cmocka_unit_test(test_replay_answers_as_first),
         cmocka_unit_test(test_bad_conditions),
+        cmocka_unit_test(test_lock_scheme),
     };
     int failed =
         cmocka_run_group_tests_name("sku_put", tests, group_setup, group_teardown);

@@ -23,7 +23,7 @@ import sys
 FOLDERS = ["base", "segments/redis", "segments/postgres", "segments", "api", "service"]
 FOLDERS += ["segments/redlock", "segments/memcached", "segments/zookeeper"]
 # Headers that are a layer of their own, below the folder that holds them.
-SEAMS = ["segments/store.h", "segments/locksvc.h"]
+SEAMS = ["segments/store.h", "segments/admin.h", "segments/locksvc.h"]
 ENGINE = ["segments/" + f for f in (
     "engine.c", "ord.c", "lease.c", "handover.c", "claims.c", "multi.c", "spread.c",
     "verdict.c", "engine.h", "engine_internal.h")]

@@ -616,6 +616,31 @@ static char *printed(const struct cfg *c)
     return buf;
 }
 
+/* The store: a PostgreSQL connection string from a flag or INVENTORY_STORE, printed
+ * with its password as *** (a URL's and a key=value one's). */
+static void store_setting_masks_its_password(void **state)
+{
+    (void)state;
+    struct cfg c;
+    char err[512];
+    assert_int_equal(
+        LOAD(NULL, &c, err, "--store", "postgres://inv:s3cret@db:5432/inv", NULL), 0);
+    assert_string_equal(c.store, "postgres://inv:s3cret@db:5432/inv");
+    char *out = printed(&c);
+    assert_non_null(
+        strstr(out, "\nstore                  postgres://inv:***@db:5432/inv\n"));
+    assert_null(strstr(out, "s3cret"));
+    free(out);
+    const char *env[] = {"INVENTORY_STORE=host=/run/pg dbname=inv password=s3cret user=u",
+                         NULL};
+    assert_int_equal(LOAD(env, &c, err, NULL), 0);
+    out = printed(&c);
+    assert_non_null(strstr(
+        out, "\nstore                  host=/run/pg dbname=inv password=*** user=u\n"));
+    assert_null(strstr(out, "s3cret"));
+    free(out);
+}
+
 static void print_shows_effective_values_and_masks_secrets(void **state)
 {
     (void)state;
@@ -826,6 +851,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(print_shows_effective_values_and_masks_secrets,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(store_setting_masks_its_password, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(foreach_source_and_diff, setup, teardown),
         cmocka_unit_test_setup_teardown(help_and_version, setup, teardown),
         cmocka_unit_test_setup_teardown(warnings_for_misspelt_env_and_contradictions,

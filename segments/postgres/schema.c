@@ -37,7 +37,21 @@ static const char *const m1[] = {
     NULL,
 };
 
-static const char *const *const migrations[] = {m1};
+/* 2: what the service's admin operations keep (postgres/admin.h): the SKU's gen
+ * (bumped by restock, rebalance, cancel), its rebalance and durability settings, and
+ * the request ids of admin writes. */
+static const char *const m2[] = {
+    "ALTER TABLE skus ADD COLUMN gen bigint NOT NULL DEFAULT 0,"
+    " ADD COLUMN rebalance boolean NOT NULL DEFAULT false,"
+    " ADD COLUMN replicated boolean NOT NULL DEFAULT false",
+    "CREATE TABLE requests ("
+    " rid text PRIMARY KEY,"
+    " sig text NOT NULL,"
+    " created_at timestamptz NOT NULL DEFAULT now())",
+    NULL,
+};
+
+static const char *const *const migrations[] = {m1, m2};
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
 
 /* Serializes migrations of several instances on one database. */

@@ -545,6 +545,18 @@ void pgs_opt_deduct(pgc_conn *c, const char *sku, int seg, long long version,
     deduct(c, SCHEME_OPT, sql, sku, seg, v, version, id, qty, record, NULL, fn, arg);
 }
 
+void pgs_row_deduct_now(pgc_conn *c, const char *sku, int seg, const char *id,
+                        long long qty, const char *record, pgs_fn fn, void *arg)
+{
+    static const char sql[] =
+        DEDUCT_SQL("UPDATE segments SET stock = stock - $5::bigint, version = version + 1"
+                   " WHERE sku = $1 AND seg = $2::int AND stock >= $5::bigint"
+                   " AND (SELECT count(*) FROM (SELECT 1 FROM segments WHERE sku = $1"
+                   " AND seg = $2::int FOR UPDATE NOWAIT) l) = 1",
+                   "version");
+    deduct(c, SCHEME_ATOMIC, sql, sku, seg, "", 0, id, qty, record, NULL, fn, arg);
+}
+
 void pgs_atomic_deduct(pgc_conn *c, const char *sku, int seg, const char *id,
                        long long qty, const char *record, pgs_fn fn, void *arg)
 {

@@ -103,6 +103,12 @@ void pgs_row_deduct(pgc_conn *c, unsigned long long txn, const char *sku, int se
 /* Roll back: the lock is given up. fn may be NULL. */
 void pgs_row_release(pgc_conn *c, unsigned long long txn, pgs_fn fn, void *arg);
 
+/* The row scheme with no hold: the segment's row lock taken NOWAIT (BUSY when another
+ * holds it), the deduction and the order row, in one statement (one implicit
+ * transaction: the lock is held for the statement alone). OK, SHORT, BUSY, EXISTS. */
+void pgs_row_deduct_now(pgc_conn *c, const char *sku, int seg, const char *id,
+                        long long qty, const char *record, pgs_fn fn, void *arg);
+
 /* ---- lease: a token and an expiry on the row ------------------------------------ */
 
 /* Take segment `seg` for `token` for ttl_ms (from the server's now()), when its lease

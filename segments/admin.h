@@ -1,0 +1,113 @@
+/* admin.h -- the blocking admin seam: one table of blocking operations per worker
+ * connection (`struct admin_ops`), for the calls that do not run on an event loop:
+ * SKU create/reset/delete, restock and rebalance, cancel, GET sku with its segment
+ * arrays, the list of SKUs, order lookup, and the locks those calls take.
+ *
+ * A step, not the end (docs/DESIGN.md "Admin operations"): issue 22 wants these on
+ * the asynchronous table of store.h; until then each store fills this table too
+ * (Redis: segments/redis/admin.c over today's rd_* calls, unchanged; PostgreSQL:
+ * segments/postgres/admin.c, blocking libpq). The table is chosen at one place
+ * (segments/inventory.c inv_conn_create) and the callers (sku.c, order.c, skutab.c,
+ * lockset.c) know no store.
+ *
+ * Results. Every call returns -1 when the store gave no usable answer (`error` says
+ * why), otherwise what it documents; writes fill a `struct store_reply` whose code is
+ * a STORE_* code or one of the ADMIN_* codes below (Redis's RD_* numbers). A reply's
+ * record is malloc'd: admin_reply_clear. Thread: a handle belongs to one thread at a
+ * time, as the inv_conn that holds it.
+ */
+#ifndef SEG_ADMIN_H
+#define SEG_ADMIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "segments/store.h"
+
+/* Codes beyond store.h's (the same numbers as calls.h's RD_*). */
+#define ADMIN_CONFLICT 7        /* the request id was used for another write */
+#define ADMIN_LIMIT 8           /* a restock would pass the stock limit */
+#define ADMIN_REPLAYED 9        /* the request id was applied already */
+#define ADMIN_NOT_REPLICATED 10 /* a step reached no replica in time */
+#define ADMIN_MISMATCH 11       /* a reset: the SKU is not the version named */
+
+/* Capabilities (admin_ops.caps). */
+/* adjust and cancel want the caller to hold every segment lock they touch
+ * (lockset.h) and pass the tokens; without it the store serializes them itself. */
+#define ADMIN_CAP_LOCKS 0x1u
+/* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
+#define ADMIN_CAP_CLUSTER 0x2u
+
+/* What a reset writes (calls.h struct rd_reset, field by field). */
+struct admin_reset {
+    int segments; /* 0: delete the SKU */
+    const char *mode;
+    const char *lock; /* the SKU's lock scheme ("" : the store's default) */
+    bool unfenced;    /* "fencing": false (a lock service's SKU, the lab's) */
+    int hold_ms;
+    long long stock;
+    bool rebalance;
+    bool replicated;
+    long long epoch;
+    int salt;
+    int wait_ms;
+    const char *expect;
+};
+
+typedef struct admin admin;
+
+struct admin_ops {
+    const char *name;
+    unsigned (*caps)(admin *a);
+    void (*free)(admin *a);
+    const char *(*error)(const admin *a);
+    /* The lock schemes a SKU may name ("lock"), NULL-terminated; the first is the
+     * default. */
+    const char *const *locks;
+    int (*ping)(admin *a);
+    /* 1 found (m), 0 no such SKU, -1. m->lock: the SKU's lock scheme. */
+    int (*meta_read)(admin *a, const char *sku, struct store_meta *m, char lock[16]);
+    /* 1 with *record (malloc'd), 0 none, -1. */
+    int (*record_read)(admin *a, const char *id, char **record);
+    /* Segments 0..n-1 of `placed`: stock[i] and, when sold is not NULL, sold[i],
+     * orders[i], locked[i]. 0 or -1. */
+    int (*segments_read)(admin *a, const char *placed, int n, long long *stock,
+                         long long *sold, long long *orders, bool *locked);
+    /* Where segment i lives (calls.h rd_segment_place): 0 or -1. */
+    int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
+                         size_t len);
+    int (*skus_list)(admin *a, char ***names, size_t *n);
+    /* A segment lock: 1 taken (released), 0 held by another (not ours), -1. */
+    int (*lock)(admin *a, const char *sku, int i, const char *token, int ttl_ms);
+    int (*release)(admin *a, const char *sku, int i, const char *token);
+    /* calls.h rd_cancel, rd_adjust, rd_reset, rd_wait: the same contracts. */
+    int (*cancel)(admin *a, const char *placed, long long epoch, const char *id,
+                  const char *cancelled, const char *expected,
+                  const struct store_parts *p, int wait_ms, struct store_reply *out);
+    int (*adjust)(admin *a, const char *sku, long long epoch, int segments,
+                  const char *const *tok, const char *op, long long add, long long limit,
+                  const char *rid, const char *sig, int wait_ms, struct store_reply *out);
+    int (*reset)(admin *a, const char *sku, long long old_epoch, int old_segments,
+                 const struct admin_reset *to, const char *rid, const char *sig,
+                 struct store_reply *out);
+    int (*wait)(admin *a, const char *placed, int n, const int *seg, const char *id,
+                const char *sku, int timeout_ms);
+};
+
+/* A store's handle begins with this. */
+struct admin {
+    const struct admin_ops *ops;
+};
+
+#define ADMIN_CALL(a, op, ...) ((a)->ops->op((a), __VA_ARGS__))
+#define ADMIN_CALL0(a, op) ((a)->ops->op((a)))
+
+static inline void admin_reply_clear(struct store_reply *r)
+{
+    free(r->record);
+    free(r->plan);
+    r->record = r->plan = NULL;
+}
+
+#endif

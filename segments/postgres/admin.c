@@ -1,0 +1,657 @@
+/* admin.c -- PostgreSQL's blocking admin operations (segments/admin.h) in SQL. */
+#include "segments/postgres/admin.h"
+
+#include <event2/event.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/postgres/store.h"
+#include "base/xalloc.h"
+
+struct pg_admin {
+    struct admin base; /* first */
+    char *conninfo;
+    int timeout_ms;
+    PGconn *pg;
+    bool in_txn; /* a transaction of ours is open on pg */
+    char errstr[200];
+};
+
+static struct pg_admin *self(admin *a)
+{
+    return (struct pg_admin *)a;
+}
+
+static void set_error(struct pg_admin *a, const char *what, const char *detail)
+{
+    snprintf(a->errstr, sizeof a->errstr, "%s: %s", what, detail ? detail : "");
+    size_t n = strlen(a->errstr);
+    while (n > 0 && (a->errstr[n - 1] == '\n' || a->errstr[n - 1] == ' '))
+        a->errstr[--n] = '\0';
+}
+
+static PGconn *connect_now(struct pg_admin *a)
+{
+    if (a->pg != NULL && PQstatus(a->pg) == CONNECTION_OK)
+        return a->pg;
+    if (a->pg != NULL)
+        PQfinish(a->pg);
+    char options[96], timeout[16];
+    snprintf(options, sizeof options, "-c statement_timeout=%d -c lock_timeout=%d",
+             a->timeout_ms, a->timeout_ms);
+    snprintf(timeout, sizeof timeout, "%d", (a->timeout_ms + 999) / 1000);
+    const char *keys[] = {"dbname", "options", "connect_timeout", NULL};
+    const char *vals[] = {a->conninfo, options, timeout, NULL};
+    a->pg = PQconnectdbParams(keys, vals, 1);
+    if (PQstatus(a->pg) != CONNECTION_OK) {
+        set_error(a, "connect", PQerrorMessage(a->pg));
+        PQfinish(a->pg);
+        a->pg = NULL;
+    }
+    return a->pg;
+}
+
+/* Run one statement: its result (PQclear it), or NULL when the connection failed
+ * (dropped: the next call connects again). An SQL error is a result too. A connection
+ * found dead (the server restarted, the session ended) is made again and the
+ * statement sent once more, unless it was inside a transaction of ours: that
+ * transaction is gone, and its outcome is the caller's -1. */
+static PGresult *run(struct pg_admin *a, const char *sql, int n, const char *const *p)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        PGconn *pg = connect_now(a);
+        if (pg == NULL)
+            return NULL;
+        PGresult *r = PQexecParams(pg, sql, n, NULL, p, NULL, NULL, 0);
+        ExecStatusType s = PQresultStatus(r);
+        if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
+            set_error(a, "query", PQresultErrorMessage(r));
+        if (PQstatus(pg) == CONNECTION_OK)
+            return r;
+        PQclear(r);
+        PQfinish(a->pg);
+        a->pg = NULL;
+        bool was_in_txn = a->in_txn && strcmp(sql, "BEGIN") != 0;
+        a->in_txn = false;
+        if (was_in_txn)
+            return NULL;
+    }
+    return NULL;
+}
+
+static bool ok(const PGresult *r)
+{
+    ExecStatusType s = PQresultStatus(r);
+    return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
+}
+
+/* A statement whose failure is the store's: 0 with *out (or NULL), -1 (rolled back). */
+static int step(struct pg_admin *a, const char *sql, int n, const char *const *p,
+                PGresult **out)
+{
+    PGresult *r = run(a, sql, n, p);
+    if (r == NULL)
+        return -1;
+    if (!ok(r)) {
+        PQclear(r);
+        if (a->in_txn) {
+            a->in_txn = false; /* ROLLBACK, never sent again on a new connection */
+            PGresult *rb = run(a, "ROLLBACK", 0, NULL);
+            if (rb != NULL)
+                PQclear(rb);
+        }
+        return -1;
+    }
+    if (out != NULL)
+        *out = r;
+    else
+        PQclear(r);
+    return 0;
+}
+
+static int begin(struct pg_admin *a)
+{
+    int rc = step(a, "BEGIN", 0, NULL, NULL);
+    a->in_txn = rc == 0;
+    return rc;
+}
+
+/* End the transaction: COMMIT (when `commit` and nothing failed) or ROLLBACK. */
+static int finish(struct pg_admin *a, bool commit)
+{
+    PGresult *r = run(a, commit ? "COMMIT" : "ROLLBACK", 0, NULL);
+    a->in_txn = false;
+    int rc =
+        r != NULL && ok(r) && (!commit || strcmp(PQcmdStatus(r), "COMMIT") == 0) ? 0 : -1;
+    if (r != NULL)
+        PQclear(r);
+    return rc;
+}
+
+static long long cell(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+static unsigned caps(admin *a)
+{
+    (void)a;
+    return 0;
+}
+
+static void admin_free(admin *a)
+{
+    if (a == NULL)
+        return;
+    if (self(a)->pg != NULL)
+        PQfinish(self(a)->pg);
+    free(self(a)->conninfo);
+    free(a);
+}
+
+static const char *error(const admin *a)
+{
+    return ((const struct pg_admin *)a)->errstr;
+}
+
+static int ping(admin *a)
+{
+    PGresult *r = run(self(a), "SELECT 1", 0, NULL);
+    int rc = r != NULL && ok(r) ? 0 : -1;
+    if (r != NULL)
+        PQclear(r);
+    return rc;
+}
+
+static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[16])
+{
+    const char *p[] = {sku};
+    PGresult *r = run(self(a),
+                      "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
+                      " rebalance, replicated FROM skus WHERE sku = $1",
+                      1, p);
+    if (r == NULL || !ok(r)) {
+        if (r != NULL)
+            PQclear(r);
+        return -1;
+    }
+    int found = PQntuples(r) == 1;
+    if (found) {
+        *m = (struct store_meta){
+            .segments = (int)cell(r, 0, 0),
+            .hold_ms = (int)cell(r, 0, 3),
+            .initial = cell(r, 0, 4),
+            .epoch = cell(r, 0, 5),
+            .gen = cell(r, 0, 6),
+            .rebalance = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
+            .replicated = strcmp(PQgetvalue(r, 0, 8), "t") == 0,
+        };
+        snprintf(m->mode, sizeof m->mode, "%s", PQgetvalue(r, 0, 1));
+        snprintf(lock, 16, "%s", PQgetvalue(r, 0, 2));
+    }
+    PQclear(r);
+    return found;
+}
+
+static int record_read(admin *a, const char *id, char **record)
+{
+    const char *p[] = {id};
+    PGresult *r = run(self(a), "SELECT record FROM orders WHERE order_id = $1", 1, p);
+    if (r == NULL || !ok(r)) {
+        if (r != NULL)
+            PQclear(r);
+        return -1;
+    }
+    int found = PQntuples(r) == 1;
+    if (found)
+        *record = seg_strdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return found;
+}
+
+/* Sold units and orders per segment: the order rows not cancelled, each counted in
+ * the segment it took from first (a multi-segment order's row names its first). */
+static int segments_read(admin *a, const char *placed, int n, long long *stock,
+                         long long *sold, long long *orders, bool *locked)
+{
+    for (int i = 0; i < n; i++) {
+        stock[i] = 0;
+        if (sold != NULL)
+            sold[i] = orders[i] = 0, locked[i] = false;
+    }
+    const char *p[] = {placed};
+    PGresult *r = run(self(a),
+                      "SELECT seg, stock, coalesce(lease_token IS NOT NULL AND"
+                      " lease_until > now(), false) FROM segments WHERE sku = $1",
+                      1, p);
+    if (r == NULL || !ok(r)) {
+        if (r != NULL)
+            PQclear(r);
+        return -1;
+    }
+    for (int k = 0; k < PQntuples(r); k++) {
+        int i = (int)cell(r, k, 0);
+        if (i < 0 || i >= n)
+            continue;
+        stock[i] = cell(r, k, 1);
+        if (locked != NULL)
+            locked[i] = strcmp(PQgetvalue(r, k, 2), "t") == 0;
+    }
+    PQclear(r);
+    if (sold == NULL)
+        return 0;
+    r = run(self(a),
+            "SELECT seg, sum(qty), count(*) FROM orders WHERE sku = $1 AND"
+            " record NOT LIKE '%\"status\":\"cancelled\"%' GROUP BY seg",
+            1, p);
+    if (r == NULL || !ok(r)) {
+        if (r != NULL)
+            PQclear(r);
+        return -1;
+    }
+    for (int k = 0; k < PQntuples(r); k++) {
+        int i = (int)cell(r, k, 0);
+        if (i >= 0 && i < n) {
+            sold[i] = cell(r, k, 1);
+            orders[i] = cell(r, k, 2);
+        }
+    }
+    PQclear(r);
+    return 0;
+}
+
+static int segment_place(admin *a, const char *placed, int i, int *slot, char *node,
+                         size_t len)
+{
+    (void)a;
+    (void)placed;
+    (void)i;
+    *slot = 0;
+    if (len > 0)
+        node[0] = '\0';
+    return 0;
+}
+
+static int skus_list(admin *a, char ***names, size_t *n)
+{
+    PGresult *r = run(self(a), "SELECT sku FROM skus ORDER BY sku", 0, NULL);
+    if (r == NULL || !ok(r)) {
+        if (r != NULL)
+            PQclear(r);
+        return -1;
+    }
+    *n = (size_t)PQntuples(r);
+    *names = seg_calloc(*n + 1, sizeof **names);
+    for (size_t i = 0; i < *n; i++)
+        (*names)[i] = seg_strdup(PQgetvalue(r, (int)i, 0));
+    PQclear(r);
+    return 0;
+}
+
+/* The lease of segment i (the `lease` scheme's columns), for a caller that wants it. */
+static int lock(admin *a, const char *sku, int i, const char *token, int ttl_ms)
+{
+    char s[16], t[16];
+    snprintf(s, sizeof s, "%d", i);
+    snprintf(t, sizeof t, "%d", ttl_ms);
+    const char *p[] = {sku, s, token, t};
+    PGresult *r = run(self(a),
+                      "UPDATE segments SET lease_token = $3, lease_until = now() +"
+                      " $4::int * interval '1 millisecond', fence = fence + 1"
+                      " WHERE sku = $1 AND seg = $2::int AND (lease_token IS NULL OR"
+                      " lease_until <= now() OR lease_token = $3)",
+                      4, p);
+    int rc = r == NULL || !ok(r) ? -1 : atoi(PQcmdTuples(r)) == 1;
+    if (r != NULL)
+        PQclear(r);
+    return rc;
+}
+
+static int release(admin *a, const char *sku, int i, const char *token)
+{
+    char s[16];
+    snprintf(s, sizeof s, "%d", i);
+    const char *p[] = {sku, s, token};
+    PGresult *r = run(self(a),
+                      "UPDATE segments SET lease_token = NULL, lease_until = NULL"
+                      " WHERE sku = $1 AND seg = $2::int AND lease_token = $3",
+                      3, p);
+    int rc = r == NULL || !ok(r) ? -1 : atoi(PQcmdTuples(r)) == 1;
+    if (r != NULL)
+        PQclear(r);
+    return rc;
+}
+
+/* A request id inside the open transaction: 0 new (recorded), ADMIN_REPLAYED (the
+ * same write), ADMIN_CONFLICT (another), -1. */
+static int request(struct pg_admin *a, const char *rid, const char *sig)
+{
+    if (rid == NULL || rid[0] == '\0')
+        return 0;
+    const char *p[] = {rid, sig ? sig : ""};
+    PGresult *r;
+    if (step(
+            a,
+            "WITH i AS (INSERT INTO requests (rid, sig) VALUES ($1, $2)"
+            " ON CONFLICT (rid) DO NOTHING RETURNING sig)"
+            " SELECT (SELECT count(*) FROM i), (SELECT sig FROM requests WHERE rid = $1)",
+            2, p, &r) != 0)
+        return -1;
+    int got = cell(r, 0, 0) == 1                       ? 0
+              : strcmp(PQgetvalue(r, 0, 1), p[1]) == 0 ? ADMIN_REPLAYED
+                                                       : ADMIN_CONFLICT;
+    PQclear(r);
+    return got;
+}
+
+/* Answer `code` and end the transaction (COMMIT for OK and REPLAYED). */
+static int answer(struct pg_admin *a, int code, long long value, struct store_reply *out)
+{
+    *out = (struct store_reply){.code = code, .value = value};
+    return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
+}
+
+static int cancel(admin *adm, const char *placed, long long epoch, const char *id,
+                  const char *cancelled, const char *expected,
+                  const struct store_parts *p, int wait_ms, struct store_reply *out)
+{
+    (void)wait_ms;
+    struct pg_admin *a = self(adm);
+    *out = (struct store_reply){0};
+    if (p->part == NULL || begin(a) != 0)
+        return -1;
+    const char *q[] = {id};
+    PGresult *r;
+    if (step(a, "SELECT record, sku FROM orders WHERE order_id = $1 FOR UPDATE", 1, q,
+             &r) != 0)
+        return -1;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return answer(a, STORE_MISSING, 0, out);
+    }
+    const char *now = PQgetvalue(r, 0, 0);
+    if (strcmp(now, expected) != 0 || strcmp(PQgetvalue(r, 0, 1), placed) != 0) {
+        bool done = strstr(now, "\"status\":\"cancelled\"") != NULL;
+        char *rec = seg_strdup(now);
+        PQclear(r);
+        int rc = answer(a, done ? STORE_EXISTS : STORE_STALE, 0, out);
+        if (done)
+            out->record = rec;
+        else
+            free(rec);
+        return rc;
+    }
+    PQclear(r);
+    char e[24];
+    snprintf(e, sizeof e, "%lld", epoch);
+    const char *k[] = {placed, e};
+    if (step(a, "SELECT 1 FROM skus WHERE sku = $1 AND epoch = $2::bigint FOR UPDATE", 2,
+             k, &r) != 0)
+        return -1;
+    int found = PQntuples(r);
+    PQclear(r);
+    if (found != 1)
+        return answer(a, STORE_STALE, 0, out);
+    for (int j = 0; j < p->n; j++) {
+        char s[16], n[24];
+        snprintf(s, sizeof s, "%d", p->seg[j]);
+        snprintf(n, sizeof n, "%lld", p->part[j]);
+        const char *u[] = {placed, s, n};
+        if (step(a,
+                 "UPDATE segments SET stock = stock + $3::bigint, version = version + 1"
+                 " WHERE sku = $1 AND seg = $2::int",
+                 3, u, NULL) != 0)
+            return -1;
+    }
+    const char *w[] = {id, cancelled};
+    if (step(a, "UPDATE orders SET record = $2 WHERE order_id = $1", 2, w, NULL) != 0 ||
+        step(a, "UPDATE skus SET gen = gen + 1 WHERE sku = $1", 1, k, NULL) != 0)
+        return -1;
+    return answer(a, STORE_OK, 0, out);
+}
+
+/* New stocks for `op` over stock[0..n-1] (in place): the units to add (restock: the
+ * first add % n segments one more), or the total evened out (rebalance; spread: only
+ * when that leaves more segments with stock). false: nothing to change. */
+static bool plan(const char *op, long long add, long long *stock, int n)
+{
+    if (strcmp(op, "restock") == 0) {
+        for (int i = 0; i < n; i++)
+            stock[i] += add / n + (i < add % n ? 1 : 0);
+        return true;
+    }
+    long long total = 0;
+    int had = 0;
+    for (int i = 0; i < n; i++) {
+        total += stock[i];
+        had += stock[i] > 0;
+    }
+    int will = total < n ? (int)total : n;
+    if (strcmp(op, "spread") == 0 && will <= had)
+        return false;
+    for (int i = 0; i < n; i++)
+        stock[i] = total / n + (i < total % n ? 1 : 0);
+    return true;
+}
+
+static int adjust(admin *adm, const char *sku, long long epoch, int segments,
+                  const char *const *tok, const char *op, long long add, long long limit,
+                  const char *rid, const char *sig, int wait_ms, struct store_reply *out)
+{
+    (void)tok;
+    (void)wait_ms;
+    struct pg_admin *a = self(adm);
+    *out = (struct store_reply){0};
+    if (begin(a) != 0)
+        return -1;
+    int req = request(a, rid, sig);
+    if (req < 0)
+        return -1;
+    if (req > 0)
+        return answer(a, req, 0, out);
+    char e[24], ns[16];
+    snprintf(e, sizeof e, "%lld", epoch);
+    snprintf(ns, sizeof ns, "%d", segments);
+    const char *k[] = {sku, e, ns};
+    PGresult *r;
+    if (step(a,
+             "SELECT initial FROM skus WHERE sku = $1 AND epoch = $2::bigint"
+             " AND segments = $3::int FOR UPDATE",
+             3, k, &r) != 0)
+        return -1;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return answer(a, STORE_STALE, 0, out);
+    }
+    long long initial = cell(r, 0, 0);
+    PQclear(r);
+    if (add > 0 && initial > limit)
+        return answer(a, ADMIN_LIMIT, 0, out);
+    if (step(a, "SELECT seg, stock FROM segments WHERE sku = $1 ORDER BY seg FOR UPDATE",
+             1, k, &r) != 0)
+        return -1;
+    if (PQntuples(r) != segments) {
+        PQclear(r);
+        return answer(a, STORE_STALE, 0, out);
+    }
+    long long *stock = seg_calloc((size_t)segments, sizeof *stock);
+    for (int i = 0; i < segments; i++)
+        stock[i] = cell(r, i, 1);
+    PQclear(r);
+    if (!plan(op, add, stock, segments)) {
+        free(stock);
+        return answer(a, STORE_OK, 0, out); /* nothing changed: gen 0 */
+    }
+    int rc = 0;
+    for (int i = 0; i < segments && rc == 0; i++) {
+        char s[16], v[24];
+        snprintf(s, sizeof s, "%d", i);
+        snprintf(v, sizeof v, "%lld", stock[i]);
+        const char *u[] = {sku, s, v};
+        rc = step(a,
+                  "UPDATE segments SET stock = $3::bigint, version = version + 1"
+                  " WHERE sku = $1 AND seg = $2::int",
+                  3, u, NULL);
+    }
+    free(stock);
+    char n[24];
+    snprintf(n, sizeof n, "%lld", add);
+    const char *g[] = {sku, n};
+    if (rc != 0 || step(a,
+                        "UPDATE skus SET gen = gen + 1, initial = initial + $2::bigint"
+                        " WHERE sku = $1 RETURNING gen",
+                        2, g, &r) != 0)
+        return -1;
+    long long gen = cell(r, 0, 0);
+    PQclear(r);
+    return answer(a, STORE_OK, gen, out);
+}
+
+static const char *const locks[] = {"row", "lease", "optimistic", NULL};
+
+static int reset(admin *adm, const char *sku, long long old_epoch, int old_segments,
+                 const struct admin_reset *to, const char *rid, const char *sig,
+                 struct store_reply *out)
+{
+    (void)old_segments;
+    struct pg_admin *a = self(adm);
+    *out = (struct store_reply){0};
+    if (begin(a) != 0)
+        return -1;
+    int req = request(a, rid, sig);
+    if (req < 0)
+        return -1;
+    if (req > 0)
+        return answer(a, req, 0, out);
+    const char *k[] = {sku};
+    PGresult *r;
+    if (step(a, "SELECT epoch, gen FROM skus WHERE sku = $1 FOR UPDATE", 1, k, &r) != 0)
+        return -1;
+    bool there = PQntuples(r) == 1;
+    long long epoch = there ? cell(r, 0, 0) : 0, gen = there ? cell(r, 0, 1) : 0;
+    PQclear(r);
+    const char *x = to->expect ? to->expect : "";
+    if (strcmp(x, "-") == 0 && there)
+        return answer(a, STORE_EXISTS, 0, out);
+    if (strcmp(x, "*") == 0 && !there)
+        return answer(a, ADMIN_MISMATCH, 0, out);
+    if (x[0] >= '0' && x[0] <= '9') {
+        char now[48];
+        snprintf(now, sizeof now, "%lld.%lld", epoch, gen);
+        if (!there || strcmp(now, x) != 0)
+            return answer(a, ADMIN_MISMATCH, 0, out);
+    }
+    if (there && epoch != old_epoch)
+        return answer(a, STORE_STALE, 0, out);
+    if (to->segments == 0) {
+        if (!there)
+            return answer(a, STORE_MISSING, 0, out);
+        if (step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
+            step(a, "DELETE FROM skus WHERE sku = $1", 1, k, NULL) != 0)
+            return -1;
+        return answer(a, STORE_OK, 0, out);
+    }
+    char segs[16], hold[16], stock[24], ep[24];
+    snprintf(segs, sizeof segs, "%d", to->segments);
+    snprintf(hold, sizeof hold, "%d", to->hold_ms);
+    snprintf(stock, sizeof stock, "%lld", to->stock);
+    snprintf(ep, sizeof ep, "%lld", to->epoch);
+    const char *lk = to->lock != NULL && to->lock[0] != '\0' ? to->lock : locks[0];
+    const char *up[] = {sku,
+                        segs,
+                        stock,
+                        to->mode,
+                        lk,
+                        hold,
+                        ep,
+                        to->rebalance ? "true" : "false",
+                        to->replicated ? "true" : "false"};
+    const char *split[] = {sku, stock, segs};
+    if (step(a,
+             "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
+             " rebalance, replicated) VALUES ($1, $2::int, $3::bigint, $4, $5, $6::int,"
+             " $7::bigint, 0, $8::boolean, $9::boolean) ON CONFLICT (sku) DO UPDATE SET"
+             " segments = excluded.segments, initial = excluded.initial,"
+             " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
+             " epoch = excluded.epoch, gen = 0, rebalance = excluded.rebalance,"
+             " replicated = excluded.replicated",
+             9, up, NULL) != 0 ||
+        step(a, "DELETE FROM segments WHERE sku = $1", 1, k, NULL) != 0 ||
+        step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
+        step(a,
+             "INSERT INTO segments (sku, seg, stock) SELECT $1, g, $2::bigint / $3::int"
+             " + CASE WHEN g < $2::bigint % $3::int THEN 1 ELSE 0 END"
+             " FROM generate_series(0, $3::int - 1) g",
+             3, split, NULL) != 0)
+        return -1;
+    return answer(a, STORE_OK, there ? 0 : 1, out);
+}
+
+static int wait_durable(admin *a, const char *placed, int n, const int *seg,
+                        const char *id, const char *sku, int timeout_ms)
+{
+    (void)a, (void)placed, (void)n, (void)seg, (void)id, (void)sku, (void)timeout_ms;
+    return 1; /* a COMMIT answered is durable: nothing to wait for */
+}
+
+static const struct admin_ops pg_admin_ops = {
+    .name = "postgres",
+    .caps = caps,
+    .free = admin_free,
+    .error = error,
+    .locks = locks,
+    .ping = ping,
+    .meta_read = meta_read,
+    .record_read = record_read,
+    .segments_read = segments_read,
+    .segment_place = segment_place,
+    .skus_list = skus_list,
+    .lock = lock,
+    .release = release,
+    .cancel = cancel,
+    .adjust = adjust,
+    .reset = reset,
+    .wait = wait_durable,
+};
+
+admin *pga_create(const char *conninfo, int timeout_ms)
+{
+    struct pg_admin *a = seg_calloc(1, sizeof *a);
+    a->base.ops = &pg_admin_ops;
+    a->conninfo = seg_strdup(conninfo);
+    a->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
+    return &a->base;
+}
+
+struct mig_wait {
+    struct event_base *base;
+    int rc, version;
+};
+
+static void on_migrated(void *arg, int rc, const struct pgs_res *r)
+{
+    struct mig_wait *w = arg;
+    w->rc = rc;
+    w->version = rc == 0 ? (int)r->version : 0;
+    event_base_loopbreak(w->base);
+}
+
+int pga_migrate(const char *conninfo, int timeout_ms, int *version, char *err,
+                size_t errlen)
+{
+    struct mig_wait w = {event_base_new(), -1, 0};
+    const struct pgc_opts o = {.conninfo = conninfo, .call_timeout_ms = timeout_ms};
+    pgc_conn *c = pgc_create(w.base, &o);
+    pgs_migrate(c, on_migrated, &w);
+    event_base_dispatch(w.base);
+    if (w.rc != 0)
+        snprintf(err, errlen, "schema migration failed: %s",
+                 pgc_error(c)[0] ? pgc_error(c) : "a newer schema, or no answer");
+    pgc_free(c);
+    event_base_free(w.base);
+    *version = w.version;
+    return w.rc;
+}

@@ -1,0 +1,30 @@
+/* admin.h -- PostgreSQL's table of blocking admin operations (segments/admin.h), in
+ * SQL on a blocking libpq connection of a worker's own (pga_*), and the schema's
+ * migration run once at start and by `inventoryd --migrate`.
+ *
+ * Every write is one transaction. A reset writes the SKU's row (its settings, lock
+ * scheme, epoch, gen 0), its segment rows, and drops its order rows; an adjust
+ * (restock, rebalance) and a cancel lock the SKU's row and segment rows (FOR UPDATE:
+ * a `row` holder's transaction is waited for), bump every touched segment's version
+ * (an optimistic deduction that read it loses) and the SKU's gen. Request ids live in
+ * the table `requests` (sig: what the write was). No caller's segment locks are needed
+ * (no ADMIN_CAP_LOCKS); `wait` answers 1 at once: a COMMIT is durable on the server
+ * (synchronous_commit; a standby is the server's own business).
+ * Lock schemes: "row" (the default), "lease", "optimistic".
+ */
+#ifndef SEG_POSTGRES_ADMIN_H
+#define SEG_POSTGRES_ADMIN_H
+
+#include <stddef.h>
+
+#include "segments/admin.h"
+
+/* A handle on `conninfo` (copied), connecting on first use and again after a failure;
+ * each statement bounded by timeout_ms. */
+admin *pga_create(const char *conninfo, int timeout_ms);
+/* Create or upgrade the schema (schema.c) and wait for it: 0 (with the version in
+ * *version), or -1 with err filled. */
+int pga_migrate(const char *conninfo, int timeout_ms, int *version, char *err,
+                size_t errlen);
+
+#endif

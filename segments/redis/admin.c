@@ -1,0 +1,200 @@
+/* admin.c -- Redis's blocking admin operations: segments/admin.h over calls.h. */
+#include "segments/redis/admin.h"
+
+#include <string.h>
+
+#include "base/xalloc.h"
+
+_Static_assert(ADMIN_CONFLICT == RD_CONFLICT && ADMIN_LIMIT == RD_LIMIT &&
+                   ADMIN_REPLAYED == RD_REPLAYED &&
+                   ADMIN_NOT_REPLICATED == RD_NOT_REPLICATED &&
+                   ADMIN_MISMATCH == RD_MISMATCH,
+               "admin codes are the scripts' codes");
+
+struct rd_admin {
+    struct admin base; /* first */
+    rd_conn *c;
+};
+
+static rd_conn *conn(const admin *a)
+{
+    return ((const struct rd_admin *)a)->c;
+}
+
+/* Move a reply over: the same fields. */
+static void take(struct store_reply *out, struct rd_reply *r)
+{
+    out->code = r->code;
+    out->value = r->value;
+    out->record = r->record;
+    out->plan = r->plan;
+    r->record = r->plan = NULL;
+}
+
+static unsigned caps(admin *a)
+{
+    return rd_conn_cluster(conn(a)) ? ADMIN_CAP_CLUSTER : ADMIN_CAP_LOCKS;
+}
+
+static void admin_free(admin *a)
+{
+    if (a == NULL)
+        return;
+    rd_conn_free(conn(a));
+    free(a);
+}
+
+static const char *error(const admin *a)
+{
+    return rd_conn_error(conn(a));
+}
+
+static int ping(admin *a)
+{
+    return rd_ping(conn(a));
+}
+
+static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[16])
+{
+    struct rd_meta r;
+    int found = rd_meta_read(conn(a), sku, &r);
+    if (found == 1) {
+        *m = (struct store_meta){
+            .segments = r.segments,
+            .hold_ms = r.hold_ms,
+            .initial = r.initial,
+            .epoch = r.epoch,
+            .gen = r.gen,
+            .rebalance = r.rebalance,
+            .replicated = r.replicated,
+            .salt = r.salt,
+            .adjust_until = r.adjust_until,
+        };
+        memcpy(m->mode, r.mode, sizeof m->mode);
+        memcpy(m->lock, r.lock, sizeof m->lock);
+        m->unfenced = r.unfenced;
+        snprintf(lock, 16, "%s", r.lock[0] != '\0' ? r.lock : "redis");
+    }
+    return found;
+}
+
+static int record_read(admin *a, const char *id, char **record)
+{
+    return rd_record_read(conn(a), id, record);
+}
+
+static int segments_read(admin *a, const char *placed, int n, long long *stock,
+                         long long *sold, long long *orders, bool *locked)
+{
+    return rd_segments_read(conn(a), placed, n, stock, sold, orders, locked);
+}
+
+static int segment_place(admin *a, const char *placed, int i, int *slot, char *node,
+                         size_t len)
+{
+    return rd_segment_place(conn(a), placed, i, slot, node, len);
+}
+
+static int skus_list(admin *a, char ***names, size_t *n)
+{
+    return rd_skus_list(conn(a), names, n);
+}
+
+static int lock(admin *a, const char *sku, int i, const char *token, int ttl_ms)
+{
+    return rd_lock(conn(a), sku, i, token, ttl_ms);
+}
+
+static int release(admin *a, const char *sku, int i, const char *token)
+{
+    return rd_release(conn(a), sku, i, token);
+}
+
+static int cancel(admin *a, const char *placed, long long epoch, const char *id,
+                  const char *cancelled, const char *expected,
+                  const struct store_parts *p, int wait_ms, struct store_reply *out)
+{
+    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok};
+    struct rd_reply r = {0};
+    int rc =
+        rd_cancel(conn(a), placed, epoch, id, cancelled, expected, &parts, wait_ms, &r);
+    take(out, &r);
+    return rc;
+}
+
+static int adjust(admin *a, const char *sku, long long epoch, int segments,
+                  const char *const *tok, const char *op, long long add, long long limit,
+                  const char *rid, const char *sig, int wait_ms, struct store_reply *out)
+{
+    struct rd_reply r = {0};
+    int rc = rd_adjust(conn(a), sku, epoch, segments, tok, op, add, limit, rid, sig,
+                       wait_ms, &r);
+    take(out, &r);
+    return rc;
+}
+
+static int reset(admin *a, const char *sku, long long old_epoch, int old_segments,
+                 const struct admin_reset *to, const char *rid, const char *sig,
+                 struct store_reply *out)
+{
+    const struct rd_reset rt = {
+        .segments = to->segments,
+        .mode = to->mode,
+        .hold_ms = to->hold_ms,
+        .stock = to->stock,
+        .rebalance = to->rebalance,
+        .replicated = to->replicated,
+        .lock = to->lock != NULL && strcmp(to->lock, "redis") != 0 ? to->lock : "",
+        .unfenced = to->unfenced,
+        .epoch = to->epoch,
+        .salt = to->salt,
+        .wait_ms = to->wait_ms,
+        .expect = to->expect,
+    };
+    struct rd_reply r = {0};
+    int rc = rd_reset(conn(a), sku, old_epoch, old_segments, &rt, rid, sig, &r);
+    take(out, &r);
+    return rc;
+}
+
+static int wait_replicas(admin *a, const char *placed, int n, const int *seg,
+                         const char *id, const char *sku, int timeout_ms)
+{
+    return rd_wait(conn(a), placed, n, seg, id, sku, timeout_ms);
+}
+
+/* the lock beside the stock, or a lock service's (skumode.h sku_lock) */
+static const char *const locks[] = {"redis", "redlock", "memcached", "zookeeper", NULL};
+
+static const struct admin_ops redis_admin_ops = {
+    .name = "redis",
+    .caps = caps,
+    .free = admin_free,
+    .error = error,
+    .locks = locks,
+    .ping = ping,
+    .meta_read = meta_read,
+    .record_read = record_read,
+    .segments_read = segments_read,
+    .segment_place = segment_place,
+    .skus_list = skus_list,
+    .lock = lock,
+    .release = release,
+    .cancel = cancel,
+    .adjust = adjust,
+    .reset = reset,
+    .wait = wait_replicas,
+};
+
+admin *rd_admin_create(const struct rd_target *to, _Atomic long long *errors)
+{
+    struct rd_admin *a = seg_calloc(1, sizeof *a);
+    a->base.ops = &redis_admin_ops;
+    a->c = rd_conn_create(to, errors);
+    return &a->base;
+}
+
+rd_conn *rd_admin_conn(admin *a)
+{
+    return conn(a);
+}

@@ -1,0 +1,511 @@
+/* it_pg_service.c -- inventoryd with `--store postgres://...` over real HTTP on a real
+ * PostgreSQL 15: each lock scheme sells out exactly, idempotent order ids, multi-
+ * segment orders, cancel, restock, rebalance, delete and re-create, two instances on
+ * one database, and a frozen `row` holder that cannot oversell.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "tests/harness_pg.h"
+
+#define TOKEN "pgtoken"
+
+static h_pg *pg;
+
+static h_svc *start_svc(const char *ttl_ms)
+{
+    const char *args[] = {"--store",
+                          h_pg_conninfo(pg),
+                          "--admin-token",
+                          TOKEN,
+                          "--lock-ttl-ms",
+                          ttl_ms,
+                          "--threads",
+                          "2",
+                          NULL};
+    struct h_svc_opts o = {.args = args, .no_redis_flag = true};
+    return h_svc_start(NULL, &o);
+}
+
+static int put_sku(int port, const char *sku, long long stock, int segments,
+                   const char *mode, const char *lock, int hold_ms)
+{
+    char path[128], body[256];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\":%lld,\"segments\":%d,\"mode\":\"%s\",\"hold_ms\":%d%s%s%s}",
+             stock, segments, mode, hold_ms, lock ? ",\"lock\":\"" : "", lock ? lock : "",
+             lock ? "\"" : "");
+    struct h_resp r;
+    int st = h_req(port, "PUT", path, TOKEN, body, &r);
+    if (st != 200 && st != 201)
+        fprintf(stderr, "PUT %s: %d %s\n", sku, st, r.body ? r.body : "");
+    h_resp_free(&r);
+    return st == 200 || st == 201 ? 0 : -1;
+}
+
+static long long rows(const char *sku)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM orders WHERE sku = '%s' AND record NOT LIKE"
+             " '%%cancelled%%'",
+             sku);
+    return h_pg_scalar(pg, sql);
+}
+
+/* ---- the schema -------------------------------------------------------------- */
+
+/* `inventoryd --migrate --store URL` alone: the schema at the latest version, again a
+ * no-op; refused (2) without a PostgreSQL store, 1 when the server does not answer. */
+static void test_migrate_command(void **state)
+{
+    (void)state;
+    const char *bin = getenv("INVENTORYD") ? getenv("INVENTORYD") : "build/inventoryd";
+    const char *argv[] = {bin, "--migrate", "--store", h_pg_conninfo(pg), NULL};
+    for (int k = 0; k < 2; k++) {
+        char *out = NULL;
+        assert_int_equal(h_run_cmd(argv, NULL, 20000, &out, NULL), 0);
+        assert_non_null(strstr(out, "schema at version 2"));
+        free(out);
+    }
+    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 2);
+    const char *redis[] = {bin, "--migrate", NULL};
+    assert_int_equal(h_run_cmd(redis, NULL, 20000, NULL, NULL), 2);
+    const char *bad[] = {bin, "--store", "mysql://x", "--check-config", NULL};
+    assert_int_equal(h_run_cmd(bad, NULL, 20000, NULL, NULL), 2);
+    const char *away[] = {bin, "--migrate", "--store",
+                          "postgres://postgres@127.0.0.1:1/x", NULL};
+    assert_int_equal(h_run_cmd(away, NULL, 20000, NULL, NULL), 1);
+}
+
+/* ---- selling out ---------------------------------------------------------------- */
+
+struct sale {
+    int port;
+    const char *sku;
+    _Atomic long long sold, failed;
+};
+
+static void buyer(int idx, void *arg)
+{
+    (void)idx;
+    struct sale *s = arg;
+    for (int i = 0; i < 2000; i++) {
+        struct h_resp r;
+        int st = h_order(s->port, s->sku, 1, NULL, &r);
+        char code[64];
+        h_error_code(&r, code, sizeof code);
+        h_resp_free(&r);
+        if (st == 201) {
+            atomic_fetch_add(&s->sold, 1);
+            continue;
+        }
+        if (strcmp(code, "sold_out") == 0)
+            return;
+        if (strcmp(code, "busy") != 0 && strcmp(code, "insufficient_stock") != 0)
+            atomic_fetch_add(&s->failed, 1);
+    }
+}
+
+static void sell_out(const char *sku, const char *mode, const char *lock, int hold_ms)
+{
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    const long long initial = 120;
+    assert_int_equal(put_sku(port, sku, initial, 4, mode, lock, hold_ms), 0);
+    struct sale s = {.port = port, .sku = sku};
+    assert_int_equal(h_parallel(8, buyer, &s), 0);
+    assert_int_equal(atomic_load(&s.failed), 0);
+    assert_int_equal(atomic_load(&s.sold), initial);
+    assert_int_equal(rows(sku), initial); /* one order row per sale */
+    assert_int_equal(h_audit(port, TOKEN, sku, initial, true), 0);
+    char sql[128];
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce(sum(stock), 0) FROM segments WHERE sku = '%s'", sku);
+    assert_int_equal(h_pg_scalar(pg, sql), 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+static void test_row_sells_out(void **state)
+{
+    (void)state;
+    sell_out("row-sku", "lock", "row", 3);
+}
+
+static void test_row_hold0_sells_out(void **state)
+{
+    (void)state;
+    sell_out("row0-sku", "lock", "row", 0);
+}
+
+static void test_lease_sells_out(void **state)
+{
+    (void)state;
+    sell_out("lease-sku", "lock", "lease", 3);
+}
+
+static void test_optimistic_sells_out(void **state)
+{
+    (void)state;
+    sell_out("opt-sku", "lock", "optimistic", 0);
+}
+
+static void test_atomic_sells_out(void **state)
+{
+    (void)state;
+    sell_out("atomic-sku", "atomic", NULL, 0);
+}
+
+/* A `row` hold longer than lock_ttl_ms (the session's idle-in-transaction timeout):
+ * the lease renewal (a statement in the transaction every ttl/3) keeps the session,
+ * and the order is sold. */
+static void test_row_hold_past_ttl(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("300");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "long", 2, 1, "lock", "row", 700), 0);
+    assert_int_equal(h_order(port, "long", 1, "long-1", NULL), 201);
+    assert_int_equal(rows("long"), 1);
+    assert_int_equal(h_audit(port, TOKEN, "long", 2, true), 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+/* ---- the admin side -------------------------------------------------------------- */
+
+static void test_orders_and_admin(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    /* a lock scheme PostgreSQL has not: 400 */
+    struct h_resp r;
+    assert_int_equal(h_req(port, "PUT", "/admin/skus/adm?reset=true", TOKEN,
+                           "{\"stock\":10,\"lock\":\"redis\"}", &r),
+                     400);
+    h_resp_free(&r);
+    assert_int_equal(put_sku(port, "adm", 10, 5, "lock", "lease", 0), 0);
+
+    /* idempotent ids: the replay is 200 with the same record, nothing deducted */
+    assert_int_equal(h_order(port, "adm", 1, "ord-1", NULL), 201);
+    assert_int_equal(h_order(port, "adm", 1, "ord-1", NULL), 200);
+    assert_int_equal(h_order_status(port, "ord-1"), 200);
+    assert_int_equal(h_order_status(port, "ord-none"), 404);
+
+    /* multi-segment: 5 from segments of 2 (one was sold from): all or nothing */
+    assert_int_equal(h_order(port, "adm", 5, "ord-multi", NULL), 201);
+    assert_int_equal(h_audit(port, TOKEN, "adm", 10, false), 0);
+    json_t *j = h_get_sku(port, TOKEN, "adm");
+    assert_non_null(j);
+    assert_int_equal(h_jint(j, "remaining"), 4);
+    json_decref(j);
+    assert_int_equal(h_order(port, "adm", 5, NULL, NULL), 409); /* 4 left: refused */
+
+    /* cancel gives the units back, once */
+    assert_int_equal(h_req(port, "DELETE", "/orders/ord-multi", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(h_req(port, "DELETE", "/orders/ord-multi", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    j = h_get_sku(port, TOKEN, "adm");
+    assert_int_equal(h_jint(j, "remaining"), 9);
+    json_decref(j);
+    assert_int_equal(h_audit(port, TOKEN, "adm", 10, false), 0);
+
+    /* restock (replayed under its request id) and rebalance */
+    const char *restock = "{\"qty\":11,\"request_id\":\"rs-1\"}";
+    assert_int_equal(h_req(port, "POST", "/admin/skus/adm/restock", TOKEN, restock, &r),
+                     200);
+    h_resp_free(&r);
+    assert_int_equal(h_req(port, "POST", "/admin/skus/adm/restock", TOKEN, restock, &r),
+                     200);
+    h_resp_free(&r);
+    assert_int_equal(h_audit(port, TOKEN, "adm", 21, false), 0);
+    assert_int_equal(h_req(port, "POST", "/admin/skus/adm/rebalance", TOKEN, "{}", &r),
+                     200);
+    h_resp_free(&r);
+    j = h_get_sku(port, TOKEN, "adm");
+    assert_int_equal(h_jint(j, "remaining"), 20);
+    json_t *segs = json_object_get(j, "segment_stock");
+    for (size_t i = 0; i < json_array_size(segs); i++)
+        assert_int_equal(json_integer_value(json_array_get(segs, i)), 4);
+    json_decref(j);
+
+    /* the list, delete and re-create: the old orders are gone with the old SKU */
+    assert_int_equal(h_req(port, "GET", "/admin/skus", TOKEN, NULL, &r), 200);
+    assert_non_null(strstr(r.body, "\"adm\""));
+    h_resp_free(&r);
+    assert_int_equal(h_req(port, "DELETE", "/admin/skus/adm", TOKEN, NULL, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(h_order(port, "adm", 1, NULL, NULL), 404);
+    assert_int_equal(put_sku(port, "adm", 3, 1, "atomic", NULL, 0), 0);
+    assert_int_equal(h_order(port, "adm", 1, "ord-1", NULL), 201);
+    assert_int_equal(h_audit(port, TOKEN, "adm", 3, true), 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+/* A multi-segment order under each scheme: all or nothing in one statement. */
+static void test_multi_every_scheme(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    static const char *const lock[][2] = {
+        {"lock", "row"}, {"lock", "lease"}, {"lock", "optimistic"}, {"atomic", NULL}};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32];
+        snprintf(sku, sizeof sku, "multi-%zu", i);
+        assert_int_equal(put_sku(port, sku, 10, 5, lock[i][0], lock[i][1], 0), 0);
+        assert_int_equal(h_order(port, sku, 5, NULL, NULL),
+                         201); /* 3 segments at least */
+        assert_int_equal(h_order(port, sku, 6, NULL, NULL), 409); /* 5 left: nothing */
+        assert_int_equal(h_order(port, sku, 5, NULL, NULL), 201);
+        assert_int_equal(h_audit(port, TOKEN, sku, 10, false), 0);
+        assert_int_equal(rows(sku), 2);
+    }
+    /* bad input: not a string, empty, a scheme PostgreSQL has not */
+    static const char *const bad[] = {"{\"stock\":1,\"lock\":1}",
+                                      "{\"stock\":1,\"lock\":\"\"}",
+                                      "{\"stock\":1,\"lock\":\"redlock\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct h_resp r;
+        h_req(port, "PUT", "/admin/skus/bad", TOKEN, bad[i], &r);
+        if (h_expect_error(&r, 400, "invalid_field") != 0)
+            fail_msg("%s", bad[i]);
+        h_resp_free(&r);
+    }
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+/* ---- faults -------------------------------------------------------------------- */
+
+#define FAULT_BUYERS 6
+#define FAULT_TRIES 400
+
+struct fault_sale {
+    int port;
+    const char *sku;
+    _Atomic int stop;
+    char ids[FAULT_BUYERS][FAULT_TRIES][24]; /* the ids answered 201 ("" none) */
+    _Atomic long long sold, unknown;
+};
+
+/* Orders with ids of their own until sold out; a 503 (the store away) is an unknown
+ * outcome, tried again later under a new id. */
+static void fault_buyer(int idx, void *arg)
+{
+    struct fault_sale *s = arg;
+    for (int i = 0; i < FAULT_TRIES && !atomic_load(&s->stop); i++) {
+        char id[24];
+        snprintf(id, sizeof id, "f%d-%d", idx, i);
+        struct h_resp r;
+        int st = h_order(s->port, s->sku, 1, id, &r);
+        char code[64];
+        h_error_code(&r, code, sizeof code);
+        h_resp_free(&r);
+        if (st == 201) {
+            memcpy(s->ids[idx][i], id, sizeof id);
+            atomic_fetch_add(&s->sold, 1);
+        } else if (strcmp(code, "sold_out") == 0) {
+            return;
+        } else if (st == 503) {
+            atomic_fetch_add(&s->unknown, 1);
+            h_sleep_ms(20);
+        }
+    }
+}
+
+static void *buyers(void *arg)
+{
+    return h_parallel(FAULT_BUYERS, fault_buyer, arg) == 0 ? arg : NULL;
+}
+
+/* On the main thread: a postmaster started again is a child of this thread (its
+ * PR_SET_PDEATHSIG follows the thread that forked it), and cmocka's asserts hold. */
+static void restart_pg(void)
+{
+    assert_int_equal(h_pg_restart(pg), 0);
+}
+
+static void terminate_backends(void)
+{
+    for (int k = 0; k < 3; k++) {
+        h_pg_exec(pg, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE"
+                      " pid <> pg_backend_pid() AND backend_type = 'client backend'");
+        h_sleep_ms(100);
+    }
+}
+
+/* A fault in the middle of a sale: conserved (stock + order rows = initial), no
+ * segment below zero, every 201 with its row, and the sale goes on to sell out. */
+static void sale_through(const char *sku, const char *lock, void (*fault)(void))
+{
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    const long long initial = 150;
+    assert_int_equal(put_sku(port, sku, initial, 4, "lock", lock, 2), 0);
+    struct fault_sale *fault_sale = calloc(1, sizeof *fault_sale);
+    fault_sale->port = port;
+    fault_sale->sku = sku;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, buyers, fault_sale), 0);
+    h_sleep_ms(150);
+    fault();
+    void *done = NULL;
+    pthread_join(t, &done);
+    assert_non_null(done);
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT sum(stock) FROM segments WHERE sku = '%s') +"
+             " (SELECT count(*) FROM orders WHERE sku = '%s')",
+             sku, sku);
+    assert_int_equal(h_pg_scalar(pg, sql), initial);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM segments WHERE sku = '%s' AND stock < 0", sku);
+    assert_int_equal(h_pg_scalar(pg, sql), 0);
+    for (int b = 0; b < FAULT_BUYERS; b++)
+        for (int i = 0; i < FAULT_TRIES; i++)
+            if (fault_sale->ids[b][i][0] != '\0')
+                assert_int_equal(h_order_status(port, fault_sale->ids[b][i]), 200);
+    assert_true(atomic_load(&fault_sale->sold) <= initial);
+    assert_int_equal(rows(sku), initial); /* sold out: what 503 left unknown was sold */
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+    free(fault_sale);
+}
+
+static void test_pg_restart_mid_sale(void **state)
+{
+    (void)state;
+    sale_through("restart", "row", restart_pg);
+}
+
+static void test_backends_terminated_mid_sale(void **state)
+{
+    (void)state;
+    sale_through("terminate", "lease", terminate_backends);
+}
+
+/* ---- two instances, and a frozen holder ----------------------------------------- */
+
+static void two_buyers(int idx, void *arg)
+{
+    struct sale **both = arg;
+    buyer(idx, both[idx % 2]);
+}
+
+static void test_two_instances(void **state)
+{
+    (void)state;
+    h_svc *a = start_svc("3000"), *b = start_svc("3000");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(put_sku(h_svc_port(a), "two", 100, 4, "lock", "row", 2), 0);
+    struct sale sa = {.port = h_svc_port(a), .sku = "two"};
+    struct sale sb = {.port = h_svc_port(b), .sku = "two"};
+    struct sale *both[2] = {&sa, &sb};
+    assert_int_equal(h_parallel(8, two_buyers, both), 0);
+    assert_int_equal(atomic_load(&sa.failed) + atomic_load(&sb.failed), 0);
+    assert_int_equal(atomic_load(&sa.sold) + atomic_load(&sb.sold), 100);
+    assert_true(atomic_load(&sa.sold) > 0 && atomic_load(&sb.sold) > 0);
+    assert_int_equal(rows("two"), 100);
+    assert_int_equal(h_audit(h_svc_port(a), TOKEN, "two", 100, true), 0);
+    assert_int_equal(h_svc_stop_clean(a), 0);
+    assert_int_equal(h_svc_stop_clean(b), 0);
+    h_svc_free(a);
+    h_svc_free(b);
+}
+
+/* A `row` holder frozen (SIGSTOP) with its transaction open past lock_ttl_ms: the
+ * server ends its session (idle_in_transaction_session_timeout), the other instance
+ * sells the segment, and the frozen one's late COMMIT fails: never oversold. */
+static void test_frozen_row_holder(void **state)
+{
+    (void)state;
+    h_svc *a = start_svc("500"), *b = start_svc("500");
+    assert_non_null(a);
+    assert_non_null(b);
+    /* one segment, held 400 ms per order: a's order is inside its hold when frozen */
+    assert_int_equal(put_sku(h_svc_port(a), "frz", 1, 1, "lock", "row", 400), 0);
+    struct h_resp r;
+    pid_t child = fork();
+    if (child == 0) { /* a's order, waiting through the freeze */
+        h_http_set_timeout(20000);
+        int st = h_order(h_svc_port(a), "frz", 1, "frozen-1", &r);
+        _exit(st == 503 ? 0 : 1); /* its COMMIT failed: no answer, no sale */
+    }
+    h_sleep_ms(150);
+    assert_int_equal(h_svc_pause(a), 0);
+    h_sleep_ms(1500); /* past the session's 500 ms: the server has ended it */
+    assert_int_equal(h_order(h_svc_port(b), "frz", 1, "other-1", &r), 201);
+    h_resp_free(&r);
+    assert_int_equal(h_svc_resume(a), 0);
+    int status = 0;
+    waitpid(child, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0); /* a's late COMMIT was not a sale */
+    assert_int_equal(rows("frz"), 1);
+    assert_int_equal(h_pg_scalar(pg, "SELECT stock FROM segments WHERE sku = 'frz'"), 0);
+    assert_int_equal(h_audit(h_svc_port(b), TOKEN, "frz", 1, true), 0);
+    assert_int_equal(h_svc_stop_clean(a), 0);
+    assert_int_equal(h_svc_stop_clean(b), 0);
+    h_svc_free(a);
+    h_svc_free(b);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    pg = h_pg_start();
+    return pg != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    h_pg_free(pg);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_migrate_command),
+        cmocka_unit_test(test_row_sells_out),
+        cmocka_unit_test(test_row_hold0_sells_out),
+        cmocka_unit_test(test_lease_sells_out),
+        cmocka_unit_test(test_optimistic_sells_out),
+        cmocka_unit_test(test_atomic_sells_out),
+        cmocka_unit_test(test_row_hold_past_ttl),
+        cmocka_unit_test(test_orders_and_admin),
+        cmocka_unit_test(test_multi_every_scheme),
+        cmocka_unit_test(test_pg_restart_mid_sale),
+        cmocka_unit_test(test_backends_terminated_mid_sale),
+        cmocka_unit_test(test_two_instances),
+        cmocka_unit_test(test_frozen_row_holder),
+    };
+    return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
+}
