@@ -4,6 +4,7 @@
 #   make run              install missing packages, start redis-server if none answers, run
 #   make run CLUSTER=3    the same against a local Redis Cluster (3 masters + 3 replicas)
 #   make run STORE=postgres  the same on a PostgreSQL of its own (temp dir, free port)
+#   make run LOCK=redlock|memcached|zookeeper  the same with that lock service of its own
 #   make test             every unit and integration test (starts its own redis-server)
 #   make loadtest         the full load test (loadtest/run.sh --help for options)
 #   make fuzz             build and run the request-parsing fuzzer for FUZZ_SECONDS
@@ -136,7 +137,7 @@ deps:
 
 run: deps
 	@$(MAKE) --no-print-directory all
-	@CLUSTER=$(CLUSTER) STORE=$(STORE) service/run.sh $(BIN) $(ARGS)
+	@CLUSTER=$(CLUSTER) STORE=$(STORE) LOCK=$(LOCK) service/run.sh $(BIN) $(ARGS)
 
 test: deps
 	@$(MAKE) --no-print-directory $(BIN) $(UNIT_BIN) $(IT_BIN)

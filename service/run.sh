@@ -17,6 +17,12 @@
 # root), the server on 127.0.0.1 with a free port and its socket in that dir, stopped
 # by pid on exit and the dir removed. The service gets --store postgres://... and
 # migrates the schema at start. PG_BINDIR: default /usr/lib/postgresql/15/bin.
+#
+# LOCK=redlock|memcached|zookeeper (make run LOCK=...): a lock service of its own
+# beside the store, for SKUs with that "lock": three redis-servers without persistence
+# (--redlock), a memcached (--memcached) or a standalone ZooKeeper (--zookeeper, java
+# with the zookeeper package's classpath), on 127.0.0.1 with free ports and data in a
+# temp dir, stopped by pid on exit and the dir removed.
 set -euo pipefail
 
 bin=$1
@@ -49,6 +55,8 @@ svc_pid=
 cluster_pids=()
 pg_pid=
 pg_dir=
+lock_pids=()
+lock_dir=
 cleanup() {
     trap - EXIT INT TERM
     [ -n "$svc_pid" ] && kill -TERM "$svc_pid" 2>/dev/null && wait "$svc_pid" 2>/dev/null
@@ -57,6 +65,12 @@ cleanup() {
         echo "run: stopped PostgreSQL (pid $pg_pid)"
     fi
     [ -n "$pg_dir" ] && rm -rf "$pg_dir"
+    if [ "${#lock_pids[@]}" -gt 0 ]; then
+        kill -TERM "${lock_pids[@]}" 2>/dev/null || true
+        wait "${lock_pids[@]}" 2>/dev/null || true # java exits 143 on SIGTERM
+        echo "run: stopped the lock service (pids ${lock_pids[*]})"
+    fi
+    [ -n "$lock_dir" ] && rm -rf "$lock_dir"
     if [ -n "$redis_pid" ]; then
         kill -TERM "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
         echo "run: stopped redis-server (data kept in var/redis)"
@@ -154,6 +168,69 @@ elif [ -n "$store" ]; then
     exit 2
 fi
 
+# A free loopback port (another process may take it before the server binds it: the
+# callers check that their server answers).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Wait until 127.0.0.1:$1 accepts connections while pid $2 lives (10 s).
+await_port() {
+    for _ in $(seq 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+lock=${LOCK:-}
+lock_hint=
+if [ -n "$lock" ]; then
+    lock_dir=$(mktemp -d /tmp/inventoryd-lock.XXXXXX)
+    case $lock in
+    redlock)
+        addrs=
+        for i in 1 2 3; do
+            p=$(free_port)
+            redis-server --bind 127.0.0.1 --port "$p" --save '' --appendonly no \
+                --dir "$lock_dir" --logfile "$lock_dir/redlock-$i.log" --daemonize no &
+            lock_pids+=($!)
+            await_port "$p" "$!" || { echo "run: redis-server for RedLock failed" >&2; exit 1; }
+            addrs+="${addrs:+,}127.0.0.1:$p"
+        done
+        echo "run: RedLock over 3 redis-servers at $addrs"
+        set -- "$@" --redlock "$addrs"
+        ;;
+    memcached)
+        p=$(free_port)
+        as=()
+        [ "$(id -u)" = 0 ] && as=(-u nobody)
+        memcached -l 127.0.0.1 -p "$p" -U 0 "${as[@]}" >"$lock_dir/memcached.log" 2>&1 &
+        lock_pids+=($!)
+        await_port "$p" "$!" || { echo "run: memcached failed" >&2; exit 1; }
+        echo "run: memcached on 127.0.0.1:$p"
+        set -- "$@" --memcached "127.0.0.1:$p"
+        ;;
+    zookeeper)
+        cp=$(sed -n 's/^CLASSPATH=//p' /etc/zookeeper/conf/environment 2>/dev/null | tr -d '"')
+        [ -n "$cp" ] || { echo "run: no /etc/zookeeper/conf/environment (apt-get install zookeeper)" >&2; exit 1; }
+        p=$(free_port)
+        mkdir -p "$lock_dir/data"
+        printf '%s\n' "dataDir=$lock_dir/data" "clientPort=$p" "clientPortAddress=127.0.0.1" \
+            "tickTime=500" "admin.enableServer=false" >"$lock_dir/zoo.cfg"
+        java -cp "$cp" -Dzookeeper.log.dir="$lock_dir" \
+            org.apache.zookeeper.server.quorum.QuorumPeerMain "$lock_dir/zoo.cfg" \
+            >"$lock_dir/zookeeper.log" 2>&1 &
+        lock_pids+=($!)
+        await_port "$p" "$!" || { echo "run: ZooKeeper failed; see $lock_dir/zookeeper.log" >&2; exit 1; }
+        echo "run: ZooKeeper on 127.0.0.1:$p (pid $!)"
+        set -- "$@" --zookeeper "127.0.0.1:$p"
+        ;;
+    *)
+        echo "run: LOCK must be redlock, memcached or zookeeper (got '$lock')" >&2
+        exit 2
+        ;;
+    esac
+    lock_hint=", \"lock\": \"$lock\", \"rebalance\": false"
+fi
+
 if [ -n "$cluster" ] || [ -n "$store" ]; then
     :
 elif redis-cli -h "$redis_host" -p "$redis_port" ping >/dev/null 2>&1; then
@@ -183,7 +260,7 @@ url="http://$bind:$port"
 cat <<MSG
 run: starting $bin on $url (Ctrl-C stops it)
   try:  curl -s -X PUT "$url/admin/skus/tv?reset=true" -H 'Content-Type: application/json' \\
-             -d '{"stock": 1000, "segments": 20, "hold_ms": 20}'
+             -d '{"stock": 1000, "segments": 20, "hold_ms": 20$lock_hint}'
         curl -s -X POST $url/orders -H 'Content-Type: application/json' -d '{"sku": "tv"}'
   load: make loadtest-quick   (or wrk -t2 -c100 -d10s -s loadtest/orders.lua $url/orders -- sku=tv)
 MSG
