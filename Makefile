@@ -16,11 +16,16 @@
 #   make format / make format-check / make clean
 
 PKGS      := libmicrohttpd hiredis jansson libevent libpq libmemcached
-DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
-             libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
-             libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel \
-             postgresql libpq-dev postgresql-contrib memcached libmemcached-dev
-DEB_PKGS  += zookeeper libzookeeper-st-dev
+# What building and `make run` need (the client libraries of every backend are linked
+# in); what the tests, load test and fuzzer add (the servers they start, the tools).
+# `make run` installs only the first, and the server its STORE= or LOCK= names.
+RUN_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev \
+             libevent-dev libpq-dev libmemcached-dev libzookeeper-st-dev redis-server \
+             redis-tools curl jq procps python3
+DEB_PKGS  := $(RUN_PKGS) libcmocka-dev wrk gnuplot-nox clang libclang-rt-14-dev valgrind \
+             redis-sentinel postgresql postgresql-contrib memcached zookeeper
+RUN_PKGS  += $(if $(filter postgres,$(STORE)),postgresql) \
+             $(if $(filter memcached,$(LOCK)),memcached) $(if $(filter zookeeper,$(LOCK)),zookeeper)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc
@@ -74,7 +79,7 @@ HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harn
 HARNESS   += $(BUILD)/tests/harness_zk.o
 
 .SECONDARY:
-.PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
+.PHONY: all deps deps-run run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
         soak
 
 all: $(BIN)
@@ -124,9 +129,15 @@ $(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tes
 # The ZooKeeper lock service, called directly (segments/zookeeper/zklock.h).
 $(BUILD)/tests/it_zk_lock: $(LIB_OBJ)
 
-# Installs whatever of DEB_PKGS is missing; a no-op when all are present.
+# deps: every package of DEB_PKGS (tests, load test, fuzzer); deps-run: RUN_PKGS.
 deps:
-	@missing=$$(for p in $(DEB_PKGS); do \
+	@$(call install_missing,$(DEB_PKGS))
+
+deps-run:
+	@$(call install_missing,$(RUN_PKGS))
+
+# Installs whatever of the packages $(1) is missing; a no-op when all are present.
+install_missing = missing=$$(for p in $(1); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' \
 	    || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -135,7 +146,7 @@ deps:
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-run: deps
+run: deps-run
 	@$(MAKE) --no-print-directory all
 	@CLUSTER=$(CLUSTER) STORE=$(STORE) LOCK=$(LOCK) service/run.sh $(BIN) $(ARGS)
 
