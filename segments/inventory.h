@@ -61,6 +61,9 @@ struct inv_options {
     int lock_ttl_ms;      /* lease of a segment lock; renewed every ttl/3 while held */
     int lock_wait_ms;     /* how long an order waits for a free segment before BUSY */
     int meta_cache_ms;    /* how long a SKU's settings are trusted without re-reading */
+    bool ledger;          /* a ledger is configured: every create or reset turns the SKU's
+                             events on (calls.h rd_reset.ledger); every instance on one Redis
+                             should agree */
 };
 
 /* Create the process-wide handle and start the lease watchdog thread.

@@ -8,6 +8,7 @@
 
 #include "segments/clock.h"
 #include "segments/internal.h"
+#include "segments/ledger.h"
 #include "segments/lockset.h"
 #include "segments/record.h"
 #include "segments/skutab.h"
@@ -52,7 +53,12 @@ enum stat_id order_outcome_stat(inv_status s)
 inv_status order_get(inv_conn *c, const char *id, char **record)
 {
     *record = NULL;
-    return seg_valid_name(id) ? read_record(c, id, record) : INV_INVALID;
+    if (!seg_valid_name(id))
+        return INV_INVALID;
+    inv_status s = read_record(c, id, record);
+    /* Past record_retention_s Redis has forgotten it; the ledger has it (ledger.h). */
+    return s == INV_NOT_FOUND && c->v->ledger != NULL ? ledger_order(c->v, id, record)
+                                                      : s;
 }
 
 /* What a record says: SKU, qty, status and the segments it took from. */

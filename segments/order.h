@@ -43,7 +43,8 @@ struct order_result {
 };
 
 /* Look an order up: INV_OK with *record (JSON text, caller frees), INV_NOT_FOUND or
- * INV_UNAVAILABLE. `id` must be a valid name. */
+ * INV_UNAVAILABLE. `id` must be a valid name. With a ledger (ledger.h), a record Redis
+ * no longer has (expired after record_retention_s) is answered from the ledger. */
 inv_status order_get(inv_conn *c, const char *id, char **record);
 
 /* Cancel an order: its units go back to the segments they came from, under their

@@ -88,6 +88,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                        ? c->v->opt.redis_timeout_ms / 2
                        : 0,
         .expect = expect,
+        .ledger = c->v->opt.ledger,
     };
     struct rd_reply r;
     int rc = rd_reset(c->rd, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);

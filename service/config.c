@@ -94,6 +94,9 @@ static const struct setting settings[] = {
     INT_SETTING("meta_cache_ms", NULL, NULL, meta_cache_ms, 0, 60000),
     ENUM_SETTING("durability", "INVENTORY_DURABILITY", "--durability", durability,
                  durability_names),
+    STR_SETTING("ledger", "INVENTORY_LEDGER", "--ledger", K_STR, ledger),
+    INT_SETTING("record_retention_s", "INVENTORY_RECORD_RETENTION_S",
+                "--record-retention-s", record_retention_s, 1, 315360000),
     STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
                 admin_token),
     STR_SETTING("metrics_token", "INVENTORY_METRICS_TOKEN", "--metrics-token", K_TOKEN,
@@ -143,6 +146,7 @@ void cfg_defaults(struct cfg *out)
     out->redis_timeout_ms = 1000;
     out->meta_cache_ms = 100;
     out->durability = CFG_DURABILITY_ASYNC;
+    out->record_retention_s = 604800;
     out->max_connections = 10000;
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
@@ -1058,6 +1062,10 @@ void cfg_usage(FILE *f, const char *prog)
         "\n"
         "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
         "none (replicated: an order is 201 only once a replica has it).\n"
+        "\n"
+        "ledger: a PostgreSQL connection string (postgres://...): every sale, cancel,\n"
+        "restock, rebalance and reset is copied there exactly once; an order record\n"
+        "then leaves Redis record_retention_s seconds later and is answered from it.\n"
         "\n"
         "admin_token: the bearer token of /admin/* and /metrics; metrics_token: a\n"
         "read-only one that opens GET /metrics alone.\n"

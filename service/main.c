@@ -16,6 +16,7 @@
 #include "api/server.h"
 #include "base/log.h"
 #include "segments/inventory.h"
+#include "segments/ledger.h"
 #include "segments/stats.h"
 #include "service/config.h"
 
@@ -265,12 +266,22 @@ int main(int argc, char **argv)
         .lock_ttl_ms = cfg.lock_ttl_ms,
         .lock_wait_ms = cfg.lock_wait_ms,
         .meta_cache_ms = cfg.meta_cache_ms,
+        .ledger = cfg.ledger[0] != '\0',
     };
     inv_set_redis_logger(redis_log);
     inv *v = inv_create(&opt, err, sizeof(err));
     if (v == NULL) {
         log_error("cannot start the inventory: %s", err);
         return 1;
+    }
+    ledger *lg = NULL;
+    if (cfg.ledger[0] != '\0') {
+        const struct ledger_options lo = {cfg.ledger, cfg.record_retention_s};
+        if ((lg = ledger_create(v, &lo, err, sizeof(err))) == NULL) {
+            log_error("cannot start the ledger: %s", err);
+            inv_free(v);
+            return 1;
+        }
     }
     struct api_options api = {
         .bind = cfg.bind,
@@ -290,6 +301,7 @@ int main(int argc, char **argv)
     struct api_server *srv = api_server_start(&api, v, err, sizeof(err));
     if (srv == NULL) {
         log_error("cannot start the HTTP server: %s", err);
+        ledger_free(lg);
         inv_free(v);
         return 1;
     }
@@ -325,6 +337,7 @@ int main(int argc, char **argv)
     log_info("received %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
 
     api_server_stop(srv);
+    ledger_free(lg);
     inv_free(v);
     log_info("stopped");
     return 0;

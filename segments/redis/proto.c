@@ -422,6 +422,7 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_arg(c, rid != NULL ? sig : "");
     cmd_arg(c, to->replicated ? "replicated" : "async");
     cmd_arg(c, to->expect != NULL ? to->expect : "");
+    cmd_arg(c, to->ledger ? "1" : "0");
 }
 
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
@@ -442,7 +443,8 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
 }
 
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
-                         long long dead_epoch, long long epoch, long long stock)
+                         long long dead_epoch, long long epoch, long long stock,
+                         bool ledger)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_RESET_SEGMENT);
@@ -463,6 +465,7 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
         cmd_argll(c, stock);
     else
         cmd_arg(c, "");
+    cmd_arg(c, ledger ? "1" : "0");
 }
 
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,

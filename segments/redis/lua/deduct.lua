@@ -2,6 +2,7 @@
 -- KEYS: segment lock, stock, sold, orders hash, order record, segment epoch.
 -- ARGV: token ('' = no lock), qty, order_id, record JSON, attempt id, epoch, sku,
 --       keep ('1': an OK keeps the lock for the next order of the holder's loop).
+-- A sale appends its event to the segment's ledger stream (scripts.c LEDGER).
 -- Reply: {FENCED} | {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock}
 --      | {OK, stock left}.
 -- A record written by this very attempt (the script sent again after its reply was
@@ -34,4 +35,6 @@ redis.call('DECRBY', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[5], 'r', ARGV[4], 't', ARGV[5], 'k', ARGV[7], 'e', ARGV[6])
+LEDGER(KEYS[2], 'k', 'sale', 'e', ARGV[6], 'o', ARGV[3], 'ds', '-' .. ARGV[2], 'dq', ARGV[2],
+       'r', ARGV[4])
 return done({OK, s - q})
