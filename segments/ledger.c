@@ -269,16 +269,56 @@ int ledger_stats_of(inv *v, struct ledger_stats *out)
     return 1;
 }
 
+/* The ledger's row of order `id`: as pgl_order, under the reads' mutex. */
+static int order_row(ledger *l, const char *id, char **record, char *sku, size_t skulen,
+                     long long *epoch, int *cancelled)
+{
+    pthread_mutex_lock(&l->mu_reads);
+    int rc = pgl_order(l->reads, id, record, sku, skulen, epoch, cancelled);
+    pthread_mutex_unlock(&l->mu_reads);
+    return rc;
+}
+
 inv_status ledger_order(inv *v, const char *id, char **record)
 {
     *record = NULL;
     ledger *l = v->ledger;
     if (l == NULL)
         return INV_NOT_FOUND;
-    pthread_mutex_lock(&l->mu_reads);
-    int rc = pgl_order(l->reads, id, record);
-    pthread_mutex_unlock(&l->mu_reads);
+    char sku[SEG_NAME_MAX + 1];
+    long long epoch;
+    int cancelled;
+    int rc = order_row(l, id, record, sku, sizeof sku, &epoch, &cancelled);
     return rc > 0 ? INV_OK : rc == 0 ? INV_NOT_FOUND : INV_UNAVAILABLE;
+}
+
+int ledger_restore(inv_conn *c, const char *id, char **record)
+{
+    *record = NULL;
+    ledger *l = c->v->ledger;
+    if (l == NULL)
+        return INV_NOT_FOUND;
+    char sku[SEG_NAME_MAX + 1];
+    long long epoch;
+    int cancelled;
+    int rc = order_row(l, id, record, sku, sizeof sku, &epoch, &cancelled);
+    if (rc <= 0)
+        return rc == 0 ? INV_NOT_FOUND : INV_UNAVAILABLE;
+    if (cancelled)
+        return INV_OK; /* as a cancel of a cancelled order answers */
+    struct rd_meta m;
+    int found = rd_meta_read(c->rd, sku, &m);
+    if (found <= 0 || m.epoch != epoch) { /* reset since: that sale is no order now */
+        free(*record);
+        *record = NULL;
+        return found < 0 ? INV_UNAVAILABLE : INV_NOT_FOUND;
+    }
+    char placed[RD_SKU_PLACED_MAX];
+    rd_sku_placed(placed, sku, m.salt);
+    rc = rd_ev_restore(c->rd, id, placed, epoch, *record);
+    free(*record);
+    *record = NULL;
+    return rc < 0 ? INV_UNAVAILABLE : -1;
 }
 
 static long long absll(long long x)

@@ -60,6 +60,13 @@ int ledger_stats_of(inv *v, struct ledger_stats *out);
  * INV_NOT_FOUND, INV_UNAVAILABLE. */
 inv_status ledger_order(inv *v, const char *id, char **record);
 
+/* A cancel of an order Redis no longer has a record of (past record_retention_s):
+ * INV_OK with *record (malloc'd) when the ledger has it cancelled already; -1 when
+ * the ledger has it sold in the SKU's current epoch and its record is back in Redis
+ * (restored as the ledger has it, unless the id has a record again: cancel as usual
+ * now); INV_NOT_FOUND, INV_UNAVAILABLE. */
+int ledger_restore(inv_conn *c, const char *id, char **record);
+
 struct ledger_recon {
     long long epoch;
     long long store_stock, store_sold;   /* the segments in Redis, summed */

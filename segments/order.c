@@ -203,6 +203,14 @@ inv_status order_cancel(inv_conn *c, const char *id, char **record)
     for (int try = 0; st == CANCEL_STALE && try < STALE_TRIES; try++) {
         char *rec = NULL;
         st = read_record(c, id, &rec);
+        if (st == INV_NOT_FOUND && c->v->ledger != NULL && try == 0) {
+            /* Past record_retention_s: the ledger's record, back in Redis (ledger.h). */
+            st = ledger_restore(c, id, record);
+            if (st == -1)
+                st = read_record(c, id, &rec);
+            else
+                break;
+        }
         if (st != INV_OK)
             break;
         st = cancel_once(c, id, rec, record);

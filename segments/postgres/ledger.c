@@ -145,14 +145,16 @@ int pgl_copy(pgl *p, const char *stream, const char *sku, int seg,
     return ok ? 0 : fail(p, "commit");
 }
 
-int pgl_order(pgl *p, const char *id, char **record)
+int pgl_order(pgl *p, const char *id, char **record, char *sku, size_t skulen,
+              long long *epoch, int *cancelled)
 {
     *record = NULL;
     if (ready(p) != 0)
         return -1;
     const char *params[1] = {id};
     PGresult *r = PQexecParams(p->conn,
-                               "SELECT record FROM ledger.orders WHERE order_id = $1"
+                               "SELECT record, sku, epoch, status = 'cancelled'"
+                               " FROM ledger.orders WHERE order_id = $1"
                                " AND record IS NOT NULL ORDER BY updated_at DESC LIMIT 1",
                                1, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -160,8 +162,12 @@ int pgl_order(pgl *p, const char *id, char **record)
         return fail(p, "order");
     }
     int found = PQntuples(r) == 1;
-    if (found)
+    if (found) {
         *record = seg_strdup(PQgetvalue(r, 0, 0));
+        snprintf(sku, skulen, "%s", PQgetvalue(r, 0, 1));
+        *epoch = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+        *cancelled = PQgetvalue(r, 0, 3)[0] == 't';
+    }
     PQclear(r);
     return found;
 }

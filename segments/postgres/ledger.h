@@ -21,6 +21,8 @@
 #ifndef SEG_POSTGRES_LEDGER_H
 #define SEG_POSTGRES_LEDGER_H
 
+#include <stddef.h>
+
 typedef struct pgl pgl;
 
 struct pgl_event {
@@ -43,8 +45,10 @@ const char *pgl_error(const pgl *p);
 int pgl_copy(pgl *p, const char *stream, const char *sku, int seg,
              const struct pgl_event *ev, int n);
 
-/* The newest record of order `id`: 1 with *record (malloc'd), 0 none, -1. */
-int pgl_order(pgl *p, const char *id, char **record);
+/* The newest record of order `id`: 1 with *record (malloc'd), its SKU (into
+ * sku[0..skulen)), epoch and whether it is cancelled; 0 none, -1. */
+int pgl_order(pgl *p, const char *id, char **record, char *sku, size_t skulen,
+              long long *epoch, int *cancelled);
 
 /* The ledger's stock and sold of `sku` in `epoch`: 1, 0 (no event), -1. */
 int pgl_counts(pgl *p, const char *sku, long long epoch, long long *stock,

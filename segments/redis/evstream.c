@@ -121,6 +121,24 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
     return rc;
 }
 
+int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
+                  const char *record)
+{
+    char key[SEG_KEY_MAX];
+    struct rd_cmd cmd;
+    cmd_script(&cmd, SCRIPT_RESTORE);
+    cmd_key(&cmd, seg_key_order(key, id));
+    cmd_arg(&cmd, record);
+    cmd_arg(&cmd, placed);
+    cmd_argll(&cmd, epoch);
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL)
+        return -1;
+    int rc = r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+    freeReplyObject(r);
+    return rc;
+}
+
 int rd_ev_retain(rd_conn *c, const char *id, const char *placed, long long epoch,
                  int ttl_s)
 {

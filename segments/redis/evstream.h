@@ -50,4 +50,9 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
 int rd_ev_retain(rd_conn *c, const char *id, const char *placed, long long epoch,
                  int ttl_s);
 
+/* RESTORE: the record of order `id` written back as the ledger has it (SKU `placed`,
+ * `epoch`), unless the id has a record: 1 written, 0 one was there, -1. */
+int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
+                  const char *record);
+
 #endif

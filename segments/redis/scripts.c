@@ -116,6 +116,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_RETAIN] = "retain.lua",
     [SCRIPT_EV_READ] = "ev_read.lua",
     [SCRIPT_EV_DONE] = "ev_done.lua",
+    [SCRIPT_RESTORE] = "restore.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

@@ -46,6 +46,7 @@ enum script_id {
     SCRIPT_RETAIN,        /* an order record's TTL, once the ledger holds it */
     SCRIPT_EV_READ,       /* the ledger sink's read of a segment's stream */
     SCRIPT_EV_DONE,       /* ... and its entries copied: acked and deleted */
+    SCRIPT_RESTORE,       /* an expired order record written back from the ledger */
     SCRIPT__COUNT
 };
 
