@@ -18,9 +18,12 @@
 #include "segments/redis/calls.h"
 #include "segments/redis/evstream.h"
 
-#define BATCH 256       /* events per transaction */
-#define IDLE_MS 5000    /* another reader's batch is taken over after this */
-#define PERIOD_MS 200   /* a pass every so often when there was nothing to copy */
+#define BATCH 256    /* events per transaction */
+#define IDLE_MS 5000 /* another reader's batch is taken over after this */
+/* A pass every so often, at once only after a full batch: a sink that went round as
+ * soon as it had copied anything copied a few events per batch, and its reads,
+ * acknowledgements and TTLs cost Redis more per order than the order itself. */
+#define PERIOD_MS 200
 #define LIST_MS 1000    /* the SKU list read this often */
 #define KNOWN_MAX 65536 /* SKUs followed at most (bounded by the catalogue) */
 
@@ -96,9 +99,9 @@ static int refresh(ledger *l, rd_conn *rd)
     return 0;
 }
 
-/* Copy one batch of segment i of `e`: 1 copied something, 0 nothing to copy, -1
- * failed (the batch stays pending with this reader). *backlog, *oldest: the stream's
- * length and the oldest entry read (wall ms), for the lag. */
+/* Copy one batch of segment i of `e`: 1 copied a full batch (more may wait), 0
+ * copied less or nothing, -1 failed (the batch stays pending with this reader). *backlog,
+ * *oldest: the stream's length and the oldest entry read (wall ms), for the lag. */
 static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct known *e, int i,
                         long long *backlog, long long *oldest)
 {
@@ -145,11 +148,10 @@ static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct known *e, 
         goto out; /* copied: acknowledged by the next pass, once more */
     atomic_fetch_add(&l->copied, m);
     atomic_fetch_add(&l->batches, 1);
-    for (int j = 0; j < n; j++)
-        if (ev[j].record != NULL && ev[j].order[0] != '\0' &&
-            rd_ev_retain(rd, ev[j].order, e->placed, ev[j].epoch, l->retention_s) == 1)
-            atomic_fetch_add(&l->retained, 1);
-    rc = 1;
+    int kept = rd_ev_retain(rd, e->placed, ev, n, l->retention_s);
+    if (kept > 0)
+        atomic_fetch_add(&l->retained, kept);
+    rc = n >= BATCH; /* a full batch: more may be waiting */
 out:
     rd_ev_free(ev, n);
     return rc;

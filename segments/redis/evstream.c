@@ -6,6 +6,7 @@
 
 #include "base/xalloc.h"
 #include "segments/redis/keys.h"
+#include "segments/redis/slots.h"
 #include "segments/redis/store.h"
 
 const char *rd_ev_stream(char *buf, const char *placed, int i)
@@ -139,20 +140,46 @@ int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoc
     return rc;
 }
 
-int rd_ev_retain(rd_conn *c, const char *id, const char *placed, long long epoch,
+static bool retained(const struct rd_event *e)
+{
+    return e->record != NULL && e->order[0] != '\0';
+}
+
+int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int n,
                  int ttl_s)
 {
+    bool cluster = rd_conn_cluster(c);
+    int *slot = seg_calloc((size_t)n + 1, sizeof *slot);
     char key[SEG_KEY_MAX];
-    struct rd_cmd cmd;
-    cmd_script(&cmd, SCRIPT_RETAIN);
-    cmd_key(&cmd, seg_key_order(key, id));
-    cmd_arg(&cmd, placed);
-    cmd_argll(&cmd, epoch);
-    cmd_argll(&cmd, ttl_s);
-    redisReply *r = store_call(c, &cmd);
-    if (r == NULL)
-        return -1;
-    int rc = r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
-    freeReplyObject(r);
-    return rc;
+    for (int j = 0; j < n; j++) {
+        seg_key_order(key, ev[j].order);
+        slot[j] = !retained(&ev[j]) ? -1 : cluster ? rd_key_slot(key, strlen(key)) : 0;
+    }
+    int total = 0;
+    for (int j = 0; j < n && total >= 0; j++) {
+        if (slot[j] < 0)
+            continue;
+        int s = slot[j];
+        struct rd_cmd cmd;
+        cmd_script(&cmd, SCRIPT_RETAIN);
+        for (int k = j; k < n; k++)
+            if (slot[k] == s)
+                cmd_key(&cmd, seg_key_order(key, ev[k].order));
+        cmd_arg(&cmd, placed);
+        cmd_argll(&cmd, ttl_s);
+        for (int k = j; k < n; k++)
+            if (slot[k] == s) {
+                cmd_argll(&cmd, ev[k].epoch);
+                slot[k] = -1;
+            }
+        redisReply *r = store_call(c, &cmd);
+        if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+            total += (int)r->integer;
+        else
+            total = -1;
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    free(slot);
+    return total;
 }

@@ -45,9 +45,10 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
 /* Acknowledge and delete ev[0..n-1] of segment i's stream: 0 or -1. */
 int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n);
 
-/* RETAIN: the record of order `id`, when it is still that of `placed` in `epoch`,
- * expires in `ttl_s`: 1 set, 0 not that record, -1. */
-int rd_ev_retain(rd_conn *c, const char *id, const char *placed, long long epoch,
+/* RETAIN: the record of each order of ev[0..n-1] (events of `placed` with an order and
+ * a record), when it is still that sale's, expires in `ttl_s`; one call per slot the
+ * records are in (standalone: one). How many got it, or -1. */
+int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int n,
                  int ttl_s);
 
 /* RESTORE: the record of order `id` written back as the ledger has it (SKU `placed`,
