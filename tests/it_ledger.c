@@ -183,6 +183,22 @@ static void test_two_sinks(void **state)
     }
     assert_int_equal(wait_drift(pb, "le2", 10000), 0);
     assert_once(e, "le2", 300);
+    /* What was copied leaves the streams: Redis does not keep the events. */
+    redisContext *rc = h_redis_connect(e->redis);
+    assert_non_null(rc);
+    long long left = -1;
+    for (int waited = 0; waited < 5000 && left != 0; waited += 100) {
+        left = 0;
+        for (int i = 0; i < 8; i++) {
+            redisReply *x = redisCommand(rc, "XLEN inv:{le2:%d}:events", i);
+            left += x != NULL && x->type == REDIS_REPLY_INTEGER ? x->integer : 1;
+            freeReplyObject(x);
+        }
+        if (left != 0)
+            usleep(100 * 1000);
+    }
+    redisFree(rc);
+    assert_int_equal(left, 0);
 }
 
 /* A record past record_retention_s has left Redis; GET answers it from the ledger. */

@@ -42,7 +42,8 @@ void rd_ev_free(struct rd_event *ev, int n);
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog);
 
-/* Acknowledge and delete ev[0..n-1] of segment i's stream: 0 or -1. */
+/* Acknowledge ev[0..n-1] of segment i's stream and trim it up to the oldest entry any
+ * reader still has pending: 0 or -1. */
 int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n);
 
 /* RETAIN: the record of each order of ev[0..n-1] (events of `placed` with an order and
