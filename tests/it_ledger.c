@@ -242,6 +242,32 @@ static void test_retention(void **state)
     h_resp_free(&r);
 }
 
+/* Events are opt-in: a SKU made by a service without a ledger appends no event (no
+ * stream grows in a Redis nobody copies from), and reconcile says there is none. */
+static void test_no_ledger_no_events(void **state)
+{
+    struct env *e = *state;
+    h_svc *plain = h_svc_start_args(e->redis, NULL);
+    assert_non_null(plain);
+    int port = h_svc_port(plain);
+    assert_int_equal(h_put_sku(port, NULL, "ln", 100, 2, "lock", 0), 0);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(h_order(port, "ln", 1, NULL, NULL), 201);
+    struct h_resp r;
+    assert_int_equal(h_req(port, "GET", "/admin/skus/ln/reconcile", NULL, NULL, &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "no_ledger"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_svc_stop_clean(plain), 0);
+    h_svc_free(plain);
+    redisContext *rc = h_redis_connect(e->redis);
+    assert_non_null(rc);
+    redisReply *x = redisCommand(rc, "EXISTS inv:{ln:0}:events inv:{ln:1}:events");
+    assert_true(x != NULL && x->type == REDIS_REPLY_INTEGER);
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+    redisFree(rc);
+}
+
 /* PostgreSQL stopped under load, then back: every sale copied once. */
 static void test_postgres_down_and_back(void **state)
 {
@@ -439,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_events_and_reconcile),
         cmocka_unit_test(test_two_sinks),
         cmocka_unit_test(test_retention),
+        cmocka_unit_test(test_no_ledger_no_events),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_sinks_killed_mid_batch),
     };
