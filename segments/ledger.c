@@ -50,6 +50,7 @@ struct ledger {
     char consumer[48];
     struct known *known; /* the thread's own */
     int nknown;
+    bool failing; /* the thread's: the last copy failed (logged once) */
     _Atomic long long copied, batches, failures, retained, backlog, lag_ms;
 };
 
@@ -139,10 +140,16 @@ static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct known *e, 
     char stream[RD_EV_NAME_MAX];
     rd_ev_stream(stream, e->placed, i);
     if (m > 0 && pgl_copy(pg, stream, e->sku, i, pe, m) != 0) {
-        log_warn("ledger: copy of %s failed: %s", stream, pgl_error(pg));
+        if (!l->failing) /* once per outage, not once per batch and pass */
+            log_warn("ledger: copy of %s failed: %s (retried until it works)", stream,
+                     pgl_error(pg));
+        l->failing = true;
         free(pe);
         goto out;
     }
+    if (m > 0 && l->failing)
+        log_info("ledger: copying again (%s)", stream);
+    l->failing = l->failing && m == 0;
     free(pe);
     if (rd_ev_done(rd, e->placed, i, ev, n) != 0)
         goto out; /* copied: acknowledged by the next pass, once more */
