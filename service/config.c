@@ -24,6 +24,7 @@ enum kind {
     K_ENUM,  /* one of `names`, stored as its index in an int-sized enum field */
     K_BOOL,  /* bool field: true or false (a JSON boolean in the file) */
     K_PATH,  /* a file path in char[cap]; "-" stores "" (stderr) */
+    K_DSN,   /* like K_STR, a libpq connection string: shown with its password masked */
     K_REDIS, /* "host:port", "redis://[user[:password]@]host[:port][/db]",
                 "redis-sentinel://[user[:password]@]h:p,h:p/name[/db]" or
                 "unix:///path" into the redis_* fields */
@@ -94,7 +95,7 @@ static const struct setting settings[] = {
     INT_SETTING("meta_cache_ms", NULL, NULL, meta_cache_ms, 0, 60000),
     ENUM_SETTING("durability", "INVENTORY_DURABILITY", "--durability", durability,
                  durability_names),
-    STR_SETTING("ledger", "INVENTORY_LEDGER", "--ledger", K_STR, ledger),
+    STR_SETTING("ledger", "INVENTORY_LEDGER", "--ledger", K_DSN, ledger),
     INT_SETTING("record_retention_s", "INVENTORY_RECORD_RETENTION_S",
                 "--record-retention-s", record_retention_s, 1, 315360000),
     STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
@@ -480,6 +481,7 @@ static int set_text(const struct setting *s, const char *text, const char *where
                             "%s: must be visible ASCII characters without spaces", where);
         /* fall through */
     case K_STR:
+    case K_DSN:
         if (len >= s->cap)
             return fail(err, errlen, "%s: longer than %zu characters", where, s->cap - 1);
         memcpy(field, text, len + 1);
@@ -861,6 +863,32 @@ static void append(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+/* A libpq connection string into buf, its password as "***" when `mask`: the one of
+ * a URI (scheme://user:PASSWORD@host...) and a key=value string's password=... */
+static void mask_dsn(char *buf, size_t len, const char *dsn, bool mask)
+{
+    snprintf(buf, len, "%s", dsn[0] != '\0' ? dsn : "(none)");
+    if (!mask)
+        return;
+    const char *scheme = strstr(buf, "://");
+    char *at = scheme != NULL ? strchr(scheme + 3, '@') : NULL;
+    char *colon = scheme != NULL ? strchr(scheme + 3, ':') : NULL;
+    char *pw = strstr(buf, "password=");
+    size_t from = 0, to = 0;
+    if (at != NULL && colon != NULL && colon < at) {
+        from = (size_t)(colon + 1 - buf);
+        to = (size_t)(at - buf);
+    } else if (pw != NULL) {
+        from = (size_t)(pw + 9 - buf);
+        to = from + strcspn(pw + 9, " ");
+    }
+    if (to > from) {
+        char rest[CFG_PATH_MAX];
+        snprintf(rest, sizeof rest, "%s", buf + to);
+        snprintf(buf + from, len - from, "***%s", rest);
+    }
+}
+
 /* The value of setting `s` in `c`: a number in *num (CFG_VINT, CFG_VBOOL) or text in
  * `buf` (CFG_VTEXT) -- secrets as "***"/"(none)" when `mask`, in clear otherwise
  * (only to compare them). The one place that decides how a value is shown. */
@@ -900,6 +928,9 @@ static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, boo
         break;
     case K_PATH:
         snprintf(buf, len, "%s", field[0] != '\0' ? field : "(stderr)");
+        break;
+    case K_DSN:
+        mask_dsn(buf, len, field, mask);
         break;
     case K_STR:
     case K_BIND:
@@ -993,6 +1024,8 @@ static const char *metavar(const struct setting *s)
         return "PATH";
     case K_ENUM:
         return "VALUE";
+    case K_DSN:
+        return "URL";
     case K_TOKEN:
     case K_STR:
         break;
