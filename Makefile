@@ -18,6 +18,7 @@ DEB_PKGS  := gcc make pkg-config libmicrohttpd-dev libhiredis-dev libjansson-dev
              libcmocka-dev redis-server redis-tools wrk curl jq gnuplot-nox clang \
              libclang-rt-14-dev valgrind procps python3 libevent-dev redis-sentinel \
              postgresql libpq-dev postgresql-contrib memcached libmemcached-dev
+DEB_PKGS  += zookeeper libzookeeper-st-dev
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CC        ?= cc
@@ -28,6 +29,7 @@ CFLAGS    = -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -MMD -MP -I. \
             $(shell pkg-config --cflags $(PKGS)) $(SAN_FLAGS)
 LDFLAGS   = $(SAN_FLAGS)
 LDLIBS    = $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+LDLIBS    += -lzookeeper_st
 TEST_LIBS = $(shell pkg-config --libs cmocka)
 
 SANITIZER ?=
@@ -47,7 +49,8 @@ $(error SANITIZER must be address, undefined or thread)
 endif
 
 # The stores and lock services behind the seam, a folder each.
-BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached
+BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached \
+             segments/zookeeper
 LIB_SRC   := $(wildcard base/*.c segments/*.c $(BACKENDS:%=%/*.c) api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # Files compiled in as byte arrays by base/embed.sh: the dashboard (api/ui/), the
@@ -66,6 +69,7 @@ IT_SRC    := $(wildcard tests/it_*.c)
 IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harness_pg.o \
              $(BUILD)/tests/harness_lock.o
+HARNESS   += $(BUILD)/tests/harness_zk.o
 
 .SECONDARY:
 .PHONY: all deps run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
@@ -115,6 +119,8 @@ $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/i
 $(BUILD)/tests/it_redlock $(BUILD)/tests/it_memcached_lock: $(LIB_OBJ)
 # The PostgreSQL store's own calls (segments/postgres/), on a shared fixture (pg_env.h).
 $(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tests/pg_env.o
+# The ZooKeeper lock service, called directly (segments/zookeeper/zklock.h).
+$(BUILD)/tests/it_zk_lock: $(LIB_OBJ)
 
 # Installs whatever of DEB_PKGS is missing; a no-op when all are present.
 deps:

@@ -22,6 +22,8 @@
 
 #include "segments/redis/calls.h"
 #include "segments/redis/keys.h"
+#include "segments/redis/proto.h"
+#include "segments/redis/store.h"
 #include "tests/harness.h"
 
 /* GET /admin/skus/{sku} field `key` (an integer). */
@@ -454,6 +456,69 @@ static void test_dead_adjust_taken_over(void **state)
         assert_int_equal(stock[i], 15);
 }
 
+/* One step of a reset sent by hand on `c`: its reply's first element (the code), and
+ * its second as a string into `second` (may be NULL). */
+static long long reset_step(rd_conn *c, struct rd_cmd *cmd, char *second, size_t len)
+{
+    redisReply *r = store_call(c, cmd);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long code = r->element[0]->integer;
+    if (second != NULL && r->elements > 1) {
+        const redisReply *e = r->element[1];
+        if (e->type == REDIS_REPLY_STRING)
+            snprintf(second, len, "%s", e->str);
+        else
+            snprintf(second, len, "%lld", e->integer);
+    }
+    freeReplyObject(r);
+    return code;
+}
+
+/* A reset that died after resetting segment 0 (epoch 111), then a second that took it
+ * over and stopped right after its BEGIN (as one stops whose BEGIN no replica has):
+ * the next reset reaches segment 0 too. Before, the second BEGIN forgot the first's
+ * epoch, and every later reset met segment 0 in an epoch it did not know: STALE, 503
+ * busy for good (the harsh history mode on a cluster: a delete across a failover,
+ * then a PUT, left a SKU half deleted for the rest of the run). */
+static void test_reset_after_two_dead_resets(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-chain";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 40, 4, "lock", 0), 0);
+    assert_int_equal(h_order(f->port, sku, 3, "a-chain-1", NULL), 201);
+    char placed[96], dead[64];
+    placed_as(f->port, sku, placed, sizeof placed);
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 0),
+                                   .timeout_ms = 2000,
+                                   .cluster = true};
+    rd_conn *c = rd_conn_create(&seed, NULL);
+    struct rd_meta meta;
+    assert_int_equal(rd_meta_read(c, sku, &meta), 1);
+    struct rd_cmd cmd;
+    /* The first: BEGIN, segment 0, then its lease gone (as a dead one's runs out). */
+    proto_reset_begin(&cmd, sku, meta.epoch, 4, 111, 4, 15000, "", NULL, NULL);
+    assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
+    proto_reset_segment(&cmd, placed, 0, meta.epoch, "0", 111, 10, false);
+    assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
+    proto_reset_yield(&cmd, sku, 111, false);
+    assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
+    /* The second takes the first over and stops at once, its lease given up. */
+    proto_reset_begin(&cmd, sku, meta.epoch, 4, 222, 4, 15000, "", NULL, NULL);
+    assert_int_equal(reset_step(c, &cmd, dead, sizeof dead), RD_OK);
+    assert_string_equal(dead, "111");
+    proto_reset_yield(&cmd, sku, 222, false);
+    assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
+    rd_conn_free(c);
+    /* The next reset finishes what both left, at once. */
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 20, 4, "lock", 0), 0);
+    assert_int_equal(h_audit(f->port, NULL, sku, 20, true), 0);
+    assert_int_equal(sku_field(f->port, sku, "sold"), 0);
+    assert_int_equal(h_order_status(f->port, "a-chain-1"), 404);
+}
+
 /* A reset removes an adjust's intent: the dead one is not rolled forward into the new
  * sale, and the SKU adjusts again at once. */
 static void test_reset_clears_intent(void **state)
@@ -686,6 +751,7 @@ int main(void)
         cmocka_unit_test(test_adjust_under_load_atomic),
         cmocka_unit_test(test_dead_adjust_taken_over),
         cmocka_unit_test(test_reset_clears_intent),
+        cmocka_unit_test(test_reset_after_two_dead_resets),
         cmocka_unit_test(test_spread_in_seam),
         cmocka_unit_test(test_rebalance_automatic),
         cmocka_unit_test(test_spread_lone_client),

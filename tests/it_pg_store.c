@@ -436,10 +436,16 @@ static void test_answered_on_close(void **state)
     pgs_row_take(c, "close", 0, 1, pge_on_res, &w[2]);
     pgs_atomic_deduct(c, "close", 0, "close-1", 1, "{}", pge_on_res, &w[3]);
     event_base_loop(b, EVLOOP_NONBLOCK); /* sends them */
+    /* A fast server may have answered one within that turn (it then has its answer,
+     * rc 0): those still owed one are answered -1 by the free. */
+    int owed[4] = {0};
+    for (int i = 2; i < 4; i++)
+        owed[i] = !w[i].done;
     pgc_free(c);
     for (int i = 2; i < 4; i++) {
         assert_int_equal(w[i].done, 1);
-        assert_int_equal(w[i].rc, -1);
+        if (owed[i])
+            assert_int_equal(w[i].rc, -1);
     }
     pge_run_for(b, 50);
     assert_int_equal(w[2].done + w[3].done, 2);

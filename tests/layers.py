@@ -5,7 +5,7 @@
    directly or through others. Expected order: base < segments/store.h <
    segments/redis < segments < api < service. The store seam (segments/store.h) is a
    layer of its own: every backend includes it, and it includes base only.
-2. Files of segments/ and segments/redis/: no two .c files call each other round. The
+2. Files of segments/ and of each backend folder: no two .c files call each other round. The
    call graph comes from the objects (`nm`): a file calls another when one of its
    undefined symbols is defined there.
 3. The engine's files (ENGINE) include no header of a store's or a lock service's
@@ -21,13 +21,14 @@ import subprocess
 import sys
 
 FOLDERS = ["base", "segments/redis", "segments/postgres", "segments", "api", "service"]
-FOLDERS += ["segments/redlock", "segments/memcached"]
+FOLDERS += ["segments/redlock", "segments/memcached", "segments/zookeeper"]
 # Headers that are a layer of their own, below the folder that holds them.
 SEAMS = ["segments/store.h"]
 ENGINE = ["segments/" + f for f in (
     "engine.c", "ord.c", "lease.c", "handover.c", "claims.c", "multi.c", "spread.c",
     "verdict.c", "engine.h", "engine_internal.h")]
-BACKENDS = ["segments/redis", "segments/postgres", "segments/redlock", "segments/memcached"]
+BACKENDS = ["segments/redis", "segments/postgres", "segments/redlock", "segments/memcached",
+            "segments/zookeeper"]
 
 
 def sccs(graph):
@@ -104,7 +105,7 @@ def engine_leaks():
 
 
 def call_graph(build):
-    srcs = sorted(glob.glob("segments/*.c") + glob.glob("segments/redis/*.c") + glob.glob("segments/postgres/*.c"))
+    srcs = sorted(glob.glob("segments/*.c") + [c for b in BACKENDS for c in glob.glob(b + "/*.c")])
     defs, uses = {}, {}
     for src in srcs:
         obj = os.path.join(build, src[:-2] + ".o")

@@ -423,6 +423,9 @@ static int placement(rd_conn *c, const char *sku, int n)
 /* How long a cluster reset may take before another may take it over (its process
  * is taken for dead). */
 #define RESET_LEASE_MS 15000
+/* Room for the epochs of the dead resets a reset takes over (reset_begin.lua keeps
+ * at most 32, each at most 16 digits). */
+#define RESET_DEAD_MAX 600
 
 /* A cluster reset in `epoch` that stops part way gives up its lease, or its mark when
  * `untouched` (best effort: unanswered, the lease runs out as a dead one's) and
@@ -479,11 +482,16 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     }
     if (code != RD_OK)
         return code;
-    long long dead = r->elements > 2 ? proto_integer(r->element[1], 0) : 0;
+    /* The epochs of the dead resets this one takes over ("0": none), each of which
+     * may have reached some segments. */
+    char dead[RESET_DEAD_MAX] = "0";
+    if (r->elements > 2 && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[1]->len < sizeof dead)
+        memcpy(dead, r->element[1]->str, r->element[1]->len + 1);
     int dead_n = r->elements > 2 ? (int)proto_integer(r->element[2], 0) : 0;
     freeReplyObject(r);
     if ((code = rd_wait_step(c, to->wait_ms, placed, 0, NULL, sku)) != RD_OK)
-        return reset_stop(c, sku, to->epoch, dead == 0, code);
+        return reset_stop(c, sku, to->epoch, strcmp(dead, "0") == 0, code);
     int n = to->segments, m = old_segments > n ? old_segments : n;
     if (dead_n > m && dead_n <= SEG_MAX_SEGMENTS)
         m = dead_n;

@@ -443,8 +443,7 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
 }
 
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
-                         long long dead_epoch, long long epoch, long long stock,
-                         bool ledger)
+                         const char *dead, long long epoch, long long stock, bool ledger)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_RESET_SEGMENT);
@@ -459,7 +458,7 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
     cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "orders"));
     cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "cancelled"));
     cmd_argll(c, old_epoch);
-    cmd_argll(c, dead_epoch);
+    cmd_arg(c, dead);
     cmd_argll(c, epoch);
     if (stock >= 0)
         cmd_argll(c, stock);

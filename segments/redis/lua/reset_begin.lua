@@ -9,13 +9,18 @@
 -- pending_until), so that one reset at a time works on the SKU's segments. A pending
 -- reset whose lease ran out (its process died, or it stopped and gave the lease up:
 -- reset_yield.lua) is taken over: its epoch and segment count are answered, so the
--- segments it reached are reset too and none is orphaned.
+-- segments it reached are reset too and none is orphaned. So are those of the dead
+-- resets it had itself taken over (pending_dead, pending_span): one that stopped
+-- before reaching them passes them on, or the next would find segments in an epoch
+-- it did not know (STALE, for good). A BEGIN sent again by its own reset (its reply
+-- lost) answers what the first answered. At most 32 dead epochs are kept.
 -- The version is compared here, before the reset touches anything; until its commit
 -- the pending mark keeps every other reset and adjust off the SKU.
 -- Reply: {REPLAYED, created 0/1} | {CONFLICT} | {EXISTS} (create only: the SKU exists)
 --      | {MISMATCH} (not the version named) | {STALE} (not as the caller found it, or
 --      another reset is under way) | {MISSING} (delete of no SKU)
---      | {OK, epoch of a dead pending reset ('0': none), its segment count}.
+--      | {OK, the dead resets' epochs ('e1,e2,...'; '0': none), the most segments any
+--        of them had}.
 if ARGV[6] ~= '' then
   local prev = redis.call('GET', KEYS[2])
   if prev == ARGV[6] then return {REPLAYED, 0} end
@@ -23,7 +28,7 @@ if ARGV[6] ~= '' then
   if prev then return {CONFLICT} end
 end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'segments', 'pending', 'pending_segments',
-                     'pending_until', 'gen')
+                     'pending_until', 'gen', 'pending_dead', 'pending_span')
 local want = ARGV[7]
 if want == '-' then
   if m[1] then return {EXISTS} end
@@ -34,11 +39,19 @@ if (m[1] or '0') ~= ARGV[1] or (m[2] or '0') ~= ARGV[2] then return {STALE} end
 if ARGV[4] == '0' and not m[2] and not m[3] then return {MISSING} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead, dead_n = '0', '0'
+local dead, dead_n = m[7] or '', tonumber(m[8] or '0')
 if m[3] and m[3] ~= ARGV[3] then
   if tonumber(m[5] or '0') > now then return {STALE} end
-  dead, dead_n = m[3], m[4] or '0'
+  local list = {m[3]}
+  for e in string.gmatch(dead, '[^,]+') do
+    if #list < 32 then list[#list + 1] = e end
+  end
+  dead = table.concat(list, ',')
+  dead_n = math.max(dead_n, tonumber(m[4] or '0'))
+elseif not m[3] then
+  dead, dead_n = '', 0
 end
 redis.call('HSET', KEYS[1], 'pending', ARGV[3], 'pending_segments', ARGV[4],
-           'pending_until', string.format('%d', now + tonumber(ARGV[5])))
-return {OK, dead, dead_n}
+           'pending_until', string.format('%d', now + tonumber(ARGV[5])),
+           'pending_dead', dead, 'pending_span', string.format('%d', dead_n))
+return {OK, dead ~= '' and dead or '0', string.format('%d', dead_n)}

@@ -2,11 +2,12 @@
 -- KEYS: the segment's stock, sold, lock, orders, parts, cancelled, epoch, adjust marks,
 --       and the graveyards of its orders hash and cancelled set under the old epoch
 --       (keys.h inv:{sku:i}:gone:E:*).
--- ARGV: the SKU's old epoch, the epoch of a dead reset taken over ('0': none), the new
---       epoch, the segment's new stock ('' = the segment goes: the SKU shrinks or is
---       deleted), the ledger ('1': events on, '0': off: reset.lua).
+-- ARGV: the SKU's old epoch, the epochs of the dead resets taken over ('e1,e2,...';
+--       '0': none), the new epoch, the segment's new stock ('' = the segment goes:
+--       the SKU shrinks or is deleted), the ledger ('1': events on, '0': off:
+--       reset.lua).
 -- A segment already in the new epoch was done by an earlier try of this reset: OK,
--- nothing changed. A segment of the old epoch, of the dead reset's, or with no epoch
+-- nothing changed. A segment of the old epoch, of a dead reset's, or with no epoch
 -- (never made) is emptied: its orders hash and cancelled set moved to their graveyards
 -- (RENAME, O(1); the caller reads them in steps and drops the records they name, as
 -- after RESET), its other keys deleted, and then, unless it goes, its stock set, its
@@ -17,7 +18,13 @@
 -- Reply: {STALE} | {OK}.
 local e = redis.call('GET', KEYS[7])
 if e == ARGV[3] then return {OK} end
-if e and e ~= ARGV[1] and e ~= ARGV[2] then return {STALE} end
+if e and e ~= ARGV[1] then
+  local known = false
+  for d in string.gmatch(ARGV[2], '[^,]+') do
+    if d == e then known = true end
+  end
+  if not known then return {STALE} end
+end
 if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[9]) end
 if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('RENAME', KEYS[6], KEYS[10]) end
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7], KEYS[8])
