@@ -118,7 +118,7 @@ static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct known *e, 
     if (*oldest == 0 || first < *oldest)
         *oldest = first;
     int rc = -1;
-    if (e->replicated && rd_conn_cluster(rd) &&
+    if (e->replicated &&
         rd_wait(rd, e->placed, 1, &i, NULL, NULL, l->v->opt.redis_timeout_ms / 2) < 1)
         goto out; /* not on a replica yet: a failover could still lose it */
     struct pgl_event *pe = seg_calloc((size_t)n, sizeof *pe);

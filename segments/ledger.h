@@ -12,14 +12,15 @@
  * PostgreSQL one. About every 200 ms (at once while there is more) it lists the SKUs
  * (every second), and for each segment of each SKU it has seen: reads a batch through
  * the consumer group "ledger" (its own unfinished batch first, then one another
- * reader left idle for 5 s, then new entries); on a Redis Cluster, for a SKU with
- * durability "replicated", WAITs for a replica on the segment's node (the read is a
- * write of this connection, so the WAIT covers every entry read) and copies nothing
- * until one has it; copies the batch in one transaction (postgres/ledger.h: unique by
- * stream and entry id, so several sinks, or a batch copied twice after a crash,
- * count each event once); then acknowledges and deletes the entries, and gives each
- * order record copied its TTL (record_retention_s). A batch that fails stays pending
- * with this reader and is read again next time.
+ * reader left idle for 5 s, then new entries); for a SKU with durability
+ * "replicated" (a cluster, or a master with replicas under Sentinel), WAITs for a replica
+ * on the segment's node (the read is a write of this connection, so the WAIT covers every
+ * entry read) and copies nothing until one has it; copies the batch in one transaction
+ * (postgres/ledger.h: unique by stream and entry id, so several sinks, or a batch copied
+ * twice after a crash, count each event once); then acknowledges the entries and trims
+ * the stream below the oldest still pending, and gives each order record copied its TTL
+ * (record_retention_s). A batch that fails
+ * stays pending with this reader and is read again next time.
  *
  * Reads. ledger_order answers an order record Redis no longer has; ledger_reconcile
  * compares a SKU's counts in Redis with the ledger's. Both are blocking (a worker's),
