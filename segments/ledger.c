@@ -41,25 +41,32 @@ struct ledger {
     inv *v;
     int retention_s;
     pthread_t thread;
-    pthread_mutex_t mu; /* stop, cond; and `reads` below */
+    pthread_mutex_t mu; /* stop and cond */
     pthread_cond_t cond;
     bool stop;
     pgl *reads; /* ledger_order / ledger_reconcile, under mu_reads */
     pthread_mutex_t mu_reads;
     char *conninfo;
     char consumer[48];
-    struct known *known; /* the thread's own */
+    struct known *known; /* the thread's own, sorted by name after each refresh */
     int nknown;
     bool failing; /* the thread's: the last copy failed (logged once) */
     _Atomic long long copied, batches, failures, retained, backlog, lag_ms;
 };
 
-static int find_known(ledger *l, const char *sku)
+static int by_name(const void *a, const void *b)
 {
-    for (int i = 0; i < l->nknown; i++)
-        if (strcmp(l->known[i].sku, sku) == 0)
-            return i;
-    return -1;
+    return strcmp(((const struct known *)a)->sku, ((const struct known *)b)->sku);
+}
+
+/* The index of `sku` among known[0..sorted), which is sorted, or -1. */
+static int find_known(ledger *l, int sorted, const char *sku)
+{
+    struct known key;
+    snprintf(key.sku, sizeof key.sku, "%s", sku);
+    const struct known *k =
+        bsearch(&key, l->known, (size_t)sorted, sizeof *l->known, by_name);
+    return k != NULL ? (int)(k - l->known) : -1;
 }
 
 /* Read the SKU list and their settings into `known`: 0 or -1. */
@@ -71,10 +78,11 @@ static int refresh(ledger *l, rd_conn *rd)
         return -1;
     for (int i = 0; i < l->nknown; i++)
         l->known[i].alive = false;
+    int sorted = l->nknown; /* the new ones go after, each name once (a set) */
     for (size_t j = 0; j < n; j++) {
         struct rd_meta m;
         if (rd_meta_read(rd, names[j], &m) == 1 && m.segments > 0) {
-            int k = find_known(l, names[j]);
+            int k = find_known(l, sorted, names[j]);
             if (k < 0 && l->nknown < KNOWN_MAX) {
                 k = l->nknown++;
                 l->known = seg_realloc(l->known, sizeof *l->known * (size_t)l->nknown);
@@ -97,6 +105,8 @@ static int refresh(ledger *l, rd_conn *rd)
         free(names[j]);
     }
     free(names);
+    if (l->nknown > 0)
+        qsort(l->known, (size_t)l->nknown, sizeof *l->known, by_name);
     return 0;
 }
 
@@ -170,7 +180,7 @@ static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
     long long now = base_now_ms();
     if (now - *listed >= LIST_MS && refresh(l, rd) == 0)
         *listed = now;
-    bool more = false;
+    bool more = false, removed = false;
     long long backlog = 0, oldest = 0;
     for (int k = 0; k < l->nknown; k++) {
         const struct known *e = &l->known[k];
@@ -186,8 +196,11 @@ static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
         }
         if (!e->alive && !failed && backlog == before && *listed == now) {
             l->known[k--] = l->known[--l->nknown]; /* gone, and drained */
+            removed = true;
         }
     }
+    if (removed) /* kept sorted for find_known */
+        qsort(l->known, (size_t)l->nknown, sizeof *l->known, by_name);
     atomic_store(&l->backlog, backlog);
     atomic_store(&l->lag_ms, oldest > 0 ? base_wall_ms() - oldest : 0);
     return more;
