@@ -41,6 +41,7 @@ struct ledger {
     inv *v;
     int retention_s;
     pthread_t thread;
+    bool threaded;      /* the sink runs (not reads_only) */
     pthread_mutex_t mu; /* stop and cond */
     pthread_cond_t cond;
     bool stop;
@@ -246,7 +247,8 @@ ledger *ledger_create(inv *v, const struct ledger_options *o, char *err, size_t 
     pthread_mutex_init(&l->mu_reads, NULL);
     pthread_cond_init(&l->cond, NULL);
     v->ledger = l;
-    if (pthread_create(&l->thread, NULL, run, l) != 0) {
+    l->threaded = !o->reads_only;
+    if (l->threaded && pthread_create(&l->thread, NULL, run, l) != 0) {
         snprintf(err, errlen, "cannot start the ledger's thread");
         v->ledger = NULL;
         pgl_free(l->reads);
@@ -265,7 +267,8 @@ void ledger_free(ledger *l)
     l->stop = true;
     pthread_cond_signal(&l->cond);
     pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
+    if (l->threaded)
+        pthread_join(l->thread, NULL);
     l->v->ledger = NULL;
     pgl_free(l->reads);
     free(l->known);

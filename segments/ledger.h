@@ -29,6 +29,7 @@
 #ifndef SEG_LEDGER_H
 #define SEG_LEDGER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "segments/inventory.h"
@@ -38,6 +39,7 @@ typedef struct ledger ledger;
 struct ledger_options {
     const char *conninfo; /* the ledger's libpq connection string; copied */
     int retention_s;      /* an order record's TTL once copied */
+    bool reads_only;      /* no sink thread: the reads alone (inventoryd --reconcile) */
 };
 
 /* Start the sink for `v` (which then answers from it: order_get, ledger_reconcile).

@@ -707,7 +707,8 @@ static int scan_args(int argc, char *const argv[], struct opt *opts, char *err,
             (namelen == 14 && strncmp(a, "--check-config", 14) == 0)) {
             takes_value = false;
         } else {
-            bool known = namelen == 8 && strncmp(a, "--config", 8) == 0;
+            bool known = (namelen == 8 && strncmp(a, "--config", 8) == 0) ||
+                         (namelen == 11 && strncmp(a, "--reconcile", 11) == 0);
             for (size_t k = 0; !known && k < NSETTINGS; k++)
                 known = settings[k].flag != NULL && strlen(settings[k].flag) == namelen &&
                         strncmp(settings[k].flag, a, namelen) == 0;
@@ -772,7 +773,15 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
             out->version = true;
         else if (opt_is(&opts[i], "--check-config"))
             out->check = true;
-        else if (opt_is(&opts[i], "--config")) {
+        else if (opt_is(&opts[i], "--reconcile")) {
+            size_t n = strlen(opts[i].value);
+            if (n == 0 || n >= sizeof out->reconcile) {
+                fail(err, errlen, "--reconcile: a SKU name of 1..%zu characters",
+                     sizeof out->reconcile - 1);
+                goto done;
+            }
+            memcpy(out->reconcile, opts[i].value, n + 1);
+        } else if (opt_is(&opts[i], "--config")) {
             if (opts[i].value[0] == '\0') {
                 fail(err, errlen, "--config: empty path");
                 goto done;
@@ -1048,7 +1057,7 @@ void cfg_usage(FILE *f, const char *prog)
             col = fprintf(f, "\n         ") - 1;
         col += fprintf(f, "%s", opt);
     }
-    fprintf(f, "\n          [--check-config] [--help] [--version]\n");
+    fprintf(f, "\n          [--check-config] [--reconcile SKU] [--help] [--version]\n");
     fprintf(f,
             "\n"
             "Settings, each overriding the one before: built-in defaults, the JSON file\n"
@@ -1058,6 +1067,9 @@ void cfg_usage(FILE *f, const char *prog)
             "--check-config validates all of them, prints the effective configuration\n"
             "(secrets as ***) and the file read, and exits 0, or 2 on a bad value; it\n"
             "warns of unknown INVENTORY_* variables and contradictory settings.\n"
+            "--reconcile SKU compares the SKU's counts in Redis with the ledger's\n"
+            "(ledger must be set), prints them as JSON and exits 0 when they agree\n"
+            "(drift 0), 1 when they do not, 2 when it cannot tell.\n"
             "\n"
             "  %-21s %-30s %-22s %s\n",
             CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, "file key", "env variable", "flag",

@@ -86,6 +86,7 @@ struct cfg {
     bool help;                      /* --help given: print cfg_usage(), run nothing */
     bool version;                   /* --version given */
     bool check;                     /* --check-config: validate, print, run nothing */
+    char reconcile[65]; /* --reconcile SKU: print its reconciliation, run nothing */
 };
 
 /* The files tried, in order, when neither --config nor $INVENTORY_CONFIG names one:

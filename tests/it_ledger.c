@@ -168,6 +168,23 @@ static void test_events_and_reconcile(void **state)
                      40);
     assert_int_equal(
         scalar(e, "SELECT sold FROM ledger.movements WHERE sku = '%s'", "le1"), 54);
+    /* The command line form says the same, and exits 0. */
+    const char *bin = getenv("INVENTORYD") ? getenv("INVENTORYD") : "build/inventoryd";
+    const char *argv[] = {bin,
+                          "--reconcile",
+                          "le1",
+                          "--redis",
+                          h_redis_addr(e->redis),
+                          "--ledger",
+                          h_pg_conninfo(e->pg),
+                          "--log-level",
+                          "error",
+                          NULL};
+    char *out = NULL;
+    assert_int_equal(h_run_cmd(argv, NULL, 20000, &out, NULL), 0);
+    assert_non_null(strstr(out, "\"sold\":54,\"events\""));
+    assert_non_null(strstr(out, "\"drift\":0}"));
+    free(out);
 }
 
 /* Two sinks read the same streams: each sale is copied once. */
