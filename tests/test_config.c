@@ -647,6 +647,10 @@ static void ledger_settings_and_masked_password(void **state)
     assert_int_equal(c.record_retention_s, 604800);
     expect_error((const char *const[]){"inventoryd", "--record-retention-s", "0", NULL},
                  NULL, "--record-retention-s: must be an integer in 1..315360000");
+    assert_int_equal(LOAD(NULL, &c, err, "--reconcile", "tv", NULL), 0);
+    assert_string_equal(c.reconcile, "tv");
+    expect_error((const char *const[]){"inventoryd", "--reconcile=", NULL}, NULL,
+                 "--reconcile: a SKU name of 1..64 characters");
 }
 
 static void print_shows_effective_values_and_masks_secrets(void **state)
