@@ -63,6 +63,8 @@ static int by_name(const void *a, const void *b)
 /* The index of `sku` among known[0..sorted), which is sorted, or -1. */
 static int find_known(ledger *l, int sorted, const char *sku)
 {
+    if (sorted == 0)
+        return -1; /* known may be NULL: bsearch must not see it */
     struct known key;
     snprintf(key.sku, sizeof key.sku, "%s", sku);
     const struct known *k =
