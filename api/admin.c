@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/ledger.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
 
@@ -309,6 +310,35 @@ void api_admin_rebalance(const struct api_ctx *ctx, struct api_request *req,
         write_failed(ctx, req, rep, s, "rebalance");
     else
         reply_sku(ctx, req, rep);
+}
+
+void api_admin_reconcile(const struct api_ctx *ctx, struct api_request *req,
+                         struct api_reply *rep)
+{
+    struct ledger_recon r;
+    inv_status s = ledger_reconcile(ctx->conn, req->name, &r);
+    if (s == INV_INVALID) {
+        api_reply_error(rep, 409, "no_ledger", "this service has no ledger configured");
+        return;
+    }
+    if (s != INV_OK) {
+        api_reply_status(rep, s, "cannot reconcile sku '%s'", req->name);
+        return;
+    }
+    json_t *o = must(json_object());
+    set(o, "sku", json_string(req->name));
+    set(o, "epoch", json_integer(r.epoch));
+    json_t *st = must(json_object());
+    set(st, "remaining", json_integer(r.store_stock));
+    set(st, "sold", json_integer(r.store_sold));
+    set(o, "store", st);
+    json_t *lg = must(json_object());
+    set(lg, "remaining", json_integer(r.ledger_stock));
+    set(lg, "sold", json_integer(r.ledger_sold));
+    set(lg, "events", json_integer(r.ledger_events));
+    set(o, "ledger", lg);
+    set(o, "drift", json_integer(r.drift));
+    api_reply_json(rep, 200, o);
 }
 
 void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,

@@ -58,6 +58,11 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
 int api_admin_parse_restock(struct api_request *req, struct api_parse_error *err);
 void api_admin_restock(const struct api_ctx *ctx, struct api_request *req,
                        struct api_reply *rep);
+/* GET /admin/skus/{sku}/reconcile: the SKU's remaining and sold in the store and in
+ * the ledger of this epoch, and their `drift` (0 once the sink caught up); 409
+ * `no_ledger` without one (segments/ledger.h). */
+void api_admin_reconcile(const struct api_ctx *ctx, struct api_request *req,
+                         struct api_reply *rep);
 void api_admin_rebalance(const struct api_ctx *ctx, struct api_request *req,
                          struct api_reply *rep);
 void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "api/gauges.h"
+#include "segments/ledger.h"
 #include "segments/stats.h"
 
 /* The build may set these (-DINVENTORYD_VERSION=\"1.2.3\" -DINVENTORYD_COMMIT=\"abc\");
@@ -166,6 +167,31 @@ static void counters(struct text *t, inv *v)
         family(t, name, "counter", stat_help((enum stat_id)i));
         put(t, "%s %lld\n", name, c[i]);
     }
+}
+
+/* The ledger's sink (segments/ledger.h), when the service has one. */
+static void ledger_metrics(struct text *t, inv *v)
+{
+    struct ledger_stats s;
+    if (!ledger_stats_of(v, &s))
+        return;
+    family(t, "inventory_ledger_events_copied_total", "counter",
+           "Ledger events this process copied into PostgreSQL (committed).");
+    put(t, "inventory_ledger_events_copied_total %lld\n", s.copied);
+    family(t, "inventory_ledger_batches_total", "counter", "Ledger batches committed.");
+    put(t, "inventory_ledger_batches_total %lld\n", s.batches);
+    family(t, "inventory_ledger_failures_total", "counter",
+           "Ledger batches not copied (Redis, PostgreSQL or WAIT failed); retried.");
+    put(t, "inventory_ledger_failures_total %lld\n", s.failures);
+    family(t, "inventory_ledger_records_retained_total", "counter",
+           "Order records given their TTL once the ledger had them.");
+    put(t, "inventory_ledger_records_retained_total %lld\n", s.retained);
+    family(t, "inventory_ledger_backlog_events", "gauge",
+           "Events in the ledger streams at the sink's last pass, not yet copied.");
+    put(t, "inventory_ledger_backlog_events %lld\n", s.backlog);
+    family(t, "inventory_ledger_lag_seconds", "gauge",
+           "Age of the oldest event not yet copied at the sink's last pass.");
+    put(t, "inventory_ledger_lag_seconds %.3f\n", (double)s.lag_ms / 1000.0);
 }
 
 static void histogram(struct text *t, inv *v, enum hist_id h)
@@ -416,6 +442,7 @@ void api_metrics(const struct api_ctx *ctx, struct api_request *req,
     struct text t = {NULL, 0, 0};
     build_info(&t);
     counters(&t, ctx->inv);
+    ledger_metrics(&t, ctx->inv);
     histogram(&t, ctx->inv, HIST_ORDER);
     histogram(&t, ctx->inv, HIST_LOCK_WAIT);
     const struct api_gauges_snap *snap = api_gauges_get(ctx->gauges);

@@ -33,6 +33,8 @@ static const struct api_route routes[] = {
      api_admin_restock, NULL, NULL},
     {"POST", "/admin/skus/{}/rebalance", "sku", A | B | S | W, NULL, api_admin_rebalance,
      NULL, NULL},
+    {"GET", "/admin/skus/{}/reconcile", "sku", A | B, NULL, api_admin_reconcile, NULL,
+     NULL},
     {"GET", "/admin/stats", NULL, A, NULL, api_admin_stats, NULL, NULL},
     {"GET", "/livez", NULL, 0, NULL, api_livez, NULL, NULL},
     {"GET", "/metrics", NULL, A | API_ROUTE_METRICS, NULL, api_metrics, NULL, NULL},

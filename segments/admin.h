@@ -53,6 +53,7 @@ struct admin_reset {
     int salt;
     int wait_ms;
     const char *expect;
+    bool ledger; /* events on for the SKU (a store that writes them: Redis) */
 };
 
 typedef struct admin admin;

@@ -46,6 +46,8 @@ struct inv {
     watchdog *wd;              /* renews the leases of held locks (watchdog.h) */
     sweeper *sw;               /* with a map: undoes dead multi-segment intents */
     _Atomic long long changes; /* SKU changes made by this process (skutab_invalidate) */
+    struct ledger *ledger;     /* the ledger's sink (ledger.h), set before any request,
+                                  or NULL */
 };
 
 struct inv_conn {

@@ -71,6 +71,9 @@ struct inv_options {
     const char *redlock;   /* RedLock masters "h:p,h:p,h:p" */
     const char *memcached; /* one memcached "h:p" */
     const char *zookeeper; /* a ZooKeeper ensemble "h:p,h:p,..." */
+    bool ledger; /* a ledger is configured: every create or reset turns the SKU's
+                    events on (calls.h rd_reset.ledger); every instance on one Redis
+                    should agree */
 };
 
 /* The lock services `opt` configures: bit 1 << sku_lock (skumode.h) for each. */

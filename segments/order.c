@@ -8,6 +8,7 @@
 
 #include "segments/clock.h"
 #include "segments/internal.h"
+#include "segments/ledger.h"
 #include "segments/lockset.h"
 #include "segments/record.h"
 #include "segments/skutab.h"
@@ -51,7 +52,12 @@ enum stat_id order_outcome_stat(inv_status s)
 inv_status order_get(inv_conn *c, const char *id, char **record)
 {
     *record = NULL;
-    return seg_valid_name(id) ? read_record(c, id, record) : INV_INVALID;
+    if (!seg_valid_name(id))
+        return INV_INVALID;
+    inv_status s = read_record(c, id, record);
+    /* Past record_retention_s Redis has forgotten it; the ledger has it (ledger.h). */
+    return s == INV_NOT_FOUND && c->v->ledger != NULL ? ledger_order(c->v, id, record)
+                                                      : s;
 }
 
 /* What a record says: SKU, qty, status and the segments it took from. */
@@ -197,6 +203,14 @@ inv_status order_cancel(inv_conn *c, const char *id, char **record)
     for (int try = 0; st == CANCEL_STALE && try < STALE_TRIES; try++) {
         char *rec = NULL;
         st = read_record(c, id, &rec);
+        if (st == INV_NOT_FOUND && c->v->ledger != NULL && try == 0) {
+            /* Past record_retention_s: the ledger's record, back in Redis (ledger.h). */
+            st = ledger_restore(c, id, record);
+            if (st == -1)
+                st = read_record(c, id, &rec);
+            else
+                break;
+        }
         if (st != INV_OK)
             break;
         st = cancel_once(c, id, rec, record);

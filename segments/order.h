@@ -43,7 +43,8 @@ struct order_result {
 };
 
 /* Look an order up: INV_OK with *record (JSON text, caller frees), INV_NOT_FOUND or
- * INV_UNAVAILABLE. `id` must be a valid name. */
+ * INV_UNAVAILABLE. `id` must be a valid name. With a ledger (ledger.h), a record Redis
+ * no longer has (expired after record_retention_s) is answered from the ledger. */
 inv_status order_get(inv_conn *c, const char *id, char **record);
 
 /* Cancel an order: its units go back to the segments they came from, under their
@@ -54,6 +55,9 @@ inv_status order_get(inv_conn *c, const char *id, char **record);
  * after the units given back are on a replica, and a retry on a cancelled record
  * checks, and redoes, the segments' part before its INV_OK: calls.h rd_cancel). */
 inv_status order_cancel(inv_conn *c, const char *id, char **record);
+/* (With a ledger, an order whose record left Redis after record_retention_s is
+ * cancelled all the same: its record is written back from the ledger first, or, when
+ * the ledger has it cancelled, that record is answered; ledger.h ledger_restore.) */
 
 /* The counter an order's final status is counted under (stats.h). */
 enum stat_id order_outcome_stat(inv_status s);

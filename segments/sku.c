@@ -92,6 +92,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                        ? c->v->opt.redis_timeout_ms / 2
                        : 0,
         .expect = expect,
+        .ledger = c->v->opt.ledger,
     };
     struct store_reply r = {0};
     int rc =

@@ -24,6 +24,7 @@ enum kind {
     K_ENUM,  /* one of `names`, stored as its index in an int-sized enum field */
     K_BOOL,  /* bool field: true or false (a JSON boolean in the file) */
     K_PATH,  /* a file path in char[cap]; "-" stores "" (stderr) */
+    K_DSN,   /* like K_STR, a libpq connection string: shown with its password masked */
     K_REDIS, /* "host:port", "redis://[user[:password]@]host[:port][/db]",
                 "redis-sentinel://[user[:password]@]h:p,h:p/name[/db]" or
                 "unix:///path" into the redis_* fields */
@@ -74,7 +75,7 @@ static const char *const durability_names[] = {
 static const struct setting settings[] = {
     INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
     STR_SETTING("bind", "INVENTORY_BIND", "--bind", K_BIND, bind),
-    STR_SETTING("store", "INVENTORY_STORE", "--store", K_STR, store),
+    STR_SETTING("store", "INVENTORY_STORE", "--store", K_DSN, store),
     STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
     STR_SETTING("redis_user", "INVENTORY_REDIS_USER", NULL, K_STR, redis_user),
     STR_SETTING("redis_password", "INVENTORY_REDIS_PASSWORD", NULL, K_TOKEN,
@@ -95,6 +96,9 @@ static const struct setting settings[] = {
     INT_SETTING("meta_cache_ms", NULL, NULL, meta_cache_ms, 0, 60000),
     ENUM_SETTING("durability", "INVENTORY_DURABILITY", "--durability", durability,
                  durability_names),
+    STR_SETTING("ledger", "INVENTORY_LEDGER", "--ledger", K_DSN, ledger),
+    INT_SETTING("record_retention_s", "INVENTORY_RECORD_RETENTION_S",
+                "--record-retention-s", record_retention_s, 1, 315360000),
     STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
                 admin_token),
     STR_SETTING("metrics_token", "INVENTORY_METRICS_TOKEN", "--metrics-token", K_TOKEN,
@@ -148,6 +152,7 @@ void cfg_defaults(struct cfg *out)
     out->redis_timeout_ms = 1000;
     out->meta_cache_ms = 100;
     out->durability = CFG_DURABILITY_ASYNC;
+    out->record_retention_s = 604800;
     out->max_connections = 10000;
     out->connection_timeout_s = 30;
     out->max_body_bytes = 65536;
@@ -481,6 +486,7 @@ static int set_text(const struct setting *s, const char *text, const char *where
                             "%s: must be visible ASCII characters without spaces", where);
         /* fall through */
     case K_STR:
+    case K_DSN:
         if (len >= s->cap)
             return fail(err, errlen, "%s: longer than %zu characters", where, s->cap - 1);
         memcpy(field, text, len + 1);
@@ -707,7 +713,8 @@ static int scan_args(int argc, char *const argv[], struct opt *opts, char *err,
             (namelen == 9 && strncmp(a, "--migrate", 9) == 0)) {
             takes_value = false;
         } else {
-            bool known = namelen == 8 && strncmp(a, "--config", 8) == 0;
+            bool known = (namelen == 8 && strncmp(a, "--config", 8) == 0) ||
+                         (namelen == 11 && strncmp(a, "--reconcile", 11) == 0);
             for (size_t k = 0; !known && k < NSETTINGS; k++)
                 known = settings[k].flag != NULL && strlen(settings[k].flag) == namelen &&
                         strncmp(settings[k].flag, a, namelen) == 0;
@@ -774,7 +781,15 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
             out->check = true;
         else if (opt_is(&opts[i], "--migrate"))
             out->migrate = true;
-        else if (opt_is(&opts[i], "--config")) {
+        else if (opt_is(&opts[i], "--reconcile")) {
+            size_t n = strlen(opts[i].value);
+            if (n == 0 || n >= sizeof out->reconcile) {
+                fail(err, errlen, "--reconcile: a SKU name of 1..%zu characters",
+                     sizeof out->reconcile - 1);
+                goto done;
+            }
+            memcpy(out->reconcile, opts[i].value, n + 1);
+        } else if (opt_is(&opts[i], "--config")) {
             if (opts[i].value[0] == '\0') {
                 fail(err, errlen, "--config: empty path");
                 goto done;
@@ -865,30 +880,35 @@ static void append(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+/* A libpq connection string into buf, its password as "***" when `mask`: the one of
+ * a URI (scheme://user:PASSWORD@host...) and a key=value string's password=... */
+static void mask_dsn(char *buf, size_t len, const char *dsn, bool mask)
+{
+    snprintf(buf, len, "%s", dsn[0] != '\0' ? dsn : "(none)");
+    if (!mask)
+        return;
+    const char *scheme = strstr(buf, "://");
+    char *at = scheme != NULL ? strchr(scheme + 3, '@') : NULL;
+    char *colon = scheme != NULL ? strchr(scheme + 3, ':') : NULL;
+    char *pw = strstr(buf, "password=");
+    size_t from = 0, to = 0;
+    if (at != NULL && colon != NULL && colon < at) {
+        from = (size_t)(colon + 1 - buf);
+        to = (size_t)(at - buf);
+    } else if (pw != NULL) {
+        from = (size_t)(pw + 9 - buf);
+        to = from + strcspn(pw + 9, " ");
+    }
+    if (to > from) {
+        char rest[CFG_PATH_MAX];
+        snprintf(rest, sizeof rest, "%s", buf + to);
+        snprintf(buf + from, len - from, "***%s", rest);
+    }
+}
+
 /* The value of setting `s` in `c`: a number in *num (CFG_VINT, CFG_VBOOL) or text in
  * `buf` (CFG_VTEXT) -- secrets as "***"/"(none)" when `mask`, in clear otherwise
  * (only to compare them). The one place that decides how a value is shown. */
-/* A store connection string with its password as ***: the one of a URL's
- * "user:password@" and of a "password=" pair. */
-static void mask_store(char *buf, size_t len, const char *text)
-{
-    const char *scheme = strstr(text, "://");
-    const char *at = scheme != NULL ? strchr(scheme + 3, '@') : NULL;
-    const char *colon =
-        at != NULL ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
-    if (colon != NULL) {
-        snprintf(buf, len, "%.*s:***%s", (int)(colon - text), text, at);
-        return;
-    }
-    const char *pw = strstr(text, "password=");
-    if (pw != NULL) {
-        const char *end = strchr(pw, ' ');
-        snprintf(buf, len, "%.*spassword=***%s", (int)(pw - text), text, end ? end : "");
-        return;
-    }
-    snprintf(buf, len, "%s", text);
-}
-
 static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, bool mask,
                                char *buf, size_t len, long long *num)
 {
@@ -926,11 +946,10 @@ static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, boo
     case K_PATH:
         snprintf(buf, len, "%s", field[0] != '\0' ? field : "(stderr)");
         break;
+    case K_DSN:
+        mask_dsn(buf, len, field, mask);
+        break;
     case K_STR:
-        if (mask && strcmp(s->key, "store") == 0) {
-            mask_store(buf, len, field);
-            break;
-        }
         snprintf(buf, len, "%s", field);
         break;
     case K_BIND:
@@ -1024,6 +1043,8 @@ static const char *metavar(const struct setting *s)
         return "PATH";
     case K_ENUM:
         return "VALUE";
+    case K_DSN:
+        return "URL";
     case K_TOKEN:
     case K_STR:
         break;
@@ -1048,7 +1069,8 @@ void cfg_usage(FILE *f, const char *prog)
             col = fprintf(f, "\n         ") - 1;
         col += fprintf(f, "%s", opt);
     }
-    fprintf(f, "\n          [--check-config] [--migrate] [--help] [--version]\n");
+    fprintf(f, "\n          [--check-config] [--migrate] [--reconcile SKU] [--help] "
+               "[--version]\n");
     fprintf(f,
             "\n"
             "Settings, each overriding the one before: built-in defaults, the JSON file\n"
@@ -1058,6 +1080,9 @@ void cfg_usage(FILE *f, const char *prog)
             "--check-config validates all of them, prints the effective configuration\n"
             "(secrets as ***) and the file read, and exits 0, or 2 on a bad value; it\n"
             "warns of unknown INVENTORY_* variables and contradictory settings.\n"
+            "--reconcile SKU compares the SKU's counts in Redis with the ledger's\n"
+            "(ledger must be set), prints them as JSON and exits 0 when they agree\n"
+            "(drift 0), 1 when they do not, 2 when it cannot tell.\n"
             "\n"
             "  %-21s %-30s %-22s %s\n",
             CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, "file key", "env variable", "flag",
@@ -1100,6 +1125,10 @@ void cfg_usage(FILE *f, const char *prog)
         "\n"
         "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
         "none (replicated: an order is 201 only once a replica has it).\n"
+        "\n"
+        "ledger: a PostgreSQL connection string (postgres://...): every sale, cancel,\n"
+        "restock, rebalance and reset is copied there exactly once; an order record\n"
+        "then leaves Redis record_retention_s seconds later and is answered from it.\n"
         "\n"
         "admin_token: the bearer token of /admin/* and /metrics; metrics_token: a\n"
         "read-only one that opens GET /metrics alone.\n"

@@ -65,6 +65,9 @@ struct cfg {
     int redis_timeout_ms; /* 10..600000; 1000 */
     int meta_cache_ms;    /* 0..60000; 100 */
     enum cfg_durability durability; /* async|replicated, new SKUs' default; async */
+    char ledger[CFG_PATH_MAX];      /* libpq connection string of the ledger; "" = none */
+    int record_retention_s; /* 1..315360000: an order record's TTL in Redis once the
+                               ledger has it; 604800 (7 days) */
     /* "" = none: the admin API is open (allowed on a loopback bind only) */
     char admin_token[CFG_TOKEN_MAX + 1];
     /* "" = none; else a read-only bearer token for GET /metrics alone (secret) */
@@ -89,6 +92,7 @@ struct cfg {
     bool version;                   /* --version given */
     bool check;                     /* --check-config: validate, print, run nothing */
     bool migrate; /* --migrate: create or upgrade the PostgreSQL schema, then exit */
+    char reconcile[65]; /* --reconcile SKU: print its reconciliation, run nothing */
 };
 
 /* The files tried, in order, when neither --config nor $INVENTORY_CONFIG names one:

@@ -15,7 +15,9 @@
 
 #include "api/server.h"
 #include "base/log.h"
+#include "base/names.h"
 #include "segments/inventory.h"
+#include "segments/ledger.h"
 #include "segments/stats.h"
 #include "service/config.h"
 
@@ -180,6 +182,70 @@ static void reload(int argc, char **argv, const struct cfg *running,
     log_configuration(LOG_DEBUG, "configuration read on SIGHUP", &next);
 }
 
+/* --reconcile SKU: the SKU's counts in Redis and in the ledger, as GET
+ * /admin/skus/{sku}/reconcile answers them, on stdout; 0 when they agree, 1 when they
+ * do not, 2 when it cannot tell (no ledger, no such SKU, a store down). */
+static int reconcile(const struct cfg *c)
+{
+    if (c->ledger[0] == '\0') {
+        fprintf(stderr, "inventoryd: --reconcile needs ledger (--ledger)\n");
+        return 2;
+    }
+    if (!seg_valid_name(c->reconcile)) {
+        fprintf(stderr, "inventoryd: --reconcile: not a SKU name: %s\n", c->reconcile);
+        return 2;
+    }
+    struct inv_options opt = {
+        .redis_host = c->redis_host,
+        .redis_port = c->redis_port,
+        .redis_unix = c->redis_unix,
+        .redis_user = c->redis_user,
+        .redis_password = c->redis_password,
+        .redis_db = c->redis_db,
+        .redis_seeds = c->redis_seeds,
+        .redis_cluster = c->redis_cluster,
+        .redis_sentinels = c->redis_sentinels,
+        .redis_sentinel_master = c->redis_sentinel_master,
+        .redis_sentinel_password = c->redis_sentinel_password,
+        .redis_timeout_ms = c->redis_timeout_ms,
+        .lock_ttl_ms = c->lock_ttl_ms,
+        .lock_wait_ms = c->lock_wait_ms,
+        .meta_cache_ms = c->meta_cache_ms,
+        .ledger = true,
+    };
+    char err[256];
+    inv *v = inv_create(&opt, err, sizeof(err));
+    if (v == NULL) {
+        fprintf(stderr, "inventoryd: %s\n", err);
+        return 2;
+    }
+    const struct ledger_options lo = {c->ledger, c->record_retention_s, true};
+    ledger *lg = ledger_create(v, &lo, err, sizeof(err));
+    int rc = 2;
+    if (lg != NULL) {
+        inv_conn *conn = inv_conn_create(v);
+        struct ledger_recon r;
+        inv_status s = ledger_reconcile(conn, c->reconcile, &r);
+        if (s == INV_OK) {
+            printf("{\"sku\":\"%s\",\"epoch\":%lld,\"store\":{\"remaining\":%lld,"
+                   "\"sold\":%lld},\"ledger\":{\"remaining\":%lld,\"sold\":%lld,"
+                   "\"events\":%lld},\"drift\":%lld}\n",
+                   c->reconcile, r.epoch, r.store_stock, r.store_sold, r.ledger_stock,
+                   r.ledger_sold, r.ledger_events, r.drift);
+            rc = r.drift == 0 ? 0 : 1;
+        } else {
+            fprintf(stderr, "inventoryd: cannot reconcile '%s': %s\n", c->reconcile,
+                    inv_status_name(s));
+        }
+        inv_conn_free(conn);
+        ledger_free(lg);
+    } else {
+        fprintf(stderr, "inventoryd: %s\n", err);
+    }
+    inv_free(v);
+    return rc;
+}
+
 /* The Redis seam's failures and reconnects, in the log: every failure with its
  * reason, at most one line a second per kind (with the count left out). */
 static void redis_log(bool failure, const char *what, const char *detail)
@@ -227,6 +293,8 @@ int main(int argc, char **argv)
         printf("inventoryd: schema at version %d\n", version);
         return 0;
     }
+    if (cfg.reconcile[0] != '\0')
+        return reconcile(&cfg);
     if (cfg.check) {
         /* Like `nginx -t`: everything was validated by cfg_load(); say what would run. */
         if (cfg.log_file[0] != '\0' && check_log_file(cfg.log_file, err, sizeof(err))) {
@@ -290,12 +358,22 @@ int main(int argc, char **argv)
         .memcached = cfg.memcached,
         .zookeeper = cfg.zookeeper,
         .store = inv_store_is_postgres(cfg.store) ? cfg.store : NULL,
+        .ledger = cfg.ledger[0] != '\0',
     };
     inv_set_redis_logger(redis_log);
     inv *v = inv_create(&opt, err, sizeof(err));
     if (v == NULL) {
         log_error("cannot start the inventory: %s", err);
         return 1;
+    }
+    ledger *lg = NULL;
+    if (cfg.ledger[0] != '\0') {
+        const struct ledger_options lo = {cfg.ledger, cfg.record_retention_s, false};
+        if ((lg = ledger_create(v, &lo, err, sizeof(err))) == NULL) {
+            log_error("cannot start the ledger: %s", err);
+            inv_free(v);
+            return 1;
+        }
     }
     struct api_options api = {
         .bind = cfg.bind,
@@ -317,6 +395,7 @@ int main(int argc, char **argv)
     struct api_server *srv = api_server_start(&api, v, err, sizeof(err));
     if (srv == NULL) {
         log_error("cannot start the HTTP server: %s", err);
+        ledger_free(lg);
         inv_free(v);
         return 1;
     }
@@ -354,6 +433,7 @@ int main(int argc, char **argv)
     log_info("received %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
 
     api_server_stop(srv);
+    ledger_free(lg);
     inv_free(v);
     log_info("stopped");
     return 0;

@@ -641,6 +641,43 @@ static void store_setting_masks_its_password(void **state)
     free(out);
 }
 
+/* The ledger from file, environment and flag; its password never shown. */
+static void ledger_settings_and_masked_password(void **state)
+{
+    (void)state;
+    write_file("c.json", "{\"ledger\": \"host=h password=file-pw dbname=x\", "
+                         "\"record_retention_s\": 60}");
+    struct cfg c;
+    char err[512];
+    assert_int_equal(LOAD(NULL, &c, err, "--config", "c.json", NULL), 0);
+    assert_string_equal(c.ledger, "host=h password=file-pw dbname=x");
+    assert_int_equal(c.record_retention_s, 60);
+    char *out = printed(&c);
+    assert_non_null(
+        strstr(out, "\nledger                 host=h password=*** dbname=x\n"));
+    assert_null(strstr(out, "file-pw"));
+    free(out);
+    const char *env[] = {"INVENTORY_LEDGER=postgres://u:env-pw@h/db", NULL};
+    assert_int_equal(LOAD(env, &c, err, "--config", "c.json", NULL), 0);
+    out = printed(&c);
+    assert_non_null(strstr(out, "\nledger                 postgres://u:***@h/db\n"));
+    assert_null(strstr(out, "env-pw"));
+    free(out);
+    assert_int_equal(LOAD(env, &c, err, "--ledger", "postgres://h/db",
+                          "--record-retention-s", "1", NULL),
+                     0);
+    assert_string_equal(c.ledger, "postgres://h/db");
+    assert_int_equal(c.record_retention_s, 1);
+    assert_int_equal(LOAD(NULL, &c, err, NULL), 0);
+    assert_int_equal(c.record_retention_s, 604800);
+    expect_error((const char *const[]){"inventoryd", "--record-retention-s", "0", NULL},
+                 NULL, "--record-retention-s: must be an integer in 1..315360000");
+    assert_int_equal(LOAD(NULL, &c, err, "--reconcile", "tv", NULL), 0);
+    assert_string_equal(c.reconcile, "tv");
+    expect_error((const char *const[]){"inventoryd", "--reconcile=", NULL}, NULL,
+                 "--reconcile: a SKU name of 1..64 characters");
+}
+
 static void print_shows_effective_values_and_masks_secrets(void **state)
 {
     (void)state;
@@ -852,6 +889,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(print_shows_effective_values_and_masks_secrets,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(store_setting_masks_its_password, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(ledger_settings_and_masked_password, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(foreach_source_and_diff, setup, teardown),
         cmocka_unit_test_setup_teardown(help_and_version, setup, teardown),

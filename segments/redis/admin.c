@@ -150,6 +150,7 @@ static int reset(admin *a, const char *sku, long long old_epoch, int old_segment
         .salt = to->salt,
         .wait_ms = to->wait_ms,
         .expect = to->expect,
+        .ledger = to->ledger,
     };
     struct rd_reply r = {0};
     int rc = rd_reset(conn(a), sku, old_epoch, old_segments, &rt, rid, sig, &r);

@@ -498,7 +498,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     for (int i = 0; i < m; i++) {
         long long share = n ? to->stock / n + (i < to->stock % n) : 0;
         proto_reset_segment(&cmd, placed, i, old_epoch, dead, to->epoch,
-                            i < n ? share : -1);
+                            i < n ? share : -1, to->ledger);
         if ((code = store_step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
             return code;
         freeReplyObject(r);

@@ -330,6 +330,9 @@ struct rd_reset {
                            the reset: NULL or "" any, "-" none (create only: EXISTS),
                            "*" any existing one, "<epoch>.<gen>" exactly that one
                            (else MISMATCH) */
+    bool ledger;        /* events on: the new segments' ledger flags set, and every
+                           script that changes them appends to their ledger streams
+                           (keys.h); false: the flags deleted, no event written */
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:

@@ -125,6 +125,16 @@ const char *seg_key_events(void)
     return "inv:events";
 }
 
+char *seg_key_ledger_events(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "events");
+}
+
+char *seg_key_ledger_flag(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "ledger");
+}
+
 const char *seg_key_intents(void)
 {
     return "inv:intents";

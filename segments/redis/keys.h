@@ -66,6 +66,9 @@
  *                             counts from after it; NNNNNN (octal digits) puts it in
  *                             the slot of the write being waited for. "1", PX 60 s: at
  *                             most one per slot, and gone a minute after the last one
+ *   inv:{sku:i}:events        stream: segment i's ledger events (scripts.c LEDGER;
+ *                             the sink, segments/ledger.h, copies and deletes them)
+ *   inv:{sku:i}:ledger        "1": segment i's changes append events (reset.lua)
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
  * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose
@@ -101,6 +104,12 @@ char *seg_key_request(char *buf, const char *sku, const char *rid);
 /* The WAIT mark of cluster slot `slot` (0..16383; standalone: any). */
 char *seg_key_ack(char *buf, int slot);
 const char *seg_key_events(void);
+/* Segment i's ledger stream (inv:{sku:i}:events: every change of the segment, written
+ * by the script that makes it, scripts.c LEDGER) and its ledger flag
+ * (inv:{sku:i}:ledger: "1" while events are on; written by the resets). Neither is
+ * deleted by a reset: the stream's last events are still to be copied. */
+char *seg_key_ledger_events(char *buf, const char *sku, int i);
+char *seg_key_ledger_flag(char *buf, const char *sku, int i);
 const char *seg_key_intents(void);
 
 /* The name the segments of `sku` are keyed under: `sku`, or "sku/salt" when salt > 0

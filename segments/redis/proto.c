@@ -433,6 +433,7 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_arg(c, to->expect != NULL ? to->expect : "");
     cmd_arg(c, to->lock != NULL ? to->lock : "");
     cmd_arg(c, to->unfenced ? "0" : "1");
+    cmd_arg(c, to->ledger ? "1" : "0");
 }
 
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
@@ -453,7 +454,7 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
 }
 
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
-                         const char *dead, long long epoch, long long stock)
+                         const char *dead, long long epoch, long long stock, bool ledger)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_RESET_SEGMENT);
@@ -474,6 +475,7 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
         cmd_argll(c, stock);
     else
         cmd_arg(c, "");
+    cmd_arg(c, ledger ? "1" : "0");
 }
 
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,

@@ -132,7 +132,7 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
                        const char *expect, const char *rid, const char *sig);
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
-                         const char *dead, long long epoch, long long stock);
+                         const char *dead, long long epoch, long long stock, bool ledger);
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,
                         const char *rid, const char *sig);
 void proto_skus_change(struct rd_cmd *c, const char *sku, bool add);

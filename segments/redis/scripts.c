@@ -26,8 +26,66 @@ extern const struct embed_file rd_lua_files[];
 
 static const char prelude[] =
     "local OK, BUSY, SHORT, EXISTS, MISSING, FENCED, STALE, CONFLICT, LIMIT, REPLAYED, "
-    "MISMATCH = " S(RD_OK) ", " S(RD_BUSY) ", " S(RD_SHORT) ", " S(RD_EXISTS) ", " S(RD_MISSING) ", " S(
-        RD_FENCED) ", " S(RD_STALE) ", " S(RD_CONFLICT) ", " S(RD_LIMIT) ", " S(RD_REPLAYED) ", " S(RD_MISMATCH) "\n";
+    "MISMATCH = " S(RD_OK) ", " S(RD_BUSY) ", " S(RD_SHORT) ", " S(RD_EXISTS) ", " S(RD_MISSING) ", " S(RD_FENCED) ", " S(RD_STALE) ", " S(
+        RD_CONFLICT) ", " S(RD_LIMIT) ", " S(RD_REPLAYED) ", " S(RD_MISMATCH) "\n"
+                                                                              /* LEDGER(key,
+                                                                               * field,
+                                                                               * value,
+                                                                               * ...):
+                                                                               * append an
+                                                                               * event to
+                                                                               * the
+                                                                               * stream of
+                                                                               * the
+                                                                               * segment
+                                                                               * `key`
+                                                                               * belongs
+                                                                               * to
+                                                                               * (keys.h
+                                                                               * inv:{sku:i}:events),
+                                                                               * in its
+                                                                               * slot,
+                                                                               * when the
+                                                                               * segment's
+                                                                               * ledger
+                                                                               * flag
+                                                                               * (inv:{sku:i}:ledger,
+                                                                               * written
+                                                                               * by the
+                                                                               * resets)
+                                                                               * is set;
+                                                                               * else
+                                                                               * nothing.
+                                                                               */
+                                                                              "local "
+                                                                              "function "
+                                                                              "LEDGER("
+                                                                              "key, "
+                                                                              "...)\n"
+                                                                              "  local "
+                                                                              "tag = "
+                                                                              "string."
+                                                                              "match(key,"
+                                                                              " '^inv:{[^"
+                                                                              "}]*}')\n"
+                                                                              "  if "
+                                                                              "redis."
+                                                                              "call('"
+                                                                              "EXISTS', "
+                                                                              "tag .. "
+                                                                              "':ledger')"
+                                                                              " == 1 "
+                                                                              "then\n"
+                                                                              "    "
+                                                                              "redis."
+                                                                              "call('"
+                                                                              "XADD', "
+                                                                              "tag .. "
+                                                                              "':events',"
+                                                                              " '*', "
+                                                                              "...)\n"
+                                                                              "  end\n"
+                                                                              "end\n";
 
 static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] = "acquire.lua",
@@ -55,6 +113,10 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_ADJUST_GIVE] = "adjust_give.lua",
     [SCRIPT_ADJUST_COMMIT] = "adjust_commit.lua",
     [SCRIPT_ADJUST_YIELD] = "adjust_yield.lua",
+    [SCRIPT_RETAIN] = "retain.lua",
+    [SCRIPT_EV_READ] = "ev_read.lua",
+    [SCRIPT_EV_DONE] = "ev_done.lua",
+    [SCRIPT_RESTORE] = "restore.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

@@ -43,6 +43,10 @@ enum script_id {
     SCRIPT_ADJUST_GIVE,   /* units into one segment, once per intent */
     SCRIPT_ADJUST_COMMIT, /* the intent done: initial, gen, the request id */
     SCRIPT_ADJUST_YIELD,  /* a stopped runner's lease ended early */
+    SCRIPT_RETAIN,        /* an order record's TTL, once the ledger holds it */
+    SCRIPT_EV_READ,       /* the ledger sink's read of a segment's stream */
+    SCRIPT_EV_DONE,       /* ... and its entries copied: acked and deleted */
+    SCRIPT_RESTORE,       /* an expired order record written back from the ledger */
     SCRIPT__COUNT
 };
 

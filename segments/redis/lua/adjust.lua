@@ -7,6 +7,7 @@
 -- SKU's initial stock by as much; rebalance spreads the remaining stock evenly; spread
 -- does what rebalance does, but only when that puts stock in more segments (the
 -- automatic rebalance), and otherwise changes nothing.
+-- Each segment whose stock moved appends an event to its ledger stream.
 -- The limit is compared as decimal strings and the units added with INCRBY, so nothing
 -- rounds; with initial <= 2^53 - 1 every sum below is exact in Lua.
 -- Reply: {REPLAYED} | {CONFLICT} | {STALE} | {FENCED} | {LIMIT}
@@ -62,6 +63,10 @@ if ARGV[1] == 'restock' then
   for i = 0, n - 1 do
     local share = each + ((i < extra) and 1 or 0)
     redis.call('INCRBY', KEYS[4 + 2 * i], string.format('%d', share))
+    if share > 0 then
+      LEDGER(KEYS[4 + 2 * i], 'k', 'restock', 'e', ARGV[3], 'ds', string.format('%d', share),
+             'dq', '0')
+    end
   end
   redis.call('HINCRBY', KEYS[1], 'initial', ARGV[2])
 else
@@ -69,6 +74,10 @@ else
   for i = 0, n - 1 do
     local share = each + ((i < extra) and 1 or 0)
     redis.call('SET', KEYS[4 + 2 * i], string.format('%d', share))
+    if share ~= stock[i] then
+      LEDGER(KEYS[4 + 2 * i], 'k', ARGV[1], 'e', ARGV[3], 'ds',
+             string.format('%d', share - stock[i]), 'dq', '0')
+    end
   end
 end
 if ARGV[6] ~= '' then redis.call('SET', KEYS[2], ARGV[6], 'EX', 86400) end

@@ -6,6 +6,7 @@
 -- Adds the units with INCRBY and records them under the intent id, so that a rerun
 -- answers the same and adds nothing again (and writes its mark again, for the
 -- runner's WAIT, as adjust_take.lua). Refused past the lease as adjust_take.lua.
+-- The units given are an event on the segment's ledger stream (a rerun adds none).
 -- Reply: {STALE} (the segment is not of this epoch: a reset since) | {FENCED}
 --      | {OK, given}.
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {STALE} end
@@ -19,4 +20,5 @@ if done then
 end
 redis.call('INCRBY', KEYS[1], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+LEDGER(KEYS[1], 'k', 'give', 'e', ARGV[1], 'ds', ARGV[3], 'dq', '0')
 return {OK, ARGV[3]}

@@ -11,6 +11,7 @@
 -- runner that stalled past it may have been replaced, and writes nothing.
 -- A rerun writes its mark again (same value): the runner's WAIT on this node then
 -- covers the first run too, whichever connection made it (durability replicated).
+-- The units taken are an event on the segment's ledger stream (a rerun adds none).
 -- Reply: {STALE} (the segment is not of this epoch: a reset since) | {FENCED}
 --      | {OK, taken}.
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return {STALE} end
@@ -28,4 +29,5 @@ if took < 0 then took = 0 end
 took = string.format('%d', took)
 redis.call('DECRBY', KEYS[1], took)
 redis.call('HSET', KEYS[3], ARGV[2], took)
+if took ~= '0' then LEDGER(KEYS[1], 'k', 'take', 'e', ARGV[1], 'ds', '-' .. took, 'dq', '0') end
 return {OK, took}

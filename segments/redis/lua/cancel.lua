@@ -7,7 +7,7 @@
 --      resend of a cancel that worked finds) | {STALE} (the order is not the one the
 --      caller read, or the SKU was reset) | {FENCED} | {OK}.
 -- The units given back are the ones the segments' hashes record for the order, not the
--- caller's. Every reply releases the locks the tokens still own; OK bumps gen.
+-- caller's, each segment's appended to its ledger stream. Every reply releases the locks the tokens still own; OK bumps gen.
 local n = (#KEYS - 3) / 5
 local function done(r)
   for i = 0, n - 1 do
@@ -42,6 +42,8 @@ for i = 0, n - 1 do
   redis.call('INCRBY', KEYS[4 + 5 * i], q[i])
   redis.call('DECRBY', KEYS[5 + 5 * i], q[i])
   redis.call('HDEL', KEYS[6 + 5 * i], ARGV[1])
+  LEDGER(KEYS[4 + 5 * i], 'k', 'cancel', 'e', ARGV[4], 'o', ARGV[1], 'ds', q[i], 'dq',
+         '-' .. q[i], 'r', i == 0 and ARGV[2] or '')
 end
 redis.call('SADD', KEYS[#KEYS], ARGV[1])
 redis.call('HSET', KEYS[1], 'r', ARGV[2])

@@ -5,7 +5,7 @@
 --       orders hash and no set (the part gone means given back already: EXISTS).
 -- ARGV: order_id, token, epoch.
 -- Gives back the units the segment's orders hash records for the order, and marks it
--- cancelled there; fenced by the lock's token and the SKU's epoch. Every reply but
+-- cancelled there (an event on its ledger stream); fenced by the lock's token and the SKU's epoch. Every reply but
 -- FENCED releases the lock (the token's).
 -- Reply: {FENCED} | {STALE} | {MISSING} (not an order of this segment) | {EXISTS}
 --      (cancelled here already: a cancel that died before its record is finished by
@@ -24,4 +24,5 @@ redis.call('INCRBY', KEYS[2], q)
 redis.call('DECRBY', KEYS[3], q)
 redis.call('HDEL', KEYS[4], ARGV[1])
 if KEYS[6] then redis.call('SADD', KEYS[6], ARGV[1]) end
+LEDGER(KEYS[2], 'k', 'cancel', 'e', ARGV[3], 'o', ARGV[1], 'ds', q, 'dq', '-' .. q)
 return {OK}

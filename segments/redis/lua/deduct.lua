@@ -4,6 +4,7 @@
 --       keep ('1': an OK keeps the lock for the next order of the holder's loop),
 --       fence (a lock service's hold, acquire.lua: FENCED below the segment's highest;
 --       '0' none; '-1' the lab's unfenced write, which trusts its lock for the stock).
+-- A sale appends its event to the segment's ledger stream (scripts.c LEDGER).
 -- Reply: {FENCED} | {STALE} | {EXISTS, record} | {MISSING} | {SHORT, stock}
 --      | {OK, stock left}.
 -- A record written by this very attempt (the script sent again after its reply was
@@ -38,4 +39,6 @@ redis.call('DECRBY', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[5], 'r', ARGV[4], 't', ARGV[5], 'k', ARGV[7], 'e', ARGV[6])
+LEDGER(KEYS[2], 'k', 'sale', 'e', ARGV[6], 'o', ARGV[3], 'ds', '-' .. ARGV[2], 'dq', ARGV[2],
+       'r', ARGV[4])
 return done({OK, s - q})

@@ -5,7 +5,8 @@
 --       mode atomic, no lock), qty taken from it.
 -- Reply: {FENCED} | {STALE} | {EXISTS, record} | {SHORT, stock of each segment}
 --      | {OK, stock left in each segment}. A record written by this attempt is OK.
--- A record a reset left behind is no order (keys.h). Every reply releases the locks
+-- Each part appends a sale event to its segment's ledger stream (the first with the
+-- record). A record a reset left behind is no order (keys.h). Every reply releases the locks
 -- the tokens still own.
 local n = (#KEYS - 1) / 5
 local function done(r)
@@ -49,6 +50,8 @@ for i = 0, n - 1 do
   left[i + 2] = redis.call('DECRBY', KEYS[3 + 5 * i], q)
   redis.call('INCRBY', KEYS[4 + 5 * i], q)
   redis.call('HSET', KEYS[5 + 5 * i], ARGV[1], q)
+  LEDGER(KEYS[3 + 5 * i], 'k', 'sale', 'e', ARGV[4], 'o', ARGV[1], 'ds', '-' .. q, 'dq', q,
+         'r', i == 0 and ARGV[2] or '')
 end
 redis.call('HSET', KEYS[1], 'r', ARGV[2], 't', ARGV[3], 'k', ARGV[5], 'e', ARGV[4])
 return done(left)

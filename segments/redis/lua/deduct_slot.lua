@@ -8,6 +8,7 @@
 -- a lost reply; the claim keeps other attempts of the id out): OK. Past the claim's
 -- end nothing is written (STALE: the caller claims again), so an attempt taken for
 -- dead can never sell after another took its id over.
+-- A sale appends its event (no record: CONFIRM writes it) to the ledger stream.
 -- Reply: {FENCED} | {STALE} | {MISSING} | {SHORT, stock} | {OK, stock left}. Every
 -- reply releases the lock when the token still owns it.
 local locked = ARGV[1] ~= ''
@@ -37,4 +38,5 @@ if s < q and fence ~= -1 then return done({SHORT, s}) end
 redis.call('DECRBY', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
+LEDGER(KEYS[2], 'k', 'sale', 'e', ARGV[4], 'o', ARGV[3], 'ds', '-' .. ARGV[2], 'dq', ARGV[2])
 return done({OK, s - q})

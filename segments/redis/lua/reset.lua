@@ -7,7 +7,12 @@
 --       the caller found ('0', '0' for no SKU), the new epoch, the request's signature
 --       ('' = no request id), durability ('async' | 'replicated'), the version the
 --       caller replaces ('' = any, '-' = none: create only, '*' = any existing one,
---       'epoch.gen' = exactly that one), lock ('' = the lock here), fencing ('0'/'1').
+--       'epoch.gen' = exactly that one), lock ('' = the lock here), fencing ('0'/'1'),
+--       the ledger ('1': events on, '0': off).
+-- The ledger flag of every new segment (inv:{sku:i}:ledger, beside its keys, kept
+-- across resets) is set or deleted as ARGV[18] says; with it set each new segment
+-- appends a 'reset' event (its new stock) to its ledger stream, and a delete appends
+-- a 'delete' event to each old segment's.
 -- Refuses (STALE) when the SKU is not as the caller found it, so every key of every
 -- old segment is listed and none is orphaned. Moves each old segment's orders hash and
 -- cancelled set to its graveyards (RENAME: O(1) however big the sale) and deletes the
@@ -57,7 +62,13 @@ if ARGV[13] ~= '' then
   redis.call('SET', KEYS[3], ARGV[13] .. (created and '|new' or ''), 'EX', 86400)
 end
 redis.call('DEL', KEYS[1])
+local function flag(key)
+  return string.match(key, '^inv:{[^}]*}') .. ':ledger'
+end
 if n == 0 then
+  for i = 0, m - 1 do
+    LEDGER(KEYS[4 + i * 9], 'k', 'delete', 'e', ARGV[10], 'ds', '0', 'dq', '0')
+  end
   redis.call('SREM', KEYS[2], ARGV[1])
   return {OK, 0}
 end
@@ -67,6 +78,13 @@ for i = 0, n - 1 do
   redis.call('SET', KEYS[b + 1], i < extra and ARGV[6] or ARGV[7])
   redis.call('SET', KEYS[b + 2], '0')
   redis.call('SET', KEYS[b + 7], ARGV[12])
+  if ARGV[18] == '1' then
+    redis.call('SET', flag(KEYS[b + 1]), '1')
+    LEDGER(KEYS[b + 1], 'k', 'reset', 'e', ARGV[12], 'ds', redis.call('GET', KEYS[b + 1]),
+           'dq', '0')
+  else
+    redis.call('DEL', flag(KEYS[b + 1]))
+  end
 end
 redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'mode', ARGV[3],
            'hold_ms', ARGV[4], 'initial', ARGV[5], 'rebalance', ARGV[9],

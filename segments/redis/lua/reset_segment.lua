@@ -4,7 +4,8 @@
 --       (keys.h inv:{sku:i}:gone:E:*).
 -- ARGV: the SKU's old epoch, the epochs of the dead resets taken over ('e1,e2,...';
 --       '0': none), the new epoch, the segment's new stock ('' = the segment goes:
---       the SKU shrinks or is deleted).
+--       the SKU shrinks or is deleted), the ledger ('1': events on, '0': off:
+--       reset.lua).
 -- A segment already in the new epoch was done by an earlier try of this reset: OK,
 -- nothing changed. A segment of the old epoch, of a dead reset's, or with no epoch
 -- (never made) is emptied: its orders hash and cancelled set moved to their graveyards
@@ -12,6 +13,8 @@
 -- after RESET), its other keys deleted, and then, unless it goes, its stock set, its
 -- sold count zeroed and its epoch made the new one. A segment of any other epoch
 -- belongs to a reset this one does not know: STALE, nothing changed.
+-- The segment's ledger flag is set as reset.lua sets it, and its ledger stream gets
+-- a 'reset' event (its new stock), or a 'delete' event when it goes.
 -- Reply: {STALE} | {OK}.
 local e = redis.call('GET', KEYS[7])
 if e == ARGV[3] then return {OK} end
@@ -25,9 +28,14 @@ end
 if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[9]) end
 if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('RENAME', KEYS[6], KEYS[10]) end
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7], KEYS[8])
+local flag = string.match(KEYS[1], '^inv:{[^}]*}') .. ':ledger'
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[1], ARGV[4])
   redis.call('SET', KEYS[2], '0')
   redis.call('SET', KEYS[7], ARGV[3])
+  if ARGV[5] == '1' then redis.call('SET', flag, '1') else redis.call('DEL', flag) end
+  LEDGER(KEYS[1], 'k', 'reset', 'e', ARGV[3], 'ds', ARGV[4], 'dq', '0')
+elseif e then
+  LEDGER(KEYS[1], 'k', 'delete', 'e', e, 'ds', '0', 'dq', '0')
 end
 return {OK}

@@ -8,6 +8,7 @@
 -- writes the record and drops the claim in one script), so what the hash holds for
 -- the id is that claim's unplaced part. Safe to run again: a part not there (never
 -- landed, undone already, or its segment reset since) is OK.
+-- The part given back is an event on the segment's ledger stream.
 -- Reply: {OK, units given back}.
 if redis.call('GET', KEYS[4]) ~= ARGV[2] then return {OK, 0} end
 local q = redis.call('HGET', KEYS[3], ARGV[1])
@@ -15,4 +16,5 @@ if not q then return {OK, 0} end
 redis.call('INCRBY', KEYS[1], q)
 redis.call('DECRBY', KEYS[2], q)
 redis.call('HDEL', KEYS[3], ARGV[1])
+LEDGER(KEYS[1], 'k', 'undo', 'e', ARGV[2], 'o', ARGV[1], 'ds', q, 'dq', '-' .. q)
 return {OK, tonumber(q)}

@@ -1,0 +1,394 @@
+/* ledger.c -- the sink thread that copies the ledger streams into PostgreSQL, and the
+ * reads answered from the ledger (contract: ledger.h). */
+#include "segments/ledger.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/xalloc.h"
+#include "segments/internal.h"
+#include "segments/postgres/ledger.h"
+#include "segments/redis/calls.h"
+#include "segments/redis/evstream.h"
+
+#define BATCH 256    /* events per transaction */
+#define IDLE_MS 5000 /* another reader's batch is taken over after this */
+/* A pass every so often, at once only after a full batch: a sink that went round as
+ * soon as it had copied anything copied a few events per batch, and its reads,
+ * acknowledgements and TTLs cost Redis more per order than the order itself. */
+#define PERIOD_MS 200
+#define LIST_MS 1000    /* the SKU list read this often */
+#define KNOWN_MAX 65536 /* SKUs followed at most (bounded by the catalogue) */
+
+/* A SKU the thread follows: its segments' streams are drained while it exists, and
+ * once more after it is gone (its last events, a delete's). */
+struct known {
+    char sku[SEG_NAME_MAX + 1];
+    char placed[RD_SKU_PLACED_MAX];
+    int segments; /* the most it had while followed: a shrunk SKU's streams drained */
+    bool replicated;
+    bool alive; /* in the SKU list at the last read */
+};
+
+struct ledger {
+    inv *v;
+    int retention_s;
+    pthread_t thread;
+    bool threaded;      /* the sink runs (not reads_only) */
+    pthread_mutex_t mu; /* stop and cond */
+    pthread_cond_t cond;
+    bool stop;
+    pgl *reads; /* ledger_order / ledger_reconcile, under mu_reads */
+    pthread_mutex_t mu_reads;
+    char *conninfo;
+    char consumer[48];
+    struct known *known; /* the thread's own, sorted by name after each refresh */
+    int nknown;
+    bool failing; /* the thread's: the last copy failed (logged once) */
+    _Atomic long long copied, batches, failures, retained, backlog, lag_ms;
+};
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct known *)a)->sku, ((const struct known *)b)->sku);
+}
+
+/* The index of `sku` among known[0..sorted), which is sorted, or -1. */
+static int find_known(ledger *l, int sorted, const char *sku)
+{
+    if (sorted == 0)
+        return -1; /* known may be NULL: bsearch must not see it */
+    struct known key;
+    snprintf(key.sku, sizeof key.sku, "%s", sku);
+    const struct known *k =
+        bsearch(&key, l->known, (size_t)sorted, sizeof *l->known, by_name);
+    return k != NULL ? (int)(k - l->known) : -1;
+}
+
+/* Read the SKU list and their settings into `known`: 0 or -1. */
+static int refresh(ledger *l, rd_conn *rd)
+{
+    char **names = NULL;
+    size_t n = 0;
+    if (rd_skus_list(rd, &names, &n) != 0)
+        return -1;
+    for (int i = 0; i < l->nknown; i++)
+        l->known[i].alive = false;
+    int sorted = l->nknown; /* the new ones go after, each name once (a set) */
+    for (size_t j = 0; j < n; j++) {
+        struct rd_meta m;
+        if (rd_meta_read(rd, names[j], &m) == 1 && m.segments > 0) {
+            int k = find_known(l, sorted, names[j]);
+            if (k < 0 && l->nknown < KNOWN_MAX) {
+                k = l->nknown++;
+                l->known = seg_realloc(l->known, sizeof *l->known * (size_t)l->nknown);
+                memset(&l->known[k], 0, sizeof l->known[k]);
+                snprintf(l->known[k].sku, sizeof l->known[k].sku, "%s", names[j]);
+            }
+            if (k >= 0) {
+                struct known *e = &l->known[k];
+                char placed[RD_SKU_PLACED_MAX];
+                rd_sku_placed(placed, names[j], m.salt);
+                if (strcmp(placed, e->placed) != 0)
+                    e->segments = 0; /* placed anew: the old tags are another SKU's */
+                snprintf(e->placed, sizeof e->placed, "%s", placed);
+                if (m.segments > e->segments)
+                    e->segments = m.segments;
+                e->replicated = m.replicated;
+                e->alive = true;
+            }
+        }
+        free(names[j]);
+    }
+    free(names);
+    if (l->nknown > 0)
+        qsort(l->known, (size_t)l->nknown, sizeof *l->known, by_name);
+    return 0;
+}
+
+/* Copy one batch of segment i of `e`: 1 copied a full batch (more may wait), 0
+ * copied less or nothing, -1 failed (the batch stays pending with this reader). *backlog,
+ * *oldest: the stream's length and the oldest entry read (wall ms), for the lag. */
+static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct known *e, int i,
+                        long long *backlog, long long *oldest)
+{
+    struct rd_event *ev;
+    int n;
+    long long len = 0;
+    if (rd_ev_read(rd, e->placed, i, l->consumer, BATCH, IDLE_MS, &ev, &n, &len) != 0)
+        return -1;
+    *backlog += len;
+    if (n == 0)
+        return 0;
+    long long first = strtoll(ev[0].id, NULL, 10);
+    if (*oldest == 0 || first < *oldest)
+        *oldest = first;
+    int rc = -1;
+    if (e->replicated &&
+        rd_wait(rd, e->placed, 1, &i, NULL, NULL, l->v->opt.redis_timeout_ms / 2) < 1)
+        goto out; /* not on a replica yet: a failover could still lose it */
+    struct pgl_event *pe = seg_calloc((size_t)n, sizeof *pe);
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        if (ev[j].kind[0] == '\0')
+            continue; /* deleted since it was read: acknowledged below */
+        /* A sale on a cluster under a client's id: its record is CONFIRMed apart. */
+        if (ev[j].record == NULL && ev[j].order[0] != '\0' &&
+            strcmp(ev[j].kind, "sale") == 0) {
+            char *rec = NULL;
+            if (rd_record_read(rd, ev[j].order, &rec) == 1)
+                ev[j].record = rec;
+        }
+        pe[m++] =
+            (struct pgl_event){ev[j].id,      ev[j].kind,   ev[j].epoch, ev[j].order,
+                               ev[j].d_stock, ev[j].d_sold, ev[j].record};
+    }
+    char stream[RD_EV_NAME_MAX];
+    rd_ev_stream(stream, e->placed, i);
+    if (m > 0 && pgl_copy(pg, stream, e->sku, i, pe, m) != 0) {
+        if (!l->failing) /* once per outage, not once per batch and pass */
+            log_warn("ledger: copy of %s failed: %s (retried until it works)", stream,
+                     pgl_error(pg));
+        l->failing = true;
+        free(pe);
+        goto out;
+    }
+    if (m > 0 && l->failing)
+        log_info("ledger: copying again (%s)", stream);
+    l->failing = l->failing && m == 0;
+    free(pe);
+    if (rd_ev_done(rd, e->placed, i, ev, n) != 0)
+        goto out; /* copied: acknowledged by the next pass, once more */
+    atomic_fetch_add(&l->copied, m);
+    atomic_fetch_add(&l->batches, 1);
+    int kept = rd_ev_retain(rd, e->placed, ev, n, l->retention_s);
+    if (kept > 0)
+        atomic_fetch_add(&l->retained, kept);
+    rc = n >= BATCH; /* a full batch: more may be waiting */
+out:
+    rd_ev_free(ev, n);
+    return rc;
+}
+
+/* One pass over every segment of every SKU followed: true when more may be waiting. */
+static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
+{
+    long long now = base_now_ms();
+    if (now - *listed >= LIST_MS && refresh(l, rd) == 0)
+        *listed = now;
+    bool more = false, removed = false;
+    long long backlog = 0, oldest = 0;
+    for (int k = 0; k < l->nknown; k++) {
+        const struct known *e = &l->known[k];
+        long long before = backlog;
+        bool failed = false;
+        for (int i = 0; i < e->segments; i++) {
+            int rc = copy_segment(l, rd, pg, e, i, &backlog, &oldest);
+            more |= rc > 0;
+            if (rc < 0) {
+                failed = true;
+                atomic_fetch_add(&l->failures, 1);
+            }
+        }
+        if (!e->alive && !failed && backlog == before && *listed == now) {
+            l->known[k--] = l->known[--l->nknown]; /* gone, and drained */
+            removed = true;
+        }
+    }
+    if (removed) /* kept sorted for find_known */
+        qsort(l->known, (size_t)l->nknown, sizeof *l->known, by_name);
+    atomic_store(&l->backlog, backlog);
+    atomic_store(&l->lag_ms, oldest > 0 ? base_wall_ms() - oldest : 0);
+    return more;
+}
+
+static void *run(void *arg)
+{
+    ledger *l = arg;
+    inv_conn *c = inv_conn_create(l->v);
+    pgl *pg = pgl_create(l->conninfo);
+    long long listed = -LIST_MS;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        pthread_mutex_unlock(&l->mu);
+        bool more = pass(l, c->rd, pg, &listed);
+        pthread_mutex_lock(&l->mu);
+        if (!more && !l->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += PERIOD_MS * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&l->cond, &l->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    pgl_free(pg);
+    inv_conn_free(c);
+    return NULL;
+}
+
+ledger *ledger_create(inv *v, const struct ledger_options *o, char *err, size_t errlen)
+{
+    ledger *l = seg_calloc(1, sizeof *l);
+    l->v = v;
+    l->retention_s = o->retention_s > 0 ? o->retention_s : 604800;
+    l->conninfo = seg_strdup(o->conninfo);
+    l->reads = pgl_create(o->conninfo);
+    char hex[33];
+    inv_random_hex(hex);
+    snprintf(l->consumer, sizeof l->consumer, "sink-%.16s", hex);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->mu_reads, NULL);
+    pthread_cond_init(&l->cond, NULL);
+    v->ledger = l;
+    l->threaded = !o->reads_only;
+    if (l->threaded && pthread_create(&l->thread, NULL, run, l) != 0) {
+        snprintf(err, errlen, "cannot start the ledger's thread");
+        v->ledger = NULL;
+        pgl_free(l->reads);
+        free(l->conninfo);
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void ledger_free(ledger *l)
+{
+    if (l == NULL)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_signal(&l->cond);
+    pthread_mutex_unlock(&l->mu);
+    if (l->threaded)
+        pthread_join(l->thread, NULL);
+    l->v->ledger = NULL;
+    pgl_free(l->reads);
+    free(l->known);
+    free(l->conninfo);
+    pthread_mutex_destroy(&l->mu);
+    pthread_mutex_destroy(&l->mu_reads);
+    pthread_cond_destroy(&l->cond);
+    free(l);
+}
+
+int ledger_stats_of(inv *v, struct ledger_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    ledger *l = v->ledger;
+    if (l == NULL)
+        return 0;
+    out->copied = atomic_load(&l->copied);
+    out->batches = atomic_load(&l->batches);
+    out->failures = atomic_load(&l->failures);
+    out->retained = atomic_load(&l->retained);
+    out->backlog = atomic_load(&l->backlog);
+    out->lag_ms = atomic_load(&l->lag_ms);
+    return 1;
+}
+
+/* The ledger's row of order `id`: as pgl_order, under the reads' mutex. */
+static int order_row(ledger *l, const char *id, char **record, char *sku, size_t skulen,
+                     long long *epoch, int *cancelled)
+{
+    pthread_mutex_lock(&l->mu_reads);
+    int rc = pgl_order(l->reads, id, record, sku, skulen, epoch, cancelled);
+    pthread_mutex_unlock(&l->mu_reads);
+    return rc;
+}
+
+inv_status ledger_order(inv *v, const char *id, char **record)
+{
+    *record = NULL;
+    ledger *l = v->ledger;
+    if (l == NULL)
+        return INV_NOT_FOUND;
+    char sku[SEG_NAME_MAX + 1];
+    long long epoch;
+    int cancelled;
+    int rc = order_row(l, id, record, sku, sizeof sku, &epoch, &cancelled);
+    return rc > 0 ? INV_OK : rc == 0 ? INV_NOT_FOUND : INV_UNAVAILABLE;
+}
+
+int ledger_restore(inv_conn *c, const char *id, char **record)
+{
+    *record = NULL;
+    ledger *l = c->v->ledger;
+    if (l == NULL)
+        return INV_NOT_FOUND;
+    char sku[SEG_NAME_MAX + 1];
+    long long epoch;
+    int cancelled;
+    int rc = order_row(l, id, record, sku, sizeof sku, &epoch, &cancelled);
+    if (rc <= 0)
+        return rc == 0 ? INV_NOT_FOUND : INV_UNAVAILABLE;
+    if (cancelled)
+        return INV_OK; /* as a cancel of a cancelled order answers */
+    struct rd_meta m;
+    int found = rd_meta_read(c->rd, sku, &m);
+    if (found <= 0 || m.epoch != epoch) { /* reset since: that sale is no order now */
+        free(*record);
+        *record = NULL;
+        return found < 0 ? INV_UNAVAILABLE : INV_NOT_FOUND;
+    }
+    char placed[RD_SKU_PLACED_MAX];
+    rd_sku_placed(placed, sku, m.salt);
+    rc = rd_ev_restore(c->rd, id, placed, epoch, *record);
+    free(*record);
+    *record = NULL;
+    return rc < 0 ? INV_UNAVAILABLE : -1;
+}
+
+static long long absll(long long x)
+{
+    return x < 0 ? -x : x;
+}
+
+inv_status ledger_reconcile(inv_conn *c, const char *sku, struct ledger_recon *out)
+{
+    memset(out, 0, sizeof *out);
+    ledger *l = c->v->ledger;
+    if (l == NULL)
+        return INV_INVALID;
+    struct rd_meta m;
+    int found = rd_meta_read(c->rd, sku, &m);
+    if (found <= 0)
+        return found < 0 ? INV_UNAVAILABLE : INV_UNKNOWN_SKU;
+    char placed[RD_SKU_PLACED_MAX];
+    rd_sku_placed(placed, sku, m.salt);
+    int n = m.segments;
+    long long *stock = seg_calloc((size_t)n, sizeof *stock);
+    long long *sold = seg_calloc((size_t)n, sizeof *sold);
+    long long *orders = seg_calloc((size_t)n, sizeof *orders);
+    bool *locked = seg_calloc((size_t)n, sizeof *locked);
+    int rc = rd_segments_read(c->rd, placed, n, stock, sold, orders, locked);
+    for (int i = 0; i < n; i++) {
+        out->store_stock += stock[i];
+        out->store_sold += sold[i];
+    }
+    free(stock);
+    free(sold);
+    free(orders);
+    free(locked);
+    if (rc != 0)
+        return INV_UNAVAILABLE;
+    out->epoch = m.epoch;
+    pthread_mutex_lock(&l->mu_reads);
+    rc = pgl_counts(l->reads, sku, m.epoch, &out->ledger_stock, &out->ledger_sold,
+                    &out->ledger_events);
+    pthread_mutex_unlock(&l->mu_reads);
+    if (rc < 0)
+        return INV_UNAVAILABLE;
+    out->drift = absll(out->store_stock - out->ledger_stock) +
+                 absll(out->store_sold - out->ledger_sold);
+    return INV_OK;
+}

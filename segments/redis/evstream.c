@@ -1,0 +1,185 @@
+/* evstream.c -- the ledger sink's reads and acknowledgements of the ledger streams. */
+#include "segments/redis/evstream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+#include "segments/redis/keys.h"
+#include "segments/redis/slots.h"
+#include "segments/redis/store.h"
+
+const char *rd_ev_stream(char *buf, const char *placed, int i)
+{
+    _Static_assert(RD_EV_NAME_MAX >= SEG_KEY_MAX, "RD_EV_NAME_MAX");
+    return seg_key_ledger_events(buf, placed, i);
+}
+
+void rd_ev_free(struct rd_event *ev, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(ev[i].record);
+    free(ev);
+}
+
+static long long to_ll(const redisReply *v)
+{
+    return v->type == REDIS_REPLY_STRING ? strtoll(v->str, NULL, 10) : 0;
+}
+
+static void copy_str(char *dst, size_t cap, const redisReply *v)
+{
+    size_t n = v->type == REDIS_REPLY_STRING ? v->len : 0;
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, n ? v->str : "", n);
+    dst[n] = '\0';
+}
+
+/* One entry {id, {field, value, ...}} (fields nil: deleted since) into `e`: 0, or
+ * -1 when the shape is not a stream entry's. */
+static int parse_entry(const redisReply *r, struct rd_event *e)
+{
+    memset(e, 0, sizeof *e);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return -1;
+    copy_str(e->id, sizeof e->id, r->element[0]);
+    const redisReply *f = r->element[1];
+    if (f->type != REDIS_REPLY_ARRAY)
+        return 0; /* deleted: kind "" */
+    for (size_t j = 0; j + 1 < f->elements; j += 2) {
+        const redisReply *k = f->element[j], *v = f->element[j + 1];
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            return -1;
+        if (strcmp(k->str, "k") == 0)
+            copy_str(e->kind, sizeof e->kind, v);
+        else if (strcmp(k->str, "e") == 0)
+            e->epoch = to_ll(v);
+        else if (strcmp(k->str, "o") == 0)
+            copy_str(e->order, sizeof e->order, v);
+        else if (strcmp(k->str, "ds") == 0)
+            e->d_stock = to_ll(v);
+        else if (strcmp(k->str, "dq") == 0)
+            e->d_sold = to_ll(v);
+        else if (strcmp(k->str, "r") == 0 && v->len > 0 && e->record == NULL)
+            e->record = seg_strdup(v->str);
+    }
+    return 0;
+}
+
+int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
+               int idle_ms, struct rd_event **out, int *n, long long *backlog)
+{
+    char key[SEG_KEY_MAX];
+    struct rd_cmd cmd;
+    *out = NULL;
+    *n = 0;
+    cmd_script(&cmd, SCRIPT_EV_READ);
+    cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    cmd_arg(&cmd, consumer);
+    cmd_argll(&cmd, max);
+    cmd_argll(&cmd, idle_ms);
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL)
+        return -1;
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_ARRAY) {
+        const redisReply *e = r->element[1];
+        *backlog = r->element[0]->integer;
+        struct rd_event *ev = e->elements ? seg_calloc(e->elements, sizeof *ev) : NULL;
+        rc = 0;
+        for (size_t j = 0; j < e->elements && rc == 0; j++)
+            rc = parse_entry(e->element[j], &ev[j]);
+        if (rc == 0) {
+            *out = ev;
+            *n = (int)e->elements;
+        } else {
+            rd_ev_free(ev, (int)e->elements);
+        }
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n)
+{
+    if (n == 0)
+        return 0;
+    char key[SEG_KEY_MAX];
+    struct rd_cmd cmd;
+    cmd_script(&cmd, SCRIPT_EV_DONE);
+    cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    for (int j = 0; j < n; j++)
+        cmd_arg(&cmd, ev[j].id);
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL)
+        return -1;
+    int rc = r->type == REDIS_REPLY_INTEGER ? 0 : -1;
+    freeReplyObject(r);
+    return rc;
+}
+
+int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
+                  const char *record)
+{
+    char key[SEG_KEY_MAX];
+    struct rd_cmd cmd;
+    cmd_script(&cmd, SCRIPT_RESTORE);
+    cmd_key(&cmd, seg_key_order(key, id));
+    cmd_arg(&cmd, record);
+    cmd_arg(&cmd, placed);
+    cmd_argll(&cmd, epoch);
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL)
+        return -1;
+    int rc = r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+    freeReplyObject(r);
+    return rc;
+}
+
+static bool retained(const struct rd_event *e)
+{
+    return e->record != NULL && e->order[0] != '\0';
+}
+
+int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int n,
+                 int ttl_s)
+{
+    bool cluster = rd_conn_cluster(c);
+    int *slot = seg_calloc((size_t)n + 1, sizeof *slot);
+    char key[SEG_KEY_MAX];
+    for (int j = 0; j < n; j++) {
+        seg_key_order(key, ev[j].order);
+        slot[j] = !retained(&ev[j]) ? -1 : cluster ? rd_key_slot(key, strlen(key)) : 0;
+    }
+    int total = 0;
+    for (int j = 0; j < n && total >= 0; j++) {
+        if (slot[j] < 0)
+            continue;
+        int s = slot[j];
+        struct rd_cmd cmd;
+        cmd_script(&cmd, SCRIPT_RETAIN);
+        for (int k = j; k < n; k++)
+            if (slot[k] == s)
+                cmd_key(&cmd, seg_key_order(key, ev[k].order));
+        cmd_arg(&cmd, placed);
+        cmd_argll(&cmd, ttl_s);
+        for (int k = j; k < n; k++)
+            if (slot[k] == s) {
+                cmd_argll(&cmd, ev[k].epoch);
+                slot[k] = -1;
+            }
+        redisReply *r = store_call(c, &cmd);
+        if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+            total += (int)r->integer;
+        else
+            total = -1;
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    free(slot);
+    return total;
+}

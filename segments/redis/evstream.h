@@ -1,0 +1,60 @@
+/* evstream.h -- the ledger's side of Redis (rd_ev_*): reading a segment's ledger
+ * stream (keys.h inv:{sku:i}:events) through the consumer group "ledger", then
+ * acknowledging and deleting what was copied, and the order records' TTL.
+ *
+ * Contract. The events are what the scripts append (scripts.c LEDGER): each names
+ * its kind ("sale", "cancel", "undo", "restock", "rebalance", "spread", "take",
+ * "give", "reset", "delete"), the SKU's epoch, the order id (sales, cancels, undos),
+ * the change to the segment's stock and to its sold count, and for the first segment
+ * of a sale or a cancel the record. Several readers share the group: an entry read
+ * is pending with its reader until acknowledged; one pending longer than `idle_ms`
+ * with another (a reader that died mid-batch) is taken over (XAUTOCLAIM). Whoever
+ * copies an entry twice copies the same (stream, entry id): the ledger's unique key.
+ * Every call is blocking on the caller's connection; -1 when Redis gave no usable
+ * answer (rd_conn_error says why).
+ */
+#ifndef SEG_REDIS_EVSTREAM_H
+#define SEG_REDIS_EVSTREAM_H
+
+#include "segments/redis/calls.h"
+
+struct rd_event {
+    char id[48];   /* the stream entry id, "ms-seq" */
+    char kind[16]; /* "" for an entry deleted meanwhile (skip it, ack it) */
+    long long epoch;
+    char order[SEG_NAME_MAX + 1]; /* "" when none */
+    long long d_stock, d_sold;
+    char *record; /* malloc'd, or NULL */
+};
+
+/* The name of segment i's stream (the ledger's key for its events): buf, which has
+ * RD_EV_NAME_MAX bytes. */
+#define RD_EV_NAME_MAX 160
+const char *rd_ev_stream(char *buf, const char *placed, int i);
+
+/* Free what rd_ev_read gave. */
+void rd_ev_free(struct rd_event *ev, int n);
+
+/* Segment i of `placed` (rd_sku_placed): up to `max` entries for `consumer`: its own
+ * pending ones first, else those of another reader idle for `idle_ms`, else new ones.
+ * 0 with *out (n entries, malloc'd; NULL when none) or -1. A segment with no stream
+ * is 0 entries. *backlog: the stream's length (entries not yet deleted). */
+int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
+               int idle_ms, struct rd_event **out, int *n, long long *backlog);
+
+/* Acknowledge ev[0..n-1] of segment i's stream and trim it up to the oldest entry any
+ * reader still has pending: 0 or -1. */
+int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n);
+
+/* RETAIN: the record of each order of ev[0..n-1] (events of `placed` with an order and
+ * a record), when it is still that sale's, expires in `ttl_s`; one call per slot the
+ * records are in (standalone: one). How many got it, or -1. */
+int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int n,
+                 int ttl_s);
+
+/* RESTORE: the record of order `id` written back as the ledger has it (SKU `placed`,
+ * `epoch`), unless the id has a record: 1 written, 0 one was there, -1. */
+int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
+                  const char *record);
+
+#endif

@@ -1,0 +1,10 @@
+-- RESTORE: an order record that expired from Redis (record_retention_s) written back
+-- as the ledger has it, so that a cancel can run (segments/ledger.h ledger_restore).
+-- KEYS: order record.
+-- ARGV: the record JSON, its SKU as its segments are keyed, its epoch.
+-- A record there (the id placed again, or restored by another cancel) is kept. The
+-- attempt field says 'ledger': no order's attempt, so no DEDUCT takes it for its own.
+-- Reply: 1 written, 0 a record was there.
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'r', ARGV[1], 't', 'ledger', 'k', ARGV[2], 'e', ARGV[3])
+return 1
