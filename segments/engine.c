@@ -231,6 +231,12 @@ static void send_deduct(struct ord *o, const char *token, bool keep)
     else
         ord_token(o->e, attempt);
     long long until = o->claim_ok ? o->until - CLAIM_MARGIN_MS : 0;
+    /* The store's own lock: a renewal sent from now on runs after the DEDUCT on the
+     * same connection, so it cannot help it, and finds the lock the DEDUCT let go
+     * (counted as a lost lease). A lock service's lease is renewed until the answer:
+     * it keeps another holder from a higher fence meanwhile. */
+    if (o->lh == NULL)
+        lease_stop(o);
     o->confirm =
         !STORE_CALL(o->e->st, deduct, o->placed, o->view.epoch, o->seg, token,
                     o->lh != NULL ? o->fence : STORE_NO_FENCE, attempt, o->res.order_id,
