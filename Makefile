@@ -171,8 +171,9 @@ loadtest-quick: deps
 	@loadtest/run.sh --bin $(BIN) --quick $(ARGS)
 
 FUZZ_SECONDS ?= 20
-# keys.c names a key for a slot (seg_key_ack) with slots.c, which brings hiredis.
-FUZZ_SRC := api/parse.c base/names.c base/text.c base/xalloc.c segments/redis/keys.c \
+# keys.c names a key for a slot (seg_key_ack) with slots.c, which brings hiredis;
+# skumode.c the lock schemes a SKU may name.
+FUZZ_SRC := api/parse.c base/names.c base/text.c base/xalloc.c segments/skumode.c segments/redis/keys.c \
             segments/redis/slots.c
 fuzz: deps
 	@mkdir -p build/fuzz/corpus
