@@ -1794,6 +1794,24 @@ static void write_log_tail(struct checker *k)
                 k->sku[s].status, k->sku[s].text ? k->sku[s].text : "",
                 k->sku[s].last_reset_recv == NEVER ? -1.0
                                                    : k->sku[s].last_reset_recv / 1000.0);
+    /* On a cluster, each SKU's meta hash as Redis holds it (a pending reset or
+     * adjust that keeps answering busy shows here). */
+    for (int s = 0; s < N_SKUS; s++) {
+        json_t *j = k->sku[s].text != NULL ? json_loads(k->sku[s].text, 0, NULL) : NULL;
+        const char *node =
+            json_string_value(json_array_get(json_object_get(j, "segment_node"), 0));
+        const char *colon = node != NULL ? strrchr(node, ':') : NULL;
+        if (colon != NULL) {
+            char meta[1200];
+            redisReply *r = diag_command(atoi(colon + 1), "HGETALL inv:sku:{%s}%s",
+                                         specs[s].name, "");
+            diag_hash(meta, sizeof meta, r);
+            if (r != NULL)
+                freeReplyObject(r);
+            fprintf(k->out, "%s meta: {%s}\n", specs[s].name, meta);
+        }
+        json_decref(j);
+    }
     fprintf(k->out, "# ---- order records at the end ----\n");
     for (size_t i = 0; i < k->ng; i++)
         fprintf(k->out, "%s: %d %s\n", k->g[i].id, k->g[i].rec_status,
