@@ -18,7 +18,7 @@ void claims_claim(struct ord *o)
     o->claim_ends_ms = inv_now_ms() + lease;
     ord_set(o, ORD_CLAIM);
     STORE_CALL(e->st, claim, o->res.order_id, o->attempt, o->sku, o->view.epoch, lease,
-               o->dead, plan, on_claim, o);
+               o->dead, plan, o->dead_epoch, on_claim, o);
 }
 
 static void on_claim_retry(evutil_socket_t fd, short what, void *arg)
@@ -138,6 +138,15 @@ static void on_claim(void *arg, int rc, struct store_reply *r)
     case STORE_EXISTS:
         ord_replayed(o, r->record);
         r->record = NULL;
+        return;
+    case STORE_STALE:
+        /* A record of another epoch: one a reset left behind, or one of a newer sale
+         * than these settings (a reset since they were read). Read them again; the
+         * next CLAIM then replays the record of their epoch, or names this one dead.
+         * Before, a record of another epoch counted as dead at once: an order whose
+         * settings were older than the record deleted it and sold a second time. */
+        o->dead_epoch = r->value;
+        ord_stale(o);
         return;
     case STORE_BUSY: /* the same id in flight elsewhere: its answer will be ours */
         if (inv_now_ms() + 20 < o->deadline_ms)

@@ -105,6 +105,8 @@ struct ord {
     long long until;
     int64_t claim_ends_ms; /* the same end, as this process's clock has it at most */
     char *dead;            /* the attempt of a dead claim being taken over */
+    long long dead_epoch;  /* a record's epoch CLAIM met, another than the settings
+                              read again since: a reset left it (0: none) */
     char *recovered;       /* its order, found in a segment: the record to confirm */
     char *dplan;   /* its plan (a multi-segment order's): to undo once taken over */
     int found_seg; /* the segment `recovered` came from (-1: none); a replay WAITs there

@@ -20,7 +20,10 @@
  *   CLAIM     (a cluster) the id claimed in its slot: OK     -> ROUND (durability
  *             replicated: once a replica has the claim, WAIT; none -> DONE,
  *             not_replicated, the claim given up); EXISTS -> DONE
- *             (replay); BUSY (the id in flight elsewhere)    -> CLAIM again (timer);
+ *             (replay); STALE (a record of another epoch: a newer sale than the
+ *             settings, or one a reset left) -> VIEW (read again; the next CLAIM
+ *             replays it or names its epoch dead); BUSY (the id in flight
+ *             elsewhere)                                     -> CLAIM again (timer);
  *             a claim that ran out with no record            -> FIND (its order in the
  *             segments' orders: found -> its record CONFIRMed, DONE (replay); not
  *             found -> CLAIM, taking the dead claim over); one with a plan (a
@@ -89,7 +92,7 @@
 static const unsigned ord_next[ORD__COUNT] = {
     [ORD_START] = TO(ORD_VIEW),
     [ORD_VIEW] = TO(ORD_CLAIM) | TO(ORD_ROUND),
-    [ORD_CLAIM] = TO(ORD_ROUND) | TO(ORD_MULTI),
+    [ORD_CLAIM] = TO(ORD_ROUND) | TO(ORD_MULTI) | TO(ORD_VIEW),
     [ORD_ROUND] = TO(ORD_BACKOFF) | TO(ORD_WAIT) | TO(ORD_ACQUIRE) | TO(ORD_DEDUCT) |
                   TO(ORD_MULTI) | TO(ORD_SPREAD) | TO(ORD_VERDICT),
     [ORD_BACKOFF] = TO(ORD_ROUND),

@@ -250,12 +250,15 @@ struct store_ops {
      * An order's id is claimed (one attempt at a time) with its plan, its parts are
      * deducted one by one under the claim, then its record confirmed. */
     /* CLAIM `id` for `attempt` for lease_ms (`dead`: the attempt of a dead claim
-     * taken over, or NULL) with `plan` (plan_build; STORE_PLAN_KEEP; NULL). OK (value
-     * = the claim's end), EXISTS (record), BUSY, MISSING (record = the dead attempt,
-     * plan = its plan or ""). */
+     * taken over, or NULL) with `plan` (plan_build; STORE_PLAN_KEEP; NULL);
+     * `dead_epoch`: the epoch of a record found dead (0: none). OK (value = the
+     * claim's end), EXISTS (record), STALE (value = the epoch of a record of another
+     * epoch: re-read the settings, and if the SKU's epoch is still another, claim
+     * with it as dead_epoch), BUSY, MISSING (record = the dead attempt, plan = its
+     * plan or ""). */
     void (*claim)(store *s, const char *id, const char *attempt, const char *sku,
                   long long epoch, int lease_ms, const char *dead, const char *plan,
-                  store_reply_fn fn, void *arg);
+                  long long dead_epoch, store_reply_fn fn, void *arg);
     /* Write `record` for `id` under the claim of `attempt` (record NULL: give the
      * claim up). OK, STALE (another attempt holds the claim). */
     void (*confirm)(store *s, const char *id, const char *attempt, const char *record,

@@ -422,6 +422,44 @@ static void test_dead_claim_recovered(void **state)
     assert_int_equal(h_audit(f->port, NULL, "c-dead", 40, false), 0);
 }
 
+/* An order id sent to an instance whose view of the SKU is from before a reset (every
+ * loop keeps the settings for meta_cache_ms; 60 s here, so that the test needs no
+ * race), after another instance placed it under the reset's epoch: the same order,
+ * 200. Its CLAIM carried the old epoch and took the live record for one a reset left
+ * behind: deleted it, claimed the id, met STALE in the segment, read the settings
+ * again and sold a second time (201, sold 2, one record; the harsh history mode:
+ * two instances' 201s for one id while a reset ran, record-sums). */
+static void test_claim_with_old_view(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(f->port, NULL, "c-view", 40, 4, "lock", 0), 0);
+    const char *const one_loop[] = {"--threads", "1", NULL};
+    const struct h_svc_opts opts = {.config_json = "{\"meta_cache_ms\": 60000}",
+                                    .args = one_loop};
+    h_svc *old = h_svc_start(h_cluster_node(f->cluster, 1), &opts);
+    assert_non_null(old);
+    /* Its loop's view of the SKU: the second order reads it again (the first one's
+     * read told every loop of the process to), and from then on it is kept. */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(h_order(h_svc_port(old), "c-view", 1, NULL, NULL), 201);
+    assert_int_equal(h_put_sku(f->port, NULL, "c-view", 40, 4, "lock", 0), 0); /* reset */
+    assert_int_equal(h_order(f->port, "c-view", 1, "view-1", NULL), 201);
+    assert_int_equal(h_order(h_svc_port(old), "c-view", 1, "view-1", NULL), 200);
+    assert_int_equal(h_order(h_svc_port(old), "c-view", 1, "view-2", NULL), 201);
+    assert_int_equal(h_order_status(f->port, "view-1"), 200);
+    /* A record a reset did leave behind (another epoch) is still no order. */
+    command_on(f, "inv:order:{view-3}", "HSET %s r %s k c-view e 12345 t gone",
+               "{\"order_id\":\"view-3\"}", NULL);
+    assert_int_equal(h_order(h_svc_port(old), "c-view", 1, "view-3", NULL), 201);
+    json_t *j = h_get_sku(f->port, NULL, "c-view");
+    assert_int_equal(h_jint(j, "sold"), 3);
+    json_decref(j);
+    assert_int_equal(h_audit(f->port, NULL, "c-view", 40, true), 0);
+    assert_int_equal(h_svc_stop_clean(old), 0);
+    h_svc_free(old);
+}
+
 /* A cancel on a cluster: the units back in their segment, the record cancelled, the
  * cancel answered again the same; a cancel that died after the segment's part (put in
  * place by hand) is finished by the retry. */
@@ -634,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_last_units),
         cmocka_unit_test(test_sold_out_fast_path),
         cmocka_unit_test(test_dead_claim_recovered),
+        cmocka_unit_test(test_claim_with_old_view),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cancelled_record_checked),
         cmocka_unit_test(test_two_instances),

@@ -1299,6 +1299,147 @@ static void add_record(struct checker *k, struct group *g, struct record_sums *s
     }
 }
 
+/* A command to the node at `port`, following one MOVED: the reply (caller frees) or
+ * NULL. For the explanations below, which read Redis behind the service's back. */
+static redisReply *diag_command(int port, const char *fmt, const char *a, const char *b)
+{
+    redisReply *r = h_port_command(port, fmt, a, b);
+    if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0) {
+        const char *colon = strrchr(r->str, ':');
+        int to = colon != NULL ? atoi(colon + 1) : 0;
+        freeReplyObject(r);
+        r = to > 0 ? h_port_command(to, fmt, a, b) : NULL;
+    }
+    return r;
+}
+
+/* One line about `what`: the fields of a hash reply, or what it was. */
+static void diag_hash(char *out, size_t size, const redisReply *r)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        snprintf(out, size, "%s",
+                 r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : "?");
+        return;
+    }
+    for (size_t i = 0; i + 1 < r->elements && n + 1 < size; i += 2)
+        n += (size_t)snprintf(out + n, size - n, "%s%s=%.200s", i > 0 ? " " : "",
+                              r->element[i]->str, r->element[i + 1]->str);
+}
+
+static struct group *group_of(struct checker *k, const char *id)
+{
+    size_t lo = 0, hi = k->ng;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(k->g[mid].id, id);
+        if (c == 0)
+            return &k->g[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* The part a confirmed record `rec` of SKU s names for segment i (0: none). */
+static long long record_part(struct checker *k, int s, const struct group *g, int i)
+{
+    struct order_view v;
+    char why[200];
+    long long q = 0;
+    if (g->rec_status != 200 || view_parse(g->rec, &v, why, sizeof why) != 0 ||
+        strcmp(v.status, "confirmed") != 0 || sku_index(v.sku) != s)
+        return 0;
+    (void)k;
+    for (int p = 0; p < v.n; p++)
+        if (v.seg[p] == i)
+            q += v.part[p];
+    return q;
+}
+
+/* One id that segment i's hashes and the records disagree on: the line, its claim
+ * (the record's hash, read from Redis) and its requests, to the log and stderr. */
+static void explain_id(struct checker *k, int port, const char *id, const char *what)
+{
+    struct group *g = group_of(k, id);
+    char claim[600], msg[1600], line[1200];
+    redisReply *c = diag_command(port, "HGETALL inv:order:{%s}%s", id, "");
+    diag_hash(claim, sizeof claim, c);
+    if (c != NULL)
+        freeReplyObject(c);
+    snprintf(msg, sizeof msg, "    %s %s: record %d %.300s; its hash in Redis {%s}", id,
+             what, g != NULL ? g->rec_status : 0,
+             g != NULL && g->rec != NULL ? g->rec : "(not in the log)", claim);
+    fprintf(stderr, "%s\n", msg);
+    fprintf(k->out, "%s\n", msg);
+    for (int o = 0; g != NULL && o < g->n; o++) {
+        fprintf(stderr, "        %s\n", entry_line(g->op[o], line, sizeof line, 300));
+        fprintf(k->out, "        %s\n", entry_line(g->op[o], line, sizeof line, 1000));
+    }
+}
+
+/* Segment i of SKU s sold other than its confirmed records say: name the ids its
+ * orders and parts hashes hold (read from Redis at the end) with no confirmed record
+ * naming that part, and the confirmed records naming a part the hashes do not hold.
+ * Not a violation of its own: it says which ids the record-sums one is about. */
+static void explain_segment(struct checker *k, int s, int i)
+{
+    json_t *j = json_loads(k->sku[s].text, 0, NULL);
+    const char *placed = json_string_value(json_object_get(j, "placed_as"));
+    const char *node =
+        json_string_value(json_array_get(json_object_get(j, "segment_node"), (size_t)i));
+    const char *colon = node != NULL ? strrchr(node, ':') : NULL;
+    int port = colon != NULL ? atoi(colon + 1) : 0;
+    redisReply *hash[2] = {NULL, NULL};
+    static const char *const names[2] = {"orders", "parts"};
+    for (int h = 0; placed != NULL && port > 0 && h < 2; h++) {
+        char key[200], what[300];
+        snprintf(key, sizeof key, "inv:{%s:%d}:%s", placed, i, names[h]);
+        hash[h] = diag_command(port, "HGETALL %s%s", key, "");
+        if (hash[h] == NULL || hash[h]->type != REDIS_REPLY_ARRAY) {
+            fprintf(stderr, "    (HGETALL %s: %s)\n", key,
+                    hash[h] != NULL && hash[h]->type == REDIS_REPLY_ERROR ? hash[h]->str
+                                                                          : "no answer");
+            continue;
+        }
+        for (size_t e = 0; e + 1 < hash[h]->elements; e += 2) {
+            const char *id = hash[h]->element[e]->str;
+            long long q = atoll(hash[h]->element[e + 1]->str);
+            struct group *g = group_of(k, id);
+            long long named = g != NULL ? record_part(k, s, g, i) : 0;
+            if (named == q)
+                continue;
+            snprintf(what, sizeof what, "is in %s with %lld units, its record names %lld",
+                     key, q, named);
+            explain_id(k, port, id, what);
+        }
+    }
+    for (size_t n = 0; port > 0 && n < k->ng; n++) {
+        long long named = record_part(k, s, &k->g[n], i);
+        bool held = false;
+        for (int h = 0; named > 0 && h < 2; h++)
+            for (size_t e = 0; hash[h] != NULL && hash[h]->type == REDIS_REPLY_ARRAY &&
+                               e + 1 < hash[h]->elements;
+                 e += 2)
+                held |= strcmp(hash[h]->element[e]->str, k->g[n].id) == 0;
+        if (named > 0 && !held) {
+            char what[160];
+            snprintf(what, sizeof what,
+                     "has a confirmed record naming %lld units of segment %d, which "
+                     "holds no such id",
+                     named, i);
+            explain_id(k, port, k->g[n].id, what);
+        }
+    }
+    for (int h = 0; h < 2; h++)
+        if (hash[h] != NULL)
+            freeReplyObject(hash[h]);
+    json_decref(j);
+}
+
 static void check_records_vs_skus(struct checker *k)
 {
     struct record_sums sums[N_SKUS];
@@ -1315,10 +1456,12 @@ static void check_records_vs_skus(struct checker *k)
                    "sold %lld, orders %lld",
                    specs[s].name, sums[s].qty, sums[s].count, st->sold, st->orders);
         for (int i = 0; i < st->segments; i++)
-            if (sums[s].seg[i] != st->seg_sold[i])
+            if (sums[s].seg[i] != st->seg_sold[i]) {
                 report(k, "record-sums", NULL, 0,
                        "%s segment %d: confirmed records took %lld, segment_sold %lld",
                        specs[s].name, i, sums[s].seg[i], st->seg_sold[i]);
+                explain_segment(k, s, i);
+            }
     }
 }
 
@@ -1651,6 +1794,24 @@ static void write_log_tail(struct checker *k)
                 k->sku[s].status, k->sku[s].text ? k->sku[s].text : "",
                 k->sku[s].last_reset_recv == NEVER ? -1.0
                                                    : k->sku[s].last_reset_recv / 1000.0);
+    /* On a cluster, each SKU's meta hash as Redis holds it (a pending reset or
+     * adjust that keeps answering busy shows here). */
+    for (int s = 0; s < N_SKUS; s++) {
+        json_t *j = k->sku[s].text != NULL ? json_loads(k->sku[s].text, 0, NULL) : NULL;
+        const char *node =
+            json_string_value(json_array_get(json_object_get(j, "segment_node"), 0));
+        const char *colon = node != NULL ? strrchr(node, ':') : NULL;
+        if (colon != NULL) {
+            char meta[1200];
+            redisReply *r = diag_command(atoi(colon + 1), "HGETALL inv:sku:{%s}%s",
+                                         specs[s].name, "");
+            diag_hash(meta, sizeof meta, r);
+            if (r != NULL)
+                freeReplyObject(r);
+            fprintf(k->out, "%s meta: {%s}\n", specs[s].name, meta);
+        }
+        json_decref(j);
+    }
     fprintf(k->out, "# ---- order records at the end ----\n");
     for (size_t i = 0; i < k->ng; i++)
         fprintf(k->out, "%s: %d %s\n", k->g[i].id, k->g[i].rec_status,

@@ -709,10 +709,10 @@ void rda_find_order(rda_conn *c, const char *sku, int n, const char *id, rda_fou
 
 void rda_claim(rda_conn *c, const char *id, const char *attempt, const char *sku,
                long long epoch, int lease_ms, const char *dead, const char *plan,
-               rda_reply_fn fn, void *arg)
+               long long dead_epoch, rda_reply_fn fn, void *arg)
 {
     struct req *q = new_req(c, K_REPLY, FN(fn), arg);
-    proto_claim(&q->lq.cmd, id, attempt, sku, epoch, lease_ms, dead, plan);
+    proto_claim(&q->lq.cmd, id, attempt, sku, epoch, lease_ms, dead, plan, dead_epoch);
     route(q);
 }
 

@@ -156,13 +156,16 @@ void rda_mode_follow(rda_conn *c);
 void rda_id_for_segment(rda_conn *c, const char *sku, int i, char *id);
 /* CLAIM order `id` for `attempt` for lease_ms (`dead`: the attempt of a dead claim
  * being taken over, or NULL), with `plan` (a multi-segment order's, rd_plan_build;
- * RD_PLAN_KEEP: the claim's own; NULL: none). Codes: OK (value = the claim's end, for
- * rda_deduct), EXISTS (record), BUSY (another attempt holds it), MISSING (record =
- * the attempt of a claim that ran out without a record, plan = its plan or "": claim
- * naming it, then find its order or, with a plan, undo it). */
+ * RD_PLAN_KEEP: the claim's own; NULL: none); `dead_epoch`: the epoch of a record
+ * the caller found dead (0: none). Codes: OK (value = the claim's end, for
+ * rda_deduct), EXISTS (record), STALE (value = the epoch of a record of another
+ * epoch than `epoch`: read the settings again; still another: claim naming it dead),
+ * BUSY (another attempt holds it), MISSING (record = the attempt of a claim that ran
+ * out without a record, plan = its plan or "": claim naming it, then find its order
+ * or, with a plan, undo it). */
 void rda_claim(rda_conn *c, const char *id, const char *attempt, const char *sku,
                long long epoch, int lease_ms, const char *dead, const char *plan,
-               rda_reply_fn fn, void *arg);
+               long long dead_epoch, rda_reply_fn fn, void *arg);
 /* CONFIRM: write `record` for `id` under the claim of `attempt` (or, record NULL or
  * "", give the claim up). Codes: OK, STALE (another attempt holds the claim). */
 void rda_confirm(rda_conn *c, const char *id, const char *attempt, const char *record,

@@ -140,10 +140,11 @@ static void adjust(store *s, const char *sku, long long epoch, int segments,
 
 static void claim(store *s, const char *id, const char *attempt, const char *sku,
                   long long epoch, int lease_ms, const char *dead, const char *plan,
-                  store_reply_fn fn, void *arg)
+                  long long dead_epoch, store_reply_fn fn, void *arg)
 {
     /* STORE_PLAN_KEEP is RD_PLAN_KEEP ("-"): the script reads it so */
-    rda_claim(conn(s), id, attempt, sku, epoch, lease_ms, dead, plan, fn, arg);
+    rda_claim(conn(s), id, attempt, sku, epoch, lease_ms, dead, plan, dead_epoch, fn,
+              arg);
 }
 
 static void confirm(store *s, const char *id, const char *attempt, const char *record,

@@ -108,7 +108,7 @@ static int settle(rd_conn *c, const char *attempt, const char *id)
      * its plan: nothing of its attempt can land any more, and the plan undone is the
      * one the claim had when taken. */
     struct rd_reply out;
-    proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, NULL, RD_PLAN_KEEP);
+    proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, NULL, RD_PLAN_KEEP, 0);
     int code = store_script(c, &cmd, &out) < 0 ? -1 : out.code;
     struct proto_plan p = {.n = 0};
     bool undo = false;
@@ -117,7 +117,7 @@ static int settle(rd_conn *c, const char *attempt, const char *id)
         char *dead = out.record;
         out.record = NULL;
         rd_reply_clear(&out);
-        proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, dead, RD_PLAN_KEEP);
+        proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, dead, RD_PLAN_KEEP, 0);
         free(dead);
         code = store_script(c, &cmd, &out) < 0 ? -1 : out.code;
         undo = code == RD_OK;

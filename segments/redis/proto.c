@@ -202,7 +202,8 @@ void proto_claim_read(struct rd_cmd *c, const char *id)
 }
 
 void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const char *sku,
-                 long long epoch, int lease_ms, const char *dead, const char *plan)
+                 long long epoch, int lease_ms, const char *dead, const char *plan,
+                 long long dead_epoch)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_CLAIM);
@@ -213,6 +214,10 @@ void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const ch
     cmd_argll(c, lease_ms);
     cmd_arg(c, dead != NULL ? dead : "");
     cmd_arg(c, plan != NULL ? plan : "");
+    if (dead_epoch != 0)
+        cmd_argll(c, dead_epoch);
+    else
+        cmd_arg(c, "");
 }
 
 void proto_confirm(struct rd_cmd *c, const char *id, const char *attempt,
