@@ -139,6 +139,7 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "initial", json_integer(st->cfg.stock));
     set(o, "remaining", json_integer(st->remaining));
     set(o, "sold", json_integer(st->sold));
+    set(o, "reserved", json_integer(st->reserved));
     set(o, "orders", json_integer(st->orders));
     set(o, "segment_stock", int_array(st->segment_stock, n));
     if (st->nnodes > 0) { /* a Redis Cluster: where each segment lives */
@@ -154,6 +155,7 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
         set(o, "placed_as", json_string(st->placed));
     }
     set(o, "segment_sold", int_array(st->segment_sold, n));
+    set(o, "segment_reserved", int_array(st->segment_reserved, n));
     set(o, "segment_locked", bool_array(st->segment_locked, n));
     set(o, "locks_held", json_integer(st->locks_held));
     return o;

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "segments/reserve.h"
+
 static int fail(struct api_parse_error *err, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -236,6 +238,27 @@ int api_parse_order_json(const char *body, size_t len, struct api_order_body *ou
         rc = get_int(root, "qty", false, 1, ORDER_QTY_MAX, &out->qty, err);
     if (rc == 0)
         rc = get_name(root, "order_id", false, out->order_id, err);
+    json_decref(root);
+    return rc;
+}
+
+int api_parse_reservation(const char *body, size_t len, struct api_resv_body *out,
+                          struct api_parse_error *err)
+{
+    static const char *const known[] = {"sku", "qty", "ttl_s", "reservation_id", NULL};
+    json_t *root = load_object(body, len, err);
+    if (root == NULL)
+        return -1;
+    out->qty = 1;
+    int rc = check_fields(root, known, err);
+    if (rc == 0)
+        rc = get_name(root, "sku", true, out->sku, err);
+    if (rc == 0)
+        rc = get_int(root, "qty", false, 1, ORDER_QTY_MAX, &out->qty, err);
+    if (rc == 0)
+        rc = get_int(root, "ttl_s", true, 1, RESV_TTL_MAX_S, &out->ttl_s, err);
+    if (rc == 0)
+        rc = get_name(root, "reservation_id", false, out->id, err);
     json_decref(root);
     return rc;
 }

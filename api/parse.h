@@ -46,6 +46,18 @@ bool api_parse_order_fast(const char *body, size_t len, struct api_order_body *o
 int api_parse_order_json(const char *body, size_t len, struct api_order_body *out,
                          struct api_parse_error *err);
 
+/* POST /reservations: {"sku": name, "qty": 1..ORDER_QTY_MAX = 1, "ttl_s":
+ * 1..RESV_TTL_MAX_S (required), "reservation_id": name}. */
+struct api_resv_body {
+    char sku[SEG_NAME_MAX + 1];
+    long long qty;
+    long long ttl_s;
+    char id[SEG_NAME_MAX + 1]; /* "" when absent: one is made */
+};
+
+int api_parse_reservation(const char *body, size_t len, struct api_resv_body *out,
+                          struct api_parse_error *err);
+
 /* PUT /admin/skus/{sku}: {"stock": 0..SKU_STOCK_MAX, "segments": 1..SEG_MAX_SEGMENTS
  * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0,
  * "rebalance": true|false = true, "durability": "async"|"replicated" =

@@ -8,6 +8,7 @@
 #include "api/metrics.h"
 #include "api/openapi.h"
 #include "api/orders.h"
+#include "api/reservations.h"
 #include "api/simulate.h"
 #include "api/ui_embed.h"
 
@@ -23,6 +24,12 @@ static const struct api_route routes[] = {
      api_orders_start},
     {"GET", "/orders/{}", "order_id", B, NULL, api_orders_get, NULL, NULL},
     {"DELETE", "/orders/{}", "order_id", B | S, NULL, api_orders_cancel, NULL, NULL},
+    {"POST", "/reservations", NULL, B | S, api_resv_parse, api_resv_place, NULL, NULL},
+    {"GET", "/reservations/{}", "reservation_id", B, NULL, api_resv_get, NULL, NULL},
+    {"DELETE", "/reservations/{}", "reservation_id", B | S, NULL, api_resv_release, NULL,
+     NULL},
+    {"POST", "/reservations/{}/confirm", "reservation_id", B | S, NULL, api_resv_confirm,
+     NULL, NULL},
     {"GET", "/admin/skus", NULL, A | B | P, NULL, api_admin_sku_list, NULL, NULL},
     {"GET", "/admin/skus/{}", "sku", A | B, NULL, api_admin_sku_get, NULL, NULL},
     {"PUT", "/admin/skus/{}", "sku", A | B | W, api_admin_parse_sku, api_admin_sku_put,

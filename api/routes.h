@@ -77,6 +77,7 @@ struct api_request {
     char x_request_id[SEG_NAME_MAX + 1];
     union {
         struct api_order_body order;  /* POST /orders */
+        struct api_resv_body resv;    /* POST /reservations */
         struct sku_config sku;        /* PUT /admin/skus/{sku} */
         long long restock_qty;        /* POST /admin/skus/{sku}/restock */
         struct api_sim_body simulate; /* POST /admin/skus/{sku}/simulate */

@@ -56,6 +56,27 @@ struct admin_reset {
     bool ledger; /* events on for the SKU (a store that writes them: Redis) */
 };
 
+/* A reservation as its store holds it (the hold_* ops below; docs/DESIGN.md
+ * "Reservations"). Times are the store's clock, ms since the Unix epoch. */
+struct admin_hold {
+    char sku[SEG_NAME_MAX + 1];
+    char placed[STORE_SKU_PLACED_MAX];
+    int segment;
+    long long epoch;
+    long long qty;
+    long long expires_ms;
+    char state[12]; /* "held", "confirmed", "released", "expired" */
+    char *record;   /* confirm: the order record (malloc'd; the caller frees) */
+    int settled;    /* expired holds the call settled on its way (its own included) */
+};
+
+/* hold_step's actions. */
+enum admin_hold_action {
+    ADMIN_HOLD_CONFIRM,
+    ADMIN_HOLD_RELEASE,
+    ADMIN_HOLD_READ,
+};
+
 typedef struct admin admin;
 
 struct admin_ops {
@@ -94,6 +115,35 @@ struct admin_ops {
                  struct store_reply *out);
     int (*wait)(admin *a, const char *placed, int n, const int *seg, const char *id,
                 const char *sku, int timeout_ms);
+
+    /* ---- reservations (NULL: the store has none yet) ----
+     * hold_place: reservation `id` of `qty` units of segment i of `placed` (`sku`) of
+     * `epoch` for ttl_ms of the store's clock, the lock free (token "") or ours.
+     * out->code OK (value = stock left, h->expires_ms), EXISTS (the id is a
+     * reservation: h says where, h->state unknown ""), ADMIN_CONFLICT (an order has
+     * the id), BUSY, SHORT (value = stock), FENCED, STALE. Expired holds met on the
+     * way are settled. */
+    int (*hold_place)(admin *a, const char *sku, const char *placed, long long epoch,
+                      int i, const char *id, long long qty, int ttl_ms, const char *token,
+                      const char *attempt, struct store_reply *out, struct admin_hold *h);
+    /* Where reservation `id` lives: 1 (h: sku, placed, segment, epoch, qty, expiry),
+     * 0 none, -1. */
+    int (*hold_find)(admin *a, const char *id, struct admin_hold *h);
+    /* One step on h's hold (as hold_find filled it): confirm (writing `record` under
+     * `attempt`), release, or read; an expired hold is settled first. out->code OK
+     * (h->state after; confirm: h->record), EXISTS (confirm: confirmed earlier,
+     * h->record), ADMIN_CONFLICT (h->state says why: confirm of a released or expired
+     * hold, "order" when another order has the id; release of a confirmed one),
+     * MISSING, STALE (the SKU was reset or deleted: the hold is void). */
+    int (*hold_step)(admin *a, struct admin_hold *h, const char *id,
+                     enum admin_hold_action act, const char *record, const char *attempt,
+                     struct store_reply *out);
+    /* Units held in segments 0..n-1 of `placed` of `epoch`. 0 or -1. */
+    int (*holds_reserved)(admin *a, const char *placed, int n, long long epoch,
+                          long long *reserved);
+    /* Settle the expired holds of up to `limit` segments whose first hold is due:
+     * *settled holds given back. 0 or -1. */
+    int (*holds_sweep)(admin *a, int limit, int *settled);
 };
 
 /* A store's handle begins with this. */

@@ -45,6 +45,7 @@ struct inv {
     skutab *tab;               /* in-process state per SKU (skutab.h) */
     watchdog *wd;              /* renews the leases of held locks (watchdog.h) */
     sweeper *sw;               /* with a map: undoes dead multi-segment intents */
+    struct holdsweep *holds;   /* gives expired reservations back (holdsweep.h) */
     _Atomic long long changes; /* SKU changes made by this process (skutab_invalidate) */
     struct ledger *ledger;     /* the ledger's sink (ledger.h), set before any request,
                                   or NULL */

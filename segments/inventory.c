@@ -18,6 +18,7 @@
 #include "segments/skumode.h"
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
+#include "segments/holdsweep.h"
 #include "segments/watchdog.h"
 #include "base/xalloc.h"
 
@@ -62,6 +63,14 @@ bool inv_store_is_postgres(const char *where)
 int inv_migrate(const char *where, int timeout_ms, int *version, char *err, size_t errlen)
 {
     return pga_migrate(where, timeout_ms, version, err, errlen);
+}
+
+/* A blocking store handle (admin.h) of v's store, chosen here: connects on first use. */
+static admin *admin_create(inv *v)
+{
+    const struct rd_target to = inv_redis_target(v);
+    return v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms)
+                       : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
 }
 
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
@@ -113,7 +122,9 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     v->wd = watchdog_create(v, &to, err, errlen);
     if (v->wd != NULL && v->map != NULL)
         v->sw = sweeper_create(v, &to, err, errlen);
-    if (v->wd == NULL || (v->map != NULL && v->sw == NULL)) {
+    if (v->wd != NULL && (v->map == NULL || v->sw != NULL))
+        v->holds = holdsweep_create(v, admin_create(v), err, errlen);
+    if (v->wd == NULL || (v->map != NULL && v->sw == NULL) || v->holds == NULL) {
         inv_free(v);
         return NULL;
     }
@@ -124,6 +135,7 @@ void inv_free(inv *v)
 {
     if (v == NULL)
         return;
+    holdsweep_free(v->holds);
     sweeper_free(v->sw);
     watchdog_free(v->wd);
     rd_smap_free(v->map); /* after every connection that routes by it */
@@ -137,9 +149,7 @@ inv_conn *inv_conn_create(inv *v)
 {
     inv_conn *c = seg_calloc(1, sizeof *c);
     c->v = v;
-    const struct rd_target to = inv_redis_target(v);
-    c->adm = v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms)
-                         : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
+    c->adm = admin_create(v);
     c->rd = v->postgres ? NULL : rd_admin_conn(c->adm);
     inv_rand_seed(c);
     return c;

@@ -9,6 +9,7 @@
 #include "segments/internal.h"
 #include "segments/lockset.h"
 #include "segments/rand.h"
+#include "segments/reserve.h"
 #include "segments/ring.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
@@ -339,6 +340,10 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
         st->orders += st->segment_orders[i];
         st->locks_held += st->segment_locked[i];
     }
+    if (rc_read == 0)
+        rc_read = resv_reserved(c, placed, n, view.epoch, st->segment_reserved);
+    for (int i = 0; i < n && rc_read == 0; i++)
+        st->reserved += st->segment_reserved[i];
     if (rc_read != 0)
         return INV_UNAVAILABLE;
     return INV_OK;

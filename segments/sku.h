@@ -60,9 +60,12 @@ struct sku_status {
     struct sku_version version; /* what sku_put's SKU_REPLACE_VERSION names */
     long long remaining;        /* sum of segment stock */
     long long sold;             /* sum of segment sold counts */
+    long long reserved;         /* units held by reservations (reserve.h): remaining +
+                                   reserved + sold = initial */
     long long orders;           /* number of order records (one per sale) */
     long long segment_stock[SEG_MAX_SEGMENTS];
     long long segment_sold[SEG_MAX_SEGMENTS];
+    long long segment_reserved[SEG_MAX_SEGMENTS];
     long long segment_orders[SEG_MAX_SEGMENTS]; /* orders recorded first in segment i */
     bool segment_locked[SEG_MAX_SEGMENTS];      /* segment i's lock is held right now */
     int segment_slot[SEG_MAX_SEGMENTS];         /* the cluster slot of segment i's keys */

@@ -29,6 +29,10 @@ static const char *const names[STAT__COUNT] = {
     [STAT_RESTOCKS] = "restocks",
     [STAT_REDIS_COMMANDS] = "redis_commands",
     [STAT_REDIS_WRITES] = "redis_writes",
+    [STAT_HOLDS_PLACED] = "reservations_placed",
+    [STAT_HOLDS_CONFIRMED] = "reservations_confirmed",
+    [STAT_HOLDS_RELEASED] = "reservations_released",
+    [STAT_HOLDS_EXPIRED] = "reservations_expired",
 };
 
 static const double bounds[HIST_BUCKETS] = {
@@ -118,6 +122,11 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_REDIS_COMMANDS] = "Commands the event loops sent to Redis.",
     [STAT_REDIS_WRITES] = "Writes to Redis the event loops took to send them; commands "
                           "per write is the mean pipeline batch.",
+    [STAT_HOLDS_PLACED] = "Reservations placed (units held until confirmed, released "
+                          "or expired).",
+    [STAT_HOLDS_CONFIRMED] = "Reservations confirmed into orders.",
+    [STAT_HOLDS_RELEASED] = "Reservations released by their client.",
+    [STAT_HOLDS_EXPIRED] = "Expired reservations settled (their units back in stock).",
 };
 
 const char *stat_help(enum stat_id id)

@@ -33,8 +33,12 @@ enum stat_id {
     STAT_INTENTS_UNDONE, /* multi-segment orders of dead processes undone (a cluster) */
     STAT_REBALANCES,     /* rebalances done (by hand or automatically) */
     STAT_RESTOCKS,
-    STAT_REDIS_COMMANDS, /* commands the event loops sent to Redis */
-    STAT_REDIS_WRITES,   /* writes they took: commands / writes is the mean batch */
+    STAT_REDIS_COMMANDS,  /* commands the event loops sent to Redis */
+    STAT_REDIS_WRITES,    /* writes they took: commands / writes is the mean batch */
+    STAT_HOLDS_PLACED,    /* reservations placed (reserve.h) */
+    STAT_HOLDS_CONFIRMED, /* reservations confirmed into orders */
+    STAT_HOLDS_RELEASED,  /* reservations released by their client */
+    STAT_HOLDS_EXPIRED,   /* expired reservations settled by this process */
     STAT__COUNT
 };
 

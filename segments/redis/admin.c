@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/redis/holds.h"
 
 _Static_assert(ADMIN_CONFLICT == RD_CONFLICT && ADMIN_LIMIT == RD_LIMIT &&
                    ADMIN_REPLAYED == RD_REPLAYED &&
@@ -167,6 +168,37 @@ static int wait_replicas(admin *a, const char *placed, int n, const int *seg,
 /* the lock beside the stock, or a lock service's (skumode.h sku_lock) */
 static const char *const locks[] = {"redis", "redlock", "memcached", "zookeeper", NULL};
 
+static int hold_place(admin *a, const char *sku, const char *placed, long long epoch,
+                      int i, const char *id, long long qty, int ttl_ms, const char *token,
+                      const char *attempt, struct store_reply *out, struct admin_hold *h)
+{
+    return rd_hold_place(conn(a), sku, placed, epoch, i, id, qty, ttl_ms, token, attempt,
+                         out, h);
+}
+
+static int hold_find(admin *a, const char *id, struct admin_hold *h)
+{
+    return rd_hold_find(conn(a), id, h);
+}
+
+static int hold_step(admin *a, struct admin_hold *h, const char *id,
+                     enum admin_hold_action act, const char *record, const char *attempt,
+                     struct store_reply *out)
+{
+    return rd_hold_step(conn(a), h, id, act, record, attempt, out);
+}
+
+static int holds_reserved(admin *a, const char *placed, int n, long long epoch,
+                          long long *reserved)
+{
+    return rd_holds_reserved(conn(a), placed, n, epoch, reserved);
+}
+
+static int holds_sweep(admin *a, int limit, int *settled)
+{
+    return rd_holds_sweep(conn(a), limit, settled);
+}
+
 static const struct admin_ops redis_admin_ops = {
     .name = "redis",
     .caps = caps,
@@ -185,6 +217,11 @@ static const struct admin_ops redis_admin_ops = {
     .adjust = adjust,
     .reset = reset,
     .wait = wait_replicas,
+    .hold_place = hold_place,
+    .hold_find = hold_find,
+    .hold_step = hold_step,
+    .holds_reserved = holds_reserved,
+    .holds_sweep = holds_sweep,
 };
 
 admin *rd_admin_create(const struct rd_target *to, _Atomic long long *errors)

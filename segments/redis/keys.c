@@ -145,3 +145,46 @@ char *seg_key_placed(char *buf, const char *sku, int salt)
     store_sku_placed(buf, sku, salt); /* the seam's name: written once */
     return buf;
 }
+
+/* ---- reservations -------------------------------------------------------------- */
+
+static char *epoch_key(char *buf, const char *sku, int i, const char *what, long long e)
+{
+    segment_key(buf, sku, i, what);
+    struct text t = text_at(buf + strlen(buf), SEG_KEY_MAX - strlen(buf));
+    text_str(&t, ":");
+    text_ll(&t, e);
+    return buf;
+}
+
+char *seg_key_reserved(char *buf, const char *sku, int i, long long epoch)
+{
+    return epoch_key(buf, sku, i, "reserved", epoch);
+}
+
+char *seg_key_holds(char *buf, const char *sku, int i, long long epoch)
+{
+    return epoch_key(buf, sku, i, "holds", epoch);
+}
+
+char *seg_key_hold(char *buf, const char *sku, int i, const char *id)
+{
+    segment_key(buf, sku, i, "hold:");
+    struct text t = text_at(buf + strlen(buf), SEG_KEY_MAX - strlen(buf));
+    text_str(&t, id);
+    return buf;
+}
+
+char *seg_key_hold_index(char *buf, const char *id)
+{
+    struct text t = text_at(buf, SEG_KEY_MAX);
+    text_str(&t, "inv:hold:{");
+    text_str(&t, id);
+    text_str(&t, "}");
+    return buf;
+}
+
+const char *seg_key_holding(void)
+{
+    return "inv:holding";
+}

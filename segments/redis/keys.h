@@ -69,6 +69,18 @@
  *   inv:{sku:i}:events        stream: segment i's ledger events (scripts.c LEDGER;
  *                             the sink, segments/ledger.h, copies and deletes them)
  *   inv:{sku:i}:ledger        "1": segment i's changes append events (reset.lua)
+ *   inv:{sku:i}:reserved:E    units held by reservations in segment i of epoch E
+ *   inv:{sku:i}:holds:E       sorted set: the held reservations of segment i of epoch
+ *                             E, scored by when each expires (ms, Redis's TIME)
+ *   inv:{sku:i}:hold:<id>     hash: reservation <id> taken from segment i (q units,
+ *                             x expiry ms, s held|confirmed|released|expired, t the
+ *                             attempt that placed it, c the one that confirmed it);
+ *                             lua/hold.lua. Kept a day past its expiry
+ *   inv:hold:{id}             hash: where reservation `id` lives (k SKU, p placed
+ *                             name, i segment, e epoch, q, x, t): the id leads to its
+ *                             segment. Kept a day past its expiry
+ *   inv:holding               sorted set: "placed i E" per segment with holds, scored
+ *                             by its first expiry: the hold sweeper's work list
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
  * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose
@@ -111,6 +123,15 @@ const char *seg_key_events(void);
 char *seg_key_ledger_events(char *buf, const char *sku, int i);
 char *seg_key_ledger_flag(char *buf, const char *sku, int i);
 const char *seg_key_intents(void);
+
+/* Reservations (lua/hold.lua): segment i's reserved count and held set of `epoch`,
+ * reservation `id`'s record in segment i (id "": the prefix of every such key), its
+ * index, and the sweeper's list of segments with holds. */
+char *seg_key_reserved(char *buf, const char *sku, int i, long long epoch);
+char *seg_key_holds(char *buf, const char *sku, int i, long long epoch);
+char *seg_key_hold(char *buf, const char *sku, int i, const char *id);
+char *seg_key_hold_index(char *buf, const char *id);
+const char *seg_key_holding(void);
 
 /* The name the segments of `sku` are keyed under: `sku`, or "sku/salt" when salt > 0
  * (buf: SEG_NAME_MAX + 16 bytes). calls.h rd_sku_placed is this, and both are

@@ -1,0 +1,176 @@
+/* reservations.c -- the reservation endpoints: a hold as JSON, a status as HTTP. */
+#include "api/reservations.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "segments/reserve.h"
+
+int api_resv_parse(struct api_request *req, struct api_parse_error *err)
+{
+    if (api_parse_reservation(req->body, req->body_len, &req->in.resv, err) != 0)
+        return -1;
+    /* An Idempotency-Key is the reservation id when the body names none. */
+    return api_parse_request_id("reservation_id", req->idempotency_key, req->in.resv.id,
+                                err);
+}
+
+/* ms since the Unix epoch as RFC 3339 UTC with milliseconds. */
+static void iso_ms(char *buf, size_t len, long long ms)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, len, "%s.%03lldZ", day, ms % 1000);
+}
+
+static void reply_hold(struct api_reply *rep, int status, const char *id,
+                       const struct admin_hold *h)
+{
+    char at[48];
+    iso_ms(at, sizeof at, h->expires_ms);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:i, s:s, s:s, s:I}", "reservation_id", id,
+                          "sku", h->sku, "qty", (json_int_t)h->qty, "segment", h->segment,
+                          "status", h->state[0] ? h->state : "held", "expires_at", at,
+                          "expires_at_ms", (json_int_t)h->expires_ms);
+    api_reply_json(rep, status, o);
+    if (status == 201) {
+        char location[sizeof("/reservations/") + SEG_NAME_MAX + 2];
+        snprintf(location, sizeof location, "/reservations/%s", id);
+        api_reply_header(rep, "Location", location);
+    }
+}
+
+/* The error reply of a failed status. */
+static void reply_failed(struct api_reply *rep, resv_status s, const char *id,
+                         const char *sku)
+{
+    const char *code = resv_status_name(s);
+    switch (s) {
+    case RESV_SOLD_OUT:
+        api_reply_status(rep, INV_SOLD_OUT, "sku %s is sold out", sku);
+        break;
+    case RESV_INSUFFICIENT:
+        api_reply_status(rep, INV_INSUFFICIENT,
+                         "no segment of sku %s holds that many units (a reservation "
+                         "takes its units from one segment)",
+                         sku);
+        break;
+    case RESV_UNKNOWN_SKU:
+        api_reply_status(rep, INV_UNKNOWN_SKU, "no sku %s", sku);
+        break;
+    case RESV_NOT_FOUND:
+        api_reply_error(rep, 404, "not_found", "no reservation %s", id);
+        break;
+    case RESV_CONFLICT:
+        api_reply_error(rep, 409, code,
+                        "reservation_id %s is another reservation's or an order's", id);
+        break;
+    case RESV_BUSY:
+        api_reply_status(rep, INV_BUSY, "no segment lock of sku %s could be had in time",
+                         sku);
+        break;
+    case RESV_UNAVAILABLE:
+        api_reply_status(rep, INV_UNAVAILABLE,
+                         "the backend did not answer, so the outcome for reservation %s "
+                         "is unknown; retrying with reservation_id %s is safe",
+                         id, id);
+        break;
+    case RESV_INVALID:
+        api_reply_error(rep, 400, code, "invalid reservation request");
+        break;
+    case RESV_EXPIRED:
+        api_reply_error(rep, 410, code,
+                        "reservation %s expired before the confirm: its units went "
+                        "back to stock and nothing was sold",
+                        id);
+        break;
+    case RESV_RELEASED:
+        api_reply_error(rep, 409, code, "reservation %s was released", id);
+        break;
+    case RESV_CONFIRMED:
+        api_reply_error(rep, 409, code,
+                        "reservation %s is confirmed: order %s; cancel the order instead",
+                        id, id);
+        break;
+    case RESV_GONE:
+        api_reply_error(
+            rep, 410, code,
+            "the sku of reservation %s was reset or deleted: the hold is void", id);
+        break;
+    case RESV_UNSUPPORTED:
+        api_reply_error(rep, 409, code,
+                        "this store, or this SKU's lock service, keeps no reservations");
+        break;
+    case RESV_NOT_REPLICATED:
+        api_reply_status(rep, INV_NOT_REPLICATED,
+                         "reservation %s: no replica confirmed it in time; retry with "
+                         "the same id",
+                         id);
+        break;
+    default:
+        api_reply_error(rep, 500, "internal", "reservation %s: %s", id, code);
+        break;
+    }
+}
+
+void api_resv_place(const struct api_ctx *ctx, struct api_request *req,
+                    struct api_reply *rep)
+{
+    const struct api_resv_body *b = &req->in.resv;
+    struct resv_request rq = {b->sku, b->qty, b->ttl_s, b->id};
+    char id[SEG_NAME_MAX + 1] = "";
+    struct admin_hold h;
+    resv_status s = resv_place(ctx->conn, &rq, id, &h);
+    if (s == RESV_OK || s == RESV_REPLAYED)
+        reply_hold(rep, s == RESV_OK ? 201 : 200, id, &h);
+    else
+        reply_failed(rep, s, id[0] ? id : b->id, b->sku);
+    resv_clear(&h);
+}
+
+void api_resv_get(const struct api_ctx *ctx, struct api_request *req,
+                  struct api_reply *rep)
+{
+    struct admin_hold h;
+    resv_status s = resv_get(ctx->conn, req->name, &h);
+    if (s == RESV_OK)
+        reply_hold(rep, 200, req->name, &h);
+    else
+        reply_failed(rep, s, req->name, h.sku);
+    resv_clear(&h);
+}
+
+void api_resv_confirm(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep)
+{
+    struct admin_hold h;
+    resv_status s = resv_confirm(ctx->conn, req->name, &h);
+    if ((s == RESV_OK || s == RESV_REPLAYED) && h.record != NULL) {
+        api_reply_text(rep, s == RESV_OK ? 201 : 200, h.record, strlen(h.record));
+        if (s == RESV_OK) {
+            char location[sizeof("/orders/") + SEG_NAME_MAX + 2];
+            snprintf(location, sizeof location, "/orders/%s", req->name);
+            api_reply_header(rep, "Location", location);
+        }
+    } else {
+        reply_failed(rep, s, req->name, h.sku);
+    }
+    resv_clear(&h);
+}
+
+void api_resv_release(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep)
+{
+    struct admin_hold h;
+    resv_status s = resv_release(ctx->conn, req->name, &h);
+    if (s == RESV_OK)
+        reply_hold(rep, 200, req->name, &h);
+    else
+        reply_failed(rep, s, req->name, h.sku);
+    resv_clear(&h);
+}

@@ -1,0 +1,24 @@
+/* reservations.h -- the reservation endpoints (segments/reserve.h):
+ *   POST   /reservations              {sku, qty, ttl_s, reservation_id?} -> 201 the
+ *                                      hold (200: the same id again)
+ *   GET    /reservations/{id}         the hold as it stands
+ *   POST   /reservations/{id}/confirm 201 the order (200 again; 410 expired)
+ *   DELETE /reservations/{id}         the hold released (idempotent)
+ * Each runs on a slow pool worker (a place may wait for segment locks).
+ */
+#ifndef API_RESERVATIONS_H
+#define API_RESERVATIONS_H
+
+#include "api/routes.h"
+
+int api_resv_parse(struct api_request *req, struct api_parse_error *err);
+void api_resv_place(const struct api_ctx *ctx, struct api_request *req,
+                    struct api_reply *rep);
+void api_resv_get(const struct api_ctx *ctx, struct api_request *req,
+                  struct api_reply *rep);
+void api_resv_confirm(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep);
+void api_resv_release(const struct api_ctx *ctx, struct api_request *req,
+                      struct api_reply *rep);
+
+#endif

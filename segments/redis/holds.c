@@ -1,0 +1,286 @@
+/* holds.c -- reservations on Redis: lua/hold.lua's calls and replies (holds.h). */
+#include "segments/redis/holds.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+#include "segments/redis/keys.h"
+#include "segments/redis/store.h"
+
+static const char *const actions[] = {
+    [ADMIN_HOLD_CONFIRM] = "confirm",
+    [ADMIN_HOLD_RELEASE] = "release",
+    [ADMIN_HOLD_READ] = "read",
+};
+
+/* The holding list's member of segment i of `placed` of `epoch`. */
+static void member(char *buf, size_t len, const char *placed, int i, long long epoch)
+{
+    snprintf(buf, len, "%s %d %lld", placed, i, epoch);
+}
+
+/* HOLD's keys and first arguments for segment i; `id` "" when none. */
+static void hold_cmd(struct rd_cmd *cmd, const char *act, const char *placed, int i,
+                     long long epoch, const char *id, const char *sku)
+{
+    char k[SEG_KEY_MAX], m[STORE_SKU_PLACED_MAX + 48];
+    cmd_script(cmd, SCRIPT_HOLD);
+    cmd_key(cmd, seg_key_stock(k, placed, i));
+    cmd_key(cmd, seg_key_sold(k, placed, i));
+    cmd_key(cmd, seg_key_reserved(k, placed, i, epoch));
+    cmd_key(cmd, seg_key_holds(k, placed, i, epoch));
+    cmd_key(cmd, seg_key_epoch(k, placed, i));
+    cmd_key(cmd, seg_key_lock(k, placed, i));
+    cmd_key(cmd, seg_key_meta(k, placed));
+    cmd_key(cmd, seg_key_holding());
+    if (id[0] != '\0') {
+        cmd_key(cmd, seg_key_hold_index(k, id));
+        cmd_key(cmd, seg_key_hold(k, placed, i, id));
+        cmd_key(cmd, seg_key_orders(k, placed, i));
+        cmd_key(cmd, seg_key_order(k, id));
+    }
+    cmd_arg(cmd, act);
+    cmd_argll(cmd, epoch);
+    cmd_arg(cmd, sku);
+    cmd_argll(cmd, i);
+    member(m, sizeof m, placed, i, epoch);
+    cmd_arg(cmd, m);
+    cmd_arg(cmd, seg_key_hold(k, placed, i, ""));
+    cmd_arg(cmd, id);
+}
+
+static long long elem_ll(const redisReply *r, size_t k)
+{
+    if (r->elements <= k)
+        return 0;
+    const redisReply *e = r->element[k];
+    if (e->type == REDIS_REPLY_INTEGER)
+        return e->integer;
+    if (e->type == REDIS_REPLY_STRING)
+        return strtoll(e->str, NULL, 10);
+    return 0;
+}
+
+static const char *elem_str(const redisReply *r, size_t k)
+{
+    if (r->elements <= k || r->element[k]->type != REDIS_REPLY_STRING)
+        return "";
+    return r->element[k]->str;
+}
+
+/* The script's reply: its code, or -1 when not one. */
+static int reply_code(const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    return (int)r->element[0]->integer;
+}
+
+int rd_hold_place(rd_conn *c, const char *sku, const char *placed, long long epoch, int i,
+                  const char *id, long long qty, int ttl_ms, const char *token,
+                  const char *attempt, struct store_reply *out, struct admin_hold *h)
+{
+    struct rd_cmd cmd;
+    memset(out, 0, sizeof *out);
+    hold_cmd(&cmd, "place", placed, i, epoch, id, sku);
+    cmd_argll(&cmd, qty);
+    cmd_argll(&cmd, ttl_ms);
+    cmd_arg(&cmd, token);
+    cmd_arg(&cmd, attempt);
+    cmd_arg(&cmd, "");
+    cmd_arg(&cmd, placed);
+    redisReply *r = store_call(c, &cmd);
+    int code = reply_code(r);
+    if (code >= 0) {
+        out->code = code;
+        h->settled = r->elements >= 2 ? (int)elem_ll(r, r->elements - 1) : 0;
+        if (code == RD_EXISTS) {
+            snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 1));
+            h->epoch = elem_ll(r, 2);
+            h->segment = (int)elem_ll(r, 3);
+            h->qty = elem_ll(r, 4);
+            h->expires_ms = elem_ll(r, 5);
+            h->state[0] = '\0';
+        } else {
+            out->value = elem_ll(r, 1);
+            if (code == RD_OK) {
+                snprintf(h->sku, sizeof h->sku, "%s", sku);
+                snprintf(h->placed, sizeof h->placed, "%s", placed);
+                h->epoch = epoch;
+                h->segment = i;
+                h->qty = qty;
+                h->expires_ms = elem_ll(r, 2);
+                snprintf(h->state, sizeof h->state, "held");
+            }
+        }
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return code < 0 ? -1 : 0;
+}
+
+int rd_hold_find(rd_conn *c, const char *id, struct admin_hold *h)
+{
+    struct rd_cmd cmd;
+    char k[SEG_KEY_MAX];
+    cmd_plain(&cmd, "HMGET");
+    cmd_key(&cmd, seg_key_hold_index(k, id));
+    static const char *const fields[] = {"k", "p", "i", "e", "q", "x"};
+    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
+        cmd_arg(&cmd, fields[f]);
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return -1;
+    }
+    int found = r->element[0]->type == REDIS_REPLY_STRING &&
+                r->element[1]->type == REDIS_REPLY_STRING;
+    if (found) {
+        snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 0));
+        snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, 1));
+        h->segment = (int)elem_ll(r, 2);
+        h->epoch = elem_ll(r, 3);
+        h->qty = elem_ll(r, 4);
+        h->expires_ms = elem_ll(r, 5);
+        h->state[0] = '\0';
+        found =
+            seg_valid_name(h->sku) && h->segment >= 0 && h->segment < SEG_MAX_SEGMENTS;
+    }
+    freeReplyObject(r);
+    return found;
+}
+
+int rd_hold_step(rd_conn *c, struct admin_hold *h, const char *id,
+                 enum admin_hold_action act, const char *record, const char *attempt,
+                 struct store_reply *out)
+{
+    struct rd_cmd cmd;
+    memset(out, 0, sizeof *out);
+    h->record = NULL;
+    hold_cmd(&cmd, actions[act], h->placed, h->segment, h->epoch, id, h->sku);
+    cmd_argll(&cmd, h->qty);
+    cmd_argll(&cmd, 0);
+    cmd_arg(&cmd, "");
+    cmd_arg(&cmd, attempt != NULL ? attempt : "");
+    cmd_arg(&cmd, record != NULL ? record : "");
+    cmd_arg(&cmd, h->placed);
+    redisReply *r = store_call(c, &cmd);
+    int code = reply_code(r);
+    if (code >= 0) {
+        out->code = code;
+        h->settled = 0;
+        if (r->elements >= 6) { /* {code, state, qty, expires, record, settled} */
+            snprintf(h->state, sizeof h->state, "%s", elem_str(r, 1));
+            if (elem_ll(r, 2) > 0) {
+                h->qty = elem_ll(r, 2);
+                h->expires_ms = elem_ll(r, 3);
+            }
+            if (elem_str(r, 4)[0] != '\0')
+                h->record = seg_strdup(elem_str(r, 4));
+            h->settled = (int)elem_ll(r, 5);
+        }
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return code < 0 ? -1 : 0;
+}
+
+int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,
+                      long long *reserved)
+{
+    struct rd_cmd *cmds = seg_calloc((size_t)n, sizeof *cmds);
+    char k[SEG_KEY_MAX];
+    for (int i = 0; i < n; i++) {
+        cmd_plain(&cmds[i], "GET");
+        cmd_key(&cmds[i], seg_key_reserved(k, placed, i, epoch));
+    }
+    redisReply **r = seg_malloc(sizeof *r * (size_t)n);
+    int rc = store_pipeline(c, n, cmds, r);
+    for (int i = 0; i < n; i++)
+        cmd_free(&cmds[i]);
+    free(cmds);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        reserved[i] = r[i]->type == REDIS_REPLY_STRING ? strtoll(r[i]->str, NULL, 10) : 0;
+        freeReplyObject(r[i]);
+    }
+    free(r);
+    return rc;
+}
+
+/* Settle one due member "placed i epoch" of the holding list: settled, or -1. */
+static int sweep_one(rd_conn *c, const char *m)
+{
+    char placed[STORE_SKU_PLACED_MAX];
+    int i;
+    long long epoch;
+    char fmt[32];
+    snprintf(fmt, sizeof fmt, "%%%ds %%d %%lld", STORE_SKU_PLACED_MAX - 1);
+    if (sscanf(m, fmt, placed, &i, &epoch) != 3 || i < 0 || i >= SEG_MAX_SEGMENTS) {
+        struct rd_cmd cmd; /* not one of ours: out of the list */
+        cmd_plain(&cmd, "ZREM");
+        cmd_key(&cmd, seg_key_holding());
+        cmd_arg(&cmd, m);
+        redisReply *r = store_call(c, &cmd);
+        if (r != NULL)
+            freeReplyObject(r);
+        return 0;
+    }
+    char sku[SEG_NAME_MAX + 1];
+    snprintf(sku, sizeof sku, "%.*s", (int)strcspn(placed, "/"), placed);
+    struct rd_cmd cmd;
+    hold_cmd(&cmd, "sweep", placed, i, epoch, "", sku);
+    redisReply *r = store_call(c, &cmd);
+    int code = reply_code(r);
+    int settled = code == RD_OK ? (int)elem_ll(r, 1) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return settled;
+}
+
+int rd_holds_sweep(rd_conn *c, int limit, int *settled)
+{
+    *settled = 0;
+    /* The store's clock decides what is due (TIME), never this process's. */
+    struct rd_cmd cmd;
+    cmd_plain(&cmd, "TIME");
+    cmd_route_as(&cmd, seg_key_holding());
+    redisReply *t = store_call(c, &cmd);
+    if (t == NULL || t->type != REDIS_REPLY_ARRAY || t->elements != 2 ||
+        t->element[0]->type != REDIS_REPLY_STRING) {
+        if (t != NULL)
+            freeReplyObject(t);
+        return -1;
+    }
+    long long now = strtoll(t->element[0]->str, NULL, 10) * 1000 +
+                    strtoll(t->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(t);
+    cmd_plain(&cmd, "ZRANGEBYSCORE");
+    cmd_key(&cmd, seg_key_holding());
+    cmd_arg(&cmd, "-inf");
+    cmd_argll(&cmd, now);
+    cmd_arg(&cmd, "LIMIT");
+    cmd_arg(&cmd, "0");
+    cmd_argll(&cmd, limit);
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t k = 0; k < r->elements; k++) {
+        if (r->element[k]->type != REDIS_REPLY_STRING)
+            continue;
+        int n = sweep_one(c, r->element[k]->str);
+        if (n < 0)
+            rc = -1;
+        else
+            *settled += n;
+    }
+    freeReplyObject(r);
+    return rc;
+}

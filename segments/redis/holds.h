@@ -1,0 +1,25 @@
+/* holds.h -- Redis's reservations (admin.h hold_* ops, whose table admin.c fills):
+ * lua/hold.lua on a worker's connection, its keys (keys.h: reserved, holds, hold records,
+ * the index, the holding list) and its replies decoded here.
+ *
+ * Standalone Redis: the index and the segment's keys are written by one script.
+ * Errors as calls.h: -1 when Redis gave no usable answer.
+ */
+#ifndef SEG_REDIS_HOLDS_H
+#define SEG_REDIS_HOLDS_H
+
+#include "segments/admin.h"
+#include "segments/redis/calls.h"
+
+int rd_hold_place(rd_conn *c, const char *sku, const char *placed, long long epoch, int i,
+                  const char *id, long long qty, int ttl_ms, const char *token,
+                  const char *attempt, struct store_reply *out, struct admin_hold *h);
+int rd_hold_find(rd_conn *c, const char *id, struct admin_hold *h);
+int rd_hold_step(rd_conn *c, struct admin_hold *h, const char *id,
+                 enum admin_hold_action act, const char *record, const char *attempt,
+                 struct store_reply *out);
+int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,
+                      long long *reserved);
+int rd_holds_sweep(rd_conn *c, int limit, int *settled);
+
+#endif

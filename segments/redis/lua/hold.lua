@@ -1,0 +1,173 @@
+-- HOLD: a reservation's every step on its segment, one script per step (so one slot).
+-- KEYS: stock, sold, reserved (of the epoch), holds (of the epoch), segment epoch,
+--       lock, meta, holding (the sweeper's list), then for one reservation: its
+--       index, its record in the segment, the segment's orders hash, its order record.
+-- ARGV: action ('place' | 'confirm' | 'release' | 'read' | 'sweep'), epoch, sku,
+--       segment, member (this segment's entry in the holding list), prefix of the
+--       segment's hold records, id, qty, ttl_ms, token ('' = the lock must be free),
+--       attempt, order record JSON (confirm), placed name.
+-- The store's clock decides: now is Redis's TIME, a hold expires at now + ttl_ms and is
+-- expired from that millisecond on. Every step first settles the expired holds of the
+-- segment it meets (their units back in stock, their records 'expired'), and the
+-- holding entry of the segment always carries its first expiry (or is gone).
+-- Units: place moves qty from stock to reserved; confirm from reserved to sold (and
+-- writes the order, id = the reservation id); release and expiry from reserved back to
+-- stock and bump gen (stock rose from outside the order path, as a cancel).
+-- Reply: place   {OK, stock left, expires} | {EXISTS, sku, epoch, seg, qty, expires}
+--                (the id is a reservation already: where) | {CONFLICT} (an order has
+--                the id) | {BUSY, stock} | {SHORT, stock} | {FENCED} | {STALE}
+--        (steps answer {code, state, qty, expires, record or ''}; MISSING: empty ones)
+--        confirm {OK, state, qty, expires, record} (state 'confirmed': done, or this
+--                attempt's earlier run) | {EXISTS, 'confirmed', qty, expires, record}
+--                (confirmed before) | {CONFLICT, state, qty, expires} (released,
+--                expired; 'order': another order has the id) | {MISSING} | {STALE}
+--        release {OK, state, qty, expires} (released or expired: its units are back)
+--                | {CONFLICT, 'confirmed', ...} | {MISSING} | {STALE}
+--        read    {OK, state, qty, expires} | {MISSING} | {STALE}
+--        sweep   {OK}
+-- After the epoch check, every reply ends with one more element: the expired holds
+-- this run settled (an expired one a step meets counts).
+local DAY = 86400000
+local act, epoch, id = ARGV[1], ARGV[2], ARGV[7]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local settled = 0
+
+local function back(hid, q, state)
+  redis.call('INCRBY', KEYS[1], q)
+  redis.call('DECRBY', KEYS[3], q)
+  redis.call('ZREM', KEYS[4], hid)
+  redis.call('HSET', ARGV[6] .. hid, 's', state)
+  LEDGER(KEYS[1], 'k', state == 'expired' and 'expire' or 'release', 'e', epoch, 'h', hid,
+         'ds', q, 'dq', '0')
+  settled = settled + 1
+end
+
+-- The holding entry follows the first expiry; gen moves when stock came back.
+local function finish()
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if first[1] then
+    redis.call('ZADD', KEYS[8], first[2], ARGV[5])
+  else
+    redis.call('ZREM', KEYS[8], ARGV[5])
+    if redis.call('GET', KEYS[3]) == '0' then redis.call('DEL', KEYS[3]) end
+  end
+  if settled > 0 and redis.call('EXISTS', KEYS[7]) == 1 then
+    redis.call('HINCRBY', KEYS[7], 'gen', 1)
+  end
+end
+
+-- Every reply after the epoch check ends with how many holds this run settled.
+local function ret(r)
+  r[#r + 1] = settled
+  return r
+end
+
+local function sweep(limit)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)
+  for _, hid in ipairs(due) do
+    local h = redis.call('HMGET', ARGV[6] .. hid, 'q', 's')
+    if h[1] and h[2] == 'held' then
+      back(hid, h[1], 'expired')
+    else
+      redis.call('ZREM', KEYS[4], hid)
+    end
+  end
+end
+
+if redis.call('GET', KEYS[5]) ~= epoch then
+  if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
+    redis.call('UNLINK', KEYS[3], KEYS[4])
+    redis.call('ZREM', KEYS[8], ARGV[5])
+    return {OK, 0}
+  end
+  return {STALE}
+end
+
+if act == 'sweep' then
+  sweep(256)
+  finish()
+  return ret({OK})
+end
+
+if act == 'place' then
+  local ix = redis.call('HMGET', KEYS[9], 'k', 'e', 'i', 'q', 'x', 't')
+  if ix[1] and ix[6] == ARGV[11] then -- this attempt's earlier run
+    return ret({OK, tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ix[5])})
+  end
+  if ix[1] and not (ix[1] == ARGV[3] and ix[2] ~= epoch) then
+    return ret({EXISTS, ix[1], ix[2], ix[3], ix[4], ix[5]})
+  end
+  local rec = redis.call('HMGET', KEYS[12], 'r', 'k', 'e')
+  if rec[1] and (rec[2] ~= ARGV[3] or rec[3] == epoch) then return ret({CONFLICT}) end
+  local lock = redis.call('GET', KEYS[6])
+  if ARGV[10] == '' then
+    if lock then return ret({BUSY, tonumber(redis.call('GET', KEYS[1]) or '0')}) end
+  elseif lock ~= ARGV[10] then
+    return ret({FENCED})
+  end
+  sweep(16)
+  local s = redis.call('GET', KEYS[1])
+  if not s then finish() return ret({STALE}) end
+  s = tonumber(s)
+  local q = tonumber(ARGV[8])
+  if s < q then finish() return ret({SHORT, s}) end
+  local x = now + tonumber(ARGV[9])
+  redis.call('DECRBY', KEYS[1], ARGV[8])
+  redis.call('INCRBY', KEYS[3], ARGV[8])
+  redis.call('ZADD', KEYS[4], x, id)
+  redis.call('DEL', KEYS[10])
+  redis.call('HSET', KEYS[10], 'q', ARGV[8], 'x', x, 's', 'held', 't', ARGV[11])
+  redis.call('PEXPIREAT', KEYS[10], x + DAY)
+  redis.call('HSET', KEYS[9], 'k', ARGV[3], 'p', ARGV[13], 'i', ARGV[4], 'e', epoch, 'q',
+             ARGV[8], 'x', x, 't', ARGV[11])
+  redis.call('PEXPIREAT', KEYS[9], x + DAY)
+  LEDGER(KEYS[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. ARGV[8], 'dq', '0')
+  finish()
+  return ret({OK, s - q, x})
+end
+
+-- confirm, release, read: one reservation, expired ones settled first.
+local h = redis.call('HMGET', KEYS[10], 'q', 'x', 's', 'c')
+if not h[1] then
+  sweep(16)
+  finish()
+  return ret({MISSING, '', 0, 0, ''})
+end
+local q, x, state = h[1], tonumber(h[2]), h[3]
+if state == 'held' and now >= x then
+  back(id, q, 'expired')
+  state = 'expired'
+end
+sweep(16)
+local reply
+if act == 'read' then
+  reply = {OK, state, tonumber(q), x, ''}
+elseif act == 'release' then
+  if state == 'held' then
+    back(id, q, 'released')
+    state = 'released'
+  end
+  reply = {state == 'confirmed' and CONFLICT or OK, state, tonumber(q), x, ''}
+elseif state == 'confirmed' then
+  local r = redis.call('HGET', KEYS[12], 'r') or ''
+  reply = {h[4] == ARGV[11] and OK or EXISTS, state, tonumber(q), x, r}
+elseif state ~= 'held' then
+  reply = {CONFLICT, state, tonumber(q), x, ''}
+else
+  local rec = redis.call('HMGET', KEYS[12], 'r', 'k', 'e')
+  if rec[1] and (rec[2] ~= ARGV[3] or rec[3] == epoch) then
+    reply = {CONFLICT, 'order', tonumber(q), x, ''}
+  else
+    redis.call('DECRBY', KEYS[3], q)
+    redis.call('INCRBY', KEYS[2], q)
+    redis.call('ZREM', KEYS[4], id)
+    redis.call('HSET', KEYS[11], id, q)
+    redis.call('HSET', KEYS[12], 'r', ARGV[12], 't', ARGV[11], 'k', ARGV[3], 'e', epoch)
+    redis.call('HSET', KEYS[10], 's', 'confirmed', 'c', ARGV[11])
+    LEDGER(KEYS[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', q, 'r', ARGV[12])
+    reply = {OK, 'confirmed', tonumber(q), x, ARGV[12]}
+  end
+end
+finish()
+return ret(reply)

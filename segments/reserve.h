@@ -1,0 +1,71 @@
+/* reserve.h -- reservations: units held for a while, then confirmed into an order,
+ * released, or given back by themselves when they expire (docs/DESIGN.md
+ * "Reservations").
+ *
+ * A hold takes its units from one segment, under that segment's lock as an order
+ * does (the store's step refuses while another holds it: BUSY, and the next segment
+ * is tried, then again until lock_wait_ms), falling through segments that hold too
+ * little. The hold is a record in the "held" state on that segment, so confirm,
+ * release and expiry are each one atomic step of the store on that segment. Expiry is
+ * the store's clock (Redis TIME), never this process's: a confirm at or after
+ * expires_ms is refused in the step that would sell, and settles the hold. Nothing
+ * lives in process memory: a hold whose instance died still expires (the step that
+ * meets it, or any instance's sweeper, holdsweep.h, gives its units back).
+ *
+ * Invariant per segment and per SKU: remaining + reserved + sold = initial.
+ * Ids: a reservation id is a valid name; it becomes the order id on confirm. The same
+ * id again for the same SKU and qty is the same hold (RESV_REPLAYED), else
+ * RESV_CONFLICT. Blocking: runs on a pool worker's inv_conn.
+ */
+#ifndef SEG_RESERVE_H
+#define SEG_RESERVE_H
+
+#include "segments/admin.h"
+#include "segments/inventory.h"
+
+#define RESV_TTL_MAX_S 86400 /* a hold lasts at most a day */
+
+typedef enum resv_status {
+    RESV_OK,           /* done (a hold placed, an order made, a hold released) */
+    RESV_REPLAYED,     /* the same request again: as it stands */
+    RESV_SOLD_OUT,     /* every segment empty */
+    RESV_INSUFFICIENT, /* no one segment holds qty (a hold takes one segment) */
+    RESV_UNKNOWN_SKU,
+    RESV_NOT_FOUND,   /* no such reservation */
+    RESV_CONFLICT,    /* the id is another reservation's or an order's */
+    RESV_BUSY,        /* no segment lock within lock_wait_ms */
+    RESV_UNAVAILABLE, /* the store did not answer: outcome unknown, retry with the id */
+    RESV_INVALID,
+    RESV_EXPIRED,     /* confirm: the hold expired (its units are back), nothing sold */
+    RESV_RELEASED,    /* confirm: the hold was released */
+    RESV_CONFIRMED,   /* release: the hold is an order (cancel the order instead) */
+    RESV_GONE,        /* the SKU was reset or deleted since: the hold is void */
+    RESV_UNSUPPORTED, /* the store, or the SKU's lock service, has no reservations */
+    RESV_NOT_REPLICATED, /* durability replicated: no replica confirmed it in time */
+} resv_status;
+
+struct resv_request {
+    const char *sku; /* valid name */
+    long long qty;   /* 1..ORDER_QTY_MAX */
+    long long ttl_s; /* 1..RESV_TTL_MAX_S */
+    const char *id;  /* valid name, or NULL/"": one is made */
+};
+
+/* Each fills *h (h->record: confirm's order record, malloc'd: resv_clear) and `id`
+ * (SEG_NAME_MAX + 1: the reservation's id). */
+resv_status resv_place(inv_conn *c, const struct resv_request *rq, char *id,
+                       struct admin_hold *h);
+resv_status resv_confirm(inv_conn *c, const char *id, struct admin_hold *h);
+resv_status resv_release(inv_conn *c, const char *id, struct admin_hold *h);
+resv_status resv_get(inv_conn *c, const char *id, struct admin_hold *h);
+void resv_clear(struct admin_hold *h);
+
+/* Units held in segments 0..n-1 of `placed` of `epoch` (0 where the store keeps no
+ * reservations). 0 or -1. */
+int resv_reserved(inv_conn *c, const char *placed, int n, long long epoch,
+                  long long *reserved);
+
+/* Short stable name of a status ("reservation_expired", ...). */
+const char *resv_status_name(resv_status s);
+
+#endif
