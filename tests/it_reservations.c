@@ -1,0 +1,488 @@
+/* it_reservations.c -- reservations over HTTP on a real redis-server: hold, confirm,
+ * release and expiry (by Redis's clock), on two instances, with admin writes and a
+ * killed instance in between. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+struct fx {
+    struct h_env *env; /* redis + instance A */
+    h_svc *b;          /* instance B on the same Redis */
+};
+
+static int group_setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof *f);
+    f->env = h_env_start(NULL);
+    if (f->env != NULL)
+        f->b = h_svc_start_args(f->env->redis, NULL);
+    if (f->env == NULL || f->b == NULL) {
+        h_svc_free(f->b);
+        h_env_free(f->env);
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    struct fx *f = *state;
+    int rc = h_svc_stop_clean(f->b);
+    h_svc_free(f->b);
+    if (h_env_stop(f->env) != 0)
+        rc = -1;
+    free(f);
+    return rc;
+}
+
+/* POST /reservations on `port`: the status, *out filled (h_resp_free). */
+static int reserve(int port, const char *sku, long long qty, long long ttl_s,
+                   const char *id, struct h_resp *out)
+{
+    char body[256];
+    if (id != NULL)
+        snprintf(body, sizeof body,
+                 "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld,\"reservation_id\":\"%s\"}",
+                 sku, qty, ttl_s, id);
+    else
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld}", sku,
+                 qty, ttl_s);
+    return h_req(port, "POST", "/reservations", NULL, body, out);
+}
+
+/* METHOD /reservations/ID[suffix]: the status, the response freed. */
+static int on_resv(int port, const char *method, const char *id, const char *suffix)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/reservations/%s%s", id, suffix);
+    struct h_resp r;
+    int st = h_http(port, method, path, NULL, NULL, 0, &r);
+    h_resp_free(&r);
+    return st;
+}
+
+static long long jint(json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+/* The SKU's numbers, checked against the invariant remaining + reserved + sold =
+ * initial (as a whole and per segment: each segment's share of initial is what its
+ * numbers add up to, so their sum must be initial). */
+struct nums {
+    long long initial, remaining, reserved, sold;
+};
+
+static struct nums sku_nums(int port, const char *sku)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    struct nums n = {jint(j, "initial"), jint(j, "remaining"), jint(j, "reserved"),
+                     jint(j, "sold")};
+    json_t *st = json_object_get(j, "segment_stock"),
+           *rs = json_object_get(j, "segment_reserved"),
+           *sd = json_object_get(j, "segment_sold");
+    assert_true(json_is_array(rs));
+    long long sum = 0, res = 0;
+    for (size_t i = 0; i < json_array_size(st); i++) {
+        long long r = json_integer_value(json_array_get(rs, i));
+        assert_true(r >= 0);
+        res += r;
+        sum += json_integer_value(json_array_get(st, i)) + r +
+               json_integer_value(json_array_get(sd, i));
+    }
+    assert_int_equal(res, n.reserved);
+    assert_int_equal(sum, n.initial);
+    assert_int_equal(n.remaining + n.reserved + n.sold, n.initial);
+    json_decref(j);
+    return n;
+}
+
+/* Redis's clock, ms. */
+static long long redis_ms(const struct fx *f)
+{
+    redisReply *r = h_port_command(h_redis_port(f->env->redis), "TIME");
+    assert_non_null(r);
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the life of a hold ---------------------------------------------------------- */
+
+static void test_hold_confirm_replay(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port, b = h_svc_port(f->b);
+    assert_int_equal(h_put_sku(a, NULL, "rv-life", 10, 2, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(reserve(a, "rv-life", 3, 60, "life-1", &r), 201);
+    json_t *j = h_resp_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
+    long long x = jint(j, "expires_at_ms");
+    assert_true(x > redis_ms(f) + 50000 && x <= redis_ms(f) + 60000);
+    assert_string_equal(r.location, "/reservations/life-1");
+    json_decref(j);
+    h_resp_free(&r);
+    /* The same id again, on the other instance: the same hold; for another qty: 409. */
+    assert_int_equal(reserve(b, "rv-life", 3, 60, "life-1", &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "expires_at_ms"), x);
+    json_decref(j);
+    h_resp_free(&r);
+    assert_int_equal(reserve(b, "rv-life", 4, 60, "life-1", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+    struct nums n = sku_nums(a, "rv-life");
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(n.remaining, 7);
+
+    /* Confirm: 201 the order, then 200 (either instance); the order is GETtable. */
+    assert_int_equal(on_resv(b, "POST", "life-1", "/confirm"), 201);
+    assert_int_equal(on_resv(a, "POST", "life-1", "/confirm"), 200);
+    assert_int_equal(h_http(a, "GET", "/orders/life-1", NULL, NULL, 0, &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "qty"), 3);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "confirmed");
+    json_decref(j);
+    h_resp_free(&r);
+    n = sku_nums(a, "rv-life");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 3);
+    /* A confirmed hold is an order: released only by cancelling the order. */
+    assert_int_equal(h_http(a, "DELETE", "/reservations/life-1", NULL, NULL, 0, &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_confirmed"), 0);
+    h_resp_free(&r);
+    assert_int_equal(on_resv(a, "GET", "life-1", ""), 200);
+    assert_int_equal(h_http(a, "DELETE", "/orders/life-1", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    n = sku_nums(a, "rv-life");
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.remaining, 10);
+
+    /* Release: the units back, idempotent; a confirm after it is 409. */
+    assert_int_equal(reserve(a, "rv-life", 2, 60, "life-2", &r), 201);
+    h_resp_free(&r);
+    assert_int_equal(sku_nums(a, "rv-life").reserved, 2);
+    assert_int_equal(on_resv(b, "DELETE", "life-2", ""), 200);
+    assert_int_equal(on_resv(a, "DELETE", "life-2", ""), 200);
+    assert_int_equal(h_http(a, "POST", "/reservations/life-2/confirm", NULL, NULL, 0, &r),
+                     409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_released"), 0);
+    h_resp_free(&r);
+    n = sku_nums(a, "rv-life");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 10);
+
+    /* An order's id is not a reservation's. */
+    assert_int_equal(h_order(a, "rv-life", 1, "life-o", &r), 201);
+    h_resp_free(&r);
+    assert_int_equal(reserve(a, "rv-life", 1, 60, "life-o", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+}
+
+/* ---- bad input ------------------------------------------------------------------- */
+
+static void test_bad_input(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port;
+    assert_int_equal(h_put_sku(a, NULL, "rv-bad", 10, 2, "lock", 0), 0);
+    static const char *const bodies[] = {
+        "{\"sku\":\"rv-bad\",\"qty\":1,\"ttl_s\":0}",
+        "{\"sku\":\"rv-bad\",\"qty\":1,\"ttl_s\":86401}",
+        "{\"sku\":\"rv-bad\",\"qty\":1,\"ttl_s\":99999999999999999999}",
+        "{\"sku\":\"rv-bad\",\"qty\":1}",
+        "{\"sku\":\"rv-bad\",\"qty\":0,\"ttl_s\":5}",
+        "{\"sku\":\"rv-bad\",\"qty\":1,\"ttl_s\":5,\"reservation_id\":\"no/slash\"}",
+        "{\"sku\":\"rv-bad\",\"qty\":1,\"ttl_s\":5,\"extra\":1}",
+        "{\"sku\":\"rv bad\",\"qty\":1,\"ttl_s\":5}",
+        "[1]",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        struct h_resp r;
+        int st = h_req(a, "POST", "/reservations", NULL, bodies[i], &r);
+        if (st != 400)
+            fail_msg("%s: %d %s", bodies[i], st, r.body);
+        assert_int_equal(h_expect_error(&r, 400, NULL), 0);
+        h_resp_free(&r);
+    }
+    struct h_resp r;
+    /* Unknown ids and SKUs: 404 JSON. */
+    static const char *const methods[][2] = {
+        {"GET", ""}, {"DELETE", ""}, {"POST", "/confirm"}};
+    for (size_t i = 0; i < 3; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/reservations/no-such-hold%s", methods[i][1]);
+        assert_int_equal(h_http(a, methods[i][0], path, NULL, NULL, 0, &r), 404);
+        assert_int_equal(h_expect_error(&r, 404, "not_found"), 0);
+        h_resp_free(&r);
+    }
+    assert_int_equal(reserve(a, "rv-nosuch", 1, 5, NULL, &r), 404);
+    assert_int_equal(h_expect_error(&r, 404, "unknown_sku"), 0);
+    h_resp_free(&r);
+    /* A hold takes one segment: 6 of 10 over two segments of 5 is insufficient. */
+    assert_int_equal(reserve(a, "rv-bad", 6, 5, NULL, &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
+    h_resp_free(&r);
+    assert_int_equal(sku_nums(a, "rv-bad").remaining, 10);
+}
+
+/* ---- expiry, by Redis's clock ---------------------------------------------------- */
+
+/* A hold expires at expires_at_ms exactly: set its expiry to Redis's now (as read just
+ * before), and the confirm that follows is refused; a minute on, it sells. */
+static void test_expiry_is_exact_and_refuses(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port;
+    assert_int_equal(h_put_sku(a, NULL, "rv-exact", 4, 1, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(reserve(a, "rv-exact", 4, 60, "exact-1", &r), 201);
+    h_resp_free(&r);
+    redisContext *rc = h_redis_connect(f->env->redis);
+    assert_non_null(rc);
+    redisReply *x =
+        redisCommand(rc, "HSET inv:{rv-exact:0}:hold:exact-1 x %lld", redis_ms(f));
+    assert_non_null(x);
+    freeReplyObject(x);
+    /* Sold out while held: an order is refused. */
+    assert_int_equal(h_order(a, "rv-exact", 1, NULL, &r), 409);
+    h_resp_free(&r);
+    assert_int_equal(
+        h_http(a, "POST", "/reservations/exact-1/confirm", NULL, NULL, 0, &r), 410);
+    assert_int_equal(h_expect_error(&r, 410, "reservation_expired"), 0);
+    h_resp_free(&r);
+    struct nums n = sku_nums(a, "rv-exact");
+    assert_int_equal(n.remaining, 4);
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(h_http(a, "GET", "/orders/exact-1", NULL, NULL, 0, &r), 404);
+    h_resp_free(&r);
+    /* The units are back for orders (the sold-out verdict went with the new gen). */
+    assert_int_equal(h_order(a, "rv-exact", 1, NULL, &r), 201);
+    h_resp_free(&r);
+    redisFree(rc);
+}
+
+/* Confirms racing expiry on two instances: each hold is confirmed from A and from B at
+ * 1 ms before and 1 ms after its expiry (Redis's clock, offset measured). Whatever
+ * Redis ran first decides, and for each hold the answers agree: sold (201 and/or 200,
+ * an order record, its units in `sold`) or expired (410 only, no record, its units back
+ * in stock). Never a sale after the units went back. */
+struct racer {
+    int port;
+    const char *id;
+    long long at_wall; /* when to send, this process's wall clock */
+    int status;
+};
+
+static void *race_one(void *arg)
+{
+    struct racer *r = arg;
+    long long wait = r->at_wall - wall_ms();
+    if (wait > 0)
+        usleep((useconds_t)(wait * 1000));
+    r->status = on_resv(r->port, "POST", r->id, "/confirm");
+    return NULL;
+}
+
+#define RACES 24
+
+static void test_confirm_races_expiry(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port, b = h_svc_port(f->b);
+    assert_int_equal(h_put_sku(a, NULL, "rv-race", 1000, 4, "lock", 0), 0);
+    char ids[RACES][32];
+    long long exp[RACES];
+    for (int k = 0; k < RACES; k++) {
+        snprintf(ids[k], sizeof ids[k], "race-%d", k);
+        struct h_resp r;
+        assert_int_equal(reserve(k % 2 ? a : b, "rv-race", 2, 1, ids[k], &r), 201);
+        json_t *j = h_resp_json(&r);
+        exp[k] = jint(j, "expires_at_ms");
+        json_decref(j);
+        h_resp_free(&r);
+    }
+    long long offset = redis_ms(f) - wall_ms(); /* Redis minus here, ~0 on one host */
+    struct racer rc[RACES][2];
+    pthread_t th[RACES][2];
+    for (int k = 0; k < RACES; k++) {
+        long long at = exp[k] - offset + (k % 3) - 1; /* -1, 0, +1 ms */
+        rc[k][0] = (struct racer){a, ids[k], at - 1, 0};
+        rc[k][1] = (struct racer){b, ids[k], at + 1, 0};
+        for (int s = 0; s < 2; s++)
+            assert_int_equal(pthread_create(&th[k][s], NULL, race_one, &rc[k][s]), 0);
+    }
+    int sold = 0, expired = 0;
+    for (int k = 0; k < RACES; k++) {
+        for (int s = 0; s < 2; s++)
+            pthread_join(th[k][s], NULL);
+        int s0 = rc[k][0].status, s1 = rc[k][1].status;
+        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
+        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
+            fail_msg("%s: A %d, B %d (one sale, or expired for both)", ids[k], s0, s1);
+        struct h_resp r;
+        char path[64];
+        snprintf(path, sizeof path, "/orders/%.31s", ids[k]);
+        assert_int_equal(h_http(a, "GET", path, NULL, NULL, 0, &r), ok0 ? 200 : 404);
+        h_resp_free(&r);
+        if (ok0)
+            sold++;
+        else
+            expired++;
+    }
+    print_message("confirm vs expiry: %d sold, %d expired of %d\n", sold, expired, RACES);
+    struct nums n = sku_nums(a, "rv-race");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 2 * sold);
+    assert_int_equal(n.remaining, 1000 - 2 * sold);
+}
+
+/* ---- admin writes with holds outstanding ---------------------------------------- */
+
+static void test_restock_rebalance_with_holds(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port;
+    assert_int_equal(h_put_sku(a, NULL, "rv-adm", 10, 2, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(reserve(a, "rv-adm", 5, 60, "adm-1", &r), 201);
+    h_resp_free(&r);
+    assert_int_equal(reserve(a, "rv-adm", 3, 60, "adm-2", &r), 201);
+    h_resp_free(&r);
+    /* Restock adds stock; the holds stay where they are. */
+    assert_int_equal(
+        h_req(a, "POST", "/admin/skus/rv-adm/restock", NULL, "{\"qty\":10}", &r), 200);
+    h_resp_free(&r);
+    struct nums n = sku_nums(a, "rv-adm");
+    assert_int_equal(n.initial, 20);
+    assert_int_equal(n.reserved, 8);
+    /* Rebalance evens out the stock left, not the held units. */
+    assert_int_equal(h_req(a, "POST", "/admin/skus/rv-adm/rebalance", NULL, NULL, &r),
+                     200);
+    h_resp_free(&r);
+    n = sku_nums(a, "rv-adm");
+    assert_int_equal(n.reserved, 8);
+    assert_int_equal(n.remaining, 12);
+    assert_int_equal(on_resv(a, "POST", "adm-1", "/confirm"), 201);
+    assert_int_equal(on_resv(a, "DELETE", "adm-2", ""), 200);
+    n = sku_nums(a, "rv-adm");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 5);
+    assert_int_equal(n.remaining, 15);
+}
+
+static void test_reset_and_delete_void_holds(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port, b = h_svc_port(f->b);
+    assert_int_equal(h_put_sku(a, NULL, "rv-reset", 10, 2, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(reserve(a, "rv-reset", 4, 1, "reset-1", &r), 201);
+    h_resp_free(&r);
+    /* A reset starts a new sale: the holds of the old one are void. */
+    assert_int_equal(h_put_sku(a, NULL, "rv-reset", 10, 2, "lock", 0), 0);
+    struct nums n = sku_nums(b, "rv-reset");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 10);
+    assert_int_equal(
+        h_http(b, "POST", "/reservations/reset-1/confirm", NULL, NULL, 0, &r), 410);
+    assert_int_equal(h_expect_error(&r, 410, "reservation_void"), 0);
+    h_resp_free(&r);
+    assert_int_equal(on_resv(a, "GET", "reset-1", ""), 410);
+    /* Its id is free for the new sale. */
+    assert_int_equal(reserve(a, "rv-reset", 1, 1, "reset-1", &r), 201);
+    h_resp_free(&r);
+    assert_int_equal(sku_nums(a, "rv-reset").reserved, 1);
+    /* Delete: void as well. */
+    assert_int_equal(h_http(a, "DELETE", "/admin/skus/rv-reset", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(on_resv(b, "DELETE", "reset-1", ""), 410);
+    /* The old sales' reservation keys go once their holds were due (the sweeper). */
+    usleep(1600 * 1000);
+    redisReply *k =
+        h_port_command(h_redis_port(f->env->redis), "KEYS inv:{rv-reset:*}:res*");
+    assert_non_null(k);
+    assert_int_equal(k->elements, 0);
+    freeReplyObject(k);
+    k = h_port_command(h_redis_port(f->env->redis), "ZRANGE inv:holding 0 -1");
+    assert_non_null(k);
+    for (size_t i = 0; i < k->elements; i++)
+        assert_null(strstr(k->element[i]->str, "rv-reset"));
+    freeReplyObject(k);
+}
+
+/* ---- nothing in process memory -------------------------------------------------- */
+
+/* The instance that placed the holds is killed; they still expire and come back
+ * (here the other instance's sweeper returns them: no request touches the SKU). */
+static void test_killed_instance_holds_return(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port;
+    h_svc *c = h_svc_start_args(f->env->redis, NULL);
+    assert_non_null(c);
+    int cp = h_svc_port(c);
+    assert_int_equal(h_put_sku(cp, NULL, "rv-kill", 6, 3, "lock", 0), 0);
+    struct h_resp r;
+    for (int k = 0; k < 3; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "kill-%d", k);
+        assert_int_equal(reserve(cp, "rv-kill", 2, 1, id, &r), 201);
+        h_resp_free(&r);
+    }
+    assert_int_equal(sku_nums(a, "rv-kill").remaining, 0);
+    assert_true(h_svc_kill(c) >= 0); /* SIGKILL: no shutdown of its own */
+    h_svc_free(c);
+    /* Redis's TIME past the expiry plus a sweeper tick or two. */
+    long long deadline = wall_ms() + 5000;
+    struct nums n;
+    do {
+        usleep(100 * 1000);
+        n = sku_nums(a, "rv-kill");
+    } while (n.reserved > 0 && wall_ms() < deadline);
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 6);
+    assert_int_equal(h_http(a, "POST", "/reservations/kill-1/confirm", NULL, NULL, 0, &r),
+                     410);
+    h_resp_free(&r);
+    assert_true(h_stat(a, NULL, "reservations_expired") >= 1);
+}
+
+int main(void)
+{
+    h_deadline(240);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hold_confirm_replay),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_expiry_is_exact_and_refuses),
+        cmocka_unit_test(test_confirm_races_expiry),
+        cmocka_unit_test(test_restock_rebalance_with_holds),
+        cmocka_unit_test(test_reset_and_delete_void_holds),
+        cmocka_unit_test(test_killed_instance_holds_return),
+    };
+    return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
