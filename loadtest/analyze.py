@@ -677,6 +677,8 @@ def targets(rows):
         (f"orders/s at {WIDE_SEGS} segments, {WIDE_CONNS} connections, hold 20 ms "
          f"/ {WIDE_TARGET}", ">= 1", 1, None,
          ratio(val(f"curve-{WIDE_SEGS}", "orders_s"), WIDE_TARGET)),
+        ("reserve + confirm / orders, lock 20 segments, hold 0 ms", ">= 0.5", 0.5, None,
+         ratio(val("reserve-confirm", "orders_s"), val("reserve-orders", "orders_s"))),
         ("cluster / single Redis, lock 20 segments, hold 0 ms", ">= 0.8", 0.8, None,
          ratio(val("cluster-lock20-h0", "orders_s"), val("lock20-h0", "orders_s"))),
         ("cluster / single Redis, lock 20 segments, hold 20 ms", ">= 0.8", 0.8, None,

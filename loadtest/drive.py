@@ -87,6 +87,10 @@ Scenarios, in run order (--only picks groups)
             40 in 5 more), then sold out by orders of 1; orders/s while the last 10% of
             the stock sells, from the 201s' arrival times and from polling
             GET /admin/skus/{sku} every 25 ms
+  reserve   reservations at hold 0: orders (lock, 20 segments) then, on a fresh SKU
+            of the same settings, each order as a reservation and its confirm
+            (loadtest/reserve.lua): confirmed orders/s against orders/s; audited
+            remaining + reserved + sold = initial and sold = the confirms' 201s
   cluster   a Redis Cluster of 3 masters with a replica each (6 redis-servers) and a
             second service on it: lock 20 segments at hold 0 and at hold 20 ms, and
             hold 0 with durability "replicated"; each master's share of the script
@@ -145,7 +149,7 @@ Colour only on a terminal; NO_COLOR=1 turns it off there too.
 """
 
 GROUPS = ("curve", "curve256", "hold0", "flash", "soldout", "livez", "redis", "rebalance",
-          "idle10k", "cluster")  # run order: run_scenarios()
+          "idle10k", "reserve", "cluster")  # run order: run_scenarios()
 CLUSTER_MASTERS = 3  # the cluster group: masters, each with a replica
 BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
@@ -886,12 +890,54 @@ class Run:
             self.reb_pre_dist = None
             self.run_rebalance_variant("rebalance-off", False)
             self.run_rebalance_variant("rebalance-on", True)
+        if wants("reserve"):
+            self.run_orders("reserve-orders", "segment locks", "lock", 20, 0, BIG_STOCK,
+                            "active", o.duration)
+            self.run_reserve()
         # Last: it starts a cluster and a second service, and stops both after.
         if wants("cluster"):
             if self.svc is None:
                 say("[cluster] skipped: the service under test was not started here")
             else:
                 self.run_cluster()
+
+    def run_reserve(self):
+        """Reserve + confirm pairs for --duration s on a fresh SKU (lock, 20 segments,
+        hold 0); the row's orders/s counts the confirms that made an order."""
+        name = "reserve-confirm"
+        sku = self.new_sku(name)
+        self.header(name, f"reserve then confirm: lock, 20 segments, hold 0 ms, "
+                          f"{self.o.duration}s, {self.o.connections} connections")
+        base = {"name": name, "strategy": "reservation + confirm", "mode": "lock",
+                "sku": sku, "segments": 20, "hold_ms": 0, "stock": BIG_STOCK,
+                "connections": self.o.connections}
+        fails, r = [], None
+        if self.put_sku(sku, {"stock": BIG_STOCK, "segments": 20, "mode": "lock",
+                              "hold_ms": 0}, fails):
+            donedir, out = self.markers(), self.tmp_path("wrk", name)
+            text = self.run_wrk("reserve.lua", out, self.o.duration + 10, [
+                f"sku={sku}", "qty=1", f"nonce={self.nonce}-{self.index}",
+                f"active={self.o.duration}", f"donedir={donedir}"], donedir)
+            r = self.wrk_result(text, out, fails)
+        if r is not None:
+            code, text = self.api.call("GET", f"/admin/skus/{sku}")
+            s = json.loads(text) if code == 200 else None
+            if s is None:
+                fails.append(f"GET /admin/skus/{sku} answered {code}")
+            else:
+                if s["remaining"] + s.get("reserved", 0) + s["sold"] != s["initial"]:
+                    fails.append(f"remaining {s['remaining']} + reserved "
+                                 f"{s.get('reserved')} + sold {s['sold']} != initial "
+                                 f"{s['initial']}")
+                if s["sold"] != r["c201"]:
+                    fails.append(f"sold {s['sold']} != confirms answered 201 {r['c201']}")
+        r = r or an.EMPTY_RESULT
+        w = r["window_s"]
+        row = an.wrk_row(base, r, fails, an.rate(r["c201"], w), an.rate(r["answered"], w))
+        self.finish(row, f"{math.floor(row['orders_s'])} confirmed orders/s, "
+                         f"{math.floor(row['req_s'])} req/s, p50 {num(row['p50_ms'])} ms, "
+                         f"p99 {num(row['p99_ms'])} ms, holds {r.get('held')}, "
+                         f"orders {r['c201']}, 409 {r['c409']}, 503 {r['c503']}")
 
     # ---- the cluster group
 
