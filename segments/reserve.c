@@ -42,9 +42,13 @@ void resv_clear(struct admin_hold *h)
     h->record = NULL;
 }
 
+/* The store keeps reservations: not PostgreSQL yet, nor a Redis Cluster (whose
+ * index, order record, meta and holding list live in other slots than the segment:
+ * docs/DESIGN.md "Reservations", Not yet). */
 static bool supported(inv_conn *c)
 {
-    return c->adm->ops->hold_place != NULL;
+    return c->adm->ops->hold_place != NULL &&
+           !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_CLUSTER);
 }
 
 /* Durability "replicated": a replica has segment `seg`'s step (and the order record

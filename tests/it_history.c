@@ -88,6 +88,10 @@
 #define ID_MAX 40
 #define ORDER_MEMORY 512  /* orders a client remembers for retries and cancels */
 #define RESTOCK_MEMORY 64 /* restocks a client remembers for re-sending */
+#define RESV_MEMORY 64    /* reservations a client remembers to confirm or release */
+#define EXPIRY_SLACK_MS                                                                  \
+    5 /* clock reads (Redis TIME, this process) a ms apart, rounded                      \
+       */
 #define DEFAULT_SEED 20261123ULL
 #define DEFAULT_SECONDS 20
 #define REQUESTS_PER_SECOND 4000 /* the log's cap: bounds the load and the check */
@@ -111,6 +115,9 @@ enum kind {
     K_REBALANCE,
     K_RESET, /* PUT /admin/skus/S: create or reset */
     K_DELETE,
+    K_RESERVE,  /* POST /reservations */
+    K_CONFIRM,  /* POST /reservations/{id}/confirm */
+    K_RELEASE,  /* DELETE /reservations/{id} */
     K_KILL,     /* chaos: CLIENT KILL; status = clients killed */
     K_RESTART,  /* chaos: Redis restart; status 0 or -1 */
     K_FAILOVER, /* chaos (cluster): a master SIGKILLed, its replica promoted; 0 or -1 */
@@ -119,13 +126,20 @@ enum kind {
 };
 
 static const char *const kind_name[K__COUNT] = {
-    "order",  "cancel", "restock", "rebalance", "reset",
-    "delete", "kill",   "restart", "failover",  "freeze"};
+    "order",   "cancel",  "restock", "rebalance", "reset",    "delete", "reserve",
+    "confirm", "release", "kill",    "restart",   "failover", "freeze"};
 
 /* Sets of the kinds clients send (bit 1 << kind); orders are always sent. */
-#define OPS_ALL                                                                          \
+#define OPS_ORDERS                                                                       \
     ((1u << K_ORDER) | (1u << K_CANCEL) | (1u << K_RESTOCK) | (1u << K_REBALANCE) |      \
      (1u << K_RESET) | (1u << K_DELETE))
+/* Reservations: a standalone Redis only so far (docs/DESIGN.md "Reservations"). */
+#define OPS_RESV ((1u << K_RESERVE) | (1u << K_CONFIRM) | (1u << K_RELEASE))
+#ifndef HISTORY_CLUSTER
+#define OPS_ALL (OPS_ORDERS | OPS_RESV)
+#else
+#define OPS_ALL OPS_ORDERS
+#endif
 
 /* A SKU of the history and how its resets look. */
 struct sku_spec {
@@ -368,6 +382,8 @@ struct run {
     unsigned long long seed;
     int seconds;
     long long t0;           /* monotonic us at the start; the log's times count from it */
+    long long wall0_ms;     /* CLOCK_REALTIME ms at t0: a hold's expiry (Redis TIME, the
+                               same host's clock) against the log's times */
     long long end;          /* clients start no op after this (us since t0) */
     long long resets_until; /* no reset or delete is started after this */
     long long restart_at;   /* the chaos thread restarts Redis at its first wake after */
@@ -436,6 +452,21 @@ static int http_send(int port, const struct req *q, struct h_resp *r)
         snprintf(path, sizeof path, "/admin/skus/%s", sku);
         has_body = false;
         key_header = true;
+        break;
+    case K_RESERVE: /* hold_ms carries the hold's ttl_s */
+        snprintf(path, sizeof path, "/reservations");
+        snprintf(body, sizeof body,
+                 "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%d,\"reservation_id\":\"%s\"}",
+                 sku, q->qty, q->hold_ms, q->id);
+        break;
+    case K_CONFIRM:
+        snprintf(path, sizeof path, "/reservations/%s/confirm", q->id);
+        has_body = false;
+        break;
+    case K_RELEASE:
+        method = "DELETE";
+        snprintf(path, sizeof path, "/reservations/%s", q->id);
+        has_body = false;
         break;
     default:
         return -1;
@@ -528,8 +559,8 @@ struct client {
     int idx;
     uint64_t rng;
     int seq; /* numbers this client's ids */
-    struct remembered orders[ORDER_MEMORY], restocks[RESTOCK_MEMORY];
-    int norders, nrestocks;
+    struct remembered orders[ORDER_MEMORY], restocks[RESTOCK_MEMORY], holds[RESV_MEMORY];
+    int norders, nrestocks, nholds;
 };
 
 static struct req new_req(struct client *c, enum kind kind, int sku)
@@ -719,6 +750,51 @@ static void op_recreate(struct client *c)
     pthread_mutex_unlock(&c->run->reset_mu[s]);
 }
 
+/* A hold of 1-3 units for 1-2 s, so that confirms race its expiry; now and then sent
+ * to two instances at once. */
+static void op_reserve(struct client *c)
+{
+    struct req q = new_req(c, K_RESERVE, rng_below(&c->rng, N_SKUS));
+    q.qty = rng_range(&c->rng, 1, 3);
+    q.hold_ms = rng_range(&c->rng, 1, 2);
+    new_id(c, q.id, 'v');
+    remember(c->holds, RESV_MEMORY, &c->nholds, &q);
+    if (rng_below(&c->rng, 100) < 10)
+        send_to_instances(c->run, &q, 2);
+    else
+        send_one(c->run, &q);
+}
+
+/* A confirm (or release) of a remembered hold; sometimes both at once, or a confirm to
+ * two instances at once. */
+static void op_settle_hold(struct client *c, enum kind kind)
+{
+    struct req q;
+    if (!recall(c, c->holds, RESV_MEMORY, c->nholds, kind, &q)) {
+        op_reserve(c);
+        return;
+    }
+    int r = rng_below(&c->rng, 100);
+    if (r < 10) {
+        struct req pair[2] = {q, q};
+        pair[1].kind = r < 5 ? K_RELEASE : K_CONFIRM;
+        pair[1].inst = rng_below(&c->rng, N_INST);
+        send_together(c->run, pair, 2);
+    } else {
+        send_one(c->run, &q);
+    }
+}
+
+static void op_confirm(struct client *c)
+{
+    op_settle_hold(c, K_CONFIRM);
+}
+
+static void op_release(struct client *c)
+{
+    op_settle_hold(c, K_RELEASE);
+}
+
 /* The mix (per 10 000, cumulative): at ~1500 ops/s about one reset a second and a
  * delete + create every few seconds, spread over the SKUs; the rest new orders. */
 static const struct {
@@ -729,7 +805,8 @@ static const struct {
     {800, K_ORDER, op_retry_order},    {2000, K_CANCEL, op_cancel},
     {2900, K_RESTOCK, op_restock},     {3100, K_RESTOCK, op_restock_again},
     {3500, K_REBALANCE, op_rebalance}, {3508, K_RESET, op_reset},
-    {3511, K_DELETE, op_recreate},
+    {3511, K_DELETE, op_recreate},     {4300, K_RESERVE, op_reserve},
+    {4900, K_CONFIRM, op_confirm},     {5100, K_RELEASE, op_release},
 };
 
 /* One op drawn from the mix; no reset or delete after resets_until. */
@@ -974,8 +1051,8 @@ struct sku_state {
     int status; /* 200, 404, else unreadable */
     char *text; /* the body, for messages */
     int segments;
-    long long initial, remaining, sold, orders;
-    long long stock[MAX_SEGS], seg_sold[MAX_SEGS];
+    long long initial, remaining, sold, orders, reserved;
+    long long stock[MAX_SEGS], seg_sold[MAX_SEGS], seg_reserved[MAX_SEGS];
     long long
         last_reset_recv; /* latest answer to a reset/delete; NEVER if one had none */
 };
@@ -985,12 +1062,14 @@ static int sku_state_parse(struct sku_state *st)
 {
     json_t *j = json_loads(st->text, 0, NULL);
     json_t *stock = json_object_get(j, "segment_stock"),
-           *sold = json_object_get(j, "segment_sold");
+           *sold = json_object_get(j, "segment_sold"),
+           *reserved = json_object_get(j, "segment_reserved");
     st->segments = (int)h_jint(j, "segments");
     st->initial = h_jint(j, "initial");
     st->remaining = h_jint(j, "remaining");
     st->sold = h_jint(j, "sold");
     st->orders = h_jint(j, "orders");
+    st->reserved = h_jint(j, "reserved");
     int rc = -1;
     if (st->segments >= 1 && st->segments <= MAX_SEGS && json_is_array(stock) &&
         json_is_array(sold) && json_array_size(stock) == (size_t)st->segments &&
@@ -998,6 +1077,8 @@ static int sku_state_parse(struct sku_state *st)
         for (int i = 0; i < st->segments; i++) {
             st->stock[i] = json_integer_value(json_array_get(stock, (size_t)i));
             st->seg_sold[i] = json_integer_value(json_array_get(sold, (size_t)i));
+            st->seg_reserved[i] =
+                json_integer_value(json_array_get(reserved, (size_t)i)); /* 0: none */
         }
         rc = 0;
     }
@@ -1114,6 +1195,19 @@ static bool answer_allowed(const struct entry *e)
         return st == 200 || (st == 404 && code_is(e, "unknown_sku", NULL));
     case K_RESET:
         return st == 200 || st == 201; /* reset, created */
+    case K_RESERVE:
+        return st == 201 || st == 200 ||
+               (st == 409 && code_is(e, "sold_out", "insufficient_stock")) ||
+               (st == 404 && code_is(e, "unknown_sku", NULL));
+    case K_CONFIRM:
+        return st == 201 || st == 200 ||
+               (st == 410 && code_is(e, "reservation_expired", "reservation_void")) ||
+               (st == 409 && code_is(e, "reservation_released", NULL)) ||
+               (st == 404 && code_is(e, "not_found", NULL));
+    case K_RELEASE:
+        return st == 200 || (st == 409 && code_is(e, "reservation_confirmed", NULL)) ||
+               (st == 410 && code_is(e, "reservation_void", NULL)) ||
+               (st == 404 && code_is(e, "not_found", NULL));
     default:
         return true;
     }
@@ -1166,7 +1260,8 @@ static void check_answer(struct checker *k, struct entry *e)
                e->status);
     if (e->status == 503 && !e->retry_after)
         report(k, "retry-after", &e, 1, "a 503 without Retry-After");
-    if (is_2xx(e) && (e->q.kind == K_ORDER || e->q.kind == K_CANCEL))
+    if (is_2xx(e) &&
+        (e->q.kind == K_ORDER || e->q.kind == K_CANCEL || e->q.kind == K_CONFIRM))
         check_record_body(k, e);
 }
 
@@ -1194,20 +1289,25 @@ static void check_sku(struct checker *k, int s)
                    name, st->status, st->text);
         return;
     }
-    long long stock = 0, sold = 0;
+    long long stock = 0, sold = 0, reserved = 0;
     for (int i = 0; i < st->segments; i++) {
-        if (st->stock[i] < 0 || st->seg_sold[i] < 0)
-            report(k, "sku-audit", NULL, 0, "%s: segment %d has stock %lld, sold %lld",
-                   name, i, st->stock[i], st->seg_sold[i]);
+        if (st->stock[i] < 0 || st->seg_sold[i] < 0 || st->seg_reserved[i] < 0)
+            report(k, "sku-audit", NULL, 0,
+                   "%s: segment %d has stock %lld, sold %lld, reserved %lld", name, i,
+                   st->stock[i], st->seg_sold[i], st->seg_reserved[i]);
         stock += st->stock[i];
         sold += st->seg_sold[i];
+        reserved += st->seg_reserved[i];
     }
-    if (st->remaining + st->sold != st->initial || stock != st->remaining ||
-        sold != st->sold)
+    /* Reservations: remaining + reserved + sold = initial. */
+    if (st->remaining + st->reserved + st->sold != st->initial ||
+        stock != st->remaining || sold != st->sold || reserved != st->reserved)
         report(k, "sku-audit", NULL, 0,
-               "%s: remaining %lld + sold %lld vs initial %lld; sum(segment_stock) %lld, "
-               "sum(segment_sold) %lld: %.600s",
-               name, st->remaining, st->sold, st->initial, stock, sold, st->text);
+               "%s: remaining %lld + reserved %lld + sold %lld vs initial %lld; "
+               "sum(segment_stock) %lld, sum(segment_reserved) %lld, sum(segment_sold) "
+               "%lld: %.600s",
+               name, st->remaining, st->reserved, st->sold, st->initial, stock, reserved,
+               sold, st->text);
 }
 
 /* ---- check 3: the records against each SKU ----------------------------------------- */
@@ -1225,7 +1325,9 @@ static void build_groups(struct checker *k)
     size_t m = 0;
     k->gop = xmalloc((k->n + 1) * sizeof *k->gop);
     for (size_t i = 0; i < k->n; i++)
-        if (k->e[i].q.kind == K_ORDER || k->e[i].q.kind == K_CANCEL)
+        if (k->e[i].q.kind == K_ORDER || k->e[i].q.kind == K_CANCEL ||
+            k->e[i].q.kind == K_RESERVE || k->e[i].q.kind == K_CONFIRM ||
+            k->e[i].q.kind == K_RELEASE)
             k->gop[m++] = &k->e[i];
     qsort(k->gop, m, sizeof *k->gop, by_id_then_time);
     k->g = xmalloc((m + 1) * sizeof *k->g);
@@ -1584,11 +1686,87 @@ static void check_cancel_cause(struct checker *k, struct group *g,
            g->rec);
 }
 
+/* The hold of g's id: a confirm's 2xx needs the record (confirmed, the hold's qty),
+ * at most one 201; an expiry (410) and a sale never both in one sale; a release that
+ * gave the units back ("released") and a sale never both; a confirmed record needs a
+ * confirm that may have made it. Judged: requests surely after the last reset. */
+static void check_holds_of(struct checker *k, struct group *g,
+                           const struct order_view *rec)
+{
+    struct entry *created = NULL, *sold = NULL, *expired = NULL, *released = NULL,
+                 *placed = NULL;
+    bool may_sell = false, hold = false;
+    long long x = 0; /* the hold's expiry, Redis's clock (ms) */
+    long long first_confirm_ms = 0;
+    for (int i = 0; i < g->n; i++) {
+        struct entry *e = g->op[i];
+        hold |= e->q.kind == K_RESERVE;
+        if (e->q.kind == K_RESERVE && is_2xx(e) && x == 0) {
+            json_t *j = json_loads(e->body, 0, NULL);
+            x = h_jint(j, "expires_at_ms");
+            placed = e;
+            json_decref(j);
+        }
+        if (e->q.kind == K_CONFIRM && (is_2xx(e) || e->status < 0 || e->status == 503))
+            may_sell = true;
+        if ((e->q.kind != K_CONFIRM && e->q.kind != K_RELEASE) ||
+            !surely_after_reset(k, e))
+            continue;
+        k->judged[e->q.kind]++;
+        if (e->q.kind == K_RELEASE) {
+            if (e->status == 200 && strstr(e->body, "\"status\":\"released\"") != NULL)
+                released = e;
+            continue;
+        }
+        if (e->status == 410 && code_is(e, "reservation_expired", NULL))
+            expired = e;
+        /* Expiry is exact by Redis's clock, this host's: a confirm sent past it cannot
+         * sell, and one answered before it cannot be refused as expired. */
+        long long sent_ms = k->run->wall0_ms + e->sent / 1000,
+                  recv_ms = k->run->wall0_ms + e->recv / 1000;
+        struct entry *pair[2] = {placed, e};
+        /* A 200 replays a sale made by an earlier confirm: judge the first one sent. */
+        if (e->q.kind == K_CONFIRM && first_confirm_ms == 0)
+            first_confirm_ms = sent_ms;
+        long long sale_ms = e->status == 200 ? first_confirm_ms : sent_ms;
+        if (x > 0 && is_2xx(e) && sale_ms > x + EXPIRY_SLACK_MS)
+            report(k, "resv-sold-late", pair, 2,
+                   "%d: a confirm sent %lld ms after the expiry", e->status, sale_ms - x);
+        if (x > 0 && e == expired && recv_ms < x - EXPIRY_SLACK_MS)
+            report(k, "resv-expired-early", pair, 2,
+                   "refused as expired %lld ms before the expiry", x - recv_ms);
+        if (!is_2xx(e))
+            continue;
+        sold = e;
+        if (e->status == 201 && created != NULL) {
+            struct entry *both[2] = {created, e};
+            report(k, "resv-double-201", both, 2, "two 201 confirms for %s", g->id);
+        }
+        if (e->status == 201)
+            created = e;
+        if (rec == NULL || strcmp(rec->status, "confirmed") != 0 || rec->qty != g->qty)
+            report(k, "resv-lost", &e, 1, "a %d confirm, and the record is %.300s",
+                   e->status, rec != NULL ? g->rec : "gone");
+    }
+    if (sold != NULL && expired != NULL) {
+        struct entry *both[2] = {sold, expired};
+        report(k, "resv-expired-sold", both, 2, "%s sold and expired", g->id);
+    }
+    if (sold != NULL && released != NULL) {
+        struct entry *both[2] = {sold, released};
+        report(k, "resv-released-sold", both, 2, "%s sold and released", g->id);
+    }
+    if (rec != NULL && !may_sell && hold)
+        report(k, "resv-phantom-sale", g->op, g->n,
+               "record %.300s, but no confirm could make it", g->rec);
+}
+
 static void check_group(struct checker *k, struct group *g)
 {
     struct order_view rec;
     char why[200];
     bool have = g->rec_status == 200 && view_parse(g->rec, &rec, why, sizeof why) == 0;
+    check_holds_of(k, g, have ? &rec : NULL);
     check_orders_of(k, g, have ? &rec : NULL);
     check_cancels_of(k, g, have ? &rec : NULL);
     check_cancel_cause(k, g, have ? &rec : NULL);
@@ -1952,6 +2130,23 @@ static void print_summary(const struct checker *k)
             "%lld order records, %d SKUs\n",
             by_status[2], by_status[4], by_status[5], by_status[0], k->judged[K_ORDER],
             k->judged[K_CANCEL], k->judged[K_RESTOCK], k->records, skus);
+    if (by_kind[K_RESERVE] > 0) {
+        long long held = 0, sold = 0, expired = 0;
+        for (size_t i = 0; i < k->n; i++) {
+            const struct entry *e = &k->e[i];
+            held += e->q.kind == K_RESERVE && e->status == 201;
+            sold += e->q.kind == K_CONFIRM && e->status == 201;
+            expired += e->q.kind == K_CONFIRM && e->status == 410 &&
+                       strcmp(e->code, "reservation_expired") == 0;
+        }
+        fprintf(stderr,
+                HISTORY_NAME
+                ": reservations: reserve %lld (%lld held), confirm %lld (%lld "
+                "sold, %lld refused as expired), release %lld; judged %lld "
+                "confirms, %lld releases\n",
+                by_kind[K_RESERVE], held, by_kind[K_CONFIRM], sold, expired,
+                by_kind[K_RELEASE], k->judged[K_CONFIRM], k->judged[K_RELEASE]);
+    }
     for (int c = 0; c < k->ncat; c++)
         fprintf(stderr, HISTORY_NAME ": violations [%s]: %d\n", k->cat[c],
                 k->cat_count[c]);
@@ -2062,6 +2257,9 @@ static void run_init(struct run *run, struct fixture *f)
     pthread_rwlock_init(&run->pause, &attr);
     pthread_rwlockattr_destroy(&attr);
     run->t0 = mono_us();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    run->wall0_ms = (long long)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
 }
 
 static void run_free(struct run *run)
