@@ -337,6 +337,7 @@
     err.hidden = true;
     el.dataset.remaining = String(s.remaining);
     el.dataset.sold = String(s.sold);
+    el.dataset.reserved = String(s.reserved || 0);
     el.dataset.initial = String(s.initial);
     el.dataset.orders = String(s.orders);
     el.dataset.locks = String(s.locks_held);
@@ -348,6 +349,7 @@
     $(".f-remaining", el).textContent = fmt(s.remaining);
     $(".f-initial", el).textContent = fmt(s.initial);
     $(".f-sold", el).textContent = fmt(s.sold);
+    $(".f-reserved", el).textContent = fmt(s.reserved || 0);
     $(".f-rate", el).textContent = fmtRate(s.orders_per_s);
     $(".f-locks", el).textContent = fmt(s.locks_held);
     $(".progress span", el).style.width = (s.initial > 0 ? (s.sold / s.initial) * 100 : 0) + "%";
