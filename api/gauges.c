@@ -165,6 +165,7 @@ static void entry_copy(struct api_gauge_sku *to, const struct api_gauge_sku *fro
 {
     *to = (struct api_gauge_sku){.remaining = from->remaining,
                                  .sold = from->sold,
+                                 .reserved = from->reserved,
                                  .initial = from->initial,
                                  .locks_held = from->locks_held,
                                  .segments = from->segments};
@@ -181,6 +182,7 @@ static void entry_fill(struct api_gauge_sku *e, const struct sku_status *st,
 {
     *e = (struct api_gauge_sku){.remaining = st->remaining,
                                 .sold = st->sold,
+                                .reserved = st->reserved,
                                 .initial = st->cfg.stock,
                                 .locks_held = st->locks_held,
                                 .segments = st->cfg.segments};

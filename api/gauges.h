@@ -44,7 +44,7 @@
 /* One SKU's gauges as Redis held them. */
 struct api_gauge_sku {
     char sku[SEG_NAME_MAX + 1];
-    long long remaining, sold, initial;
+    long long remaining, sold, initial, reserved;
     int locks_held;
     int segments;
     long long *segment_stock; /* `segments` values; NULL when the SKU has more

@@ -233,21 +233,23 @@ static void sku_outcomes(const char *sku, const long long *outcomes, void *arg)
  * and per segment for SKUs of at most metrics_segments_max segments. */
 static void sku_gauges(struct text *t, const struct api_gauges_snap *snap)
 {
-    static const char *const names[] = {"inventory_sku_remaining", "inventory_sku_sold",
-                                        "inventory_sku_initial",
-                                        "inventory_sku_locks_held"};
+    static const char *const names[] = {
+        "inventory_sku_remaining", "inventory_sku_sold", "inventory_sku_initial",
+        "inventory_sku_locks_held", "inventory_sku_reserved"};
     static const char *const helps[] = {
         "Units left in every segment of the SKU, as Redis holds them.",
         "Units sold (confirmed and not cancelled), as Redis holds them.",
         "The SKU's initial stock plus every restock.",
-        "Segment locks of the SKU held right now, by any instance."};
+        "Segment locks of the SKU held right now, by any instance.",
+        "Units held by reservations: remaining + reserved + sold = initial."};
     for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
         family(t, names[f], "gauge", helps[f]);
         for (int i = 0; i < snap->n; i++) {
             const struct api_gauge_sku *e = &snap->sku[i];
             if (atomic_load_explicit(&e->gone, memory_order_relaxed))
                 continue;
-            long long v[] = {e->remaining, e->sold, e->initial, e->locks_held};
+            long long v[] = {e->remaining, e->sold, e->initial, e->locks_held,
+                             e->reserved};
             put(t, "%s{sku=\"", names[f]);
             put_label(t, e->sku);
             put(t, "\"} %lld\n", v[f]);
