@@ -138,6 +138,11 @@ struct admin_ops {
     int (*hold_step)(admin *a, struct admin_hold *h, const char *id,
                      enum admin_hold_action act, const char *record, const char *attempt,
                      struct store_reply *out);
+    /* hold_find and hold_step in one call (the store reads the index itself), the
+     * record built by the store as record.h's; h filled from the index. NULL: the
+     * caller makes the two calls. */
+    int (*hold_by_id)(admin *a, const char *id, enum admin_hold_action act,
+                      const char *attempt, struct store_reply *out, struct admin_hold *h);
     /* Units held in segments 0..n-1 of `placed` of `epoch`. 0 or -1. */
     int (*holds_reserved)(admin *a, const char *placed, int n, long long epoch,
                           long long *reserved);

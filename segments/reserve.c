@@ -187,7 +187,8 @@ static resv_status settled(const struct admin_hold *h, const struct store_reply 
     }
 }
 
-/* Find reservation `id` and run `act` on it. */
+/* Find reservation `id` and run `act` on it: one call where the store can, else the
+ * index read and then the step. */
 static resv_status step(inv_conn *c, const char *id, enum admin_hold_action act,
                         struct admin_hold *h)
 {
@@ -196,23 +197,30 @@ static resv_status step(inv_conn *c, const char *id, enum admin_hold_action act,
         return RESV_INVALID;
     if (!supported(c))
         return RESV_UNSUPPORTED;
-    int found = ADMIN_CALL(c->adm, hold_find, id, h);
-    if (found <= 0)
-        return found < 0 ? RESV_UNAVAILABLE : RESV_NOT_FOUND;
-    char *record = NULL;
     char attempt[33];
     inv_random_hex(attempt);
-    if (act == ADMIN_HOLD_CONFIRM)
-        record = record_build(id, h->sku, h->qty, 1, &h->segment, &h->qty, "confirmed");
     struct store_reply r = {0};
-    int rc = ADMIN_CALL(c->adm, hold_step, h, id, act, record, attempt, &r);
-    free(record);
+    int rc;
+    if (c->adm->ops->hold_by_id != NULL) {
+        rc = ADMIN_CALL(c->adm, hold_by_id, id, act, attempt, &r, h);
+    } else {
+        int found = ADMIN_CALL(c->adm, hold_find, id, h);
+        if (found <= 0)
+            return found < 0 ? RESV_UNAVAILABLE : RESV_NOT_FOUND;
+        char *record =
+            act == ADMIN_HOLD_CONFIRM
+                ? record_build(id, h->sku, h->qty, 1, &h->segment, &h->qty, "confirmed")
+                : NULL;
+        rc = ADMIN_CALL(c->adm, hold_step, h, id, act, record, attempt, &r);
+        free(record);
+    }
     if (rc < 0)
         return RESV_UNAVAILABLE;
     resv_status s = settled(h, &r);
     if (h->settled > 0)
         stat_add(c->v, STAT_HOLDS_EXPIRED, h->settled);
-    if (h->settled > 0 || (act == ADMIN_HOLD_RELEASE && s == RESV_OK))
+    if (h->sku[0] != '\0' &&
+        (h->settled > 0 || (act == ADMIN_HOLD_RELEASE && s == RESV_OK)))
         skutab_invalidate(c->v, h->sku); /* stock rose: sold-out flags go */
     return s;
 }

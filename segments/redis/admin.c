@@ -188,6 +188,12 @@ static int hold_step(admin *a, struct admin_hold *h, const char *id,
     return rd_hold_step(conn(a), h, id, act, record, attempt, out);
 }
 
+static int hold_by_id(admin *a, const char *id, enum admin_hold_action act,
+                      const char *attempt, struct store_reply *out, struct admin_hold *h)
+{
+    return rd_hold_by_id(conn(a), id, act, attempt, out, h);
+}
+
 static int holds_reserved(admin *a, const char *placed, int n, long long epoch,
                           long long *reserved)
 {
@@ -220,6 +226,7 @@ static const struct admin_ops redis_admin_ops = {
     .hold_place = hold_place,
     .hold_find = hold_find,
     .hold_step = hold_step,
+    .hold_by_id = hold_by_id,
     .holds_reserved = holds_reserved,
     .holds_sweep = holds_sweep,
 };

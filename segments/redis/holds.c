@@ -189,6 +189,42 @@ int rd_hold_step(rd_conn *c, struct admin_hold *h, const char *id,
     return code < 0 ? -1 : 0;
 }
 
+int rd_hold_by_id(rd_conn *c, const char *id, enum admin_hold_action act,
+                  const char *attempt, struct store_reply *out, struct admin_hold *h)
+{
+    struct rd_cmd cmd;
+    char k[SEG_KEY_MAX];
+    memset(out, 0, sizeof *out);
+    memset(h, 0, sizeof *h);
+    cmd_script(&cmd, SCRIPT_HOLD);
+    cmd_key(&cmd, seg_key_hold_index(k, id));
+    cmd_arg(&cmd, actions[act]);
+    for (int a = 2; a <= 13; a++)
+        cmd_arg(&cmd, a == 7 ? id : a == 11 && attempt != NULL ? attempt : "");
+    redisReply *r = store_call(c, &cmd);
+    int code = reply_code(r);
+    if (code >= 0) {
+        out->code = code;
+        if (r->elements >= 6) { /* {code, state, qty, expires, record, settled, ...} */
+            snprintf(h->state, sizeof h->state, "%s", elem_str(r, 1));
+            h->qty = elem_ll(r, 2);
+            h->expires_ms = elem_ll(r, 3);
+            if (elem_str(r, 4)[0] != '\0')
+                h->record = seg_strdup(elem_str(r, 4));
+            h->settled = (int)elem_ll(r, 5);
+        }
+        if (r->elements >= 10) { /* ..., sku, segment, epoch, placed */
+            snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 6));
+            h->segment = (int)elem_ll(r, 7);
+            h->epoch = elem_ll(r, 8);
+            snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, 9));
+        }
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return code < 0 ? -1 : 0;
+}
+
 int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,
                       long long *reserved)
 {

@@ -2,6 +2,10 @@
 -- KEYS: stock, sold, reserved (of the epoch), holds (of the epoch), segment epoch,
 --       lock, meta, holding (the sweeper's list), then for one reservation: its
 --       index, its record in the segment, the segment's orders hash, its order record.
+-- Or, for confirm, release and read on a standalone Redis, KEYS: the index alone, and
+-- ARGV as below but for id and attempt (ARGV[7], ARGV[11]): the rest comes from the
+-- index (one round trip instead of two); every reply of a step then ends with the
+-- index's sku, segment, epoch and placed name after `settled`.
 -- ARGV: action ('place' | 'confirm' | 'release' | 'read' | 'sweep'), epoch, sku,
 --       segment, member (this segment's entry in the holding list), prefix of the
 --       segment's hold records, id, qty, ttl_ms, token ('' = the lock must be free),
@@ -28,57 +32,79 @@
 -- After the epoch check, every reply ends with one more element: the expired holds
 -- this run settled (an expired one a step meets counts).
 local DAY = 86400000
-local act, epoch, id = ARGV[1], ARGV[2], ARGV[7]
+local K, A = KEYS, ARGV
+if #KEYS == 1 then
+  -- By id (a standalone Redis): the index names the segment, and its keys are built
+  -- here as keys.h names them; the order record as record.c writes it.
+  local ix = redis.call('HMGET', KEYS[1], 'k', 'p', 'i', 'e', 'q')
+  if not ix[1] then return {MISSING, '', 0, 0, '', 0} end
+  local tag, id = 'inv:{' .. ix[2] .. ':' .. ix[3] .. '}:', ARGV[7]
+  K = {tag .. 'stock', tag .. 'sold', tag .. 'reserved:' .. ix[4], tag .. 'holds:' .. ix[4],
+       tag .. 'epoch', tag .. 'lock', 'inv:sku:{' .. ix[1] .. '}', 'inv:holding', KEYS[1],
+       tag .. 'hold:' .. id, tag .. 'orders', 'inv:order:{' .. id .. '}'}
+  local rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
+                            '"segments":[{"segment":%s,"qty":%s}],"status":"confirmed"}',
+                            id, ix[1], ix[5], ix[3], ix[3], ix[5])
+  A = {ARGV[1], ix[4], ix[1], ix[3], ix[2] .. ' ' .. ix[3] .. ' ' .. ix[4], tag .. 'hold:',
+       id, ix[5], '0', '', ARGV[11], rec, ix[2]}
+end
+local act, epoch, id = A[1], A[2], A[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local settled = 0
 
 local function back(hid, q, state)
-  redis.call('INCRBY', KEYS[1], q)
-  redis.call('DECRBY', KEYS[3], q)
-  redis.call('ZREM', KEYS[4], hid)
-  redis.call('HSET', ARGV[6] .. hid, 's', state)
-  LEDGER(KEYS[1], 'k', state == 'expired' and 'expire' or 'release', 'e', epoch, 'h', hid,
+  redis.call('INCRBY', K[1], q)
+  redis.call('DECRBY', K[3], q)
+  redis.call('ZREM', K[4], hid)
+  redis.call('HSET', A[6] .. hid, 's', state)
+  LEDGER(K[1], 'k', state == 'expired' and 'expire' or 'release', 'e', epoch, 'h', hid,
          'ds', q, 'dq', '0')
   settled = settled + 1
 end
 
 -- The holding entry follows the first expiry; gen moves when stock came back.
 local function finish()
-  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
   if first[1] then
-    redis.call('ZADD', KEYS[8], first[2], ARGV[5])
+    redis.call('ZADD', K[8], first[2], A[5])
   else
-    redis.call('ZREM', KEYS[8], ARGV[5])
-    if redis.call('GET', KEYS[3]) == '0' then redis.call('DEL', KEYS[3]) end
+    redis.call('ZREM', K[8], A[5])
+    if redis.call('GET', K[3]) == '0' then redis.call('DEL', K[3]) end
   end
-  if settled > 0 and redis.call('EXISTS', KEYS[7]) == 1 then
-    redis.call('HINCRBY', KEYS[7], 'gen', 1)
+  if settled > 0 and redis.call('EXISTS', K[7]) == 1 then
+    redis.call('HINCRBY', K[7], 'gen', 1)
   end
 end
 
 -- Every reply after the epoch check ends with how many holds this run settled.
 local function ret(r)
   r[#r + 1] = settled
+  if K ~= KEYS then
+    r[#r + 1] = A[3]
+    r[#r + 1] = tonumber(A[4])
+    r[#r + 1] = tonumber(A[2])
+    r[#r + 1] = A[13]
+  end
   return r
 end
 
 local function sweep(limit)
-  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit)
+  local due = redis.call('ZRANGEBYSCORE', K[4], '-inf', now, 'LIMIT', 0, limit)
   for _, hid in ipairs(due) do
-    local h = redis.call('HMGET', ARGV[6] .. hid, 'q', 's')
+    local h = redis.call('HMGET', A[6] .. hid, 'q', 's')
     if h[1] and h[2] == 'held' then
       back(hid, h[1], 'expired')
     else
-      redis.call('ZREM', KEYS[4], hid)
+      redis.call('ZREM', K[4], hid)
     end
   end
 end
 
-if redis.call('GET', KEYS[5]) ~= epoch then
+if redis.call('GET', K[5]) ~= epoch then
   if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
-    redis.call('UNLINK', KEYS[3], KEYS[4])
-    redis.call('ZREM', KEYS[8], ARGV[5])
+    redis.call('UNLINK', K[3], K[4])
+    redis.call('ZREM', K[8], A[5])
     return {OK, 0}
   end
   return {STALE}
@@ -91,44 +117,44 @@ if act == 'sweep' then
 end
 
 if act == 'place' then
-  local ix = redis.call('HMGET', KEYS[9], 'k', 'e', 'i', 'q', 'x', 't')
-  if ix[1] and ix[6] == ARGV[11] then -- this attempt's earlier run
-    return ret({OK, tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ix[5])})
+  local ix = redis.call('HMGET', K[9], 'k', 'e', 'i', 'q', 'x', 't')
+  if ix[1] and ix[6] == A[11] then -- this attempt's earlier run
+    return ret({OK, tonumber(redis.call('GET', K[1]) or '0'), tonumber(ix[5])})
   end
-  if ix[1] and not (ix[1] == ARGV[3] and ix[2] ~= epoch) then
+  if ix[1] and not (ix[1] == A[3] and ix[2] ~= epoch) then
     return ret({EXISTS, ix[1], ix[2], ix[3], ix[4], ix[5]})
   end
-  local rec = redis.call('HMGET', KEYS[12], 'r', 'k', 'e')
-  if rec[1] and (rec[2] ~= ARGV[3] or rec[3] == epoch) then return ret({CONFLICT}) end
-  local lock = redis.call('GET', KEYS[6])
-  if ARGV[10] == '' then
-    if lock then return ret({BUSY, tonumber(redis.call('GET', KEYS[1]) or '0')}) end
-  elseif lock ~= ARGV[10] then
+  local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
+  if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then return ret({CONFLICT}) end
+  local lock = redis.call('GET', K[6])
+  if A[10] == '' then
+    if lock then return ret({BUSY, tonumber(redis.call('GET', K[1]) or '0')}) end
+  elseif lock ~= A[10] then
     return ret({FENCED})
   end
   sweep(16)
-  local s = redis.call('GET', KEYS[1])
+  local s = redis.call('GET', K[1])
   if not s then finish() return ret({STALE}) end
   s = tonumber(s)
-  local q = tonumber(ARGV[8])
+  local q = tonumber(A[8])
   if s < q then finish() return ret({SHORT, s}) end
-  local x = now + tonumber(ARGV[9])
-  redis.call('DECRBY', KEYS[1], ARGV[8])
-  redis.call('INCRBY', KEYS[3], ARGV[8])
-  redis.call('ZADD', KEYS[4], x, id)
-  redis.call('DEL', KEYS[10])
-  redis.call('HSET', KEYS[10], 'q', ARGV[8], 'x', x, 's', 'held', 't', ARGV[11])
-  redis.call('PEXPIREAT', KEYS[10], x + DAY)
-  redis.call('HSET', KEYS[9], 'k', ARGV[3], 'p', ARGV[13], 'i', ARGV[4], 'e', epoch, 'q',
-             ARGV[8], 'x', x, 't', ARGV[11])
-  redis.call('PEXPIREAT', KEYS[9], x + DAY)
-  LEDGER(KEYS[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. ARGV[8], 'dq', '0')
+  local x = now + tonumber(A[9])
+  redis.call('DECRBY', K[1], A[8])
+  redis.call('INCRBY', K[3], A[8])
+  redis.call('ZADD', K[4], x, id)
+  redis.call('DEL', K[10])
+  redis.call('HSET', K[10], 'q', A[8], 'x', x, 's', 'held', 't', A[11])
+  redis.call('PEXPIREAT', K[10], x + DAY)
+  redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
+             A[8], 'x', x, 't', A[11])
+  redis.call('PEXPIREAT', K[9], x + DAY)
+  LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
   finish()
   return ret({OK, s - q, x})
 end
 
 -- confirm, release, read: one reservation, expired ones settled first.
-local h = redis.call('HMGET', KEYS[10], 'q', 'x', 's', 'c')
+local h = redis.call('HMGET', K[10], 'q', 'x', 's', 'c')
 if not h[1] then
   sweep(16)
   finish()
@@ -150,23 +176,23 @@ elseif act == 'release' then
   end
   reply = {state == 'confirmed' and CONFLICT or OK, state, tonumber(q), x, ''}
 elseif state == 'confirmed' then
-  local r = redis.call('HGET', KEYS[12], 'r') or ''
-  reply = {h[4] == ARGV[11] and OK or EXISTS, state, tonumber(q), x, r}
+  local r = redis.call('HGET', K[12], 'r') or ''
+  reply = {h[4] == A[11] and OK or EXISTS, state, tonumber(q), x, r}
 elseif state ~= 'held' then
   reply = {CONFLICT, state, tonumber(q), x, ''}
 else
-  local rec = redis.call('HMGET', KEYS[12], 'r', 'k', 'e')
-  if rec[1] and (rec[2] ~= ARGV[3] or rec[3] == epoch) then
+  local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
+  if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then
     reply = {CONFLICT, 'order', tonumber(q), x, ''}
   else
-    redis.call('DECRBY', KEYS[3], q)
-    redis.call('INCRBY', KEYS[2], q)
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('HSET', KEYS[11], id, q)
-    redis.call('HSET', KEYS[12], 'r', ARGV[12], 't', ARGV[11], 'k', ARGV[3], 'e', epoch)
-    redis.call('HSET', KEYS[10], 's', 'confirmed', 'c', ARGV[11])
-    LEDGER(KEYS[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', q, 'r', ARGV[12])
-    reply = {OK, 'confirmed', tonumber(q), x, ARGV[12]}
+    redis.call('DECRBY', K[3], q)
+    redis.call('INCRBY', K[2], q)
+    redis.call('ZREM', K[4], id)
+    redis.call('HSET', K[11], id, q)
+    redis.call('HSET', K[12], 'r', A[12], 't', A[11], 'k', A[3], 'e', epoch)
+    redis.call('HSET', K[10], 's', 'confirmed', 'c', A[11])
+    LEDGER(K[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', q, 'r', A[12])
+    reply = {OK, 'confirmed', tonumber(q), x, A[12]}
   end
 end
 finish()
