@@ -231,6 +231,17 @@ static void test_orders_and_admin(void **state)
     json_decref(j);
     assert_int_equal(h_audit(port, TOKEN, "adm", 10, false), 0);
 
+    /* reservations are not on PostgreSQL yet: a clean 409, the SKU untouched */
+    assert_int_equal(h_req(port, "POST", "/reservations", NULL,
+                           "{\"sku\":\"adm\",\"qty\":1,\"ttl_s\":5}", &r),
+                     409);
+    assert_int_equal(h_expect_error(&r, 409, "reservations_unsupported"), 0);
+    h_resp_free(&r);
+    j = h_get_sku(port, TOKEN, "adm");
+    assert_int_equal(h_jint(j, "remaining"), 9);
+    assert_int_equal(h_jint(j, "reserved"), 0);
+    json_decref(j);
+
     /* restock (replayed under its request id) and rebalance */
     const char *restock = "{\"qty\":11,\"request_id\":\"rs-1\"}";
     assert_int_equal(h_req(port, "POST", "/admin/skus/adm/restock", TOKEN, restock, &r),
