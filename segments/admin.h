@@ -65,9 +65,10 @@ struct admin_hold {
     long long epoch;
     long long qty;
     long long expires_ms;
-    char state[12]; /* "held", "confirmed", "released", "expired" */
-    char *record;   /* confirm: the order record (malloc'd; the caller frees) */
-    int settled;    /* expired holds the call settled on its way (its own included) */
+    char state[12];  /* "held", "confirmed", "released", "expired" */
+    char *record;    /* confirm: the order record (malloc'd; the caller frees) */
+    int settled;     /* expired holds the call settled on its way (its own included) */
+    bool replicated; /* by SKU / by id calls: the SKU's durability is "replicated" */
 };
 
 /* hold_step's actions. */
@@ -138,6 +139,16 @@ struct admin_ops {
     int (*hold_step)(admin *a, struct admin_hold *h, const char *id,
                      enum admin_hold_action act, const char *record, const char *attempt,
                      struct store_reply *out);
+    /* hold_place over the whole SKU in one call: the store reads the SKU's settings
+     * and walks its segments from segment `start` (mod their count), as the caller
+     * would, the first free one that holds qty taking the hold. out->code as
+     * hold_place's (OK, EXISTS, ADMIN_CONFLICT, STALE; BUSY or SHORT: value = the
+     * stock of the segments walked, some BUSY), or MISSING (no such SKU),
+     * ADMIN_MISMATCH (a lock service's SKU); h filled with where. NULL: the caller
+     * walks with hold_place. */
+    int (*hold_place_any)(admin *a, const char *sku, const char *id, long long qty,
+                          int ttl_ms, int start, const char *attempt,
+                          struct store_reply *out, struct admin_hold *h);
     /* hold_find and hold_step in one call (the store reads the index itself), the
      * record built by the store as record.h's; h filled from the index. NULL: the
      * caller makes the two calls. */

@@ -126,6 +126,52 @@ static int place_once(inv_conn *c, const struct resv_request *rq, const char *id
     }
 }
 
+/* The place in one call per walk (admin_ops.hold_place_any): the store reads the
+ * SKU's settings and walks its segments itself; BUSY walks again after a jittered
+ * pause until lock_wait_ms. */
+static resv_status place_any(inv_conn *c, const struct resv_request *rq, const char *id,
+                             const char *attempt, struct admin_hold *h)
+{
+    int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
+    int start = (int)inv_rand(c, SEG_MAX_SEGMENTS);
+    for (int stale = 0;;) {
+        struct store_reply r = {0};
+        if (ADMIN_CALL(c->adm, hold_place_any, rq->sku, id, rq->qty,
+                       (int)(rq->ttl_s * 1000), start, attempt, &r, h) < 0)
+            return RESV_UNAVAILABLE;
+        if (h->settled > 0) {
+            stat_add(c->v, STAT_HOLDS_EXPIRED, h->settled);
+            skutab_invalidate(c->v, rq->sku);
+        }
+        switch (r.code) {
+        case STORE_OK:
+            return h->replicated ? replicated(c, h, NULL) : RESV_OK;
+        case STORE_EXISTS:
+            return replay(c, rq, id, h);
+        case ADMIN_CONFLICT:
+            return RESV_CONFLICT;
+        case STORE_MISSING:
+            return RESV_UNKNOWN_SKU;
+        case ADMIN_MISMATCH:
+            return RESV_UNSUPPORTED;
+        case STORE_SHORT:
+            stat_add(c->v, STAT_FALL_THROUGHS, 1);
+            return r.value == 0 ? RESV_SOLD_OUT : RESV_INSUFFICIENT;
+        case STORE_STALE: /* a segment of another epoch than the meta: a reset */
+            if (++stale >= STALE_TRIES)
+                return RESV_BUSY;
+            break;
+        default: /* BUSY */
+            stat_add(c->v, STAT_BUSY_SKIPS, 1);
+            if (inv_now_ms() >= deadline)
+                return RESV_BUSY;
+            stat_add(c->v, STAT_LOCK_WAITS, 1);
+            inv_sleep_ms(1 + (int)inv_rand(c, 4));
+            break;
+        }
+    }
+}
+
 resv_status resv_place(inv_conn *c, const struct resv_request *rq, char *id,
                        struct admin_hold *h)
 {
@@ -143,6 +189,12 @@ resv_status resv_place(inv_conn *c, const struct resv_request *rq, char *id,
     char attempt[33];
     inv_random_hex(attempt);
     int st = -1;
+    if (c->adm->ops->hold_place_any != NULL) {
+        st = place_any(c, rq, id, attempt, h);
+        if (st == RESV_OK)
+            stat_add(c->v, STAT_HOLDS_PLACED, 1);
+        return (resv_status)st;
+    }
     for (int try = 0; st == -1 && try < STALE_TRIES; try++) {
         sku_local *e;
         struct sku_view view;

@@ -188,6 +188,13 @@ static int hold_step(admin *a, struct admin_hold *h, const char *id,
     return rd_hold_step(conn(a), h, id, act, record, attempt, out);
 }
 
+static int hold_place_any(admin *a, const char *sku, const char *id, long long qty,
+                          int ttl_ms, int start, const char *attempt,
+                          struct store_reply *out, struct admin_hold *h)
+{
+    return rd_hold_place_any(conn(a), sku, id, qty, ttl_ms, start, attempt, out, h);
+}
+
 static int hold_by_id(admin *a, const char *id, enum admin_hold_action act,
                       const char *attempt, struct store_reply *out, struct admin_hold *h)
 {
@@ -226,6 +233,7 @@ static const struct admin_ops redis_admin_ops = {
     .hold_place = hold_place,
     .hold_find = hold_find,
     .hold_step = hold_step,
+    .hold_place_any = hold_place_any,
     .hold_by_id = hold_by_id,
     .holds_reserved = holds_reserved,
     .holds_sweep = holds_sweep,

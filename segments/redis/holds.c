@@ -189,6 +189,76 @@ int rd_hold_step(rd_conn *c, struct admin_hold *h, const char *id,
     return code < 0 ? -1 : 0;
 }
 
+/* The segment fields a by-SKU or by-id reply ends with, from element k on: sku,
+ * segment, epoch, placed name, durability. */
+static void where_from(const redisReply *r, size_t k, struct admin_hold *h)
+{
+    if (r->elements < k + 5)
+        return;
+    snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, k));
+    h->segment = (int)elem_ll(r, k + 1);
+    h->epoch = elem_ll(r, k + 2);
+    snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, k + 3));
+    h->replicated = strcmp(elem_str(r, k + 4), "replicated") == 0;
+}
+
+int rd_hold_place_any(rd_conn *c, const char *sku, const char *id, long long qty,
+                      int ttl_ms, int start, const char *attempt, struct store_reply *out,
+                      struct admin_hold *h)
+{
+    struct rd_cmd cmd;
+    char k[SEG_KEY_MAX];
+    memset(out, 0, sizeof *out);
+    memset(h, 0, sizeof *h);
+    cmd_script(&cmd, SCRIPT_HOLD);
+    cmd_key(&cmd, seg_key_meta(k, sku));
+    cmd_arg(&cmd, "place");
+    cmd_arg(&cmd, "");
+    cmd_arg(&cmd, sku);
+    cmd_argll(&cmd, start);
+    cmd_arg(&cmd, "");
+    cmd_arg(&cmd, "");
+    cmd_arg(&cmd, id);
+    cmd_argll(&cmd, qty);
+    cmd_argll(&cmd, ttl_ms);
+    cmd_arg(&cmd, "");
+    cmd_arg(&cmd, attempt);
+    redisReply *r = store_call(c, &cmd);
+    int code = reply_code(r);
+    if (code >= 0) {
+        out->code = code;
+        switch (code) {
+        case RD_OK: /* {OK, stock left, expires, settled, where...} */
+            out->value = elem_ll(r, 1);
+            h->qty = qty;
+            h->expires_ms = elem_ll(r, 2);
+            h->settled = (int)elem_ll(r, 3);
+            snprintf(h->state, sizeof h->state, "held");
+            where_from(r, 4, h);
+            break;
+        case RD_EXISTS: /* {EXISTS, sku, epoch, seg, qty, expires, settled, ...} */
+            snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 1));
+            h->epoch = elem_ll(r, 2);
+            h->segment = (int)elem_ll(r, 3);
+            h->qty = elem_ll(r, 4);
+            h->expires_ms = elem_ll(r, 5);
+            h->settled = (int)elem_ll(r, 6);
+            break;
+        case RD_BUSY:
+        case RD_SHORT: /* {code, stock, settled} */
+            out->value = elem_ll(r, 1);
+            h->settled = (int)elem_ll(r, 2);
+            break;
+        default: /* CONFLICT, STALE: {code, settled, ...}; MISSING, MISMATCH */
+            h->settled = r->elements > 1 ? (int)elem_ll(r, 1) : 0;
+            break;
+        }
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return code < 0 ? -1 : 0;
+}
+
 int rd_hold_by_id(rd_conn *c, const char *id, enum admin_hold_action act,
                   const char *attempt, struct store_reply *out, struct admin_hold *h)
 {
@@ -213,12 +283,7 @@ int rd_hold_by_id(rd_conn *c, const char *id, enum admin_hold_action act,
                 h->record = seg_strdup(elem_str(r, 4));
             h->settled = (int)elem_ll(r, 5);
         }
-        if (r->elements >= 10) { /* ..., sku, segment, epoch, placed */
-            snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 6));
-            h->segment = (int)elem_ll(r, 7);
-            h->epoch = elem_ll(r, 8);
-            snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, 9));
-        }
+        where_from(r, 6, h); /* ..., sku, segment, epoch, placed, durability */
     }
     if (r != NULL)
         freeReplyObject(r);

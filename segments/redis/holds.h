@@ -18,6 +18,9 @@ int rd_hold_find(rd_conn *c, const char *id, struct admin_hold *h);
 int rd_hold_step(rd_conn *c, struct admin_hold *h, const char *id,
                  enum admin_hold_action act, const char *record, const char *attempt,
                  struct store_reply *out);
+int rd_hold_place_any(rd_conn *c, const char *sku, const char *id, long long qty,
+                      int ttl_ms, int start, const char *attempt, struct store_reply *out,
+                      struct admin_hold *h);
 int rd_hold_by_id(rd_conn *c, const char *id, enum admin_hold_action act,
                   const char *attempt, struct store_reply *out, struct admin_hold *h);
 int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,

@@ -33,7 +33,8 @@
 -- this run settled (an expired one a step meets counts).
 local DAY = 86400000
 local K, A = KEYS, ARGV
-if #KEYS == 1 then
+local by_sku = #KEYS == 1 and ARGV[1] == 'place'
+if #KEYS == 1 and not by_sku then
   -- By id (a standalone Redis): the index names the segment, and its keys are built
   -- here as keys.h names them; the order record as record.c writes it.
   local ix = redis.call('HMGET', KEYS[1], 'k', 'p', 'i', 'e', 'q')
@@ -46,154 +47,191 @@ if #KEYS == 1 then
                             '"segments":[{"segment":%s,"qty":%s}],"status":"confirmed"}',
                             id, ix[1], ix[5], ix[3], ix[3], ix[5])
   A = {ARGV[1], ix[4], ix[1], ix[3], ix[2] .. ' ' .. ix[3] .. ' ' .. ix[4], tag .. 'hold:',
-       id, ix[5], '0', '', ARGV[11], rec, ix[2]}
+       id, ix[5], '0', '', ARGV[11], rec, ix[2],
+       redis.call('HGET', K[7], 'durability') or 'async'}
 end
-local act, epoch, id = A[1], A[2], A[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local settled = 0
 
-local function back(hid, q, state)
-  redis.call('INCRBY', K[1], q)
-  redis.call('DECRBY', K[3], q)
-  redis.call('ZREM', K[4], hid)
-  redis.call('HSET', A[6] .. hid, 's', state)
-  LEDGER(K[1], 'k', state == 'expired' and 'expire' or 'release', 'e', epoch, 'h', hid,
-         'ds', q, 'dq', '0')
-  settled = settled + 1
-end
+-- One step on the segment K and A name.
+local function run()
+  local act, epoch, id = A[1], A[2], A[7]
 
--- The holding entry follows the first expiry; gen moves when stock came back.
-local function finish()
-  local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
-  if first[1] then
-    redis.call('ZADD', K[8], first[2], A[5])
-  else
-    redis.call('ZREM', K[8], A[5])
-    if redis.call('GET', K[3]) == '0' then redis.call('DEL', K[3]) end
+  local function back(hid, q, state)
+    redis.call('INCRBY', K[1], q)
+    redis.call('DECRBY', K[3], q)
+    redis.call('ZREM', K[4], hid)
+    redis.call('HSET', A[6] .. hid, 's', state)
+    LEDGER(K[1], 'k', state == 'expired' and 'expire' or 'release', 'e', epoch, 'h', hid,
+           'ds', q, 'dq', '0')
+    settled = settled + 1
   end
-  if settled > 0 and redis.call('EXISTS', K[7]) == 1 then
-    redis.call('HINCRBY', K[7], 'gen', 1)
-  end
-end
 
--- Every reply after the epoch check ends with how many holds this run settled.
-local function ret(r)
-  r[#r + 1] = settled
-  if K ~= KEYS then
-    r[#r + 1] = A[3]
-    r[#r + 1] = tonumber(A[4])
-    r[#r + 1] = tonumber(A[2])
-    r[#r + 1] = A[13]
-  end
-  return r
-end
-
-local function sweep(limit)
-  local due = redis.call('ZRANGEBYSCORE', K[4], '-inf', now, 'LIMIT', 0, limit)
-  for _, hid in ipairs(due) do
-    local h = redis.call('HMGET', A[6] .. hid, 'q', 's')
-    if h[1] and h[2] == 'held' then
-      back(hid, h[1], 'expired')
+  -- The holding entry follows the first expiry; gen moves when stock came back.
+  local function finish()
+    local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
+    if first[1] then
+      redis.call('ZADD', K[8], first[2], A[5])
     else
-      redis.call('ZREM', K[4], hid)
+      redis.call('ZREM', K[8], A[5])
+      if redis.call('GET', K[3]) == '0' then redis.call('DEL', K[3]) end
+    end
+    if settled > 0 and redis.call('EXISTS', K[7]) == 1 then
+      redis.call('HINCRBY', K[7], 'gen', 1)
     end
   end
-end
 
-if redis.call('GET', K[5]) ~= epoch then
-  if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
-    redis.call('UNLINK', K[3], K[4])
-    redis.call('ZREM', K[8], A[5])
-    return {OK, 0}
+  -- Every reply after the epoch check ends with how many holds this run settled.
+  local function ret(r)
+    r[#r + 1] = settled
+    if K ~= KEYS then
+      r[#r + 1] = A[3]
+      r[#r + 1] = tonumber(A[4])
+      r[#r + 1] = tonumber(A[2])
+      r[#r + 1] = A[13]
+    end
+    return r
   end
-  return {STALE}
-end
 
-if act == 'sweep' then
-  sweep(256)
-  finish()
-  return ret({OK})
-end
+  local function sweep(limit)
+    local due = redis.call('ZRANGEBYSCORE', K[4], '-inf', now, 'LIMIT', 0, limit)
+    for _, hid in ipairs(due) do
+      local h = redis.call('HMGET', A[6] .. hid, 'q', 's')
+      if h[1] and h[2] == 'held' then
+        back(hid, h[1], 'expired')
+      else
+        redis.call('ZREM', K[4], hid)
+      end
+    end
+  end
 
-if act == 'place' then
-  local ix = redis.call('HMGET', K[9], 'k', 'e', 'i', 'q', 'x', 't')
-  if ix[1] and ix[6] == A[11] then -- this attempt's earlier run
-    return ret({OK, tonumber(redis.call('GET', K[1]) or '0'), tonumber(ix[5])})
+  if redis.call('GET', K[5]) ~= epoch then
+    if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
+      redis.call('UNLINK', K[3], K[4])
+      redis.call('ZREM', K[8], A[5])
+      return {OK, 0}
+    end
+    return {STALE}
   end
-  if ix[1] and not (ix[1] == A[3] and ix[2] ~= epoch) then
-    return ret({EXISTS, ix[1], ix[2], ix[3], ix[4], ix[5]})
+
+  if act == 'sweep' then
+    sweep(256)
+    finish()
+    return ret({OK})
   end
-  local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
-  if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then return ret({CONFLICT}) end
-  local lock = redis.call('GET', K[6])
-  if A[10] == '' then
-    if lock then return ret({BUSY, tonumber(redis.call('GET', K[1]) or '0')}) end
-  elseif lock ~= A[10] then
-    return ret({FENCED})
+
+  if act == 'place' then
+    local ix = redis.call('HMGET', K[9], 'k', 'e', 'i', 'q', 'x', 't')
+    if ix[1] and ix[6] == A[11] then -- this attempt's earlier run
+      return ret({OK, tonumber(redis.call('GET', K[1]) or '0'), tonumber(ix[5])})
+    end
+    if ix[1] and not (ix[1] == A[3] and ix[2] ~= epoch) then
+      return ret({EXISTS, ix[1], ix[2], ix[3], ix[4], ix[5]})
+    end
+    local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
+    if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then return ret({CONFLICT}) end
+    local lock = redis.call('GET', K[6])
+    if A[10] == '' then
+      if lock then return ret({BUSY, tonumber(redis.call('GET', K[1]) or '0')}) end
+    elseif lock ~= A[10] then
+      return ret({FENCED})
+    end
+    sweep(16)
+    local s = redis.call('GET', K[1])
+    if not s then finish() return ret({STALE}) end
+    s = tonumber(s)
+    local q = tonumber(A[8])
+    if s < q then finish() return ret({SHORT, s}) end
+    local x = now + tonumber(A[9])
+    redis.call('DECRBY', K[1], A[8])
+    redis.call('INCRBY', K[3], A[8])
+    redis.call('ZADD', K[4], x, id)
+    redis.call('DEL', K[10])
+    redis.call('HSET', K[10], 'q', A[8], 'x', x, 's', 'held', 't', A[11])
+    redis.call('PEXPIREAT', K[10], x + DAY)
+    redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
+               A[8], 'x', x, 't', A[11])
+    redis.call('PEXPIREAT', K[9], x + DAY)
+    LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
+    finish()
+    return ret({OK, s - q, x})
+  end
+
+  -- confirm, release, read: one reservation, expired ones settled first.
+  local h = redis.call('HMGET', K[10], 'q', 'x', 's', 'c')
+  if not h[1] then
+    sweep(16)
+    finish()
+    return ret({MISSING, '', 0, 0, ''})
+  end
+  local q, x, state = h[1], tonumber(h[2]), h[3]
+  if state == 'held' and now >= x then
+    back(id, q, 'expired')
+    state = 'expired'
   end
   sweep(16)
-  local s = redis.call('GET', K[1])
-  if not s then finish() return ret({STALE}) end
-  s = tonumber(s)
-  local q = tonumber(A[8])
-  if s < q then finish() return ret({SHORT, s}) end
-  local x = now + tonumber(A[9])
-  redis.call('DECRBY', K[1], A[8])
-  redis.call('INCRBY', K[3], A[8])
-  redis.call('ZADD', K[4], x, id)
-  redis.call('DEL', K[10])
-  redis.call('HSET', K[10], 'q', A[8], 'x', x, 's', 'held', 't', A[11])
-  redis.call('PEXPIREAT', K[10], x + DAY)
-  redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
-             A[8], 'x', x, 't', A[11])
-  redis.call('PEXPIREAT', K[9], x + DAY)
-  LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
-  finish()
-  return ret({OK, s - q, x})
-end
-
--- confirm, release, read: one reservation, expired ones settled first.
-local h = redis.call('HMGET', K[10], 'q', 'x', 's', 'c')
-if not h[1] then
-  sweep(16)
-  finish()
-  return ret({MISSING, '', 0, 0, ''})
-end
-local q, x, state = h[1], tonumber(h[2]), h[3]
-if state == 'held' and now >= x then
-  back(id, q, 'expired')
-  state = 'expired'
-end
-sweep(16)
-local reply
-if act == 'read' then
-  reply = {OK, state, tonumber(q), x, ''}
-elseif act == 'release' then
-  if state == 'held' then
-    back(id, q, 'released')
-    state = 'released'
-  end
-  reply = {state == 'confirmed' and CONFLICT or OK, state, tonumber(q), x, ''}
-elseif state == 'confirmed' then
-  local r = redis.call('HGET', K[12], 'r') or ''
-  reply = {h[4] == A[11] and OK or EXISTS, state, tonumber(q), x, r}
-elseif state ~= 'held' then
-  reply = {CONFLICT, state, tonumber(q), x, ''}
-else
-  local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
-  if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then
-    reply = {CONFLICT, 'order', tonumber(q), x, ''}
+  local reply
+  if act == 'read' then
+    reply = {OK, state, tonumber(q), x, ''}
+  elseif act == 'release' then
+    if state == 'held' then
+      back(id, q, 'released')
+      state = 'released'
+    end
+    reply = {state == 'confirmed' and CONFLICT or OK, state, tonumber(q), x, ''}
+  elseif state == 'confirmed' then
+    local r = redis.call('HGET', K[12], 'r') or ''
+    reply = {h[4] == A[11] and OK or EXISTS, state, tonumber(q), x, r}
+  elseif state ~= 'held' then
+    reply = {CONFLICT, state, tonumber(q), x, ''}
   else
-    redis.call('DECRBY', K[3], q)
-    redis.call('INCRBY', K[2], q)
-    redis.call('ZREM', K[4], id)
-    redis.call('HSET', K[11], id, q)
-    redis.call('HSET', K[12], 'r', A[12], 't', A[11], 'k', A[3], 'e', epoch)
-    redis.call('HSET', K[10], 's', 'confirmed', 'c', A[11])
-    LEDGER(K[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', q, 'r', A[12])
-    reply = {OK, 'confirmed', tonumber(q), x, A[12]}
+    local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
+    if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then
+      reply = {CONFLICT, 'order', tonumber(q), x, ''}
+    else
+      redis.call('DECRBY', K[3], q)
+      redis.call('INCRBY', K[2], q)
+      redis.call('ZREM', K[4], id)
+      redis.call('HSET', K[11], id, q)
+      redis.call('HSET', K[12], 'r', A[12], 't', A[11], 'k', A[3], 'e', epoch)
+      redis.call('HSET', K[10], 's', 'confirmed', 'c', A[11])
+      LEDGER(K[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', q, 'r', A[12])
+      reply = {OK, 'confirmed', tonumber(q), x, A[12]}
+    end
   end
+  finish()
+  return ret(reply)
 end
-finish()
-return ret(reply)
+
+if not by_sku then return run() end
+
+-- A place by SKU (a standalone Redis): KEYS[1] is the SKU's meta; ARGV as for a place
+-- but epoch, member, prefix, token and placed name, which come from the meta; ARGV[4]
+-- the segment to start from. The segments are walked from there as an order walks
+-- them: one whose lock is held is passed (BUSY), one short is passed (SHORT), the
+-- first that holds qty takes the hold. Reply: a segment's reply (OK, EXISTS, CONFLICT,
+-- STALE) with the segment's fields after `settled`, or {BUSY | SHORT, the stock of the
+-- segments walked, settled}; {MISSING} no SKU; {MISMATCH} a lock service's SKU.
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'segments', 'salt', 'lock', 'durability')
+if not m[1] then return {MISSING} end
+if m[4] and m[4] ~= '' then return {MISMATCH} end
+local sku, id = ARGV[3], ARGV[7]
+local placed = (m[3] and m[3] ~= '' and m[3] ~= '0') and (sku .. '/' .. m[3]) or sku
+local n = tonumber(m[2])
+local start = tonumber(ARGV[4]) % n
+local total, busy = 0, false
+for k = 0, n - 1 do
+  local i = (start + k) % n
+  local tag = 'inv:{' .. placed .. ':' .. i .. '}:'
+  K = {tag .. 'stock', tag .. 'sold', tag .. 'reserved:' .. m[1], tag .. 'holds:' .. m[1],
+       tag .. 'epoch', tag .. 'lock', KEYS[1], 'inv:holding', 'inv:hold:{' .. id .. '}',
+       tag .. 'hold:' .. id, tag .. 'orders', 'inv:order:{' .. id .. '}'}
+  A = {'place', m[1], sku, tostring(i), placed .. ' ' .. i .. ' ' .. m[1], tag .. 'hold:', id,
+       ARGV[8], ARGV[9], '', ARGV[11], '', placed, m[5] or 'async'}
+  local r = run()
+  if r[1] == BUSY then busy = true end
+  if r[1] ~= BUSY and r[1] ~= SHORT then return r end
+  total = total + r[2]
+end
+return {busy and BUSY or SHORT, total, settled}
