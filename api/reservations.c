@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,7 +30,7 @@ static void iso_ms(char *buf, size_t len, long long ms)
 }
 
 static void reply_hold(struct api_reply *rep, int status, const char *id,
-                       const struct admin_hold *h)
+                       const struct store_hold *h)
 {
     char at[48];
     iso_ms(at, sizeof at, h->expires_ms);
@@ -118,25 +119,85 @@ static void reply_failed(struct api_reply *rep, resv_status s, const char *id,
     }
 }
 
-void api_resv_place(const struct api_ctx *ctx, struct api_request *req,
-                    struct api_reply *rep)
+bool api_resv_fast(const struct api_ctx *ctx, struct api_request *req,
+                   struct api_reply *rep)
+{
+    (void)req;
+    if (resv_loop_supported(ctx->engine))
+        return false;
+    reply_failed(rep, RESV_UNSUPPORTED, "", "");
+    return true;
+}
+
+/* A place or confirm on its way through the loop: what its reply needs. */
+struct resv_call {
+    struct api_request *req; /* valid until the reply */
+    struct api_reply *rep;
+    void (*done)(void *tag);
+    void *tag;
+    bool confirm;
+};
+
+static void reply_confirmed(struct api_reply *rep, resv_status s, const char *id,
+                            struct store_hold *h)
+{
+    if ((s == RESV_OK || s == RESV_REPLAYED) && h->record != NULL) {
+        api_reply_text(rep, s == RESV_OK ? 201 : 200, h->record, strlen(h->record));
+        if (s == RESV_OK) {
+            char location[sizeof("/orders/") + SEG_NAME_MAX + 2];
+            snprintf(location, sizeof location, "/orders/%s", id);
+            api_reply_header(rep, "Location", location);
+        }
+    } else {
+        reply_failed(rep, s, id, h->sku);
+    }
+}
+
+static void on_resv_done(void *arg, resv_status s, const char *id, struct store_hold *h)
+{
+    struct resv_call *c = arg;
+    if (c->confirm)
+        reply_confirmed(c->rep, s, id, h);
+    else if (s == RESV_OK || s == RESV_REPLAYED)
+        reply_hold(c->rep, s == RESV_OK ? 201 : 200, id, h);
+    else
+        reply_failed(c->rep, s, id, c->req->in.resv.sku);
+    c->done(c->tag);
+    free(c);
+}
+
+static struct resv_call *call_new(struct api_request *req, struct api_reply *rep,
+                                  void (*done)(void *tag), void *tag, bool confirm)
+{
+    struct resv_call *c = malloc(sizeof *c);
+    if (c == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    *c = (struct resv_call){req, rep, done, tag, confirm};
+    return c;
+}
+
+void api_resv_start_place(const struct api_ctx *ctx, struct api_request *req,
+                          struct api_reply *rep, void (*done)(void *tag), void *tag)
 {
     const struct api_resv_body *b = &req->in.resv;
     struct resv_request rq = {b->sku, b->qty, b->ttl_s, b->id};
-    char id[SEG_NAME_MAX + 1] = "";
-    struct admin_hold h;
-    resv_status s = resv_place(ctx->conn, &rq, id, &h);
-    if (s == RESV_OK || s == RESV_REPLAYED)
-        reply_hold(rep, s == RESV_OK ? 201 : 200, id, &h);
-    else
-        reply_failed(rep, s, id[0] ? id : b->id, b->sku);
-    resv_clear(&h);
+    resv_place_start(ctx->engine, &rq, on_resv_done,
+                     call_new(req, rep, done, tag, false));
+}
+
+void api_resv_start_confirm(const struct api_ctx *ctx, struct api_request *req,
+                            struct api_reply *rep, void (*done)(void *tag), void *tag)
+{
+    resv_confirm_start(ctx->engine, req->name, on_resv_done,
+                       call_new(req, rep, done, tag, true));
 }
 
 void api_resv_get(const struct api_ctx *ctx, struct api_request *req,
                   struct api_reply *rep)
 {
-    struct admin_hold h;
+    struct store_hold h;
     resv_status s = resv_get(ctx->conn, req->name, &h);
     if (s == RESV_OK)
         reply_hold(rep, 200, req->name, &h);
@@ -145,28 +206,10 @@ void api_resv_get(const struct api_ctx *ctx, struct api_request *req,
     resv_clear(&h);
 }
 
-void api_resv_confirm(const struct api_ctx *ctx, struct api_request *req,
-                      struct api_reply *rep)
-{
-    struct admin_hold h;
-    resv_status s = resv_confirm(ctx->conn, req->name, &h);
-    if ((s == RESV_OK || s == RESV_REPLAYED) && h.record != NULL) {
-        api_reply_text(rep, s == RESV_OK ? 201 : 200, h.record, strlen(h.record));
-        if (s == RESV_OK) {
-            char location[sizeof("/orders/") + SEG_NAME_MAX + 2];
-            snprintf(location, sizeof location, "/orders/%s", req->name);
-            api_reply_header(rep, "Location", location);
-        }
-    } else {
-        reply_failed(rep, s, req->name, h.sku);
-    }
-    resv_clear(&h);
-}
-
 void api_resv_release(const struct api_ctx *ctx, struct api_request *req,
                       struct api_reply *rep)
 {
-    struct admin_hold h;
+    struct store_hold h;
     resv_status s = resv_release(ctx->conn, req->name, &h);
     if (s == RESV_OK)
         reply_hold(rep, 200, req->name, &h);

@@ -4,7 +4,7 @@
  *   GET    /reservations/{id}         the hold as it stands
  *   POST   /reservations/{id}/confirm 201 the order (200 again; 410 expired)
  *   DELETE /reservations/{id}         the hold released (idempotent)
- * Each runs on a slow pool worker (a place may wait for segment locks).
+ * GET and DELETE run on a control pool worker (one script each).
  */
 #ifndef API_RESERVATIONS_H
 #define API_RESERVATIONS_H
@@ -12,12 +12,17 @@
 #include "api/routes.h"
 
 int api_resv_parse(struct api_request *req, struct api_parse_error *err);
-void api_resv_place(const struct api_ctx *ctx, struct api_request *req,
-                    struct api_reply *rep);
+/* The place and the confirm run on the request's event loop (segments/reserve.h
+ * resv_place_start); `fast` answers 409 reservations_unsupported inline where the
+ * loop's store has no reservations (a cluster, PostgreSQL). */
+bool api_resv_fast(const struct api_ctx *ctx, struct api_request *req,
+                   struct api_reply *rep);
+void api_resv_start_place(const struct api_ctx *ctx, struct api_request *req,
+                          struct api_reply *rep, void (*done)(void *tag), void *tag);
+void api_resv_start_confirm(const struct api_ctx *ctx, struct api_request *req,
+                            struct api_reply *rep, void (*done)(void *tag), void *tag);
 void api_resv_get(const struct api_ctx *ctx, struct api_request *req,
                   struct api_reply *rep);
-void api_resv_confirm(const struct api_ctx *ctx, struct api_request *req,
-                      struct api_reply *rep);
 void api_resv_release(const struct api_ctx *ctx, struct api_request *req,
                       struct api_reply *rep);
 

@@ -56,28 +56,6 @@ struct admin_reset {
     bool ledger; /* events on for the SKU (a store that writes them: Redis) */
 };
 
-/* A reservation as its store holds it (the hold_* ops below; docs/DESIGN.md
- * "Reservations"). Times are the store's clock, ms since the Unix epoch. */
-struct admin_hold {
-    char sku[SEG_NAME_MAX + 1];
-    char placed[STORE_SKU_PLACED_MAX];
-    int segment;
-    long long epoch;
-    long long qty;
-    long long expires_ms;
-    char state[12];  /* "held", "confirmed", "released", "expired" */
-    char *record;    /* confirm: the order record (malloc'd; the caller frees) */
-    int settled;     /* expired holds the call settled on its way (its own included) */
-    bool replicated; /* by SKU / by id calls: the SKU's durability is "replicated" */
-};
-
-/* hold_step's actions. */
-enum admin_hold_action {
-    ADMIN_HOLD_CONFIRM,
-    ADMIN_HOLD_RELEASE,
-    ADMIN_HOLD_READ,
-};
-
 typedef struct admin admin;
 
 struct admin_ops {
@@ -126,18 +104,18 @@ struct admin_ops {
      * way are settled. */
     int (*hold_place)(admin *a, const char *sku, const char *placed, long long epoch,
                       int i, const char *id, long long qty, int ttl_ms, const char *token,
-                      const char *attempt, struct store_reply *out, struct admin_hold *h);
+                      const char *attempt, struct store_reply *out, struct store_hold *h);
     /* Where reservation `id` lives: 1 (h: sku, placed, segment, epoch, qty, expiry),
      * 0 none, -1. */
-    int (*hold_find)(admin *a, const char *id, struct admin_hold *h);
+    int (*hold_find)(admin *a, const char *id, struct store_hold *h);
     /* One step on h's hold (as hold_find filled it): confirm (writing `record` under
      * `attempt`), release, or read; an expired hold is settled first. out->code OK
      * (h->state after; confirm: h->record), EXISTS (confirm: confirmed earlier,
      * h->record), ADMIN_CONFLICT (h->state says why: confirm of a released or expired
      * hold, "order" when another order has the id; release of a confirmed one),
      * MISSING, STALE (the SKU was reset or deleted: the hold is void). */
-    int (*hold_step)(admin *a, struct admin_hold *h, const char *id,
-                     enum admin_hold_action act, const char *record, const char *attempt,
+    int (*hold_step)(admin *a, struct store_hold *h, const char *id,
+                     enum store_hold_action act, const char *record, const char *attempt,
                      struct store_reply *out);
     /* hold_place over the whole SKU in one call: the store reads the SKU's settings
      * and walks its segments from segment `start` (mod their count), as the caller
@@ -148,12 +126,12 @@ struct admin_ops {
      * walks with hold_place. */
     int (*hold_place_any)(admin *a, const char *sku, const char *id, long long qty,
                           int ttl_ms, int start, const char *attempt,
-                          struct store_reply *out, struct admin_hold *h);
+                          struct store_reply *out, struct store_hold *h);
     /* hold_find and hold_step in one call (the store reads the index itself), the
      * record built by the store as record.h's; h filled from the index. NULL: the
      * caller makes the two calls. */
-    int (*hold_by_id)(admin *a, const char *id, enum admin_hold_action act,
-                      const char *attempt, struct store_reply *out, struct admin_hold *h);
+    int (*hold_by_id)(admin *a, const char *id, enum store_hold_action act,
+                      const char *attempt, struct store_reply *out, struct store_hold *h);
     /* Units held in segments 0..n-1 of `placed` of `epoch`. 0 or -1. */
     int (*holds_reserved)(admin *a, const char *placed, int n, long long epoch,
                           long long *reserved);

@@ -36,7 +36,7 @@ const char *resv_status_name(resv_status s)
     return (size_t)s < sizeof names / sizeof *names ? names[s] : "unknown";
 }
 
-void resv_clear(struct admin_hold *h)
+void resv_clear(struct store_hold *h)
 {
     free(h->record);
     h->record = NULL;
@@ -53,7 +53,7 @@ static bool supported(inv_conn *c)
 
 /* Durability "replicated": a replica has segment `seg`'s step (and the order record
  * of `id`, when not NULL). */
-static resv_status replicated(inv_conn *c, const struct admin_hold *h, const char *id)
+static resv_status replicated(inv_conn *c, const struct store_hold *h, const char *id)
 {
     int n = ADMIN_CALL(c->adm, wait, h->placed, 1, &h->segment, id, h->sku,
                        c->v->opt.redis_timeout_ms / 2);
@@ -63,14 +63,14 @@ static resv_status replicated(inv_conn *c, const struct admin_hold *h, const cha
 /* A hold found under the id a place asked for: the same request (its state now), or
  * another's. */
 static resv_status replay(inv_conn *c, const struct resv_request *rq, const char *id,
-                          struct admin_hold *h)
+                          struct store_hold *h)
 {
     if (ADMIN_CALL(c->adm, hold_find, id, h) != 1) /* gone meanwhile: say so */
         return RESV_CONFLICT;
     if (strcmp(h->sku, rq->sku) != 0 || h->qty != rq->qty)
         return RESV_CONFLICT;
     struct store_reply r = {0};
-    if (ADMIN_CALL(c->adm, hold_step, h, id, ADMIN_HOLD_READ, NULL, NULL, &r) < 0)
+    if (ADMIN_CALL(c->adm, hold_step, h, id, STORE_HOLD_READ, NULL, NULL, &r) < 0)
         return RESV_UNAVAILABLE;
     return r.code == STORE_OK ? RESV_REPLAYED : RESV_CONFLICT;
 }
@@ -78,7 +78,7 @@ static resv_status replay(inv_conn *c, const struct resv_request *rq, const char
 /* One try over the segments of the SKU as `view` has it: RESV_* or -1 (stale). */
 static int place_once(inv_conn *c, const struct resv_request *rq, const char *id,
                       const char *attempt, const struct sku_view *view,
-                      struct admin_hold *h)
+                      struct store_hold *h)
 {
     char placed[STORE_SKU_PLACED_MAX];
     store_sku_placed(placed, rq->sku, view->salt);
@@ -130,7 +130,7 @@ static int place_once(inv_conn *c, const struct resv_request *rq, const char *id
  * SKU's settings and walks its segments itself; BUSY walks again after a jittered
  * pause until lock_wait_ms. */
 static resv_status place_any(inv_conn *c, const struct resv_request *rq, const char *id,
-                             const char *attempt, struct admin_hold *h)
+                             const char *attempt, struct store_hold *h)
 {
     int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
     int start = (int)inv_rand(c, SEG_MAX_SEGMENTS);
@@ -173,7 +173,7 @@ static resv_status place_any(inv_conn *c, const struct resv_request *rq, const c
 }
 
 resv_status resv_place(inv_conn *c, const struct resv_request *rq, char *id,
-                       struct admin_hold *h)
+                       struct store_hold *h)
 {
     memset(h, 0, sizeof *h);
     if (!seg_valid_name(rq->sku) || rq->qty < 1 || rq->qty > ORDER_QTY_MAX ||
@@ -216,10 +216,9 @@ resv_status resv_place(inv_conn *c, const struct resv_request *rq, char *id,
     return st == -1 ? RESV_BUSY : (resv_status)st;
 }
 
-/* h's hold after a step answered `r`, as a status. */
-static resv_status settled(const struct admin_hold *h, const struct store_reply *r)
+resv_status resv_step_status(const struct store_hold *h, int code)
 {
-    switch (r->code) {
+    switch (code) {
     case STORE_OK:
         return RESV_OK;
     case STORE_EXISTS:
@@ -241,8 +240,8 @@ static resv_status settled(const struct admin_hold *h, const struct store_reply 
 
 /* Find reservation `id` and run `act` on it: one call where the store can, else the
  * index read and then the step. */
-static resv_status step(inv_conn *c, const char *id, enum admin_hold_action act,
-                        struct admin_hold *h)
+static resv_status step(inv_conn *c, const char *id, enum store_hold_action act,
+                        struct store_hold *h)
 {
     memset(h, 0, sizeof *h);
     if (!seg_valid_name(id))
@@ -260,7 +259,7 @@ static resv_status step(inv_conn *c, const char *id, enum admin_hold_action act,
         if (found <= 0)
             return found < 0 ? RESV_UNAVAILABLE : RESV_NOT_FOUND;
         char *record =
-            act == ADMIN_HOLD_CONFIRM
+            act == STORE_HOLD_CONFIRM
                 ? record_build(id, h->sku, h->qty, 1, &h->segment, &h->qty, "confirmed")
                 : NULL;
         rc = ADMIN_CALL(c->adm, hold_step, h, id, act, record, attempt, &r);
@@ -268,18 +267,18 @@ static resv_status step(inv_conn *c, const char *id, enum admin_hold_action act,
     }
     if (rc < 0)
         return RESV_UNAVAILABLE;
-    resv_status s = settled(h, &r);
+    resv_status s = resv_step_status(h, r.code);
     if (h->settled > 0)
         stat_add(c->v, STAT_HOLDS_EXPIRED, h->settled);
     if (h->sku[0] != '\0' &&
-        (h->settled > 0 || (act == ADMIN_HOLD_RELEASE && s == RESV_OK)))
+        (h->settled > 0 || (act == STORE_HOLD_RELEASE && s == RESV_OK)))
         skutab_invalidate(c->v, h->sku); /* stock rose: sold-out flags go */
     return s;
 }
 
-resv_status resv_confirm(inv_conn *c, const char *id, struct admin_hold *h)
+resv_status resv_confirm(inv_conn *c, const char *id, struct store_hold *h)
 {
-    resv_status s = step(c, id, ADMIN_HOLD_CONFIRM, h);
+    resv_status s = step(c, id, STORE_HOLD_CONFIRM, h);
     if (s == RESV_OK)
         stat_add(c->v, STAT_HOLDS_CONFIRMED, 1);
     if ((s == RESV_OK || s == RESV_REPLAYED) && h->record == NULL)
@@ -300,17 +299,17 @@ resv_status resv_confirm(inv_conn *c, const char *id, struct admin_hold *h)
     return s;
 }
 
-resv_status resv_release(inv_conn *c, const char *id, struct admin_hold *h)
+resv_status resv_release(inv_conn *c, const char *id, struct store_hold *h)
 {
-    resv_status s = step(c, id, ADMIN_HOLD_RELEASE, h);
+    resv_status s = step(c, id, STORE_HOLD_RELEASE, h);
     if (s == RESV_OK && strcmp(h->state, "released") == 0)
         stat_add(c->v, STAT_HOLDS_RELEASED, 1);
     return s;
 }
 
-resv_status resv_get(inv_conn *c, const char *id, struct admin_hold *h)
+resv_status resv_get(inv_conn *c, const char *id, struct store_hold *h)
 {
-    return step(c, id, ADMIN_HOLD_READ, h);
+    return step(c, id, STORE_HOLD_READ, h);
 }
 
 int resv_reserved(inv_conn *c, const char *placed, int n, long long epoch,

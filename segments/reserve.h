@@ -21,6 +21,7 @@
 #define SEG_RESERVE_H
 
 #include "segments/admin.h"
+#include "segments/engine.h"
 #include "segments/inventory.h"
 
 #define RESV_TTL_MAX_S 86400 /* a hold lasts at most a day */
@@ -54,11 +55,30 @@ struct resv_request {
 /* Each fills *h (h->record: confirm's order record, malloc'd: resv_clear) and `id`
  * (SEG_NAME_MAX + 1: the reservation's id). */
 resv_status resv_place(inv_conn *c, const struct resv_request *rq, char *id,
-                       struct admin_hold *h);
-resv_status resv_confirm(inv_conn *c, const char *id, struct admin_hold *h);
-resv_status resv_release(inv_conn *c, const char *id, struct admin_hold *h);
-resv_status resv_get(inv_conn *c, const char *id, struct admin_hold *h);
-void resv_clear(struct admin_hold *h);
+                       struct store_hold *h);
+resv_status resv_confirm(inv_conn *c, const char *id, struct store_hold *h);
+resv_status resv_release(inv_conn *c, const char *id, struct store_hold *h);
+resv_status resv_get(inv_conn *c, const char *id, struct store_hold *h);
+void resv_clear(struct store_hold *h);
+
+/* The status of a reservation's step that answered `code` (a STORE_* or ADMIN_* code;
+ * h->state says which refusal). */
+resv_status resv_step_status(const struct store_hold *h, int code);
+
+/* ---- on an event loop (reserve_loop.c) ----
+ * The place and the confirm without blocking, on engine e's loop and its store (one
+ * call each, pipelined with the loop's orders; a busy walk tried again from a timer).
+ * `done` runs once, on the loop, never inside the start call: the status, the id, and
+ * the hold (done may take h->record, setting it NULL). Each counts in the engine's
+ * in-flight work, so a stopping loop waits for it. Only where resv_loop_supported (a
+ * standalone Redis). */
+typedef void (*resv_done_fn)(void *arg, resv_status s, const char *id,
+                             struct store_hold *h);
+bool resv_loop_supported(engine *e);
+/* rq as resv_place's, already validated (api/parse.c). */
+void resv_place_start(engine *e, const struct resv_request *rq, resv_done_fn done,
+                      void *arg);
+void resv_confirm_start(engine *e, const char *id, resv_done_fn done, void *arg);
 
 /* Units held in segments 0..n-1 of `placed` of `epoch` (0 where the store keeps no
  * reservations). 0 or -1. */

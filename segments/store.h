@@ -160,7 +160,33 @@ struct store_stats {
                            pipeline batch */
 };
 
+/* A reservation as its store holds it (the hold ops below and admin.h's; docs/DESIGN.md
+ * "Reservations"). Times are the store's clock, ms since the Unix epoch. */
+struct store_hold {
+    char sku[SEG_NAME_MAX + 1];
+    char placed[STORE_SKU_PLACED_MAX];
+    int segment;
+    long long epoch;
+    long long qty;
+    long long expires_ms;
+    char state[12];  /* "held", "confirmed", "released", "expired" */
+    char *record;    /* confirm: the order record (malloc'd; the caller frees) */
+    int settled;     /* expired holds the call settled on its way (its own included) */
+    bool replicated; /* by SKU / by id calls: the SKU's durability is "replicated" */
+};
+
+/* A reservation's steps after its place. */
+enum store_hold_action {
+    STORE_HOLD_CONFIRM,
+    STORE_HOLD_RELEASE,
+    STORE_HOLD_READ,
+};
+
 typedef void (*store_reply_fn)(void *arg, int rc, struct store_reply *r);
+/* A reservation's call answered: r->code, and h filled as the call says (the callback
+ * may take h->record, setting it NULL). */
+typedef void (*store_hold_fn)(void *arg, int rc, const struct store_reply *r,
+                              struct store_hold *h);
 typedef void (*store_multi_fn)(void *arg, int rc, struct store_reply *r,
                                const long long *stocks);
 typedef void (*store_int_fn)(void *arg, int rc, int value);
@@ -278,6 +304,15 @@ struct store_ops {
     /* A fresh order id (32 hex digits) rewritten so that its record lives with
      * segment i's deduction; nothing to do where it always does. */
     void (*id_for_segment)(store *s, const char *sku, int i, char *id);
+
+    /* ---- reservations (a standalone Redis; NULL elsewhere) ----
+     * admin.h's hold_place_any and hold_by_id on the loop: the SKU's segments walked
+     * from `start` in one call; a reservation's step by its id in one call. */
+    void (*hold_place_any)(store *s, const char *sku, const char *id, long long qty,
+                           int ttl_ms, int start, const char *attempt, store_hold_fn fn,
+                           void *arg);
+    void (*hold_by_id)(store *s, const char *id, enum store_hold_action act,
+                       const char *attempt, store_hold_fn fn, void *arg);
 
     /* ---- durability ---- */
     /* value = how many replicas have every write made to segment i of `sku` (i -1:

@@ -140,6 +140,8 @@ static void test_hold_confirm_replay(void **state)
     assert_int_equal(reserve(a, "rv-life", 3, 60, "life-1", &r), 201);
     json_t *j = h_resp_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
+    assert_string_equal(json_string_value(json_object_get(j, "sku")), "rv-life");
+    assert_int_equal(jint(j, "qty"), 3);
     long long x = jint(j, "expires_at_ms");
     assert_true(x > redis_ms(f) + 50000 && x <= redis_ms(f) + 60000);
     assert_string_equal(r.location, "/reservations/life-1");

@@ -170,19 +170,19 @@ static const char *const locks[] = {"redis", "redlock", "memcached", "zookeeper"
 
 static int hold_place(admin *a, const char *sku, const char *placed, long long epoch,
                       int i, const char *id, long long qty, int ttl_ms, const char *token,
-                      const char *attempt, struct store_reply *out, struct admin_hold *h)
+                      const char *attempt, struct store_reply *out, struct store_hold *h)
 {
     return rd_hold_place(conn(a), sku, placed, epoch, i, id, qty, ttl_ms, token, attempt,
                          out, h);
 }
 
-static int hold_find(admin *a, const char *id, struct admin_hold *h)
+static int hold_find(admin *a, const char *id, struct store_hold *h)
 {
     return rd_hold_find(conn(a), id, h);
 }
 
-static int hold_step(admin *a, struct admin_hold *h, const char *id,
-                     enum admin_hold_action act, const char *record, const char *attempt,
+static int hold_step(admin *a, struct store_hold *h, const char *id,
+                     enum store_hold_action act, const char *record, const char *attempt,
                      struct store_reply *out)
 {
     return rd_hold_step(conn(a), h, id, act, record, attempt, out);
@@ -190,13 +190,13 @@ static int hold_step(admin *a, struct admin_hold *h, const char *id,
 
 static int hold_place_any(admin *a, const char *sku, const char *id, long long qty,
                           int ttl_ms, int start, const char *attempt,
-                          struct store_reply *out, struct admin_hold *h)
+                          struct store_reply *out, struct store_hold *h)
 {
     return rd_hold_place_any(conn(a), sku, id, qty, ttl_ms, start, attempt, out, h);
 }
 
-static int hold_by_id(admin *a, const char *id, enum admin_hold_action act,
-                      const char *attempt, struct store_reply *out, struct admin_hold *h)
+static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
+                      const char *attempt, struct store_reply *out, struct store_hold *h)
 {
     return rd_hold_by_id(conn(a), id, act, attempt, out, h);
 }

@@ -24,6 +24,7 @@ enum kind {
     K_RECORD,
     K_STOCKS,
     K_PING,
+    K_RAW, /* the reply itself, for the caller's decoder (rda_raw) */
     K_PART /* one command of a fan-out (struct fan) */
 };
 
@@ -153,6 +154,7 @@ static void answer(struct req *q, redisReply *r)
         case K_PING:
             rc = 0;
             break;
+        case K_RAW:
         case K_PART:
             break;
         }
@@ -207,6 +209,9 @@ static void answer(struct req *q, redisReply *r)
             break;
         case K_STOCKS:
             ((rda_stocks_fn)q->fn)(q->arg, rc, stocks);
+            break;
+        case K_RAW:
+            ((rda_raw_fn)q->fn)(q->arg, r);
             break;
         case K_PART:
             break;
@@ -574,6 +579,13 @@ void rda_stats(const rda_conn *c, struct rda_stats *out)
 /* ---- the calls ------------------------------------------------------------------ */
 
 #define FN(f) ((void (*)(void))(f))
+
+void rda_raw(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg)
+{
+    struct req *q = new_req(c, K_RAW, FN(fn), arg);
+    q->lq.cmd = *cmd;
+    route(q);
+}
 
 void rda_ping(rda_conn *c, rda_int_fn fn, void *arg)
 {

@@ -93,6 +93,12 @@ typedef store_found_fn rda_found_fn;
 /* The calls of calls.h, with the same arguments and codes. `fn` may be NULL when
  * nobody waits for the answer (a release on the way out). */
 void rda_ping(rda_conn *c, rda_int_fn fn, void *arg);
+/* Send `cmd` (built by the caller, taken over) and hand its reply as it is to `fn`
+ * (NULL: none came), for a decoder of the seam's own (holds.h). */
+struct redisReply;
+struct rd_cmd;
+typedef void (*rda_raw_fn)(void *arg, const struct redisReply *r);
+void rda_raw(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg);
 void rda_meta_read(rda_conn *c, const char *sku, rda_meta_fn fn, void *arg);
 /* As rd_record_read, for a caller that knows the SKU it expects and that SKU's epoch:
  * a record of `sku` from another epoch was left behind by a reset, and reads as none.

@@ -2,8 +2,11 @@
 #include "segments/redis/backend.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/redis/cmd.h"
+#include "segments/redis/holds.h"
 
 /* The seam's codes and layouts are Redis's own. */
 _Static_assert(STORE_OK == RD_OK && STORE_BUSY == RD_BUSY && STORE_SHORT == RD_SHORT &&
@@ -189,6 +192,51 @@ static void wait_durable(store *s, const char *sku, int i, const char *id, int t
     rda_wait(conn(s), sku, i, id, timeout_ms, fn, arg);
 }
 
+/* A reservation's call on its way: the caller's callback and what decoding needs. */
+struct hold_call {
+    store_hold_fn fn;
+    void *arg;
+    long long qty; /* by SKU: the qty placed */
+    bool by_sku;
+};
+
+static void hold_answered(void *arg, const struct redisReply *r)
+{
+    struct hold_call *hc = arg;
+    struct store_reply out;
+    struct store_hold h;
+    int rc = -1;
+    memset(&h, 0, sizeof h);
+    memset(&out, 0, sizeof out);
+    if (r != NULL)
+        rc = hc->by_sku ? rd_hold_decode_place_any(r, hc->qty, &out, &h)
+                        : rd_hold_decode_by_id(r, &out, &h);
+    hc->fn(hc->arg, rc, &out, &h);
+    free(h.record);
+    free(hc);
+}
+
+static void hold_place_any(store *s, const char *sku, const char *id, long long qty,
+                           int ttl_ms, int start, const char *attempt, store_hold_fn fn,
+                           void *arg)
+{
+    struct hold_call *hc = seg_calloc(1, sizeof *hc);
+    *hc = (struct hold_call){fn, arg, qty, true};
+    struct rd_cmd cmd;
+    rd_hold_cmd_place_any(&cmd, sku, id, qty, ttl_ms, start, attempt);
+    rda_raw(conn(s), &cmd, hold_answered, hc);
+}
+
+static void hold_by_id(store *s, const char *id, enum store_hold_action act,
+                       const char *attempt, store_hold_fn fn, void *arg)
+{
+    struct hold_call *hc = seg_calloc(1, sizeof *hc);
+    *hc = (struct hold_call){fn, arg, 0, false};
+    struct rd_cmd cmd;
+    rd_hold_cmd_by_id(&cmd, id, act, attempt);
+    rda_raw(conn(s), &cmd, hold_answered, hc);
+}
+
 static const struct store_ops redis_ops = {
     .name = "redis",
     .caps = caps,
@@ -217,6 +265,8 @@ static const struct store_ops redis_ops = {
     .plan_build = plan_build,
     .id_for_segment = id_for_segment,
     .wait = wait_durable,
+    .hold_place_any = hold_place_any,
+    .hold_by_id = hold_by_id,
 };
 
 store *rd_store_create(struct event_base *base, const struct rd_target *to,

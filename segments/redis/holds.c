@@ -10,9 +10,9 @@
 #include "segments/redis/store.h"
 
 static const char *const actions[] = {
-    [ADMIN_HOLD_CONFIRM] = "confirm",
-    [ADMIN_HOLD_RELEASE] = "release",
-    [ADMIN_HOLD_READ] = "read",
+    [STORE_HOLD_CONFIRM] = "confirm",
+    [STORE_HOLD_RELEASE] = "release",
+    [STORE_HOLD_READ] = "read",
 };
 
 /* The holding list's member of segment i of `placed` of `epoch`. */
@@ -81,7 +81,7 @@ static int reply_code(const redisReply *r)
 
 int rd_hold_place(rd_conn *c, const char *sku, const char *placed, long long epoch, int i,
                   const char *id, long long qty, int ttl_ms, const char *token,
-                  const char *attempt, struct store_reply *out, struct admin_hold *h)
+                  const char *attempt, struct store_reply *out, struct store_hold *h)
 {
     struct rd_cmd cmd;
     memset(out, 0, sizeof *out);
@@ -122,7 +122,7 @@ int rd_hold_place(rd_conn *c, const char *sku, const char *placed, long long epo
     return code < 0 ? -1 : 0;
 }
 
-int rd_hold_find(rd_conn *c, const char *id, struct admin_hold *h)
+int rd_hold_find(rd_conn *c, const char *id, struct store_hold *h)
 {
     struct rd_cmd cmd;
     char k[SEG_KEY_MAX];
@@ -154,8 +154,8 @@ int rd_hold_find(rd_conn *c, const char *id, struct admin_hold *h)
     return found;
 }
 
-int rd_hold_step(rd_conn *c, struct admin_hold *h, const char *id,
-                 enum admin_hold_action act, const char *record, const char *attempt,
+int rd_hold_step(rd_conn *c, struct store_hold *h, const char *id,
+                 enum store_hold_action act, const char *record, const char *attempt,
                  struct store_reply *out)
 {
     struct rd_cmd cmd;
@@ -191,7 +191,7 @@ int rd_hold_step(rd_conn *c, struct admin_hold *h, const char *id,
 
 /* The segment fields a by-SKU or by-id reply ends with, from element k on: sku,
  * segment, epoch, placed name, durability. */
-static void where_from(const redisReply *r, size_t k, struct admin_hold *h)
+static void where_from(const redisReply *r, size_t k, struct store_hold *h)
 {
     if (r->elements < k + 5)
         return;
@@ -202,92 +202,118 @@ static void where_from(const redisReply *r, size_t k, struct admin_hold *h)
     h->replicated = strcmp(elem_str(r, k + 4), "replicated") == 0;
 }
 
-int rd_hold_place_any(rd_conn *c, const char *sku, const char *id, long long qty,
-                      int ttl_ms, int start, const char *attempt, struct store_reply *out,
-                      struct admin_hold *h)
+void rd_hold_cmd_place_any(struct rd_cmd *cmd, const char *sku, const char *id,
+                           long long qty, int ttl_ms, int start, const char *attempt)
 {
-    struct rd_cmd cmd;
     char k[SEG_KEY_MAX];
-    memset(out, 0, sizeof *out);
-    memset(h, 0, sizeof *h);
-    cmd_script(&cmd, SCRIPT_HOLD);
-    cmd_key(&cmd, seg_key_meta(k, sku));
-    cmd_arg(&cmd, "place");
-    cmd_arg(&cmd, "");
-    cmd_arg(&cmd, sku);
-    cmd_argll(&cmd, start);
-    cmd_arg(&cmd, "");
-    cmd_arg(&cmd, "");
-    cmd_arg(&cmd, id);
-    cmd_argll(&cmd, qty);
-    cmd_argll(&cmd, ttl_ms);
-    cmd_arg(&cmd, "");
-    cmd_arg(&cmd, attempt);
-    redisReply *r = store_call(c, &cmd);
-    int code = reply_code(r);
-    if (code >= 0) {
-        out->code = code;
-        switch (code) {
-        case RD_OK: /* {OK, stock left, expires, settled, where...} */
-            out->value = elem_ll(r, 1);
-            h->qty = qty;
-            h->expires_ms = elem_ll(r, 2);
-            h->settled = (int)elem_ll(r, 3);
-            snprintf(h->state, sizeof h->state, "held");
-            where_from(r, 4, h);
-            break;
-        case RD_EXISTS: /* {EXISTS, sku, epoch, seg, qty, expires, settled, ...} */
-            snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 1));
-            h->epoch = elem_ll(r, 2);
-            h->segment = (int)elem_ll(r, 3);
-            h->qty = elem_ll(r, 4);
-            h->expires_ms = elem_ll(r, 5);
-            h->settled = (int)elem_ll(r, 6);
-            break;
-        case RD_BUSY:
-        case RD_SHORT: /* {code, stock, settled} */
-            out->value = elem_ll(r, 1);
-            h->settled = (int)elem_ll(r, 2);
-            break;
-        default: /* CONFLICT, STALE: {code, settled, ...}; MISSING, MISMATCH */
-            h->settled = r->elements > 1 ? (int)elem_ll(r, 1) : 0;
-            break;
-        }
-    }
-    if (r != NULL)
-        freeReplyObject(r);
-    return code < 0 ? -1 : 0;
+    cmd_script(cmd, SCRIPT_HOLD);
+    cmd_key(cmd, seg_key_meta(k, sku));
+    cmd_arg(cmd, "place");
+    cmd_arg(cmd, "");
+    cmd_arg(cmd, sku);
+    cmd_argll(cmd, start);
+    cmd_arg(cmd, "");
+    cmd_arg(cmd, "");
+    cmd_arg(cmd, id);
+    cmd_argll(cmd, qty);
+    cmd_argll(cmd, ttl_ms);
+    cmd_arg(cmd, "");
+    cmd_arg(cmd, attempt);
 }
 
-int rd_hold_by_id(rd_conn *c, const char *id, enum admin_hold_action act,
-                  const char *attempt, struct store_reply *out, struct admin_hold *h)
+int rd_hold_decode_place_any(const redisReply *r, long long qty, struct store_reply *out,
+                             struct store_hold *h)
 {
-    struct rd_cmd cmd;
-    char k[SEG_KEY_MAX];
     memset(out, 0, sizeof *out);
     memset(h, 0, sizeof *h);
-    cmd_script(&cmd, SCRIPT_HOLD);
-    cmd_key(&cmd, seg_key_hold_index(k, id));
-    cmd_arg(&cmd, actions[act]);
-    for (int a = 2; a <= 13; a++)
-        cmd_arg(&cmd, a == 7 ? id : a == 11 && attempt != NULL ? attempt : "");
-    redisReply *r = store_call(c, &cmd);
     int code = reply_code(r);
-    if (code >= 0) {
-        out->code = code;
-        if (r->elements >= 6) { /* {code, state, qty, expires, record, settled, ...} */
-            snprintf(h->state, sizeof h->state, "%s", elem_str(r, 1));
-            h->qty = elem_ll(r, 2);
-            h->expires_ms = elem_ll(r, 3);
-            if (elem_str(r, 4)[0] != '\0')
-                h->record = seg_strdup(elem_str(r, 4));
-            h->settled = (int)elem_ll(r, 5);
-        }
-        where_from(r, 6, h); /* ..., sku, segment, epoch, placed, durability */
+    if (code < 0)
+        return -1;
+    out->code = code;
+    switch (code) {
+    case RD_OK: /* {OK, stock left, expires, settled, where...} */
+        out->value = elem_ll(r, 1);
+        h->qty = qty;
+        h->expires_ms = elem_ll(r, 2);
+        h->settled = (int)elem_ll(r, 3);
+        snprintf(h->state, sizeof h->state, "held");
+        where_from(r, 4, h);
+        break;
+    case RD_EXISTS: /* {EXISTS, sku, epoch, seg, qty, expires, settled, ...} */
+        snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 1));
+        h->epoch = elem_ll(r, 2);
+        h->segment = (int)elem_ll(r, 3);
+        h->qty = elem_ll(r, 4);
+        h->expires_ms = elem_ll(r, 5);
+        h->settled = (int)elem_ll(r, 6);
+        break;
+    case RD_BUSY:
+    case RD_SHORT: /* {code, stock, settled} */
+        out->value = elem_ll(r, 1);
+        h->settled = (int)elem_ll(r, 2);
+        break;
+    default: /* CONFLICT, STALE: {code, settled, ...}; MISSING, MISMATCH */
+        h->settled = r->elements > 1 ? (int)elem_ll(r, 1) : 0;
+        break;
     }
+    return 0;
+}
+
+int rd_hold_place_any(rd_conn *c, const char *sku, const char *id, long long qty,
+                      int ttl_ms, int start, const char *attempt, struct store_reply *out,
+                      struct store_hold *h)
+{
+    struct rd_cmd cmd;
+    rd_hold_cmd_place_any(&cmd, sku, id, qty, ttl_ms, start, attempt);
+    redisReply *r = store_call(c, &cmd);
+    int rc = r != NULL ? rd_hold_decode_place_any(r, qty, out, h) : -1;
     if (r != NULL)
         freeReplyObject(r);
-    return code < 0 ? -1 : 0;
+    return rc;
+}
+
+void rd_hold_cmd_by_id(struct rd_cmd *cmd, const char *id, enum store_hold_action act,
+                       const char *attempt)
+{
+    char k[SEG_KEY_MAX];
+    cmd_script(cmd, SCRIPT_HOLD);
+    cmd_key(cmd, seg_key_hold_index(k, id));
+    cmd_arg(cmd, actions[act]);
+    for (int a = 2; a <= 13; a++)
+        cmd_arg(cmd, a == 7 ? id : a == 11 && attempt != NULL ? attempt : "");
+}
+
+int rd_hold_decode_by_id(const redisReply *r, struct store_reply *out,
+                         struct store_hold *h)
+{
+    memset(out, 0, sizeof *out);
+    memset(h, 0, sizeof *h);
+    int code = reply_code(r);
+    if (code < 0)
+        return -1;
+    out->code = code;
+    if (r->elements >= 6) { /* {code, state, qty, expires, record, settled, ...} */
+        snprintf(h->state, sizeof h->state, "%s", elem_str(r, 1));
+        h->qty = elem_ll(r, 2);
+        h->expires_ms = elem_ll(r, 3);
+        if (elem_str(r, 4)[0] != '\0')
+            h->record = seg_strdup(elem_str(r, 4));
+        h->settled = (int)elem_ll(r, 5);
+    }
+    where_from(r, 6, h); /* ..., sku, segment, epoch, placed, durability */
+    return 0;
+}
+
+int rd_hold_by_id(rd_conn *c, const char *id, enum store_hold_action act,
+                  const char *attempt, struct store_reply *out, struct store_hold *h)
+{
+    struct rd_cmd cmd;
+    rd_hold_cmd_by_id(&cmd, id, act, attempt);
+    redisReply *r = store_call(c, &cmd);
+    int rc = r != NULL ? rd_hold_decode_by_id(r, out, h) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
 }
 
 int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,

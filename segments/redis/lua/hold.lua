@@ -90,6 +90,7 @@ local function run()
       r[#r + 1] = tonumber(A[4])
       r[#r + 1] = tonumber(A[2])
       r[#r + 1] = A[13]
+      r[#r + 1] = A[14]
     end
     return r
   end

@@ -1,0 +1,217 @@
+/* reserve_loop.c -- reservations placed and confirmed on an event loop (reserve.h): one
+ * call of the loop's store each (a standalone Redis), pipelined with the loop's orders;
+ * a busy walk is tried again from a timer. */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/xalloc.h"
+#include "segments/engine_internal.h"
+#include "segments/reserve.h"
+#include "segments/skutab.h"
+
+/* One reservation call on its way (the loop's, freed when answered). */
+struct rl {
+    engine *e;
+    resv_done_fn done;
+    void *arg;
+    enum { RL_PLACE, RL_REPLAY, RL_CONFIRM, RL_WAIT } state;
+    char id[SEG_NAME_MAX + 1];
+    char sku[SEG_NAME_MAX + 1];
+    char attempt[33];
+    long long qty, ttl_s;
+    int start, stale;
+    int64_t deadline;
+    struct event *timer;
+    struct store_hold h; /* the answer so far (h.record owned here) */
+    resv_status result;
+};
+
+bool resv_loop_supported(engine *e)
+{
+    return e->st->ops->hold_place_any != NULL && e->st->ops->hold_by_id != NULL &&
+           !(store_caps(e->st) & STORE_CAP_RECORD_APART); /* not a cluster */
+}
+
+static void finish(struct rl *q, resv_status s)
+{
+    if (q->timer != NULL)
+        event_free(q->timer);
+    q->e->in_flight--;
+    q->done(q->arg, s, q->id, &q->h);
+    free(q->h.record);
+    free(q);
+}
+
+static void send_place(struct rl *q);
+
+static void on_wait(void *arg, int rc, int replicas)
+{
+    struct rl *q = arg;
+    finish(q, rc < 0 ? RESV_UNAVAILABLE : replicas < 1 ? RESV_NOT_REPLICATED : q->result);
+}
+
+/* s for q's hold, after a WAIT when its SKU is "replicated". */
+static void settle(struct rl *q, resv_status s, const char *order_id)
+{
+    if ((s == RESV_OK || s == RESV_REPLAYED) && q->h.replicated) {
+        q->result = s;
+        q->state = RL_WAIT;
+        STORE_CALL(q->e->st, wait, q->h.placed, q->h.segment, order_id,
+                   q->e->v->opt.redis_timeout_ms / 2, on_wait, q);
+        return;
+    }
+    finish(q, s);
+}
+
+/* Count what the store settled on its way; its stock rose: sold-out flags go. */
+static void settled_on_the_way(struct rl *q, const struct store_hold *h)
+{
+    if (h->settled <= 0)
+        return;
+    stat_add(q->e->v, STAT_HOLDS_EXPIRED, h->settled);
+    skutab_invalidate(q->e->v, h->sku[0] != '\0' ? h->sku : q->sku);
+}
+
+/* Take h over as q's answer (its record included). */
+static void keep(struct rl *q, struct store_hold *h)
+{
+    free(q->h.record);
+    q->h = *h;
+    h->record = NULL;
+}
+
+static void on_replay(void *arg, int rc, const struct store_reply *r,
+                      struct store_hold *h)
+{
+    struct rl *q = arg;
+    if (rc < 0) {
+        finish(q, RESV_UNAVAILABLE);
+        return;
+    }
+    settled_on_the_way(q, h);
+    keep(q, h);
+    bool same = r->code == STORE_OK && strcmp(h->sku, q->sku) == 0 && h->qty == q->qty;
+    finish(q, same ? RESV_REPLAYED : RESV_CONFLICT);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    send_place(arg);
+}
+
+static void on_place(void *arg, int rc, const struct store_reply *r, struct store_hold *h)
+{
+    struct rl *q = arg;
+    if (rc < 0) {
+        finish(q, RESV_UNAVAILABLE);
+        return;
+    }
+    settled_on_the_way(q, h);
+    switch (r->code) {
+    case STORE_OK:
+        keep(q, h);
+        stat_add(q->e->v, STAT_HOLDS_PLACED, 1);
+        settle(q, RESV_OK, NULL);
+        return;
+    case STORE_EXISTS: /* the id is a hold already: the same request, or another's */
+        q->state = RL_REPLAY;
+        STORE_CALL(q->e->st, hold_by_id, q->id, STORE_HOLD_READ, q->attempt, on_replay,
+                   q);
+        return;
+    case ADMIN_CONFLICT:
+        finish(q, RESV_CONFLICT);
+        return;
+    case STORE_MISSING:
+        finish(q, RESV_UNKNOWN_SKU);
+        return;
+    case ADMIN_MISMATCH:
+        finish(q, RESV_UNSUPPORTED);
+        return;
+    case STORE_SHORT:
+        stat_add(q->e->v, STAT_FALL_THROUGHS, 1);
+        finish(q, r->value == 0 ? RESV_SOLD_OUT : RESV_INSUFFICIENT);
+        return;
+    case STORE_STALE:
+        if (++q->stale >= 4) {
+            finish(q, RESV_BUSY);
+            return;
+        }
+        break;
+    default: /* BUSY: every segment that could take it is locked right now */
+        stat_add(q->e->v, STAT_BUSY_SKIPS, 1);
+        if (inv_now_ms() >= q->deadline) {
+            finish(q, RESV_BUSY);
+            return;
+        }
+        break;
+    }
+    stat_add(q->e->v, STAT_LOCK_WAITS, 1);
+    if (q->timer == NULL)
+        q->timer = evtimer_new(q->e->base, on_timer, q);
+    struct timeval tv = {0, 1000 * (1 + (int)(q->e->rng++ % 4))};
+    evtimer_add(q->timer, &tv);
+}
+
+static void send_place(struct rl *q)
+{
+    STORE_CALL(q->e->st, hold_place_any, q->sku, q->id, q->qty, (int)(q->ttl_s * 1000),
+               q->start, q->attempt, on_place, q);
+}
+
+static struct rl *rl_new(engine *e, resv_done_fn done, void *arg)
+{
+    struct rl *q = seg_calloc(1, sizeof *q);
+    q->e = e;
+    q->done = done;
+    q->arg = arg;
+    inv_random_hex(q->attempt);
+    e->in_flight++;
+    return q;
+}
+
+void resv_place_start(engine *e, const struct resv_request *rq, resv_done_fn done,
+                      void *arg)
+{
+    struct rl *q = rl_new(e, done, arg);
+    q->state = RL_PLACE;
+    snprintf(q->sku, sizeof q->sku, "%s", rq->sku);
+    if (rq->id != NULL && rq->id[0] != '\0')
+        snprintf(q->id, sizeof q->id, "%s", rq->id);
+    else
+        inv_random_hex(q->id);
+    q->qty = rq->qty;
+    q->ttl_s = rq->ttl_s;
+    q->start = (int)(e->rng++ % SEG_MAX_SEGMENTS);
+    q->deadline = inv_now_ms() + e->v->opt.lock_wait_ms;
+    send_place(q);
+}
+
+static void on_confirm(void *arg, int rc, const struct store_reply *r,
+                       struct store_hold *h)
+{
+    struct rl *q = arg;
+    if (rc < 0) {
+        finish(q, RESV_UNAVAILABLE);
+        return;
+    }
+    settled_on_the_way(q, h);
+    keep(q, h);
+    resv_status s = resv_step_status(&q->h, r->code);
+    if (s == RESV_OK)
+        stat_add(q->e->v, STAT_HOLDS_CONFIRMED, 1);
+    if ((s == RESV_OK || s == RESV_REPLAYED) && q->h.record == NULL)
+        s = RESV_UNAVAILABLE;
+    settle(q, s, q->id);
+}
+
+void resv_confirm_start(engine *e, const char *id, resv_done_fn done, void *arg)
+{
+    struct rl *q = rl_new(e, done, arg);
+    q->state = RL_CONFIRM;
+    snprintf(q->id, sizeof q->id, "%s", id);
+    STORE_CALL(e->st, hold_by_id, q->id, STORE_HOLD_CONFIRM, q->attempt, on_confirm, q);
+}
