@@ -54,59 +54,60 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local settled = 0
 
+-- The helpers of a step, on the segment K and A name (upvalues: a by-SKU walk moves
+-- them from segment to segment).
+local function back(hid, q, state)
+  redis.call('INCRBY', K[1], q)
+  redis.call('DECRBY', K[3], q)
+  redis.call('ZREM', K[4], hid)
+  redis.call('HSET', A[6] .. hid, 's', state)
+  LEDGER(K[1], 'k', state == 'expired' and 'expire' or 'release', 'e', A[2], 'h', hid,
+         'ds', q, 'dq', '0')
+  settled = settled + 1
+end
+
+-- The holding entry follows the first expiry; gen moves when stock came back.
+local function finish()
+  local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
+  if first[1] then
+    redis.call('ZADD', K[8], first[2], A[5])
+  else
+    redis.call('ZREM', K[8], A[5])
+    if redis.call('GET', K[3]) == '0' then redis.call('DEL', K[3]) end
+  end
+  if settled > 0 and redis.call('EXISTS', K[7]) == 1 then
+    redis.call('HINCRBY', K[7], 'gen', 1)
+  end
+end
+
+-- Every reply after the epoch check ends with how many holds this run settled.
+local function ret(r)
+  r[#r + 1] = settled
+  if K ~= KEYS then
+    r[#r + 1] = A[3]
+    r[#r + 1] = tonumber(A[4])
+    r[#r + 1] = tonumber(A[2])
+    r[#r + 1] = A[13]
+    r[#r + 1] = A[14]
+  end
+  return r
+end
+
+local function sweep(limit)
+  local due = redis.call('ZRANGEBYSCORE', K[4], '-inf', now, 'LIMIT', 0, limit)
+  for _, hid in ipairs(due) do
+    local h = redis.call('HMGET', A[6] .. hid, 'q', 's')
+    if h[1] and h[2] == 'held' then
+      back(hid, h[1], 'expired')
+    else
+      redis.call('ZREM', K[4], hid)
+    end
+  end
+end
+
 -- One step on the segment K and A name.
 local function run()
   local act, epoch, id = A[1], A[2], A[7]
-
-  local function back(hid, q, state)
-    redis.call('INCRBY', K[1], q)
-    redis.call('DECRBY', K[3], q)
-    redis.call('ZREM', K[4], hid)
-    redis.call('HSET', A[6] .. hid, 's', state)
-    LEDGER(K[1], 'k', state == 'expired' and 'expire' or 'release', 'e', epoch, 'h', hid,
-           'ds', q, 'dq', '0')
-    settled = settled + 1
-  end
-
-  -- The holding entry follows the first expiry; gen moves when stock came back.
-  local function finish()
-    local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
-    if first[1] then
-      redis.call('ZADD', K[8], first[2], A[5])
-    else
-      redis.call('ZREM', K[8], A[5])
-      if redis.call('GET', K[3]) == '0' then redis.call('DEL', K[3]) end
-    end
-    if settled > 0 and redis.call('EXISTS', K[7]) == 1 then
-      redis.call('HINCRBY', K[7], 'gen', 1)
-    end
-  end
-
-  -- Every reply after the epoch check ends with how many holds this run settled.
-  local function ret(r)
-    r[#r + 1] = settled
-    if K ~= KEYS then
-      r[#r + 1] = A[3]
-      r[#r + 1] = tonumber(A[4])
-      r[#r + 1] = tonumber(A[2])
-      r[#r + 1] = A[13]
-      r[#r + 1] = A[14]
-    end
-    return r
-  end
-
-  local function sweep(limit)
-    local due = redis.call('ZRANGEBYSCORE', K[4], '-inf', now, 'LIMIT', 0, limit)
-    for _, hid in ipairs(due) do
-      local h = redis.call('HMGET', A[6] .. hid, 'q', 's')
-      if h[1] and h[2] == 'held' then
-        back(hid, h[1], 'expired')
-      else
-        redis.call('ZREM', K[4], hid)
-      end
-    end
-  end
-
   if redis.call('GET', K[5]) ~= epoch then
     if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
       redis.call('UNLINK', K[3], K[4])
@@ -148,14 +149,17 @@ local function run()
     redis.call('DECRBY', K[1], A[8])
     redis.call('INCRBY', K[3], A[8])
     redis.call('ZADD', K[4], x, id)
-    redis.call('DEL', K[10])
     redis.call('HSET', K[10], 'q', A[8], 'x', x, 's', 'held', 't', A[11])
     redis.call('PEXPIREAT', K[10], x + DAY)
     redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
                A[8], 'x', x, 't', A[11])
     redis.call('PEXPIREAT', K[9], x + DAY)
     LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
-    finish()
+    if settled > 0 then
+      finish()
+    else -- the first expiry is the earlier of the one listed and this hold's
+      redis.call('ZADD', K[8], 'LT', x, A[5])
+    end
     return ret({OK, s - q, x})
   end
 
