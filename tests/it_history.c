@@ -133,9 +133,10 @@ static const char *const kind_name[K__COUNT] = {
 #define OPS_ORDERS                                                                       \
     ((1u << K_ORDER) | (1u << K_CANCEL) | (1u << K_RESTOCK) | (1u << K_REBALANCE) |      \
      (1u << K_RESET) | (1u << K_DELETE))
-/* Reservations: a standalone Redis only so far (docs/DESIGN.md "Reservations"). */
+/* Reservations: a standalone Redis only so far (docs/DESIGN.md "Reservations"; not
+ * on a cluster, nor on PostgreSQL, main's it_history_pg.c's HISTORY_PG). */
 #define OPS_RESV ((1u << K_RESERVE) | (1u << K_CONFIRM) | (1u << K_RELEASE))
-#ifndef HISTORY_CLUSTER
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
 #define OPS_ALL (OPS_ORDERS | OPS_RESV)
 #else
 #define OPS_ALL OPS_ORDERS
