@@ -152,7 +152,7 @@ static void on_place(void *arg, int rc, const struct store_reply *r, struct stor
     stat_add(q->e->v, STAT_LOCK_WAITS, 1);
     if (q->timer == NULL)
         q->timer = evtimer_new(q->e->base, on_timer, q);
-    struct timeval tv = {0, 1000 * (1 + (int)(q->e->rng++ % 4))};
+    struct timeval tv = {0, 1000 * (1 + (int)ord_rnd(q->e, 4))};
     evtimer_add(q->timer, &tv);
 }
 
@@ -185,7 +185,7 @@ void resv_place_start(engine *e, const struct resv_request *rq, resv_done_fn don
         inv_random_hex(q->id);
     q->qty = rq->qty;
     q->ttl_s = rq->ttl_s;
-    q->start = (int)(e->rng++ % SEG_MAX_SEGMENTS);
+    q->start = (int)ord_rnd(e, SEG_MAX_SEGMENTS);
     q->deadline = inv_now_ms() + e->v->opt.lock_wait_ms;
     send_place(q);
 }
