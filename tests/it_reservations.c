@@ -205,6 +205,42 @@ static void test_hold_confirm_replay(void **state)
     h_resp_free(&r);
 }
 
+/* ---- the segment locks ----------------------------------------------------------- */
+
+/* A hold takes the segment's lock as an order does: a segment locked by another
+ * holder is passed by, and with every segment locked the place waits (lock_wait_ms)
+ * and answers 503 busy, taking nothing. */
+static void test_locked_segments_passed(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port;
+    assert_int_equal(h_put_sku(a, NULL, "rv-lock", 4, 2, "lock", 0), 0);
+    char key[128];
+    assert_int_equal(h_redis_set_px(f->env->redis, h_key_lock(key, "rv-lock", 0), "other",
+                                    20000, true),
+                     0);
+    struct h_resp r;
+    for (int k = 0; k < 2; k++) { /* whatever the start: segment 1 */
+        char id[16];
+        snprintf(id, sizeof id, "lock-%d", k);
+        assert_int_equal(reserve(a, "rv-lock", 1, 60, id, &r), 201);
+        json_t *j = h_resp_json(&r);
+        assert_int_equal(jint(j, "segment"), 1);
+        json_decref(j);
+        h_resp_free(&r);
+    }
+    assert_int_equal(h_redis_set_px(f->env->redis, h_key_lock(key, "rv-lock", 1), "other",
+                                    20000, true),
+                     0);
+    assert_int_equal(reserve(a, "rv-lock", 1, 60, "lock-9", &r), 503);
+    assert_int_equal(h_expect_error(&r, 503, "busy"), 0);
+    h_resp_free(&r);
+    struct nums n = sku_nums(a, "rv-lock");
+    assert_int_equal(n.reserved, 2);
+    assert_int_equal(n.remaining, 2);
+    assert_int_equal(on_resv(a, "GET", "lock-9", ""), 404);
+}
+
 /* ---- bad input ------------------------------------------------------------------- */
 
 static void test_bad_input(void **state)
@@ -479,6 +515,7 @@ int main(void)
     h_deadline(240);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hold_confirm_replay),
+        cmocka_unit_test(test_locked_segments_passed),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_expiry_is_exact_and_refuses),
         cmocka_unit_test(test_confirm_races_expiry),
