@@ -37,7 +37,7 @@ local by_sku = #KEYS == 1 and ARGV[1] == 'place'
 if #KEYS == 1 and not by_sku then
   -- By id (a standalone Redis): the index names the segment, and its keys are built
   -- here as keys.h names them; the order record as record.c writes it.
-  local ix = redis.call('HMGET', KEYS[1], 'k', 'p', 'i', 'e', 'q')
+  local ix = redis.call('HMGET', KEYS[1], 'k', 'p', 'i', 'e', 'q', 'd')
   if not ix[1] then return {MISSING, '', 0, 0, '', 0} end
   local tag, id = 'inv:{' .. ix[2] .. ':' .. ix[3] .. '}:', ARGV[7]
   K = {tag .. 'stock', tag .. 'sold', tag .. 'reserved:' .. ix[4], tag .. 'holds:' .. ix[4],
@@ -47,8 +47,7 @@ if #KEYS == 1 and not by_sku then
                             '"segments":[{"segment":%s,"qty":%s}],"status":"confirmed"}',
                             id, ix[1], ix[5], ix[3], ix[3], ix[5])
   A = {ARGV[1], ix[4], ix[1], ix[3], ix[2] .. ' ' .. ix[3] .. ' ' .. ix[4], tag .. 'hold:',
-       id, ix[5], '0', '', ARGV[11], rec, ix[2],
-       redis.call('HGET', K[7], 'durability') or 'async'}
+       id, ix[5], '0', '', ARGV[11], rec, ix[2], ix[6] or 'async'}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -108,7 +107,9 @@ end
 -- One step on the segment K and A name.
 local function run()
   local act, epoch, id = A[1], A[2], A[7]
-  if redis.call('GET', K[5]) ~= epoch then
+  -- The epoch, the lock and the stock in one MGET (as DEDUCT reads them).
+  local v = redis.call('MGET', K[5], K[6], K[1])
+  if v[1] ~= epoch then
     if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
       redis.call('UNLINK', K[3], K[4])
       redis.call('ZREM', K[8], A[5])
@@ -126,21 +127,22 @@ local function run()
   if act == 'place' then
     local ix = redis.call('HMGET', K[9], 'k', 'e', 'i', 'q', 'x', 't')
     if ix[1] and ix[6] == A[11] then -- this attempt's earlier run
-      return ret({OK, tonumber(redis.call('GET', K[1]) or '0'), tonumber(ix[5])})
+      return ret({OK, tonumber(v[3] or '0'), tonumber(ix[5])})
     end
     if ix[1] and not (ix[1] == A[3] and ix[2] ~= epoch) then
       return ret({EXISTS, ix[1], ix[2], ix[3], ix[4], ix[5]})
     end
     local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
     if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then return ret({CONFLICT}) end
-    local lock = redis.call('GET', K[6])
+    local lock = v[2]
     if A[10] == '' then
-      if lock then return ret({BUSY, tonumber(redis.call('GET', K[1]) or '0')}) end
+      if lock then return ret({BUSY, tonumber(v[3] or '0')}) end
     elseif lock ~= A[10] then
       return ret({FENCED})
     end
+    local before = settled
     sweep(16)
-    local s = redis.call('GET', K[1])
+    local s = settled > before and redis.call('GET', K[1]) or v[3]
     if not s then finish() return ret({STALE}) end
     s = tonumber(s)
     local q = tonumber(A[8])
@@ -152,7 +154,7 @@ local function run()
     redis.call('HSET', K[10], 'q', A[8], 'x', x, 's', 'held', 't', A[11])
     redis.call('PEXPIREAT', K[10], x + DAY)
     redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
-               A[8], 'x', x, 't', A[11])
+               A[8], 'x', x, 't', A[11], 'd', A[14] or 'async')
     redis.call('PEXPIREAT', K[9], x + DAY)
     LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
     if settled > 0 then
@@ -167,7 +169,7 @@ local function run()
   local h = redis.call('HMGET', K[10], 'q', 'x', 's', 'c')
   if not h[1] then
     sweep(16)
-    finish()
+    if settled > 0 then finish() end
     return ret({MISSING, '', 0, 0, ''})
   end
   local q, x, state = h[1], tonumber(h[2]), h[3]
@@ -205,7 +207,9 @@ local function run()
       reply = {OK, 'confirmed', tonumber(q), x, A[12]}
     end
   end
-  finish()
+  -- Nothing given back: the holding entry may name an expiry earlier than the first
+  -- one left (a confirmed first hold), which only brings the sweeper's look forward.
+  if settled > 0 then finish() end
   return ret(reply)
 end
 
