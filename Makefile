@@ -56,7 +56,7 @@ $(error SANITIZER must be address, undefined or thread)
 endif
 
 # The stores and lock services behind the seam, a folder each.
-BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached \
+BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached segments/lockcall \
              segments/zookeeper
 LIB_SRC   := $(wildcard base/*.c segments/*.c $(BACKENDS:%=%/*.c) api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
