@@ -209,9 +209,18 @@ static void burst_worker(int idx, void *ctx)
         char id[64];
         snprintf(id, sizeof id, "%s-%d-%d", b->sku, idx, k);
         struct h_resp r;
-        int st = h_order(idx % 2 && b->port2 ? b->port2 : b->port, b->sku, 1, id, &r);
         char code[64];
-        h_error_code(&r, code, sizeof code);
+        int st;
+        /* 503 busy (no segment lock within lock_wait_ms: a loaded machine, e.g. CI's
+         * ASan pass beside other work) is retried under the same id, as a client
+         * does; the retry is the order, and the sell-out must still be exact. */
+        for (int tries = 0;; tries++) {
+            st = h_order(idx % 2 && b->port2 ? b->port2 : b->port, b->sku, 1, id, &r);
+            h_error_code(&r, code, sizeof code);
+            if (st != 503 || strcmp(code, "busy") != 0 || tries == 20)
+                break;
+            h_resp_free(&r);
+        }
         pthread_mutex_lock(&b->mu);
         if (st == 201)
             snprintf(b->ids[b->created++], sizeof b->ids[0], "%s", id);
