@@ -54,6 +54,9 @@ struct admin_reset {
     int wait_ms;
     const char *expect;
     bool ledger; /* events on for the SKU (a store that writes them: Redis) */
+    bool retake; /* an earlier attempt of this same request still marked as under way
+                    (it died: a failover) is taken over at once, its lease or not (a
+                    store whose resets take steps: a Redis Cluster) */
 };
 
 typedef struct admin admin;

@@ -66,11 +66,12 @@ static int admin_status(int code)
 
 /* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
  * `cfg` (NULL: delete the SKU) under request id `rid`, if the SKU is the version
- * `expect` names (calls.h rd_reset.expect). Returns the script's code, or -1 when
- * Redis gave no usable answer; *created as rd_reset's value. */
+ * `expect` names (calls.h rd_reset.expect); `retake`: admin.h admin_reset.retake. Returns
+ * the script's code, or -1 when Redis gave no usable answer; *created as rd_reset's
+ * value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                  const struct sku_config *cfg, const char *lock, const char *expect,
-                 const char *rid, bool *created)
+                 const char *rid, bool retake, bool *created)
 {
     char sig[128 + SKU_LOCK_MAX];
     signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
@@ -93,6 +94,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                        : 0,
         .expect = expect,
         .ledger = c->v->opt.ledger,
+        .retake = retake,
     };
     struct store_reply r = {0};
     int rc =
@@ -119,7 +121,11 @@ static inv_status reset_current(inv_conn *c, const char *sku,
             return st;
         if (st == INV_UNKNOWN_SKU)
             old.epoch = 0, old.cfg.segments = 0;
-        int got = admin_status(reset(c, sku, &old, cfg, lock, expect, rid, created));
+        /* The first look takes over an earlier attempt of this request (its retry's
+         * case: that attempt answered 503 and died half way); a later look does not,
+         * or two attempts sent at once would take each other over in turn. */
+        int got =
+            admin_status(reset(c, sku, &old, cfg, lock, expect, rid, try == 0, created));
         if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
             skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)

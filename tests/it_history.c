@@ -2138,18 +2138,49 @@ static void settle_worker(int idx, void *ctx)
     }
 }
 
+/* The last reset or delete of each SKU when its outcome is unknown, into q (room for
+ * N_SKUS): a client must send it again under its id as it must an order, or a reset
+ * that died half way (a failover) leaves the SKU half reset (restocks busy, orders on
+ * the segments it reached STALE) until another reset finishes it. Returns how many. */
+static size_t unknown_resets(const struct run *run, struct req *q)
+{
+    size_t n = 0;
+    for (int s = 0; s < N_SKUS; s++) {
+        const struct entry *last = NULL;
+        for (size_t i = 0; i < run->log.n; i++) {
+            const struct entry *e = &run->log.e[i];
+            if ((e->q.kind == K_RESET || e->q.kind == K_DELETE) && e->q.sku == s &&
+                e->q.thread >= 0 && e->q.thread < N_CLIENTS &&
+                (last == NULL || e->sent > last->sent))
+                last = e;
+        }
+        if (last != NULL && is_unknown(last))
+            q[n++] = last->q;
+    }
+    return n;
+}
+
 /* RETRY_UNKNOWN: once the clients have stopped, every order, cancel and restock id
  * whose last request got an unknown outcome (503 or none) is sent again under its id
  * until a definite answer comes (every 250 ms, over the instances, for SETTLE_SECONDS
  * at most), as a client must: a dead attempt's claim or plan is settled by that
  * retry, and only then can the records be judged against the SKUs. (A definite answer
  * before the unknown one does not settle it: a reset may have come between, and the
- * unknown request started a new sale.) Returns how many got none. */
+ * unknown request started a new sale.) Before them, each SKU's last reset or delete
+ * when its outcome is unknown (unknown_resets), within SETTLE_SECONDS of its own.
+ * Returns how many got none. */
 #define SETTLE_SECONDS 30
 static int settle_unknown(struct run *run)
 {
     size_t m;
     const struct entry **v = by_id_kind(run->log.e, run->log.n, &m);
+    struct settle first = {.run = run, .q = xmalloc((N_SKUS + 1) * sizeof *first.q)};
+    first.n = unknown_resets(run, first.q);
+    first.until = run_now(run) + SETTLE_SECONDS * 1000000LL;
+    pthread_mutex_init(&first.mu, NULL);
+    h_parallel(N_CLIENTS, settle_worker, &first);
+    pthread_mutex_destroy(&first.mu);
+    free(first.q);
     struct settle st = {.run = run, .q = xmalloc((m + 1) * sizeof *st.q)};
     for (size_t i = 0; i < m;) {
         size_t j = i;
@@ -2168,10 +2199,11 @@ static int settle_unknown(struct run *run)
     h_parallel(N_CLIENTS, settle_worker, &st);
     pthread_mutex_destroy(&st.mu);
     fprintf(stderr,
-            HISTORY_NAME ": %zu ids without a definite answer sent again: %d left\n",
-            st.n, st.left);
+            HISTORY_NAME ": %zu ids without a definite answer sent again (%zu resets "
+                         "first): %d left\n",
+            first.n + st.n, first.n, first.left + st.left);
     free(st.q);
-    return st.left;
+    return first.left + st.left;
 }
 
 static void test_history(void **state)

@@ -151,6 +151,7 @@ static int reset(admin *a, const char *sku, long long old_epoch, int old_segment
         .wait_ms = to->wait_ms,
         .expect = to->expect,
         .ledger = to->ledger,
+        .retake = to->retake,
     };
     struct rd_reply r = {0};
     int rc = rd_reset(conn(a), sku, old_epoch, old_segments, &rt, rid, sig, &r);

@@ -333,6 +333,9 @@ struct rd_reset {
     bool ledger;        /* events on: the new segments' ledger flags set, and every
                            script that changes them appends to their ledger streams
                            (keys.h); false: the flags deleted, no event written */
+    bool retake;        /* cluster: a pending reset of this same request (rid and
+                           signature: its earlier attempt, dead) is taken over at once,
+                           its lease or not (lua/reset_begin.lua) */
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:

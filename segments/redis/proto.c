@@ -443,7 +443,7 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
 
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
-                       const char *expect, const char *rid, const char *sig)
+                       const char *expect, const char *rid, const char *sig, bool retake)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_RESET_BEGIN);
@@ -456,6 +456,7 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
     cmd_argll(c, lease_ms);
     cmd_arg(c, rid != NULL ? sig : "");
     cmd_arg(c, expect != NULL ? expect : "");
+    cmd_arg(c, retake ? "1" : "0");
 }
 
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
