@@ -299,6 +299,39 @@ static void test_multi_every_scheme(void **state)
     h_svc_free(svc);
 }
 
+/* segment_sold names the units each segment sold, as on Redis: a multi-segment
+ * order's parts each in their own segment (it_history_pg found them all in the
+ * first). */
+static void test_segment_sold_by_part(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "parts", 10, 5, "atomic", NULL, 0), 0);
+    struct h_resp r;
+    assert_int_equal(h_order(port, "parts", 5, "parts-1", &r), 201);
+    json_t *rec = json_loads(r.body, 0, NULL);
+    h_resp_free(&r);
+    json_t *parts = json_object_get(rec, "segments");
+    assert_true(json_array_size(parts) >= 3); /* segments of 2 */
+    long long want[5] = {0};
+    for (size_t i = 0; i < json_array_size(parts); i++) {
+        json_t *p = json_array_get(parts, i);
+        want[h_jint(p, "segment")] += h_jint(p, "qty");
+    }
+    json_decref(rec);
+    json_t *j = h_get_sku(port, TOKEN, "parts");
+    assert_non_null(j);
+    json_t *sold = json_object_get(j, "segment_sold");
+    assert_int_equal(json_array_size(sold), 5);
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(json_integer_value(json_array_get(sold, i)), want[i]);
+    json_decref(j);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 /* ---- faults -------------------------------------------------------------------- */
 
 #define FAULT_BUYERS 6
@@ -502,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_row_hold_past_ttl),
         cmocka_unit_test(test_orders_and_admin),
         cmocka_unit_test(test_multi_every_scheme),
+        cmocka_unit_test(test_segment_sold_by_part),
         cmocka_unit_test(test_pg_restart_mid_sale),
         cmocka_unit_test(test_backends_terminated_mid_sale),
         cmocka_unit_test(test_two_instances),

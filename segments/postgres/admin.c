@@ -212,8 +212,10 @@ static int record_read(admin *a, const char *id, char **record)
     return found;
 }
 
-/* Sold units and orders per segment: the order rows not cancelled, each counted in
- * the segment it took from first (a multi-segment order's row names its first). */
+/* Sold units and orders per segment from the order rows not cancelled: the units
+ * each segment gave, a multi-segment order's parts each in their own (the record's
+ * "segments"), as on Redis; the orders counted in the segment each took from first
+ * (its row's seg). */
 static int segments_read(admin *a, const char *placed, int n, long long *stock,
                          long long *sold, long long *orders, bool *locked)
 {
@@ -244,8 +246,13 @@ static int segments_read(admin *a, const char *placed, int n, long long *stock,
     if (sold == NULL)
         return 0;
     r = run(self(a),
-            "SELECT seg, sum(qty), count(*) FROM orders WHERE sku = $1 AND"
-            " record NOT LIKE '%\"status\":\"cancelled\"%' GROUP BY seg",
+            "WITH live AS (SELECT seg, record::jsonb AS rec FROM orders WHERE sku = $1"
+            " AND record NOT LIKE '%\"status\":\"cancelled\"%'),"
+            " parts AS (SELECT (p->>'segment')::int AS seg, sum((p->>'qty')::bigint) AS"
+            " units FROM live, jsonb_array_elements(live.rec->'segments') p GROUP BY 1),"
+            " firsts AS (SELECT seg, count(*) AS n FROM live GROUP BY seg)"
+            " SELECT coalesce(parts.seg, firsts.seg), coalesce(units, 0), coalesce(n, 0)"
+            " FROM parts FULL JOIN firsts ON parts.seg = firsts.seg",
             1, p);
     if (r == NULL || !ok(r)) {
         if (r != NULL)
