@@ -332,6 +332,49 @@ static void test_segment_sold_by_part(void **state)
     h_svc_free(svc);
 }
 
+/* The same restock request id sent to two instances at once: each answer is the
+ * write's (200), applied once; never 409 request_id_conflict (it_history_pg found
+ * the second of a race answered so). */
+#define RACE_ROUNDS 30
+#define RACERS 4
+
+struct rid_race {
+    int port[2], round;
+    _Atomic int other;
+};
+
+static void rid_racer(int idx, void *arg)
+{
+    struct rid_race *race = arg;
+    char body[80];
+    snprintf(body, sizeof body, "{\"qty\":1,\"request_id\":\"race-%d\"}", race->round);
+    struct h_resp r;
+    int st =
+        h_req(race->port[idx % 2], "POST", "/admin/skus/race/restock", TOKEN, body, &r);
+    if (st != 200 && atomic_fetch_add(&race->other, 1) < 3)
+        fprintf(stderr, "round %d racer %d: %d %s\n", race->round, idx, st,
+                r.body ? r.body : "");
+    h_resp_free(&r);
+}
+
+static void test_request_id_raced(void **state)
+{
+    (void)state;
+    h_svc *a = start_svc("3000"), *b = start_svc("3000");
+    assert_non_null(a);
+    assert_non_null(b);
+    struct rid_race race = {.port = {h_svc_port(a), h_svc_port(b)}};
+    assert_int_equal(put_sku(race.port[0], "race", 10, 2, "atomic", NULL, 0), 0);
+    for (race.round = 0; race.round < RACE_ROUNDS; race.round++)
+        assert_int_equal(h_parallel(RACERS, rid_racer, &race), 0);
+    assert_int_equal(atomic_load(&race.other), 0);
+    assert_int_equal(h_audit(race.port[1], TOKEN, "race", 10 + RACE_ROUNDS, false), 0);
+    assert_int_equal(h_svc_stop_clean(a), 0);
+    assert_int_equal(h_svc_stop_clean(b), 0);
+    h_svc_free(a);
+    h_svc_free(b);
+}
+
 /* ---- faults -------------------------------------------------------------------- */
 
 #define FAULT_BUYERS 6
@@ -536,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_orders_and_admin),
         cmocka_unit_test(test_multi_every_scheme),
         cmocka_unit_test(test_segment_sold_by_part),
+        cmocka_unit_test(test_request_id_raced),
         cmocka_unit_test(test_pg_restart_mid_sale),
         cmocka_unit_test(test_backends_terminated_mid_sale),
         cmocka_unit_test(test_two_instances),

@@ -333,23 +333,30 @@ static int release(admin *a, const char *sku, int i, const char *token)
 }
 
 /* A request id inside the open transaction: 0 new (recorded), ADMIN_REPLAYED (the
- * same write), ADMIN_CONFLICT (another), -1. */
+ * same write), ADMIN_CONFLICT (another), -1. The id's row is read by a statement of
+ * its own: when the INSERT met the row of a transaction that committed while it
+ * waited, only a new statement's snapshot sees it (one statement reading it back saw
+ * nothing, and a write raced under its own id answered 409). */
 static int request(struct pg_admin *a, const char *rid, const char *sig)
 {
     if (rid == NULL || rid[0] == '\0')
         return 0;
     const char *p[] = {rid, sig ? sig : ""};
     PGresult *r;
-    if (step(
-            a,
-            "WITH i AS (INSERT INTO requests (rid, sig) VALUES ($1, $2)"
-            " ON CONFLICT (rid) DO NOTHING RETURNING sig)"
-            " SELECT (SELECT count(*) FROM i), (SELECT sig FROM requests WHERE rid = $1)",
-            2, p, &r) != 0)
+    if (step(a,
+             "INSERT INTO requests (rid, sig) VALUES ($1, $2)"
+             " ON CONFLICT (rid) DO NOTHING RETURNING 1",
+             2, p, &r) != 0)
         return -1;
-    int got = cell(r, 0, 0) == 1                       ? 0
-              : strcmp(PQgetvalue(r, 0, 1), p[1]) == 0 ? ADMIN_REPLAYED
-                                                       : ADMIN_CONFLICT;
+    int added = PQntuples(r);
+    PQclear(r);
+    if (added == 1)
+        return 0;
+    if (step(a, "SELECT sig FROM requests WHERE rid = $1", 1, p, &r) != 0)
+        return -1;
+    int got = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), p[1]) == 0
+                  ? ADMIN_REPLAYED
+                  : ADMIN_CONFLICT;
     PQclear(r);
     return got;
 }
