@@ -332,6 +332,41 @@ static void test_segment_sold_by_part(void **state)
     h_svc_free(svc);
 }
 
+/* A cancel gives back the segment leases it took (lockset.h: the store's cancel
+ * releases the locks its tokens own). They were left until lock_ttl_ms, so the next
+ * cancel of that segment, and a `lease` order, waited on them (it_history_pg saw
+ * cancels answer 503 busy after lock_wait_ms, and an atomic SKU with locks held). */
+static void test_cancel_releases_leases(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    static const char *const lock[][2] = {{"atomic", NULL}, {"lock", "lease"}};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32], id[40], path[64], sql[160];
+        snprintf(sku, sizeof sku, "crel-%zu", i);
+        snprintf(id, sizeof id, "crel-%zu-1", i);
+        assert_int_equal(put_sku(port, sku, 10, 2, lock[i][0], lock[i][1], 0), 0);
+        assert_int_equal(h_order(port, sku, 6, id, NULL), 201); /* both segments */
+        struct h_resp r;
+        snprintf(path, sizeof path, "/orders/%s", id);
+        assert_int_equal(h_req(port, "DELETE", path, NULL, NULL, &r), 200);
+        h_resp_free(&r);
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM segments WHERE sku = '%s' AND lease_token IS NOT"
+                 " NULL",
+                 sku);
+        assert_int_equal(h_pg_scalar(pg, sql), 0);
+        json_t *j = h_get_sku(port, TOKEN, sku);
+        assert_non_null(j);
+        assert_int_equal(h_jint(j, "locks_held"), 0);
+        json_decref(j);
+    }
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 /* The same restock request id sent to two instances at once: each answer is the
  * write's (200), applied once; never 409 request_id_conflict (it_history_pg found
  * the second of a race answered so). */
@@ -580,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_multi_every_scheme),
         cmocka_unit_test(test_segment_sold_by_part),
         cmocka_unit_test(test_request_id_raced),
+        cmocka_unit_test(test_cancel_releases_leases),
         cmocka_unit_test(test_pg_restart_mid_sale),
         cmocka_unit_test(test_backends_terminated_mid_sale),
         cmocka_unit_test(test_two_instances),

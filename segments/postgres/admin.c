@@ -368,11 +368,10 @@ static int answer(struct pg_admin *a, int code, long long value, struct store_re
     return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
 }
 
-static int cancel(admin *adm, const char *placed, long long epoch, const char *id,
-                  const char *cancelled, const char *expected,
-                  const struct store_parts *p, int wait_ms, struct store_reply *out)
+static int cancel_txn(admin *adm, const char *placed, long long epoch, const char *id,
+                      const char *cancelled, const char *expected,
+                      const struct store_parts *p, struct store_reply *out)
 {
-    (void)wait_ms;
     struct pg_admin *a = self(adm);
     *out = (struct store_reply){0};
     if (p->part == NULL || begin(a) != 0)
@@ -425,6 +424,21 @@ static int cancel(admin *adm, const char *placed, long long epoch, const char *i
         step(a, "UPDATE skus SET gen = gen + 1 WHERE sku = $1", 1, k, NULL) != 0)
         return -1;
     return answer(a, STORE_OK, 0, out);
+}
+
+/* The cancel in one transaction; then, whatever it answered, the segment leases the
+ * caller took for it (p->tok) given back, as a Redis cancel script releases the
+ * locks its tokens own (lockset.h): the caller releases them only after a -1. */
+static int cancel(admin *adm, const char *placed, long long epoch, const char *id,
+                  const char *cancelled, const char *expected,
+                  const struct store_parts *p, int wait_ms, struct store_reply *out)
+{
+    (void)wait_ms;
+    int rc = cancel_txn(adm, placed, epoch, id, cancelled, expected, p, out);
+    for (int j = 0; rc >= 0 && p->tok != NULL && j < p->n; j++)
+        if (p->tok[j] != NULL)
+            release(adm, placed, p->seg[j], p->tok[j]);
+    return rc;
 }
 
 /* New stocks for `op` over stock[0..n-1] (in place): the units to add (restock: the
