@@ -19,6 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include "tests/harness.h"
 #include "tests/harness_pg.h"
 
@@ -410,6 +412,93 @@ static void test_request_id_raced(void **state)
     h_svc_free(b);
 }
 
+/* ---- the password from a file ----------------------------------------------------- */
+
+/* Run `sql` on `c`; fails the test unless it succeeds. */
+static void sql_ok(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+/* pg_hba.conf: `first` (may be "") ahead of trust for everyone; reloaded. */
+static void set_hba(PGconn *c, const char *hba, const char *first)
+{
+    char sql[900];
+    snprintf(sql, sizeof sql,
+             "COPY (SELECT l FROM (VALUES (1, '%s'), (2, 'host all all 127.0.0.1/32"
+             " trust'), (3, 'local all all trust')) v(n, l) WHERE l <> '' ORDER BY n)"
+             " TO '%s'",
+             first, hba);
+    sql_ok(c, sql);
+    sql_ok(c, "SELECT pg_reload_conf()");
+    h_sleep_ms(300);
+}
+
+/* A role that must give its password (scram-sha-256 in pg_hba.conf): refused
+ * without one; the service started with it in --store-password-file sells, with the
+ * key=value and the URI form of --store, and --migrate too. */
+static void test_store_password_file(void **state)
+{
+    (void)state;
+    PGconn *c = PQconnectdb(h_pg_conninfo(pg));
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, "SELECT setting FROM pg_settings WHERE name = 'hba_file'");
+    assert_int_equal(PQntuples(r), 1);
+    char hba[512];
+    snprintf(hba, sizeof hba, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    sql_ok(c, "CREATE ROLE pwuser LOGIN PASSWORD 'pw-s3cr''et'");
+    sql_ok(c, "CREATE DATABASE pwdb OWNER pwuser");
+    set_hba(c, hba, "host all pwuser 127.0.0.1/32 scram-sha-256");
+    char kv[200], uri[200];
+    snprintf(kv, sizeof kv, "host=127.0.0.1 port=%d user=pwuser dbname=pwdb",
+             h_pg_port(pg));
+    snprintf(uri, sizeof uri, "postgres://pwuser@127.0.0.1:%d/pwdb", h_pg_port(pg));
+    PGconn *without = PQconnectdb(kv);
+    assert_int_equal(PQstatus(without), CONNECTION_BAD); /* the password is needed */
+    PQfinish(without);
+
+    char *dir = h_tempdir("pgpw"), file[600];
+    snprintf(file, sizeof file, "%s/password", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("pw-s3cr'et\n", f);
+    fclose(f);
+    const char *bin = getenv("INVENTORYD") ? getenv("INVENTORYD") : "build/inventoryd";
+    const char *migrate[] = {bin,  "--migrate", "--store", uri, "--store-password-file",
+                             file, NULL};
+    assert_int_equal(h_run_cmd(migrate, NULL, 20000, NULL, NULL), 0);
+    const char *const stores[] = {kv, uri};
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--store",
+                              stores[i],
+                              "--store-password-file",
+                              file,
+                              "--admin-token",
+                              TOKEN,
+                              "--threads",
+                              "1",
+                              NULL};
+        struct h_svc_opts o = {.args = args, .no_redis_flag = true};
+        h_svc *svc = h_svc_start(NULL, &o);
+        assert_non_null(svc);
+        int port = h_svc_port(svc);
+        assert_int_equal(put_sku(port, "pw", 5, 1, "atomic", NULL, 0), 0);
+        assert_int_equal(h_order(port, "pw", 1, NULL, NULL), 201);
+        assert_int_equal(h_audit(port, TOKEN, "pw", 5, true), 0);
+        assert_int_equal(h_svc_stop_clean(svc), 0);
+        h_svc_free(svc);
+    }
+    set_hba(c, hba, "");
+    PQfinish(c);
+    h_rmtree(dir);
+    free(dir);
+}
+
 /* ---- faults -------------------------------------------------------------------- */
 
 #define FAULT_BUYERS 6
@@ -616,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_segment_sold_by_part),
         cmocka_unit_test(test_request_id_raced),
         cmocka_unit_test(test_cancel_releases_leases),
+        cmocka_unit_test(test_store_password_file),
         cmocka_unit_test(test_pg_restart_mid_sale),
         cmocka_unit_test(test_backends_terminated_mid_sale),
         cmocka_unit_test(test_two_instances),
