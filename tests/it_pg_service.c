@@ -412,6 +412,35 @@ static void test_request_id_raced(void **state)
     h_svc_free(b);
 }
 
+/* /healthz and /metrics name the store in use: "store": "postgres" with its state
+ * (never "redis": up, which api/admin.c said whatever the store), and
+ * inventory_store_up{store="postgres"} in place of inventory_redis_up. */
+static void test_health_names_the_store(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("3000");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    struct h_resp r;
+    assert_int_equal(h_req(port, "GET", "/healthz", NULL, NULL, &r), 200);
+    json_t *j = json_loads(r.body, 0, NULL);
+    h_resp_free(&r);
+    assert_non_null(j);
+    const char *store = json_string_value(json_object_get(j, "store")),
+               *state_now = json_string_value(json_object_get(j, "postgres"));
+    assert_string_equal(store ? store : "(none)", "postgres");
+    assert_string_equal(state_now ? state_now : "(none)", "up");
+    assert_null(json_object_get(j, "redis"));
+    assert_null(json_object_get(j, "redis_mode"));
+    json_decref(j);
+    assert_int_equal(h_req(port, "GET", "/metrics", TOKEN, NULL, &r), 200);
+    assert_true(h_metric(r.body, "inventory_store_up{store=\"postgres\"}") == 1);
+    assert_null(strstr(r.body, "inventory_redis_up"));
+    h_resp_free(&r);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 /* ---- the password from a file ----------------------------------------------------- */
 
 /* Run `sql` on `c`; fails the test unless it succeeds. */
@@ -706,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_request_id_raced),
         cmocka_unit_test(test_cancel_releases_leases),
         cmocka_unit_test(test_store_password_file),
+        cmocka_unit_test(test_health_names_the_store),
         cmocka_unit_test(test_pg_restart_mid_sale),
         cmocka_unit_test(test_backends_terminated_mid_sale),
         cmocka_unit_test(test_two_instances),
