@@ -402,13 +402,18 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
                  struct api_reply *rep)
 {
     (void)req;
-    /* redis_mode: what the process routes by now (standalone may become cluster). */
+    /* "store" names the store in use, and a field of its name its state; on Redis,
+     * redis_mode: what the process routes by now (standalone may become cluster). */
     bool up = inv_ping(ctx->conn) == INV_OK;
-    const char *mode = inv_redis_cluster(ctx->inv) ? "cluster" : "standalone";
+    const char *name = inv_store_name(ctx->inv);
+    bool redis = strcmp(name, "redis") == 0;
     json_t *o = must(json_object());
     set(o, "status", json_string(up ? "ok" : "degraded"));
-    set(o, "redis", json_string(up ? "up" : "down"));
-    set(o, "redis_mode", json_string(mode));
+    set(o, "store", json_string(name));
+    set(o, name, json_string(up ? "up" : "down"));
+    if (redis)
+        set(o, "redis_mode",
+            json_string(inv_redis_cluster(ctx->inv) ? "cluster" : "standalone"));
     if (up) {
         api_reply_json(rep, 200, o);
         return;
@@ -416,8 +421,10 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
     set(o, "error", json_string("backend_unavailable"));
     const char *why = inv_conn_error(ctx->conn);
     char detail[200];
-    snprintf(detail, sizeof detail, "redis: %s",
-             why[0] != '\0' ? why : "no answer to PING");
+    snprintf(detail, sizeof detail, "%s: %s", name,
+             why[0] != '\0' ? why
+             : redis        ? "no answer to PING"
+                            : "no answer");
     set(o, "detail", json_string(detail));
     api_reply_json(rep, 503, o);
     api_reply_header(rep, "Retry-After", "1");

@@ -59,7 +59,8 @@
  * HISTORY_OPS (a list such as "order,cancel,restock") limits the kinds the clients
  * send; orders are always sent. tests/it_history_cluster.c compiles this file again
  * with HISTORY_CLUSTER defined: the same clients and checks on a Redis Cluster with
- * replicated SKUs and failovers (its header says what differs).
+ * replicated SKUs and failovers (its header says what differs); it_history_pg.c with
+ * HISTORY_PG: on the PostgreSQL store, with checks of its tables.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -96,8 +97,9 @@
 #define NEVER LLONG_MAX
 
 /* The variant: this file alone is the standalone checker; tests/it_history_cluster.c
- * defines HISTORY_CLUSTER, includes it and adds its own fixture and chaos. */
-#ifndef HISTORY_CLUSTER
+ * defines HISTORY_CLUSTER (it_history_pg.c HISTORY_PG), includes it and adds its own
+ * fixture and chaos. */
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
 #define HISTORY_NAME "it_history"
 #define DEFAULT_OPS OPS_ALL /* kinds the clients send unless HISTORY_OPS says */
 #define RETRY_UNKNOWN false /* retry an order or cancel answered 503 under its id */
@@ -135,9 +137,21 @@ struct sku_spec {
     const char *mode;       /* mode at setup; a reset flips it now and then */
     int hold_max;           /* hold_ms 0..hold_max */
     const char *durability; /* sent with every reset; NULL: none (the setting's) */
+#ifdef HISTORY_PG
+    const char *lock; /* sent with every reset: the PostgreSQL scheme */
+#endif
 };
 
-#ifndef HISTORY_CLUSTER
+#ifdef HISTORY_PG
+/* One SKU per PostgreSQL scheme; a reset keeps the scheme (a flip to atomic and back
+ * too), so each meets one and several segments and multi-segment orders. */
+static const struct sku_spec specs[N_SKUS] = {
+    {"p-row", 40, {1, 4, 20}, "lock", 2, NULL, "row"},
+    {"p-lease", 60, {4, 1, 20}, "lock", 3, NULL, "lease"},
+    {"p-opt", 200, {20, 4, 1}, "lock", 0, NULL, "optimistic"},
+    {"p-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, "row"},
+};
+#elif !defined(HISTORY_CLUSTER)
 static const struct sku_spec specs[N_SKUS] = {
     {"h-one", 24, {1, 1, 4}, "lock", 2, NULL},
     {"h-four", 40, {4, 4, 20}, "lock", 5, NULL},
@@ -363,7 +377,10 @@ static const char *entry_line(const struct entry *e, char *buf, size_t len,
 struct run {
     h_redis *redis;     /* standalone: the Redis (NULL on a cluster) */
     h_cluster *cluster; /* the cluster variant's cluster (NULL standalone) */
-    unsigned ops;       /* the kinds clients send (OPS_ALL, HISTORY_OPS) */
+#ifdef HISTORY_PG
+    h_pg *pg; /* the PostgreSQL variant's server */
+#endif
+    unsigned ops; /* the kinds clients send (OPS_ALL, HISTORY_OPS) */
     int port[N_INST];
     unsigned long long seed;
     int seconds;
@@ -428,6 +445,10 @@ static int http_send(int port, const struct req *q, struct h_resp *r)
         if (specs[q->sku].durability != NULL)
             n += snprintf(body + n, sizeof body - (size_t)n, ",\"durability\":\"%s\"",
                           specs[q->sku].durability);
+#ifdef HISTORY_PG
+        n += snprintf(body + n, sizeof body - (size_t)n, ",\"lock\":\"%s\"",
+                      specs[q->sku].lock);
+#endif
         snprintf(body + n, sizeof body - (size_t)n, "}");
         key_header = q->key_header;
         break;
@@ -782,7 +803,7 @@ static void chaos_log(struct run *run, enum kind kind, long long sent, int statu
     log_add(&run->log, &e);
 }
 
-#ifndef HISTORY_CLUSTER
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
 /* CLIENT KILL every normal client but ours; -1 when the connection failed. */
 static int chaos_kill(struct run *run, redisContext *rc)
 {
@@ -835,7 +856,7 @@ static void chaos_main(struct run *run)
 }
 
 #else
-/* The cluster's faults until run->end (tests/it_history_cluster.c). */
+/* The variant's faults until run->end (tests/it_history_cluster.c, it_history_pg.c). */
 static void chaos_main(struct run *run);
 #endif
 
@@ -1820,6 +1841,11 @@ static void write_log_tail(struct checker *k)
 
 /* ---- running the checks ------------------------------------------------------------ */
 
+#ifdef HISTORY_PG
+/* The end state read from PostgreSQL itself (tests/it_history_pg.c). */
+static void check_pg(struct checker *k);
+#endif
+
 /* Every check over the finished run's log; the log file is written as it goes. */
 static void run_checks(struct checker *k)
 {
@@ -1846,6 +1872,9 @@ static void run_checks(struct checker *k)
         check_group(k, &k->g[i]);
     for (int s = 0; s < N_SKUS; s++)
         check_initial(k, s);
+#ifdef HISTORY_PG
+    check_pg(k);
+#endif
     write_log_tail(k);
 }
 
@@ -1968,6 +1997,9 @@ static void print_summary(const struct checker *k)
 struct fixture {
     h_redis *redis;     /* standalone */
     h_cluster *cluster; /* the cluster variant */
+#ifdef HISTORY_PG
+    h_pg *pg; /* the PostgreSQL variant */
+#endif
     h_svc *svc[N_INST];
 };
 
@@ -1982,7 +2014,7 @@ static const char *const svc_args[N_INST][9] = {
      "--redis-timeout-ms", "1000", NULL},
 };
 
-#ifndef HISTORY_CLUSTER
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
 static int group_setup(void **state)
 {
     struct fixture *f = xmalloc(sizeof *f);
@@ -1996,7 +2028,7 @@ static int group_setup(void **state)
     return 0;
 }
 #else
-/* A cluster and the instances on it (tests/it_history_cluster.c). */
+/* The variant's servers and the instances on them (it_history_cluster.c, _pg.c). */
 static int group_setup(void **state);
 #endif
 
@@ -2012,6 +2044,9 @@ static int group_teardown(void **state)
     }
     h_redis_free(f->redis);
     h_cluster_free(f->cluster);
+#ifdef HISTORY_PG
+    h_pg_free(f->pg);
+#endif
     free(f);
     return rc;
 }
@@ -2040,6 +2075,9 @@ static void run_init(struct run *run, struct fixture *f)
     memset(run, 0, sizeof *run);
     run->redis = f->redis;
     run->cluster = f->cluster;
+#ifdef HISTORY_PG
+    run->pg = f->pg;
+#endif
     run->ops = ops_from_env();
     for (int i = 0; i < N_INST; i++)
         run->port[i] = h_svc_port(f->svc[i]);
