@@ -69,6 +69,8 @@ import time
 import urllib.error
 import urllib.request
 
+import lockload
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_OUT = os.path.join(HERE, "results")
@@ -878,6 +880,8 @@ def fmt_results(res, colour=False):
             lines += [""] + block
     if res.get("end_of_sale"):
         lines += [""] + fmt_end_of_sale(res["end_of_sale"], res["wrk"]["connections"])
+    if res.get("locks"):
+        lines += [""] + lockload.fmt_summary(res["locks"])
     return lines
 
 
@@ -1119,7 +1123,13 @@ plot '{dats["off"]}' using 1:2 with lines lw 2 lc rgb '#d62728' title 'sold, reb
 """, os.path.join(tmp, "gnuplot.log"), "rebalance")
 
 
-PLOTS = (("scaling", plot_scaling), ("hold0", plot_hold0), ("rebalance", plot_rebalance))
+def plot_locks(res, png, tmp, term):
+    """The lock services and PostgreSQL's schemes (groups locks, pg): lockload.py."""
+    return lockload.plot(res, png, tmp, term, gnuplot)
+
+
+PLOTS = (("scaling", plot_scaling), ("hold0", plot_hold0), ("rebalance", plot_rebalance),
+         ("locks", plot_locks))
 
 
 def render_results(res, json_path, tmp):
