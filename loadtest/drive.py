@@ -98,7 +98,9 @@ Scenarios, in run order (--only picks groups)
             hold 0 ms on 20 segments, hold 20 ms on 1 and on 20 segments (20 / 1 >= 19)
   pg        the PostgreSQL store (a PostgreSQL 15 of its own, fsync=off, and a service
             with --store postgres://... --threads 6): "lock" "row", "lease",
-            "optimistic" at the same three points, and "mode" "atomic" at hold 0 ms.
+            "optimistic" at the same three points, "mode" "atomic" at hold 0 ms, then
+            the database's ceiling: pgbench (--connections clients, --duration) running
+            atomic's conditional UPDATE alone (atomic / pgbench: issue 23's >= 0.7).
             locks and pg: every run audited as above; loadtest/lockload.py, and
             <timestamp>-locks.png plots them side by side
 

@@ -11,20 +11,23 @@ Contract
             tests' harness: no durability, as the Redis here has none), a service with
             --store postgres://... and --threads PG_THREADS (the `row` scheme holds a
             pooled connection per hold: 4 per event loop); for each of PG_LOCKS the
-            same three points, then `"mode": "atomic"` at hold 0 ms on 20 segments.
+            same three points, then `"mode": "atomic"` at hold 0 ms on 20 segments,
+            then pgbench running that mode's conditional UPDATE alone (run_pgbench).
             Every run is a drive.py orders_row: a fresh SKU, wrk, the usual audit.
   Processes started through drive.py's Children (stopped by pid, last first), on
             127.0.0.1 and free ports, each waited for at most WAIT_S; the group's
             service is stopped when the group ends, its servers with it.
   Results   rows named <group>-<lock>-h0, <group>-<lock>-h20-1, <group>-<lock>-h20-20
-            (and pg-atomic-h0), each with "lock_group" and "lock"; summary() gives per
-            strategy the hold-0 orders/s, the hold-20 ms points and the ratio 20 / 1
-            segments (target >= 19); plot() one PNG: the hold-20 ms lines against
-            segments and the hold-0 bars.
+            (and pg-atomic-h0, pg-pgbench), each with "lock_group" and "lock";
+            summary() gives per strategy the hold-0 orders/s, the hold-20 ms points
+            and the ratio 20 / 1 segments (target >= 19), and atomic / pgbench;
+            plot() one PNG: the hold-20 ms lines against segments and the hold-0 bars
+            (the pgbench ceiling in grey).
 Standard library only; nothing here imports analyze.py (drive.py hands its modules in).
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -50,6 +53,11 @@ def port_answers(port, probe=None, reply=None):
             return s.recv(16).startswith(reply)
     except OSError:
         return False
+
+
+def _field(text, pattern, kind=int):
+    m = re.search(pattern, text)
+    return kind(m.group(1)) if m else None
 
 
 def missing(group):
@@ -168,7 +176,7 @@ class Group:
                                    os.path.join(pgdir, "data"), "-p", "{port}", "-c",
                                    "listen_addresses=127.0.0.1", "-c",
                                    f"unix_socket_directories={pgdir}", "-c", "fsync=off",
-                                   "-c", "max_connections=100", "-c",
+                                   "-c", "max_connections=200", "-c",
                                    "shared_buffers=128MB"],
                           "postgres.log",
                           lambda p: subprocess.run([isready, "-q", "-h", "127.0.0.1", "-p",
@@ -196,6 +204,68 @@ class Group:
         svc = next(p for p, _ in reversed(self.run.children.live)
                    if p.args[0] == self.run.o.bin)
         return svc, f"http://127.0.0.1:{port}"
+
+    def psql(self, port, sql):
+        """One value from `sql` (psql -tA as postgres, over TCP), or None."""
+        try:
+            out = subprocess.run([os.path.join(PG_BIN, "psql"), "-h", "127.0.0.1", "-p",
+                                  str(port), "-U", "postgres", "-d", "postgres", "-tAc",
+                                  sql], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    def run_pgbench(self, port):
+        """The database's ceiling: pgbench (as many clients as wrk has connections, for
+        the run's duration) running atomic mode's conditional UPDATE of one of 20
+        segment rows of a fresh SKU, without the order row; audited: the stock moved by
+        exactly one unit per transaction pgbench counted, none failed."""
+        run, o, name = self.run, self.run.o, "pg-pgbench"
+        sku, fails = run.new_sku(name), []
+        run.header(name, f"pgbench -c {o.connections} -j {o.wrk_threads} -T {o.duration} "
+                         f"-M prepared: the conditional UPDATE alone (PostgreSQL ceiling)")
+        base = {"name": name, "strategy": "pgbench UPDATE (PostgreSQL ceiling)",
+                "mode": "-", "sku": sku, "segments": 20, "hold_ms": 0,
+                "lock_group": self.name, "lock": "pgbench"}
+        tps = n = None
+        if run.put_sku(sku, {"stock": BIG_STOCK, "segments": 20, "mode": "atomic",
+                             "hold_ms": 0}, fails):
+            # the SKU's key in the table (a salted SKU is "name/salt"); names here are
+            # [0-9a-z-] only, so quoting them in SQL is safe
+            key = self.psql(port, f"SELECT sku FROM segments WHERE sku = '{sku}' OR sku "
+                                  f"LIKE '{sku}/%' LIMIT 1")
+            total = f"SELECT sum(stock) FROM segments WHERE sku = '{key}'"
+            before = self.psql(port, total)
+            script = os.path.join(self.dir, "pgbench.sql")
+            with open(script, "w") as f:
+                f.write("\\set seg random(0, 19)\n"
+                        "UPDATE segments SET stock = stock - 1 WHERE sku = :key"
+                        " AND seg = :seg AND stock >= 1;\n")
+            out = os.path.join(self.dir, "pgbench.txt")
+            p = run.children.start([os.path.join(PG_BIN, "pgbench"), "-n", "-h",
+                                    "127.0.0.1", "-p", str(port), "-U", "postgres", "-c",
+                                    str(o.connections), "-j", str(o.wrk_threads), "-T",
+                                    str(o.duration), "-M", "prepared", "-D", f"key={key}",
+                                    "-f", script, "postgres"], out, grace=5)
+            run.children.wait(p, o.duration + 60)
+            with open(out, errors="replace") as f:
+                text = f.read()
+            after = self.psql(port, total)
+            n = _field(text, r"number of transactions actually processed: (\d+)")
+            tps = _field(text, r"tps = ([0-9.]+) \(without initial connection time\)",
+                         float)
+            failed = _field(text, r"number of failed transactions: (\d+)")
+            if not key or n is None or tps is None:
+                fails.append("pgbench gave no figures: " + text[-300:].replace("\n", " | "))
+            elif not (before and after and int(before) - int(after) == n):
+                fails.append(f"stock {before} -> {after}: not {n} units, one per "
+                             f"transaction")
+            if failed:
+                fails.append(f"{failed} failed transactions")
+        row = {**base, "orders_s": tps, "req_s": tps, "p50_ms": None, "p99_ms": None,
+               "c201": None, "c409": None, "c503": None, "transactions": n,
+               "audit": "FAILED" if fails else "ok", "failures": fails}
+        run.finish(row, f"{'-' if tps is None else round(tps)} UPDATEs/s, {n} in all")
 
     def scenarios(self, locks, extra_rows):
         """The three points of each lock, then `extra_rows` (name, strategy, settings)."""
@@ -237,6 +307,7 @@ def run_group(d, run, name):
                 g.start_zookeeper()
         else:
             extra = g.start_postgres()
+            pg_port = int(extra[1].rsplit(":", 1)[1].split("/")[0])
             run.redis = None  # no Redis behind this service: no Redis figures
         run.svc, run.url = g.start_service(extra)
         run.api = d.an.Api(run.url, run.o.admin_token)
@@ -244,6 +315,7 @@ def run_group(d, run, name):
             g.scenarios(LOCKS, [])
         else:
             g.scenarios(PG_LOCKS, [("pg-atomic-h0", "pg: mode atomic", "atomic", {})])
+            g.run_pgbench(pg_port)
     finally:
         for p, _ in list(reversed(run.children.live[before:])):
             run.children.stop(p)
@@ -276,6 +348,15 @@ def summary(rows):
                         "met": None if ratio is None else ratio >= TARGET,
                         "audits": "ok" if all(r is None or r.get("audit") == "ok"
                                               for r in (h0, one, twenty)) else "FAILED"})
+    bench = by.get("pg-pgbench")
+    if bench is not None:
+        atomic = next((s["h0"] for s in out if s["lock"] == "atomic"), None)
+        ceiling = _rate(bench)
+        out.append({"group": "pg", "lock": "pgbench", "ceiling": True,
+                    "label": "postgres, pgbench UPDATE (ceiling)", "h0": ceiling,
+                    "h0_p99_ms": None, "h20_1": None, "h20_20": None,
+                    "ratio": None, "met": None, "audits": bench.get("audit"),
+                    "atomic_over_ceiling": atomic / ceiling if atomic and ceiling else None})
     return out
 
 
@@ -291,6 +372,10 @@ def fmt_summary(summ):
         lines.append(f"| {s['label']} | {f(s['h0'])} | {f(s['h0_p99_ms'], 2)} "
                      f"| {f(s['h20_1'])} | {f(s['h20_20'])} | {f(s['ratio'], 1)}{met} "
                      f"| {s['audits']} |")
+    for s in summ:
+        if s.get("ceiling"):
+            lines += ["", f"PostgreSQL: atomic / pgbench = {f(s['atomic_over_ceiling'], 2)} "
+                          f"(issue 23's target >= 0.7)."]
     return lines
 
 
@@ -302,7 +387,7 @@ def plot(res, png, tmp, term, gnuplot):
         return False
     lines, plots = os.path.join(tmp, "locks-h20.dat"), []
     with open(lines, "w") as f:
-        for i, s in enumerate(summ):
+        for i, s in enumerate(x for x in summ if x["h20_1"] or x["h20_20"]):
             f.write(f"# {s['label']}\n")
             for segs, v in ((1, s["h20_1"]), (20, s["h20_20"])):
                 if v:
@@ -313,7 +398,8 @@ def plot(res, png, tmp, term, gnuplot):
     bars = os.path.join(tmp, "locks-h0.dat")
     with open(bars, "w") as f:
         for s in summ:
-            f.write(f"\"{s['label']}\" {s['h0'] if s['h0'] is not None else 0:.1f}\n")
+            f.write(f"\"{s['label']}\" {s['h0'] if s['h0'] is not None else 0:.1f} "
+                    f"{1 if s.get('ceiling') else 0}\n")
     conns = res["wrk"]["connections"]
     left = ", \\\n     ".join(["ideal(x) with lines dashtype 2 lc rgb '#888888' "
                                "title 'ideal: 50/s per segment'"] + plots)
@@ -342,7 +428,7 @@ set yrange [0:*]
 set style fill solid 0.8 border -1
 set boxwidth 0.6
 unset key
-plot '{bars}' using 0:2:xtic(1) with boxes lc rgb '#1f77b4', \\
+plot '{bars}' using 0:2:($3 > 0 ? 0xaaaaaa : 0x1f77b4):xtic(1) with boxes lc rgb variable, \\
      '' using 0:2:(sprintf('%.0f', $2)) with labels offset 0,0.8
 unset multiplot
 """, os.path.join(tmp, "gnuplot.log"), "locks")
