@@ -43,8 +43,9 @@ Contract
             lists anything, untracked files too: the Makefile builds every .c it
             finds), machine, versions, load average, wrk and service settings, the
             rows (each timed order scenario with its cost and rss_kb), the targets,
-            the idle-connections summary and the end-of-sale summary. <stamp>.md and
-            <stamp>-{scaling,hold0,rebalance}.png are made from that record alone
+            the idle-connections summary, the end-of-sale summary and the lock groups'
+            summary (lockload.summary). <stamp>.md and
+            <stamp>-{scaling,hold0,rebalance,locks}.png are made from that record alone
             (render_results), so `report` remakes them exactly.
   Docs      the block between DOCS_BEGIN and DOCS_END in docs/BENCHMARKS.md is
             replaced (appended when missing); nothing else in the file is touched.

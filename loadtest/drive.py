@@ -147,8 +147,8 @@ Service config (CONFIG): the service run.sh starts reads a config file of its ow
 --connections, 2000) + 2000 (12100 by default) and connection_timeout_s 120 (so the
 idle connections outlive a run); every other setting is the built-in default or a flag.
 
-Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance}.png; the
-JSON and the .md record the git commit. Afterwards:
+Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance,locks}.png
+(each plot when its scenarios ran); the JSON and the .md record the git commit. Afterwards:
   loadtest/analyze.py compare [OLD.json NEW.json]   two runs side by side
   loadtest/analyze.py report RESULTS.json           the .md and the plots again
   loadtest/analyze.py audit --url URL SKU...        a SKU's invariants, any time
