@@ -221,6 +221,11 @@ class Group:
         segment rows of a fresh SKU, without the order row; audited: the stock moved by
         exactly one unit per transaction pgbench counted, none failed."""
         run, o, name = self.run, self.run.o, "pg-pgbench"
+        gone = [t for t in ("pgbench", "psql") if not os.access(os.path.join(PG_BIN, t),
+                                                                  os.X_OK)]
+        if gone:
+            self.d.say(f"[{name}] skipped: not installed: {', '.join(gone)} in {PG_BIN}")
+            return
         sku, fails = run.new_sku(name), []
         run.header(name, f"pgbench -c {o.connections} -j {o.wrk_threads} -T {o.duration} "
                          f"-M prepared: the conditional UPDATE alone (PostgreSQL ceiling)")
