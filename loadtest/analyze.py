@@ -43,8 +43,9 @@ Contract
             lists anything, untracked files too: the Makefile builds every .c it
             finds), machine, versions, load average, wrk and service settings, the
             rows (each timed order scenario with its cost and rss_kb), the targets,
-            the idle-connections summary and the end-of-sale summary. <stamp>.md and
-            <stamp>-{scaling,hold0,rebalance}.png are made from that record alone
+            the idle-connections summary, the end-of-sale summary and the lock groups'
+            summary (lockload.summary). <stamp>.md and
+            <stamp>-{scaling,hold0,rebalance,locks}.png are made from that record alone
             (render_results), so `report` remakes them exactly.
   Docs      the block between DOCS_BEGIN and DOCS_END in docs/BENCHMARKS.md is
             replaced (appended when missing); nothing else in the file is touched.
@@ -68,6 +69,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+
+import lockload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -878,6 +881,8 @@ def fmt_results(res, colour=False):
             lines += [""] + block
     if res.get("end_of_sale"):
         lines += [""] + fmt_end_of_sale(res["end_of_sale"], res["wrk"]["connections"])
+    if res.get("locks"):
+        lines += [""] + lockload.fmt_summary(res["locks"])
     return lines
 
 
@@ -1119,7 +1124,13 @@ plot '{dats["off"]}' using 1:2 with lines lw 2 lc rgb '#d62728' title 'sold, reb
 """, os.path.join(tmp, "gnuplot.log"), "rebalance")
 
 
-PLOTS = (("scaling", plot_scaling), ("hold0", plot_hold0), ("rebalance", plot_rebalance))
+def plot_locks(res, png, tmp, term):
+    """The lock services and PostgreSQL's schemes (groups locks, pg): lockload.py."""
+    return lockload.plot(res, png, tmp, term, gnuplot)
+
+
+PLOTS = (("scaling", plot_scaling), ("hold0", plot_hold0), ("rebalance", plot_rebalance),
+         ("locks", plot_locks))
 
 
 def render_results(res, json_path, tmp):

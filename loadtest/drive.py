@@ -43,6 +43,7 @@ import urllib.parse
 
 sys.dont_write_bytecode = True  # no loadtest/__pycache__ in the source tree
 import analyze as an  # noqa: E402 (after the line above)
+import lockload  # noqa: E402
 from analyze import SetupError, num, paint, say  # noqa: E402
 from idle import raise_nofile  # noqa: E402 (one copy, shared with idle.py)
 
@@ -91,6 +92,17 @@ Scenarios, in run order (--only picks groups)
             second service on it: lock 20 segments at hold 0 and at hold 20 ms, and
             hold 0 with durability "replicated"; each master's share of the script
             calls; orders/s against lock20-h0 and curve-20 of the same run
+  locks     each lock beside the Redis store: "redis" (the store's own), "redlock" (3
+            redis-servers without persistence), "memcached", "zookeeper" (standalone),
+            started here with a second service (--redlock, --memcached, --zookeeper):
+            hold 0 ms on 20 segments, hold 20 ms on 1 and on 20 segments (20 / 1 >= 19)
+  pg        the PostgreSQL store (a PostgreSQL 15 of its own, fsync=off, and a service
+            with --store postgres://... --threads 6): "lock" "row", "lease",
+            "optimistic" at the same three points, "mode" "atomic" at hold 0 ms, then
+            the database's ceiling: pgbench (--connections clients, --duration) running
+            atomic's conditional UPDATE alone (atomic / pgbench: issue 23's >= 0.7).
+            locks and pg: every run audited as above; loadtest/lockload.py, and
+            <timestamp>-locks.png plots them side by side
 
 Measures: orders/s is 201s per second of the send window; after the window wrk sends
 nothing more and waits for the orders in flight, so every order the service handled
@@ -135,8 +147,8 @@ Service config (CONFIG): the service run.sh starts reads a config file of its ow
 --connections, 2000) + 2000 (12100 by default) and connection_timeout_s 120 (so the
 idle connections outlive a run); every other setting is the built-in default or a flag.
 
-Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance}.png; the
-JSON and the .md record the git commit. Afterwards:
+Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance,locks}.png
+(each plot when its scenarios ran); the JSON and the .md record the git commit. Afterwards:
   loadtest/analyze.py compare [OLD.json NEW.json]   two runs side by side
   loadtest/analyze.py report RESULTS.json           the .md and the plots again
   loadtest/analyze.py audit --url URL SKU...        a SKU's invariants, any time
@@ -145,7 +157,7 @@ Colour only on a terminal; NO_COLOR=1 turns it off there too.
 """
 
 GROUPS = ("curve", "curve256", "hold0", "flash", "soldout", "livez", "redis", "rebalance",
-          "idle10k", "cluster")  # run order: run_scenarios()
+          "idle10k", "cluster", "locks", "pg")  # run order: run_scenarios()
 CLUSTER_MASTERS = 3  # the cluster group: masters, each with a replica
 BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
@@ -892,6 +904,9 @@ class Run:
                 say("[cluster] skipped: the service under test was not started here")
             else:
                 self.run_cluster()
+        for group in ("locks", "pg"):  # each starts its own servers and service
+            if wants(group):
+                lockload.run_group(sys.modules[__name__], self, group)
 
     # ---- the cluster group
 
@@ -1001,6 +1016,7 @@ class Run:
             "scenarios": self.rows, "ratios": an.targets(self.rows),
             "idle": an.idle_summary(self.rows),
             "end_of_sale": an.end_of_sale_summary(self.rows), "audits_failed": self.failed,
+            "locks": lockload.summary(self.rows),
         }
         return res, time.strftime("%Y%m%d-%H%M%S", started)
 
