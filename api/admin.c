@@ -131,6 +131,7 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "segments", json_integer(st->cfg.segments));
     set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
+    set(o, "batch", json_integer(st->cfg.batch > 1 ? st->cfg.batch : 1));
     set(o, "rebalance", json_boolean(st->cfg.rebalance));
     set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
     if (st->lock[0] != '\0') /* the lock scheme, as the store names it */

@@ -46,6 +46,7 @@ struct admin_reset {
     const char *lock; /* the SKU's lock scheme ("" : the store's default) */
     bool unfenced;    /* "fencing": false (a lock service's SKU, the lab's) */
     int hold_ms;
+    int batch; /* 1..SKU_BATCH_MAX */
     long long stock;
     bool rebalance;
     bool replicated;

@@ -43,6 +43,7 @@ static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
     }
     v.cfg.segments = m->segments;
     v.cfg.hold_ms = m->hold_ms;
+    v.cfg.batch = m->batch > 1 ? m->batch : 1;
     v.cfg.stock = m->initial;
     v.cfg.rebalance = m->rebalance;
     v.cfg.replicated = m->replicated;
@@ -272,7 +273,24 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         send_deduct(o, "", false);
         return;
     }
-    struct lwait *w = ltab_next_holder(o->s, o->seg);
+    struct lwait *w = NULL;
+    if (o->view.cfg.batch > 1 && !o->claim_ok &&
+        (store_caps(o->e->st) & STORE_CAP_BATCH)) {
+        /* Group commit: the orders queued here for the segment ride on this hold. */
+        struct ord **m;
+        int n = batch_gather(o, on_handed, &m, &w);
+        if (n > 0) {
+            batch_send(o, m, n, on_deduct);
+            if (w != NULL)
+                w->handed(w, o->seg);
+            else /* the next in line (the batch may have stopped at the stock) */
+                ltab_unclaim(o->s, o->seg);
+            return;
+        }
+        free(m);
+    }
+    if (w == NULL)
+        w = ltab_next_holder(o->s, o->seg);
     struct ord *next = w != NULL && w->handed == on_handed ? ord_of_wait(w) : NULL;
     if (next != NULL && !handover_may_keep(o, next))
         next = NULL;
@@ -358,6 +376,8 @@ static void on_acquire(void *arg, int rc, struct store_reply *r)
     case STORE_OK:
         stat_add(e->v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
+        o->seen[i] = r->value; /* what a batch may sell (batch.c) */
+        ord_note_stock(o, i, r->value);
         lease_start(o);
         if (o->view.cfg.hold_ms > 0) {
             ord_set(o, ORD_HOLD);

@@ -11,6 +11,7 @@
  *   spread.c   the automatic rebalance          multi.c   several segments at once
  *   claims.c   a cluster: the order id's claim  verdict.c sold out, from fresh counts
  *   handover.c a lock kept from one order to the next    lease.c  lease renewal
+ *   batch.c    group commit: the orders queued for a segment ride on one hold
  *   ord.c      the order itself: its state and transitions, its answer and its end
  *
  * A step of a lower file that goes on to a state entered by a higher one (VIEW,
@@ -279,6 +280,20 @@ void handover_pass(struct ord *o, struct ord *w,
 void handover_settle(struct ord *o, int rc, const struct store_reply *r,
                      void (*on_hold_done)(evutil_socket_t, short, void *),
                      void (*on_round_timer)(evutil_socket_t, short, void *));
+
+/* ---- batch.c: group commit, one lock hold sells the orders queued for it --------- */
+
+/* o holds its segment's lock, its hold over (no lock service's, o->claim_ok false):
+ * take out of the queue the orders of this loop waiting for the segment (whose
+ * `handed` is `handed`) that may ride on o's hold, up to the SKU's batch with o and
+ * up to the least stock seen there. Returns how many (*out: malloc'd, for
+ * batch_send), and in *rest the waiter taken out that may not (the caller hands it
+ * the claim), or NULL. */
+int batch_gather(struct ord *o, void (*handed)(struct lwait *, int), struct ord ***out,
+                 struct lwait **rest);
+/* One DEDUCT_BATCH for o and m[0..n-1] (m freed), fenced by o's token; each order's
+ * answer goes to `each` as its own DEDUCT's would (DEDUCT state). */
+void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each);
 
 /* ---- claims.c: a cluster, the order id's claim ----------------------------------- */
 

@@ -20,12 +20,16 @@
 #define SKU_STOCK_MAX 9007199254740991LL /* 2^53 - 1: exact in a JSON number */
 #define SKU_HOLD_MAX_MS 10000
 #define SKU_RESTOCK_MAX 1000000000000LL
+#define SKU_BATCH_MAX 1024 /* orders one lock hold may sell ("batch") */
 
 struct sku_config {
     long long stock; /* 0..SKU_STOCK_MAX */
     int segments;    /* 1..SEG_MAX_SEGMENTS */
     sku_mode mode;
-    int hold_ms;     /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
+    int hold_ms;     /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held,
+                        paid once per batch */
+    int batch;       /* 1..SKU_BATCH_MAX (0 reads as 1): the orders one hold of a
+                        segment's lock may sell, in one fenced write (engine batch.c) */
     bool rebalance;  /* mode lock: rebalance automatically once half the segments are
                         empty while stock remains (spread.c) */
     bool replicated; /* durability "replicated": an order is 201 only once a replica

@@ -62,6 +62,7 @@ static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[
         *m = (struct store_meta){
             .segments = r.segments,
             .hold_ms = r.hold_ms,
+            .batch = r.batch,
             .initial = r.initial,
             .epoch = r.epoch,
             .gen = r.gen,
@@ -141,6 +142,7 @@ static int reset(admin *a, const char *sku, long long old_epoch, int old_segment
         .segments = to->segments,
         .mode = to->mode,
         .hold_ms = to->hold_ms,
+        .batch = to->batch,
         .stock = to->stock,
         .rebalance = to->rebalance,
         .replicated = to->replicated,
