@@ -8,6 +8,16 @@
 #include "segments/ring.h"
 #include "base/xalloc.h"
 
+/* The orders of one turn of the loop for one segment (hold 0). */
+struct bgroup {
+    struct bgroup *next;
+    lsku *s;
+    int seg;
+    long long epoch;
+    int n;
+    struct ord *m[];
+};
+
 /* A batch in flight: its orders (m[0] the holder), for the answer. */
 struct batch {
     store_reply_fn each;
@@ -113,5 +123,100 @@ void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each)
         for (int k = 0; k < b->n; k++)
             b->each(b->m[k], 0, &fenced);
         free(b);
+    }
+}
+
+bool batch_join(struct ord *o)
+{
+    engine *e = o->e;
+    int max = o->view.cfg.batch;
+    if (max <= 1 || o->claim_ok || !(store_caps(e->st) & STORE_CAP_BATCH))
+        return false;
+    struct bgroup *g = e->groups;
+    while (g != NULL && (g->s != o->s || g->seg != o->seg || g->epoch != o->view.epoch))
+        g = g->next;
+    if (g != NULL && g->n >= max)
+        return false;
+    if (g == NULL) {
+        g = seg_malloc(sizeof *g + sizeof *g->m * (size_t)max);
+        *g = (struct bgroup){e->groups, o->s, o->seg, o->view.epoch, 0};
+        e->groups = g;
+        if (!event_pending(e->flush, EV_TIMEOUT, NULL)) {
+            struct timeval now = {0, 0};
+            evtimer_add(e->flush, &now);
+        }
+    }
+    ord_set(o, ORD_DEDUCT);
+    g->m[g->n++] = o;
+    return true;
+}
+
+/* A group of several: one DEDUCT_BATCH (behind one lock, mode lock). */
+static void send_group(engine *e, struct bgroup *g, store_reply_fn each,
+                       store_int_fn piped)
+{
+    struct ord *first = g->m[0];
+    bool locked = first->view.cfg.mode == SKU_MODE_LOCK;
+    char token[33] = "";
+    if (locked) {
+        /* SET NX PX and the fenced DEDUCT_BATCH in one write, as a single order's
+         * (engine.c visit_next): a lock held elsewhere makes it FENCED, untouched */
+        ord_token(e, token);
+        stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
+        first->pending++;
+        STORE_CALL(e->st, lock, first->placed, g->seg, token, e->v->opt.lock_ttl_ms,
+                   piped, first);
+    }
+    struct batch *b = seg_malloc(sizeof *b + sizeof *b->m * (size_t)g->n);
+    struct store_batch_order *orders = seg_malloc(sizeof *orders * (size_t)g->n);
+    b->each = each;
+    b->seg = g->seg;
+    b->n = g->n;
+    for (int k = 0; k < g->n; k++) {
+        b->m[k] = g->m[k];
+        b->m[k]->pipelined = locked;
+        prepare(b->m[k], &orders[k]);
+    }
+    stat_add(e->v, STAT_BATCHES, 1);
+    stat_add(e->v, STAT_BATCHED, b->n);
+    bool sent = STORE_CALL(e->st, deduct_batch, first->placed, g->epoch, g->seg, token,
+                           STORE_NO_FENCE, b->n, orders, on_batch, b);
+    free(orders);
+    if (!sent) { /* (not expected: batch_join keeps claims out) nothing written */
+        if (locked)
+            STORE_CALL(e->st, release, first->placed, g->seg, token, NULL, NULL);
+        struct store_reply fenced = {.code = STORE_FENCED};
+        for (int k = 0; k < b->n; k++)
+            b->each(b->m[k], 0, &fenced);
+        free(b);
+    }
+}
+
+void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
+                 store_int_fn piped)
+{
+    struct bgroup *g = e->groups;
+    e->groups = NULL;
+    while (g != NULL) {
+        struct bgroup *next = g->next;
+        if (g->n == 1)
+            alone(g->m[0]);
+        else
+            send_group(e, g, each, piped);
+        free(g);
+        g = next;
+    }
+}
+
+void batch_drop(engine *e)
+{
+    struct bgroup *g = e->groups;
+    e->groups = NULL;
+    while (g != NULL) {
+        struct bgroup *next = g->next;
+        for (int k = 0; k < g->n; k++)
+            ord_finish(g->m[k], INV_UNAVAILABLE);
+        free(g);
+        g = next;
     }
 }

@@ -52,6 +52,10 @@ struct engine {
     /* this loop's handle of each lock service configured (sku_lock; NULL: none) */
     const struct lks_ops *lks_ops[SKU_LOCK__COUNT];
     void *lks[SKU_LOCK__COUNT];
+    /* hold 0 with a batch: the orders of this turn of the loop for one segment, sent
+     * together on the next (batch.c) */
+    struct bgroup *groups;
+    struct event *flush;
 };
 
 /* The states of an order. Each is set by ord_set() alone, which checks it against
@@ -294,6 +298,20 @@ int batch_gather(struct ord *o, void (*handed)(struct lwait *, int), struct ord 
 /* One DEDUCT_BATCH for o and m[0..n-1] (m freed), fenced by o's token; each order's
  * answer goes to `each` as its own DEDUCT's would (DEDUCT state). */
 void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each);
+
+/* Hold 0 (mode atomic, or lock with no work under it) and a batch: o, about to
+ * deduct from segment o->seg, joins the group of this turn of the loop for that
+ * segment (DEDUCT state), sent on the next turn by batch_flush. false: it may not
+ * (batch 1, a claim on a cluster, a full group): it goes alone. */
+bool batch_join(struct ord *o);
+/* Send every group (e->flush's callback calls it): one alone goes by `alone`; more
+ * as one DEDUCT_BATCH (mode lock: behind one SET NX PX of a fresh token, its answer
+ * to `piped` with the group's first order, which owes it: pending), each answer to
+ * `each`. */
+void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
+                 store_int_fn piped);
+/* The engine goes: the orders of unsent groups end unavailable. */
+void batch_drop(engine *e);
 
 /* ---- claims.c: a cluster, the order id's claim ----------------------------------- */
 

@@ -28,8 +28,6 @@ struct sku_config {
     sku_mode mode;
     int hold_ms;     /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held,
                         paid once per batch */
-    int batch;       /* 1..SKU_BATCH_MAX (0 reads as 1): the orders one hold of a
-                        segment's lock may sell, in one fenced write (engine batch.c) */
     bool rebalance;  /* mode lock: rebalance automatically once half the segments are
                         empty while stock remains (spread.c) */
     bool replicated; /* durability "replicated": an order is 201 only once a replica
@@ -37,6 +35,8 @@ struct sku_config {
     sku_lock lock;   /* mode lock: where the segment locks live (skumode.h) */
     bool unfenced;   /* "fencing": false (the lab only): a lock service's holder
                         writes unchecked (store.h STORE_UNFENCED) */
+    int batch;       /* 1..SKU_BATCH_MAX (0 reads as 1): the orders one hold of a
+                        segment's lock may sell, in one fenced write (engine batch.c) */
 };
 
 #define SKU_LOCK_MAX 16 /* a lock scheme's name ("lock"), its NUL included */

@@ -203,6 +203,41 @@ static void test_batch_beside_multi_segment_orders(void **state)
     assert_true(c.units <= 20);
 }
 
+/* Hold 0, lock and atomic: the orders that meet in one turn of the loop go in one
+ * DEDUCT_BATCH (no stock limit there: batches overrun the 50 units, the script sells
+ * what fits and the rest answer 409); exactly 50 sell. */
+static void hold0(int port, const char *sku, const char *mode)
+{
+    char path[128], body[160];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\": 50, \"segments\": 1, \"mode\": \"%s\", \"batch\": 64}", mode);
+    struct h_resp r;
+    assert_int_equal(h_req(port, "PUT", path, NULL, body, &r), 201);
+    h_resp_free(&r);
+    long long batches0 = h_stat(port, NULL, "batches");
+    long long batched0 = h_stat(port, NULL, "batched_orders");
+    struct crowd c = {.port = port, .sku = sku};
+    crowd_run(&c, 100);
+    long long batches = h_stat(port, NULL, "batches") - batches0;
+    long long batched = h_stat(port, NULL, "batched_orders") - batched0;
+    fprintf(stderr, "%s: 201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
+            mode, c.created, c.sold_out, c.other, batches, batched);
+    assert_int_equal(c.created, 50);
+    assert_int_equal(c.sold_out, 50);
+    assert_int_equal(c.other, 0);
+    assert_int_equal(h_audit(port, NULL, sku, 50, true), 0);
+    assert_true(batches >= 1);
+}
+
+static void test_batch_hold0(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    hold0(e->port, "b-h0-lock", "lock");
+    hold0(e->port, "b-h0-atomic", "atomic");
+}
+
 /* ---- a frozen holder's batch ------------------------------------------------------ */
 
 struct frozen {
@@ -300,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_batch_sellout_exact),
         cmocka_unit_test(test_batch_duplicate_ids),
         cmocka_unit_test(test_batch_beside_multi_segment_orders),
+        cmocka_unit_test(test_batch_hold0),
         cmocka_unit_test(test_frozen_batch_sells_nothing),
     };
     return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
