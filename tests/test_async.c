@@ -317,6 +317,12 @@ static void deduct_batch_answers_each_order(void **state)
     assert_true(run_until(f, &acq.done, 1));
     assert_int_equal(acq.code, RD_OK);
 
+    char flag[SEG_KEY_MAX], events[SEG_KEY_MAX];
+    assert_int_equal(
+        h_redis_set_px(f->redis, seg_key_ledger_flag(flag, "bt", 0), "1", 60000, false),
+        0); /* the ledger on: each sale appends its event */
+    seg_key_ledger_events(events, "bt", 0);
+
     const struct store_batch_order b[] = {
         {"bt-1", "att-1", REC("bt-1", 2), 2}, {"bt-2", "att-2", REC("bt-2", 2), 2},
         {"bt-1", "att-9", REC("bt-1", 2), 2}, {"bt-3", "att-3", REC("bt-3", 2), 2},
@@ -342,6 +348,15 @@ static void deduct_batch_answers_each_order(void **state)
     assert_int_equal(seg_int(f, seg_key_lock, "bt"), -1); /* released */
     assert_true(has_record(f, "bt-1") && has_record(f, "bt-2") && has_record(f, "bt-4"));
     assert_false(has_record(f, "bt-3"));
+    redisContext *rc = h_redis_connect(f->redis);
+    redisReply *xr = redisCommand(rc, "XRANGE %s - +", events);
+    assert_non_null(xr);
+    assert_int_equal(xr->elements, 3); /* one event per sale, none for the others */
+    const redisReply *ev = xr->element[1]->element[1]; /* bt-2's: k sale e .. o bt-2 */
+    assert_string_equal(ev->element[5]->str, "bt-2");
+    assert_string_equal(ev->element[7]->str, "-2");
+    freeReplyObject(xr);
+    redisFree(rc);
 
     /* Sent again after a lost reply (the lock long gone): its own sales are OK. */
     struct batch_seen again = {0};

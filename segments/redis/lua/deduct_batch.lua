@@ -11,7 +11,8 @@
 -- it in this very batch: the same id twice is one sale) is EXISTS with that record;
 -- an order more than the stock left is SHORT with what is left, and the orders after
 -- it still sell if they fit. The stock and sold counts move once for the whole batch.
--- A sale appends its event to the segment's ledger stream (scripts.c LEDGER).
+-- A sale appends its event to the segment's ledger stream (as scripts.c LEDGER does,
+-- its flag looked up once for the batch).
 -- Reply: one element per order: {FENCED} | {STALE} | {EXISTS, record} | {MISSING}
 --      | {SHORT, stock} | {OK, stock left}. The lock is released when the token owns it.
 local locked = ARGV[1] ~= ''
@@ -25,6 +26,8 @@ end
 local stale = v[2] ~= ARGV[2]
 local s = v[3] and tonumber(v[3])
 local n = tonumber(ARGV[5])
+local tag = string.match(KEYS[2], '^inv:{[^}]*}')
+local ledger = redis.call('EXISTS', tag .. ':ledger') == 1
 local out, sold = {}, 0
 for k = 1, n do
   local a = 5 + (k - 1) * 4
@@ -49,8 +52,10 @@ for k = 1, n do
     sold = sold + q
     redis.call('HSET', KEYS[4], id, qs)
     redis.call('HSET', key, 'r', record, 't', attempt, 'k', ARGV[3], 'e', ARGV[2])
-    LEDGER(KEYS[2], 'k', 'sale', 'e', ARGV[2], 'o', id, 'ds', '-' .. qs, 'dq', qs,
-           'r', record)
+    if ledger then
+      redis.call('XADD', tag .. ':events', '*', 'k', 'sale', 'e', ARGV[2], 'o', id,
+                 'ds', '-' .. qs, 'dq', qs, 'r', record)
+    end
     out[k] = {OK, s}
   end
 end
