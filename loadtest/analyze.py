@@ -1133,6 +1133,9 @@ def batch_summary(rows):
     def ratio(a, b):
         return a / b if a and b else None
 
+    def num(x):  # this summary's figures: one decimal
+        return "n/a" if x is None else f"{x:.1f}"
+
     lines = ["batch: group commit, one run"]
     one = get("batch64-h20-s1", "orders_s")
     lines.append(f"  hold 20 ms, 1 segment, batch 64: {num(one)} orders/s "

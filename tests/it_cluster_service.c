@@ -300,6 +300,7 @@ static void test_sell_out_atomic(void **state)
  * segment's slot, so each record goes with the batch's deduction) ride on one hold. */
 struct fresh {
     int port;
+    const char *sku;
     pthread_mutex_t mu;
     int created, sold_out, other;
     char ids[80][64];
@@ -311,7 +312,7 @@ static void fresh_worker(int idx, void *ctx)
     struct fresh *b = ctx;
     for (int k = 0; k < 2; k++) {
         struct h_resp r;
-        int st = h_order(b->port, "c-batch", 1, NULL, &r);
+        int st = h_order(b->port, b->sku, 1, NULL, &r);
         char code[64];
         h_error_code(&r, code, sizeof code);
         json_t *j = st == 201 ? h_resp_json(&r) : NULL;
@@ -322,39 +323,47 @@ static void fresh_worker(int idx, void *ctx)
         else if (st == 409 && strcmp(code, "sold_out") == 0)
             b->sold_out++;
         else if (b->other++ == 0)
-            fprintf(stderr, "c-batch: %d %.300s\n", st, r.body);
+            fprintf(stderr, "%s: %d %.300s\n", b->sku, st, r.body);
         pthread_mutex_unlock(&b->mu);
         json_decref(j);
         h_resp_free(&r);
     }
 }
 
-static void test_sell_out_batch(void **state)
+/* `settings` (a SKU's body but its stock) on 2 segments of 30: 40 clients x 2 orders
+ * with no id sell exactly the 60 units, each 201's record readable, in batches. */
+static void sell_out_fresh(struct h_cluster_env *f, const char *sku, const char *settings)
 {
-    struct h_cluster_env *f = *state;
-    h_deadline(120);
+    char path[128], body[256];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body, "{\"stock\": 60, \"segments\": 2, %s}", settings);
     struct h_resp r;
-    assert_int_equal(h_req(f->port, "PUT", "/admin/skus/c-batch?reset=true", NULL,
-                           "{\"stock\": 60, \"segments\": 2, \"hold_ms\": 50, "
-                           "\"batch\": 32}",
-                           &r),
-                     201);
+    assert_int_equal(h_req(f->port, "PUT", path, NULL, body, &r), 201);
     h_resp_free(&r);
     long long batches0 = h_stat(f->port, NULL, "batches");
-    struct fresh b = {.port = f->port};
+    struct fresh b = {.port = f->port, .sku = sku};
     pthread_mutex_init(&b.mu, NULL);
     assert_int_equal(h_parallel(40, fresh_worker, &b), 0);
     pthread_mutex_destroy(&b.mu);
     long long batches = h_stat(f->port, NULL, "batches") - batches0;
-    fprintf(stderr, "c-batch: %d x 201, %d x 409, %d other; %lld batches\n", b.created,
+    fprintf(stderr, "%s: %d x 201, %d x 409, %d other; %lld batches\n", sku, b.created,
             b.sold_out, b.other, batches);
     assert_int_equal(b.other, 0);
     assert_int_equal(b.created, 60);
     assert_int_equal(b.sold_out, 20);
     assert_true(batches >= 1);
-    assert_int_equal(h_audit(f->port, NULL, "c-batch", 60, true), 0);
+    assert_int_equal(h_audit(f->port, NULL, sku, 60, true), 0);
     for (int i = 0; i < b.created; i++)
         assert_int_equal(h_order_status(f->port, b.ids[i]), 200);
+}
+
+static void test_sell_out_batch(void **state)
+{
+    h_deadline(120);
+    sell_out_fresh(*state, "c-batch", "\"hold_ms\": 50, \"batch\": 32");
+    /* hold 0: the orders of one loop turn for a segment, one script */
+    sell_out_fresh(*state, "c-batch0", "\"mode\": \"atomic\", \"batch\": 32");
+    sell_out_fresh(*state, "c-batch0l", "\"hold_ms\": 0, \"batch\": 32");
 }
 
 /* 3 units over 20 segments: the ring finds them wherever an order starts. */
