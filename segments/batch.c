@@ -138,13 +138,14 @@ bool batch_join(struct ord *o)
     if (g != NULL && g->n >= max)
         return false;
     if (g == NULL) {
+        /* The first group of this turn: the flush runs once the callbacks active now
+         * (the orders this turn started, each joining) have run -- in this turn, not
+         * the next, so a group costs its orders no turn of the loop. */
+        if (e->groups == NULL)
+            event_active(e->flush, EV_TIMEOUT, 1);
         g = seg_malloc(sizeof *g + sizeof *g->m * (size_t)max);
         *g = (struct bgroup){e->groups, o->s, o->seg, o->view.epoch, 0};
         e->groups = g;
-        if (!event_pending(e->flush, EV_TIMEOUT, NULL)) {
-            struct timeval now = {0, 0};
-            evtimer_add(e->flush, &now);
-        }
     }
     ord_set(o, ORD_DEDUCT);
     g->m[g->n++] = o;

@@ -301,8 +301,8 @@ void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each);
 
 /* Hold 0 (mode atomic, or lock with no work under it) and a batch: o, about to
  * deduct from segment o->seg, joins the group of this turn of the loop for that
- * segment (DEDUCT state), sent on the next turn by batch_flush. false: it may not
- * (batch 1, a claim on a cluster, a full group): it goes alone. */
+ * segment (DEDUCT state), sent by batch_flush once this turn's active callbacks ran.
+ * false: it may not (batch 1, a claim on a cluster, a full group): it goes alone. */
 bool batch_join(struct ord *o);
 /* Send every group (e->flush's callback calls it): one alone goes by `alone`; more
  * as one DEDUCT_BATCH (mode lock: behind one SET NX PX of a fresh token, its answer
