@@ -251,6 +251,9 @@ void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
                          "sku %s is not the version If-Match names (changed or gone "
                          "since): GET it again for its ETag",
                          req->name);
+    else if (s == INV_INVALID && req->in.sku.batch > 1) /* (sku.h: checked there) */
+        api_reply_error(rep, 400, "invalid_field",
+                        "batch: this store sells one order per lock hold (batch 1)");
     else if (s != INV_OK)
         write_failed(ctx, req, rep, s, "create");
     if (s != INV_OK)

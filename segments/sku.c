@@ -159,7 +159,9 @@ inv_status sku_put_lock(inv_conn *c, const char *sku, const struct sku_config *c
         (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC) ||
         (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    if (lock[0] != '\0') { /* a lock scheme this store has (admin.h) */
+    if (cfg->batch > 1 && !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_BATCH))
+        return INV_INVALID; /* a store that cannot sell in batches (admin.h) */
+    if (lock[0] != '\0') {  /* a lock scheme this store has (admin.h) */
         const char *const *l = c->adm->ops->locks;
         while (*l != NULL && strcmp(*l, lock) != 0)
             l++;

@@ -93,7 +93,8 @@ struct sku_status {
  * marks the reset pending), so no write slips between the compare and the reset.
  * INV_OK with *created (may be NULL) true when the SKU was made, false when reset (a
  * replay under the same request id: as its first run), INV_SKU_EXISTS,
- * INV_PRECONDITION, INV_INVALID (cfg out of range), INV_REQUEST_CONFLICT, INV_BUSY
+ * INV_PRECONDITION, INV_INVALID (cfg out of range, or a batch > 1 on a store without
+ * ADMIN_CAP_BATCH), INV_REQUEST_CONFLICT, INV_BUSY
  * (raced by other resets throughout), INV_UNAVAILABLE, or on a Redis Cluster, when
  * the SKU is or becomes "replicated", INV_NOT_REPLICATED: a step reached no replica,
  * the reset stopped there and its retry finishes it (calls.h rd_reset; sku_delete

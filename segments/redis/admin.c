@@ -33,7 +33,8 @@ static void take(struct store_reply *out, struct rd_reply *r)
 
 static unsigned caps(admin *a)
 {
-    return rd_conn_cluster(conn(a)) ? ADMIN_CAP_CLUSTER : ADMIN_CAP_LOCKS;
+    return ADMIN_CAP_BATCH |
+           (rd_conn_cluster(conn(a)) ? ADMIN_CAP_CLUSTER : ADMIN_CAP_LOCKS);
 }
 
 static void admin_free(admin *a)
