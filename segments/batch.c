@@ -21,7 +21,6 @@ struct bgroup {
 /* A batch in flight: its orders (m[0] the holder), for the answer. */
 struct batch {
     store_reply_fn each;
-    int seg;
     int n;
     struct ord *m[];
 };
@@ -104,7 +103,6 @@ void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each)
     struct batch *b = seg_malloc(sizeof *b + sizeof *b->m * (size_t)(n + 1));
     struct store_batch_order *orders = seg_malloc(sizeof *orders * (size_t)(n + 1));
     b->each = each;
-    b->seg = o->seg;
     b->n = n + 1;
     b->m[0] = o;
     memcpy(b->m + 1, m, sizeof *m * (size_t)n);
@@ -171,7 +169,6 @@ static void send_group(engine *e, struct bgroup *g, store_reply_fn each,
     struct batch *b = seg_malloc(sizeof *b + sizeof *b->m * (size_t)g->n);
     struct store_batch_order *orders = seg_malloc(sizeof *orders * (size_t)g->n);
     b->each = each;
-    b->seg = g->seg;
     b->n = g->n;
     for (int k = 0; k < g->n; k++) {
         b->m[k] = g->m[k];
