@@ -131,6 +131,7 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "segments", json_integer(st->cfg.segments));
     set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
+    set(o, "batch", json_integer(st->cfg.batch > 1 ? st->cfg.batch : 1));
     set(o, "rebalance", json_boolean(st->cfg.rebalance));
     set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
     if (st->lock[0] != '\0') /* the lock scheme, as the store names it */
@@ -250,6 +251,9 @@ void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
                          "sku %s is not the version If-Match names (changed or gone "
                          "since): GET it again for its ETag",
                          req->name);
+    else if (s == INV_INVALID && req->in.sku.batch > 1) /* (sku.h: checked there) */
+        api_reply_error(rep, 400, "invalid_field",
+                        "batch: this store sells one order per lock hold (batch 1)");
     else if (s != INV_OK)
         write_failed(ctx, req, rep, s, "create");
     if (s != INV_OK)

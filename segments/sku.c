@@ -19,9 +19,10 @@ static void signature(char *buf, size_t len, const char *op, long long n,
                       const struct sku_config *cfg)
 {
     if (cfg != NULL)
-        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d:%s:%d", op, cfg->stock, cfg->segments,
-                 sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance, cfg->replicated,
-                 sku_lock_name(cfg->lock), cfg->unfenced);
+        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d:%s:%d:%d", op, cfg->stock,
+                 cfg->segments, sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance,
+                 cfg->replicated, sku_lock_name(cfg->lock), cfg->unfenced,
+                 cfg->batch > 1 ? cfg->batch : 1);
     else
         snprintf(buf, len, "%s:%lld", op, n);
 }
@@ -82,6 +83,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .mode = sku_mode_name(cfg ? cfg->mode : SKU_MODE_LOCK),
         .lock = lock,
         .hold_ms = cfg ? cfg->hold_ms : 0,
+        .batch = cfg && cfg->batch > 1 ? cfg->batch : 1,
         .stock = cfg ? cfg->stock : 0,
         .rebalance = cfg && cfg->rebalance,
         .replicated = cfg && cfg->replicated,
@@ -159,11 +161,13 @@ inv_status sku_put_lock(inv_conn *c, const char *sku, const struct sku_config *c
         return INV_INVALID;
     if (!seg_valid_name(sku) || cfg->segments < 1 || cfg->segments > SEG_MAX_SEGMENTS ||
         cfg->stock < 0 || cfg->stock > SKU_STOCK_MAX || cfg->hold_ms < 0 ||
-        cfg->hold_ms > SKU_HOLD_MAX_MS ||
+        cfg->hold_ms > SKU_HOLD_MAX_MS || cfg->batch < 0 || cfg->batch > SKU_BATCH_MAX ||
         (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC) ||
         (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    if (lock[0] != '\0') { /* a lock scheme this store has (admin.h) */
+    if (cfg->batch > 1 && !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_BATCH))
+        return INV_INVALID; /* a store that cannot sell in batches (admin.h) */
+    if (lock[0] != '\0') {  /* a lock scheme this store has (admin.h) */
         const char *const *l = c->adm->ops->locks;
         while (*l != NULL && strcmp(*l, lock) != 0)
             l++;

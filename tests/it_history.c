@@ -11,7 +11,8 @@
  *
  * The history. N_CLIENTS threads, each with its own PRNG drawn from (seed, thread),
  * so a seed names the same requests (the interleaving is the machine's), over N_SKUS
- * SKUs of 1 to 20 segments in mode lock or atomic, some small enough to sell out:
+ * SKUs of 1 to 20 segments in mode lock or atomic, some small enough to sell out, two
+ * with group commit ("batch"):
  *  - orders with client ids, qty mostly 1, sometimes more than a segment holds; some
  *    sent to 2-3 instances at once, some retried later, some raced by their cancel;
  *  - cancels of earlier orders;
@@ -140,6 +141,7 @@ struct sku_spec {
 #ifdef HISTORY_PG
     const char *lock; /* sent with every reset: the PostgreSQL scheme */
 #endif
+    int batch; /* sent with every reset when > 0 (group commit) */
 };
 
 #ifdef HISTORY_PG
@@ -153,20 +155,20 @@ static const struct sku_spec specs[N_SKUS] = {
 };
 #elif !defined(HISTORY_CLUSTER)
 static const struct sku_spec specs[N_SKUS] = {
-    {"h-one", 24, {1, 1, 4}, "lock", 2, NULL},
-    {"h-four", 40, {4, 4, 20}, "lock", 5, NULL},
-    {"h-twenty", 200, {20, 20, 4}, "lock", 3, NULL},
-    {"h-atomic", 30, {4, 1, 20}, "atomic", 0, NULL},
+    {"h-one", 24, {1, 1, 4}, "lock", 2, NULL, 8},
+    {"h-four", 40, {4, 4, 20}, "lock", 5, NULL, 4},
+    {"h-twenty", 200, {20, 20, 4}, "lock", 3, NULL, 0},
+    {"h-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, 0},
 };
 #else
 /* Every SKU replicated, so that nothing acknowledged may be lost to a failover. More
  * stock than above, so that failovers meet SKUs with stock left also when no cancel or
  * restock brings any back (the default kinds); c-atomic sells out. */
 static const struct sku_spec specs[N_SKUS] = {
-    {"c-one", 12000, {1, 1, 4}, "lock", 2, "replicated"},
-    {"c-four", 30000, {4, 4, 20}, "lock", 5, "replicated"},
-    {"c-twenty", 120000, {20, 20, 4}, "lock", 3, "replicated"},
-    {"c-atomic", 300, {4, 1, 20}, "atomic", 0, "replicated"},
+    {"c-one", 12000, {1, 1, 4}, "lock", 2, "replicated", 0},
+    {"c-four", 30000, {4, 4, 20}, "lock", 5, "replicated", 0},
+    {"c-twenty", 120000, {20, 20, 4}, "lock", 3, "replicated", 0},
+    {"c-atomic", 300, {4, 1, 20}, "atomic", 0, "replicated", 0},
 };
 #endif
 
@@ -449,6 +451,9 @@ static int http_send(int port, const struct req *q, struct h_resp *r)
         n += snprintf(body + n, sizeof body - (size_t)n, ",\"lock\":\"%s\"",
                       specs[q->sku].lock);
 #endif
+        if (specs[q->sku].batch > 0)
+            n += snprintf(body + n, sizeof body - (size_t)n, ",\"batch\":%d",
+                          specs[q->sku].batch);
         snprintf(body + n, sizeof body - (size_t)n, "}");
         key_header = q->key_header;
         break;
@@ -1981,6 +1986,13 @@ static void print_summary(const struct checker *k)
             "%lld order records, %d SKUs\n",
             by_status[2], by_status[4], by_status[5], by_status[0], k->judged[K_ORDER],
             k->judged[K_CANCEL], k->judged[K_RESTOCK], k->records, skus);
+    long long batches = 0, batched = 0; /* group commits (SKUs with "batch") */
+    for (int i = 0; i < N_INST; i++) {
+        batches += h_stat(k->run->port[i], NULL, "batches");
+        batched += h_stat(k->run->port[i], NULL, "batched_orders");
+    }
+    fprintf(stderr, HISTORY_NAME ": group commits %lld, of %lld orders\n", batches,
+            batched);
     for (int c = 0; c < k->ncat; c++)
         fprintf(stderr, HISTORY_NAME ": violations [%s]: %d\n", k->cat[c],
                 k->cat_count[c]);

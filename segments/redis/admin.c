@@ -33,7 +33,8 @@ static void take(struct store_reply *out, struct rd_reply *r)
 
 static unsigned caps(admin *a)
 {
-    return rd_conn_cluster(conn(a)) ? ADMIN_CAP_CLUSTER : ADMIN_CAP_LOCKS;
+    return ADMIN_CAP_BATCH |
+           (rd_conn_cluster(conn(a)) ? ADMIN_CAP_CLUSTER : ADMIN_CAP_LOCKS);
 }
 
 static void admin_free(admin *a)
@@ -62,6 +63,7 @@ static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[
         *m = (struct store_meta){
             .segments = r.segments,
             .hold_ms = r.hold_ms,
+            .batch = r.batch,
             .initial = r.initial,
             .epoch = r.epoch,
             .gen = r.gen,
@@ -141,6 +143,7 @@ static int reset(admin *a, const char *sku, long long old_epoch, int old_segment
         .segments = to->segments,
         .mode = to->mode,
         .hold_ms = to->hold_ms,
+        .batch = to->batch,
         .stock = to->stock,
         .rebalance = to->rebalance,
         .replicated = to->replicated,

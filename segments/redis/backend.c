@@ -24,7 +24,7 @@ static rda_conn *conn(const store *s)
 
 static unsigned caps(const store *s)
 {
-    return STORE_CAP_FENCE |
+    return STORE_CAP_FENCE | STORE_CAP_BATCH |
            (rda_cluster(conn(s)) ? STORE_CAP_RECORD_APART
                                  : STORE_CAP_MULTI_ONE | STORE_CAP_KEEP);
 }
@@ -123,6 +123,13 @@ static bool deduct(store *s, const char *sku, long long epoch, int i, const char
                       until, keep, fn, arg);
 }
 
+static bool deduct_batch(store *s, const char *sku, long long epoch, int i,
+                         const char *token, long long fence, int n,
+                         const struct store_batch_order *b, store_batch_fn fn, void *arg)
+{
+    return rda_deduct_batch(conn(s), sku, epoch, i, token, fence, n, b, fn, arg);
+}
+
 static void deduct_multi(store *s, const char *sku, long long epoch, const char *id,
                          const char *record, const char *attempt,
                          const struct store_parts *p, store_multi_fn fn, void *arg)
@@ -207,6 +214,7 @@ static const struct store_ops redis_ops = {
     .renew = renew,
     .release = release,
     .deduct = deduct,
+    .deduct_batch = deduct_batch,
     .deduct_multi = deduct_multi,
     .adjust = adjust,
     .claim = claim,

@@ -154,6 +154,7 @@ struct rd_meta {
     int segments;
     char mode[16];
     int hold_ms;
+    int batch; /* 1 when absent */
     long long initial;
     long long epoch; /* 0 for a SKU written before epochs existed */
     long long gen;
@@ -316,6 +317,7 @@ struct rd_reset {
     int segments;
     const char *mode;
     int hold_ms;
+    int batch; /* orders one lock hold may sell (the meta's "batch") */
     long long stock;
     bool rebalance;
     bool replicated;    /* durability "replicated" */
