@@ -148,10 +148,10 @@ struct sku_spec {
 /* One SKU per PostgreSQL scheme; a reset keeps the scheme (a flip to atomic and back
  * too), so each meets one and several segments and multi-segment orders. */
 static const struct sku_spec specs[N_SKUS] = {
-    {"p-row", 40, {1, 4, 20}, "lock", 2, NULL, "row"},
-    {"p-lease", 60, {4, 1, 20}, "lock", 3, NULL, "lease"},
-    {"p-opt", 200, {20, 4, 1}, "lock", 0, NULL, "optimistic"},
-    {"p-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, "row"},
+    {"p-row", 40, {1, 4, 20}, "lock", 2, NULL, "row", 0},
+    {"p-lease", 60, {4, 1, 20}, "lock", 3, NULL, "lease", 0},
+    {"p-opt", 200, {20, 4, 1}, "lock", 0, NULL, "optimistic", 0},
+    {"p-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, "row", 0},
 };
 #elif !defined(HISTORY_CLUSTER)
 static const struct sku_spec specs[N_SKUS] = {
