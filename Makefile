@@ -11,6 +11,7 @@
 #   make SANITIZER=address|undefined|thread   sanitized build under build/<sanitizer>/
 #   make soak SECONDS=600  the randomized history checker, round after round (tests/soak.sh)
 #   make soak CLUSTER=1    the same on a Redis Cluster with failovers (tests/it_history_cluster.c)
+#   make soak PG=1         the same on the PostgreSQL store (tests/it_history_pg.c)
 #   make install [PREFIX=/usr/local DESTDIR=]   daemon, unit, man page, /etc config
 #   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
@@ -56,7 +57,7 @@ $(error SANITIZER must be address, undefined or thread)
 endif
 
 # The stores and lock services behind the seam, a folder each.
-BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached \
+BACKENDS  := segments/redis segments/postgres segments/redlock segments/memcached segments/lockcall \
              segments/zookeeper
 LIB_SRC   := $(wildcard base/*.c segments/*.c $(BACKENDS:%=%/*.c) api/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -203,12 +204,13 @@ clean:
 # seconds until SECONDS are used; a failing round prints its seed and how to rerun it.
 # CLUSTER=1: its cluster variant (tests/it_history_cluster.c), a fresh 3+3 Redis Cluster
 # per round with failovers; HISTORY_CLUSTER_ALL=1 adds every kind and hard failovers.
+# PG=1: its PostgreSQL variant (tests/it_history_pg.c), a fresh PostgreSQL per round.
 SECONDS    ?= 600
 SOAK_ROUND ?= 60
-SOAK_BIN   := $(if $(CLUSTER),it_history_cluster,it_history)
+SOAK_BIN   := $(if $(CLUSTER),it_history_cluster,$(if $(PG),it_history_pg,it_history))
 soak: deps
 	@$(MAKE) --no-print-directory $(BIN) $(BUILD)/tests/$(SOAK_BIN)
-	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(if $(CLUSTER),--cluster) $(BUILD)
+	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(if $(CLUSTER),--cluster)$(if $(PG), --pg) $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: the daemon in $(PREFIX)/sbin, the systemd
 # unit in $(UNITDIR), the manual page inventoryd(8), /etc/logrotate.d/inventoryd, and

@@ -131,6 +131,7 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     set(o, "segments", json_integer(st->cfg.segments));
     set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
     set(o, "hold_ms", json_integer(st->cfg.hold_ms));
+    set(o, "batch", json_integer(st->cfg.batch > 1 ? st->cfg.batch : 1));
     set(o, "rebalance", json_boolean(st->cfg.rebalance));
     set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
     if (st->lock[0] != '\0') /* the lock scheme, as the store names it */
@@ -252,6 +253,9 @@ void api_admin_sku_put(const struct api_ctx *ctx, struct api_request *req,
                          "sku %s is not the version If-Match names (changed or gone "
                          "since): GET it again for its ETag",
                          req->name);
+    else if (s == INV_INVALID && req->in.sku.batch > 1) /* (sku.h: checked there) */
+        api_reply_error(rep, 400, "invalid_field",
+                        "batch: this store sells one order per lock hold (batch 1)");
     else if (s != INV_OK)
         write_failed(ctx, req, rep, s, "create");
     if (s != INV_OK)
@@ -404,13 +408,18 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
                  struct api_reply *rep)
 {
     (void)req;
-    /* redis_mode: what the process routes by now (standalone may become cluster). */
+    /* "store" names the store in use, and a field of its name its state; on Redis,
+     * redis_mode: what the process routes by now (standalone may become cluster). */
     bool up = inv_ping(ctx->conn) == INV_OK;
-    const char *mode = inv_redis_cluster(ctx->inv) ? "cluster" : "standalone";
+    const char *name = inv_store_name(ctx->inv);
+    bool redis = strcmp(name, "redis") == 0;
     json_t *o = must(json_object());
     set(o, "status", json_string(up ? "ok" : "degraded"));
-    set(o, "redis", json_string(up ? "up" : "down"));
-    set(o, "redis_mode", json_string(mode));
+    set(o, "store", json_string(name));
+    set(o, name, json_string(up ? "up" : "down"));
+    if (redis)
+        set(o, "redis_mode",
+            json_string(inv_redis_cluster(ctx->inv) ? "cluster" : "standalone"));
     if (up) {
         api_reply_json(rep, 200, o);
         return;
@@ -418,8 +427,10 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
     set(o, "error", json_string("backend_unavailable"));
     const char *why = inv_conn_error(ctx->conn);
     char detail[200];
-    snprintf(detail, sizeof detail, "redis: %s",
-             why[0] != '\0' ? why : "no answer to PING");
+    snprintf(detail, sizeof detail, "%s: %s", name,
+             why[0] != '\0' ? why
+             : redis        ? "no answer to PING"
+                            : "no answer");
     set(o, "detail", json_string(detail));
     api_reply_json(rep, 503, o);
     api_reply_header(rep, "Retry-After", "1");

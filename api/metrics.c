@@ -276,13 +276,22 @@ static void sku_gauges(struct text *t, const struct api_gauges_snap *snap)
         (double)(now_us() / 1000 - snap->read_ms) / 1000);
 }
 
-static void redis_up(struct text *t, struct api_http_stats *h)
+/* inventory_store_up{store}, and on Redis inventory_redis_up (its older name). */
+static void store_up(struct text *t, struct api_http_stats *h, const char *name)
 {
     long long ok = atomic_load_explicit(&h->redis_ok_us, memory_order_relaxed);
     long long fail = atomic_load_explicit(&h->redis_fail_us, memory_order_relaxed);
     bool up = ok != 0 && ok >= fail &&
               now_us() - ok <= (long long)API_REDIS_UP_WINDOW_S * 1000000;
     char help[160];
+    snprintf(help, sizeof help,
+             "1 when the last request that called the store (label: redis or postgres), "
+             "within the last %d s, got its answer; else 0.",
+             API_REDIS_UP_WINDOW_S);
+    family(t, "inventory_store_up", "gauge", help);
+    put(t, "inventory_store_up{store=\"%s\"} %d\n", name, up ? 1 : 0);
+    if (strcmp(name, "redis") != 0)
+        return;
     snprintf(help, sizeof help,
              "1 when the last request that called Redis, within the last %d s, got its "
              "answer; else 0.",
@@ -454,7 +463,7 @@ void api_metrics(const struct api_ctx *ctx, struct api_request *req,
     stat_foreach_sku(ctx->inv, sku_outcomes, &sh);
     sku_gauges(&t, snap);
     api_gauges_put(ctx->gauges, snap);
-    redis_up(&t, ctx->http);
+    store_up(&t, ctx->http, inv_store_name(ctx->inv));
     http(&t, ctx->http);
     process(&t);
     api_reply_raw(rep, 200, "text/plain; version=0.0.4; charset=utf-8", t.buf, t.len);

@@ -11,20 +11,21 @@
  *   inventory_sku_remaining, _sold, _initial, _locks_held {sku}, and
  *   inventory_segment_stock{sku,segment}            what Redis holds, of the SKUs shown
  *   inventory_sku_gauges_age_seconds                since those were read in full
- *   inventory_redis_up                              see below
- *   inventory_http_requests_total{method,route,code}    code is the class: "2xx".."5xx"
- *   inventory_http_request_duration_seconds{method,route}   histogram, headers in to
- *                                                   reply queued
- *   process_cpu_seconds_total, process_start_time_seconds, process_resident_memory_bytes,
- *   process_virtual_memory_bytes, process_open_fds, process_max_fds   (/proc/self)
- * `route` is the route's pattern ("/orders/{}"), never the raw path, so the number of
- * series is bounded; requests refused before a route was chosen (404, 405, 401, 400,
- * 413) are counted under method="", route="unmatched". A series appears once it has
- * counted something.
+ *   inventory_store_up{store}                       see below; store="redis" or
+ * "postgres" inventory_redis_up                              the same, on the Redis store
+ * only inventory_http_requests_total{method,route,code}    code is the class:
+ * "2xx".."5xx" inventory_http_request_duration_seconds{method,route}   histogram, headers
+ * in to reply queued process_cpu_seconds_total, process_start_time_seconds,
+ * process_resident_memory_bytes, process_virtual_memory_bytes, process_open_fds,
+ * process_max_fds   (/proc/self) `route` is the route's pattern ("/orders/{}"), never the
+ * raw path, so the number of series is bounded; requests refused before a route was
+ * chosen (404, 405, 401, 400, 413) are counted under method="", route="unmatched". A
+ * series appears once it has counted something.
  *
- * inventory_redis_up: 1 when the most recent request that called Redis (one whose
+ * inventory_store_up (and inventory_redis_up, its older name, on Redis): 1 when the
+ * most recent request that called the store -- Redis or PostgreSQL -- (one whose
  * handler ran on a pool worker: orders, the admin SKU calls, GET /healthz, which sends
- * a PING) ended within the last API_REDIS_UP_WINDOW_S seconds and Redis answered it;
+ * a PING) ended within the last API_REDIS_UP_WINDOW_S seconds and the store answered it;
  * 0 when it failed as backend_unavailable, or when no such request ended within the
  * window (the last known state is too old to vouch for), as at start. A 503 busy or
  * shutting_down says nothing either way. A readiness probe on /healthz keeps the

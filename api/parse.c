@@ -289,12 +289,12 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
                          struct api_parse_error *err)
 {
     static const char *const known[] = {
-        "stock",      "segments",   "mode", "hold_ms", "rebalance",
-        "request_id", "durability", "lock", "fencing", NULL};
+        "stock",      "segments", "mode",    "hold_ms", "rebalance", "request_id",
+        "durability", "lock",     "fencing", "batch",   NULL};
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;
-    long long stock = 0, segments = 20, hold_ms = 0;
+    long long stock = 0, segments = 20, hold_ms = 0, batch = 1;
     int rc = check_fields(root, known, err);
     if (rc == 0)
         rc = get_int(root, "stock", true, 0, SKU_STOCK_MAX, &stock, err);
@@ -302,6 +302,8 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
         rc = get_int(root, "segments", false, 1, SEG_MAX_SEGMENTS, &segments, err);
     if (rc == 0)
         rc = get_int(root, "hold_ms", false, 0, SKU_HOLD_MAX_MS, &hold_ms, err);
+    if (rc == 0)
+        rc = get_int(root, "batch", false, 1, SKU_BATCH_MAX, &batch, err);
     out->mode = SKU_MODE_LOCK;
     if (rc == 0) {
         json_t *v = get_string(root, "mode", false, err, &rc);
@@ -363,6 +365,7 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
     out->stock = stock;
     out->segments = (int)segments;
     out->hold_ms = (int)hold_ms;
+    out->batch = (int)batch;
     json_decref(root);
     return rc;
 }

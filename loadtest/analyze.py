@@ -43,8 +43,9 @@ Contract
             lists anything, untracked files too: the Makefile builds every .c it
             finds), machine, versions, load average, wrk and service settings, the
             rows (each timed order scenario with its cost and rss_kb), the targets,
-            the idle-connections summary and the end-of-sale summary. <stamp>.md and
-            <stamp>-{scaling,hold0,rebalance}.png are made from that record alone
+            the idle-connections summary, the end-of-sale summary and the lock groups'
+            summary (lockload.summary). <stamp>.md and
+            <stamp>-{scaling,hold0,rebalance,locks}.png are made from that record alone
             (render_results), so `report` remakes them exactly.
   Docs      the block between DOCS_BEGIN and DOCS_END in docs/BENCHMARKS.md is
             replaced (appended when missing); nothing else in the file is touched.
@@ -68,6 +69,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+
+import lockload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -880,6 +883,8 @@ def fmt_results(res, colour=False):
             lines += [""] + block
     if res.get("end_of_sale"):
         lines += [""] + fmt_end_of_sale(res["end_of_sale"], res["wrk"]["connections"])
+    if res.get("locks"):
+        lines += [""] + lockload.fmt_summary(res["locks"])
     return lines
 
 
@@ -1121,7 +1126,88 @@ plot '{dats["off"]}' using 1:2 with lines lw 2 lc rgb '#d62728' title 'sold, reb
 """, os.path.join(tmp, "gnuplot.log"), "rebalance")
 
 
-PLOTS = (("scaling", plot_scaling), ("hold0", plot_hold0), ("rebalance", plot_rebalance))
+def plot_locks(res, png, tmp, term):
+    """The lock services and PostgreSQL's schemes (groups locks, pg): lockload.py."""
+    return lockload.plot(res, png, tmp, term, gnuplot)
+
+
+BATCH_SIZES = (1, 8, 64)  # the batch group's sizes at hold 20 ms (drive.py run_batch)
+BATCH_SEGS = (1, 4, 20)
+
+
+def batch_summary(rows):
+    """The batch group's pairs and targets, as text (drive.py prints it)."""
+    def get(name, key):
+        r = rows.get(name) or {}
+        return r.get(key) if key != "redis_us" else \
+            (r.get("cost") or {}).get("redis_cpu_us_per_order")
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    def num(x):  # this summary's figures: one decimal
+        return "n/a" if x is None else f"{x:.1f}"
+
+    lines = ["batch: group commit, one run"]
+    one = get("batch64-h20-s1", "orders_s")
+    lines.append(f"  hold 20 ms, 1 segment, batch 64: {num(one)} orders/s "
+                 f"(target >= 1000: {'met' if one and one >= 1000 else 'NOT met'}); "
+                 f"batch 1: {num(get('batch1-h20-s1', 'orders_s'))}")
+    r20 = ratio(get("batch64-h20-s20", "orders_s"), get("batch1-h20-s20", "orders_s"))
+    lines.append(f"  hold 20 ms, 20 segments, batch 64 / batch 1: {num(r20)} "
+                 f"(target >= 10: {'met' if r20 and r20 >= 10 else 'NOT met'})")
+    for mode in ("lock", "atomic"):
+        r0 = ratio(get(f"batch64-h0-{mode}", "orders_s"), get(f"batch1-h0-{mode}", "orders_s"))
+        us64, us1 = get(f"batch64-h0-{mode}", "redis_us"), get(f"batch1-h0-{mode}", "redis_us")
+        lines.append(f"  hold 0, {mode}, 20 segments: batch 64 / batch 1 orders/s {num(r0)} "
+                     f"(target >= 1.15: {'met' if r0 and r0 >= 1.15 else 'NOT met'}); "
+                     f"Redis CPU per order {num(us64)} µs vs {num(us1)} µs (target <= 6: "
+                     f"{'met' if us64 is not None and us64 <= 6 else 'NOT met'})")
+    for name in sorted(rows):
+        if "-h20-" in name and rows[name].get("batch", 1) > 1:
+            p99 = rows[name].get("p99_ms")
+            lines.append(f"  {name}: p99 {num(p99)} ms (target <= 50: "
+                         f"{'met' if p99 is not None and p99 <= 50 else 'NOT met'})")
+    return "\n".join(lines)
+
+
+def plot_batch(res, png, tmp, term):
+    """orders/s against segments at hold 20 ms, one line per batch size."""
+    plots, i = [], 0
+    colours = ("#1f77b4", "#ff7f0e", "#2ca02c")
+    for b in BATCH_SIZES:
+        pts = sorted((r["segments"], r["orders_s"]) for r in res["scenarios"]
+                     if re.fullmatch(rf"batch{b}-h20-s\d+", r["name"])
+                     and r.get("orders_s") is not None)
+        dat = os.path.join(tmp, f"batch{b}.dat")
+        if not write_dat(dat, [f"{s} {num(o)}" for s, o in pts]):
+            continue
+        c = colours[i % len(colours)]
+        i += 1
+        plots += [f"'{dat}' using 1:2 with linespoints lw 2 pt 7 lc rgb '{c}' "
+                  f"title 'batch {b}'",
+                  f"'{dat}' using 1:2:(sprintf('%.0f', $2)) with labels offset 0,1.2 "
+                  f"notitle"]
+    if not plots:
+        return False
+    plot = ", \\\n     ".join(plots)
+    return gnuplot(f"""set terminal {term}
+set output '{png}'
+set termoption noenhanced
+set title "Group commit: orders/s against segments, lock mode, hold 20 ms"
+set xlabel 'segments'
+set ylabel 'orders/s (201s)'
+set logscale xy 2
+set xrange [0.8:32]
+set xtics (1, 4, 20)
+set grid
+set key top left
+plot {plot}
+""", os.path.join(tmp, "gnuplot.log"), "batch")
+
+
+PLOTS = (("scaling", plot_scaling), ("hold0", plot_hold0), ("rebalance", plot_rebalance),
+         ("batch", plot_batch), ("locks", plot_locks))
 
 
 def render_results(res, json_path, tmp):

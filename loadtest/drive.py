@@ -43,6 +43,7 @@ import urllib.parse
 
 sys.dont_write_bytecode = True  # no loadtest/__pycache__ in the source tree
 import analyze as an  # noqa: E402 (after the line above)
+import lockload  # noqa: E402
 from analyze import SetupError, num, paint, say  # noqa: E402
 from idle import raise_nofile  # noqa: E402 (one copy, shared with idle.py)
 
@@ -87,6 +88,13 @@ Scenarios, in run order (--only picks groups)
             40 in 5 more), then sold out by orders of 1; orders/s while the last 10% of
             the stock sells, from the 201s' arrival times and from polling
             GET /admin/skus/{sku} every 25 ms
+  batch     group commit (a SKU's "batch"): lock, hold 20 ms, segments 1 4 20 (--quick:
+            1 20) at batch 1, 8 and 64 (the plot); then hold 0 ms, 20 segments, lock
+            and atomic at batch 1 and 64, each row's SKU deleted once audited (every row
+            meets the same Redis); each pair's ratio and the targets: 1 segment
+            batch 64 >= 1000 orders/s, 20 segments batch 64 / batch 1 >= 10, hold 0
+            batch 64 / batch 1 >= 1.15 and Redis CPU <= 6 us per order, p99 at hold
+            20 ms <= 2 x hold + 10 ms
   reserve   reservations at hold 0: orders (lock, 20 segments) then, on a fresh SKU
             of the same settings, each order as a reservation and its confirm
             (loadtest/reserve.lua): confirmed orders/s against orders/s; audited
@@ -95,6 +103,17 @@ Scenarios, in run order (--only picks groups)
             second service on it: lock 20 segments at hold 0 and at hold 20 ms, and
             hold 0 with durability "replicated"; each master's share of the script
             calls; orders/s against lock20-h0 and curve-20 of the same run
+  locks     each lock beside the Redis store: "redis" (the store's own), "redlock" (3
+            redis-servers without persistence), "memcached", "zookeeper" (standalone),
+            started here with a second service (--redlock, --memcached, --zookeeper):
+            hold 0 ms on 20 segments, hold 20 ms on 1 and on 20 segments (20 / 1 >= 19)
+  pg        the PostgreSQL store (a PostgreSQL 15 of its own, fsync=off, and a service
+            with --store postgres://... --threads 6): "lock" "row", "lease",
+            "optimistic" at the same three points, "mode" "atomic" at hold 0 ms, then
+            the database's ceiling: pgbench (--connections clients, --duration) running
+            atomic's conditional UPDATE alone (atomic / pgbench: issue 23's >= 0.7).
+            locks and pg: every run audited as above; loadtest/lockload.py, and
+            <timestamp>-locks.png plots them side by side
 
 Measures: orders/s is 201s per second of the send window; after the window wrk sends
 nothing more and waits for the orders in flight, so every order the service handled
@@ -139,8 +158,8 @@ Service config (CONFIG): the service run.sh starts reads a config file of its ow
 --connections, 2000) + 2000 (12100 by default) and connection_timeout_s 120 (so the
 idle connections outlive a run); every other setting is the built-in default or a flag.
 
-Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance}.png; the
-JSON and the .md record the git commit. Afterwards:
+Results: <out>/<timestamp>.{md,json} and <timestamp>-{scaling,hold0,rebalance,locks}.png
+(each plot when its scenarios ran); the JSON and the .md record the git commit. Afterwards:
   loadtest/analyze.py compare [OLD.json NEW.json]   two runs side by side
   loadtest/analyze.py report RESULTS.json           the .md and the plots again
   loadtest/analyze.py audit --url URL SKU...        a SKU's invariants, any time
@@ -149,7 +168,7 @@ Colour only on a terminal; NO_COLOR=1 turns it off there too.
 """
 
 GROUPS = ("curve", "curve256", "hold0", "flash", "soldout", "livez", "redis", "rebalance",
-          "idle10k", "reserve", "cluster")  # run order: run_scenarios()
+          "idle10k", "batch", "reserve", "cluster", "locks", "pg")  # run order: run_scenarios()
 CLUSTER_MASTERS = 3  # the cluster group: masters, each with a replica
 BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
@@ -890,6 +909,8 @@ class Run:
             self.reb_pre_dist = None
             self.run_rebalance_variant("rebalance-off", False)
             self.run_rebalance_variant("rebalance-on", True)
+        if wants("batch"):
+            self.run_batch()
         if wants("reserve"):
             self.run_orders("reserve-orders", "segment locks", "lock", 20, 0, BIG_STOCK,
                             "active", o.duration)
@@ -900,6 +921,50 @@ class Run:
                 say("[cluster] skipped: the service under test was not started here")
             else:
                 self.run_cluster()
+        for group in ("locks", "pg"):  # each starts its own servers and service
+            if wants(group):
+                lockload.run_group(sys.modules[__name__], self, group)
+
+    # ---- the batch group
+
+    def run_batch(self):
+        """Group commit: the same SKU settings at batch 1 (one order per hold) and
+        more, in this run; the pairs' ratios and the targets printed and saved."""
+        o = self.o
+        segs_list = (1, 20) if o.quick else an.BATCH_SEGS
+        rows = {}
+
+        def forget(row):
+            # Each row meets the same Redis: its SKU and records go once it is audited
+            # (Redis's CPU per order grows with the records it holds: see idle10k),
+            # or the second of a pair pays for the first's (batch 64 run first beat
+            # batch 1 by 1.3-1.8x at hold 0, run second it lost by 0.6x).
+            sku = row.get("sku")
+            if sku:
+                code, text = self.api.call("DELETE", f"/admin/skus/{sku}")
+                if code != 200:
+                    say(f"  DELETE /admin/skus/{sku} answered {code}: {text[:200]}")
+        for segs in segs_list:
+            for b in an.BATCH_SIZES:
+                name = f"batch{b}-h20-s{segs}"
+                row, text = self.orders_row(name, f"lock, batch {b}", "lock", segs, 20,
+                                            BIG_STOCK, "active", o.duration,
+                                            settings={"batch": b})
+                row["batch"] = b
+                self.finish(row, text)
+                forget(row)
+                rows[name] = row
+        for mode in ("lock", "atomic"):
+            for b in (1, 64):
+                name = f"batch{b}-h0-{mode}"
+                row, text = self.orders_row(name, f"{mode}, batch {b}", mode, 20, 0,
+                                            BIG_STOCK, "active", o.duration,
+                                            settings={"batch": b})
+                row["batch"] = b
+                self.finish(row, text)
+                forget(row)
+                rows[name] = row
+        say(an.batch_summary(rows))
 
     def run_reserve(self):
         """Reserve + confirm pairs for --duration s on a fresh SKU (lock, 20 segments,
@@ -1047,6 +1112,7 @@ class Run:
             "scenarios": self.rows, "ratios": an.targets(self.rows),
             "idle": an.idle_summary(self.rows),
             "end_of_sale": an.end_of_sale_summary(self.rows), "audits_failed": self.failed,
+            "locks": lockload.summary(self.rows),
         }
         return res, time.strftime("%Y%m%d-%H%M%S", started)
 

@@ -38,6 +38,9 @@
 #define ADMIN_CAP_LOCKS 0x1u
 /* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
 #define ADMIN_CAP_CLUSTER 0x2u
+/* The store keeps a SKU's "batch" and its order path sells in batches
+ * (store.h STORE_CAP_BATCH); without it a put with batch > 1 is refused (400). */
+#define ADMIN_CAP_BATCH 0x4u
 
 /* What a reset writes (calls.h struct rd_reset, field by field). */
 struct admin_reset {
@@ -46,6 +49,7 @@ struct admin_reset {
     const char *lock; /* the SKU's lock scheme ("" : the store's default) */
     bool unfenced;    /* "fencing": false (a lock service's SKU, the lab's) */
     int hold_ms;
+    int batch; /* 1..SKU_BATCH_MAX */
     long long stock;
     bool rebalance;
     bool replicated;
@@ -54,6 +58,9 @@ struct admin_reset {
     int wait_ms;
     const char *expect;
     bool ledger; /* events on for the SKU (a store that writes them: Redis) */
+    bool retake; /* an earlier attempt of this same request still marked as under way
+                    (it died: a failover) is taken over at once, its lease or not (a
+                    store whose resets take steps: a Redis Cluster) */
 };
 
 typedef struct admin admin;

@@ -43,6 +43,7 @@ static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
     }
     v.cfg.segments = m->segments;
     v.cfg.hold_ms = m->hold_ms;
+    v.cfg.batch = m->batch > 1 ? m->batch : 1;
     v.cfg.stock = m->initial;
     v.cfg.rebalance = m->rebalance;
     v.cfg.replicated = m->replicated;
@@ -243,6 +244,35 @@ static void send_deduct(struct ord *o, const char *token, bool keep)
                     o->qty, o->record, until, keep, on_deduct, o);
 }
 
+/* Hold 0, mode lock: SET NX PX and the fenced DEDUCT in one write (visit_next). */
+static void send_piped(struct ord *o)
+{
+    engine *e = o->e;
+    ord_token(e, o->token);
+    stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
+    o->pipelined = true;
+    o->pending++;
+    STORE_CALL(e->st, lock, o->placed, o->seg, o->token, e->v->opt.lock_ttl_ms,
+               on_piped_lock, o);
+    send_deduct(o, o->token, false);
+}
+
+/* A group of one (batch.c): as if it had not waited for the turn. */
+static void send_alone(struct ord *o)
+{
+    if (o->view.cfg.mode == SKU_MODE_LOCK)
+        send_piped(o);
+    else
+        send_deduct(o, "", false);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    batch_flush(arg, send_alone, on_deduct, on_piped_lock);
+}
+
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -272,7 +302,24 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         send_deduct(o, "", false);
         return;
     }
-    struct lwait *w = ltab_next_holder(o->s, o->seg);
+    struct lwait *w = NULL;
+    if (o->view.cfg.batch > 1 && !o->claim_ok &&
+        (store_caps(o->e->st) & STORE_CAP_BATCH)) {
+        /* Group commit: the orders queued here for the segment ride on this hold. */
+        struct ord **m;
+        int n = batch_gather(o, on_handed, &m, &w);
+        if (n > 0) {
+            batch_send(o, m, n, on_deduct);
+            if (w != NULL)
+                w->handed(w, o->seg);
+            else /* the next in line (the batch may have stopped at the stock) */
+                ltab_unclaim(o->s, o->seg);
+            return;
+        }
+        free(m);
+    }
+    if (w == NULL)
+        w = ltab_next_holder(o->s, o->seg);
     struct ord *next = w != NULL && w->handed == on_handed ? ord_of_wait(w) : NULL;
     if (next != NULL && !handover_may_keep(o, next))
         next = NULL;
@@ -358,6 +405,8 @@ static void on_acquire(void *arg, int rc, struct store_reply *r)
     case STORE_OK:
         stat_add(e->v, STAT_LOCK_ACQUIRED, 1);
         stat_observe(e->v, HIST_LOCK_WAIT, (inv_now_ms() - o->started_ms) * 1000);
+        o->seen[i] = r->value; /* what a batch may sell (batch.c) */
+        ord_note_stock(o, i, r->value);
         lease_start(o);
         if (o->view.cfg.hold_ms > 0) {
             ord_set(o, ORD_HOLD);
@@ -489,7 +538,8 @@ static void visit_next(struct ord *o)
         }
         o->seg = i;
         if (!locked) {
-            send_deduct(o, "", false);
+            if (!batch_join(o)) /* alone, or with its turn's group (batch.c) */
+                send_deduct(o, "", false);
             return;
         }
         if (o->view.cfg.hold_ms == 0 && !svc) {
@@ -501,13 +551,8 @@ static void visit_next(struct ord *o)
              * short segment, SHORT with the lock released by the script. */
             if (mine)
                 ltab_unclaim(o->s, i);
-            ord_token(e, o->token);
-            stat_add(e->v, STAT_LOCK_ATTEMPTS, 1);
-            o->pipelined = true;
-            o->pending++;
-            STORE_CALL(e->st, lock, o->placed, i, o->token, e->v->opt.lock_ttl_ms,
-                       on_piped_lock, o);
-            send_deduct(o, o->token, false);
+            if (!batch_join(o)) /* alone, or with its turn's group (batch.c) */
+                send_piped(o);
             return;
         }
         if (!mine && (ltab_claimed_elsewhere(o->s, i) || !ltab_claim(o->s, i))) {
@@ -645,6 +690,11 @@ engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, s
     }
     e->rng |= 1;
     e->st = st;
+    e->flush = evtimer_new(base, on_flush, e);
+    if (e->flush == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
     for (int l = SKU_LOCK_STORE + 1; l < SKU_LOCK__COUNT; l++)
         e->lks[l] = inv_lock_create(v, base, l, &e->lks_ops[l]);
     e->changes = atomic_load_explicit(&v->changes, memory_order_acquire);
@@ -655,6 +705,8 @@ void engine_free(engine *e)
 {
     if (e == NULL)
         return;
+    batch_drop(e);
+    event_free(e->flush);
     for (int l = 0; l < SKU_LOCK__COUNT; l++)
         if (e->lks[l] != NULL)
             e->lks_ops[l]->free(e->lks[l]);

@@ -11,6 +11,7 @@
  *   spread.c   the automatic rebalance          multi.c   several segments at once
  *   claims.c   a cluster: the order id's claim  verdict.c sold out, from fresh counts
  *   handover.c a lock kept from one order to the next    lease.c  lease renewal
+ *   batch.c    group commit: the orders queued for a segment ride on one hold
  *   ord.c      the order itself: its state and transitions, its answer and its end
  *
  * A step of a lower file that goes on to a state entered by a higher one (VIEW,
@@ -51,6 +52,10 @@ struct engine {
     /* this loop's handle of each lock service configured (sku_lock; NULL: none) */
     const struct lks_ops *lks_ops[SKU_LOCK__COUNT];
     void *lks[SKU_LOCK__COUNT];
+    /* hold 0 with a batch: the orders of this turn of the loop for one segment, sent
+     * together on the next (batch.c) */
+    struct bgroup *groups;
+    struct event *flush;
 };
 
 /* The states of an order. Each is set by ord_set() alone, which checks it against
@@ -279,6 +284,34 @@ void handover_pass(struct ord *o, struct ord *w,
 void handover_settle(struct ord *o, int rc, const struct store_reply *r,
                      void (*on_hold_done)(evutil_socket_t, short, void *),
                      void (*on_round_timer)(evutil_socket_t, short, void *));
+
+/* ---- batch.c: group commit, one lock hold sells the orders queued for it --------- */
+
+/* o holds its segment's lock, its hold over (no lock service's, o->claim_ok false):
+ * take out of the queue the orders of this loop waiting for the segment (whose
+ * `handed` is `handed`) that may ride on o's hold, up to the SKU's batch with o and
+ * up to the least stock seen there. Returns how many (*out: malloc'd, for
+ * batch_send), and in *rest the waiter taken out that may not (the caller hands it
+ * the claim), or NULL. */
+int batch_gather(struct ord *o, void (*handed)(struct lwait *, int), struct ord ***out,
+                 struct lwait **rest);
+/* One DEDUCT_BATCH for o and m[0..n-1] (m freed), fenced by o's token; each order's
+ * answer goes to `each` as its own DEDUCT's would (DEDUCT state). */
+void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each);
+
+/* Hold 0 (mode atomic, or lock with no work under it) and a batch: o, about to
+ * deduct from segment o->seg, joins the group of this turn of the loop for that
+ * segment (DEDUCT state), sent by batch_flush once this turn's active callbacks ran.
+ * false: it may not (batch 1, a claim on a cluster, a full group): it goes alone. */
+bool batch_join(struct ord *o);
+/* Send every group (e->flush's callback calls it): one alone goes by `alone`; more
+ * as one DEDUCT_BATCH (mode lock: behind one SET NX PX of a fresh token, its answer
+ * to `piped` with the group's first order, which owes it: pending), each answer to
+ * `each`. */
+void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
+                 store_int_fn piped);
+/* The engine goes: the orders of unsent groups end unavailable. */
+void batch_drop(engine *e);
 
 /* ---- claims.c: a cluster, the order id's claim ----------------------------------- */
 

@@ -52,6 +52,11 @@ bool inv_redis_cluster(const inv *v)
     return v->map != NULL ? rd_smap_cluster(v->map) : v->cluster;
 }
 
+const char *inv_store_name(const inv *v)
+{
+    return v->postgres ? "postgres" : "redis";
+}
+
 bool inv_store_is_postgres(const char *where)
 {
     return where != NULL &&

@@ -109,6 +109,9 @@ void inv_set_redis_logger(inv_log_fn fn);
  * as a cluster node: the mode moves once, never back; thread-safe, one atomic). */
 bool inv_redis_cluster(const inv *v);
 
+/* The store in use, as /healthz and /metrics name it: "redis" or "postgres". */
+const char *inv_store_name(const inv *v);
+
 /* PING Redis: INV_OK or INV_UNAVAILABLE. */
 inv_status inv_ping(inv_conn *c);
 

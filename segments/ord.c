@@ -34,7 +34,8 @@
  *             yet done this generation on this loop          -> SPREAD
  *             the next segment of the ring (the loop's home segments first, ring.h)
  *             that may hold qty, claimed on no loop: claim it -> ACQUIRE (atomic: DEDUCT;
- *             hold_ms 0: SET NX PX and DEDUCT leave together -> DEDUCT)
+ *             hold_ms 0: SET NX PX and DEDUCT leave together -> DEDUCT; with a
+ *             batch, on the next turn with the turn's other orders of the segment)
  *             ring done: none busy, none left                -> VERDICT
  *                        none busy, stock spread thin        -> MULTI (no plan fills
  *                        it -> VERDICT)
@@ -42,7 +43,8 @@
  *                        busy in Redis                       -> BACKOFF (timer)
  *                        held on this loop, at home here     -> WAIT (FIFO, timer):
  *             handed the claim -> ROUND from it; handed the lock itself (a
- *             standalone Redis, the holder's DEDUCT keeps it) -> HOLD at once
+ *             standalone Redis, the holder's DEDUCT keeps it) -> HOLD at once;
+ *             taken into the holder's batch (group commit, batch.c) -> DEDUCT
  *                        held by another loop only           -> BACKOFF (timer)
  *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new
  *             generation); locks not had in time             -> ROUND. (On a cluster
@@ -52,7 +54,9 @@
  *             an order of this loop waits for the segment: the lock goes on to it;
  *             a hold over before the lock's previous DEDUCT answered waits for it:
  *             OK -> DEDUCT, anything else -> ROUND from the segment, ACQUIRE)
- *   HOLD      the hold's timer, the lock held (lease.c); then DEDUCT, or ROUND when a
+ *   HOLD      the hold's timer, the lock held (lease.c); then DEDUCT (with a batch:
+ *             one DEDUCT_BATCH for it and the orders queued here for the
+ *             segment, each answered as its own DEDUCT), or ROUND when a
  *             renewal found the lease lost; the lock handed on (handover.c)
  *             BUSY/SHORT/MISSING                             -> ROUND (next segment)
  *             EXISTS                                         -> DONE (replay/conflict)
@@ -96,7 +100,7 @@ static const unsigned ord_next[ORD__COUNT] = {
     [ORD_ROUND] = TO(ORD_BACKOFF) | TO(ORD_WAIT) | TO(ORD_ACQUIRE) | TO(ORD_DEDUCT) |
                   TO(ORD_MULTI) | TO(ORD_SPREAD) | TO(ORD_VERDICT),
     [ORD_BACKOFF] = TO(ORD_ROUND),
-    [ORD_WAIT] = TO(ORD_ROUND) | TO(ORD_HOLD),
+    [ORD_WAIT] = TO(ORD_ROUND) | TO(ORD_HOLD) | TO(ORD_DEDUCT),
     [ORD_ACQUIRE] = TO(ORD_HOLD) | TO(ORD_DEDUCT) | TO(ORD_ROUND) | TO(ORD_VIEW),
     [ORD_HOLD] = TO(ORD_DEDUCT) | TO(ORD_ROUND),
     [ORD_DEDUCT] = TO(ORD_PLACED) | TO(ORD_ROUND) | TO(ORD_VIEW),

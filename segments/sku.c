@@ -20,9 +20,10 @@ static void signature(char *buf, size_t len, const char *op, long long n,
                       const struct sku_config *cfg)
 {
     if (cfg != NULL)
-        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d:%s:%d", op, cfg->stock, cfg->segments,
-                 sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance, cfg->replicated,
-                 sku_lock_name(cfg->lock), cfg->unfenced);
+        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d:%s:%d:%d", op, cfg->stock,
+                 cfg->segments, sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance,
+                 cfg->replicated, sku_lock_name(cfg->lock), cfg->unfenced,
+                 cfg->batch > 1 ? cfg->batch : 1);
     else
         snprintf(buf, len, "%s:%lld", op, n);
 }
@@ -67,11 +68,12 @@ static int admin_status(int code)
 
 /* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
  * `cfg` (NULL: delete the SKU) under request id `rid`, if the SKU is the version
- * `expect` names (calls.h rd_reset.expect). Returns the script's code, or -1 when
- * Redis gave no usable answer; *created as rd_reset's value. */
+ * `expect` names (calls.h rd_reset.expect); `retake`: admin.h admin_reset.retake. Returns
+ * the script's code, or -1 when Redis gave no usable answer; *created as rd_reset's
+ * value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                  const struct sku_config *cfg, const char *lock, const char *expect,
-                 const char *rid, bool *created)
+                 const char *rid, bool retake, bool *created)
 {
     char sig[128 + SKU_LOCK_MAX];
     signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
@@ -82,6 +84,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .mode = sku_mode_name(cfg ? cfg->mode : SKU_MODE_LOCK),
         .lock = lock,
         .hold_ms = cfg ? cfg->hold_ms : 0,
+        .batch = cfg && cfg->batch > 1 ? cfg->batch : 1,
         .stock = cfg ? cfg->stock : 0,
         .rebalance = cfg && cfg->rebalance,
         .replicated = cfg && cfg->replicated,
@@ -94,6 +97,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                        : 0,
         .expect = expect,
         .ledger = c->v->opt.ledger,
+        .retake = retake,
     };
     struct store_reply r = {0};
     int rc =
@@ -120,7 +124,11 @@ static inv_status reset_current(inv_conn *c, const char *sku,
             return st;
         if (st == INV_UNKNOWN_SKU)
             old.epoch = 0, old.cfg.segments = 0;
-        int got = admin_status(reset(c, sku, &old, cfg, lock, expect, rid, created));
+        /* The first look takes over an earlier attempt of this request (its retry's
+         * case: that attempt answered 503 and died half way); a later look does not,
+         * or two attempts sent at once would take each other over in turn. */
+        int got =
+            admin_status(reset(c, sku, &old, cfg, lock, expect, rid, try == 0, created));
         if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
             skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)
@@ -154,11 +162,13 @@ inv_status sku_put_lock(inv_conn *c, const char *sku, const struct sku_config *c
         return INV_INVALID;
     if (!seg_valid_name(sku) || cfg->segments < 1 || cfg->segments > SEG_MAX_SEGMENTS ||
         cfg->stock < 0 || cfg->stock > SKU_STOCK_MAX || cfg->hold_ms < 0 ||
-        cfg->hold_ms > SKU_HOLD_MAX_MS ||
+        cfg->hold_ms > SKU_HOLD_MAX_MS || cfg->batch < 0 || cfg->batch > SKU_BATCH_MAX ||
         (cfg->mode != SKU_MODE_LOCK && cfg->mode != SKU_MODE_ATOMIC) ||
         (rid != NULL && rid[0] != '\0' && !seg_valid_name(rid)))
         return INV_INVALID;
-    if (lock[0] != '\0') { /* a lock scheme this store has (admin.h) */
+    if (cfg->batch > 1 && !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_BATCH))
+        return INV_INVALID; /* a store that cannot sell in batches (admin.h) */
+    if (lock[0] != '\0') {  /* a lock scheme this store has (admin.h) */
         const char *const *l = c->adm->ops->locks;
         while (*l != NULL && strcmp(*l, lock) != 0)
             l++;

@@ -20,12 +20,14 @@
 #define SKU_STOCK_MAX 9007199254740991LL /* 2^53 - 1: exact in a JSON number */
 #define SKU_HOLD_MAX_MS 10000
 #define SKU_RESTOCK_MAX 1000000000000LL
+#define SKU_BATCH_MAX 1024 /* orders one lock hold may sell ("batch") */
 
 struct sku_config {
     long long stock; /* 0..SKU_STOCK_MAX */
     int segments;    /* 1..SEG_MAX_SEGMENTS */
     sku_mode mode;
-    int hold_ms;     /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held */
+    int hold_ms;     /* 0..SKU_HOLD_MAX_MS: simulated work while the lock is held,
+                        paid once per batch */
     bool rebalance;  /* mode lock: rebalance automatically once half the segments are
                         empty while stock remains (spread.c) */
     bool replicated; /* durability "replicated": an order is 201 only once a replica
@@ -33,6 +35,8 @@ struct sku_config {
     sku_lock lock;   /* mode lock: where the segment locks live (skumode.h) */
     bool unfenced;   /* "fencing": false (the lab only): a lock service's holder
                         writes unchecked (store.h STORE_UNFENCED) */
+    int batch;       /* 1..SKU_BATCH_MAX (0 reads as 1): the orders one hold of a
+                        segment's lock may sell, in one fenced write (engine batch.c) */
 };
 
 #define SKU_LOCK_MAX 16 /* a lock scheme's name ("lock"), its NUL included */
@@ -92,7 +96,8 @@ struct sku_status {
  * marks the reset pending), so no write slips between the compare and the reset.
  * INV_OK with *created (may be NULL) true when the SKU was made, false when reset (a
  * replay under the same request id: as its first run), INV_SKU_EXISTS,
- * INV_PRECONDITION, INV_INVALID (cfg out of range), INV_REQUEST_CONFLICT, INV_BUSY
+ * INV_PRECONDITION, INV_INVALID (cfg out of range, or a batch > 1 on a store without
+ * ADMIN_CAP_BATCH), INV_REQUEST_CONFLICT, INV_BUSY
  * (raced by other resets throughout), INV_UNAVAILABLE, or on a Redis Cluster, when
  * the SKU is or becomes "replicated", INV_NOT_REPLICATED: a step reached no replica,
  * the reset stopped there and its retry finishes it (calls.h rd_reset; sku_delete

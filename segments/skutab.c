@@ -253,6 +253,7 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
         return INV_UNKNOWN_SKU;
     out->cfg.segments = m.segments;
     out->cfg.hold_ms = m.hold_ms;
+    out->cfg.batch = m.batch > 1 ? m.batch : 1;
     out->cfg.stock = m.initial;
     out->cfg.rebalance = m.rebalance;
     out->cfg.replicated = m.replicated;

@@ -29,6 +29,8 @@ static const char *const names[STAT__COUNT] = {
     [STAT_RESTOCKS] = "restocks",
     [STAT_REDIS_COMMANDS] = "redis_commands",
     [STAT_REDIS_WRITES] = "redis_writes",
+    [STAT_BATCHES] = "batches",
+    [STAT_BATCHED] = "batched_orders",
     [STAT_HOLDS_PLACED] = "reservations_placed",
     [STAT_HOLDS_CONFIRMED] = "reservations_confirmed",
     [STAT_HOLDS_RELEASED] = "reservations_released",
@@ -122,6 +124,9 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_REDIS_COMMANDS] = "Commands the event loops sent to Redis.",
     [STAT_REDIS_WRITES] = "Writes to Redis the event loops took to send them; commands "
                           "per write is the mean pipeline batch.",
+    [STAT_BATCHES] = "Group commits: one fenced deduction for the orders one lock hold "
+                     "sold (a SKU's batch).",
+    [STAT_BATCHED] = "Orders sent in group commits, their lock holders included.",
     [STAT_HOLDS_PLACED] = "Reservations placed (units held until confirmed, released "
                           "or expired).",
     [STAT_HOLDS_CONFIRMED] = "Reservations confirmed into orders.",

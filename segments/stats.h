@@ -35,6 +35,8 @@ enum stat_id {
     STAT_RESTOCKS,
     STAT_REDIS_COMMANDS,  /* commands the event loops sent to Redis */
     STAT_REDIS_WRITES,    /* writes they took: commands / writes is the mean batch */
+    STAT_BATCHES,         /* group commits: DEDUCT_BATCH sent (batch.c) */
+    STAT_BATCHED,         /* orders sent in them, their holders included */
     STAT_HOLDS_PLACED,    /* reservations placed (reserve.h) */
     STAT_HOLDS_CONFIRMED, /* reservations confirmed into orders */
     STAT_HOLDS_RELEASED,  /* reservations released by their client */

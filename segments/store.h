@@ -85,6 +85,9 @@ enum store_code {
 #define STORE_CAP_KEEP 0x4u
 /* The store checks a lock service's fencing number on every write (`fence`). */
 #define STORE_CAP_FENCE 0x8u
+/* Group commit: several orders deducted from one segment in one fenced call
+ * (deduct_batch), each with its own answer. */
+#define STORE_CAP_BATCH 0x10u
 
 #define STORE_NO_FENCE 0LL
 #define STORE_UNFENCED -1LL
@@ -106,6 +109,7 @@ struct store_meta {
     int segments;
     char mode[16]; /* "lock" or "atomic" (skumode.h) */
     int hold_ms;
+    int batch; /* orders one lock hold may sell (sku.h); 1: one */
     long long initial;
     long long epoch; /* bumped by every reset: a write names the epoch it believes */
     long long gen;   /* bumped by every change of stock from outside the order path */
@@ -160,6 +164,15 @@ struct store_stats {
                            pipeline batch */
 };
 
+/* One order of a batch (deduct_batch): its id, the attempt its record names, qty
+ * and record (JSON). */
+struct store_batch_order {
+    const char *id;
+    const char *attempt;
+    const char *record;
+    long long qty;
+};
+
 /* A reservation as its store holds it (the hold ops below and admin.h's; docs/DESIGN.md
  * "Reservations"). Times are the store's clock, ms since the Unix epoch. */
 struct store_hold {
@@ -183,6 +196,9 @@ enum store_hold_action {
 };
 
 typedef void (*store_reply_fn)(void *arg, int rc, struct store_reply *r);
+/* A batch's answer: r[k] is order k's (as deduct's reply; r[k].record may be taken),
+ * NULL when rc < 0 (no answer: every order's outcome unknown). */
+typedef void (*store_batch_fn)(void *arg, int rc, int n, struct store_reply *r);
 /* A reservation's call answered: r->code, and h filled as the call says (the callback
  * may take h->record, setting it NULL). */
 typedef void (*store_hold_fn)(void *arg, int rc, const struct store_reply *r,
@@ -260,6 +276,17 @@ struct store_ops {
                    long long fence, const char *attempt, const char *id, long long qty,
                    const char *record, long long until, bool keep, store_reply_fn fn,
                    void *arg);
+    /* STORE_CAP_BATCH, DEDUCT_BATCH: the n orders `b` one hold of segment i's lock
+     * sells, fenced by `token` and `fence` as deduct, in one call: each answered as
+     * deduct answers it (keep aside: the lock is released), in the order given; the
+     * same id twice is one sale (the second EXISTS), an order more than the stock
+     * left SHORT while those after it that fit still sell; FENCED or STALE for every
+     * order not sold by this very batch before (a resend). The records go with the
+     * deduction: returns false, calling nothing, when one cannot (a cluster, an id
+     * outside the segment's slot). */
+    bool (*deduct_batch)(store *s, const char *sku, long long epoch, int i,
+                         const char *token, long long fence, int n,
+                         const struct store_batch_order *b, store_batch_fn fn, void *arg);
     /* STORE_CAP_MULTI_ONE: all or nothing over p's parts, each fenced by its token
      * (p->fence unused: a lock service's SKU deducts from one segment). OK (stocks[j]
      * = stock left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS. */

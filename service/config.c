@@ -76,6 +76,8 @@ static const struct setting settings[] = {
     INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
     STR_SETTING("bind", "INVENTORY_BIND", "--bind", K_BIND, bind),
     STR_SETTING("store", "INVENTORY_STORE", "--store", K_DSN, store),
+    STR_SETTING("store_password_file", "INVENTORY_STORE_PASSWORD_FILE",
+                "--store-password-file", K_STR, store_password_file),
     STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
     STR_SETTING("redis_user", "INVENTORY_REDIS_USER", NULL, K_STR, redis_user),
     STR_SETTING("redis_password", "INVENTORY_REDIS_PASSWORD", NULL, K_TOKEN,
@@ -399,13 +401,13 @@ static int set_redis(const char *text, const char *where, struct cfg *c, char *e
     return 0;
 }
 
-/* Read the redis_password_file (its first line) into redis_password. */
-static int read_password_file(struct cfg *c, char *err, size_t errlen)
+/* Read the first line of `path` (setting `key`) into `out` (CFG_TOKEN_MAX + 1). */
+static int read_password_file(const char *key, const char *path, char *out, char *err,
+                              size_t errlen)
 {
-    FILE *f = fopen(c->redis_password_file, "r");
+    FILE *f = fopen(path, "r");
     if (f == NULL)
-        return fail(err, errlen, "redis_password_file %s: %s", c->redis_password_file,
-                    strerror(errno));
+        return fail(err, errlen, "%s %s: %s", key, path, strerror(errno));
     char line[CFG_TOKEN_MAX + 2];
     bool got = fgets(line, sizeof line, f) != NULL;
     fclose(f);
@@ -416,10 +418,10 @@ static int read_password_file(struct cfg *c, char *err, size_t errlen)
             n = 0;
     if (n == 0 || n > CFG_TOKEN_MAX)
         return fail(err, errlen,
-                    "redis_password_file %s: the first line must hold the password "
+                    "%s %s: the first line must hold the password "
                     "(1..%d visible characters)",
-                    c->redis_password_file, CFG_TOKEN_MAX);
-    memcpy(c->redis_password, line, n + 1);
+                    key, path, CFG_TOKEN_MAX);
+    memcpy(out, line, n + 1);
     return 0;
 }
 
@@ -830,7 +832,13 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
         }
     }
 
-    if (out->redis_password_file[0] != '\0' && read_password_file(out, err, errlen) != 0)
+    if (out->redis_password_file[0] != '\0' &&
+        read_password_file("redis_password_file", out->redis_password_file,
+                           out->redis_password, err, errlen) != 0)
+        goto done;
+    if (out->store_password_file[0] != '\0' &&
+        read_password_file("store_password_file", out->store_password_file,
+                           out->store_password, err, errlen) != 0)
         goto done;
     if (!cfg_bind_is_loopback(out) && out->admin_token[0] == '\0') {
         fail(err, errlen,
@@ -863,6 +871,41 @@ bool cfg_bind_is_loopback(const struct cfg *c)
         return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
     }
     return false;
+}
+
+int cfg_store_conninfo(const struct cfg *c, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "%s", c->store);
+    const char *pw = c->store_password;
+    if (n >= len) {
+        buf[0] = '\0';
+        return -1;
+    }
+    if (pw[0] == '\0')
+        return 0;
+    bool uri = strncmp(c->store, "postgres://", 11) == 0 ||
+               strncmp(c->store, "postgresql://", 13) == 0;
+    n += (size_t)snprintf(buf + n, len - n, "%s",
+                          !uri                            ? " password='"
+                          : strchr(c->store, '?') != NULL ? "&password="
+                                                          : "?password=");
+    for (; *pw != '\0' && n + 4 < len; pw++) {
+        unsigned char ch = (unsigned char)*pw;
+        if (uri && !isalnum(ch) && strchr("-._~", ch) == NULL)
+            n += (size_t)snprintf(buf + n, len - n, "%%%02X", ch);
+        else if (!uri && (ch == '\'' || ch == '\\'))
+            n += (size_t)snprintf(buf + n, len - n, "\\%c", ch);
+        else
+            buf[n++] = (char)ch;
+    }
+    if (*pw != '\0' || n + 2 > len) {
+        buf[0] = '\0';
+        return -1;
+    }
+    if (!uri)
+        buf[n++] = '\'';
+    buf[n] = '\0';
+    return 0;
 }
 
 /* Append to the string in `buf`, cutting at `len`. */
@@ -1049,9 +1092,11 @@ static const char *metavar(const struct setting *s)
     case K_STR:
         break;
     }
-    return strcmp(s->key, "redis_password_file") == 0 ? "PATH"
-           : strcmp(s->key, "store") == 0             ? "URL"
-                                                      : "T";
+    return strcmp(s->key, "redis_password_file") == 0 ||
+                   strcmp(s->key, "store_password_file") == 0
+               ? "PATH"
+           : strcmp(s->key, "store") == 0 ? "URL"
+                                          : "T";
 }
 
 /* The usage line and the settings table are made from `settings`, the one list of
@@ -1122,6 +1167,7 @@ void cfg_usage(FILE *f, const char *prog)
         "PostgreSQL connection string (postgres://user@host:port/db, or key=value\n"
         "pairs from host= or dbname=; a password in a libpq passfile): the schema is\n"
         "created or upgraded at start, or by --migrate alone (exits 0, or 1).\n"
+        "store_password_file: its password on the first line of a file (wins).\n"
         "\n"
         "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
         "none (replicated: an order is 201 only once a replica has it).\n"

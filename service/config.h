@@ -54,9 +54,11 @@ struct cfg {
     char redis_password[CFG_TOKEN_MAX + 1]; /* AUTH on connect; "" = none (secret) */
     char redis_password_file[CFG_PATH_MAX]; /* read into redis_password at load */
     char store[CFG_PATH_MAX]; /* "" or "redis": Redis; a PostgreSQL connection string */
-    char redis_seeds[CFG_PATH_MAX];     /* more cluster seeds: "h:p,h:p"; "" */
-    bool redis_cluster;                 /* a Redis Cluster, without asking; false */
-    char redis_sentinels[CFG_PATH_MAX]; /* redis-sentinel://: "h:p,h:p"; "" = none */
+    char store_password[CFG_TOKEN_MAX + 1]; /* PostgreSQL's password (secret); "" */
+    char store_password_file[CFG_PATH_MAX]; /* read into store_password at load */
+    char redis_seeds[CFG_PATH_MAX];         /* more cluster seeds: "h:p,h:p"; "" */
+    bool redis_cluster;                     /* a Redis Cluster, without asking; false */
+    char redis_sentinels[CFG_PATH_MAX];     /* redis-sentinel://: "h:p,h:p"; "" = none */
     char redis_sentinel_master[CFG_HOST_MAX + 1];    /* the monitored name; "" */
     char redis_sentinel_password[CFG_TOKEN_MAX + 1]; /* the sentinels' AUTH (secret) */
     int threads;          /* event loops (api/loop.h), 1..1024; the number of cores */
@@ -117,6 +119,14 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
 
 /* True when out->bind is a loopback address (127.0.0.0/8, ::1). */
 bool cfg_bind_is_loopback(const struct cfg *c);
+
+/* The connection string the store is opened with: c->store, and when
+ * store_password is set, that password after whatever the string names (a
+ * "password" query parameter, percent-escaped, of a postgres:// URI; else a quoted
+ * password= pair): libpq takes the last. A secret: never log it. Size buf at least
+ * CFG_STORE_CONNINFO_MAX. 0, or -1 when it does not fit in `len`. */
+#define CFG_STORE_CONNINFO_MAX (CFG_PATH_MAX + 3 * CFG_TOKEN_MAX + 16)
+int cfg_store_conninfo(const struct cfg *c, char *buf, size_t len);
 
 /* Print the effective configuration of a successful cfg_load() for --check-config:
  * which file was read (or that none was), then one "key value" line per setting in

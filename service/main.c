@@ -279,14 +279,19 @@ int main(int argc, char **argv)
                 "(postgres://..., host=..., dbname=...)\n");
         return 2;
     }
+    char store[CFG_STORE_CONNINFO_MAX]; /* with store_password_file's: a secret */
+    if (cfg_store_conninfo(&cfg, store, sizeof store) != 0) {
+        fprintf(stderr, "inventoryd: store: the connection string and its password "
+                        "are too long\n");
+        return 2;
+    }
     if (cfg.migrate) {
         int version = 0;
         if (!inv_store_is_postgres(cfg.store)) {
             fprintf(stderr, "inventoryd: --migrate: the store is not PostgreSQL\n");
             return 2;
         }
-        if (inv_migrate(cfg.store, cfg.redis_timeout_ms, &version, err, sizeof(err)) !=
-            0) {
+        if (inv_migrate(store, cfg.redis_timeout_ms, &version, err, sizeof(err)) != 0) {
             fprintf(stderr, "inventoryd: %s\n", err);
             return 1;
         }
@@ -357,7 +362,7 @@ int main(int argc, char **argv)
         .redlock = cfg.redlock,
         .memcached = cfg.memcached,
         .zookeeper = cfg.zookeeper,
-        .store = inv_store_is_postgres(cfg.store) ? cfg.store : NULL,
+        .store = inv_store_is_postgres(cfg.store) ? store : NULL,
         .ledger = cfg.ledger[0] != '\0',
     };
     inv_set_redis_logger(redis_log);

@@ -18,6 +18,7 @@ struct h_pg {
     char *dir; /* temp dir: data/ and the unix socket */
     int port;
     int pid;
+    int max_connections; /* 0: 40 */
     char conninfo[256];
 };
 
@@ -84,8 +85,10 @@ static void dump_log(const char *path)
 
 static int launch(h_pg *p, bool root)
 {
-    char bin[300], data[600], logf[600], port[16];
+    char bin[300], data[600], logf[600], port[16], conns[40];
     snprintf(bin, sizeof bin, "%s/postgres", bindir());
+    snprintf(conns, sizeof conns, "max_connections=%d",
+             p->max_connections > 0 ? p->max_connections : 40);
     snprintf(data, sizeof data, "%s/data", p->dir);
     snprintf(logf, sizeof logf, "%s/postgres.log", p->dir);
     snprintf(port, sizeof port, "%d", p->port);
@@ -110,7 +113,7 @@ static int launch(h_pg *p, bool root)
                           "-c",
                           "full_page_writes=off",
                           "-c",
-                          "max_connections=40",
+                          conns,
                           "-c",
                           "shared_buffers=32MB",
                           "-c",
@@ -220,6 +223,11 @@ int h_pg_stop(h_pg *p)
     int st = h_terminate(p->pid, SIGINT, 10000);
     p->pid = 0;
     return st;
+}
+
+void h_pg_set_max_connections(h_pg *p, int n)
+{
+    p->max_connections = n;
 }
 
 int h_pg_restart(h_pg *p)

@@ -33,6 +33,8 @@ int h_pg_stop(h_pg *p);
 /* Stop if running, then start again on the same port and data: 0 once it accepts
  * connections, -1 otherwise. */
 int h_pg_restart(h_pg *p);
+/* max_connections (default 40) from the next start on (h_pg_restart). */
+void h_pg_set_max_connections(h_pg *p, int n);
 /* Stop if running, remove the dir, free. NULL is fine. */
 void h_pg_free(h_pg *p);
 

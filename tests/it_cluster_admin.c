@@ -499,14 +499,14 @@ static void test_reset_after_two_dead_resets(void **state)
     assert_int_equal(rd_meta_read(c, sku, &meta), 1);
     struct rd_cmd cmd;
     /* The first: BEGIN, segment 0, then its lease gone (as a dead one's runs out). */
-    proto_reset_begin(&cmd, sku, meta.epoch, 4, 111, 4, 15000, "", NULL, NULL);
+    proto_reset_begin(&cmd, sku, meta.epoch, 4, 111, 4, 15000, "", NULL, NULL, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
     proto_reset_segment(&cmd, placed, 0, meta.epoch, "0", 111, 10, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
     proto_reset_yield(&cmd, sku, 111, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
     /* The second takes the first over and stops at once, its lease given up. */
-    proto_reset_begin(&cmd, sku, meta.epoch, 4, 222, 4, 15000, "", NULL, NULL);
+    proto_reset_begin(&cmd, sku, meta.epoch, 4, 222, 4, 15000, "", NULL, NULL, false);
     assert_int_equal(reset_step(c, &cmd, dead, sizeof dead), RD_OK);
     assert_string_equal(dead, "111");
     proto_reset_yield(&cmd, sku, 222, false);
@@ -517,6 +517,77 @@ static void test_reset_after_two_dead_resets(void **state)
     assert_int_equal(h_audit(f->port, NULL, sku, 20, true), 0);
     assert_int_equal(sku_field(f->port, sku, "sold"), 0);
     assert_int_equal(h_order_status(f->port, "a-chain-1"), 404);
+}
+
+/* PUT /admin/skus/SKU?reset=true with `body` under Idempotency-Key `rid`: the status
+ * (`out` may be NULL). */
+static int put_keyed(int port, const char *sku, const char *body, const char *rid,
+                     struct h_resp *out)
+{
+    char path[160], headers[160];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(headers, sizeof headers,
+             "Content-Type: application/json\r\nIdempotency-Key: %s\r\n", rid);
+    struct h_resp r;
+    int st =
+        h_http(port, "PUT", path, headers, body, strlen(body), out != NULL ? out : &r);
+    if (out == NULL)
+        h_resp_free(&r);
+    return st;
+}
+
+/* A replicated PUT whose attempt died half way (a failover: 503, its lease left
+ * running), then its retry under the same request id: it takes its own attempt over
+ * at once, 200. Before, 503 busy for the 15 s lease; a client that gave up sooner
+ * left the SKU half reset (the harsh history mode on a cluster). Another request
+ * still waits the lease out. */
+static void test_reset_retry_takes_own_over(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "a-own", *probe = "a-own-probe";
+    const char *body = "{\"stock\": 20, \"segments\": 2, \"mode\": \"lock\", "
+                       "\"hold_ms\": 0, \"durability\": \"replicated\"}";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 40, 4, "lock", 0), 0);
+    assert_int_equal(h_order(f->port, sku, 3, "a-own-1", NULL), 201);
+    /* The signature the service records for `body` (the same on any SKU). */
+    assert_int_equal(put_keyed(f->port, probe, body, "own-probe", NULL), 201);
+    char key[SEG_KEY_MAX], sig[160], placed[96];
+    redisContext *rc = h_redis_connect(h_cluster_node(
+        f->cluster,
+        h_cluster_master_of(f->cluster, seg_key_request(key, probe, "own-probe"))));
+    redisReply *r = redisCommand(rc, "GET %s", key);
+    redisFree(rc);
+    assert_true(r != NULL && r->type == REDIS_REPLY_STRING);
+    snprintf(sig, sizeof sig, "%.*s", (int)strcspn(r->str, "|"), r->str);
+    freeReplyObject(r);
+    placed_as(f->port, sku, placed, sizeof placed);
+    /* Its first attempt: BEGIN, segment 0 reset, segment 3 gone, then nothing. */
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 0),
+                                   .timeout_ms = 2000,
+                                   .cluster = true};
+    rd_conn *c = rd_conn_create(&seed, NULL);
+    struct rd_meta meta;
+    assert_int_equal(rd_meta_read(c, sku, &meta), 1);
+    struct rd_cmd cmd;
+    proto_reset_begin(&cmd, sku, meta.epoch, 4, 444, 2, 15000, "", "own-put", sig, false);
+    assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
+    proto_reset_segment(&cmd, placed, 0, meta.epoch, "0", 444, 10, false);
+    assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
+    proto_reset_segment(&cmd, placed, 3, meta.epoch, "0", 444, -1, false);
+    assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
+    rd_conn_free(c);
+    struct h_resp resp;
+    put_keyed(f->port, sku, body, "other-put", &resp);
+    assert_int_equal(h_expect_error(&resp, 503, "busy"), 0);
+    h_resp_free(&resp);
+    assert_int_equal(put_keyed(f->port, sku, body, "own-put", NULL), 200);
+    assert_int_equal(h_audit(f->port, NULL, sku, 20, true), 0);
+    assert_int_equal(sku_field(f->port, sku, "segments"), 2);
+    assert_int_equal(sku_field(f->port, sku, "sold"), 0);
+    assert_int_equal(h_order_status(f->port, "a-own-1"), 404);
+    assert_int_equal(restock(f->port, sku, 4, NULL, NULL), 200);
 }
 
 /* A reset removes an adjust's intent: the dead one is not rolled forward into the new
@@ -752,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_dead_adjust_taken_over),
         cmocka_unit_test(test_reset_clears_intent),
         cmocka_unit_test(test_reset_after_two_dead_resets),
+        cmocka_unit_test(test_reset_retry_takes_own_over),
         cmocka_unit_test(test_spread_in_seam),
         cmocka_unit_test(test_rebalance_automatic),
         cmocka_unit_test(test_spread_lone_client),

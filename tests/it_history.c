@@ -11,7 +11,8 @@
  *
  * The history. N_CLIENTS threads, each with its own PRNG drawn from (seed, thread),
  * so a seed names the same requests (the interleaving is the machine's), over N_SKUS
- * SKUs of 1 to 20 segments in mode lock or atomic, some small enough to sell out:
+ * SKUs of 1 to 20 segments in mode lock or atomic, some small enough to sell out, two
+ * with group commit ("batch"):
  *  - orders with client ids, qty mostly 1, sometimes more than a segment holds; some
  *    sent to 2-3 instances at once, some retried later, some raced by their cancel;
  *  - cancels of earlier orders;
@@ -59,7 +60,8 @@
  * HISTORY_OPS (a list such as "order,cancel,restock") limits the kinds the clients
  * send; orders are always sent. tests/it_history_cluster.c compiles this file again
  * with HISTORY_CLUSTER defined: the same clients and checks on a Redis Cluster with
- * replicated SKUs and failovers (its header says what differs).
+ * replicated SKUs and failovers (its header says what differs); it_history_pg.c with
+ * HISTORY_PG: on the PostgreSQL store, with checks of its tables.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,8 +102,9 @@
 #define NEVER LLONG_MAX
 
 /* The variant: this file alone is the standalone checker; tests/it_history_cluster.c
- * defines HISTORY_CLUSTER, includes it and adds its own fixture and chaos. */
-#ifndef HISTORY_CLUSTER
+ * defines HISTORY_CLUSTER (it_history_pg.c HISTORY_PG), includes it and adds its own
+ * fixture and chaos. */
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
 #define HISTORY_NAME "it_history"
 #define DEFAULT_OPS OPS_ALL /* kinds the clients send unless HISTORY_OPS says */
 #define RETRY_UNKNOWN false /* retry an order or cancel answered 503 under its id */
@@ -150,24 +153,37 @@ struct sku_spec {
     const char *mode;       /* mode at setup; a reset flips it now and then */
     int hold_max;           /* hold_ms 0..hold_max */
     const char *durability; /* sent with every reset; NULL: none (the setting's) */
+#ifdef HISTORY_PG
+    const char *lock; /* sent with every reset: the PostgreSQL scheme */
+#endif
+    int batch; /* sent with every reset when > 0 (group commit) */
 };
 
-#ifndef HISTORY_CLUSTER
+#ifdef HISTORY_PG
+/* One SKU per PostgreSQL scheme; a reset keeps the scheme (a flip to atomic and back
+ * too), so each meets one and several segments and multi-segment orders. */
 static const struct sku_spec specs[N_SKUS] = {
-    {"h-one", 24, {1, 1, 4}, "lock", 2, NULL},
-    {"h-four", 40, {4, 4, 20}, "lock", 5, NULL},
-    {"h-twenty", 200, {20, 20, 4}, "lock", 3, NULL},
-    {"h-atomic", 30, {4, 1, 20}, "atomic", 0, NULL},
+    {"p-row", 40, {1, 4, 20}, "lock", 2, NULL, "row", 0},
+    {"p-lease", 60, {4, 1, 20}, "lock", 3, NULL, "lease", 0},
+    {"p-opt", 200, {20, 4, 1}, "lock", 0, NULL, "optimistic", 0},
+    {"p-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, "row", 0},
+};
+#elif !defined(HISTORY_CLUSTER)
+static const struct sku_spec specs[N_SKUS] = {
+    {"h-one", 24, {1, 1, 4}, "lock", 2, NULL, 8},
+    {"h-four", 40, {4, 4, 20}, "lock", 5, NULL, 4},
+    {"h-twenty", 200, {20, 20, 4}, "lock", 3, NULL, 0},
+    {"h-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, 0},
 };
 #else
 /* Every SKU replicated, so that nothing acknowledged may be lost to a failover. More
  * stock than above, so that failovers meet SKUs with stock left also when no cancel or
  * restock brings any back (the default kinds); c-atomic sells out. */
 static const struct sku_spec specs[N_SKUS] = {
-    {"c-one", 12000, {1, 1, 4}, "lock", 2, "replicated"},
-    {"c-four", 30000, {4, 4, 20}, "lock", 5, "replicated"},
-    {"c-twenty", 120000, {20, 20, 4}, "lock", 3, "replicated"},
-    {"c-atomic", 300, {4, 1, 20}, "atomic", 0, "replicated"},
+    {"c-one", 12000, {1, 1, 4}, "lock", 2, "replicated", 0},
+    {"c-four", 30000, {4, 4, 20}, "lock", 5, "replicated", 0},
+    {"c-twenty", 120000, {20, 20, 4}, "lock", 3, "replicated", 0},
+    {"c-atomic", 300, {4, 1, 20}, "atomic", 0, "replicated", 0},
 };
 #endif
 
@@ -378,7 +394,10 @@ static const char *entry_line(const struct entry *e, char *buf, size_t len,
 struct run {
     h_redis *redis;     /* standalone: the Redis (NULL on a cluster) */
     h_cluster *cluster; /* the cluster variant's cluster (NULL standalone) */
-    unsigned ops;       /* the kinds clients send (OPS_ALL, HISTORY_OPS) */
+#ifdef HISTORY_PG
+    h_pg *pg; /* the PostgreSQL variant's server */
+#endif
+    unsigned ops; /* the kinds clients send (OPS_ALL, HISTORY_OPS) */
     int port[N_INST];
     unsigned long long seed;
     int seconds;
@@ -445,6 +464,13 @@ static int http_send(int port, const struct req *q, struct h_resp *r)
         if (specs[q->sku].durability != NULL)
             n += snprintf(body + n, sizeof body - (size_t)n, ",\"durability\":\"%s\"",
                           specs[q->sku].durability);
+#ifdef HISTORY_PG
+        n += snprintf(body + n, sizeof body - (size_t)n, ",\"lock\":\"%s\"",
+                      specs[q->sku].lock);
+#endif
+        if (specs[q->sku].batch > 0)
+            n += snprintf(body + n, sizeof body - (size_t)n, ",\"batch\":%d",
+                          specs[q->sku].batch);
         snprintf(body + n, sizeof body - (size_t)n, "}");
         key_header = q->key_header;
         break;
@@ -860,7 +886,7 @@ static void chaos_log(struct run *run, enum kind kind, long long sent, int statu
     log_add(&run->log, &e);
 }
 
-#ifndef HISTORY_CLUSTER
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
 /* CLIENT KILL every normal client but ours; -1 when the connection failed. */
 static int chaos_kill(struct run *run, redisContext *rc)
 {
@@ -913,7 +939,7 @@ static void chaos_main(struct run *run)
 }
 
 #else
-/* The cluster's faults until run->end (tests/it_history_cluster.c). */
+/* The variant's faults until run->end (tests/it_history_cluster.c, it_history_pg.c). */
 static void chaos_main(struct run *run);
 #endif
 
@@ -1999,6 +2025,11 @@ static void write_log_tail(struct checker *k)
 
 /* ---- running the checks ------------------------------------------------------------ */
 
+#ifdef HISTORY_PG
+/* The end state read from PostgreSQL itself (tests/it_history_pg.c). */
+static void check_pg(struct checker *k);
+#endif
+
 /* Every check over the finished run's log; the log file is written as it goes. */
 static void run_checks(struct checker *k)
 {
@@ -2025,6 +2056,9 @@ static void run_checks(struct checker *k)
         check_group(k, &k->g[i]);
     for (int s = 0; s < N_SKUS; s++)
         check_initial(k, s);
+#ifdef HISTORY_PG
+    check_pg(k);
+#endif
     write_log_tail(k);
 }
 
@@ -2131,6 +2165,13 @@ static void print_summary(const struct checker *k)
             "%lld order records, %d SKUs\n",
             by_status[2], by_status[4], by_status[5], by_status[0], k->judged[K_ORDER],
             k->judged[K_CANCEL], k->judged[K_RESTOCK], k->records, skus);
+    long long batches = 0, batched = 0; /* group commits (SKUs with "batch") */
+    for (int i = 0; i < N_INST; i++) {
+        batches += h_stat(k->run->port[i], NULL, "batches");
+        batched += h_stat(k->run->port[i], NULL, "batched_orders");
+    }
+    fprintf(stderr, HISTORY_NAME ": group commits %lld, of %lld orders\n", batches,
+            batched);
     if (by_kind[K_RESERVE] > 0) {
         long long held = 0, sold = 0, expired = 0;
         for (size_t i = 0; i < k->n; i++) {
@@ -2164,6 +2205,9 @@ static void print_summary(const struct checker *k)
 struct fixture {
     h_redis *redis;     /* standalone */
     h_cluster *cluster; /* the cluster variant */
+#ifdef HISTORY_PG
+    h_pg *pg; /* the PostgreSQL variant */
+#endif
     h_svc *svc[N_INST];
 };
 
@@ -2178,7 +2222,7 @@ static const char *const svc_args[N_INST][9] = {
      "--redis-timeout-ms", "1000", NULL},
 };
 
-#ifndef HISTORY_CLUSTER
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
 static int group_setup(void **state)
 {
     struct fixture *f = xmalloc(sizeof *f);
@@ -2192,7 +2236,7 @@ static int group_setup(void **state)
     return 0;
 }
 #else
-/* A cluster and the instances on it (tests/it_history_cluster.c). */
+/* The variant's servers and the instances on them (it_history_cluster.c, _pg.c). */
 static int group_setup(void **state);
 #endif
 
@@ -2208,6 +2252,9 @@ static int group_teardown(void **state)
     }
     h_redis_free(f->redis);
     h_cluster_free(f->cluster);
+#ifdef HISTORY_PG
+    h_pg_free(f->pg);
+#endif
     free(f);
     return rc;
 }
@@ -2236,6 +2283,9 @@ static void run_init(struct run *run, struct fixture *f)
     memset(run, 0, sizeof *run);
     run->redis = f->redis;
     run->cluster = f->cluster;
+#ifdef HISTORY_PG
+    run->pg = f->pg;
+#endif
     run->ops = ops_from_env();
     for (int i = 0; i < N_INST; i++)
         run->port[i] = h_svc_port(f->svc[i]);
@@ -2337,18 +2387,49 @@ static void settle_worker(int idx, void *ctx)
     }
 }
 
+/* The last reset or delete of each SKU when its outcome is unknown, into q (room for
+ * N_SKUS): a client must send it again under its id as it must an order, or a reset
+ * that died half way (a failover) leaves the SKU half reset (restocks busy, orders on
+ * the segments it reached STALE) until another reset finishes it. Returns how many. */
+static size_t unknown_resets(const struct run *run, struct req *q)
+{
+    size_t n = 0;
+    for (int s = 0; s < N_SKUS; s++) {
+        const struct entry *last = NULL;
+        for (size_t i = 0; i < run->log.n; i++) {
+            const struct entry *e = &run->log.e[i];
+            if ((e->q.kind == K_RESET || e->q.kind == K_DELETE) && e->q.sku == s &&
+                e->q.thread >= 0 && e->q.thread < N_CLIENTS &&
+                (last == NULL || e->sent > last->sent))
+                last = e;
+        }
+        if (last != NULL && is_unknown(last))
+            q[n++] = last->q;
+    }
+    return n;
+}
+
 /* RETRY_UNKNOWN: once the clients have stopped, every order, cancel and restock id
  * whose last request got an unknown outcome (503 or none) is sent again under its id
  * until a definite answer comes (every 250 ms, over the instances, for SETTLE_SECONDS
  * at most), as a client must: a dead attempt's claim or plan is settled by that
  * retry, and only then can the records be judged against the SKUs. (A definite answer
  * before the unknown one does not settle it: a reset may have come between, and the
- * unknown request started a new sale.) Returns how many got none. */
+ * unknown request started a new sale.) Before them, each SKU's last reset or delete
+ * when its outcome is unknown (unknown_resets), within SETTLE_SECONDS of its own.
+ * Returns how many got none. */
 #define SETTLE_SECONDS 30
 static int settle_unknown(struct run *run)
 {
     size_t m;
     const struct entry **v = by_id_kind(run->log.e, run->log.n, &m);
+    struct settle first = {.run = run, .q = xmalloc((N_SKUS + 1) * sizeof *first.q)};
+    first.n = unknown_resets(run, first.q);
+    first.until = run_now(run) + SETTLE_SECONDS * 1000000LL;
+    pthread_mutex_init(&first.mu, NULL);
+    h_parallel(N_CLIENTS, settle_worker, &first);
+    pthread_mutex_destroy(&first.mu);
+    free(first.q);
     struct settle st = {.run = run, .q = xmalloc((m + 1) * sizeof *st.q)};
     for (size_t i = 0; i < m;) {
         size_t j = i;
@@ -2367,10 +2448,11 @@ static int settle_unknown(struct run *run)
     h_parallel(N_CLIENTS, settle_worker, &st);
     pthread_mutex_destroy(&st.mu);
     fprintf(stderr,
-            HISTORY_NAME ": %zu ids without a definite answer sent again: %d left\n",
-            st.n, st.left);
+            HISTORY_NAME ": %zu ids without a definite answer sent again (%zu resets "
+                         "first): %d left\n",
+            first.n + st.n, first.n, first.left + st.left);
     free(st.q);
-    return st.left;
+    return first.left + st.left;
 }
 
 static void test_history(void **state)

@@ -243,6 +243,7 @@ static int frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku,
     int pa = h_svc_port(a), pb = h_svc_port(b);
     assert_int_equal(put_sku(pa, sku, body), 201);
     long long acquired = h_stat(pa, NULL, "lock_acquired");
+    long long fenced0 = h_stat(pa, NULL, "fenced_rejections");
 
     struct frozen_order fa = {pa, sku, 0};
     pthread_t t;
@@ -279,11 +280,14 @@ static int frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku,
     *sold = h_jint(j, "sold");
     *remaining = h_jint(j, "remaining");
     json_decref(j);
+    /* the figures of docs/BENCHMARKS.md's safety table: oversold = sold - 1 (the
+     * stock was 1), fenced = A's fenced_rejections during the test */
     fprintf(stderr,
             "%s frozen holder%s, fencing %s: B %d after %lld ms, A %d, sold %lld, "
-            "remaining %lld\n",
+            "remaining %lld, oversold %lld, fenced rejections +%lld\n",
             lock, restart ? " (restarted)" : "", fencing ? "on" : "off", st, sold_after,
-            fa.status, *sold, *remaining);
+            fa.status, *sold, *remaining, *sold > 1 ? *sold - 1 : 0,
+            h_stat(pa, NULL, "fenced_rejections") - fenced0);
     /* with the masters restarted, B was granted the lock within A's lease: B's sale,
      * its own hold included, ends before A's lease would have (~0.7 s here; a grant
      * only after the lease ran out takes more than TTL_MS + HOLD_MS) */

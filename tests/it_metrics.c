@@ -227,6 +227,7 @@ static void test_families_after_traffic(void **state)
         {"inventory_lock_wait_seconds", "histogram"},
         {"inventory_sku_orders_total", "counter"},
         {"inventory_redis_up", "gauge"},
+        {"inventory_store_up", "gauge"},
         {"inventory_http_requests_total", "counter"},
         {"inventory_http_request_duration_seconds", "histogram"},
         {"process_cpu_seconds_total", "counter"},
@@ -290,6 +291,7 @@ static void test_families_after_traffic(void **state)
 
     /* Redis answered the last request that called it, just now. */
     assert_true(h_metric(t, "inventory_redis_up") == 1);
+    assert_true(h_metric(t, "inventory_store_up{store=\"redis\"}") == 1);
 
     /* The process, as /proc tells it. */
     double start = h_metric(t, "process_start_time_seconds");

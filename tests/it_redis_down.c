@@ -104,6 +104,7 @@ static void test_stop_and_restart(void **state)
     json_t *j = h_resp_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
     assert_string_equal(json_string_value(json_object_get(j, "redis")), "up");
+    assert_string_equal(json_string_value(json_object_get(j, "store")), "redis");
     json_decref(j);
     h_resp_free(&r);
 

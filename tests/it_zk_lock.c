@@ -444,6 +444,10 @@ static void test_session_expired(void **state)
     assert_true(told);
     assert_true(run_until(b, &next.done, 15000));
     assert_int_equal(next.rc, LKS_OK);
+    fprintf(stderr,
+            "zookeeper session expired: holder told lost %d time(s), next holder's fence "
+            "%llu > expired holder's %llu\n",
+            lost.calls, (unsigned long long)next.h->fence, (unsigned long long)h->fence);
     assert_true(next.h->fence > h->fence);
     run_for(b, 50);
     assert_int_equal(lost.calls, 1);

@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 FOLDERS = ["base", "segments/redis", "segments/postgres", "segments", "api", "service"]
-FOLDERS += ["segments/redlock", "segments/memcached", "segments/zookeeper"]
+FOLDERS += ["segments/redlock", "segments/memcached", "segments/zookeeper", "segments/lockcall"]
 # Headers that are a layer of their own, below the folder that holds them.
 SEAMS = ["segments/store.h", "segments/admin.h", "segments/locksvc.h"]
 ENGINE = ["segments/" + f for f in (
@@ -29,6 +29,7 @@ ENGINE = ["segments/" + f for f in (
     "verdict.c", "engine.h", "engine_internal.h")]
 BACKENDS = ["segments/redis", "segments/postgres", "segments/redlock", "segments/memcached",
             "segments/zookeeper"]
+BACKENDS += ["segments/lockcall"]
 
 
 def sccs(graph):

@@ -3,13 +3,16 @@
 # with a fresh random HISTORY_SEED, until about SECONDS have been used; print per round
 # the seed, the operations checked and the violations, and at the end the totals.
 #
-#   tests/soak.sh [--seconds N] [--round N] [--cluster] [BUILD_DIR]
+#   tests/soak.sh [--seconds N] [--round N] [--cluster | --pg] [BUILD_DIR]
 #
 #   --seconds N   total time to use (default 600)
 #   --round N     HISTORY_SECONDS of one round (default 60; the last round is shorter)
 #   --cluster     run tests/it_history_cluster instead: each round on a fresh 3+3 Redis
 #                 Cluster with failovers (HISTORY_CLUSTER_ALL, HISTORY_OPS and
 #                 HISTORY_FAULTS are passed on from the environment)
+#   --pg          run tests/it_history_pg instead: each round on a fresh PostgreSQL
+#                 with 3 instances on the PostgreSQL store, backends terminated and
+#                 one restart
 #   BUILD_DIR     where inventoryd and tests/it_history are (default build)
 #
 # On the first failing round it prints that round's output, the seed, where its log
@@ -34,8 +37,13 @@ while [ $# -gt 0 ]; do
         extra=240
         shift
         ;;
+    --pg)
+        name=it_history_pg
+        overhead=10 # PostgreSQL's initdb, start and restart, the checks
+        shift
+        ;;
     -h | --help)
-        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) build=$1; shift ;;

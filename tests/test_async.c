@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "segments/redis/async.h"
+#include "segments/redis/keys.h"
 #include "tests/harness.h"
 #include "tests/proxy.h"
 
@@ -254,6 +255,161 @@ static void lost_reply_is_sent_again(void **state)
     h_proxy_free(p);
 }
 
+/* ---- group commit: DEDUCT_BATCH (lua/deduct_batch.lua) -------------------------- */
+
+struct batch_seen {
+    int done, rc, n;
+    struct store_reply r[8];
+    char rec[8][256];
+};
+
+static void on_batch(void *arg, int rc, int n, struct store_reply *r)
+{
+    struct batch_seen *s = arg;
+    s->done++;
+    s->rc = rc;
+    s->n = n;
+    for (int k = 0; rc == 0 && k < n && k < 8; k++) {
+        s->r[k] = r[k];
+        snprintf(s->rec[k], sizeof s->rec[k], "%s", r[k].record ? r[k].record : "");
+        s->r[k].record = NULL;
+    }
+}
+
+/* An integer key of `sku`'s segment 0 (stock, sold) as Redis has it; -1 absent. */
+static long long seg_int(struct fixture *f, char *(*key_of)(char *, const char *, int),
+                         const char *sku)
+{
+    char key[SEG_KEY_MAX];
+    redisContext *rc = h_redis_connect(f->redis);
+    redisReply *r = redisCommand(rc, "GET %s", key_of(key, sku, 0));
+    long long v = r != NULL && r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    freeReplyObject(r);
+    redisFree(rc);
+    return v;
+}
+
+static bool has_record(struct fixture *f, const char *id)
+{
+    char key[SEG_KEY_MAX];
+    redisContext *rc = h_redis_connect(f->redis);
+    redisReply *r = redisCommand(rc, "EXISTS %s", seg_key_order(key, id));
+    bool yes = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    redisFree(rc);
+    return yes;
+}
+
+#define REC(id, q) "{\"order_id\":\"" id "\",\"qty\":" #q "}"
+
+/* One batch larger than the stock: each order its own answer, in the order given --
+ * those that fit sell (one after a SHORT too), the same id twice is one sale (the
+ * second EXISTS with the first's record), the counts move once for all; sent again
+ * (a lost reply) it answers the same sales OK and changes nothing; an id sold before
+ * is EXISTS. A batch whose token lost the lock sells nothing. */
+static void deduct_batch_answers_each_order(void **state)
+{
+    struct fixture *f = *state;
+    long long epoch = put(f, "bt", 5, 1);
+    rda_conn *c = connect_async(f, NULL);
+    struct seen acq = {0};
+    rda_acquire(c, "bt", epoch, 0, "bt-1", 2, "tok-b", 5000, 0, on_reply, &acq);
+    assert_true(run_until(f, &acq.done, 1));
+    assert_int_equal(acq.code, RD_OK);
+
+    char flag[SEG_KEY_MAX], events[SEG_KEY_MAX];
+    assert_int_equal(
+        h_redis_set_px(f->redis, seg_key_ledger_flag(flag, "bt", 0), "1", 60000, false),
+        0); /* the ledger on: each sale appends its event */
+    seg_key_ledger_events(events, "bt", 0);
+
+    const struct store_batch_order b[] = {
+        {"bt-1", "att-1", REC("bt-1", 2), 2}, {"bt-2", "att-2", REC("bt-2", 2), 2},
+        {"bt-1", "att-9", REC("bt-1", 2), 2}, {"bt-3", "att-3", REC("bt-3", 2), 2},
+        {"bt-4", "att-4", REC("bt-4", 1), 1},
+    };
+    struct batch_seen s = {0};
+    assert_true(rda_deduct_batch(c, "bt", epoch, 0, "tok-b", 0, 5, b, on_batch, &s));
+    assert_true(run_until(f, &s.done, 1));
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(s.n, 5);
+    assert_int_equal(s.r[0].code, RD_OK);
+    assert_int_equal(s.r[0].value, 3);
+    assert_int_equal(s.r[1].code, RD_OK);
+    assert_int_equal(s.r[1].value, 1);
+    assert_int_equal(s.r[2].code, RD_EXISTS); /* the same id again: one sale */
+    assert_string_equal(s.rec[2], REC("bt-1", 2));
+    assert_int_equal(s.r[3].code, RD_SHORT); /* more than is left */
+    assert_int_equal(s.r[3].value, 1);
+    assert_int_equal(s.r[4].code, RD_OK); /* after it, what fits still sells */
+    assert_int_equal(s.r[4].value, 0);
+    assert_int_equal(seg_int(f, seg_key_stock, "bt"), 0);
+    assert_int_equal(seg_int(f, seg_key_sold, "bt"), 5);
+    assert_int_equal(seg_int(f, seg_key_lock, "bt"), -1); /* released */
+    assert_true(has_record(f, "bt-1") && has_record(f, "bt-2") && has_record(f, "bt-4"));
+    assert_false(has_record(f, "bt-3"));
+    redisContext *rc = h_redis_connect(f->redis);
+    redisReply *xr = redisCommand(rc, "XRANGE %s - +", events);
+    assert_non_null(xr);
+    assert_int_equal(xr->elements, 3); /* one event per sale, none for the others */
+    const redisReply *ev = xr->element[1]->element[1]; /* bt-2's: k sale e .. o bt-2 */
+    assert_string_equal(ev->element[5]->str, "bt-2");
+    assert_string_equal(ev->element[7]->str, "-2");
+    freeReplyObject(xr);
+    redisFree(rc);
+
+    /* Sent again after a lost reply (the lock long gone): its own sales are OK. */
+    struct batch_seen again = {0};
+    assert_true(rda_deduct_batch(c, "bt", epoch, 0, "tok-b", 0, 5, b, on_batch, &again));
+    assert_true(run_until(f, &again.done, 1));
+    assert_int_equal(again.r[0].code, RD_OK);
+    assert_int_equal(again.r[1].code, RD_OK);
+    assert_int_equal(again.r[3].code, RD_FENCED);
+    assert_int_equal(again.r[4].code, RD_OK);
+    assert_int_equal(seg_int(f, seg_key_sold, "bt"), 5);
+
+    /* A fenced batch: the lease lapsed and another holder has the lock. */
+    epoch = put(f, "bf", 10, 1);
+    struct seen acq2 = {0};
+    rda_acquire(c, "bf", epoch, 0, "bf-1", 1, "tok-old", 5000, 0, on_reply, &acq2);
+    assert_true(run_until(f, &acq2.done, 1));
+    assert_int_equal(acq2.code, RD_OK);
+    char key[SEG_KEY_MAX];
+    assert_int_equal(
+        h_redis_set_px(f->redis, seg_key_lock(key, "bf", 0), "tok-new", 5000, false), 0);
+    const struct store_batch_order fb[] = {
+        {"bf-1", "fa-1", REC("bf-1", 1), 1},
+        {"bf-2", "fa-2", REC("bf-2", 1), 1},
+        {"bt-1", "fa-3", REC("bt-1", 2), 2}, /* sold before: EXISTS -- but fenced */
+    };
+    struct batch_seen fs = {0};
+    assert_true(rda_deduct_batch(c, "bf", epoch, 0, "tok-old", 0, 3, fb, on_batch, &fs));
+    assert_true(run_until(f, &fs.done, 1));
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(fs.r[k].code, RD_FENCED);
+    assert_int_equal(seg_int(f, seg_key_stock, "bf"), 10);
+    assert_int_equal(seg_int(f, seg_key_sold, "bf"), 0);
+    assert_false(has_record(f, "bf-1") || has_record(f, "bf-2"));
+    char lock[64];
+    assert_int_equal(h_redis_get(f->redis, key, lock, sizeof lock), 1);
+    assert_string_equal(lock, "tok-new"); /* the new holder's, untouched */
+
+    /* The new holder's batch: an id another SKU's order has is EXISTS, the rest sell. */
+    const struct store_batch_order nb[] = {
+        {"bf-1", "na-1", REC("bf-1", 1), 1},
+        {"bt-2", "na-2", REC("bt-2", 2), 2},
+    };
+    struct batch_seen ns = {0};
+    assert_true(rda_deduct_batch(c, "bf", epoch, 0, "tok-new", 0, 2, nb, on_batch, &ns));
+    assert_true(run_until(f, &ns.done, 1));
+    assert_int_equal(ns.r[0].code, RD_OK);
+    assert_int_equal(ns.r[0].value, 9);
+    assert_int_equal(ns.r[1].code, RD_EXISTS);
+    assert_string_equal(ns.rec[1], REC("bt-2", 2));
+    assert_int_equal(seg_int(f, seg_key_stock, "bf"), 9);
+    rda_free(c);
+}
+
 static void wrong_password_says_why(void **state)
 {
     struct fixture *f = *state;
@@ -274,6 +430,7 @@ int main(void)
         cmocka_unit_test(killed_connection_and_noscript),
         cmocka_unit_test(lost_reply_is_sent_again),
         cmocka_unit_test(wrong_password_says_why),
+        cmocka_unit_test(deduct_batch_answers_each_order),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -641,6 +641,49 @@ static void store_setting_masks_its_password(void **state)
     free(out);
 }
 
+/* store_password_file: the password on its first line, after whatever the
+ * connection string names (libpq takes the last): a URI's "password" query parameter,
+ * percent-escaped; a quoted key=value pair. Never printed. */
+static void store_password_file_joins_the_conninfo(void **state)
+{
+    (void)state;
+    write_file("pw", "s3'c\\r%t\nsecond line\n");
+    struct cfg c;
+    char err[512], ci[CFG_STORE_CONNINFO_MAX];
+    assert_int_equal(LOAD(NULL, &c, err, "--store", "postgres://inv@db/inv",
+                          "--store-password-file", "pw", NULL),
+                     0);
+    assert_string_equal(c.store_password, "s3'c\\r%t");
+    assert_int_equal(cfg_store_conninfo(&c, ci, sizeof ci), 0);
+    assert_string_equal(ci, "postgres://inv@db/inv?password=s3%27c%5Cr%25t");
+    char *out = printed(&c);
+    assert_null(strstr(out, "s3'c"));
+    free(out);
+    const char *env[] = {"INVENTORY_STORE_PASSWORD_FILE=pw",
+                         "INVENTORY_STORE=postgres://u:old@h/db?sslmode=disable", NULL};
+    assert_int_equal(LOAD(env, &c, err, NULL), 0);
+    assert_int_equal(cfg_store_conninfo(&c, ci, sizeof ci), 0);
+    assert_string_equal(ci,
+                        "postgres://u:old@h/db?sslmode=disable&password=s3%27c%5Cr%25t");
+    assert_int_equal(LOAD(NULL, &c, err, "--store", "host=h dbname=d password=old",
+                          "--store-password-file", "pw", NULL),
+                     0);
+    assert_int_equal(cfg_store_conninfo(&c, ci, sizeof ci), 0);
+    assert_string_equal(ci, "host=h dbname=d password=old password='s3\\'c\\\\r%t'");
+    assert_int_equal(cfg_store_conninfo(&c, ci, 20), -1); /* too small: nothing */
+    assert_string_equal(ci, "");
+    assert_int_equal(LOAD(NULL, &c, err, "--store", "host=h", NULL), 0);
+    assert_int_equal(cfg_store_conninfo(&c, ci, sizeof ci), 0);
+    assert_string_equal(ci, "host=h"); /* no file: the string as given */
+    write_file("empty", "\n");
+    expect_error(
+        (const char *const[]){"inventoryd", "--store-password-file", "empty", NULL}, NULL,
+        "store_password_file empty: the first line must hold");
+    expect_error(
+        (const char *const[]){"inventoryd", "--store-password-file", "none", NULL}, NULL,
+        "store_password_file none: No such file");
+}
+
 /* The ledger from file, environment and flag; its password never shown. */
 static void ledger_settings_and_masked_password(void **state)
 {
@@ -889,6 +932,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(print_shows_effective_values_and_masks_secrets,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(store_setting_masks_its_password, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(store_password_file_joins_the_conninfo, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(ledger_settings_and_masked_password, setup,
                                         teardown),

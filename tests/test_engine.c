@@ -65,8 +65,8 @@ static int teardown(void **state)
 static void put(struct fixture *f, const char *sku, long long stock, int n, sku_mode mode,
                 int hold_ms)
 {
-    struct sku_config cfg = {stock, n,     mode,           hold_ms,
-                             false, false, SKU_LOCK_STORE, false};
+    struct sku_config cfg = {stock,          n,     mode, hold_ms, false, false,
+                             SKU_LOCK_STORE, false, 1};
     assert_int_equal(sku_put(f->c, sku, &cfg, SKU_REPLACE_ANY, NULL, NULL, NULL), INV_OK);
 }
 

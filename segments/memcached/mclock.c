@@ -9,22 +9,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "base/clock.h"
 #include "base/xalloc.h"
+#include "segments/lockcall/lockcall.h"
 
 #define MC_THREADS 2
 #define MC_QUEUE_MAX 1024
-#define MC_NAME_MAX 200
 #define MC_TIMEOUT_MS 500
 #define MC_JITTER_MIN_MS 5
 #define MC_JITTER_SPAN_MS 25
 
 typedef struct mc mc;
 typedef struct mc_op mc_op;
-typedef struct mc_hold mc_hold;
 
 enum mc_kind { MC_ADD, MC_RENEW, MC_RELEASE };
 
@@ -36,46 +34,24 @@ enum mc_state {
     MC_ANSWER,         /* known at the call (rc): answered on the next turn */
 };
 
+/* A call (lockcall.h: its hold, callbacks and timer: backoff and "answer now") and
+ * the job it hands to the pool. */
 struct mc_op {
-    mc *mc;
-    mc_op *prev, *next; /* mc->ops: every call not yet answered */
-    mc_op *qnext;       /* the pool's queue or done list */
+    lkc_call c;   /* first; c.rc is the job's answer */
+    mc_op *qnext; /* the pool's queue or done list */
     enum mc_state state;
-    struct event *timer; /* backoff and "answer now" */
-    mc_hold *hold;
-    int ttl_ms;
-    long long deadline_ms; /* acquire: stop trying at */
-    long long sent_ms;     /* when the last job was handed to the pool */
+    long long sent_ms; /* when the last job was handed to the pool */
     /* The job, read and written by the worker while the pool has it. */
     enum mc_kind kind;
-    char key[MC_NAME_MAX + 8];
+    char key[LKC_NAME_MAX + 8];
     char token[33];
     time_t expiry_s;
-    int rc;
-    bool is_acquire; /* answered through acq_fn with the hold; else done_fn */
-    lks_acquire_fn acq_fn;
-    lks_done_fn done_fn;
-    void *arg;
-};
-
-struct mc_hold {
-    lks_hold pub; /* first: the lks_hold the caller sees */
-    mc *mc;
-    mc_hold *prev, *next; /* mc->holds, once won */
-    char name[MC_NAME_MAX + 1];
-    char token[33];
-    struct event *expiry; /* at valid_until_ms: lost */
-    int refs;             /* calls under way on it */
-    bool lost, released;
 };
 
 struct mc {
-    struct event_base *base;
+    lkc_set set; /* first: the loop, the calls, the holds */
     char host[64];
     int port;
-    mc_op *ops;
-    mc_hold *holds;
-    uint64_t rnd;
     /* The pool: everything below the mutex is shared with the workers. */
     pthread_t thread[MC_THREADS];
     int nthreads;
@@ -91,44 +67,10 @@ struct mc {
 
 static void op_step(evutil_socket_t fd, short what, void *arg);
 
-static void random_bytes(void *buf, size_t len)
-{
-    size_t got = 0;
-    while (got < len) {
-        ssize_t k = getrandom((char *)buf + got, len - got, 0);
-        if (k < 0) {
-            perror("memcached lock: getrandom");
-            abort();
-        }
-        got += (size_t)k;
-    }
-}
-
-static uint32_t mc_rand(mc *m, uint32_t n)
-{
-    m->rnd ^= m->rnd >> 12;
-    m->rnd ^= m->rnd << 25;
-    m->rnd ^= m->rnd >> 27;
-    return (uint32_t)((m->rnd * 2685821657736338717ULL) >> 33) % n;
-}
-
-static int drift_ms(int ttl_ms)
-{
-    return ttl_ms / 100 + 2;
-}
-
 /* memcached's expiry for a lease of ttl_ms: see the header ("Whole seconds"). */
 static time_t expiry_s(int ttl_ms)
 {
     return (time_t)((ttl_ms + 999) / 1000 + 1);
-}
-
-static void arm_ms(struct event *ev, long long ms)
-{
-    if (ms < 0)
-        ms = 0;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(ev, &tv);
 }
 
 /* ---- the workers (no loop state touched here) ----------------------------------- */
@@ -232,7 +174,7 @@ static void *worker(void *arg)
             p->q_tail = NULL;
         p->q_len--;
         pthread_mutex_unlock(&p->mu);
-        op->rc = run_job(m, op);
+        op->c.rc = run_job(m, op);
         pthread_mutex_lock(&p->mu);
         op->qnext = p->done;
         p->done = op;
@@ -250,7 +192,7 @@ static void *worker(void *arg)
 /* Hand the op's job to the pool; a full queue answers LKS_UNAVAIL. */
 static void submit(mc_op *op, enum mc_kind kind, time_t exp)
 {
-    mc *m = op->mc;
+    mc *m = (mc *)op->c.set;
     op->kind = kind;
     op->expiry_s = exp;
     op->sent_ms = base_now_ms();
@@ -269,8 +211,7 @@ static void submit(mc_op *op, enum mc_kind kind, time_t exp)
     pthread_mutex_unlock(&m->mu);
     if (full) {
         op->state = MC_ANSWER;
-        op->rc = LKS_UNAVAIL;
-        arm_ms(op->timer, 0);
+        lkc_answer_soon(&op->c, LKS_UNAVAIL);
     }
 }
 
@@ -291,118 +232,27 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         mc_op *op = list;
         list = op->qnext;
         op->qnext = NULL;
-        event_active(op->timer, EV_TIMEOUT, 1);
+        event_active(op->c.timer, EV_TIMEOUT, 1);
     }
 }
 
-static void hold_free(mc_hold *h)
+static mc_op *op_new(mc *m, enum mc_state st, lkc_hold *h, int ttl_ms)
 {
-    if (h->expiry != NULL)
-        event_free(h->expiry);
-    free(h);
-}
-
-static void hold_unlink(mc_hold *h)
-{
-    mc *m = h->mc;
-    if (h->prev != NULL)
-        h->prev->next = h->next;
-    else if (m->holds == h)
-        m->holds = h->next;
-    if (h->next != NULL)
-        h->next->prev = h->prev;
-    h->prev = h->next = NULL;
-}
-
-static void hold_set_lost(mc_hold *h)
-{
-    if (h->lost)
-        return;
-    h->lost = true;
-    evtimer_del(h->expiry);
-    if (h->pub.lost != NULL)
-        h->pub.lost(h->pub.lost_arg, &h->pub);
-}
-
-static void on_expiry(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    hold_set_lost(arg);
-}
-
-static mc_op *op_new(mc *m, enum mc_state st, mc_hold *h, int ttl_ms)
-{
-    mc_op *op = seg_calloc(1, sizeof *op);
-    op->mc = m;
+    mc_op *op = (mc_op *)lkc_call_new(&m->set, sizeof *op, h, ttl_ms, op_step);
     op->state = st;
-    op->hold = h;
-    op->ttl_ms = ttl_ms;
-    op->timer = evtimer_new(m->base, op_step, op);
     snprintf(op->key, sizeof op->key, "lks:%s", h->name);
     memcpy(op->token, h->token, sizeof op->token);
-    op->next = m->ops;
-    if (m->ops != NULL)
-        m->ops->prev = op;
-    m->ops = op;
-    h->refs++;
     return op;
-}
-
-static void op_unlink_free(mc_op *op)
-{
-    mc *m = op->mc;
-    if (op->prev != NULL)
-        op->prev->next = op->next;
-    else
-        m->ops = op->next;
-    if (op->next != NULL)
-        op->next->prev = op->prev;
-    event_free(op->timer);
-    op->hold->refs--;
-    free(op);
-}
-
-/* Answer the call and free it. Nothing of the handle is touched after the callback. */
-static void op_deliver(mc_op *op, int rc)
-{
-    mc *m = op->mc;
-    mc_hold *h = op->hold;
-    bool is_acquire = op->is_acquire;
-    lks_acquire_fn afn = op->acq_fn;
-    lks_done_fn dfn = op->done_fn;
-    void *arg = op->arg;
-    op_unlink_free(op);
-    if (is_acquire) {
-        if (rc == LKS_OK) {
-            h->next = m->holds;
-            if (m->holds != NULL)
-                m->holds->prev = h;
-            m->holds = h;
-        }
-        if (afn != NULL)
-            afn(arg, rc, rc == LKS_OK ? &h->pub : NULL);
-        if (rc != LKS_OK && h->refs == 0)
-            hold_free(h);
-        return;
-    }
-    bool gone = h->released && h->refs == 0;
-    if (gone)
-        hold_unlink(h);
-    if (dfn != NULL)
-        dfn(arg, rc);
-    if (gone)
-        hold_free(h);
 }
 
 /* An acquire that got no answer may have been stored after all: delete our token
  * (compare-and-delete) with no one waiting; the hold goes with this call. */
 static void forget_acquire(mc_op *op)
 {
-    op->is_acquire = false;
-    op->acq_fn = NULL;
-    op->done_fn = NULL;
-    op->hold->released = true;
+    op->c.is_acquire = false;
+    op->c.acq_fn = NULL;
+    op->c.done_fn = NULL;
+    op->c.hold->released = true;
     op->state = MC_RELEASE_QUEUED;
     submit(op, MC_RELEASE, 0);
 }
@@ -413,26 +263,27 @@ static void op_step(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     mc_op *op = arg;
-    mc *m = op->mc;
-    mc_hold *h = op->hold;
+    mc *m = (mc *)op->c.set;
+    lkc_hold *h = op->c.hold;
+    int rc = op->c.rc;
     long long now = base_now_ms();
-    long long valid_until = op->sent_ms + op->ttl_ms - drift_ms(op->ttl_ms);
+    long long valid_until = op->sent_ms + op->c.ttl_ms - lkc_drift_ms(op->c.ttl_ms);
     switch (op->state) {
     case MC_ACQ_QUEUED:
-        if (op->rc == LKS_OK && valid_until > now) {
-            h->pub.valid_until_ms = valid_until;
-            arm_ms(h->expiry, valid_until - now);
-            op_deliver(op, LKS_OK);
-        } else if (op->rc == LKS_BUSY &&
-                   now + MC_JITTER_MIN_MS + MC_JITTER_SPAN_MS / 2 < op->deadline_ms) {
+        if (rc == LKS_OK && valid_until > now) {
+            lkc_hold_valid(h, valid_until, now);
+            lkc_deliver(&op->c, LKS_OK);
+        } else if (rc == LKS_BUSY &&
+                   now + MC_JITTER_MIN_MS + MC_JITTER_SPAN_MS / 2 < op->c.deadline_ms) {
             op->state = MC_ACQ_BACKOFF;
-            arm_ms(op->timer, MC_JITTER_MIN_MS + mc_rand(m, MC_JITTER_SPAN_MS));
-        } else if (op->rc == LKS_BUSY) {
-            op_deliver(op, LKS_BUSY);
+            lkc_arm_ms(op->c.timer,
+                       MC_JITTER_MIN_MS + lkc_rand(&m->set, MC_JITTER_SPAN_MS));
+        } else if (rc == LKS_BUSY) {
+            lkc_deliver(&op->c, LKS_BUSY);
         } else {
             /* No answer, or won too late to use: give it back. */
-            lks_acquire_fn fn = op->acq_fn;
-            void *fn_arg = op->arg;
+            lks_acquire_fn fn = op->c.acq_fn;
+            void *fn_arg = op->c.arg;
             forget_acquire(op);
             if (fn != NULL)
                 fn(fn_arg, LKS_UNAVAIL, NULL);
@@ -440,26 +291,24 @@ static void op_step(evutil_socket_t fd, short what, void *arg)
         return;
     case MC_ACQ_BACKOFF:
         op->state = MC_ACQ_QUEUED;
-        submit(op, MC_ADD, expiry_s(op->ttl_ms));
+        submit(op, MC_ADD, expiry_s(op->c.ttl_ms));
         return;
     case MC_RENEW_QUEUED:
         if (h->lost || h->released) {
-            op_deliver(op, LKS_LOST);
-        } else if (op->rc == LKS_OK && valid_until > now) {
-            h->pub.valid_until_ms = valid_until;
-            evtimer_del(h->expiry);
-            arm_ms(h->expiry, valid_until - now);
-            op_deliver(op, LKS_OK);
-        } else if (op->rc == LKS_OK || op->rc == LKS_LOST) {
-            hold_set_lost(h);
-            op_deliver(op, LKS_LOST);
+            lkc_deliver(&op->c, LKS_LOST);
+        } else if (rc == LKS_OK && valid_until > now) {
+            lkc_hold_valid(h, valid_until, now);
+            lkc_deliver(&op->c, LKS_OK);
+        } else if (rc == LKS_OK || rc == LKS_LOST) {
+            lkc_hold_lost(h);
+            lkc_deliver(&op->c, LKS_LOST);
         } else {
-            op_deliver(op, LKS_UNAVAIL);
+            lkc_deliver(&op->c, LKS_UNAVAIL);
         }
         return;
     case MC_RELEASE_QUEUED:
     case MC_ANSWER:
-        op_deliver(op, op->rc);
+        lkc_deliver(&op->c, rc);
         return;
     }
 }
@@ -478,11 +327,9 @@ static void *mc_create(struct event_base *base, const char *target, char *err, s
         return NULL;
     }
     mc *m = seg_calloc(1, sizeof *m);
-    m->base = base;
+    lkc_set_init(&m->set, base);
     memcpy(m->host, target, (size_t)(colon - target));
     m->port = (int)port;
-    random_bytes(&m->rnd, sizeof m->rnd);
-    m->rnd |= 1;
     int fds[2];
     if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
         snprintf(err, len, "memcached: pipe: %s", strerror(errno));
@@ -517,16 +364,8 @@ static void mc_free(void *svc)
     pthread_mutex_unlock(&m->mu);
     for (int i = 0; i < m->nthreads; i++)
         pthread_join(m->thread[i], NULL);
-    /* Every op (queued, done, backing off) is on m->ops. */
-    while (m->ops != NULL) {
-        mc_op *op = m->ops;
-        op_deliver(op, LKS_UNAVAIL);
-    }
-    while (m->holds != NULL) {
-        mc_hold *h = m->holds;
-        hold_unlink(h);
-        hold_free(h);
-    }
+    /* Every op (queued, done, backing off) is on the set's calls. */
+    lkc_set_drain(&m->set, lkc_deliver);
     event_free(m->wake);
     close(m->pipe_r);
     close(m->pipe_w);
@@ -538,7 +377,7 @@ static void mc_free(void *svc)
 /* Lock names become memcached keys: no blank, no control character. */
 static bool name_ok(const char *name)
 {
-    if (name == NULL || name[0] == '\0' || strlen(name) > MC_NAME_MAX)
+    if (name == NULL || name[0] == '\0' || strlen(name) > LKC_NAME_MAX)
         return false;
     for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
         if (*p <= ' ' || *p == 0x7f)
@@ -551,26 +390,16 @@ static void mc_acquire(void *svc, const char *name, int ttl_ms, int wait_ms,
                        lks_acquire_fn fn, void *arg)
 {
     mc *m = svc;
-    mc_hold *h = seg_calloc(1, sizeof *h);
-    h->mc = m;
-    h->expiry = evtimer_new(m->base, on_expiry, h);
     bool ok = name_ok(name) && ttl_ms > 0;
-    if (ok)
-        snprintf(h->name, sizeof h->name, "%s", name);
-    unsigned char raw[16];
-    random_bytes(raw, sizeof raw);
-    for (int i = 0; i < 16; i++)
-        snprintf(h->token + 2 * i, 3, "%02x", raw[i]);
-    h->pub.name = h->name;
+    lkc_hold *h = lkc_hold_new(&m->set, sizeof *h, ok ? name : "");
     mc_op *op = op_new(m, MC_ACQ_QUEUED, h, ttl_ms);
-    op->is_acquire = true;
-    op->acq_fn = fn;
-    op->arg = arg;
-    op->deadline_ms = base_now_ms() + (wait_ms > 0 ? wait_ms : 0);
+    op->c.is_acquire = true;
+    op->c.acq_fn = fn;
+    op->c.arg = arg;
+    op->c.deadline_ms = base_now_ms() + (wait_ms > 0 ? wait_ms : 0);
     if (!ok) {
         op->state = MC_ANSWER;
-        op->rc = LKS_UNAVAIL;
-        arm_ms(op->timer, 0);
+        lkc_answer_soon(&op->c, LKS_UNAVAIL);
         return;
     }
     submit(op, MC_ADD, expiry_s(ttl_ms));
@@ -578,14 +407,13 @@ static void mc_acquire(void *svc, const char *name, int ttl_ms, int wait_ms,
 
 static void mc_renew(void *svc, lks_hold *hold, int ttl_ms, lks_done_fn fn, void *arg)
 {
-    mc_hold *h = (mc_hold *)hold;
+    lkc_hold *h = (lkc_hold *)hold;
     mc_op *op = op_new(svc, MC_RENEW_QUEUED, h, ttl_ms);
-    op->done_fn = fn;
-    op->arg = arg;
+    op->c.done_fn = fn;
+    op->c.arg = arg;
     if (h->lost || h->released || ttl_ms <= 0) {
         op->state = MC_ANSWER;
-        op->rc = LKS_LOST;
-        arm_ms(op->timer, 0);
+        lkc_answer_soon(&op->c, LKS_LOST);
         return;
     }
     submit(op, MC_RENEW, expiry_s(ttl_ms));
@@ -593,12 +421,11 @@ static void mc_renew(void *svc, lks_hold *hold, int ttl_ms, lks_done_fn fn, void
 
 static void mc_release(void *svc, lks_hold *hold, lks_done_fn fn, void *arg)
 {
-    mc_hold *h = (mc_hold *)hold;
-    h->released = true;
-    evtimer_del(h->expiry);
+    lkc_hold *h = (lkc_hold *)hold;
+    lkc_hold_released(h);
     mc_op *op = op_new(svc, MC_RELEASE_QUEUED, h, 1000);
-    op->done_fn = fn;
-    op->arg = arg;
+    op->c.done_fn = fn;
+    op->c.arg = arg;
     submit(op, MC_RELEASE, 0);
 }
 

@@ -212,8 +212,10 @@ static int record_read(admin *a, const char *id, char **record)
     return found;
 }
 
-/* Sold units and orders per segment: the order rows not cancelled, each counted in
- * the segment it took from first (a multi-segment order's row names its first). */
+/* Sold units and orders per segment from the order rows not cancelled: the units
+ * each segment gave, a multi-segment order's parts each in their own (the record's
+ * "segments"), as on Redis; the orders counted in the segment each took from first
+ * (its row's seg). */
 static int segments_read(admin *a, const char *placed, int n, long long *stock,
                          long long *sold, long long *orders, bool *locked)
 {
@@ -244,8 +246,13 @@ static int segments_read(admin *a, const char *placed, int n, long long *stock,
     if (sold == NULL)
         return 0;
     r = run(self(a),
-            "SELECT seg, sum(qty), count(*) FROM orders WHERE sku = $1 AND"
-            " record NOT LIKE '%\"status\":\"cancelled\"%' GROUP BY seg",
+            "WITH live AS (SELECT seg, record::jsonb AS rec FROM orders WHERE sku = $1"
+            " AND record NOT LIKE '%\"status\":\"cancelled\"%'),"
+            " parts AS (SELECT (p->>'segment')::int AS seg, sum((p->>'qty')::bigint) AS"
+            " units FROM live, jsonb_array_elements(live.rec->'segments') p GROUP BY 1),"
+            " firsts AS (SELECT seg, count(*) AS n FROM live GROUP BY seg)"
+            " SELECT coalesce(parts.seg, firsts.seg), coalesce(units, 0), coalesce(n, 0)"
+            " FROM parts FULL JOIN firsts ON parts.seg = firsts.seg",
             1, p);
     if (r == NULL || !ok(r)) {
         if (r != NULL)
@@ -326,23 +333,30 @@ static int release(admin *a, const char *sku, int i, const char *token)
 }
 
 /* A request id inside the open transaction: 0 new (recorded), ADMIN_REPLAYED (the
- * same write), ADMIN_CONFLICT (another), -1. */
+ * same write), ADMIN_CONFLICT (another), -1. The id's row is read by a statement of
+ * its own: when the INSERT met the row of a transaction that committed while it
+ * waited, only a new statement's snapshot sees it (one statement reading it back saw
+ * nothing, and a write raced under its own id answered 409). */
 static int request(struct pg_admin *a, const char *rid, const char *sig)
 {
     if (rid == NULL || rid[0] == '\0')
         return 0;
     const char *p[] = {rid, sig ? sig : ""};
     PGresult *r;
-    if (step(
-            a,
-            "WITH i AS (INSERT INTO requests (rid, sig) VALUES ($1, $2)"
-            " ON CONFLICT (rid) DO NOTHING RETURNING sig)"
-            " SELECT (SELECT count(*) FROM i), (SELECT sig FROM requests WHERE rid = $1)",
-            2, p, &r) != 0)
+    if (step(a,
+             "INSERT INTO requests (rid, sig) VALUES ($1, $2)"
+             " ON CONFLICT (rid) DO NOTHING RETURNING 1",
+             2, p, &r) != 0)
         return -1;
-    int got = cell(r, 0, 0) == 1                       ? 0
-              : strcmp(PQgetvalue(r, 0, 1), p[1]) == 0 ? ADMIN_REPLAYED
-                                                       : ADMIN_CONFLICT;
+    int added = PQntuples(r);
+    PQclear(r);
+    if (added == 1)
+        return 0;
+    if (step(a, "SELECT sig FROM requests WHERE rid = $1", 1, p, &r) != 0)
+        return -1;
+    int got = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), p[1]) == 0
+                  ? ADMIN_REPLAYED
+                  : ADMIN_CONFLICT;
     PQclear(r);
     return got;
 }
@@ -354,11 +368,10 @@ static int answer(struct pg_admin *a, int code, long long value, struct store_re
     return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
 }
 
-static int cancel(admin *adm, const char *placed, long long epoch, const char *id,
-                  const char *cancelled, const char *expected,
-                  const struct store_parts *p, int wait_ms, struct store_reply *out)
+static int cancel_txn(admin *adm, const char *placed, long long epoch, const char *id,
+                      const char *cancelled, const char *expected,
+                      const struct store_parts *p, struct store_reply *out)
 {
-    (void)wait_ms;
     struct pg_admin *a = self(adm);
     *out = (struct store_reply){0};
     if (p->part == NULL || begin(a) != 0)
@@ -411,6 +424,21 @@ static int cancel(admin *adm, const char *placed, long long epoch, const char *i
         step(a, "UPDATE skus SET gen = gen + 1 WHERE sku = $1", 1, k, NULL) != 0)
         return -1;
     return answer(a, STORE_OK, 0, out);
+}
+
+/* The cancel in one transaction; then, whatever it answered, the segment leases the
+ * caller took for it (p->tok) given back, as a Redis cancel script releases the
+ * locks its tokens own (lockset.h): the caller releases them only after a -1. */
+static int cancel(admin *adm, const char *placed, long long epoch, const char *id,
+                  const char *cancelled, const char *expected,
+                  const struct store_parts *p, int wait_ms, struct store_reply *out)
+{
+    (void)wait_ms;
+    int rc = cancel_txn(adm, placed, epoch, id, cancelled, expected, p, out);
+    for (int j = 0; rc >= 0 && p->tok != NULL && j < p->n; j++)
+        if (p->tok[j] != NULL)
+            release(adm, placed, p->seg[j], p->tok[j]);
+    return rc;
 }
 
 /* New stocks for `op` over stock[0..n-1] (in place): the units to add (restock: the

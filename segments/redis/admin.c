@@ -34,7 +34,8 @@ static void take(struct store_reply *out, struct rd_reply *r)
 
 static unsigned caps(admin *a)
 {
-    return rd_conn_cluster(conn(a)) ? ADMIN_CAP_CLUSTER : ADMIN_CAP_LOCKS;
+    return ADMIN_CAP_BATCH |
+           (rd_conn_cluster(conn(a)) ? ADMIN_CAP_CLUSTER : ADMIN_CAP_LOCKS);
 }
 
 static void admin_free(admin *a)
@@ -63,6 +64,7 @@ static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[
         *m = (struct store_meta){
             .segments = r.segments,
             .hold_ms = r.hold_ms,
+            .batch = r.batch,
             .initial = r.initial,
             .epoch = r.epoch,
             .gen = r.gen,
@@ -142,6 +144,7 @@ static int reset(admin *a, const char *sku, long long old_epoch, int old_segment
         .segments = to->segments,
         .mode = to->mode,
         .hold_ms = to->hold_ms,
+        .batch = to->batch,
         .stock = to->stock,
         .rebalance = to->rebalance,
         .replicated = to->replicated,
@@ -152,6 +155,7 @@ static int reset(admin *a, const char *sku, long long old_epoch, int old_segment
         .wait_ms = to->wait_ms,
         .expect = to->expect,
         .ledger = to->ledger,
+        .retake = to->retake,
     };
     struct rd_reply r = {0};
     int rc = rd_reset(conn(a), sku, old_epoch, old_segments, &rt, rid, sig, &r);

@@ -24,8 +24,9 @@ enum kind {
     K_RECORD,
     K_STOCKS,
     K_PING,
-    K_RAW, /* the reply itself, for the caller's decoder (rda_raw) */
-    K_PART /* one command of a fan-out (struct fan) */
+    K_RAW,  /* the reply itself, for the caller's decoder (rda_raw) */
+    K_PART, /* one command of a fan-out (struct fan) */
+    K_BATCH
 };
 
 struct fan;
@@ -35,8 +36,8 @@ struct req {
     struct lreq lq; /* first: the link hands back &q->lq */
     rda_conn *c;
     enum kind kind;
-    int n;                      /* K_MULTI, K_STOCKS: how many segments */
-    char token[33];             /* K_INT_TAKEN: ours */
+    int n;          /* K_MULTI, K_STOCKS: how many segments; K_BATCH: orders */
+    char token[33]; /* K_INT_TAKEN: ours */
     char sku[SEG_NAME_MAX + 1]; /* K_RECORD: the SKU the caller expects, and */
     long long epoch;            /* its epoch */
     void (*fn)(void);
@@ -117,6 +118,9 @@ static void answer(struct req *q, redisReply *r)
     char *record = NULL;
     int value = 0, found = 0;
     long long *stocks = NULL;
+    struct store_reply *batch = NULL;
+    if (q->kind == K_BATCH)
+        batch = seg_calloc((size_t)q->n, sizeof *batch);
     if (q->kind == K_MULTI || q->kind == K_STOCKS)
         stocks = seg_calloc((size_t)q->n, sizeof *stocks);
     int rc = -1;
@@ -154,6 +158,9 @@ static void answer(struct req *q, redisReply *r)
         case K_PING:
             rc = 0;
             break;
+        case K_BATCH:
+            rc = proto_batch(r, q->n, batch);
+            break;
         case K_RAW:
         case K_PART:
             break;
@@ -188,6 +195,7 @@ static void answer(struct req *q, redisReply *r)
             if (rc == 0 && found) {
                 struct store_meta m = {.segments = meta.segments,
                                        .hold_ms = meta.hold_ms,
+                                       .batch = meta.batch,
                                        .initial = meta.initial,
                                        .epoch = meta.epoch,
                                        .gen = meta.gen,
@@ -210,6 +218,9 @@ static void answer(struct req *q, redisReply *r)
         case K_STOCKS:
             ((rda_stocks_fn)q->fn)(q->arg, rc, stocks);
             break;
+        case K_BATCH:
+            ((store_batch_fn)q->fn)(q->arg, rc, q->n, rc == 0 ? batch : NULL);
+            break;
         case K_RAW:
             ((rda_raw_fn)q->fn)(q->arg, r);
             break;
@@ -217,6 +228,9 @@ static void answer(struct req *q, redisReply *r)
             break;
         }
     }
+    for (int k = 0; batch != NULL && k < q->n; k++)
+        free(batch[k].record);
+    free(batch);
     free(record);
     rd_reply_clear(&out);
     free(stocks);
@@ -900,6 +914,20 @@ bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char
         proto_deduct_slot(&q->lq.cmd, sku, epoch, i, token, id, qty, until, true, fence);
     route(q);
     return whole;
+}
+
+bool rda_deduct_batch(rda_conn *c, const char *sku, long long epoch, int i,
+                      const char *token, long long fence, int n,
+                      const struct store_batch_order *b, store_batch_fn fn, void *arg)
+{
+    for (int k = 0; k < n; k++)
+        if (!record_with_segment(c, sku, i, b[k].id))
+            return false;
+    struct req *q = new_req(c, K_BATCH, FN(fn), arg);
+    q->n = n;
+    proto_deduct_batch(&q->lq.cmd, sku, epoch, i, token, fence, n, b);
+    route(q);
+    return true;
 }
 
 void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,

@@ -120,6 +120,11 @@ bool rda_deduct(rda_conn *c, const char *sku, long long epoch, int i, const char
                 long long fence, const char *attempt, const char *id, long long qty,
                 const char *record, long long until, bool keep, rda_reply_fn fn,
                 void *arg);
+/* DEDUCT_BATCH (store.h deduct_batch, lua/deduct_batch.lua): false, sending nothing,
+ * when a record of `b` is not in segment i's slot. */
+bool rda_deduct_batch(rda_conn *c, const char *sku, long long epoch, int i,
+                      const char *token, long long fence, int n,
+                      const struct store_batch_order *b, store_batch_fn fn, void *arg);
 /* value: 1 taken (ours), 0 held by another token. */
 void rda_lock(rda_conn *c, const char *sku, int i, const char *token, int ttl_ms,
               rda_int_fn fn, void *arg);

@@ -27,7 +27,7 @@ static rda_conn *conn(const store *s)
 
 static unsigned caps(const store *s)
 {
-    return STORE_CAP_FENCE |
+    return STORE_CAP_FENCE | STORE_CAP_BATCH |
            (rda_cluster(conn(s)) ? STORE_CAP_RECORD_APART
                                  : STORE_CAP_MULTI_ONE | STORE_CAP_KEEP);
 }
@@ -124,6 +124,13 @@ static bool deduct(store *s, const char *sku, long long epoch, int i, const char
 {
     return rda_deduct(conn(s), sku, epoch, i, token, fence, attempt, id, qty, record,
                       until, keep, fn, arg);
+}
+
+static bool deduct_batch(store *s, const char *sku, long long epoch, int i,
+                         const char *token, long long fence, int n,
+                         const struct store_batch_order *b, store_batch_fn fn, void *arg)
+{
+    return rda_deduct_batch(conn(s), sku, epoch, i, token, fence, n, b, fn, arg);
 }
 
 static void deduct_multi(store *s, const char *sku, long long epoch, const char *id,
@@ -255,6 +262,7 @@ static const struct store_ops redis_ops = {
     .renew = renew,
     .release = release,
     .deduct = deduct,
+    .deduct_batch = deduct_batch,
     .deduct_multi = deduct_multi,
     .adjust = adjust,
     .claim = claim,

@@ -472,7 +472,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     char placed[RD_SKU_PLACED_MAX];
     rd_sku_placed(placed, sku, to->salt);
     proto_reset_begin(&cmd, sku, old_epoch, old_segments, to->epoch, to->segments,
-                      RESET_LEASE_MS, to->expect, rid, sig);
+                      RESET_LEASE_MS, to->expect, rid, sig, to->retake);
     int code = store_step(c, &cmd, 1u << RD_OK | 1u << RD_REPLAYED, &r);
     if (code == RD_REPLAYED) { /* committed before: answered once it holds */
         *created = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;

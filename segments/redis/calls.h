@@ -154,6 +154,7 @@ struct rd_meta {
     int segments;
     char mode[16];
     int hold_ms;
+    int batch; /* 1 when absent */
     long long initial;
     long long epoch; /* 0 for a SKU written before epochs existed */
     long long gen;
@@ -316,6 +317,7 @@ struct rd_reset {
     int segments;
     const char *mode;
     int hold_ms;
+    int batch; /* orders one lock hold may sell (the meta's "batch") */
     long long stock;
     bool rebalance;
     bool replicated;    /* durability "replicated" */
@@ -333,6 +335,9 @@ struct rd_reset {
     bool ledger;        /* events on: the new segments' ledger flags set, and every
                            script that changes them appends to their ledger streams
                            (keys.h); false: the flags deleted, no event written */
+    bool retake;        /* cluster: a pending reset of this same request (rid and
+                           signature: its earlier attempt, dead) is taken over at once,
+                           its lease or not (lua/reset_begin.lua) */
 };
 
 /* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:

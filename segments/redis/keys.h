@@ -59,8 +59,9 @@
  *   (meta fields adj, adj_op, adj_add, adj_plan, adj_rid, adj_sig, adj_owner,
  *    adj_until: the intent of a restock or rebalance under way on a Redis Cluster,
  *    its runner and lease, adjust.h; pending,
- *    pending_segments, pending_until, pending_dead, pending_span: a reset under way
- *    there and the dead ones it took over, lua/reset_begin.lua)
+ *    pending_segments, pending_until, pending_dead, pending_span, pending_req: a
+ *    reset under way there, the dead ones it took over and its request,
+ *    lua/reset_begin.lua)
  *   inv:ack:{NNNNNN}          a WAIT's mark (waits.h): written just before a WAIT on the
  *                             connection that carries only WAITs, so that the WAIT
  *                             counts from after it; NNNNNN (octal digits) puts it in

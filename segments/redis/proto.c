@@ -20,9 +20,9 @@ void proto_ping(struct rd_cmd *c)
 void proto_meta_read(struct rd_cmd *c, const char *sku)
 {
     char key[SEG_KEY_MAX];
-    static const char *const fields[] = {"segments", "mode",      "hold_ms", "initial",
-                                         "gen",      "rebalance", "epoch",   "durability",
-                                         "salt",     "adj_until", "lock",    "fencing"};
+    static const char *const fields[] = {
+        "segments",   "mode", "hold_ms",   "initial", "gen",     "rebalance", "epoch",
+        "durability", "salt", "adj_until", "lock",    "fencing", "batch"};
     cmd_plain(c, "HMGET");
     cmd_key(c, seg_key_meta(key, sku));
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
@@ -113,6 +113,33 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_arg(c, sku);
     cmd_arg(c, keep ? "1" : "0");
     cmd_argll(c, fence);
+}
+
+void proto_deduct_batch(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                        const char *token, long long fence, int n,
+                        const struct store_batch_order *b)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_DEDUCT_BATCH);
+    cmd_key(c, seg_key_lock(key, sku, i));
+    cmd_key(c, seg_key_stock(key, sku, i));
+    cmd_key(c, seg_key_sold(key, sku, i));
+    cmd_key(c, seg_key_orders(key, sku, i));
+    cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_fence(key, sku, i));
+    for (int k = 0; k < n; k++)
+        cmd_key(c, seg_key_order(key, b[k].id));
+    cmd_arg(c, token);
+    cmd_argll(c, epoch);
+    cmd_arg(c, sku);
+    cmd_argll(c, fence);
+    cmd_argll(c, n);
+    for (int k = 0; k < n; k++) {
+        cmd_arg(c, b[k].id);
+        cmd_argll(c, b[k].qty);
+        cmd_arg(c, b[k].record);
+        cmd_arg(c, b[k].attempt);
+    }
 }
 
 void proto_acquire_slot(struct rd_cmd *c, const char *sku, long long epoch, int i,
@@ -439,11 +466,12 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_arg(c, to->lock != NULL ? to->lock : "");
     cmd_arg(c, to->unfenced ? "0" : "1");
     cmd_arg(c, to->ledger ? "1" : "0");
+    cmd_argll(c, to->batch > 1 ? to->batch : 1);
 }
 
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
-                       const char *expect, const char *rid, const char *sig)
+                       const char *expect, const char *rid, const char *sig, bool retake)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_RESET_BEGIN);
@@ -456,6 +484,7 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
     cmd_argll(c, lease_ms);
     cmd_arg(c, rid != NULL ? sig : "");
     cmd_arg(c, expect != NULL ? expect : "");
+    cmd_arg(c, retake ? "1" : "0");
 }
 
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
@@ -501,6 +530,7 @@ void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset
     cmd_argll(c, to->salt);
     cmd_arg(c, to->lock != NULL ? to->lock : "");
     cmd_arg(c, to->unfenced ? "0" : "1");
+    cmd_argll(c, to->batch > 1 ? to->batch : 1);
 }
 
 void proto_reset_yield(struct rd_cmd *c, const char *sku, long long epoch, bool untouched)
@@ -635,6 +665,25 @@ int proto_scripted(const redisReply *r, struct rd_reply *out)
     return 0;
 }
 
+int proto_batch(const redisReply *r, int n, struct store_reply *out)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n)
+        return -1;
+    for (int k = 0; k < n; k++) {
+        struct rd_reply one;
+        if (proto_scripted(r->element[k], &one) != 0) {
+            for (int j = 0; j < k; j++) {
+                free(out[j].record);
+                out[j].record = NULL;
+            }
+            return -1;
+        }
+        free(one.plan);
+        out[k] = (struct store_reply){one.code, one.value, one.record, NULL, 0};
+    }
+    return 0;
+}
+
 int proto_multi(const redisReply *r, int n, struct rd_reply *out, long long *stocks)
 {
     if (proto_scripted(r, out) != 0)
@@ -668,7 +717,7 @@ int proto_taken(const redisReply *r, const char *token, int *taken)
 
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
 {
-    if (!is_array(r, 12))
+    if (!is_array(r, 13))
         return -1;
     *found = r->element[0]->type == REDIS_REPLY_STRING;
     if (*found) {
@@ -690,6 +739,7 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found)
         snprintf(out->lock, sizeof out->lock, "%s",
                  lock->type == REDIS_REPLY_STRING ? lock->str : "");
         out->unfenced = proto_integer(r->element[11], 1) == 0;
+        out->batch = (int)proto_integer(r->element[12], 1);
     }
     return 0;
 }

@@ -11,6 +11,7 @@
 
 #include "segments/redis/calls.h"
 #include "segments/redis/cmd.h"
+#include "segments/store.h"
 
 /* ---- encoders: start `c` (cmd_free it after use) ------------------------------- */
 
@@ -27,6 +28,10 @@ void proto_skus_list(struct rd_cmd *c);
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
                    const char *id, long long qty, const char *token, int ttl_ms,
                    long long fence);
+/* lua/deduct_batch.lua: b's n orders from segment i under `token`, `fence`. */
+void proto_deduct_batch(struct rd_cmd *c, const char *sku, long long epoch, int i,
+                        const char *token, long long fence, int n,
+                        const struct store_batch_order *b);
 /* `keep`: an OK leaves the lock held; `fence`: store.h's (lua/deduct.lua). */
 void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
                   const char *token, const char *attempt, const char *id, long long qty,
@@ -100,6 +105,9 @@ long long proto_integer(const redisReply *r, long long dflt);
 
 /* A script's {code, value-or-record}. */
 int proto_scripted(const redisReply *r, struct rd_reply *out);
+/* DEDUCT_BATCH's: n scripts' replies, out[k] as proto_scripted fills it (records
+ * malloc'd, the caller frees them; none left on -1). */
+int proto_batch(const redisReply *r, int n, struct store_reply *out);
 /* DEDUCT_MULTI's: as proto_scripted, and for OK/SHORT the n stocks. */
 int proto_multi(const redisReply *r, int n, struct rd_reply *out, long long *stocks);
 /* RELEASE/RENEW: *done 1 or 0. */
@@ -128,10 +136,10 @@ int proto_scan_page(const redisReply *r, bool hash, char *cursor, size_t cursor_
  * segment goes), RESET_COMMIT, and the SADD (or SREM) of the SKU's name; RESET_YIELD:
  * the reset in `epoch` stopped part way and gives up its lease (`untouched`: it reset
  * no segment and took over no dead reset, so its mark goes). `expect`: the version
- * the reset replaces (calls.h rd_reset.expect). */
+ * the reset replaces (calls.h rd_reset.expect); `retake`: calls.h rd_reset.retake. */
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
-                       const char *expect, const char *rid, const char *sig);
+                       const char *expect, const char *rid, const char *sig, bool retake);
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
                          const char *dead, long long epoch, long long stock, bool ledger);
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,

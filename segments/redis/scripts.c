@@ -117,6 +117,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_EV_READ] = "ev_read.lua",
     [SCRIPT_EV_DONE] = "ev_done.lua",
     [SCRIPT_RESTORE] = "restore.lua",
+    [SCRIPT_DEDUCT_BATCH] = "deduct_batch.lua",
     [SCRIPT_HOLD] = "hold.lua",
 };
 

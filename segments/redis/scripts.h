@@ -47,6 +47,7 @@ enum script_id {
     SCRIPT_EV_READ,       /* the ledger sink's read of a segment's stream */
     SCRIPT_EV_DONE,       /* ... and its entries copied: acked and deleted */
     SCRIPT_RESTORE,       /* an expired order record written back from the ledger */
+    SCRIPT_DEDUCT_BATCH,  /* fenced: the orders of one lock hold, one answer each */
     SCRIPT_HOLD,          /* a reservation's step on its segment (lua/hold.lua) */
     SCRIPT__COUNT
 };

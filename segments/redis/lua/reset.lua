@@ -8,7 +8,8 @@
 --       ('' = no request id), durability ('async' | 'replicated'), the version the
 --       caller replaces ('' = any, '-' = none: create only, '*' = any existing one,
 --       'epoch.gen' = exactly that one), lock ('' = the lock here), fencing ('0'/'1'),
---       the ledger ('1': events on, '0': off).
+--       the ledger ('1': events on, '0': off), batch (the orders one lock hold may
+--       sell, ARGV[19]).
 -- The ledger flag of every new segment (inv:{sku:i}:ledger, beside its keys, kept
 -- across resets) is set or deleted as ARGV[18] says; with it set each new segment
 -- appends a 'reset' event (its new stock) to its ledger stream, and a delete appends
@@ -89,6 +90,6 @@ end
 redis.call('HSET', KEYS[1], 'segments', ARGV[2], 'mode', ARGV[3],
            'hold_ms', ARGV[4], 'initial', ARGV[5], 'rebalance', ARGV[9],
            'epoch', ARGV[12], 'gen', ARGV[12], 'durability', ARGV[14],
-           'lock', ARGV[16], 'fencing', ARGV[17])
+           'lock', ARGV[16], 'fencing', ARGV[17], 'batch', ARGV[19] or '1')
 redis.call('SADD', KEYS[2], ARGV[1])
 return {OK, created and 1 or 0}

@@ -10,7 +10,7 @@
 if redis.call('HGET', KEYS[1], 'pending') ~= ARGV[1] then return {STALE} end
 if ARGV[2] == '1' then
   redis.call('HDEL', KEYS[1], 'pending', 'pending_segments', 'pending_until',
-             'pending_dead', 'pending_span')
+             'pending_dead', 'pending_span', 'pending_req')
 else
   redis.call('HSET', KEYS[1], 'pending_until', '0')
 end

@@ -1,0 +1,342 @@
+/* it_batch.c -- group commit over HTTP (a SKU's "batch"): one lock hold sells the
+ * orders queued for its segment, exactly, each with its own answer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness.h"
+
+/* One event loop: every order meets the others in its queue, so batches form. */
+static int group_setup(void **state)
+{
+    const char *args[] = {"--threads", "1", "--lock-wait-ms", "8000", NULL};
+    *state = h_env_start(args);
+    return *state != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    return h_env_stop(*state);
+}
+
+/* PUT the SKU with `batch` (and hold_ms, lock mode); 0 on 200/201. */
+static int put_batch(int port, const char *sku, long long stock, int segments,
+                     int hold_ms, int batch)
+{
+    char path[256], body[256];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\": %lld, \"segments\": %d, \"hold_ms\": %d, \"batch\": %d}", stock,
+             segments, hold_ms, batch);
+    struct h_resp r;
+    int st = h_req(port, "PUT", path, NULL, body, &r);
+    if (st != 200 && st != 201)
+        fprintf(stderr, "PUT %s %s -> %d %s\n", path, body, st, r.body);
+    h_resp_free(&r);
+    return st == 200 || st == 201 ? 0 : -1;
+}
+
+/* What a crowd of orders got. */
+struct crowd {
+    int port;
+    const char *sku;
+    const char *id; /* every order's id (NULL: none) */
+    long long (*qty)(int idx);
+    pthread_mutex_t mu;
+    int created, replayed, sold_out, insufficient, other;
+    long long units; /* sold by the 201s */
+};
+
+static long long one(int idx)
+{
+    (void)idx;
+    return 1;
+}
+
+static void crowd_order(int idx, void *ctx)
+{
+    struct crowd *c = ctx;
+    long long q = c->qty(idx);
+    struct h_resp r;
+    int st = h_order(c->port, c->sku, q, c->id, &r);
+    char code[64];
+    h_error_code(&r, code, sizeof code);
+    pthread_mutex_lock(&c->mu);
+    if (st == 201) {
+        c->created++;
+        c->units += q;
+    } else if (st == 200) {
+        c->replayed++;
+    } else if (st == 409 && strcmp(code, "sold_out") == 0) {
+        c->sold_out++;
+    } else if (st == 409 && strcmp(code, "insufficient_stock") == 0) {
+        c->insufficient++;
+    } else {
+        c->other++;
+        fprintf(stderr, "order %d: %d %s\n", idx, st, r.body);
+    }
+    pthread_mutex_unlock(&c->mu);
+    h_resp_free(&r);
+}
+
+static void crowd_run(struct crowd *c, int n)
+{
+    pthread_mutex_init(&c->mu, NULL);
+    if (c->qty == NULL)
+        c->qty = one;
+    assert_int_equal(h_parallel(n, crowd_order, c), 0);
+    pthread_mutex_destroy(&c->mu);
+}
+
+/* The SKU's settings say its batch; out-of-range batches are 400 JSON. */
+static void test_batch_setting(void **state)
+{
+    struct h_env *e = *state;
+    assert_int_equal(put_batch(e->port, "b-set", 10, 2, 0, 64), 0);
+    json_t *j = h_get_sku(e->port, NULL, "b-set");
+    assert_non_null(j);
+    assert_int_equal(h_jint(j, "batch"), 64);
+    json_decref(j);
+    assert_int_equal(h_put_sku(e->port, NULL, "b-one", 10, 2, "lock", 0), 0);
+    j = h_get_sku(e->port, NULL, "b-one");
+    assert_int_equal(h_jint(j, "batch"), 1); /* the default: one order per hold */
+    json_decref(j);
+    static const char *const bad[] = {"0", "-1", "1025", "2.5", "\"8\"", "true"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"stock\": 5, \"batch\": %s}", bad[k]);
+        struct h_resp r;
+        h_req(e->port, "PUT", "/admin/skus/b-bad", NULL, body, &r);
+        assert_int_equal(h_expect_error(&r, 400, NULL), 0);
+        h_resp_free(&r);
+    }
+}
+
+/* 100 orders at once on one segment with a 100 ms hold and batch 64: the orders
+ * queued overrun the 50 units there (the holder cuts its batch at the stock it saw, or
+ * where it saw none the script sells what fits and answers the rest SHORT), and
+ * exactly 50 sell. Unbatched this takes 50 holds; here a few do, each selling many. */
+static void test_batch_sellout_exact(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    assert_int_equal(put_batch(e->port, "b-exact", 50, 1, 100, 64), 0);
+    long long batches0 = h_stat(e->port, NULL, "batches");
+    long long batched0 = h_stat(e->port, NULL, "batched_orders");
+    struct crowd c = {.port = e->port, .sku = "b-exact"};
+    crowd_run(&c, 100);
+    long long batches = h_stat(e->port, NULL, "batches") - batches0;
+    long long batched = h_stat(e->port, NULL, "batched_orders") - batched0;
+    fprintf(stderr, "201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
+            c.created, c.sold_out, c.other, batches, batched);
+    assert_int_equal(c.created, 50);
+    assert_int_equal(c.sold_out, 50);
+    assert_int_equal(c.other, 0);
+    assert_int_equal(h_audit(e->port, NULL, "b-exact", 50, true), 0);
+    json_t *j = h_get_sku(e->port, NULL, "b-exact");
+    assert_int_equal(h_jint(j, "sold"), 50);
+    assert_int_equal(h_jint(j, "remaining"), 0);
+    json_decref(j);
+    /* Batches formed: far fewer holds than sales, each selling several orders. */
+    assert_true(batches >= 1);
+    assert_true(batched >= 2 * batches);
+    assert_true(batches <= 25);
+}
+
+/* The same order id sent by 30 clients at once into batches: one sale, every other
+ * answer the replay of its record (200). */
+static void test_batch_duplicate_ids(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    assert_int_equal(put_batch(e->port, "b-dup", 10, 1, 100, 64), 0);
+    long long batched0 = h_stat(e->port, NULL, "batched_orders");
+    struct crowd c = {.port = e->port, .sku = "b-dup", .id = "b-dup-order"};
+    crowd_run(&c, 30);
+    fprintf(stderr, "201 %d, 200 %d, other %d; %lld batched\n", c.created, c.replayed,
+            c.other, h_stat(e->port, NULL, "batched_orders") - batched0);
+    assert_int_equal(c.created, 1);
+    assert_int_equal(c.replayed, 29);
+    assert_int_equal(c.other, 0);
+    json_t *j = h_get_sku(e->port, NULL, "b-dup");
+    assert_int_equal(h_jint(j, "sold"), 1);
+    assert_int_equal(h_jint(j, "orders"), 1);
+    json_decref(j);
+    assert_int_equal(h_audit(e->port, NULL, "b-dup", 10, true), 0);
+}
+
+/* Three clients in four order 7 units (more than a segment's 5: several segments,
+ * locked in order), the others 1 unit (batched), at once on 4 segments of 5: nothing
+ * oversold, every unit a 201 sold is in the counts. */
+static long long mixed_qty(int idx)
+{
+    return idx % 4 ? 7 : 1;
+}
+
+static void test_batch_beside_multi_segment_orders(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    assert_int_equal(put_batch(e->port, "b-multi", 20, 4, 20, 16), 0);
+    struct crowd c = {.port = e->port, .sku = "b-multi", .qty = mixed_qty};
+    crowd_run(&c, 40);
+    fprintf(stderr,
+            "201 %d (%lld units), sold out %d, insufficient %d, other %d; "
+            "%lld multi-segment\n",
+            c.created, c.units, c.sold_out, c.insufficient, c.other,
+            h_stat(e->port, NULL, "multi_segment_orders"));
+    assert_int_equal(c.other, 0);
+    assert_int_equal(h_audit(e->port, NULL, "b-multi", 20, false), 0);
+    json_t *j = h_get_sku(e->port, NULL, "b-multi");
+    assert_int_equal(h_jint(j, "sold"), c.units);
+    assert_int_equal(h_jint(j, "orders"), c.created);
+    json_decref(j);
+    assert_true(c.units >= 14); /* at least two of the 7s or the 1s got through */
+    assert_true(c.units <= 20);
+}
+
+/* Hold 0, lock and atomic: the orders that meet in one turn of the loop go in one
+ * DEDUCT_BATCH (no stock limit there: batches overrun the 50 units, the script sells
+ * what fits and the rest answer 409); exactly 50 sell. */
+static void hold0(int port, const char *sku, const char *mode)
+{
+    char path[128], body[160];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\": 50, \"segments\": 1, \"mode\": \"%s\", \"batch\": 64}", mode);
+    struct h_resp r;
+    assert_int_equal(h_req(port, "PUT", path, NULL, body, &r), 201);
+    h_resp_free(&r);
+    long long batches0 = h_stat(port, NULL, "batches");
+    long long batched0 = h_stat(port, NULL, "batched_orders");
+    struct crowd c = {.port = port, .sku = sku};
+    crowd_run(&c, 100);
+    long long batches = h_stat(port, NULL, "batches") - batches0;
+    long long batched = h_stat(port, NULL, "batched_orders") - batched0;
+    fprintf(stderr, "%s: 201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
+            mode, c.created, c.sold_out, c.other, batches, batched);
+    assert_int_equal(c.created, 50);
+    assert_int_equal(c.sold_out, 50);
+    assert_int_equal(c.other, 0);
+    assert_int_equal(h_audit(port, NULL, sku, 50, true), 0);
+    assert_true(batches >= 1);
+}
+
+static void test_batch_hold0(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    hold0(e->port, "b-h0-lock", "lock");
+    hold0(e->port, "b-h0-atomic", "atomic");
+}
+
+/* ---- a frozen holder's batch ------------------------------------------------------ */
+
+struct frozen {
+    h_redis *redis;
+    h_svc *a;
+    int port_a, port_b;
+    struct crowd on_a, on_b;
+    bool locked, paused;
+};
+
+static bool lock_held(h_redis *r, const char *sku)
+{
+    char key[160], v[64];
+    return h_redis_get(r, h_key_lock(key, sku, 0), v, sizeof v) == 1;
+}
+
+static void frozen_b(int idx, void *ctx)
+{
+    crowd_order(idx, &((struct frozen *)ctx)->on_b);
+}
+
+static void frozen_main(int idx, void *ctx)
+{
+    struct frozen *f = ctx;
+    if (idx > 0) {
+        crowd_order(idx, &f->on_a);
+        return;
+    }
+    /* The controller: A holds the lock with its batch queued; freeze A past its
+     * lease; B sells everything; thaw A, whose batch must sell nothing. */
+    long long end = h_now_ms() + 10000;
+    while (!(f->locked = lock_held(f->redis, "b-frozen")) && h_now_ms() < end)
+        h_sleep_ms(5);
+    if (!f->locked)
+        return;
+    h_sleep_ms(150); /* the other orders of A queue up behind the holder */
+    f->paused = h_svc_pause(f->a) == 0;
+    h_sleep_ms(700); /* past the 500 ms lease */
+    pthread_mutex_init(&f->on_b.mu, NULL);
+    h_parallel(12, frozen_b, f);
+    pthread_mutex_destroy(&f->on_b.mu);
+    h_svc_resume(f->a);
+}
+
+/* A's holder (hold 1500 ms, lease 500 ms) has 9 orders of its loop queued when it is
+ * frozen with SIGSTOP. Its lease lapses, B takes the segment and sells all 10 units.
+ * Thawed, A sends its batch under a token that no longer owns the lock: the script
+ * refuses every order of it (FENCED), none is sold or recorded, and they answer 409. */
+static void test_frozen_batch_sells_nothing(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(90);
+    const char *args_a[] = {"--threads", "1", "--lock-ttl-ms", "500", NULL};
+    const char *args_b[] = {"--threads", "1", "--lock-ttl-ms", "500", "--lock-wait-ms",
+                            "8000",      NULL};
+    h_svc *a = h_svc_start_args(e->redis, args_a);
+    assert_non_null(a);
+    h_svc *b = h_svc_start_args(e->redis, args_b);
+    assert_non_null(b);
+    struct frozen f;
+    memset(&f, 0, sizeof f);
+    f.redis = e->redis;
+    f.a = a;
+    f.on_a = (struct crowd){.port = h_svc_port(a), .sku = "b-frozen", .qty = one};
+    f.on_b = (struct crowd){.port = h_svc_port(b), .sku = "b-frozen", .qty = one};
+    pthread_mutex_init(&f.on_a.mu, NULL);
+    assert_int_equal(put_batch(f.on_b.port, "b-frozen", 10, 1, 1500, 64), 0);
+    assert_int_equal(h_parallel(11, frozen_main, &f), 0);
+    pthread_mutex_destroy(&f.on_a.mu);
+    assert_true(f.locked);
+    assert_true(f.paused);
+    fprintf(stderr, "A: 201 %d, sold out %d, other %d; B: 201 %d, sold out %d\n",
+            f.on_a.created, f.on_a.sold_out, f.on_a.other, f.on_b.created,
+            f.on_b.sold_out);
+    assert_int_equal(f.on_b.created, 10);
+    assert_int_equal(f.on_a.created, 0);
+    assert_int_equal(f.on_a.sold_out + f.on_a.other, 10);
+    assert_true(h_stat(f.on_a.port, NULL, "batches") >= 1); /* the batch was sent */
+    assert_true(h_stat(f.on_a.port, NULL, "fenced_rejections") >= 2);
+    assert_int_equal(h_stat(f.on_a.port, NULL, "orders_confirmed"), 0);
+    assert_int_equal(h_audit(f.on_b.port, NULL, "b-frozen", 10, true), 0);
+    json_t *j = h_get_sku(f.on_b.port, NULL, "b-frozen");
+    assert_int_equal(h_jint(j, "orders"), 10);
+    json_decref(j);
+    assert_int_equal(h_svc_stop_clean(a), 0);
+    assert_int_equal(h_svc_stop_clean(b), 0);
+    h_svc_free(a);
+    h_svc_free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_setting),
+        cmocka_unit_test(test_batch_sellout_exact),
+        cmocka_unit_test(test_batch_duplicate_ids),
+        cmocka_unit_test(test_batch_beside_multi_segment_orders),
+        cmocka_unit_test(test_batch_hold0),
+        cmocka_unit_test(test_frozen_batch_sells_nothing),
+    };
+    return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
