@@ -15,115 +15,7 @@
 #include <unistd.h>
 #include <strings.h>
 
-/* How a setting's text or JSON value is checked and stored. */
-enum kind {
-    K_INT,   /* int field, range-checked */
-    K_STR,   /* char[] field of `cap` bytes */
-    K_TOKEN, /* like K_STR, restricted to visible ASCII (it travels in a header) */
-    K_BIND,  /* numeric IPv4/IPv6 address */
-    K_ENUM,  /* one of `names`, stored as its index in an int-sized enum field */
-    K_BOOL,  /* bool field: true or false (a JSON boolean in the file) */
-    K_PATH,  /* a file path in char[cap]; "-" stores "" (stderr) */
-    K_DSN,   /* like K_STR, a libpq connection string: shown with its password masked */
-    K_REDIS, /* "host:port", "redis://[user[:password]@]host[:port][/db]",
-                "redis-sentinel://[user[:password]@]h:p,h:p/name[/db]" or
-                "unix:///path" into the redis_* fields */
-};
-
-struct setting {
-    const char *key;  /* JSON key */
-    const char *env;  /* environment variable, or NULL */
-    const char *flag; /* long option, or NULL */
-    enum kind kind;
-    size_t off; /* offset of the field in struct cfg */
-    size_t cap; /* K_STR/K_TOKEN/K_BIND: size of the field */
-    long min, max;
-    const char *const *names; /* K_ENUM: the values, NULL-terminated */
-};
-
-/* clang-format off */
-#define INT_SETTING(k, e, f, field, lo, hi) \
-    {k, e, f, K_INT, offsetof(struct cfg, field), 0, lo, hi, NULL}
-#define STR_SETTING(k, e, f, kind, field) \
-    {k, e, f, kind, offsetof(struct cfg, field), sizeof(((struct cfg *)0)->field), 0, 0, NULL}
-#define ENUM_SETTING(k, e, f, field, names) \
-    {k, e, f, K_ENUM, offsetof(struct cfg, field), 0, 0, 0, names}
-#define BOOL_SETTING(k, e, f, field) \
-    {k, e, f, K_BOOL, offsetof(struct cfg, field), 0, 0, 0, NULL}
-/* clang-format on */
-
-/* K_ENUM fields are stored through an int. */
-_Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is not an int");
-_Static_assert(sizeof(enum log_format) == sizeof(int), "enum log_format is not an int");
-_Static_assert(sizeof(enum cfg_durability) == sizeof(int),
-               "enum cfg_durability is not an int");
-static const char *const level_names[] = {
-    [LOG_DEBUG] = "debug", [LOG_INFO] = "info",    [LOG_WARN] = "warn",
-    [LOG_ERROR] = "error", [LOG_ERROR + 1] = NULL,
-};
-static const char *const format_names[] = {
-    [LOG_TEXT] = "text",
-    [LOG_JSON] = "json",
-    [LOG_JSON + 1] = NULL,
-};
-static const char *const durability_names[] = {
-    [CFG_DURABILITY_ASYNC] = "async",
-    [CFG_DURABILITY_REPLICATED] = "replicated",
-    [CFG_DURABILITY_REPLICATED + 1] = NULL,
-};
-
-static const struct setting settings[] = {
-    INT_SETTING("port", "INVENTORY_PORT", "--port", port, 1, 65535),
-    STR_SETTING("bind", "INVENTORY_BIND", "--bind", K_BIND, bind),
-    STR_SETTING("store", "INVENTORY_STORE", "--store", K_DSN, store),
-    STR_SETTING("store_password_file", "INVENTORY_STORE_PASSWORD_FILE",
-                "--store-password-file", K_STR, store_password_file),
-    STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
-    STR_SETTING("redis_user", "INVENTORY_REDIS_USER", NULL, K_STR, redis_user),
-    STR_SETTING("redis_password", "INVENTORY_REDIS_PASSWORD", NULL, K_TOKEN,
-                redis_password),
-    STR_SETTING("redis_password_file", "INVENTORY_REDIS_PASSWORD_FILE",
-                "--redis-password-file", K_STR, redis_password_file),
-    BOOL_SETTING("redis_cluster", "INVENTORY_REDIS_CLUSTER", "--redis-cluster",
-                 redis_cluster),
-    STR_SETTING("redis_sentinel_password", "INVENTORY_REDIS_SENTINEL_PASSWORD", NULL,
-                K_TOKEN, redis_sentinel_password),
-    INT_SETTING("threads", "INVENTORY_THREADS", "--threads", threads, 1, 1024),
-    INT_SETTING("lock_ttl_ms", "INVENTORY_LOCK_TTL_MS", "--lock-ttl-ms", lock_ttl_ms, 100,
-                600000),
-    INT_SETTING("lock_wait_ms", "INVENTORY_LOCK_WAIT_MS", "--lock-wait-ms", lock_wait_ms,
-                0, 600000),
-    INT_SETTING("redis_timeout_ms", "INVENTORY_REDIS_TIMEOUT_MS", "--redis-timeout-ms",
-                redis_timeout_ms, 10, 600000),
-    INT_SETTING("meta_cache_ms", NULL, NULL, meta_cache_ms, 0, 60000),
-    ENUM_SETTING("durability", "INVENTORY_DURABILITY", "--durability", durability,
-                 durability_names),
-    STR_SETTING("ledger", "INVENTORY_LEDGER", "--ledger", K_DSN, ledger),
-    INT_SETTING("record_retention_s", "INVENTORY_RECORD_RETENTION_S",
-                "--record-retention-s", record_retention_s, 1, 315360000),
-    STR_SETTING("admin_token", "INVENTORY_ADMIN_TOKEN", "--admin-token", K_TOKEN,
-                admin_token),
-    STR_SETTING("metrics_token", "INVENTORY_METRICS_TOKEN", "--metrics-token", K_TOKEN,
-                metrics_token),
-    INT_SETTING("max_connections", NULL, NULL, max_connections, 1, 1000000),
-    INT_SETTING("connection_timeout_s", NULL, NULL, connection_timeout_s, 0, 86400),
-    INT_SETTING("max_body_bytes", NULL, NULL, max_body_bytes, 64, 16777216),
-    INT_SETTING("metrics_segments_max", NULL, NULL, metrics_segments_max, 0,
-                SEG_MAX_SEGMENTS),
-    INT_SETTING("metrics_sku_limit", "INVENTORY_METRICS_SKU_LIMIT", "--metrics-sku-limit",
-                metrics_sku_limit, 0, 10000),
-    ENUM_SETTING("log_level", "INVENTORY_LOG_LEVEL", "--log-level", log_level,
-                 level_names),
-    ENUM_SETTING("log_format", "INVENTORY_LOG_FORMAT", "--log-format", log_format,
-                 format_names),
-    STR_SETTING("log_file", "INVENTORY_LOG_FILE", "--log-file", K_PATH, log_file),
-    BOOL_SETTING("access_log", "INVENTORY_ACCESS_LOG", "--access-log", access_log),
-    STR_SETTING("redlock", "INVENTORY_REDLOCK", "--redlock", K_STR, redlock),
-    STR_SETTING("memcached", "INVENTORY_MEMCACHED", "--memcached", K_STR, memcached),
-    STR_SETTING("zookeeper", "INVENTORY_ZOOKEEPER", "--zookeeper", K_STR, zookeeper),
-    BOOL_SETTING("lab", "INVENTORY_LAB", "--lab", lab),
-};
-#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
+#include "service/config_internal.h"
 
 const char *const cfg_search_path[] = {CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, NULL};
 
@@ -140,33 +32,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-void cfg_defaults(struct cfg *out)
-{
-    memset(out, 0, sizeof(*out));
-    strcpy(out->bind, "127.0.0.1");
-    out->port = 8080;
-    strcpy(out->redis_host, "127.0.0.1");
-    out->redis_port = 6379;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    out->threads = cores < 1 ? 1 : cores > 1024 ? 1024 : (int)cores;
-    out->lock_ttl_ms = 3000;
-    out->lock_wait_ms = 2000;
-    out->redis_timeout_ms = 1000;
-    out->meta_cache_ms = 100;
-    out->durability = CFG_DURABILITY_ASYNC;
-    out->record_retention_s = 604800;
-    out->max_connections = 10000;
-    out->connection_timeout_s = 30;
-    out->max_body_bytes = 65536;
-    out->metrics_segments_max = 32;
-    out->metrics_sku_limit = 100;
-    out->log_level = LOG_INFO;
-    out->log_format = LOG_TEXT;
-    out->access_log = true;
-}
-
-static int set_int(const struct setting *s, long long v, const char *where, struct cfg *c,
-                   char *err, size_t errlen)
+static int set_int(const struct cfg_setting *s, long long v, const char *where,
+                   struct cfg *c, char *err, size_t errlen)
 {
     if (v < s->min || v > s->max)
         return fail(err, errlen, "%s: must be an integer in %ld..%ld, got %lld", where,
@@ -426,7 +293,7 @@ static int read_password_file(const char *key, const char *path, char *out, char
 }
 
 /* Store `text` into setting `s`; `where` names the source for error messages. */
-static int set_text(const struct setting *s, const char *text, const char *where,
+static int set_text(const struct cfg_setting *s, const char *text, const char *where,
                     struct cfg *c, char *err, size_t errlen)
 {
     char *field = (char *)c + s->off;
@@ -497,7 +364,7 @@ static int set_text(const struct setting *s, const char *text, const char *where
     return fail(err, errlen, "%s: unsupported setting", where);
 }
 
-static const char *type_name(const struct setting *s)
+static const char *type_name(const struct cfg_setting *s)
 {
     return s->kind == K_INT    ? "an integer"
            : s->kind == K_BOOL ? "true or false"
@@ -536,10 +403,10 @@ static int load_file(const char *path, bool explicit, struct cfg *c, char *err,
     json_t *val;
     json_object_foreach(root, key, val)
     {
-        const struct setting *s = NULL;
-        for (size_t i = 0; i < NSETTINGS; i++)
-            if (strcmp(settings[i].key, key) == 0)
-                s = &settings[i];
+        const struct cfg_setting *s = NULL;
+        for (size_t i = 0; i < cfg_ntable; i++)
+            if (strcmp(cfg_table[i].key, key) == 0)
+                s = &cfg_table[i];
         char where[CFG_PATH_MAX + 96];
         snprintf(where, sizeof(where), "config file %s: %.64s", path, key);
         if (s == NULL) {
@@ -574,118 +441,6 @@ static const char *env_get(char *const envp[], const char *name)
             return envp[i] + n + 1;
     return NULL;
 }
-
-int cfg_settings(void (*fn)(const char *key, const char *env, const char *flag,
-                            void *arg),
-                 void *arg)
-{
-    for (size_t k = 0; k < NSETTINGS; k++)
-        fn(settings[k].key, settings[k].env, settings[k].flag, arg);
-    return (int)NSETTINGS;
-}
-
-/* Levenshtein distance of `a` and `b`, capped at 3 (only near names matter). */
-static int distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63 || (la > lb ? la - lb : lb - la) > 2)
-        return 3;
-    int row[64];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb] < 3 ? row[lb] : 3;
-}
-
-/* True when `name` ("INVENTORY_X", no '=') is a variable the configuration reads;
- * else `*near` is the closest that is (NULL when none is within 2 edits). */
-static bool known_env(const char *name, const char **near)
-{
-    int best = 3;
-    *near = NULL;
-    if (strcmp(name, "INVENTORY_CONFIG") == 0)
-        return true;
-    for (size_t k = 0; k < NSETTINGS; k++) {
-        if (settings[k].env == NULL)
-            continue;
-        int d = distance(name, settings[k].env);
-        if (d == 0)
-            return true;
-        if (d < best) {
-            best = d;
-            *near = settings[k].env;
-        }
-    }
-    return false;
-}
-
-int cfg_warnings(const struct cfg *c, char *const envp[],
-                 void (*fn)(const char *text, void *arg), void *arg)
-{
-    static const char prefix[] = "INVENTORY_";
-    char text[256];
-    int n = 0;
-    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
-        const char *eq = strchr(envp[i], '=');
-        size_t len = eq != NULL ? (size_t)(eq - envp[i]) : strlen(envp[i]);
-        if (strncmp(envp[i], prefix, sizeof(prefix) - 1) != 0 || len >= 64)
-            continue;
-        char name[64];
-        const char *near_fmt = "";
-        const char *near;
-        memcpy(name, envp[i], len);
-        name[len] = '\0';
-        if (known_env(name, &near))
-            continue;
-        if (near != NULL)
-            near_fmt = " (did you mean ";
-        snprintf(text, sizeof text, "%s: no such setting, ignored%s%s%s", name, near_fmt,
-                 near != NULL ? near : "", near != NULL ? "?)" : "");
-        fn(text, arg);
-        n++;
-    }
-    if ((long long)c->lock_wait_ms > 10LL * c->lock_ttl_ms) {
-        snprintf(text, sizeof text,
-                 "lock_wait_ms %d is more than ten times lock_ttl_ms %d: an order would "
-                 "wait out ten leases of a busy segment (milliseconds meant as seconds?)",
-                 c->lock_wait_ms, c->lock_ttl_ms);
-        fn(text, arg);
-        n++;
-    }
-    if (c->connection_timeout_s > 0 &&
-        (long long)c->lock_wait_ms >= 1000LL * c->connection_timeout_s) {
-        snprintf(text, sizeof text,
-                 "lock_wait_ms %d is not below connection_timeout_s %d: an order may "
-                 "wait longer than an idle client connection is kept",
-                 c->lock_wait_ms, c->connection_timeout_s);
-        fn(text, arg);
-        n++;
-    }
-    if (c->redis_timeout_ms >= c->lock_ttl_ms) {
-        snprintf(
-            text, sizeof text,
-            "redis_timeout_ms %d is not below lock_ttl_ms %d: a lease renewal may time "
-            "out after the lease it renews has ended",
-            c->redis_timeout_ms, c->lock_ttl_ms);
-        fn(text, arg);
-        n++;
-    }
-    return n;
-}
-
 /* One parsed command-line option. */
 struct opt {
     const char *name; /* "--port" (without any "=value") */
@@ -717,9 +472,10 @@ static int scan_args(int argc, char *const argv[], struct opt *opts, char *err,
         } else {
             bool known = (namelen == 8 && strncmp(a, "--config", 8) == 0) ||
                          (namelen == 11 && strncmp(a, "--reconcile", 11) == 0);
-            for (size_t k = 0; !known && k < NSETTINGS; k++)
-                known = settings[k].flag != NULL && strlen(settings[k].flag) == namelen &&
-                        strncmp(settings[k].flag, a, namelen) == 0;
+            for (size_t k = 0; !known && k < cfg_ntable; k++)
+                known = cfg_table[k].flag != NULL &&
+                        strlen(cfg_table[k].flag) == namelen &&
+                        strncmp(cfg_table[k].flag, a, namelen) == 0;
             if (!known)
                 return fail(err, errlen, "unknown option '%.*s' (see --help)",
                             (int)namelen, a);
@@ -815,18 +571,18 @@ int cfg_load_search(int argc, char *const argv[], char *const envp[],
             goto done;
     }
 
-    for (size_t k = 0; k < NSETTINGS; k++) {
-        const char *v = settings[k].env ? env_get(envp, settings[k].env) : NULL;
+    for (size_t k = 0; k < cfg_ntable; k++) {
+        const char *v = cfg_table[k].env ? env_get(envp, cfg_table[k].env) : NULL;
         if (v != NULL &&
-            set_text(&settings[k], v, settings[k].env, out, err, errlen) != 0)
+            set_text(&cfg_table[k], v, cfg_table[k].env, out, err, errlen) != 0)
             goto done;
     }
 
     for (int i = 0; i < nopts; i++) {
-        for (size_t k = 0; k < NSETTINGS; k++) {
-            if (settings[k].flag == NULL || !opt_is(&opts[i], settings[k].flag))
+        for (size_t k = 0; k < cfg_ntable; k++) {
+            if (cfg_table[k].flag == NULL || !opt_is(&opts[i], cfg_table[k].flag))
                 continue;
-            if (set_text(&settings[k], opts[i].value, settings[k].flag, out, err,
+            if (set_text(&cfg_table[k], opts[i].value, cfg_table[k].flag, out, err,
                          errlen) != 0)
                 goto done;
         }
@@ -906,292 +662,4 @@ int cfg_store_conninfo(const struct cfg *c, char *buf, size_t len)
         buf[n++] = '\'';
     buf[n] = '\0';
     return 0;
-}
-
-/* Append to the string in `buf`, cutting at `len`. */
-static void append(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void append(char *buf, size_t len, const char *fmt, ...)
-{
-    size_t n = strnlen(buf, len);
-    if (n + 1 >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, len - n, fmt, ap);
-    va_end(ap);
-}
-
-/* A libpq connection string into buf, its password as "***" when `mask`: the one of
- * a URI (scheme://user:PASSWORD@host...) and a key=value string's password=... */
-static void mask_dsn(char *buf, size_t len, const char *dsn, bool mask)
-{
-    snprintf(buf, len, "%s", dsn[0] != '\0' ? dsn : "(none)");
-    if (!mask)
-        return;
-    const char *scheme = strstr(buf, "://");
-    char *at = scheme != NULL ? strchr(scheme + 3, '@') : NULL;
-    char *colon = scheme != NULL ? strchr(scheme + 3, ':') : NULL;
-    char *pw = strstr(buf, "password=");
-    size_t from = 0, to = 0;
-    if (at != NULL && colon != NULL && colon < at) {
-        from = (size_t)(colon + 1 - buf);
-        to = (size_t)(at - buf);
-    } else if (pw != NULL) {
-        from = (size_t)(pw + 9 - buf);
-        to = from + strcspn(pw + 9, " ");
-    }
-    if (to > from) {
-        char rest[CFG_PATH_MAX];
-        snprintf(rest, sizeof rest, "%s", buf + to);
-        snprintf(buf + from, len - from, "***%s", rest);
-    }
-}
-
-/* The value of setting `s` in `c`: a number in *num (CFG_VINT, CFG_VBOOL) or text in
- * `buf` (CFG_VTEXT) -- secrets as "***"/"(none)" when `mask`, in clear otherwise
- * (only to compare them). The one place that decides how a value is shown. */
-static enum cfg_vtype value_of(const struct setting *s, const struct cfg *c, bool mask,
-                               char *buf, size_t len, long long *num)
-{
-    const char *field = (const char *)c + s->off;
-    *num = 0;
-    buf[0] = '\0';
-    switch (s->kind) {
-    case K_INT:
-        *num = *(const int *)field;
-        return CFG_VINT;
-    case K_BOOL:
-        *num = *(const bool *)field;
-        return CFG_VBOOL;
-    case K_ENUM:
-        snprintf(buf, len, "%s", s->names[*(const int *)field]);
-        break;
-    case K_REDIS:
-        if (c->redis_sentinels[0] != '\0')
-            append(buf, len, "redis-sentinel://%s/%s", c->redis_sentinels,
-                   c->redis_sentinel_master);
-        else if (c->redis_unix[0] != '\0')
-            append(buf, len, "unix://%s", c->redis_unix);
-        else if (strchr(c->redis_host, ':') != NULL)
-            append(buf, len, "[%s]:%d", c->redis_host, c->redis_port);
-        else
-            append(buf, len, "%s:%d", c->redis_host, c->redis_port);
-        if (c->redis_seeds[0] != '\0' && c->redis_sentinels[0] == '\0')
-            append(buf, len, ",%s", c->redis_seeds);
-        if (c->redis_db != 0)
-            append(buf, len, " (db %d)", c->redis_db);
-        break;
-    case K_TOKEN: /* a secret: say whether it is set, never what it is */
-        snprintf(buf, len, "%s", !mask ? field : field[0] != '\0' ? "***" : "(none)");
-        break;
-    case K_PATH:
-        snprintf(buf, len, "%s", field[0] != '\0' ? field : "(stderr)");
-        break;
-    case K_DSN:
-        mask_dsn(buf, len, field, mask);
-        break;
-    case K_STR:
-        snprintf(buf, len, "%s", field);
-        break;
-    case K_BIND:
-        snprintf(buf, len, "%s", field);
-        break;
-    }
-    return CFG_VTEXT;
-}
-
-void cfg_foreach(const struct cfg *c,
-                 void (*fn)(const char *key, const struct cfg_value *v, void *arg),
-                 void *arg)
-{
-    for (size_t k = 0; k < NSETTINGS; k++) {
-        char buf[CFG_PATH_MAX + 64];
-        struct cfg_value v = {.text = buf};
-        v.type = value_of(&settings[k], c, true, buf, sizeof(buf), &v.num);
-        fn(settings[k].key, &v, arg);
-    }
-}
-
-void cfg_source(const struct cfg *c, char *buf, size_t len)
-{
-    if (len == 0)
-        return;
-    buf[0] = '\0';
-    if (c->config_path[0] == '\0') {
-        append(buf, len, "none (built-in defaults; tried");
-        for (size_t i = 0; cfg_search_path[i] != NULL; i++)
-            append(buf, len, " %s", cfg_search_path[i]);
-        append(buf, len, ")");
-        return;
-    }
-    char abs[PATH_MAX];
-    if (c->config_path[0] != '/' && realpath(c->config_path, abs) != NULL)
-        append(buf, len, "%s (%s)", c->config_path, abs);
-    else
-        append(buf, len, "%s", c->config_path);
-}
-
-int cfg_diff(const struct cfg *a, const struct cfg *b, char *buf, size_t len)
-{
-    int n = 0;
-    if (len > 0)
-        buf[0] = '\0';
-    for (size_t k = 0; k < NSETTINGS; k++) {
-        char va[CFG_PATH_MAX + 64], vb[CFG_PATH_MAX + 64];
-        long long na, nb;
-        value_of(&settings[k], a, false, va, sizeof(va), &na);
-        value_of(&settings[k], b, false, vb, sizeof(vb), &nb);
-        if (na != nb || strcmp(va, vb) != 0) {
-            append(buf, len, "%s%s", n > 0 ? ", " : "", settings[k].key);
-            n++;
-        }
-    }
-    return n;
-}
-
-static void print_value(const char *key, const struct cfg_value *v, void *arg)
-{
-    FILE *f = arg;
-    if (v->type == CFG_VINT)
-        fprintf(f, "%-22s %lld\n", key, v->num);
-    else if (v->type == CFG_VBOOL)
-        fprintf(f, "%-22s %s\n", key, v->num ? "true" : "false");
-    else
-        fprintf(f, "%-22s %s\n", key, v->text);
-}
-
-void cfg_print(FILE *f, const struct cfg *c)
-{
-    char source[CFG_SOURCE_MAX];
-    cfg_source(c, source, sizeof(source));
-    fprintf(f, "config file: %s\n", source);
-    cfg_foreach(c, print_value, f);
-}
-
-/* The metavariable of a flag's value in the usage line. */
-static const char *metavar(const struct setting *s)
-{
-    switch (s->kind) {
-    case K_INT:
-        return "N";
-    case K_BOOL:
-        return "B";
-    case K_BIND:
-        return "ADDR";
-    case K_REDIS:
-        return "HOST:PORT[,...]";
-    case K_PATH:
-        return "PATH";
-    case K_ENUM:
-        return "VALUE";
-    case K_DSN:
-        return "URL";
-    case K_TOKEN:
-    case K_STR:
-        break;
-    }
-    return strcmp(s->key, "redis_password_file") == 0 ||
-                   strcmp(s->key, "store_password_file") == 0
-               ? "PATH"
-           : strcmp(s->key, "store") == 0 ? "URL"
-                                          : "T";
-}
-
-/* The usage line and the settings table are made from `settings`, the one list of
- * what can be set (tests/test_docs.c holds the man page and README to it too). */
-void cfg_usage(FILE *f, const char *prog)
-{
-    int col = fprintf(f, "usage: %s [--config FILE]", prog);
-    for (size_t k = 0; k < NSETTINGS; k++) {
-        if (settings[k].flag == NULL)
-            continue;
-        char opt[96];
-        int n = snprintf(opt, sizeof opt, " [%s %s]", settings[k].flag,
-                         metavar(&settings[k]));
-        if (col + n > 88)
-            col = fprintf(f, "\n         ") - 1;
-        col += fprintf(f, "%s", opt);
-    }
-    fprintf(f, "\n          [--check-config] [--migrate] [--reconcile SKU] [--help] "
-               "[--version]\n");
-    fprintf(f,
-            "\n"
-            "Settings, each overriding the one before: built-in defaults, the JSON file\n"
-            "(--config, else $INVENTORY_CONFIG, else the first that exists of\n"
-            "./%s and %s),\n"
-            "INVENTORY_* environment variables, then flags.\n"
-            "--check-config validates all of them, prints the effective configuration\n"
-            "(secrets as ***) and the file read, and exits 0, or 2 on a bad value; it\n"
-            "warns of unknown INVENTORY_* variables and contradictory settings.\n"
-            "--reconcile SKU compares the SKU's counts in Redis with the ledger's\n"
-            "(ledger must be set), prints them as JSON and exits 0 when they agree\n"
-            "(drift 0), 1 when they do not, 2 when it cannot tell.\n"
-            "\n"
-            "  %-21s %-30s %-22s %s\n",
-            CFG_DEFAULT_PATH, CFG_SYSTEM_PATH, "file key", "env variable", "flag",
-            "default");
-    struct cfg d;
-    cfg_defaults(&d);
-    for (size_t k = 0; k < NSETTINGS; k++) {
-        const struct setting *s = &settings[k];
-        char buf[CFG_PATH_MAX + 64];
-        long long num;
-        enum cfg_vtype t = value_of(s, &d, true, buf, sizeof buf, &num);
-        if (strcmp(s->key, "threads") == 0)
-            snprintf(buf, sizeof buf, "the number of cores");
-        else if (t == CFG_VINT)
-            snprintf(buf, sizeof buf, "%lld", num);
-        else if (t == CFG_VBOOL)
-            snprintf(buf, sizeof buf, "%s", num ? "true" : "false");
-        else if (buf[0] == '\0')
-            snprintf(buf, sizeof buf, "(none)");
-        fprintf(f, "  %-21s %-30s %-22s %s\n", s->key, s->env != NULL ? s->env : "-",
-                s->flag != NULL ? s->flag : "-", buf);
-    }
-    fprintf(
-        f,
-        "\n"
-        "redis: HOST:PORT, HOST:PORT,HOST:PORT,... (Redis Cluster seeds, tried in\n"
-        "order), redis://[user[:password]@]host[:port][/db], unix:///path or\n"
-        "redis-sentinel://[user[:password]@]h1:p1,h2:p2/mastername[/db] (Sentinel: the\n"
-        "master the sentinels name; redis_sentinel_password: the sentinels' own AUTH).\n"
-        "A Redis Cluster is recognised at start (INFO cluster), or later at its first\n"
-        "cluster answer (MOVED, CROSSSLOT, ...: /healthz names the mode); redis_cluster\n"
-        "true says so without asking. redis_user and redis_password: AUTH on every "
-        "connect;\n"
-        "redis_password_file: the password on the first line of a file (wins).\n"
-        "\n"
-        "store: where the stock lives: \"redis\" or \"\" (the redis setting), or a\n"
-        "PostgreSQL connection string (postgres://user@host:port/db, or key=value\n"
-        "pairs from host= or dbname=; a password in a libpq passfile): the schema is\n"
-        "created or upgraded at start, or by --migrate alone (exits 0, or 1).\n"
-        "store_password_file: its password on the first line of a file (wins).\n"
-        "\n"
-        "durability: async|replicated, for a SKU whose PUT /admin/skus/{sku} body names\n"
-        "none (replicated: an order is 201 only once a replica has it).\n"
-        "\n"
-        "ledger: a PostgreSQL connection string (postgres://...): every sale, cancel,\n"
-        "restock, rebalance and reset is copied there exactly once; an order record\n"
-        "then leaves Redis record_retention_s seconds later and is answered from it.\n"
-        "\n"
-        "admin_token: the bearer token of /admin/* and /metrics; metrics_token: a\n"
-        "read-only one that opens GET /metrics alone.\n"
-        "\n"
-        "log_level: debug|info|warn|error; log_format: text|json (one JSON object per\n"
-        "line); access_log: true|false. SIGHUP (systemctl reload) reopens log_file and\n"
-        "re-reads the configuration, of which log_level applies at once (the others at\n"
-        "the next restart); SIGUSR1 logs the counters; SIGTERM and SIGINT stop after\n"
-        "in-flight requests.\n"
-        "\n"
-        "redlock: the RedLock masters, HOST:PORT,HOST:PORT,... (3 or 5 independent\n"
-        "redis-servers); memcached: HOST:PORT of one memcached; zookeeper: the\n"
-        "ensemble's HOST:PORT,... A SKU whose body names \"lock\": \"redlock\",\n"
-        "\"memcached\" or \"zookeeper\" takes its segment locks there, every write\n"
-        "fenced by Redis. lab: true accepts \"fencing\": false (a demonstration\n"
-        "of the oversell that fencing prevents; never in production).\n"
-        "\n"
-        "A non-loopback --bind requires an admin token. Exit status 2 on a bad "
-        "setting.\n");
 }

@@ -1,6 +1,6 @@
 /* test_docs.c -- every setting is documented where a user looks: `--help`, the man
  * page docs/inventoryd.8 and README.md's configuration table, each with its file key,
- * environment variable and flag (the settings table in service/config.c is the one
+ * environment variable and flag (the settings table in service/config_table.c is the one
  * source; this test fails when a document misses what it names). Run from the
  * repository's root, as `make test` does. */
 #include <setjmp.h>
