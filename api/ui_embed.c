@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "api/events.h"
+#include "api/reply.h"
+#include "segments/inventory.h"
+#include "segments/skumode.h"
 
 /* Only this origin, for everything; data: for the inline favicon. */
 #define UI_CSP                                                                           \
@@ -27,14 +30,69 @@ static const char *content_type(const char *name)
     return "application/octet-stream";
 }
 
+static json_t *must(json_t *j)
+{
+    if (j == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    return j;
+}
+
+static void set(json_t *obj, const char *key, json_t *val)
+{
+    if (json_object_set_new(obj, key, must(val)) != 0) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+}
+
+/* One strategy the comparison may pick: `lock` NULL for mode atomic. A lock service
+ * this process was not started with is there, unavailable, saying why. */
+static json_t *strategy(const char *mode, const char *lock, unsigned services)
+{
+    json_t *o = must(json_object());
+    set(o, "mode", json_string(mode));
+    bool ok = true;
+    if (lock != NULL) {
+        set(o, "lock", json_string(lock));
+        sku_lock l;
+        bool service = sku_lock_parse(lock, &l) == 0 && l != SKU_LOCK_STORE;
+        set(o, "service", json_boolean(service));
+        if (service && !(services & (1u << l))) {
+            char why[64];
+            snprintf(why, sizeof why, "not started with --%s", lock);
+            set(o, "why", json_string(why));
+            ok = false;
+        }
+    }
+    set(o, "available", json_boolean(ok));
+    return o;
+}
+
+/* GET /ui/config.json: the token question, and what the comparison may pit. */
+static void config_json(const struct api_ctx *ctx, const struct api_request *req,
+                        struct api_reply *rep)
+{
+    bool bearer = ctx->events != NULL && api_events_need_auth(ctx->events);
+    json_t *o = must(json_object());
+    set(o, "auth", json_string(bearer ? "bearer" : "none"));
+    set(o, "store", json_string(inv_store_name(ctx->inv)));
+    set(o, "lab", json_boolean(req->lab));
+    json_t *a = must(json_array());
+    for (const char *const *l = inv_store_locks(ctx->inv); *l != NULL; l++)
+        json_array_append_new(a, strategy("lock", *l, req->lock_services));
+    json_array_append_new(a, strategy("atomic", NULL, req->lock_services));
+    set(o, "strategies", a);
+    api_reply_json(rep, 200, o);
+    api_reply_header(rep, "Cache-Control", "no-store");
+}
+
 void api_ui_get(const struct api_ctx *ctx, struct api_request *req, struct api_reply *rep)
 {
     const char *name = req->name[0] != '\0' ? req->name : "index.html";
     if (strcmp(name, "config.json") == 0) {
-        bool bearer = ctx->events != NULL && api_events_need_auth(ctx->events);
-        const char *body = bearer ? "{\"auth\":\"bearer\"}" : "{\"auth\":\"none\"}";
-        api_reply_text(rep, 200, body, strlen(body));
-        api_reply_header(rep, "Cache-Control", "no-store");
+        config_json(ctx, req, rep);
         return;
     }
     const struct embed_file *f = embed_find(api_ui_files, name);

@@ -6,7 +6,11 @@
  * from elsewhere. GET / is index.html; GET /ui/{file} any of them by name, and
  * /ui/config.json what the page must know before its first admin call: {"auth":
  * "bearer"} when an admin token is configured (the page then asks for it), else
- * {"auth": "none"}. Unknown files are 404 not_found.
+ * {"auth": "none"}; and what its comparison may pit: "store" (redis or postgres),
+ * "lab", and "strategies", one {"mode", "lock", "service", "available"} per lock scheme
+ * of the store (its own first, then the lock services: "service" true), then {"mode":
+ * "atomic"}; a lock service the process was not started with is "available": false with a
+ * "why". Unknown files are 404 not_found.
  *
  * Every reply is marked no-cache (a new binary serves a new page at once) and carries
  * a Content-Security-Policy that allows only this origin: the page loads nothing from

@@ -57,6 +57,11 @@ const char *inv_store_name(const inv *v)
     return v->postgres ? "postgres" : "redis";
 }
 
+const char *const *inv_store_locks(const inv *v)
+{
+    return v->postgres ? pga_locks() : rd_admin_locks();
+}
+
 bool inv_store_is_postgres(const char *where)
 {
     return where != NULL &&

@@ -112,6 +112,11 @@ bool inv_redis_cluster(const inv *v);
 /* The store in use, as /healthz and /metrics name it: "redis" or "postgres". */
 const char *inv_store_name(const inv *v);
 
+/* The lock schemes a SKU may name ("lock") on the store in use, NULL-terminated, the
+ * default first: the store's own, then the lock services it can fence (which of them
+ * this process may use: inv_lock_services). Static, never freed. */
+const char *const *inv_store_locks(const inv *v);
+
 /* PING Redis: INV_OK or INV_UNAVAILABLE. */
 inv_status inv_ping(inv_conn *c);
 

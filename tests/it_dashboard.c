@@ -1,7 +1,8 @@
 /* it_dashboard.c -- the dashboard over HTTP: the embedded page, the event stream
  * (format, rate, heartbeat-free idling, validation, tickets, a slow reader dropped,
  * clean ends at shutdown), the simulated orders (validation, a run audited, a stop),
- * and last the browser test (tests/browser/dashboard.test.js in headless Chromium),
+ * and last the browser test (tests/browser/dashboard.test.js in headless Chromium, the
+ * service started with RedLock and memcached for its second comparison),
  * skipped with a line saying why when chromium, node or tests/browser/node_modules is
  * missing. */
 #include <setjmp.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
+#include "tests/harness_lock.h"
 
 #define TOKEN "dash-secret"
 #define BROWSER_DIR "tests/browser"
@@ -351,14 +353,46 @@ static void test_page_is_served(void **state)
     assert_int_equal(h_http(port, "POST", "/", NULL, NULL, 0, &r), 405);
     h_resp_free(&r);
 
-    /* Whether the page must ask for a token, on both instances. */
+    /* Whether the page must ask for a token, on both instances; and what the
+     * comparison may pit: the store's locks, a lock service not started greyed out
+     * with why, and atomic. */
     assert_int_equal(h_http(port, "GET", "/ui/config.json", NULL, NULL, 0, &r), 200);
-    assert_string_equal(r.body, "{\"auth\":\"none\"}");
+    json_t *cfg = h_resp_json(&r);
     h_resp_free(&r);
+    assert_string_equal(json_string_value(json_object_get(cfg, "auth")), "none");
+    assert_string_equal(json_string_value(json_object_get(cfg, "store")), "redis");
+    assert_true(json_is_false(json_object_get(cfg, "lab")));
+    json_t *st = json_object_get(cfg, "strategies");
+    static const char *const want[] = {"redis", "redlock", "memcached", "zookeeper",
+                                       NULL};
+    assert_int_equal(json_array_size(st), 5);
+    for (size_t i = 0; i < 5; i++) {
+        json_t *s = json_array_get(st, i);
+        const char *why = json_string_value(json_object_get(s, "why"));
+        bool service = i > 0 && i < 4;
+        assert_string_equal(json_string_value(json_object_get(s, "mode")),
+                            i < 4 ? "lock" : "atomic");
+        assert_true(json_is_true(json_object_get(s, "available")) == !service);
+        if (want[i] == NULL) {
+            assert_null(json_object_get(s, "lock"));
+            continue;
+        }
+        assert_string_equal(json_string_value(json_object_get(s, "lock")), want[i]);
+        assert_true(json_is_true(json_object_get(s, "service")) == service);
+        char expect[64];
+        snprintf(expect, sizeof expect, "not started with --%s", want[i]);
+        if (service)
+            assert_string_equal(why, expect);
+        else
+            assert_null(why);
+    }
+    json_decref(cfg);
     assert_int_equal(
         h_http(h_svc_port(e->tok), "GET", "/ui/config.json", NULL, NULL, 0, &r), 200);
-    assert_string_equal(r.body, "{\"auth\":\"bearer\"}");
+    cfg = h_resp_json(&r);
     h_resp_free(&r);
+    assert_string_equal(json_string_value(json_object_get(cfg, "auth")), "bearer");
+    json_decref(cfg);
     /* The page itself needs no token; the admin API it calls does. */
     assert_int_equal(h_http(h_svc_port(e->tok), "GET", "/", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
@@ -960,8 +994,17 @@ static void test_browser(void **state)
     char dir[1024], out[1100], url[64];
     snprintf(dir, sizeof dir, "%s", bin);
     snprintf(out, sizeof out, "%s/dashboard", dirname(dir));
-    /* A Redis and a service of its own: the page lists only what the test made. */
-    const char *args[] = {"--admin-token", TOKEN, NULL};
+    /* A Redis and a service of its own: the page lists only what the test made. Two
+     * lock services for the second comparison (RedLock over three redis-servers and
+     * memcached); ZooKeeper not, so that the page greys it out. */
+    h_redis *nodes[3];
+    char redlock[256];
+    assert_int_equal(h_redlock_nodes_start(nodes, 3, false, redlock, sizeof redlock), 0);
+    h_memcached *mc = h_memcached_start();
+    assert_non_null(mc);
+    const char *args[] = {
+        "--admin-token",      TOKEN, "--redlock", redlock, "--memcached",
+        h_memcached_addr(mc), NULL};
     struct h_env *env = h_env_start(args);
     assert_non_null(env);
     snprintf(url, sizeof url, "http://127.0.0.1:%d", env->port);
@@ -985,6 +1028,9 @@ static void test_browser(void **state)
     free(sout);
     free(serr);
     int stopped = h_env_stop(env);
+    for (int i = 0; i < 3; i++)
+        h_redis_free(nodes[i]);
+    h_memcached_free(mc);
     if (rc != 0)
         fail_msg("the browser test exited %d", rc);
     assert_int_equal(stopped, 0);

@@ -1,7 +1,8 @@
 /* it_lock_services.c -- SKUs whose segment locks live in a lock service (RedLock over
  * three redis-servers, memcached, ZooKeeper), every write fenced by the Redis store:
  * exact sell-out over HTTP, a holder frozen past its lease (fenced: nothing oversold; the
- * lab's "fencing": false: the oversell shown), and the settings refused. */
+ * lab's "fencing": false: the oversell shown), RedLock masters killed under orders (one:
+ * still sells; two: 503, nothing sold), and the settings refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -423,6 +424,117 @@ static void test_memcached_restart_double_grant(void **state)
     restart_double_grant(*state, "memcached");
 }
 
+/* ---- RedLock masters killed under orders ----------------------------------------- */
+
+struct killed_sale {
+    const char *sku;
+    int ports[2];
+    atomic_bool stop;
+    atomic_int sold, busy, other; /* 201, 503, anything else but 409 */
+    char code[64];                /* a 503's error code */
+};
+
+static void *killed_seller(void *arg)
+{
+    struct killed_sale *s = arg;
+    for (int k = 0; !atomic_load(&s->stop); k++) {
+        struct h_resp r;
+        int st = h_order(s->ports[k % 2], s->sku, 1, NULL, &r);
+        if (st == 201) {
+            atomic_fetch_add(&s->sold, 1);
+        } else if (st == 503) {
+            if (atomic_fetch_add(&s->busy, 1) == 0)
+                h_error_code(&r, s->code, sizeof s->code);
+            h_sleep_ms(5); /* answered at once with no majority: spare the CPU */
+        } else if (st != 409) {
+            atomic_fetch_add(&s->other, 1);
+        }
+        h_resp_free(&r);
+        if (st == 409)
+            break;
+    }
+    return NULL;
+}
+
+/* Sales counted between now and `ms` from now. */
+static int sold_during(struct killed_sale *s, int ms)
+{
+    int before = atomic_load(&s->sold);
+    h_sleep_ms(ms);
+    return atomic_load(&s->sold) - before;
+}
+
+/* Four clients sell over both instances while one of the three RedLock masters is
+ * killed (SIGKILL): a majority of two still grants, sales go on; then a second: no
+ * majority, every order 503 backend_unavailable and nothing sold, none oversold. The
+ * audit is exact (the store's sold equals the 201s counted); the masters come back empty
+ * and sales resume. Prints the figures of docs/BENCHMARKS.md's safety table. */
+static void test_redlock_masters_killed(void **state)
+{
+    struct env *e = *state;
+    h_deadline(90);
+    /* 4 segments held 20 ms a sale: at most 200 sales a second, so the stock lasts */
+    enum { STOCK = 1000, CLIENTS = 4 };
+    const char *sku = "rk-redlock";
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    assert_int_equal(put_sku(pa, sku,
+                             "{\"stock\": 1000, \"segments\": 4, \"hold_ms\": 20, "
+                             "\"lock\": \"redlock\"}"),
+                     201);
+    struct killed_sale s = {.sku = sku, .ports = {pa, pb}};
+    pthread_t t[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, killed_seller, &s), 0);
+    int three = sold_during(&s, 500);
+    assert_int_equal(h_redis_kill(e->nodes[0]), 137);
+    int busy1 = atomic_load(&s.busy);
+    int two = sold_during(&s, 1000); /* one master down: still sells */
+    busy1 = atomic_load(&s.busy) - busy1;
+    assert_int_equal(h_redis_kill(e->nodes[1]), 137);
+    /* a hold granted before the kill may still end in a sale: one per client at most,
+     * and none after that; lock_wait_ms is 1000, so wait past it */
+    int tail = sold_during(&s, 1500);
+    int busy2 = atomic_load(&s.busy);
+    int one = sold_during(&s, 2000); /* one master of three: nothing */
+    busy2 = atomic_load(&s.busy) - busy2;
+    atomic_store(&s.stop, true);
+    for (int i = 0; i < CLIENTS; i++)
+        pthread_join(t[i], NULL);
+    json_t *j = h_get_sku(pa, NULL, sku);
+    assert_non_null(j);
+    long long sold = h_jint(j, "sold"), remaining = h_jint(j, "remaining");
+    json_decref(j);
+    fprintf(
+        stderr,
+        "redlock masters killed under orders: 3 up %d sold in 500 ms; 1 killed %d sold "
+        "in 1000 ms (%d x 503); 2 killed %d sold in the next 1500 ms (holds granted "
+        "before), then %d sold in 2000 ms, %d x 503 (%s); store sold %lld = %d 201s, "
+        "remaining %lld, oversold %lld, other answers %d\n",
+        three, two, busy1, tail, one, busy2, s.code, sold, atomic_load(&s.sold),
+        remaining, sold > STOCK ? sold - STOCK : 0, atomic_load(&s.other));
+    assert_true(three > 0);
+    assert_true(two > 0);         /* a majority of 2 of 3 still grants */
+    assert_true(tail <= CLIENTS); /* at most the holds granted before the kill */
+    assert_int_equal(one, 0);     /* no majority: nothing sold */
+    assert_true(busy2 > 0);       /* and the orders said so */
+    /* fewer than a majority answered: UNAVAIL, not BUSY (DESIGN.md, RedLock) */
+    assert_string_equal(s.code, "backend_unavailable");
+    assert_int_equal(atomic_load(&s.other), 0);
+    assert_int_equal(sold, atomic_load(&s.sold)); /* exact: every sale answered 201 */
+    assert_true(remaining > 0 && remaining + sold == STOCK);
+    assert_int_equal(h_audit(pa, NULL, sku, STOCK, true), 0);
+    /* The masters back (empty): sales resume, exactly. */
+    assert_int_equal(h_redis_restart(e->nodes[0]), 0);
+    assert_int_equal(h_redis_restart(e->nodes[1]), 0);
+    settle(e, "redlock");
+    for (int k = 0; k < 20; k++)
+        assert_int_equal(h_order(k % 2 ? pa : pb, sku, 1, NULL, NULL), 201);
+    j = h_get_sku(pa, NULL, sku);
+    assert_int_equal(h_jint(j, "sold"), sold + 20);
+    json_decref(j);
+    assert_int_equal(h_audit(pa, NULL, sku, STOCK, true), 0);
+}
+
 /* ---- a Redis Cluster as the store ----------------------------------------------- */
 
 /* The fenced scripts of a cluster (acquire_slot.lua, deduct_slot.lua; deduct.lua for a
@@ -532,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_redlock_restart_double_grant),
         cmocka_unit_test(test_memcached_restart_double_grant),
         cmocka_unit_test(test_cluster_store_redlock),
+        cmocka_unit_test(test_redlock_masters_killed),
     };
     return h_exit_status(
         cmocka_run_group_tests_name("lock_services", tests, group_setup, group_teardown));

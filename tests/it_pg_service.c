@@ -426,7 +426,8 @@ static void test_request_id_raced(void **state)
 
 /* /healthz and /metrics name the store in use: "store": "postgres" with its state
  * (never "redis": up, which api/admin.c said whatever the store), and
- * inventory_store_up{store="postgres"} in place of inventory_redis_up. */
+ * inventory_store_up{store="postgres"} in place of inventory_redis_up; so does the
+ * dashboard's /ui/config.json, with PostgreSQL's strategies. */
 static void test_health_names_the_store(void **state)
 {
     (void)state;
@@ -449,6 +450,25 @@ static void test_health_names_the_store(void **state)
     assert_true(h_metric(r.body, "inventory_store_up{store=\"postgres\"}") == 1);
     assert_null(strstr(r.body, "inventory_redis_up"));
     h_resp_free(&r);
+    /* the dashboard's comparison offers PostgreSQL's strategies: its three lock
+     * schemes (row the default) and atomic */
+    assert_int_equal(h_req(port, "GET", "/ui/config.json", NULL, NULL, &r), 200);
+    j = json_loads(r.body, 0, NULL);
+    h_resp_free(&r);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "store")), "postgres");
+    json_t *st = json_object_get(j, "strategies");
+    static const char *const locks[] = {"row", "lease", "optimistic"};
+    assert_int_equal(json_array_size(st), 4);
+    for (size_t i = 0; i < 4; i++) {
+        json_t *s = json_array_get(st, i);
+        assert_string_equal(json_string_value(json_object_get(s, "mode")),
+                            i < 3 ? "lock" : "atomic");
+        if (i < 3)
+            assert_string_equal(json_string_value(json_object_get(s, "lock")), locks[i]);
+        assert_true(json_is_true(json_object_get(s, "available")));
+    }
+    json_decref(j);
     assert_int_equal(h_svc_stop_clean(svc), 0);
     h_svc_free(svc);
 }

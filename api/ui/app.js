@@ -5,9 +5,10 @@
 "use strict";
 
 (function () {
+  /* The comparison's two sides: each a SKU, a strategy and a number of segments. */
   const CMP = [
-    { sku: "cmp-1seg", segments: 1 },
-    { sku: "cmp-20seg", segments: 20 },
+    { side: "a", sku: "cmp-a" },
+    { side: "b", sku: "cmp-b" },
   ];
   const MAX_WATCH = 16;
   const SPARK_POINTS = 120; /* 30 s at 4 updates/s */
@@ -51,6 +52,9 @@
     updates: 0,
     last: null,
     waiters: [],
+    /* What the comparison may pit (/ui/config.json): {mode, lock, available, why,
+     * service} per strategy of the store in use. */
+    strategies: [{ mode: "lock", available: true }],
   };
 
   /* ---- small helpers ---------------------------------------------------------- */
@@ -343,9 +347,12 @@
     el.dataset.locks = String(s.locks_held);
     el.dataset.segments = String(s.segments);
     el.dataset.mode = s.mode;
+    if (s.lock) el.dataset.lock = s.lock;
+    else delete el.dataset.lock;
+    el.dataset.fencing = String(s.fencing !== false);
     el.dataset.holdMs = String(s.hold_ms);
     el.dataset.rebalance = String(!!s.rebalance);
-    $(".meta", el).textContent = s.mode + " · " + s.segments + (s.segments === 1 ? " segment" : " segments") + " · hold " + s.hold_ms + " ms";
+    $(".meta", el).textContent = skuStrategy(s) + " · " + s.segments + (s.segments === 1 ? " segment" : " segments") + " · hold " + s.hold_ms + " ms";
     $(".f-remaining", el).textContent = fmt(s.remaining);
     $(".f-initial", el).textContent = fmt(s.initial);
     $(".f-sold", el).textContent = fmt(s.sold);
@@ -404,23 +411,84 @@
     renderComparison(u);
   }
 
+  /* A SKU's strategy as the stream gives it: its mode, and its lock in mode lock. */
+  function skuStrategy(s) {
+    return strategyName({ mode: s.mode, lock: s.lock });
+  }
+
   /* The comparison's outcome in one line per SKU: units sold, in how long, how fast. */
   function renderComparison(u) {
-    const rows = CMP.map((c) => skuIn(u, c.sku)).filter((s) => s && !s.error && s.simulation);
+    const rows = CMP.map((c) => [c, skuIn(u, c.sku)]).filter(([, s]) => s && !s.error && s.simulation);
     const ul = $("#cmp-result");
     ul.hidden = rows.length === 0;
     ul.textContent = "";
-    for (const s of rows) {
+    for (const [c, s] of rows) {
       const secs = s.simulation.elapsed_ms / 1000;
       const li = document.createElement("li");
       const name = document.createElement("span");
       const what = document.createElement("span");
-      name.textContent = s.segments + (s.segments === 1 ? " segment" : " segments");
+      li.dataset.sku = s.sku;
+      name.className = "strategy";
+      name.textContent = c.side.toUpperCase() + " · " + skuStrategy(s) + " · " + s.segments +
+        (s.segments === 1 ? " segment" : " segments");
       what.textContent = (s.remaining === 0 ? "sold out" : fmt(s.sold) + " sold") + " in " +
         secs.toFixed(1) + " s · " + fmt(Math.round(s.sold / Math.max(secs, 0.001))) + "/s";
       li.append(name, what);
       ul.append(li);
     }
+  }
+
+  /* ---- the strategies -------------------------------------------------------- */
+
+  function strategyName(st) {
+    return st.mode === "atomic" ? "atomic (no lock)" : "lock · " + (st.lock || "store");
+  }
+
+  /* The options of both sides' pickers: every strategy of the store, those whose lock
+   * service this process was not started with greyed out, saying why. */
+  function fillStrategies(cfg) {
+    if (Array.isArray(cfg.strategies) && cfg.strategies.length) state.strategies = cfg.strategies;
+    const first = state.strategies.findIndex((st) => st.available);
+    for (const sel of document.querySelectorAll(".cmp-strategy")) {
+      const keep = sel.value;
+      sel.textContent = "";
+      state.strategies.forEach((st, i) => {
+        const o = document.createElement("option");
+        o.value = String(i);
+        o.dataset.mode = st.mode;
+        if (st.lock) o.dataset.lock = st.lock;
+        o.textContent = strategyName(st) + (st.available ? "" : " — " + (st.why || "unavailable"));
+        o.disabled = !st.available;
+        if (!st.available) o.title = st.why || "unavailable";
+        sel.append(o);
+      });
+      const k = Number(keep);
+      sel.value = keep !== "" && state.strategies[k] && state.strategies[k].available ? keep : String(Math.max(first, 0));
+    }
+    $("#cmp-store").textContent = "Store: " + (cfg.store || "redis") + ".";
+    const ul = $("#cmp-unavailable");
+    ul.textContent = "";
+    for (const st of state.strategies.filter((x) => !x.available)) {
+      const li = document.createElement("li");
+      li.dataset.lock = st.lock || "";
+      li.textContent = strategyName(st) + ": " + (st.why || "unavailable");
+      ul.append(li);
+    }
+    ul.hidden = ul.childElementCount === 0;
+  }
+
+  /* A side's pick: its strategy and segments. */
+  function pickOf(c) {
+    const st = state.strategies[Number($("#cmp-" + c.side + "-strategy").value)] || state.strategies[0];
+    return { st, segments: Number($("#cmp-" + c.side + "-segments").value) };
+  }
+
+  /* The PUT body of a SKU with strategy `st`: a lock service takes one segment per
+   * order, so no automatic rebalance (the API refuses it). */
+  function skuBody(st, stock, segments) {
+    const b = { stock, segments, mode: st.mode, hold_ms: 20, rebalance: !st.service, request_id: reqId() };
+    if (st.mode === "lock" && st.lock) b.lock = st.lock;
+    return b;
   }
 
   /* ---- the SKU list ------------------------------------------------------------ */
@@ -514,6 +582,7 @@
   async function runComparison(button) {
     const stock = Number($("#cmp-stock").value);
     const concurrency = Number($("#cmp-conc").value);
+    const picks = CMP.map(pickOf);
     await busy(button, async () => {
       const names = CMP.map((c) => c.sku);
       const both = (u) => names.every((n) => skuIn(u, n));
@@ -527,11 +596,9 @@
         }
       }
       /* Creates each SKU, or resets it: ?reset=true says a live sale may be replaced. */
-      for (const c of CMP) {
+      for (const [i, c] of CMP.entries()) {
         await expect(
-          await api("PUT", skuPath(c.sku, "?reset=true"), {
-            stock, segments: c.segments, mode: "lock", hold_ms: 20, rebalance: true, request_id: reqId(),
-          }),
+          await api("PUT", skuPath(c.sku, "?reset=true"), skuBody(picks[i].st, stock, picks[i].segments)),
           200,
           201,
         );
@@ -541,7 +608,8 @@
         CMP.map((c) => api("POST", skuPath(c.sku, "/simulate"), { orders, concurrency, qty: 1 })),
       );
       for (const r of started) await expect(r, 202);
-      toast("Selling " + fmt(stock) + " units twice: " + fmt(orders) + " orders each, " + concurrency + " at a time.");
+      toast("Selling " + fmt(stock) + " units twice (" + picks.map((p) => strategyName(p.st)).join(" vs ") + "): " +
+        fmt(orders) + " orders each, " + concurrency + " at a time.");
       refreshSkus();
     });
   }
@@ -590,6 +658,8 @@
           await api("PUT", skuPath(c.sku), {
             stock: Number(d.initial), segments: Number(d.segments), mode: d.mode,
             hold_ms: Number(d.holdMs), rebalance: d.rebalance === "true", request_id: reqId(),
+            ...(d.mode === "lock" && d.lock ? { lock: d.lock } : {}),
+            ...(d.fencing === "false" ? { fencing: false } : {}),
           }, { "If-Match": "*" }),
           200,
         );
@@ -705,6 +775,7 @@
       return;
     }
     state.auth = r.data.auth;
+    fillStrategies(r.data);
     if (state.auth === "bearer" && !state.token) {
       showAuth("");
       setConn("idle", "token needed");

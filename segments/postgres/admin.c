@@ -540,6 +540,11 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
 
 static const char *const locks[] = {"row", "lease", "optimistic", NULL};
 
+const char *const *pga_locks(void)
+{
+    return locks;
+}
+
 static int reset(admin *adm, const char *sku, long long old_epoch, int old_segments,
                  const struct admin_reset *to, const char *rid, const char *sig,
                  struct store_reply *out)

@@ -22,6 +22,8 @@
 /* A handle on `conninfo` (copied), connecting on first use and again after a failure;
  * each statement bounded by timeout_ms. */
 admin *pga_create(const char *conninfo, int timeout_ms);
+/* The table's lock schemes (admin_ops.locks), without a handle. */
+const char *const *pga_locks(void);
 /* Create or upgrade the schema (schema.c) and wait for it: 0 (with the version in
  * *version), or -1 with err filled. */
 int pga_migrate(const char *conninfo, int timeout_ms, int *version, char *err,

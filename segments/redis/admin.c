@@ -172,6 +172,11 @@ static int wait_replicas(admin *a, const char *placed, int n, const int *seg,
 /* the lock beside the stock, or a lock service's (skumode.h sku_lock) */
 static const char *const locks[] = {"redis", "redlock", "memcached", "zookeeper", NULL};
 
+const char *const *rd_admin_locks(void)
+{
+    return locks;
+}
+
 static int hold_place(admin *a, const char *sku, const char *placed, long long epoch,
                       int i, const char *id, long long qty, int ttl_ms, const char *token,
                       const char *attempt, struct store_reply *out, struct store_hold *h)

@@ -17,5 +17,7 @@
 admin *rd_admin_create(const struct rd_target *to, _Atomic long long *errors);
 /* Its connection, for the Redis-only calls beside the table (the sweeper's intents). */
 rd_conn *rd_admin_conn(admin *a);
+/* The table's lock schemes (admin_ops.locks), without a handle. */
+const char *const *rd_admin_locks(void);
 
 #endif

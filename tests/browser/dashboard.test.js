@@ -6,12 +6,17 @@
  *   node tests/browser/dashboard.test.js --url http://127.0.0.1:8080 [--token T]
  *        [--out build/dashboard] [--docs docs/dashboard.png] [--chromium /usr/bin/chromium]
  *
- * It opens /, enters the token when the page asks for it, runs the comparison (1
- * segment vs 20) and checks: the bars match GET /admin/skus/{sku} within one update
+ * It opens /, enters the token when the page asks for it, runs the comparison with its
+ * defaults (the store's lock on 1 segment vs 20) and checks: the bars match GET /admin/skus/{sku} within one update
  * while the SKUs drain; the 1-segment SKU drains over many updates, with its lock seen
  * held; the 20-segment SKU sells out first; both end sold out with the audit holding
  * (remaining + sold == initial, no segment below 0, orders == sold) and the page
  * showing exactly what the API says; a restock from the page shows within one update;
+ * then picks two strategies other than the default on the page (the first two that
+ * /ui/config.json calls available: with the service started with --redlock and
+ * --memcached, RedLock and memcached), sees a lock service it was not started with
+ * greyed out with why, runs the comparison again and checks that both SKUs carry
+ * their strategy and sell exactly their stock, audited, the page agreeing;
  * and the console has no errors (nor failed requests). Screenshots (laptop and phone,
  * light and dark) go to --out; --docs copies the laptop one there.
  *
@@ -30,8 +35,10 @@ const LAPTOP = { width: 1366, height: 900, deviceScaleFactor: 1 };
  * page load from start to end. The layout depends on the width alone. */
 const PHONE = { width: 390, height: 844, deviceScaleFactor: 2 };
 const CMP_STOCK = 400;
-const SKU1 = "cmp-1seg";
-const SKU20 = "cmp-20seg";
+const SKU1 = "cmp-a"; /* the comparison's side A: 1 segment by default */
+const SKU20 = "cmp-b"; /* side B: 20 segments by default */
+const PAIR_STOCK = 100; /* the second comparison: two strategies picked on the page */
+const PAIR_SEGMENTS = 4;
 
 function usage(msg) {
   process.stderr.write((msg ? msg + "\n" : "") +
@@ -181,6 +188,73 @@ async function screenshots(page, tag) {
   return shots;
 }
 
+async function getConfig() {
+  const res = await fetch(opt.url + "/ui/config.json");
+  if (res.status !== 200) throw new Error("GET /ui/config.json: " + res.status);
+  return res.json();
+}
+
+/* The second comparison: two strategies other than the default, picked on the page. */
+async function pitTwoStrategies(page) {
+  const cfg = await getConfig();
+  const strategies = cfg.strategies || [];
+  /* Greyed out: every strategy the service cannot run, with why, in both pickers. */
+  const opts = await page.$$eval("#cmp-a-strategy option, #cmp-b-strategy option", (os) =>
+    os.map((o) => ({ value: o.value, disabled: o.disabled, text: o.textContent, title: o.title })));
+  const grey = strategies.map((s, i) => [s, i]).filter(([s]) => !s.available);
+  ok(opts.length === 2 * strategies.length, "both pickers list every strategy of /ui/config.json",
+    `${opts.length} options for ${strategies.length} strategies`);
+  ok(grey.length > 0 && grey.every(([s, i]) => opts.filter((o) => o.value === String(i)).every(
+    (o) => o.disabled && o.text.includes(s.why) && o.title === s.why)),
+  "a lock service not started is greyed out in both pickers, saying why",
+  JSON.stringify(grey.map(([s]) => s)) + " " + JSON.stringify(opts));
+  const listed = await page.$$eval("#cmp-unavailable li", (ls) => ls.map((l) => l.textContent));
+  ok(grey.every(([s]) => listed.some((t) => t.includes(s.lock) && t.includes(s.why))),
+    "the unavailable ones are listed under the form with why", JSON.stringify(listed));
+
+  const pick = strategies.map((s, i) => [s, i]).filter(([s, i]) => i > 0 && s.available).slice(0, 2);
+  if (!ok(pick.length === 2, "two available strategies besides the default",
+    JSON.stringify(strategies))) return;
+  const sides = [["a", SKU1], ["b", SKU20]];
+  for (const [k, [side]] of sides.entries()) {
+    await page.select(`#cmp-${side}-strategy`, String(pick[k][1]));
+    await page.$eval(`#cmp-${side}-segments`, (el, v) => { el.value = v; }, String(PAIR_SEGMENTS));
+  }
+  await page.$eval("#cmp-stock", (el, v) => { el.value = v; }, String(PAIR_STOCK));
+  await page.$eval("#cmp-conc", (el) => { el.value = "16"; });
+  const label = (s) => s.mode === "atomic" ? "atomic" : s.lock;
+  const what = pick.map(([s]) => label(s)).join(" vs ");
+  await page.click("#cmp-run");
+  /* Both cards show the new strategy, sold out, their runs finished. */
+  try {
+    await page.waitForFunction((names, want, stock) => names.every((n, k) => {
+      const c = document.querySelector(`.card[data-sku="${n}"]`);
+      const d = c && c.dataset;
+      return d && d.mode === want[k].mode && (want[k].mode !== "lock" || d.lock === want[k].lock) &&
+        Number(d.initial) === stock && Number(d.remaining) === 0 && d.sim === "finished";
+    }), { timeout: 60000, polling: 100 }, sides.map(([, n]) => n), pick.map(([s]) => s), PAIR_STOCK);
+    ok(true, `${what}: both sold out on the page`);
+  } catch (e) {
+    const p = await readPage(page);
+    ok(false, `${what}: both sold out on the page`, JSON.stringify([SKU1, SKU20].map((n) => p.skus[n])));
+  }
+  for (const [k, [, name]] of sides.entries()) {
+    const s = pick[k][0];
+    const g = await getSku(name);
+    ok(g.mode === s.mode && (s.mode !== "lock" || g.lock === s.lock) && g.segments === PAIR_SEGMENTS,
+      `${name} runs ${label(s)} on ${PAIR_SEGMENTS} segments`, `mode ${g.mode}, lock ${g.lock}, segments ${g.segments}`);
+    ok(g.remaining === 0 && g.sold === PAIR_STOCK, `${name} (${label(s)}) sold exactly its ${PAIR_STOCK} units`,
+      `remaining ${g.remaining}, sold ${g.sold}`);
+    audit(g, label(s));
+    await matchExactly(page, name, label(s));
+  }
+  const rows = await page.$$eval("#cmp-result li", (ls) => ls.map((l) => l.textContent));
+  ok(rows.length === 2 && pick.every(([s], k) => rows[k].startsWith(k ? "B" : "A") && rows[k].includes(label(s)) &&
+    rows[k].includes("sold out")), "the comparison's result names both strategies, side by side", JSON.stringify(rows));
+  const shots = await screenshots(page, "-pair");
+  console.log("# screenshots: " + shots.join(" "));
+}
+
 async function main() {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "inv-chromium-"));
   const browser = await puppeteer.launch({
@@ -298,6 +372,8 @@ async function main() {
       "restock from the page: GET agrees", `initial ${before.initial} -> ${after.initial}, remaining ${after.remaining}`);
     audit(after, "after the restock");
     await matchExactly(page, SKU1, "after the restock");
+
+    await pitTwoStrategies(page);
 
     const end = await screenshots(page, "-end");
     console.log("# screenshots: " + end.join(" "));
