@@ -312,6 +312,90 @@ static void test_postgres_down_and_back(void **state)
     assert_once(e, "le3", 200);
 }
 
+/* One /metrics series of a service; -1 when it cannot be read. */
+static double metric_of(h_svc *s, const char *series)
+{
+    struct h_resp m;
+    double v = -1;
+    if (h_req(h_svc_port(s), "GET", "/metrics", NULL, NULL, &m) == 200)
+        v = h_metric(m.body, series);
+    h_resp_free(&m);
+    return v;
+}
+
+/* PostgreSQL down for LEDGER_PG_DOWN_S seconds (default 20; 60 is the issue's minute,
+ * opt-in) under a steady order load through both services, then back while the load
+ * goes on: Redis is the store, so every order is still acknowledged; the sinks catch
+ * up; every acknowledged sale is in the ledger once, and nothing else; drift 0. The
+ * default is 20 s, not 60, because CI runs the suite three times: 20 s is already
+ * many sink passes (every 200 ms, each failing) and many full batches piling up per
+ * segment, so what a minute would show -- batches failing and staying pending, lag
+ * growing, then caught up -- is shown; the lag figures print for either length. */
+static void test_postgres_down_under_load(void **state)
+{
+    struct env *e = *state;
+    const char *env = getenv("LEDGER_PG_DOWN_S");
+    long down_s = env != NULL && atol(env) > 0 ? atol(env) : 20;
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    assert_int_equal(h_put_sku(pa, NULL, "le6", 10000000, 4, "lock", 0), 0);
+    char id[64];
+    long long acked = 0, acked_down = 0, other = 0, max_backlog = 0;
+    double max_lag = 0;
+    long long t0 = h_now_ms(), stopped_at = -1, restarted_at = -1;
+    bool restarted = false;
+    for (int i = 0;; i++) {
+        long long now = h_now_ms();
+        if (stopped_at < 0 && now - t0 >= 1000) { /* 1 s of load with PostgreSQL up */
+            assert_int_equal(h_pg_stop(e->pg) >= 0, 1);
+            stopped_at = h_now_ms();
+        }
+        if (stopped_at >= 0 && !restarted && now - stopped_at >= down_s * 1000) {
+            for (int k = 0; k < 2; k++) { /* the lag as PostgreSQL comes back */
+                double lag = metric_of(k ? e->b : e->a, "inventory_ledger_lag_seconds");
+                max_lag = lag > max_lag ? lag : max_lag;
+            }
+            assert_int_equal(h_pg_restart(e->pg), 0);
+            restarted_at = h_now_ms();
+            restarted = true;
+        }
+        if (restarted && now - restarted_at >= 2000) /* 2 s of load after it is back */
+            break;
+        snprintf(id, sizeof id, "le6-o%d", i);
+        int st = h_order(i % 2 ? pb : pa, "le6", 1, id, NULL);
+        if (st == 201) {
+            acked++;
+            acked_down += stopped_at >= 0 && !restarted;
+        } else
+            other++;
+        if (i % 200 == 0 && stopped_at >= 0 && !restarted) {
+            double lag = metric_of(e->a, "inventory_ledger_lag_seconds");
+            double backlog = metric_of(e->a, "inventory_ledger_backlog_events");
+            max_lag = lag > max_lag ? lag : max_lag;
+            max_backlog =
+                (long long)backlog > max_backlog ? (long long)backlog : max_backlog;
+        }
+        h_sleep_ms(2); /* steady, not flat out: a few hundred orders a second */
+    }
+    long long load_end = h_now_ms();
+    assert_int_equal(other, 0); /* every order acknowledged, PostgreSQL or not */
+    assert_int_equal(wait_drift(pa, "le6", 30000), 0);
+    long long caught_up = h_now_ms();
+    assert_once(e, "le6", acked);
+    json_t *sku = h_get_sku(pa, NULL, "le6");
+    assert_int_equal(h_jint(sku, "sold"), acked);
+    json_decref(sku);
+    double failures = metric_of(e->a, "inventory_ledger_failures_total") +
+                      metric_of(e->b, "inventory_ledger_failures_total");
+    assert_true(failures > 0);
+    fprintf(stderr,
+            "it_ledger: PostgreSQL down %ld s under load: %lld orders acknowledged "
+            "(%lld while it was down), lag up to %.1f s, backlog up to "
+            "%lld events, %.0f failed copies; drift 0 %lld ms after the load ended "
+            "(%lld ms after PostgreSQL was back)\n",
+            down_s, acked, acked_down, max_lag, max_backlog, failures,
+            caught_up - load_end, caught_up - restarted_at);
+}
+
 /* Both sinks killed with batches read and not copied (PostgreSQL down): a new sink
  * takes them over once idle and copies each sale once. */
 static void test_sinks_killed_mid_batch(void **state)
@@ -477,13 +561,15 @@ static void test_failover_copies_only_replicated(void **state)
 
 int main(void)
 {
-    h_deadline(240);
+    const char *down = getenv("LEDGER_PG_DOWN_S");
+    h_deadline(240 + (down != NULL && atol(down) > 0 ? (unsigned)atol(down) : 0));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_events_and_reconcile),
         cmocka_unit_test(test_two_sinks),
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_no_ledger_no_events),
         cmocka_unit_test(test_postgres_down_and_back),
+        cmocka_unit_test(test_postgres_down_under_load),
         cmocka_unit_test(test_sinks_killed_mid_batch),
     };
     int failed =
