@@ -306,43 +306,53 @@ static int order_row(ledger *l, const char *id, char **record, char *sku, size_t
     return rc;
 }
 
-inv_status ledger_order(inv *v, const char *id, char **record)
+/* The ledger's row of order `id`, only when it is a sale of its SKU's current epoch (a
+ * reset or delete forgets the SKU's orders, README): 1 with *record (malloc'd), *m the
+ * SKU's meta and *cancelled; 0 none; -1 unavailable. */
+static int current_row(inv_conn *c, const char *id, char **record, char *sku,
+                       size_t skulen, struct rd_meta *m, int *cancelled)
+{
+    long long epoch;
+    int rc = order_row(c->v->ledger, id, record, sku, skulen, &epoch, cancelled);
+    if (rc <= 0)
+        return rc;
+    int found = rd_meta_read(c->rd, sku, m);
+    if (found <= 0 || m->epoch != epoch) { /* reset since: that sale is no order now */
+        free(*record);
+        *record = NULL;
+        return found < 0 ? -1 : 0;
+    }
+    return 1;
+}
+
+inv_status ledger_order(inv_conn *c, const char *id, char **record)
 {
     *record = NULL;
-    ledger *l = v->ledger;
-    if (l == NULL)
+    if (c->v->ledger == NULL)
         return INV_NOT_FOUND;
     char sku[SEG_NAME_MAX + 1];
-    long long epoch;
+    struct rd_meta m;
     int cancelled;
-    int rc = order_row(l, id, record, sku, sizeof sku, &epoch, &cancelled);
+    int rc = current_row(c, id, record, sku, sizeof sku, &m, &cancelled);
     return rc > 0 ? INV_OK : rc == 0 ? INV_NOT_FOUND : INV_UNAVAILABLE;
 }
 
 int ledger_restore(inv_conn *c, const char *id, char **record)
 {
     *record = NULL;
-    ledger *l = c->v->ledger;
-    if (l == NULL)
+    if (c->v->ledger == NULL)
         return INV_NOT_FOUND;
     char sku[SEG_NAME_MAX + 1];
-    long long epoch;
+    struct rd_meta m;
     int cancelled;
-    int rc = order_row(l, id, record, sku, sizeof sku, &epoch, &cancelled);
+    int rc = current_row(c, id, record, sku, sizeof sku, &m, &cancelled);
     if (rc <= 0)
         return rc == 0 ? INV_NOT_FOUND : INV_UNAVAILABLE;
     if (cancelled)
         return INV_OK; /* as a cancel of a cancelled order answers */
-    struct rd_meta m;
-    int found = rd_meta_read(c->rd, sku, &m);
-    if (found <= 0 || m.epoch != epoch) { /* reset since: that sale is no order now */
-        free(*record);
-        *record = NULL;
-        return found < 0 ? INV_UNAVAILABLE : INV_NOT_FOUND;
-    }
     char placed[RD_SKU_PLACED_MAX];
     rd_sku_placed(placed, sku, m.salt);
-    rc = rd_ev_restore(c->rd, id, placed, epoch, *record);
+    rc = rd_ev_restore(c->rd, id, placed, m.epoch, *record);
     free(*record);
     *record = NULL;
     return rc < 0 ? INV_UNAVAILABLE : -1;

@@ -59,12 +59,14 @@ struct ledger_stats {
 /* The sink's counters: 1, or 0 when `v` has no ledger (out zeroed). */
 int ledger_stats_of(inv *v, struct ledger_stats *out);
 
-/* The record of order `id` from the ledger: INV_OK with *record (malloc'd),
- * INV_NOT_FOUND, INV_UNAVAILABLE. */
-inv_status ledger_order(inv *v, const char *id, char **record);
+/* The record of order `id` from the ledger, when it is a sale of its SKU's current
+ * epoch (a reset or delete forgets the SKU's orders): INV_OK with *record
+ * (malloc'd), INV_NOT_FOUND, INV_UNAVAILABLE. */
+inv_status ledger_order(inv_conn *c, const char *id, char **record);
 
 /* A cancel of an order Redis no longer has a record of (past record_retention_s):
- * INV_OK with *record (malloc'd) when the ledger has it cancelled already; -1 when
+ * INV_OK with *record (malloc'd) when the ledger has it cancelled already in the
+ * SKU's current epoch (an older epoch's order is INV_NOT_FOUND); -1 when
  * the ledger has it sold in the SKU's current epoch and its record is back in Redis
  * (restored as the ledger has it, unless the id has a record again: cancel as usual
  * now); INV_NOT_FOUND, INV_UNAVAILABLE. */

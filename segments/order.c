@@ -56,8 +56,7 @@ inv_status order_get(inv_conn *c, const char *id, char **record)
         return INV_INVALID;
     inv_status s = read_record(c, id, record);
     /* Past record_retention_s Redis has forgotten it; the ledger has it (ledger.h). */
-    return s == INV_NOT_FOUND && c->v->ledger != NULL ? ledger_order(c->v, id, record)
-                                                      : s;
+    return s == INV_NOT_FOUND && c->v->ledger != NULL ? ledger_order(c, id, record) : s;
 }
 
 /* What a record says: SKU, qty, status and the segments it took from. */

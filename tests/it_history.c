@@ -62,6 +62,15 @@
  * with HISTORY_CLUSTER defined: the same clients and checks on a Redis Cluster with
  * replicated SKUs and failovers (its header says what differs); it_history_pg.c with
  * HISTORY_PG: on the PostgreSQL store, with checks of its tables.
+ *
+ * The ledger (standalone only; HISTORY_LEDGER=0 turns it off): every instance runs
+ * with `--ledger` to a PostgreSQL the fixture starts (~2 s of a 22 s run), so every SKU
+ * is followed, and check 6 audits the order ledger (docs/DESIGN.md "The order ledger")
+ * once the clients have stopped: each SKU's reconcile reaches drift 0 (bounded), and
+ * its ledger rows of the SKU's epoch are exactly its order records in Redis, one row
+ * per record, `sold` with the record's qty or `cancelled` with 0 -- with check 4 (every
+ * acknowledged sale has its record), every acknowledged sale is in the ledger once,
+ * its cancel as the ledger records it, and nothing else.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -81,7 +90,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <libpq-fe.h>
+
 #include "tests/harness.h"
+#include "tests/harness_pg.h"
 
 #define N_CLIENTS 8
 #define N_INST 3
@@ -397,6 +409,7 @@ struct run {
 #ifdef HISTORY_PG
     h_pg *pg; /* the PostgreSQL variant's server */
 #endif
+    h_pg *ledger; /* the ledger's PostgreSQL (standalone, unless HISTORY_LEDGER=0) */
     unsigned ops; /* the kinds clients send (OPS_ALL, HISTORY_OPS) */
     int port[N_INST];
     unsigned long long seed;
@@ -1140,6 +1153,8 @@ struct checker {
     int cat_count[32], ncat;
     long long judged[K__COUNT]; /* ops judged against Redis, by kind */
     long long records;          /* order records read back */
+    long long ledger_rows;      /* check 6: records found in the ledger */
+    long long ledger_drain_ms;  /* check 6: reconciling every SKU took */
     pthread_mutex_t mu;         /* guards `next` while records are fetched */
     size_t next;
 };
@@ -2023,6 +2038,134 @@ static void write_log_tail(struct checker *k)
                 k->g[i].rec ? k->g[i].rec : "");
 }
 
+/* ---- check 6: the order ledger (unless HISTORY_LEDGER=0) --------------------------- */
+
+/* GET /admin/skus/S/reconcile until drift 0 (within LEDGER_DRAIN_MS: the sinks copy
+ * every 200 ms); *epoch the SKU's epoch. The last drift, or -1 unreadable. */
+#define LEDGER_DRAIN_MS 30000
+static long long ledger_drain(struct checker *k, int s, long long *epoch, char **body)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/admin/skus/%s/reconcile", specs[s].name);
+    long long drift = -1, until = h_now_ms() + LEDGER_DRAIN_MS;
+    do {
+        struct h_resp r;
+        drift = -1;
+        if (h_req(k->run->port[0], "GET", path, NULL, NULL, &r) == 200) {
+            json_t *o = h_resp_json(&r);
+            drift =
+                json_is_integer(json_object_get(o, "drift")) ? h_jint(o, "drift") : -1;
+            *epoch = h_jint(o, "epoch");
+            json_decref(o);
+        }
+        free(*body);
+        *body = r.body != NULL ? xstrdup(r.body) : NULL;
+        h_resp_free(&r);
+        if (drift != 0)
+            h_sleep_ms(200);
+    } while (drift != 0 && h_now_ms() < until);
+    return drift;
+}
+
+static int ledger_id_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The ledger of SKU s, epoch `epoch`, against its records in Redis (fetched by check
+ * 3): one `orders` row per record, with the record's qty and status, and no other. */
+static void ledger_vs_records(struct checker *k, PGconn *pg, int s, long long epoch)
+{
+    char ep[32];
+    snprintf(ep, sizeof ep, "%lld", epoch);
+    const char *params[2] = {specs[s].name, ep};
+    PGresult *r = PQexecParams(pg,
+                               "SELECT order_id, qty, status FROM ledger.orders"
+                               " WHERE sku = $1 AND epoch = $2::bigint ORDER BY order_id",
+                               2, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        report(k, "ledger", NULL, 0, "%s: reading the ledger: %s", specs[s].name,
+               PQerrorMessage(pg));
+        PQclear(r);
+        return;
+    }
+    int rows = PQntuples(r);
+    char **ids = xmalloc(((size_t)rows + 1) * sizeof *ids);
+    for (int i = 0; i < rows; i++) {
+        const char *id = PQgetvalue(r, i, 0);
+        long long qty = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+        const char *status = PQgetvalue(r, i, 2);
+        ids[i] = (char *)id;
+        struct group *g = group_of(k, id);
+        struct order_view v;
+        char why[200];
+        if (g == NULL || g->rec_status != 200 ||
+            view_parse(g->rec, &v, why, sizeof why) != 0 ||
+            strcmp(v.sku, specs[s].name) != 0) {
+            report(k, "ledger", g ? g->op : NULL, g ? g->n : 0,
+                   "%s epoch %lld: the ledger has order %s (%s, qty %lld), Redis has no "
+                   "record of it for this SKU",
+                   specs[s].name, epoch, id, status, qty);
+            continue;
+        }
+        bool sold = strcmp(v.status, "confirmed") == 0;
+        if (sold ? strcmp(status, "sold") != 0 || qty != v.qty
+                 : strcmp(status, "cancelled") != 0 || qty != 0)
+            report(k, "ledger", g->op, g->n,
+                   "%s epoch %lld: the ledger has order %s %s qty %lld; Redis's record "
+                   "%.300s",
+                   specs[s].name, epoch, id, status, qty, g->rec);
+    }
+    qsort(ids, (size_t)rows, sizeof *ids,
+          ledger_id_cmp); /* ORDER BY's collation may differ */
+    for (size_t i = 0; i < k->ng; i++) {
+        struct group *g = &k->g[i];
+        struct order_view v;
+        char why[200];
+        if (g->rec_status != 200 || view_parse(g->rec, &v, why, sizeof why) != 0 ||
+            strcmp(v.sku, specs[s].name) != 0)
+            continue;
+        const char *key = g->id;
+        if (bsearch(&key, ids, (size_t)rows, sizeof *ids, ledger_id_cmp) == NULL)
+            report(k, "ledger", g->op, g->n,
+                   "%s epoch %lld: Redis's record %.300s is not in the ledger",
+                   specs[s].name, epoch, g->rec);
+        else
+            k->ledger_rows++;
+    }
+    free(ids);
+    PQclear(r);
+}
+
+/* Check 6: each SKU's reconcile drains to drift 0, and its ledger is its records. */
+static void check_ledger(struct checker *k)
+{
+    PGconn *pg = PQconnectdb(h_pg_conninfo(k->run->ledger));
+    if (PQstatus(pg) != CONNECTION_OK) {
+        report(k, "ledger", NULL, 0, "cannot connect to the ledger: %s",
+               PQerrorMessage(pg));
+        PQfinish(pg);
+        return;
+    }
+    long long t0 = h_now_ms();
+    for (int s = 0; s < N_SKUS; s++) {
+        if (k->sku[s].status != 200)
+            continue;
+        long long epoch = 0;
+        char *body = NULL;
+        long long drift = ledger_drain(k, s, &epoch, &body);
+        if (drift != 0)
+            report(k, "ledger-drift", NULL, 0,
+                   "%s: reconcile still says drift %lld after %d ms: %.400s",
+                   specs[s].name, drift, LEDGER_DRAIN_MS, body ? body : "(no answer)");
+        else
+            ledger_vs_records(k, pg, s, epoch);
+        free(body);
+    }
+    k->ledger_drain_ms = h_now_ms() - t0;
+    PQfinish(pg);
+}
+
 /* ---- running the checks ------------------------------------------------------------ */
 
 #ifdef HISTORY_PG
@@ -2059,6 +2202,8 @@ static void run_checks(struct checker *k)
 #ifdef HISTORY_PG
     check_pg(k);
 #endif
+    if (k->run->ledger != NULL)
+        check_ledger(k);
     write_log_tail(k);
 }
 
@@ -2189,6 +2334,11 @@ static void print_summary(const struct checker *k)
                 by_kind[K_RESERVE], held, by_kind[K_CONFIRM], sold, expired,
                 by_kind[K_RELEASE], k->judged[K_CONFIRM], k->judged[K_RELEASE]);
     }
+    if (run->ledger != NULL)
+        fprintf(stderr,
+                HISTORY_NAME ": ledger: %lld records found in it, every SKU reconciled "
+                             "(drift 0 checked) in %lld ms\n",
+                k->ledger_rows, k->ledger_drain_ms);
     for (int c = 0; c < k->ncat; c++)
         fprintf(stderr, HISTORY_NAME ": violations [%s]: %d\n", k->cat[c],
                 k->cat_count[c]);
@@ -2208,6 +2358,7 @@ struct fixture {
 #ifdef HISTORY_PG
     h_pg *pg; /* the PostgreSQL variant */
 #endif
+    h_pg *ledger; /* standalone, unless HISTORY_LEDGER=0: the ledger's PostgreSQL */
     h_svc *svc[N_INST];
 };
 
@@ -2227,12 +2378,29 @@ static int group_setup(void **state)
 {
     struct fixture *f = xmalloc(sizeof *f);
     *state = f;
+    memset(f, 0, sizeof *f);
     f->redis = h_redis_start();
     if (f->redis == NULL)
         return -1;
-    for (int i = 0; i < N_INST; i++)
-        if ((f->svc[i] = h_svc_start_args(f->redis, svc_args[i])) == NULL)
+    const char *ledger = getenv("HISTORY_LEDGER");
+    if ((ledger == NULL || strcmp(ledger, "0") != 0) &&
+        (f->ledger = h_pg_start()) == NULL)
+        return -1;
+    for (int i = 0; i < N_INST; i++) {
+        const char *args[16];
+        int n = 0;
+        while (svc_args[i][n] != NULL) {
+            args[n] = svc_args[i][n];
+            n++;
+        }
+        if (f->ledger != NULL) {
+            args[n++] = "--ledger";
+            args[n++] = h_pg_conninfo(f->ledger);
+        }
+        args[n] = NULL;
+        if ((f->svc[i] = h_svc_start_args(f->redis, args)) == NULL)
             return -1;
+    }
     return 0;
 }
 #else
@@ -2255,6 +2423,7 @@ static int group_teardown(void **state)
 #ifdef HISTORY_PG
     h_pg_free(f->pg);
 #endif
+    h_pg_free(f->ledger);
     free(f);
     return rc;
 }
@@ -2283,6 +2452,7 @@ static void run_init(struct run *run, struct fixture *f)
     memset(run, 0, sizeof *run);
     run->redis = f->redis;
     run->cluster = f->cluster;
+    run->ledger = f->ledger;
 #ifdef HISTORY_PG
     run->pg = f->pg;
 #endif

@@ -4,9 +4,10 @@
  * and not copied; cancels and restocks as events; retention (a record gone from Redis
  * answered and cancelled from the ledger); reconcile drift 0.
  *
- * PostgreSQL is stopped for a few seconds, not the issue's minute, to keep the test
- * short: what is shown (batches failing, staying pending, copied once after) does not
- * depend on how long. About 15 s, much of it the 5 s a dead sink's batch idles before
+ * PostgreSQL is stopped for a few seconds, and for 20 s under a steady load, not the
+ * issue's minute (LEDGER_PG_DOWN_S=60), to keep the test short: what is shown (batches
+ * failing, staying pending, copied once after) does not depend on how long. About
+ * 37 s: 23 the load with PostgreSQL down, 5 the time a dead sink's batch idles before
  * another takes it over; then ~10 s on a 3+3 Redis Cluster: a master dies with sales
  * its replica never had, and the ledger (the sink WAITs before it copies) has none
  * of them (without the WAIT: `0x17 != 0x14`, 23 sales in the ledger, 20 in Redis).
@@ -259,6 +260,36 @@ static void test_retention(void **state)
     h_resp_free(&r);
 }
 
+/* A reset forgets the SKU's orders (README): once the ledger has them, too. A sale
+ * and a cancelled order copied, then the SKU reset: GET and DELETE of either id are
+ * 404, as without a ledger -- not the old sale's record read back from the ledger.
+ * (Found by it_history with HISTORY_LEDGER=1: old records counted in the new sale.) */
+static void test_reset_forgets_ledger_orders(void **state)
+{
+    struct env *e = *state;
+    int port = h_svc_port(e->a);
+    assert_int_equal(h_put_sku(port, NULL, "le7", 100, 2, "lock", 0), 0);
+    order_ok(port, "le7", "le7-sold");
+    order_ok(port, "le7", "le7-gone");
+    struct h_resp r;
+    assert_int_equal(h_req(port, "DELETE", "/orders/le7-gone", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(wait_drift(port, "le7", 10000), 0); /* both in the ledger */
+    assert_int_equal(
+        scalar(e, "SELECT count(*) FROM ledger.orders WHERE sku = '%s'", "le7"), 2);
+    assert_int_equal(h_put_sku(port, NULL, "le7", 100, 2, "lock", 0), 0); /* reset */
+    const char *paths[] = {"/orders/le7-sold", "/orders/le7-gone"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(h_req(port, "GET", paths[i], NULL, NULL, &r), 404);
+        h_resp_free(&r);
+        assert_int_equal(h_req(port, "DELETE", paths[i], NULL, NULL, &r), 404);
+        h_resp_free(&r);
+    }
+    json_t *sku = h_get_sku(port, NULL, "le7");
+    assert_int_equal(h_jint(sku, "remaining"), 100);
+    json_decref(sku);
+}
+
 /* Events are opt-in: a SKU made by a service without a ledger appends no event (no
  * stream grows in a Redis nobody copies from), and reconcile says there is none. */
 static void test_no_ledger_no_events(void **state)
@@ -310,6 +341,90 @@ static void test_postgres_down_and_back(void **state)
     assert_true(failures > 0);
     assert_int_equal(wait_drift(port, "le3", 15000), 0);
     assert_once(e, "le3", 200);
+}
+
+/* One /metrics series of a service; -1 when it cannot be read. */
+static double metric_of(h_svc *s, const char *series)
+{
+    struct h_resp m;
+    double v = -1;
+    if (h_req(h_svc_port(s), "GET", "/metrics", NULL, NULL, &m) == 200)
+        v = h_metric(m.body, series);
+    h_resp_free(&m);
+    return v;
+}
+
+/* PostgreSQL down for LEDGER_PG_DOWN_S seconds (default 20; 60 is the issue's minute,
+ * opt-in) under a steady order load through both services, then back while the load
+ * goes on: Redis is the store, so every order is still acknowledged; the sinks catch
+ * up; every acknowledged sale is in the ledger once, and nothing else; drift 0. The
+ * default is 20 s, not 60, because CI runs the suite three times: 20 s is already
+ * many sink passes (every 200 ms, each failing) and many full batches piling up per
+ * segment, so what a minute would show -- batches failing and staying pending, lag
+ * growing, then caught up -- is shown; the lag figures print for either length. */
+static void test_postgres_down_under_load(void **state)
+{
+    struct env *e = *state;
+    const char *env = getenv("LEDGER_PG_DOWN_S");
+    long down_s = env != NULL && atol(env) > 0 ? atol(env) : 20;
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    assert_int_equal(h_put_sku(pa, NULL, "le6", 10000000, 4, "lock", 0), 0);
+    char id[64];
+    long long acked = 0, acked_down = 0, other = 0, max_backlog = 0;
+    double max_lag = 0;
+    long long t0 = h_now_ms(), stopped_at = -1, restarted_at = -1;
+    bool restarted = false;
+    for (int i = 0;; i++) {
+        long long now = h_now_ms();
+        if (stopped_at < 0 && now - t0 >= 1000) { /* 1 s of load with PostgreSQL up */
+            assert_int_equal(h_pg_stop(e->pg) >= 0, 1);
+            stopped_at = h_now_ms();
+        }
+        if (stopped_at >= 0 && !restarted && now - stopped_at >= down_s * 1000) {
+            for (int k = 0; k < 2; k++) { /* the lag as PostgreSQL comes back */
+                double lag = metric_of(k ? e->b : e->a, "inventory_ledger_lag_seconds");
+                max_lag = lag > max_lag ? lag : max_lag;
+            }
+            assert_int_equal(h_pg_restart(e->pg), 0);
+            restarted_at = h_now_ms();
+            restarted = true;
+        }
+        if (restarted && now - restarted_at >= 2000) /* 2 s of load after it is back */
+            break;
+        snprintf(id, sizeof id, "le6-o%d", i);
+        int st = h_order(i % 2 ? pb : pa, "le6", 1, id, NULL);
+        if (st == 201) {
+            acked++;
+            acked_down += stopped_at >= 0 && !restarted;
+        } else
+            other++;
+        if (i % 200 == 0 && stopped_at >= 0 && !restarted) {
+            double lag = metric_of(e->a, "inventory_ledger_lag_seconds");
+            double backlog = metric_of(e->a, "inventory_ledger_backlog_events");
+            max_lag = lag > max_lag ? lag : max_lag;
+            max_backlog =
+                (long long)backlog > max_backlog ? (long long)backlog : max_backlog;
+        }
+        h_sleep_ms(2); /* steady, not flat out: a few hundred orders a second */
+    }
+    long long load_end = h_now_ms();
+    assert_int_equal(other, 0); /* every order acknowledged, PostgreSQL or not */
+    assert_int_equal(wait_drift(pa, "le6", 30000), 0);
+    long long caught_up = h_now_ms();
+    assert_once(e, "le6", acked);
+    json_t *sku = h_get_sku(pa, NULL, "le6");
+    assert_int_equal(h_jint(sku, "sold"), acked);
+    json_decref(sku);
+    double failures = metric_of(e->a, "inventory_ledger_failures_total") +
+                      metric_of(e->b, "inventory_ledger_failures_total");
+    assert_true(failures > 0);
+    fprintf(stderr,
+            "it_ledger: PostgreSQL down %ld s under load: %lld orders acknowledged "
+            "(%lld while it was down), lag up to %.1f s, backlog up to "
+            "%lld events, %.0f failed copies; drift 0 %lld ms after the load ended "
+            "(%lld ms after PostgreSQL was back)\n",
+            down_s, acked, acked_down, max_lag, max_backlog, failures,
+            caught_up - load_end, caught_up - restarted_at);
 }
 
 /* Both sinks killed with batches read and not copied (PostgreSQL down): a new sink
@@ -477,13 +592,16 @@ static void test_failover_copies_only_replicated(void **state)
 
 int main(void)
 {
-    h_deadline(240);
+    const char *down = getenv("LEDGER_PG_DOWN_S");
+    h_deadline(240 + (down != NULL && atol(down) > 0 ? (unsigned)atol(down) : 0));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_events_and_reconcile),
         cmocka_unit_test(test_two_sinks),
         cmocka_unit_test(test_retention),
+        cmocka_unit_test(test_reset_forgets_ledger_orders),
         cmocka_unit_test(test_no_ledger_no_events),
         cmocka_unit_test(test_postgres_down_and_back),
+        cmocka_unit_test(test_postgres_down_under_load),
         cmocka_unit_test(test_sinks_killed_mid_batch),
     };
     int failed =
