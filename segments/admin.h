@@ -103,40 +103,14 @@ struct admin_ops {
                 const char *sku, int timeout_ms);
 
     /* ---- reservations (NULL: the store has none yet) ----
-     * hold_place: reservation `id` of `qty` units of segment i of `placed` (`sku`) of
-     * `epoch` for ttl_ms of the store's clock, the lock free (token "") or ours.
-     * out->code OK (value = stock left, h->expires_ms), EXISTS (the id is a
-     * reservation: h says where, h->state unknown ""), ADMIN_CONFLICT (an order has
-     * the id), BUSY, SHORT (value = stock), FENCED, STALE. Expired holds met on the
-     * way are settled. */
-    int (*hold_place)(admin *a, const char *sku, const char *placed, long long epoch,
-                      int i, const char *id, long long qty, int ttl_ms, const char *token,
-                      const char *attempt, struct store_reply *out, struct store_hold *h);
-    /* Where reservation `id` lives: 1 (h: sku, placed, segment, epoch, qty, expiry),
-     * 0 none, -1. */
-    int (*hold_find)(admin *a, const char *id, struct store_hold *h);
-    /* One step on h's hold (as hold_find filled it): confirm (writing `record` under
-     * `attempt`), release, or read; an expired hold is settled first. out->code OK
-     * (h->state after; confirm: h->record), EXISTS (confirm: confirmed earlier,
-     * h->record), ADMIN_CONFLICT (h->state says why: confirm of a released or expired
-     * hold, "order" when another order has the id; release of a confirmed one),
-     * MISSING, STALE (the SKU was reset or deleted: the hold is void). */
-    int (*hold_step)(admin *a, struct store_hold *h, const char *id,
-                     enum store_hold_action act, const char *record, const char *attempt,
-                     struct store_reply *out);
-    /* hold_place over the whole SKU in one call: the store reads the SKU's settings
-     * and walks its segments from segment `start` (mod their count), as the caller
-     * would, the first free one that holds qty taking the hold. out->code as
-     * hold_place's (OK, EXISTS, ADMIN_CONFLICT, STALE; BUSY or SHORT: value = the
-     * stock of the segments walked, some BUSY), or MISSING (no such SKU),
-     * ADMIN_MISMATCH (a lock service's SKU); h filled with where. NULL: the caller
-     * walks with hold_place. */
-    int (*hold_place_any)(admin *a, const char *sku, const char *id, long long qty,
-                          int ttl_ms, int start, const char *attempt,
-                          struct store_reply *out, struct store_hold *h);
-    /* hold_find and hold_step in one call (the store reads the index itself), the
-     * record built by the store as record.h's; h filled from the index. NULL: the
-     * caller makes the two calls. */
+     * hold_by_id: reservation `id` found by its index and one step run on its hold:
+     * confirm (the order record built by the store as record.h's, written under
+     * `attempt`), release, or read; an expired hold is settled first. h filled from the
+     * index. out->code OK (h->state after; confirm: h->record), EXISTS (confirm:
+     * confirmed earlier, h->record), ADMIN_CONFLICT (h->state says why: confirm of a
+     * released or expired hold, "order" when another order has the id; release of a
+     * confirmed one), MISSING, STALE (the SKU was reset or deleted: the hold is void).
+     * The place is on the event loops only (store.h's hold_place_any). */
     int (*hold_by_id)(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h);
     /* Units held in segments 0..n-1 of `placed` of `epoch`. 0 or -1. */

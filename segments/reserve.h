@@ -52,11 +52,8 @@ struct resv_request {
     const char *id;  /* valid name, or NULL/"": one is made */
 };
 
-/* Each fills *h (h->record: confirm's order record, malloc'd: resv_clear) and `id`
- * (SEG_NAME_MAX + 1: the reservation's id). */
-resv_status resv_place(inv_conn *c, const struct resv_request *rq, char *id,
-                       struct store_hold *h);
-resv_status resv_confirm(inv_conn *c, const char *id, struct store_hold *h);
+/* On a blocking connection: each fills *h from the store (h->record, when set,
+ * malloc'd: resv_clear). The place and the confirm run on the event loops (below). */
 resv_status resv_release(inv_conn *c, const char *id, struct store_hold *h);
 resv_status resv_get(inv_conn *c, const char *id, struct store_hold *h);
 void resv_clear(struct store_hold *h);
@@ -75,7 +72,7 @@ resv_status resv_step_status(const struct store_hold *h, int code);
 typedef void (*resv_done_fn)(void *arg, resv_status s, const char *id,
                              struct store_hold *h);
 bool resv_loop_supported(engine *e);
-/* rq as resv_place's, already validated (api/parse.c). */
+/* rq already validated (api/parse.c). */
 void resv_place_start(engine *e, const struct resv_request *rq, resv_done_fn done,
                       void *arg);
 void resv_confirm_start(engine *e, const char *id, resv_done_fn done, void *arg);

@@ -333,8 +333,14 @@ struct store_ops {
     void (*id_for_segment)(store *s, const char *sku, int i, char *id);
 
     /* ---- reservations (a standalone Redis; NULL elsewhere) ----
-     * admin.h's hold_place_any and hold_by_id on the loop: the SKU's segments walked
-     * from `start` in one call; a reservation's step by its id in one call. */
+     * hold_place_any: reservation `id` of `qty` units for ttl_ms of the store's
+     * clock, in one call: the store reads the SKU's settings and walks its segments
+     * from `start` (mod their count), the first free one that holds qty taking the
+     * hold; expired holds met on the way are settled. r->code OK (value = stock left,
+     * h->expires_ms), EXISTS (the id is a reservation: h says where, h->state ""),
+     * ADMIN_CONFLICT (an order has the id), STALE, BUSY or SHORT (value = the stock of
+     * the segments walked, some busy), MISSING (no such SKU), ADMIN_MISMATCH (a lock
+     * service's SKU). hold_by_id: admin.h's, on the loop. */
     void (*hold_place_any)(store *s, const char *sku, const char *id, long long qty,
                            int ttl_ms, int start, const char *attempt, store_hold_fn fn,
                            void *arg);

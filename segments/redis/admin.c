@@ -177,33 +177,6 @@ const char *const *rd_admin_locks(void)
     return locks;
 }
 
-static int hold_place(admin *a, const char *sku, const char *placed, long long epoch,
-                      int i, const char *id, long long qty, int ttl_ms, const char *token,
-                      const char *attempt, struct store_reply *out, struct store_hold *h)
-{
-    return rd_hold_place(conn(a), sku, placed, epoch, i, id, qty, ttl_ms, token, attempt,
-                         out, h);
-}
-
-static int hold_find(admin *a, const char *id, struct store_hold *h)
-{
-    return rd_hold_find(conn(a), id, h);
-}
-
-static int hold_step(admin *a, struct store_hold *h, const char *id,
-                     enum store_hold_action act, const char *record, const char *attempt,
-                     struct store_reply *out)
-{
-    return rd_hold_step(conn(a), h, id, act, record, attempt, out);
-}
-
-static int hold_place_any(admin *a, const char *sku, const char *id, long long qty,
-                          int ttl_ms, int start, const char *attempt,
-                          struct store_reply *out, struct store_hold *h)
-{
-    return rd_hold_place_any(conn(a), sku, id, qty, ttl_ms, start, attempt, out, h);
-}
-
 static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h)
 {
@@ -239,10 +212,6 @@ static const struct admin_ops redis_admin_ops = {
     .adjust = adjust,
     .reset = reset,
     .wait = wait_replicas,
-    .hold_place = hold_place,
-    .hold_find = hold_find,
-    .hold_step = hold_step,
-    .hold_place_any = hold_place_any,
     .hold_by_id = hold_by_id,
     .holds_reserved = holds_reserved,
     .holds_sweep = holds_sweep,

@@ -79,116 +79,6 @@ static int reply_code(const redisReply *r)
     return (int)r->element[0]->integer;
 }
 
-int rd_hold_place(rd_conn *c, const char *sku, const char *placed, long long epoch, int i,
-                  const char *id, long long qty, int ttl_ms, const char *token,
-                  const char *attempt, struct store_reply *out, struct store_hold *h)
-{
-    struct rd_cmd cmd;
-    memset(out, 0, sizeof *out);
-    hold_cmd(&cmd, "place", placed, i, epoch, id, sku);
-    cmd_argll(&cmd, qty);
-    cmd_argll(&cmd, ttl_ms);
-    cmd_arg(&cmd, token);
-    cmd_arg(&cmd, attempt);
-    cmd_arg(&cmd, "");
-    cmd_arg(&cmd, placed);
-    redisReply *r = store_call(c, &cmd);
-    int code = reply_code(r);
-    if (code >= 0) {
-        out->code = code;
-        h->settled = r->elements >= 2 ? (int)elem_ll(r, r->elements - 1) : 0;
-        if (code == RD_EXISTS) {
-            snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 1));
-            h->epoch = elem_ll(r, 2);
-            h->segment = (int)elem_ll(r, 3);
-            h->qty = elem_ll(r, 4);
-            h->expires_ms = elem_ll(r, 5);
-            h->state[0] = '\0';
-        } else {
-            out->value = elem_ll(r, 1);
-            if (code == RD_OK) {
-                snprintf(h->sku, sizeof h->sku, "%s", sku);
-                snprintf(h->placed, sizeof h->placed, "%s", placed);
-                h->epoch = epoch;
-                h->segment = i;
-                h->qty = qty;
-                h->expires_ms = elem_ll(r, 2);
-                snprintf(h->state, sizeof h->state, "held");
-            }
-        }
-    }
-    if (r != NULL)
-        freeReplyObject(r);
-    return code < 0 ? -1 : 0;
-}
-
-int rd_hold_find(rd_conn *c, const char *id, struct store_hold *h)
-{
-    struct rd_cmd cmd;
-    char k[SEG_KEY_MAX];
-    cmd_plain(&cmd, "HMGET");
-    cmd_key(&cmd, seg_key_hold_index(k, id));
-    static const char *const fields[] = {"k", "p", "i", "e", "q", "x"};
-    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
-        cmd_arg(&cmd, fields[f]);
-    redisReply *r = store_call(c, &cmd);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
-        if (r != NULL)
-            freeReplyObject(r);
-        return -1;
-    }
-    int found = r->element[0]->type == REDIS_REPLY_STRING &&
-                r->element[1]->type == REDIS_REPLY_STRING;
-    if (found) {
-        snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 0));
-        snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, 1));
-        h->segment = (int)elem_ll(r, 2);
-        h->epoch = elem_ll(r, 3);
-        h->qty = elem_ll(r, 4);
-        h->expires_ms = elem_ll(r, 5);
-        h->state[0] = '\0';
-        found =
-            seg_valid_name(h->sku) && h->segment >= 0 && h->segment < SEG_MAX_SEGMENTS;
-    }
-    freeReplyObject(r);
-    return found;
-}
-
-int rd_hold_step(rd_conn *c, struct store_hold *h, const char *id,
-                 enum store_hold_action act, const char *record, const char *attempt,
-                 struct store_reply *out)
-{
-    struct rd_cmd cmd;
-    memset(out, 0, sizeof *out);
-    h->record = NULL;
-    hold_cmd(&cmd, actions[act], h->placed, h->segment, h->epoch, id, h->sku);
-    cmd_argll(&cmd, h->qty);
-    cmd_argll(&cmd, 0);
-    cmd_arg(&cmd, "");
-    cmd_arg(&cmd, attempt != NULL ? attempt : "");
-    cmd_arg(&cmd, record != NULL ? record : "");
-    cmd_arg(&cmd, h->placed);
-    redisReply *r = store_call(c, &cmd);
-    int code = reply_code(r);
-    if (code >= 0) {
-        out->code = code;
-        h->settled = 0;
-        if (r->elements >= 6) { /* {code, state, qty, expires, record, settled} */
-            snprintf(h->state, sizeof h->state, "%s", elem_str(r, 1));
-            if (elem_ll(r, 2) > 0) {
-                h->qty = elem_ll(r, 2);
-                h->expires_ms = elem_ll(r, 3);
-            }
-            if (elem_str(r, 4)[0] != '\0')
-                h->record = seg_strdup(elem_str(r, 4));
-            h->settled = (int)elem_ll(r, 5);
-        }
-    }
-    if (r != NULL)
-        freeReplyObject(r);
-    return code < 0 ? -1 : 0;
-}
-
 /* The segment fields a by-SKU or by-id reply ends with, from element k on: sku,
  * segment, epoch, placed name, durability. */
 static void where_from(const redisReply *r, size_t k, struct store_hold *h)
@@ -257,19 +147,6 @@ int rd_hold_decode_place_any(const redisReply *r, long long qty, struct store_re
         break;
     }
     return 0;
-}
-
-int rd_hold_place_any(rd_conn *c, const char *sku, const char *id, long long qty,
-                      int ttl_ms, int start, const char *attempt, struct store_reply *out,
-                      struct store_hold *h)
-{
-    struct rd_cmd cmd;
-    rd_hold_cmd_place_any(&cmd, sku, id, qty, ttl_ms, start, attempt);
-    redisReply *r = store_call(c, &cmd);
-    int rc = r != NULL ? rd_hold_decode_place_any(r, qty, out, h) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc;
 }
 
 void rd_hold_cmd_by_id(struct rd_cmd *cmd, const char *id, enum store_hold_action act,

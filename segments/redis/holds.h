@@ -11,13 +11,6 @@
 #include "segments/admin.h"
 #include "segments/redis/calls.h"
 
-int rd_hold_place(rd_conn *c, const char *sku, const char *placed, long long epoch, int i,
-                  const char *id, long long qty, int ttl_ms, const char *token,
-                  const char *attempt, struct store_reply *out, struct store_hold *h);
-int rd_hold_find(rd_conn *c, const char *id, struct store_hold *h);
-int rd_hold_step(rd_conn *c, struct store_hold *h, const char *id,
-                 enum store_hold_action act, const char *record, const char *attempt,
-                 struct store_reply *out);
 /* The by-SKU place and by-id step as a command and a reply decoder, for the loop's
  * asynchronous calls too (backend.c): decode 0, or -1 when the reply is not one. */
 struct redisReply;
@@ -31,9 +24,6 @@ void rd_hold_cmd_by_id(struct rd_cmd *cmd, const char *id, enum store_hold_actio
 int rd_hold_decode_by_id(const struct redisReply *r, struct store_reply *out,
                          struct store_hold *h);
 
-int rd_hold_place_any(rd_conn *c, const char *sku, const char *id, long long qty,
-                      int ttl_ms, int start, const char *attempt, struct store_reply *out,
-                      struct store_hold *h);
 int rd_hold_by_id(rd_conn *c, const char *id, enum store_hold_action act,
                   const char *attempt, struct store_reply *out, struct store_hold *h);
 int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,
