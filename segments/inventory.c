@@ -246,6 +246,7 @@ store *inv_store_create(inv *v, struct event_base *base)
             .conninfo = v->opt.store,
             .lock_ttl_ms = v->opt.lock_ttl_ms,
             .timeout_ms = v->opt.redis_timeout_ms,
+            .pool = v->opt.pg_pool,
         };
         return pgb_store_create(base, &o);
     }

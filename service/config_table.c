@@ -44,6 +44,7 @@ const struct cfg_setting cfg_table[] = {
     STR_SETTING("store", "INVENTORY_STORE", "--store", K_DSN, store),
     STR_SETTING("store_password_file", "INVENTORY_STORE_PASSWORD_FILE",
                 "--store-password-file", K_STR, store_password_file),
+    INT_SETTING("pg_pool", "INVENTORY_PG_POOL", "--pg-pool", pg_pool, 1, 64),
     STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
     STR_SETTING("redis_user", "INVENTORY_REDIS_USER", NULL, K_STR, redis_user),
     STR_SETTING("redis_password", "INVENTORY_REDIS_PASSWORD", NULL, K_TOKEN,
@@ -98,6 +99,7 @@ void cfg_defaults(struct cfg *out)
     out->port = 8080;
     strcpy(out->redis_host, "127.0.0.1");
     out->redis_port = 6379;
+    out->pg_pool = 4;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     out->threads = cores < 1 ? 1 : cores > 1024 ? 1024 : (int)cores;
     out->lock_ttl_ms = 3000;

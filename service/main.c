@@ -363,6 +363,7 @@ int main(int argc, char **argv)
         .memcached = cfg.memcached,
         .zookeeper = cfg.zookeeper,
         .store = inv_store_is_postgres(cfg.store) ? store : NULL,
+        .pg_pool = cfg.pg_pool,
         .ledger = cfg.ledger[0] != '\0',
     };
     inv_set_redis_logger(redis_log);

@@ -544,12 +544,14 @@ store *pgb_store_create(struct event_base *base, const struct pgb_opts *o)
     s->base.ops = &pg_ops;
     s->ev = base;
     s->ttl_ms = o->lock_ttl_ms > 0 ? o->lock_ttl_ms : 5000;
-    const struct pgc_opts co = {
+    struct pgc_opts co = {
         .conninfo = o->conninfo,
         .lock_ttl_ms = o->lock_ttl_ms,
         .call_timeout_ms = o->timeout_ms,
+        .app_name = "inventoryd loop",
     };
     s->plain = pgc_create(base, &co);
+    co.app_name = "inventoryd pool";
     s->pool = pgp_create(base, &co, o->pool > 0 ? o->pool : 4);
     return &s->base;
 }

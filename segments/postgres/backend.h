@@ -36,7 +36,7 @@ struct pgb_opts {
     const char *conninfo; /* any libpq connection string */
     int lock_ttl_ms;
     int timeout_ms; /* each call's deadline */
-    int pool;       /* connections for row holds; 0: 4 */
+    int pool;       /* connections for row holds, 1..64 (pgp_create); 0: 4 */
 };
 
 store *pgb_store_create(struct event_base *base, const struct pgb_opts *o);

@@ -36,6 +36,7 @@ struct pgc_conn {
     struct event_base *base;
     char *conninfo;
     char options[320];
+    char app_name[64];
     char ka_idle[16], ka_count[4], user_timeout[16];
     int call_timeout_ms;
     enum conn_state state;
@@ -432,9 +433,11 @@ static void conn_start(pgc_conn *c)
                           "keepalives_interval",
                           "keepalives_count",
                           "tcp_user_timeout",
+                          "fallback_application_name",
                           NULL};
-    const char *vals[] = {c->conninfo, c->options,      "1", c->ka_idle, c->ka_idle,
-                          c->ka_count, c->user_timeout, NULL};
+    const char *vals[] = {c->conninfo,     c->options,  "1",
+                          c->ka_idle,      c->ka_idle,  c->ka_count,
+                          c->user_timeout, c->app_name, NULL};
     c->pg = PQconnectStartParams(keys, vals, 1);
     if (c->pg == NULL || PQstatus(c->pg) == CONNECTION_BAD) {
         conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
@@ -488,6 +491,8 @@ pgc_conn *pgc_create(struct event_base *base, const struct pgc_opts *o)
              "-c tcp_keepalives_count=3 -c client_connection_check_interval=%d",
              ttl, stmt, ka, ka, ka * 1000);
     snprintf(c->ka_idle, sizeof c->ka_idle, "%d", ka);
+    snprintf(c->app_name, sizeof c->app_name, "%s",
+             o->app_name != NULL ? o->app_name : "inventoryd");
     snprintf(c->ka_count, sizeof c->ka_count, "3");
     snprintf(c->user_timeout, sizeof c->user_timeout, "%d", ttl);
     c->retry = evtimer_new(base, on_retry, c);

@@ -36,7 +36,8 @@
  * and frees its row locks; statement_timeout; TCP keepalives on both ends (idle and
  * interval lock_ttl_ms/3, 3 probes) and tcp_user_timeout = lock_ttl_ms on ours;
  * client_connection_check_interval (lock_ttl_ms/3), so that a statement whose client
- * is gone (a call dropped at its deadline) stops instead of running on.
+ * is gone (a call dropped at its deadline) stops instead of running on. The
+ * application_name is the caller's app_name unless the string names one.
  * Notices (a ROLLBACK with no transaction) are dropped.
  */
 #ifndef SEG_POSTGRES_CONN_H
@@ -52,6 +53,8 @@ struct pgc_opts {
     int lock_ttl_ms;          /* the session timeouts above; 0: 5000 */
     int statement_timeout_ms; /* 0: lock_ttl_ms */
     int call_timeout_ms;      /* each call's deadline, and a connect attempt's; 0: 3000 */
+    const char *app_name;     /* pg_stat_activity's application_name unless the
+                                 connection string names one; NULL: "inventoryd" */
 };
 
 struct pgc_stmt {

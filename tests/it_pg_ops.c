@@ -1,0 +1,212 @@
+/* it_pg_ops.c -- inventoryd on a real PostgreSQL 15, its operations side: the loops'
+ * connection pool sized by `pg_pool` (bad values refused, the count seen in
+ * pg_stat_activity, a pool of 1 still sells exactly).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/harness.h"
+#include "tests/harness_pg.h"
+
+#define TOKEN "pgtoken"
+
+static h_pg *pg;
+
+/* The service on the test's PostgreSQL with `threads` loops and `pool` (NULL: the
+ * default) connections per loop for `row` holds. */
+static h_svc *start_svc(const char *threads, const char *pool)
+{
+    const char *args[] = {
+        "--store",   h_pg_conninfo(pg), "--admin-token",           TOKEN,
+        "--threads", threads,           pool ? "--pg-pool" : NULL, pool,
+        NULL};
+    struct h_svc_opts o = {.args = args, .no_redis_flag = true};
+    return h_svc_start(NULL, &o);
+}
+
+static int put_sku(int port, const char *sku, long long stock, int segments,
+                   const char *lock, int hold_ms)
+{
+    char path[128], body[256];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\":%lld,\"segments\":%d,\"mode\":\"lock\",\"hold_ms\":%d,"
+             "\"lock\":\"%s\",\"rebalance\":true}",
+             stock, segments, hold_ms, lock);
+    struct h_resp r;
+    int st = h_req(port, "PUT", path, TOKEN, body, &r);
+    if (st != 200 && st != 201)
+        fprintf(stderr, "PUT %s: %d %s\n", sku, st, r.body ? r.body : "");
+    h_resp_free(&r);
+    return st == 200 || st == 201 ? 0 : -1;
+}
+
+/* A number from the tables about `sku`: `sql` with one %s for it. */
+static long long about(const char *sql, const char *sku)
+{
+    char q[320];
+    snprintf(q, sizeof q, sql, sku);
+    return h_pg_scalar(pg, q);
+}
+
+static long long stock_left(const char *sku)
+{
+    return about("SELECT coalesce(sum(stock), 0) FROM segments WHERE sku = '%s'", sku);
+}
+
+static long long units_sold(const char *sku)
+{
+    return about("SELECT coalesce(sum(qty), 0) FROM orders WHERE sku = '%s'", sku);
+}
+
+struct sale {
+    int port;
+    const char *sku;
+    _Atomic long long sold, failed;
+};
+
+static void buyer(int idx, void *arg)
+{
+    (void)idx;
+    struct sale *s = arg;
+    for (int i = 0; i < 2000; i++) {
+        struct h_resp r;
+        int st = h_order(s->port, s->sku, 1, NULL, &r);
+        char code[64];
+        h_error_code(&r, code, sizeof code);
+        h_resp_free(&r);
+        if (st == 201) {
+            atomic_fetch_add(&s->sold, 1);
+            continue;
+        }
+        if (strcmp(code, "sold_out") == 0)
+            return;
+        if (strcmp(code, "busy") != 0 && strcmp(code, "insufficient_stock") != 0)
+            atomic_fetch_add(&s->failed, 1);
+    }
+}
+
+/* 8 buyers of one unit each until sold out: exactly `initial` sold, one order row per
+ * sale, no stock left, the audit clean. */
+static void sell_out(int port, const char *sku, long long initial)
+{
+    struct sale s = {.port = port, .sku = sku};
+    assert_int_equal(h_parallel(8, buyer, &s), 0);
+    assert_int_equal(atomic_load(&s.failed), 0);
+    assert_int_equal(atomic_load(&s.sold), initial);
+    assert_int_equal(units_sold(sku), initial);
+    assert_int_equal(stock_left(sku), 0);
+    assert_int_equal(h_audit(port, TOKEN, sku, initial, false), 0);
+}
+
+/* ---- pg_pool ------------------------------------------------------------------ */
+
+/* Out of 1..64, or not a number: refused at start (exit 2) with a line naming it. */
+static void test_pool_bad_values(void **state)
+{
+    (void)state;
+    const char *bin = getenv("INVENTORYD") ? getenv("INVENTORYD") : "build/inventoryd";
+    const char *bad[] = {"0", "65", "four", "-1"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *argv[] = {bin,         "--store", h_pg_conninfo(pg),
+                              "--pg-pool", bad[k],    "--check-config",
+                              NULL};
+        char *err = NULL;
+        assert_int_equal(h_run_cmd(argv, NULL, 20000, NULL, &err), 2);
+        assert_non_null(err);
+        assert_non_null(strstr(err, "pg-pool"));
+        assert_non_null(strstr(err, "1..64"));
+        free(err);
+    }
+    const char *env[] = {"INVENTORY_PG_POOL=100", NULL};
+    const char *argv[] = {bin, "--store", h_pg_conninfo(pg), "--check-config", NULL};
+    assert_int_equal(h_run_cmd(argv, env, 20000, NULL, NULL), 2);
+    const char *good[] = {
+        bin, "--store", h_pg_conninfo(pg), "--pg-pool", "7", "--check-config", NULL};
+    char *out = NULL;
+    assert_int_equal(h_run_cmd(good, NULL, 20000, &out, NULL), 0);
+    const char *line = strstr(out, "\npg_pool ");
+    assert_non_null(line);
+    assert_int_equal(atoi(line + strlen("\npg_pool ")), 7);
+    free(out);
+}
+
+/* The loops' pool connections as pg_stat_activity shows them (application_name),
+ * once `want` of them are there (within 10 s); the count seen last otherwise. */
+static long long pool_sessions(long long want)
+{
+    const char *q = "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+                    " 'inventoryd pool'";
+    long long n = h_pg_scalar(pg, q);
+    for (long long until = h_now_ms() + 10000; n != want && h_now_ms() < until;) {
+        h_sleep_ms(50);
+        n = h_pg_scalar(pg, q);
+    }
+    return n;
+}
+
+/* `--pg-pool 3` on 2 loops: 6 pool sessions; the default: 4 per loop. */
+static void test_pool_size_configured(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("2", "3");
+    assert_non_null(svc);
+    assert_int_equal(pool_sessions(6), 6);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+    assert_int_equal(pool_sessions(0), 0);
+    svc = start_svc("2", NULL);
+    assert_non_null(svc);
+    assert_int_equal(pool_sessions(8), 8);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+/* A pool of 1 per loop, `row` holds of 3 ms by 8 concurrent buyers: the holds queue
+ * for the one connection and the sale is still exact. */
+static void test_pool_of_one_sells_exactly(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("2", "1");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(pool_sessions(2), 2);
+    assert_int_equal(put_sku(port, "pool1", 90, 4, "row", 3), 0);
+    sell_out(port, "pool1", 90);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    pg = h_pg_start();
+    return pg != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    h_pg_free(pg);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_bad_values),
+        cmocka_unit_test(test_pool_size_configured),
+        cmocka_unit_test(test_pool_of_one_sells_exactly),
+    };
+    return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
+}
