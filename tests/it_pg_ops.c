@@ -1,6 +1,8 @@
 /* it_pg_ops.c -- inventoryd on a real PostgreSQL 15, its operations side: the loops'
  * connection pool sized by `pg_pool` (bad values refused, the count seen in
- * pg_stat_activity, a pool of 1 still sells exactly).
+ * pg_stat_activity, a pool of 1 still sells exactly) and the automatic rebalance of
+ * every lock scheme (a SKU drained unevenly is spread by the order that finds it due,
+ * stock conserved, nothing oversold).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -69,6 +71,14 @@ static long long units_sold(const char *sku)
     return about("SELECT coalesce(sum(qty), 0) FROM orders WHERE sku = '%s'", sku);
 }
 
+static long long segments_at(const char *sku, long long stock)
+{
+    char q[200];
+    snprintf(q, sizeof q,
+             "SELECT count(*) FROM segments WHERE sku = '%%s' AND stock = %lld", stock);
+    return about(q, sku);
+}
+
 struct sale {
     int port;
     const char *sku;
@@ -102,6 +112,9 @@ static void sell_out(int port, const char *sku, long long initial)
 {
     struct sale s = {.port = port, .sku = sku};
     assert_int_equal(h_parallel(8, buyer, &s), 0);
+    fprintf(stderr, "%s: %lld sold (201), %lld order units, %lld left, %lld failed\n",
+            sku, (long long)atomic_load(&s.sold), units_sold(sku), stock_left(sku),
+            (long long)atomic_load(&s.failed));
     assert_int_equal(atomic_load(&s.failed), 0);
     assert_int_equal(atomic_load(&s.sold), initial);
     assert_int_equal(units_sold(sku), initial);
@@ -187,6 +200,80 @@ static void test_pool_of_one_sells_exactly(void **state)
     h_svc_free(svc);
 }
 
+/* ---- the automatic rebalance ------------------------------------------------------ */
+
+/* One loop (the rebalance is due once per generation per loop): 8 units over 4
+ * segments, two orders of 2 empty two of them; the next order finds most segments
+ * empty with stock left and spreads the 4 over all 4 first (then takes 1): 3 segments
+ * of 1, one empty, the stock conserved. Then a fresh SKU drained unevenly under 8
+ * concurrent buyers sells out exactly, rebalanced along the way. */
+static void auto_rebalance(const char *lock)
+{
+    h_svc *svc = start_svc("1", NULL);
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    char sku[32];
+    snprintf(sku, sizeof sku, "reb-%s", lock);
+    assert_int_equal(put_sku(port, sku, 8, 4, lock, 0), 0);
+    json_t *j = h_get_sku(port, TOKEN, sku);
+    assert_non_null(j);
+    assert_true(json_is_true(json_object_get(j, "rebalance")));
+    json_decref(j);
+    assert_int_equal(h_order(port, sku, 2, NULL, NULL), 201);
+    assert_int_equal(h_order(port, sku, 2, NULL, NULL), 201);
+    assert_int_equal(segments_at(sku, 0), 2);
+    assert_int_equal(segments_at(sku, 2), 2);
+    long long rebal0 = h_stat(port, TOKEN, "rebalances");
+    assert_int_equal(h_order(port, sku, 1, NULL, NULL), 201);
+    long long rebal1 = h_stat(port, TOKEN, "rebalances");
+    long long one = segments_at(sku, 1), empty = segments_at(sku, 0);
+    fprintf(stderr,
+            "postgres %s automatic rebalance: %lld rebalances, %lld segments of 1, "
+            "%lld empty\n",
+            lock, rebal1 - rebal0, one, empty);
+    assert_int_equal(rebal1 - rebal0, 1);
+    assert_int_equal(one, 3);
+    assert_int_equal(empty, 1);
+    assert_int_equal(stock_left(sku) + units_sold(sku), 8);
+    assert_int_equal(h_audit(port, TOKEN, sku, 8, false), 0);
+
+    /* 4 of 8 segments get 60 units, the others 4: the small ones empty first */
+    snprintf(sku, sizeof sku, "rebc-%s", lock);
+    assert_int_equal(put_sku(port, sku, 256, 8, lock, 1), 0);
+    char q[200];
+    snprintf(q, sizeof q,
+             "UPDATE segments SET stock = CASE WHEN seg < 4 THEN 60 ELSE 4 END"
+             " WHERE sku = '%s'",
+             sku);
+    assert_int_equal(h_pg_exec(pg, q), 0);
+    assert_int_equal(stock_left(sku), 256);
+    rebal0 = h_stat(port, TOKEN, "rebalances");
+    sell_out(port, sku, 256);
+    long long more = h_stat(port, TOKEN, "rebalances") - rebal0;
+    fprintf(stderr, "postgres %s, 8 buyers: %lld rebalances on the way\n", lock, more);
+    assert_true(more > 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+static void test_auto_rebalance_row(void **state)
+{
+    (void)state;
+    auto_rebalance("row");
+}
+
+static void test_auto_rebalance_lease(void **state)
+{
+    (void)state;
+    auto_rebalance("lease");
+}
+
+static void test_auto_rebalance_optimistic(void **state)
+{
+    (void)state;
+    auto_rebalance("optimistic");
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -207,6 +294,9 @@ int main(void)
         cmocka_unit_test(test_pool_bad_values),
         cmocka_unit_test(test_pool_size_configured),
         cmocka_unit_test(test_pool_of_one_sells_exactly),
+        cmocka_unit_test(test_auto_rebalance_row),
+        cmocka_unit_test(test_auto_rebalance_lease),
+        cmocka_unit_test(test_auto_rebalance_optimistic),
     };
     return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -603,15 +603,17 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
                         to->rebalance ? "true" : "false",
                         to->replicated ? "true" : "false"};
     const char *split[] = {sku, stock, segs};
-    if (step(a,
-             "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
-             " rebalance, replicated) VALUES ($1, $2::int, $3::bigint, $4, $5, $6::int,"
-             " $7::bigint, 0, $8::boolean, $9::boolean) ON CONFLICT (sku) DO UPDATE SET"
-             " segments = excluded.segments, initial = excluded.initial,"
-             " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
-             " epoch = excluded.epoch, gen = 0, rebalance = excluded.rebalance,"
-             " replicated = excluded.replicated",
-             9, up, NULL) != 0 ||
+    if (step(
+            a,
+            "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
+            " rebalance, replicated) VALUES ($1, $2::int, $3::bigint, $4, $5, $6::int,"
+            " $7::bigint, $7::bigint, $8::boolean, $9::boolean) ON CONFLICT (sku) DO "
+            "UPDATE SET"
+            " segments = excluded.segments, initial = excluded.initial,"
+            " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
+            " epoch = excluded.epoch, gen = excluded.gen, rebalance = excluded.rebalance,"
+            " replicated = excluded.replicated",
+            9, up, NULL) != 0 ||
         step(a, "DELETE FROM segments WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a,

@@ -102,9 +102,7 @@ static void on_meta(void *arg, int rc, PGresult *const *res, int n)
             .initial = pgb_cell(r, 0, 4),
             .epoch = pgb_cell(r, 0, 5),
             .gen = pgb_cell(r, 0, 6),
-            /* The automatic rebalance is not wired on PostgreSQL yet (a manual one
-             * is): the engine is told the SKU has none. */
-            .rebalance = false,
+            .rebalance = strcmp(PQgetvalue(r, 0, 8), "t") == 0, /* adjust: spread.c */
             .replicated = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
         };
         snprintf(m.mode, sizeof m.mode, "%s", PQgetvalue(r, 0, 1));
@@ -121,7 +119,7 @@ static void meta_read(store *st, const char *sku, store_meta_fn fn, void *arg)
     const char *p[] = {sku};
     const struct pgc_stmt q = {
         "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
-        " replicated FROM skus WHERE sku = $1",
+        " replicated, rebalance FROM skus WHERE sku = $1",
         1, p};
     pgc_call(self(st)->plain, 0, 0, &q, 1, on_meta, k);
 }
@@ -534,6 +532,7 @@ static const struct store_ops pg_ops = {
     .release = release,
     .deduct = deduct,
     .deduct_multi = pgb_deduct_multi,
+    .adjust = pgb_adjust,
     .id_for_segment = id_for_segment,
     .wait = wait_durable,
 };

@@ -21,8 +21,9 @@
  * nothing (STORE_CAP_MULTI_ONE). wait answers 1 at once: a COMMIT answered is durable.
  * Calls outside a `row` hold go on one connection in order, pipelined (conn.h); the
  * holds on a pool of `pool` connections (pool.h).
- * Not here: adjust (the automatic rebalance: meta_read tells the engine a SKU has
- * none), epoch checks on single-segment deductions (a reset drops the segment rows
+ * adjust (spread.c): "spread" (the automatic rebalance) and "rebalance" in one
+ * transaction, fenced by the epoch and, on lease, the callers' leases.
+ * Not here: epoch checks on single-segment deductions (a reset drops the segment rows
  * and their leases, so a holder's write is fenced or finds the new rows).
  */
 #ifndef SEG_POSTGRES_BACKEND_H

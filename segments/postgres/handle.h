@@ -1,5 +1,6 @@
 /* handle.h -- the PostgreSQL store's handle, shared by its files (backend.c, the ops;
- * multi.c, the deduction over several segments; handle.c, its small tables): private
+ * multi.c, the deduction over several segments; spread.c, the adjust on the loop;
+ * handle.c, its small tables): private
  * to segments/postgres/.
  *
  * A handle lives on one loop (store.h). It remembers each SKU's lock scheme as its
@@ -86,6 +87,10 @@ void pgb_call_free(struct call *k);
 long long pgb_cell(const PGresult *r, int row, int col);
 bool pgb_results_ok(int rc, PGresult *const *res, int n);
 
+/* store_ops.adjust: "spread" and "rebalance" on the loop (spread.c). */
+void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
+                const char *const *tok, const char *op, long long add, long long limit,
+                const char *rid, const char *sig, store_reply_fn fn, void *arg);
 /* store_ops.deduct_multi (multi.c). */
 void pgb_deduct_multi(store *st, const char *sku, long long epoch, const char *id,
                       const char *record, const char *attempt,
