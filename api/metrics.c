@@ -229,7 +229,7 @@ static void sku_outcomes(const char *sku, const long long *outcomes, void *arg)
     }
 }
 
-/* What Redis held of the SKUs shown (api/gauges.h): stock, sold, initial, locks held,
+/* What the store held of the SKUs shown (api/gauges.h): stock, sold, initial, locks held,
  * and per segment for SKUs of at most metrics_segments_max segments. */
 static void sku_gauges(struct text *t, const struct api_gauges_snap *snap)
 {
@@ -237,8 +237,8 @@ static void sku_gauges(struct text *t, const struct api_gauges_snap *snap)
         "inventory_sku_remaining", "inventory_sku_sold", "inventory_sku_initial",
         "inventory_sku_locks_held", "inventory_sku_reserved"};
     static const char *const helps[] = {
-        "Units left in every segment of the SKU, as Redis holds them.",
-        "Units sold (confirmed and not cancelled), as Redis holds them.",
+        "Units left in every segment of the SKU, as the store holds them.",
+        "Units sold (confirmed and not cancelled), as the store holds them.",
         "The SKU's initial stock plus every restock.",
         "Segment locks of the SKU held right now, by any instance.",
         "Units held by reservations: remaining + reserved + sold = initial."};
@@ -271,7 +271,7 @@ static void sku_gauges(struct text *t, const struct api_gauges_snap *snap)
     if (snap->read_ms == 0)
         return;
     family(t, "inventory_sku_gauges_age_seconds", "gauge",
-           "Seconds since the per-SKU gauges were last read from Redis.");
+           "Seconds since the per-SKU gauges were last read from the store.");
     put(t, "inventory_sku_gauges_age_seconds %.3f\n",
         (double)(now_us() / 1000 - snap->read_ms) / 1000);
 }

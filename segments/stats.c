@@ -102,9 +102,9 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_ORDERS_UNKNOWN_SKU] = "Orders for a SKU that does not exist.",
     [STAT_ORDERS_CONFLICT] = "Orders whose order_id was used for another sku or qty.",
     [STAT_ORDERS_BUSY] = "Orders that found no free segment lock within lock_wait_ms.",
-    [STAT_ORDERS_UNAVAILABLE] = "Orders that failed because Redis did not answer.",
+    [STAT_ORDERS_UNAVAILABLE] = "Orders that failed because the store did not answer.",
     [STAT_ORDERS_CANCELLED] = "Orders cancelled (their stock given back).",
-    [STAT_LOCK_ATTEMPTS] = "Segment lock acquire scripts sent to Redis.",
+    [STAT_LOCK_ATTEMPTS] = "Segment lock attempts sent to the store or lock service.",
     [STAT_LOCK_ACQUIRED] = "Segment locks acquired.",
     [STAT_BUSY_SKIPS] = "Segments skipped because their lock was held.",
     [STAT_FALL_THROUGHS] = "Segments skipped because they held too little stock.",
@@ -113,16 +113,21 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_LEASE_LOST] = "Lease renewals that found the lock no longer held by us.",
     [STAT_FENCED_REJECTIONS] =
         "Deductions refused because their token had lost the lock.",
-    [STAT_REDIS_ERRORS] = "Redis calls that failed: I/O errors, timeouts, error replies.",
+    [STAT_REDIS_ERRORS] =
+        "Store calls that failed: I/O errors, timeouts, error replies (Redis; "
+        "PostgreSQL's are not counted here yet).",
     [STAT_SOLD_OUT_FAST] = "Sold-out answers given from the in-process flag, with no "
                            "script run.",
     [STAT_MULTI_SEGMENT] = "Orders filled from several segments.",
     [STAT_INTENTS_UNDONE] = "Multi-segment orders left by a dead process, undone by the "
-                            "sweeper (Redis Cluster).",
+                            "sweeper (a Redis Cluster; on one Redis or PostgreSQL an "
+                            "order is one call).",
     [STAT_REBALANCES] = "Rebalances done, by hand or automatically.",
     [STAT_RESTOCKS] = "Restocks applied.",
-    [STAT_REDIS_COMMANDS] = "Commands the event loops sent to Redis.",
-    [STAT_REDIS_WRITES] = "Writes to Redis the event loops took to send them; commands "
+    [STAT_REDIS_COMMANDS] =
+        "Calls the event loops sent to the store (Redis commands, PostgreSQL "
+        "calls).",
+    [STAT_REDIS_WRITES] = "Writes to the store the event loops took to send them; calls "
                           "per write is the mean pipeline batch.",
     [STAT_BATCHES] = "Group commits: one fenced deduction for the orders one lock hold "
                      "sold (a SKU's batch).",

@@ -2,7 +2,7 @@
  * connection pool sized by `pg_pool` (bad values refused, the count seen in
  * pg_stat_activity, a pool of 1 still sells exactly) and the automatic rebalance of
  * every lock scheme (a SKU drained unevenly is spread by the order that finds it due,
- * stock conserved, nothing oversold).
+ * stock conserved, nothing oversold); and /metrics' help texts store-neutral.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/harness.h"
 #include "tests/harness_pg.h"
@@ -274,6 +275,65 @@ static void test_auto_rebalance_optimistic(void **state)
     auto_rebalance("optimistic");
 }
 
+/* ---- /metrics ------------------------------------------------------------------- */
+
+/* On PostgreSQL no family's HELP names Redis as the store: a line that names Redis
+ * names PostgreSQL too (the text is store-neutral, or says which store counts). */
+static void test_metrics_help_store_neutral(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("1", NULL);
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "metr", 4, 2, "row", 0), 0);
+    assert_int_equal(h_order(port, "metr", 1, NULL, NULL), 201);
+    struct h_resp r;
+    assert_int_equal(h_req(port, "GET", "/metrics", TOKEN, NULL, &r), 200);
+    int helps = 0, redis_only = 0;
+    for (const char *l = r.body; l != NULL && *l != '\0';) {
+        const char *end = strchr(l, '\n');
+        size_t len = end != NULL ? (size_t)(end - l) : strlen(l);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s",
+                 (int)(len < sizeof line ? len : sizeof line - 1), l);
+        if (strncmp(line, "# HELP ", 7) == 0) {
+            helps++;
+            if (strstr(line, "Redis") != NULL && strstr(line, "PostgreSQL") == NULL) {
+                fprintf(stderr, "names Redis alone: %s\n", line);
+                redis_only++;
+            }
+        }
+        l = end != NULL ? end + 1 : NULL;
+    }
+    /* promtool (when on PATH) accepts the PostgreSQL scrape as it_metrics the Redis one
+     */
+    int promtool = -1;
+    if (system("command -v promtool >/dev/null 2>&1") == 0) {
+        char path[] = "/tmp/it_pg_ops_metrics.XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        FILE *f = fdopen(fd, "w");
+        fputs(r.body, f);
+        fclose(f);
+        const char *argv[] = {"/bin/sh", "-c", "exec promtool check metrics < \"$1\"",
+                              "sh",      path, NULL};
+        char *out = NULL;
+        promtool = h_run_cmd(argv, NULL, 30000, NULL, &out);
+        if (promtool != 0)
+            fprintf(stderr, "promtool check metrics: %s\n", out ? out : "");
+        free(out);
+        unlink(path);
+        assert_int_equal(promtool, 0);
+    }
+    fprintf(stderr, "postgres /metrics: %d families, %d name Redis alone, promtool %s\n",
+            helps, redis_only, promtool == 0 ? "clean" : "not on PATH");
+    h_resp_free(&r);
+    assert_true(helps > 20);
+    assert_int_equal(redis_only, 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -297,6 +357,7 @@ int main(void)
         cmocka_unit_test(test_auto_rebalance_row),
         cmocka_unit_test(test_auto_rebalance_lease),
         cmocka_unit_test(test_auto_rebalance_optimistic),
+        cmocka_unit_test(test_metrics_help_store_neutral),
     };
     return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }
