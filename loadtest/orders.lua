@@ -27,29 +27,14 @@
 -- connection), so the budget and the clock are checked before an order is sent: an
 -- order is only ever sent when it was granted, and none is sent after the window.
 
-local ffi = require("ffi")
-ffi.cdef [[
-typedef struct { long tv_sec; long tv_nsec; } lt_timespec;
-int clock_gettime(int clk, lt_timespec *ts);
-]]
-local ts = ffi.new("lt_timespec")
-local function now_ms()
-    ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC: one clock for every thread
-    return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
-end
+-- What it shares with reserve.lua (the clock, the threads, the arguments, done()'s
+-- sums and result line), from this script's folder.
+local common = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
+local now_ms = common.now_ms
+local FOREVER_MS = common.FOREVER_MS
 
-local FOREVER_MS = 3600 * 1000
-
--- Main state: thread handles for done(). Thread states: their own counters (globals,
--- so thread:get() can read them).
-local threads = {}
-local next_tid = 0
-
-function setup(thread)
-    thread:set("tid", next_tid)
-    next_tid = next_tid + 1
-    table.insert(threads, thread)
-end
+-- Thread states: their own counters (globals, so thread:get() can read them).
+setup = common.setup
 
 local cfg = { sku = "bench", qty = 1, threads = 2, samples = 8 }
 local budget, t_end, path_done, headers
@@ -70,18 +55,12 @@ local want_times = false
 local nsamples, nerrs = 0, 0
 
 function init(args)
-    for _, a in pairs(args) do
-        local k, v = tostring(a):match("^([%w_]+)=(.*)$")
-        if k then cfg[k] = v end
-    end
+    common.parse_args(args, cfg)
     cfg.qty = tonumber(cfg.qty)
     cfg.threads = tonumber(cfg.threads)
     cfg.samples = tonumber(cfg.samples)
     want_times = cfg.times == "1"
-    if not cfg.nonce then
-        math.randomseed(os.time() + tid)
-        cfg.nonce = string.format("lt%x%04x", os.time(), math.random(0, 65535))
-    end
+    cfg.nonce = cfg.nonce or common.nonce("lt", tid)
     local prefix = string.format("%s-t%d-", cfg.nonce, tid)
     if cfg.requests then
         local total = tonumber(cfg.requests)
@@ -89,7 +68,7 @@ function init(args)
         if tid < total % cfg.threads then budget = budget + 1 end
     end
     if cfg.active then t_end = now_ms() + tonumber(cfg.active) * 1000 end
-    if cfg.donedir then path_done = string.format("%s/done-%d", cfg.donedir, tid) end
+    path_done = common.done_path(cfg.donedir, tid)
     headers = { ["Content-Type"] = "application/json" }
     -- wrk.format's own output for an empty body, less its Content-Length and blank
     -- line, so Host and any header wrk adds stay as wrk would send them.
@@ -110,10 +89,7 @@ end
 local function maybe_mark_done()
     if marker_written or answered < granted or not window_closed() then return end
     marker_written = true
-    if path_done then
-        local f = io.open(path_done, "w")
-        if f then f:write(tostring(answered), "\n"); f:close() end
-    end
+    common.mark_done(path_done, answered)
 end
 
 function delay()
@@ -171,20 +147,10 @@ function response(status, hdrs, body)
 end
 
 function done(summary, latency, requests)
-    local keys = { "c201", "c200", "c409", "c503", "c404", "c4xx", "c5xx", "cother",
-                   "sent", "answered" }
-    local sum = {}
-    for _, k in ipairs(keys) do sum[k] = 0 end
-    local first, last, all_ids, all_errs, all_times = nil, nil, {}, {}, {}
-    for _, t in ipairs(threads) do
-        for _, k in ipairs(keys) do sum[k] = sum[k] + (t:get(k) or 0) end
-        local f, l = t:get("t_first"), t:get("t_last")
-        if f and f >= 0 and (not first or f < first) then first = f end
-        if l and l >= 0 and (not last or l > last) then last = l end
-        local es = t:get("errs")
-        if es and es ~= "" then
-            for line in es:gmatch("[^\n]+") do table.insert(all_errs, line) end
-        end
+    local sum, first, last, all_errs = common.gather({ "c201", "c200", "c409", "c503",
+        "c404", "c4xx", "c5xx", "cother", "sent", "answered" })
+    local all_ids, all_times = {}, {}
+    for _, t in ipairs(common.threads) do
         local ts201 = t:get("times")
         if ts201 and ts201 ~= "" then
             for v in ts201:gmatch("[^,]+") do table.insert(all_times, tonumber(v)) end
@@ -194,28 +160,11 @@ function done(summary, latency, requests)
             for id in s:gmatch("[^,]+") do table.insert(all_ids, '"' .. id .. '"') end
         end
     end
-    local quoted = {}
-    for _, b in ipairs(all_errs) do
-        local q = b:gsub('[%c"\\]', function(ch)
-            if ch == '"' or ch == "\\" then return "\\" .. ch end
-            return " "
-        end)
-        table.insert(quoted, '"' .. q .. '"')
-    end
-    local e = summary.errors
-    local window = (first and last) and (last - first) / 1000 or 0
-    io.write(string.format(
-        'LOADTEST_RESULT {"c201":%d,"c200":%d,"c409":%d,"c503":%d,"c404":%d,' ..
-        '"c4xx":%d,"c5xx":%d,"cother":%d,"sent":%d,"answered":%d,"window_s":%.4f,' ..
-        '"p50_us":%d,"p99_us":%d,"max_us":%d,"wrk_requests":%d,"wrk_duration_us":%d,' ..
-        '"errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d},"ids":[%s],' ..
-        '"bodies":[%s]}\n',
-        sum.c201, sum.c200, sum.c409, sum.c503, sum.c404, sum.c4xx, sum.c5xx, sum.cother,
-        sum.sent, sum.answered, window,
-        latency:percentile(50), latency:percentile(99), latency.max,
-        summary.requests, summary.duration,
-        e.connect, e.read, e.write, e.timeout, table.concat(all_ids, ","),
-        table.concat(quoted, ",")))
+    common.write_result(string.format('"c201":%d,"c200":%d,"c409":%d,"c503":%d,' ..
+        '"c404":%d,"c4xx":%d,"c5xx":%d,"cother":%d,', sum.c201, sum.c200, sum.c409,
+        sum.c503, sum.c404, sum.c4xx, sum.c5xx, sum.cother), sum.sent, sum.answered,
+        first, last, summary, latency, table.concat(all_ids, ","),
+        common.json_strings(all_errs))
     if #all_times > 0 then
         table.sort(all_times)
         local parts = {}

@@ -15,26 +15,11 @@
 -- answered 201 (orders made), held = holds placed, c409/c503 over both kinds, sent and
 -- answered requests, the window from the first send to the last answer.
 
-local ffi = require("ffi")
-ffi.cdef [[
-typedef struct { long tv_sec; long tv_nsec; } lt_timespec;
-int clock_gettime(int clk, lt_timespec *ts);
-]]
-local ts = ffi.new("lt_timespec")
-local function now_ms()
-    ffi.C.clock_gettime(1, ts)
-    return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
-end
-
-local FOREVER_MS = 3600 * 1000
-local threads = {}
-local next_tid = 0
-
-function setup(thread)
-    thread:set("tid", next_tid)
-    next_tid = next_tid + 1
-    table.insert(threads, thread)
-end
+-- What it shares with orders.lua, from this script's folder.
+local common = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
+local now_ms = common.now_ms
+local FOREVER_MS = common.FOREVER_MS
+setup = common.setup
 
 local cfg = { sku = "bench", qty = 1, ttl = 60 }
 local t_end, path_done, headers, prefix
@@ -46,17 +31,11 @@ errs = ""
 local nerrs = 0
 
 function init(args)
-    for _, a in pairs(args) do
-        local k, v = tostring(a):match("^([%w_]+)=(.*)$")
-        if k then cfg[k] = v end
-    end
-    if not cfg.nonce then
-        math.randomseed(os.time() + tid)
-        cfg.nonce = string.format("rv%x%04x", os.time(), math.random(0, 65535))
-    end
+    common.parse_args(args, cfg)
+    cfg.nonce = cfg.nonce or common.nonce("rv", tid)
     prefix = string.format("%s-t%d-", cfg.nonce, tid)
     if cfg.active then t_end = now_ms() + tonumber(cfg.active) * 1000 end
-    if cfg.donedir then path_done = string.format("%s/done-%d", cfg.donedir, tid) end
+    path_done = common.done_path(cfg.donedir, tid)
     headers = { ["Content-Type"] = "application/json" }
 end
 
@@ -69,10 +48,7 @@ local function maybe_mark_done()
         return
     end
     marker_written = true
-    if path_done then
-        local f = io.open(path_done, "w")
-        if f then f:write(tostring(answered), "\n"); f:close() end
-    end
+    common.mark_done(path_done, answered)
 end
 
 function delay()
@@ -121,32 +97,10 @@ function response(status, hdrs, body)
 end
 
 function done(summary, latency, requests)
-    local keys = { "c201", "held", "c409", "c503", "cother", "sent", "answered" }
-    local sum = {}
-    for _, k in ipairs(keys) do sum[k] = 0 end
-    local first, last, all_errs = nil, nil, {}
-    for _, t in ipairs(threads) do
-        for _, k in ipairs(keys) do sum[k] = sum[k] + (t:get(k) or 0) end
-        local f, l = t:get("t_first"), t:get("t_last")
-        if f and f >= 0 and (not first or f < first) then first = f end
-        if l and l >= 0 and (not last or l > last) then last = l end
-        local es = t:get("errs")
-        if es and es ~= "" then
-            for line in es:gmatch("[^\n]+") do
-                table.insert(all_errs, '"' .. line:gsub('[%c"\\]', " ") .. '"')
-            end
-        end
-    end
-    local e = summary.errors
-    io.write(string.format(
-        'LOADTEST_RESULT {"c201":%d,"held":%d,"c200":0,"c409":%d,"c503":%d,"c404":0,' ..
-        '"c4xx":0,"c5xx":0,"cother":%d,"sent":%d,"answered":%d,"window_s":%.4f,' ..
-        '"p50_us":%d,"p99_us":%d,"max_us":%d,"wrk_requests":%d,"wrk_duration_us":%d,' ..
-        '"errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d},"ids":[],' ..
-        '"bodies":[%s]}\n',
-        sum.c201, sum.held, sum.c409, sum.c503, sum.cother, sum.sent, sum.answered,
-        (first and last) and (last - first) / 1000 or 0,
-        latency:percentile(50), latency:percentile(99), latency.max,
-        summary.requests, summary.duration,
-        e.connect, e.read, e.write, e.timeout, table.concat(all_errs, ",")))
+    local sum, first, last, all_errs = common.gather({ "c201", "held", "c409", "c503",
+        "cother", "sent", "answered" })
+    common.write_result(string.format('"c201":%d,"held":%d,"c200":0,"c409":%d,' ..
+        '"c503":%d,"c404":0,"c4xx":0,"c5xx":0,"cother":%d,', sum.c201, sum.held,
+        sum.c409, sum.c503, sum.cother), sum.sent, sum.answered, first, last, summary,
+        latency, "", common.json_strings(all_errs))
 end

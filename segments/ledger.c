@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/periodic.h"
 #include "base/xalloc.h"
 #include "segments/internal.h"
 #include "segments/postgres/ledger.h"
@@ -40,12 +40,11 @@ struct known {
 struct ledger {
     inv *v;
     int retention_s;
-    pthread_t thread;
-    bool threaded;      /* the sink runs (not reads_only) */
-    pthread_mutex_t mu; /* stop and cond */
-    pthread_cond_t cond;
-    bool stop;
-    pgl *reads; /* ledger_order / ledger_reconcile, under mu_reads */
+    periodic *thread; /* the sink; NULL when reads_only */
+    inv_conn *c;      /* the thread's, made on its first pass */
+    pgl *pg;          /* the thread's, made on its first pass */
+    long long listed; /* the thread's: when it last read the SKU list */
+    pgl *reads;       /* ledger_order / ledger_reconcile, under mu_reads */
     pthread_mutex_t mu_reads;
     char *conninfo;
     char consumer[48];
@@ -209,30 +208,18 @@ static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
     return more;
 }
 
-static void *run(void *arg)
+/* The sink's round (periodic.h): one pass, then another at once while there is more,
+ * else one after PERIOD_MS. */
+static int sink(periodic *p, void *arg)
 {
+    (void)p;
     ledger *l = arg;
-    inv_conn *c = inv_conn_create(l->v);
-    pgl *pg = pgl_create(l->conninfo);
-    long long listed = -LIST_MS;
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
-        pthread_mutex_unlock(&l->mu);
-        bool more = pass(l, c->rd, pg, &listed);
-        pthread_mutex_lock(&l->mu);
-        if (!more && !l->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += PERIOD_MS * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
-            pthread_cond_timedwait(&l->cond, &l->mu, &ts);
-        }
+    if (l->c == NULL) {
+        l->c = inv_conn_create(l->v);
+        l->pg = pgl_create(l->conninfo);
+        l->listed = -LIST_MS;
     }
-    pthread_mutex_unlock(&l->mu);
-    pgl_free(pg);
-    inv_conn_free(c);
-    return NULL;
+    return pass(l, l->c->rd, l->pg, &l->listed) ? 0 : PERIOD_MS;
 }
 
 ledger *ledger_create(inv *v, const struct ledger_options *o, char *err, size_t errlen)
@@ -245,14 +232,14 @@ ledger *ledger_create(inv *v, const struct ledger_options *o, char *err, size_t 
     char hex[33];
     inv_random_hex(hex);
     snprintf(l->consumer, sizeof l->consumer, "sink-%.16s", hex);
-    pthread_mutex_init(&l->mu, NULL);
     pthread_mutex_init(&l->mu_reads, NULL);
-    pthread_cond_init(&l->cond, NULL);
     v->ledger = l;
-    l->threaded = !o->reads_only;
-    if (l->threaded && pthread_create(&l->thread, NULL, run, l) != 0) {
+    char why[128];
+    if (!o->reads_only &&
+        (l->thread = periodic_start(sink, l, 0, why, sizeof why)) == NULL) {
         snprintf(err, errlen, "cannot start the ledger's thread");
         v->ledger = NULL;
+        pthread_mutex_destroy(&l->mu_reads);
         pgl_free(l->reads);
         free(l->conninfo);
         free(l);
@@ -265,19 +252,14 @@ void ledger_free(ledger *l)
 {
     if (l == NULL)
         return;
-    pthread_mutex_lock(&l->mu);
-    l->stop = true;
-    pthread_cond_signal(&l->cond);
-    pthread_mutex_unlock(&l->mu);
-    if (l->threaded)
-        pthread_join(l->thread, NULL);
+    periodic_stop(l->thread);
+    pgl_free(l->pg);
+    inv_conn_free(l->c);
     l->v->ledger = NULL;
     pgl_free(l->reads);
     free(l->known);
     free(l->conninfo);
-    pthread_mutex_destroy(&l->mu);
     pthread_mutex_destroy(&l->mu_reads);
-    pthread_cond_destroy(&l->cond);
     free(l);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/periodic.h"
 #include "base/xalloc.h"
 #include "segments/clock.h"
 #include "segments/rand.h"
@@ -21,19 +22,19 @@
 
 struct sweeper {
     inv *v;
-    inv_conn c; /* used by the sweeper thread only */
-    pthread_t thread;
+    inv_conn c;   /* used by the sweeper thread only */
+    int64_t next; /* the thread's: the next look at the intents */
+    periodic *thread;
     pthread_mutex_t mu; /* guards what follows */
-    pthread_cond_t cv;
-    bool stop;
-    int nspread; /* SKUs waiting for their rebalance, oldest first */
+    int nspread;        /* SKUs waiting for their rebalance, oldest first */
     char spread[SWEEP_QUEUE][SEG_NAME_MAX + 1];
 };
 
 /* The rebalances asked for, run one by one with the mutex let go. */
-static void spread_all(sweeper *s)
+static void spread_all(sweeper *s, periodic *p)
 {
-    while (s->nspread > 0 && !s->stop) {
+    pthread_mutex_lock(&s->mu);
+    while (s->nspread > 0 && !periodic_stopping(p)) {
         char sku[SEG_NAME_MAX + 1];
         memcpy(sku, s->spread[0], sizeof sku);
         pthread_mutex_unlock(&s->mu);
@@ -45,35 +46,26 @@ static void spread_all(sweeper *s)
         s->nspread--;
         memmove(s->spread[0], s->spread[1], sizeof s->spread[0] * (size_t)s->nspread);
     }
+    pthread_mutex_unlock(&s->mu);
 }
 
-static void *run(void *arg)
+/* One round (periodic.h): the rebalances asked for, then the intents when their tick
+ * is due. Returns the time to that tick; a request wakes it before. */
+static int sweep(periodic *p, void *arg)
 {
     sweeper *s = arg;
-    int64_t next = inv_now_ms() + SWEEP_EVERY_MS; /* the next look at the intents */
-    pthread_mutex_lock(&s->mu);
-    while (!s->stop) {
-        int64_t now = inv_now_ms();
-        if (s->nspread == 0 && now < next) { /* a request wakes it before the tick */
-            struct timespec ts = inv_deadline((int)(next - now));
-            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        }
-        spread_all(s);
-        if (s->stop || inv_now_ms() < next)
-            continue;
-        next = inv_now_ms() + SWEEP_EVERY_MS;
-        pthread_mutex_unlock(&s->mu);
-        char attempt[33];
-        inv_random_hex(attempt);
-        int settled = 0;
-        if (rd_conn_cluster(s->c.rd)) /* standalone: no intents (it may become one) */
-            rd_intents_settle(s->c.rd, attempt, base_wall_ms() - SWEEP_AGE_MS, &settled);
-        if (settled > 0)
-            stat_add(s->v, STAT_INTENTS_UNDONE, settled);
-        pthread_mutex_lock(&s->mu);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
+    spread_all(s, p);
+    if (periodic_stopping(p) || inv_now_ms() < s->next)
+        return (int)(s->next - inv_now_ms());
+    s->next = inv_now_ms() + SWEEP_EVERY_MS;
+    char attempt[33];
+    inv_random_hex(attempt);
+    int settled = 0;
+    if (rd_conn_cluster(s->c.rd)) /* standalone: no intents (it may become one) */
+        rd_intents_settle(s->c.rd, attempt, base_wall_ms() - SWEEP_AGE_MS, &settled);
+    if (settled > 0)
+        stat_add(s->v, STAT_INTENTS_UNDONE, settled);
+    return (int)(s->next - inv_now_ms());
 }
 
 sweeper *sweeper_create(inv *v, const struct rd_target *to, char *err, size_t errlen)
@@ -84,14 +76,14 @@ sweeper *sweeper_create(inv *v, const struct rd_target *to, char *err, size_t er
     s->c.adm = rd_admin_create(to, &v->stats[STAT_REDIS_ERRORS]);
     s->c.rd = rd_admin_conn(s->c.adm);
     inv_rand_seed(&s->c);
+    s->next = inv_now_ms() + SWEEP_EVERY_MS;
     pthread_mutex_init(&s->mu, NULL);
-    inv_cond_init(&s->cv);
-    int rc = pthread_create(&s->thread, NULL, run, s);
-    if (rc != 0) {
-        snprintf(err, errlen, "sweeper thread: %s", strerror(rc));
+    char why[128];
+    s->thread = periodic_start(sweep, s, SWEEP_EVERY_MS, why, sizeof why);
+    if (s->thread == NULL) {
+        snprintf(err, errlen, "sweeper thread: %s", why);
         s->c.adm->ops->free(s->c.adm);
         pthread_mutex_destroy(&s->mu);
-        pthread_cond_destroy(&s->cv);
         free(s);
         return NULL;
     }
@@ -102,14 +94,9 @@ void sweeper_free(sweeper *s)
 {
     if (s == NULL)
         return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
+    periodic_stop(s->thread);
     s->c.adm->ops->free(s->c.adm);
     pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
     free(s);
 }
 
@@ -121,7 +108,7 @@ void sweeper_spread(sweeper *s, const char *sku)
         queued = strcmp(s->spread[i], sku) == 0;
     if (!queued && s->nspread < SWEEP_QUEUE) {
         snprintf(s->spread[s->nspread++], sizeof s->spread[0], "%s", sku);
-        pthread_cond_signal(&s->cv);
+        periodic_wake(s->thread);
     }
     pthread_mutex_unlock(&s->mu);
 }

@@ -1,9 +1,10 @@
 /* calls.h -- the Redis seam: a connection, and one typed call per script or read.
  *
  * Everything that knows Redis lives in segments/redis/: key names (keys.h), Lua
- * (the lua/ files, scripts.c), the connection (store.c) and the reply shapes (proto.c).
- * The rest of the program passes C values in and gets C values back; no redisReply, key
- * or Lua crosses this header. Each call is blocking on its connection (a worker's own).
+ * (the lua/ files, scripts.c), the connection (store.c) and the reply shapes
+ * (proto_reply.c). The rest of the program passes C values in and gets C values back; no
+ * redisReply, key or Lua crosses this header. Each call is blocking on its connection (a
+ * worker's own).
  *
  * Results. Every call returns -1 when Redis gave no usable answer (refused, reset
  * twice, timed out, an error reply; rd_conn_error says which, the connection's error

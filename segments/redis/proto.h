@@ -2,7 +2,10 @@
  * per call (C values to a command, cmd.h) and one decoder per reply shape (a
  * redisReply to C values). calls.c sends them on a blocking connection, async.c on an
  * event loop; neither builds a key or parses a reply itself. Private to
- * segments/redis/. The scripts' KEYS and ARGV are documented atop each file of lua/.
+ * segments/redis/. Three files: proto.c encodes the order path, the locks and the
+ * reads; proto_admin.c the admin operations (adjust, reset, a cluster's cancel steps,
+ * the SKU set, scans); proto_reply.c holds the decoders. The scripts' KEYS and ARGV are
+ * documented atop each file of lua/.
  */
 #ifndef SEG_REDIS_PROTO_H
 #define SEG_REDIS_PROTO_H
