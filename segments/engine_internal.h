@@ -253,7 +253,8 @@ static inline void ord_unclaim(struct ord *o, int i)
 
 /* ---- lease.c: lease renewal ------------------------------------------------------ */
 
-/* The lock of `seg` is ours: renewed every lock_ttl_ms / 3 until lease_stop. */
+/* The lock of `seg` is ours (in MULTI under a lock service: the holds mlh[0..mk) as
+ * they are won): renewed every lock_ttl_ms / 3 until lease_stop. */
 void lease_start(struct ord *o);
 /* The renewal timer (o->renew's callback, EV_PERSIST). */
 void lease_on_tick(evutil_socket_t fd, short what, void *arg);

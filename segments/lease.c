@@ -120,6 +120,17 @@ void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     struct ord *o = arg;
     if (!o->holding || o->lease_lost)
         return;
+    if (o->lh == NULL && o->state == ORD_MULTI) { /* a lock service's set (multi.c) */
+        engine *e = o->e;
+        for (int k = 0; k < o->mk; k++) {
+            if (o->mlh[k] == NULL)
+                continue;
+            o->pending++;
+            e->lks_ops[o->lk]->renew(e->lks[o->lk], o->mlh[k], e->v->opt.lock_ttl_ms,
+                                     on_svc_renewed, o);
+        }
+        return;
+    }
     o->pending++;
     if (o->lh != NULL) {
         engine *e = o->e;

@@ -17,6 +17,7 @@ static bool multi_svc(const struct ord *o)
  * once the service answered (lease.c). */
 static void multi_svc_release(struct ord *o)
 {
+    lease_stop(o);
     for (int k = 0; k < o->mk; k++) {
         lease_svc_give(o, o->mlh[k], o->mseg[k]);
         o->mlh[k] = NULL;
@@ -493,7 +494,7 @@ void multi_go(struct ord *o)
             ord_finish(o, INV_UNAVAILABLE);
             return;
         }
-        o->lease_lost = false; /* from the first grant on (lease_svc_watch) */
+        lease_start(o); /* renews the set's holds every ttl/3; lease_lost from now */
         if (o->view.cfg.hold_ms > 0)
             o->mlocked = multi_hold;
     }

@@ -278,6 +278,31 @@ static void test_multi_zookeeper(void **state)
     multi_on(*state, "zookeeper");
 }
 
+/* A multi-segment order whose work under its holds (hold_ms) outlasts the lease: the
+ * holds are renewed every ttl/3 as one segment's are, so it sells (not lost, not
+ * fenced: 503 busy at its deadline). */
+static void test_multi_renewed_redlock(void **state)
+{
+    struct env *e = *state;
+    h_deadline(30);
+    int pa = h_svc_port(e->a);
+    char body[160];
+    snprintf(body, sizeof body,
+             "{\"stock\": 4, \"segments\": 2, \"hold_ms\": %d, \"lock\": \"redlock\"}",
+             TTL_MS + 500);
+    assert_int_equal(put_sku(pa, "lm-renewed", body), 201);
+    long long renewals = h_stat(pa, NULL, "lease_renewals");
+    long long lost = h_stat(pa, NULL, "lease_lost");
+    struct h_resp r;
+    int st = h_order(pa, "lm-renewed", 3, NULL, &r);
+    if (st != 201)
+        fail_msg("an order of 3 from 2 + 2 held %d ms: %d %s", TTL_MS + 500, st, r.body);
+    h_resp_free(&r);
+    assert_true(h_stat(pa, NULL, "lease_renewals") >= renewals + 2);
+    assert_int_equal(h_stat(pa, NULL, "lease_lost"), lost);
+    assert_int_equal(h_audit(pa, NULL, "lm-renewed", 4, false), 0);
+}
+
 struct frozen_order {
     int port;
     const char *sku;
@@ -857,6 +882,7 @@ int main(void)
         cmocka_unit_test(test_multi_redlock),
         cmocka_unit_test(test_multi_memcached),
         cmocka_unit_test(test_multi_zookeeper),
+        cmocka_unit_test(test_multi_renewed_redlock),
         cmocka_unit_test(test_frozen_multi_redlock_fenced),
         cmocka_unit_test(test_frozen_multi_memcached_fenced),
         cmocka_unit_test(test_frozen_multi_zookeeper_fenced),
