@@ -288,8 +288,9 @@ struct store_ops {
                          const char *token, long long fence, int n,
                          const struct store_batch_order *b, store_batch_fn fn, void *arg);
     /* STORE_CAP_MULTI_ONE: all or nothing over p's parts, each fenced by its token
-     * (p->fence unused: a lock service's SKU deducts from one segment). OK (stocks[j]
-     * = stock left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS. */
+     * and, under a lock service's holds, by p->fence[j] (NULL: none) as deduct is by
+     * `fence`. OK (stocks[j] = stock left), SHORT (stocks[j] = stock held), FENCED,
+     * STALE, EXISTS. */
     void (*deduct_multi)(store *s, const char *sku, long long epoch, const char *id,
                          const char *record, const char *attempt,
                          const struct store_parts *p, store_multi_fn fn, void *arg);

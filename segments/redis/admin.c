@@ -117,7 +117,7 @@ static int cancel(admin *a, const char *placed, long long epoch, const char *id,
                   const char *cancelled, const char *expected,
                   const struct store_parts *p, int wait_ms, struct store_reply *out)
 {
-    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok};
+    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok, NULL};
     struct rd_reply r = {0};
     int rc =
         rd_cancel(conn(a), placed, epoch, id, cancelled, expected, &parts, wait_ms, &r);
