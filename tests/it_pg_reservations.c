@@ -25,13 +25,14 @@
 static h_pg *pg;
 static h_svc *svc; /* one instance for the group */
 
-static int put_sku(int port, const char *sku, long long stock, int segments,
-                   const char *mode, const char *lock)
+static int put_sku_hold(int port, const char *sku, long long stock, int segments,
+                        const char *mode, const char *lock, int hold_ms)
 {
     char path[128], body[256];
     snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
-    snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d,\"mode\":\"%s\"%s%s%s}",
-             stock, segments, mode, lock ? ",\"lock\":\"" : "", lock ? lock : "",
+    snprintf(body, sizeof body,
+             "{\"stock\":%lld,\"segments\":%d,\"mode\":\"%s\",\"hold_ms\":%d%s%s%s}",
+             stock, segments, mode, hold_ms, lock ? ",\"lock\":\"" : "", lock ? lock : "",
              lock ? "\"" : "");
     struct h_resp r;
     int st = h_req(port, "PUT", path, TOKEN, body, &r);
@@ -39,6 +40,12 @@ static int put_sku(int port, const char *sku, long long stock, int segments,
         fprintf(stderr, "PUT %s: %d %s\n", sku, st, r.body ? r.body : "");
     h_resp_free(&r);
     return st == 200 || st == 201 ? 0 : -1;
+}
+
+static int put_sku(int port, const char *sku, long long stock, int segments,
+                   const char *mode, const char *lock)
+{
+    return put_sku_hold(port, sku, stock, segments, mode, lock, 0);
 }
 
 /* POST /reservations: the status; *out filled when not NULL (h_resp_free). */
@@ -271,6 +278,26 @@ static void test_sweep_returns_expired(void **state)
     h_resp_free(&r);
 }
 
+/* /metrics: the per-SKU gauge of held units follows the holds table. */
+static void test_reserved_gauge(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "gm", 6, 2, "lock", "row"), 0);
+    assert_int_equal(reserve(port, "gm", 2, 60, "g1", NULL), 201);
+    double v = -1;
+    for (int k = 0; k < 100 && v != 2; k++) { /* the gauges' refresher catches up */
+        struct h_resp r;
+        assert_int_equal(h_req(port, "GET", "/metrics", TOKEN, NULL, &r), 200);
+        v = h_metric(r.body, "inventory_sku_reserved{sku=\"gm\"}");
+        h_resp_free(&r);
+        if (v != 2)
+            usleep(100 * 1000);
+    }
+    assert_true(v == 2);
+    assert_int_equal(on_resv(port, "DELETE", "g1", "", NULL), 200);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -384,6 +411,48 @@ static void test_every_scheme(void **state)
     }
 }
 
+struct held_sale {
+    int port;
+    const char *sku;
+    int order_status, reserve_status;
+};
+
+/* idx 0: an order of the whole stock, holding the segment's lock 1 s; idx 1, 300 ms
+ * into that hold: a reservation of one unit. */
+static void order_vs_hold(int idx, void *arg)
+{
+    struct held_sale *h = arg;
+    if (idx == 0) {
+        h->order_status = h_order(h->port, h->sku, 5, NULL, NULL);
+    } else {
+        usleep(300 * 1000);
+        h->reserve_status = reserve(h->port, h->sku, 1, 60, NULL, NULL);
+    }
+}
+
+/* A hold takes no units from a segment whose lock an order holds (row: its open
+ * transaction; lease: its lease): the order sells what it saw, the hold waits and
+ * then finds the SKU sold out (409) or gives up (503). */
+static void test_hold_respects_segment_lock(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    static const char *const lock[] = {"row", "lease"};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32];
+        snprintf(sku, sizeof sku, "lk-%s", lock[i]);
+        assert_int_equal(put_sku_hold(port, sku, 5, 1, "lock", lock[i], 1000), 0);
+        struct held_sale h = {.port = port, .sku = sku};
+        assert_int_equal(h_parallel(2, order_vs_hold, &h), 0);
+        assert_int_equal(h.order_status, 201);
+        assert_true(h.reserve_status == 409 || h.reserve_status == 503);
+        struct nums n = sku_nums(port, sku);
+        assert_int_equal(n.sold, 5);
+        assert_int_equal(n.reserved, 0);
+        assert_int_equal(db_audit(sku), 0);
+    }
+}
+
 struct mix {
     int port;
     _Atomic long long placed, confirmed, released, ordered, failed;
@@ -481,9 +550,11 @@ int main(void)
         cmocka_unit_test(test_place_confirm_replay_release),
         cmocka_unit_test(test_confirm_after_expiry),
         cmocka_unit_test(test_sweep_returns_expired),
+        cmocka_unit_test(test_reserved_gauge),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_admin_with_holds),
         cmocka_unit_test(test_every_scheme),
+        cmocka_unit_test(test_hold_respects_segment_lock),
         cmocka_unit_test(test_concurrent_mix_audited),
     };
     return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
