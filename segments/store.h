@@ -333,7 +333,7 @@ struct store_ops {
      * segment i's deduction; nothing to do where it always does. */
     void (*id_for_segment)(store *s, const char *sku, int i, char *id);
 
-    /* ---- reservations (a standalone Redis; NULL elsewhere) ----
+    /* ---- reservations (a standalone Redis, PostgreSQL; NULL elsewhere) ----
      * hold_place_any: reservation `id` of `qty` units for ttl_ms of the store's
      * clock, in one call: the store reads the SKU's settings and walks its segments
      * from `start` (mod their count), the first free one that holds qty taking the
