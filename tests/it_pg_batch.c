@@ -1,5 +1,7 @@
-/* it_pg_batch.c -- orders crowding one SKU's segments on the PostgreSQL store over
- * HTTP: multi-segment orders beside single ones, nothing oversold, no lock kept. */
+/* it_pg_batch.c -- group commit (a SKU's "batch") on the PostgreSQL store over HTTP:
+ * one hold of a segment's lock (row, lease) or one turn of the loop (hold 0, atomic)
+ * sells the orders queued for the segment in one statement, exactly, each with its own
+ * answer; a holder that lost its lock sells nothing of its batch. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,10 +114,16 @@ struct crowd {
     long long units; /* sold by the 201s */
 };
 
+static long long one(int idx)
+{
+    (void)idx;
+    return 1;
+}
+
 static void crowd_order(int idx, void *ctx)
 {
     struct crowd *c = ctx;
-    long long q = c->qty(idx);
+    long long q = c->qty ? c->qty(idx) : 1;
     struct h_resp r;
     int st = h_order(c->port, c->sku, q, c->id, &r);
     char code[64];
@@ -148,6 +156,121 @@ static void crowd_run(struct crowd *c, int n)
     pthread_mutex_destroy(&c->mu);
 }
 
+/* The PostgreSQL store keeps a SKU's batch: a PUT with batch 64 is accepted and read
+ * back (it was refused 400 before the store could sell in batches). */
+static void test_pg_batch_setting(void **state)
+{
+    struct env *e = *state;
+    assert_int_equal(put_batch(e->port, "pb-set", 10, 2, "lock", "row", 0, 64), 0);
+    json_t *j = h_get_sku(e->port, TOKEN, "pb-set");
+    assert_non_null(j);
+    assert_int_equal(h_jint(j, "batch"), 64);
+    json_decref(j);
+    assert_int_equal(put_batch(e->port, "pb-set", 10, 2, "lock", "row", 0, 1), 0);
+    j = h_get_sku(e->port, TOKEN, "pb-set");
+    assert_int_equal(h_jint(j, "batch"), 1);
+    json_decref(j);
+}
+
+/* 100 orders at once on one segment of 50 with a 100 ms hold and batch 64: the batches
+ * overrun the stock, exactly 50 sell, every other order 409; far fewer holds than
+ * sales (unbatched: 50 holds, 5 s). */
+static void sellout_exact(struct env *e, const char *sku, const char *lock)
+{
+    h_deadline(60);
+    assert_int_equal(put_batch(e->port, sku, 50, 1, "lock", lock, 100, 64), 0);
+    long long batches0 = h_stat(e->port, TOKEN, "batches");
+    long long batched0 = h_stat(e->port, TOKEN, "batched_orders");
+    struct crowd c = {.port = e->port, .sku = sku};
+    crowd_run(&c, 100);
+    long long batches = h_stat(e->port, TOKEN, "batches") - batches0;
+    long long batched = h_stat(e->port, TOKEN, "batched_orders") - batched0;
+    fprintf(stderr, "%s: 201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
+            lock, c.created, c.sold_out, c.other + c.unavailable, batches, batched);
+    assert_int_equal(c.created, 50);
+    assert_int_equal(c.sold_out, 50);
+    assert_int_equal(c.other + c.unavailable, 0);
+    assert_int_equal(h_audit(e->port, TOKEN, sku, 50, true), 0);
+    audit_rows(e->pg, sku, 50, 50);
+    assert_true(batches >= 1);
+    assert_true(batched >= 2 * batches);
+    assert_true(batches <= 25);
+}
+
+static void test_pg_batch_sellout_row(void **state)
+{
+    sellout_exact(*state, "pb-row", "row");
+}
+
+static void test_pg_batch_sellout_lease(void **state)
+{
+    sellout_exact(*state, "pb-lease", "lease");
+}
+
+/* optimistic: the batch is conditional on the version the holder's ACQUIRE read */
+static void test_pg_batch_sellout_optimistic(void **state)
+{
+    sellout_exact(*state, "pb-opt", "optimistic");
+}
+
+/* The same order id sent by 30 clients at once into batches: one sale, every other
+ * answer the replay of its record (200). */
+static void test_pg_batch_duplicate_ids(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    static const char *const locks[] = {"row", "lease"};
+    for (int k = 0; k < 2; k++) {
+        char sku[32], id[48];
+        snprintf(sku, sizeof sku, "pb-dup-%s", locks[k]);
+        snprintf(id, sizeof id, "pb-dup-order-%s", locks[k]);
+        assert_int_equal(put_batch(e->port, sku, 10, 1, "lock", locks[k], 100, 64), 0);
+        long long batched0 = h_stat(e->port, TOKEN, "batched_orders");
+        struct crowd c = {.port = e->port, .sku = sku, .id = id};
+        crowd_run(&c, 30);
+        fprintf(stderr, "%s: 201 %d, 200 %d, other %d; %lld batched\n", locks[k],
+                c.created, c.replayed, c.other + c.unavailable,
+                h_stat(e->port, TOKEN, "batched_orders") - batched0);
+        assert_int_equal(c.created, 1);
+        assert_int_equal(c.replayed, 29);
+        assert_int_equal(c.other + c.unavailable, 0);
+        assert_true(h_stat(e->port, TOKEN, "batched_orders") - batched0 >= 2);
+        audit_rows(e->pg, sku, 10, 1);
+    }
+}
+
+/* Hold 0 (lock: row, lease, optimistic) and atomic: the orders that meet in one turn of
+ * the loop go in one statement (no stock limit there: batches overrun the 50 units, the
+ * statement sells what fits and the rest answer 409); exactly 50 sell. */
+static void hold0(struct env *e, const char *sku, const char *mode, const char *lock)
+{
+    assert_int_equal(put_batch(e->port, sku, 50, 1, mode, lock, 0, 64), 0);
+    long long batches0 = h_stat(e->port, TOKEN, "batches");
+    long long batched0 = h_stat(e->port, TOKEN, "batched_orders");
+    struct crowd c = {.port = e->port, .sku = sku};
+    crowd_run(&c, 100);
+    long long batches = h_stat(e->port, TOKEN, "batches") - batches0;
+    long long batched = h_stat(e->port, TOKEN, "batched_orders") - batched0;
+    fprintf(stderr, "%s: 201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
+            sku, c.created, c.sold_out, c.other + c.unavailable, batches, batched);
+    assert_int_equal(c.created, 50);
+    assert_int_equal(c.sold_out, 50);
+    assert_int_equal(c.other + c.unavailable, 0);
+    assert_int_equal(h_audit(e->port, TOKEN, sku, 50, true), 0);
+    audit_rows(e->pg, sku, 50, 50);
+    assert_true(batches >= 1);
+}
+
+static void test_pg_batch_hold0(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    hold0(e, "pb-h0-row", "lock", "row");
+    hold0(e, "pb-h0-lease", "lock", "lease");
+    hold0(e, "pb-h0-opt", "lock", "optimistic");
+    hold0(e, "pb-h0-atomic", "atomic", NULL);
+}
+
 /* Three clients in four order 7 units (more than a segment's 5: several segments in
  * one statement), the others 1 unit (batched), at once on 4 segments of 5: nothing
  * oversold, every unit a 201 sold is in the tables. */
@@ -176,20 +299,147 @@ static void multi_beside(struct env *e, const char *lock, int batch)
     assert_true(c.units <= 20);
 }
 
-/* Multi-segment orders beside single ones, unbatched, on `lease`: a multi-segment
- * deduction that sells nothing (a part short by the time it runs) gives its parts' leases
- * back, as the engine expects of every store (a Redis script releases its tokens' locks
- * whatever it answers); kept until they expired, they made the orders after them wait out
+static void test_pg_batch_beside_multi_segment_orders(void **state)
+{
+    multi_beside(*state, "row", 16);
+    multi_beside(*state, "lease", 16);
+}
+
+/* The same crowd unbatched on `lease`: a multi-segment deduction that sells nothing
+ * (a part short by the time it runs) gives its parts' leases back, as the engine
+ * expects of every store (a Redis script releases its tokens' locks whatever it
+ * answers); kept until they expired, they made the orders after them wait out
  * lock_wait_ms and answer 503 busy. */
 static void test_pg_lease_multi_gives_leases_back(void **state)
 {
     multi_beside(*state, "lease", 1);
 }
 
+/* ---- a holder that lost its lock ------------------------------------------------ */
+
+struct lost {
+    struct env *e;
+    h_svc *a;
+    const char *sku;
+    struct crowd on_a, on_b;
+    void (*lose)(struct lost *l); /* A's holder loses its lock, B sells everything */
+    bool held;
+};
+
+static void lost_b(int idx, void *ctx)
+{
+    crowd_order(idx, &((struct lost *)ctx)->on_b);
+}
+
+static void lost_main(int idx, void *ctx)
+{
+    struct lost *l = ctx;
+    if (idx > 0) {
+        crowd_order(idx, &l->on_a);
+        return;
+    }
+    /* The controller: A holds the segment with its other orders queued behind it. */
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM segments WHERE sku = '%s' AND lease_until > now()"
+             " UNION ALL SELECT count(*) FROM pg_stat_activity WHERE"
+             " state = 'idle in transaction' ORDER BY 1 DESC LIMIT 1",
+             l->sku);
+    long long end = h_now_ms() + 10000;
+    while (!(l->held = h_pg_scalar(l->e->pg, sql) > 0) && h_now_ms() < end)
+        h_sleep_ms(5);
+    if (!l->held)
+        return;
+    h_sleep_ms(150); /* A's other orders queue up behind the holder */
+    l->lose(l);
+    pthread_mutex_init(&l->on_b.mu, NULL);
+    h_parallel(12, lost_b, l);
+    pthread_mutex_destroy(&l->on_b.mu);
+    h_svc_resume(l->a);
+}
+
+/* lease: A frozen (SIGSTOP) past its 500 ms lease. */
+static void freeze_a(struct lost *l)
+{
+    assert_int_equal(h_svc_pause(l->a), 0);
+    h_sleep_ms(700);
+}
+
+/* row: the backend of A's open transaction terminated (A goes on running). */
+static void terminate_a(struct lost *l)
+{
+    assert_true(
+        h_pg_scalar(l->e->pg,
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE state = 'idle in transaction'") >= 1);
+}
+
+/* A's holder (hold 1500 ms) has 9 orders of its loop queued when it loses its lock;
+ * B sells all 10 units. A's batch then goes to a lock it no longer holds: none of it
+ * is sold or recorded (lease: FENCED, 409; row: the transaction is gone, 503). */
+static void lost_batch(struct env *e, const char *sku, const char *lock, const char *ttl,
+                       void (*lose)(struct lost *l))
+{
+    h_deadline(90);
+    h_svc *a = start_svc(e->pg, ttl);
+    assert_non_null(a);
+    h_svc *b = start_svc(e->pg, ttl);
+    assert_non_null(b);
+    struct lost l;
+    memset(&l, 0, sizeof l);
+    l.e = e;
+    l.a = a;
+    l.sku = sku;
+    l.lose = lose;
+    l.on_a = (struct crowd){.port = h_svc_port(a), .sku = sku, .qty = one};
+    l.on_b = (struct crowd){.port = h_svc_port(b), .sku = sku, .qty = one};
+    pthread_mutex_init(&l.on_a.mu, NULL);
+    assert_int_equal(put_batch(l.on_b.port, sku, 10, 1, "lock", lock, 1500, 64), 0);
+    assert_int_equal(h_parallel(11, lost_main, &l), 0);
+    pthread_mutex_destroy(&l.on_a.mu);
+    assert_true(l.held);
+    fprintf(stderr,
+            "%s: A: 201 %d, sold out %d, 503 %d, other %d; B: 201 %d, sold out %d\n",
+            lock, l.on_a.created, l.on_a.sold_out, l.on_a.unavailable, l.on_a.other,
+            l.on_b.created, l.on_b.sold_out);
+    assert_int_equal(l.on_b.created, 10);
+    assert_int_equal(l.on_a.created, 0);
+    assert_int_equal(l.on_a.sold_out + l.on_a.unavailable + l.on_a.other, 10);
+    assert_true(h_stat(l.on_a.port, TOKEN, "batches") >= 1); /* the batch was sent */
+    assert_int_equal(h_stat(l.on_a.port, TOKEN, "orders_confirmed"), 0);
+    assert_int_equal(h_audit(l.on_b.port, TOKEN, sku, 10, true), 0);
+    audit_rows(e->pg, sku, 10, 10);
+    assert_int_equal(h_svc_stop_clean(a), 0);
+    assert_int_equal(h_svc_stop_clean(b), 0);
+    h_svc_free(a);
+    h_svc_free(b);
+}
+
+static void test_pg_batch_frozen_lease(void **state)
+{
+    lost_batch(*state, "pb-frozen", "lease", "500", freeze_a);
+}
+
+/* A TTL of 5 s: no renewal falls inside the 1.5 s hold (one would find the session
+ * gone and send no batch at all). */
+static void test_pg_batch_row_backend_terminated(void **state)
+{
+    lost_batch(*state, "pb-killed", "row", "5000", terminate_a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pg_batch_setting),
+        cmocka_unit_test(test_pg_batch_sellout_row),
+        cmocka_unit_test(test_pg_batch_sellout_lease),
+        cmocka_unit_test(test_pg_batch_sellout_optimistic),
+        cmocka_unit_test(test_pg_batch_duplicate_ids),
+        cmocka_unit_test(test_pg_batch_hold0),
         cmocka_unit_test(test_pg_lease_multi_gives_leases_back),
+        cmocka_unit_test(test_pg_batch_beside_multi_segment_orders),
+        cmocka_unit_test(test_pg_batch_frozen_lease),
+        cmocka_unit_test(test_pg_batch_row_backend_terminated),
     };
     return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -51,7 +51,7 @@ static void later_int(struct pg_store *s, store_int_fn fn, void *arg, int value)
 static unsigned caps(const store *s)
 {
     (void)s;
-    return STORE_CAP_MULTI_ONE | STORE_CAP_KEEP;
+    return STORE_CAP_MULTI_ONE | STORE_CAP_KEEP | STORE_CAP_BATCH;
 }
 
 static void store_free(store *st)
@@ -106,6 +106,7 @@ static void on_meta(void *arg, int rc, PGresult *const *res, int n)
              * is): the engine is told the SKU has none. */
             .rebalance = false,
             .replicated = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
+            .batch = (int)pgb_cell(r, 0, 8),
         };
         snprintf(m.mode, sizeof m.mode, "%s", PQgetvalue(r, 0, 1));
         pgb_scheme_set(k->s, k->sku, PQgetvalue(r, 0, 2));
@@ -121,7 +122,7 @@ static void meta_read(store *st, const char *sku, store_meta_fn fn, void *arg)
     const char *p[] = {sku};
     const struct pgc_stmt q = {
         "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
-        " replicated FROM skus WHERE sku = $1",
+        " replicated, batch FROM skus WHERE sku = $1",
         1, p};
     pgc_call(self(st)->plain, 0, 0, &q, 1, on_meta, k);
 }
@@ -533,6 +534,7 @@ static const struct store_ops pg_ops = {
     .renew = renew,
     .release = release,
     .deduct = deduct,
+    .deduct_batch = pgb_deduct_batch,
     .deduct_multi = pgb_deduct_multi,
     .id_for_segment = id_for_segment,
     .wait = wait_durable,

@@ -51,7 +51,13 @@ static const char *const m2[] = {
     NULL,
 };
 
-static const char *const *const migrations[] = {m1, m2};
+/* 3: a SKU's group commit, "batch" (the orders one hold of a segment's lock sells). */
+static const char *const m3[] = {
+    "ALTER TABLE skus ADD COLUMN batch int NOT NULL DEFAULT 1",
+    NULL,
+};
+
+static const char *const *const migrations[] = {m1, m2, m3};
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
 
 /* Serializes migrations of several instances on one database. */
