@@ -453,6 +453,11 @@ static void on_deducted(void *arg, int rc, const struct pgs_res *r)
         pgs_lease_release(k->s->plain, k->sku, k->seg, k->token, NULL, NULL);
     if (k->scheme == SCHEME_OPT && rc == 0 && r->code == PGS_OK && k->keep)
         pgb_held_add(k->s, k->token, SCHEME_OPT)->version = r->version;
+    if (k->scheme == SCHEME_ROW && rc == 0 && r->code == PGS_OK && r->txn != 0) {
+        struct held *h = pgb_held_add(k->s, k->token, SCHEME_ROW); /* kept */
+        h->c = k->c;
+        h->txn = r->txn;
+    }
     reply_pgs(k, rc, r);
 }
 
@@ -492,8 +497,10 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
     if (k->scheme == SCHEME_LEASE) {
         pgs_lease_deduct(s->plain, sku, i, token, id, qty, record, keep, on_deducted, k);
     } else if (k->scheme == SCHEME_ROW && h != NULL && h->scheme == SCHEME_ROW) {
-        /* COMMIT ends the hold: a kept lock is taken again by its next deduction */
-        pgs_row_deduct(h->c, h->txn, sku, i, id, qty, record, on_deducted, k);
+        /* kept: the row locked again behind the COMMIT, for the next order's hold */
+        k->c = h->c;
+        (keep ? pgs_row_deduct_keep : pgs_row_deduct)(h->c, h->txn, sku, i, id, qty,
+                                                      record, on_deducted, k);
     } else if (k->scheme == SCHEME_ROW) {
         pgs_row_deduct_now(s->plain, sku, i, id, qty, record, on_deducted, k);
     } else if (h != NULL && h->scheme == SCHEME_OPT) {
