@@ -472,6 +472,17 @@ static void on_opt_read(void *arg, int rc, const struct pgs_res *r)
                    on_deducted, k);
 }
 
+/* The pool's connections besides `c` that no transaction holds. A kept row lock
+ * holds its connection across orders (up to 16): the loop's other holds need the
+ * rest, or their BEGIN waits for a kept transaction to end. */
+static int pool_spare(struct pg_store *s, const pgc_conn *c)
+{
+    int spare = 0;
+    for (int i = 0; i < pgp_size(s->pool); i++)
+        spare += pgp_at(s->pool, i) != c && !pgc_held(pgp_at(s->pool, i));
+    return spare;
+}
+
 static bool deduct(store *st, const char *sku, long long epoch, int i, const char *token,
                    long long fence, const char *attempt, const char *id, long long qty,
                    const char *record, long long until, bool keep, store_reply_fn fn,
@@ -497,10 +508,14 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
     if (k->scheme == SCHEME_LEASE) {
         pgs_lease_deduct(s->plain, sku, i, token, id, qty, record, keep, on_deducted, k);
     } else if (k->scheme == SCHEME_ROW && h != NULL && h->scheme == SCHEME_ROW) {
-        /* kept: the row locked again behind the COMMIT, for the next order's hold */
+        /* kept: the row locked again behind the COMMIT, for the next order's hold --
+         * while two more of the pool's connections stay free for the loop's other
+         * ACQUIREs (else COMMIT ends the hold and the next holder's deduction takes
+         * the row lock: keeping at any cost held every connection of a loop at 20
+         * segments, its other ACQUIREs waiting behind the kept transactions) */
         k->c = h->c;
-        (keep ? pgs_row_deduct_keep : pgs_row_deduct)(h->c, h->txn, sku, i, id, qty,
-                                                      record, on_deducted, k);
+        (keep && pool_spare(s, h->c) > 1 ? pgs_row_deduct_keep : pgs_row_deduct)(
+            h->c, h->txn, sku, i, id, qty, record, on_deducted, k);
     } else if (k->scheme == SCHEME_ROW) {
         pgs_row_deduct_now(s->plain, sku, i, id, qty, record, on_deducted, k);
     } else if (h != NULL && h->scheme == SCHEME_OPT) {

@@ -20,9 +20,9 @@
  * transaction recorded meanwhile sells nothing); `u` takes what `o` inserted from the
  * stock and (SET_MORE) gives the lease back, when the lock is the caller's, whatever
  * sold. Nothing is sold when the lock is not the caller's or the SKU was reset: `w` is
- * empty then. Columns per order, in order: sold, left
- * after it, the record its id has, and for the batch the segment found, MINE, fresh,
- * whether `u` ran; and whether the order would have sold. */
+ * empty then. Columns per order, in order: sold, left after it, the record its id has;
+ * for the batch: the segment found, MINE, fresh, whether `u` ran; and whether the
+ * order would have sold (fitted, its id new as of the statement's snapshot). */
 #define BATCH_SQL(MINE, LOCK, SET_MORE)                                                  \
     "WITH RECURSIVE i AS (SELECT * FROM unnest($5::text[], $6::bigint[], $7::text[])"    \
     " WITH ORDINALITY AS t(id, qty, rec, k)),"                                           \
