@@ -111,7 +111,9 @@ Scenarios, in run order (--only picks groups)
             with --store postgres://... --threads 6): "lock" "row", "lease",
             "optimistic" at the same three points, "mode" "atomic" at hold 0 ms, then
             the database's ceiling: pgbench (--connections clients, --duration) running
-            atomic's conditional UPDATE alone (atomic / pgbench: issue 23's >= 0.7).
+            atomic's conditional UPDATE alone (atomic / pgbench: issue 23's >= 0.7);
+            group commit: atomic hold 0 at batch 64, row and lease hold 20 ms on 1
+            segment at batch 64 (>= 1000 orders/s).
             locks and pg: every run audited as above; loadtest/lockload.py, and
             <timestamp>-locks.png plots them side by side
 

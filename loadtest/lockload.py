@@ -12,7 +12,9 @@ Contract
             --store postgres://... and --threads PG_THREADS (the `row` scheme holds a
             pooled connection per hold: 4 per event loop); for each of PG_LOCKS the
             same three points, then `"mode": "atomic"` at hold 0 ms on 20 segments,
-            then pgbench running that mode's conditional UPDATE alone (run_pgbench).
+            at batch 1 and 64, and hold 20 ms on 1 segment at batch 64 for row and
+            lease (PG_EXTRA: group commit), then pgbench running atomic's
+            conditional UPDATE alone (run_pgbench).
             Every run is a drive.py orders_row: a fresh SKU, wrk, the usual audit.
   Processes started through drive.py's Children (stopped by pid, last first), on
             127.0.0.1 and free ports, each waited for at most WAIT_S; the group's
@@ -40,6 +42,17 @@ WAIT_S = 30  # the longest any server of the groups may take to answer
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 BIG_STOCK = 100000000
 TARGET = 19  # 20 / 1 segments at hold 20 ms
+# The pg group's rows after the schemes' three points: (name, strategy, mode,
+# segments, hold_ms, settings); group commit (postgres/batch.c) at batch 64.
+PG_EXTRA = (
+    ("pg-atomic-h0", "pg: mode atomic", "atomic", 20, 0, {}),
+    ("pg-atomic-h0-b64", "pg: mode atomic, batch 64", "atomic", 20, 0, {"batch": 64}),
+    ("pg-row-h20-1-b64", "pg: lock row, batch 64", "lock", 1, 20,
+     {"lock": "row", "batch": 64}),
+    ("pg-lease-h20-1-b64", "pg: lock lease, batch 64", "lock", 1, 20,
+     {"lock": "lease", "batch": 64}),
+)
+BATCH_ONE_SEG = 1000  # issue 26: hold 20 ms, 1 segment, batch 64 >= 1000 orders/s
 
 
 def port_answers(port, probe=None, reply=None):
@@ -273,7 +286,8 @@ class Group:
         run.finish(row, f"{'-' if tps is None else round(tps)} UPDATEs/s, {n} in all")
 
     def scenarios(self, locks, extra_rows):
-        """The three points of each lock, then `extra_rows` (name, strategy, settings)."""
+        """The three points of each lock, then `extra_rows` (name, strategy, mode,
+        segments, hold_ms, settings)."""
         run, dur = self.run, self.run.o.duration
         for lock in locks:
             s = {"lock": lock}
@@ -287,10 +301,11 @@ class Group:
                                            settings=s)
                 row.update(lock_group=self.name, lock=lock)
                 run.finish(row, text)
-        for name, strategy, mode, settings in extra_rows:
-            row, text = run.orders_row(name, strategy, mode, 20, 0, BIG_STOCK, "active",
-                                       dur, settings=settings)
-            row.update(lock_group=self.name, lock=mode)
+        for name, strategy, mode, segs, hold, settings in extra_rows:
+            row, text = run.orders_row(name, strategy, mode, segs, hold, BIG_STOCK,
+                                       "active", dur, settings=settings)
+            row.update(lock_group=self.name, lock=settings.get("lock", mode),
+                       batch=settings.get("batch", 1))
             run.finish(row, text)
 
 
@@ -319,7 +334,7 @@ def run_group(d, run, name):
         if name == "locks":
             g.scenarios(LOCKS, [])
         else:
-            g.scenarios(PG_LOCKS, [("pg-atomic-h0", "pg: mode atomic", "atomic", {})])
+            g.scenarios(PG_LOCKS, PG_EXTRA)
             g.run_pgbench(pg_port)
     finally:
         for p, _ in list(reversed(run.children.live[before:])):
@@ -362,6 +377,21 @@ def summary(rows):
                     "h0_p99_ms": None, "h20_1": None, "h20_20": None,
                     "ratio": None, "met": None, "audits": bench.get("audit"),
                     "atomic_over_ceiling": atomic / ceiling if atomic and ceiling else None})
+    b64 = _rate(by.get("pg-atomic-h0-b64"))
+    if b64 is not None or by.get("pg-row-h20-1-b64") is not None:
+        atomic = next((s["h0"] for s in out if s["lock"] == "atomic"), None)
+        ceiling = _rate(bench)
+        out.append({"group": "pg", "lock": "batch64", "batch": True,
+                    "label": "postgres, batch 64", "h0": b64, "h0_p99_ms":
+                    (by.get("pg-atomic-h0-b64") or {}).get("p99_ms"),
+                    "h20_1": _rate(by.get("pg-row-h20-1-b64")),
+                    "h20_1_lease": _rate(by.get("pg-lease-h20-1-b64")),
+                    "h20_20": None, "ratio": None, "met": None,
+                    "audits": "ok" if all(r is None or r.get("audit") == "ok" for r in (
+                        by.get(n) for n in ("pg-atomic-h0-b64", "pg-row-h20-1-b64",
+                                            "pg-lease-h20-1-b64"))) else "FAILED",
+                    "b64_over_b1": b64 / atomic if b64 and atomic else None,
+                    "b64_over_ceiling": b64 / ceiling if b64 and ceiling else None})
     return out
 
 
@@ -381,6 +411,14 @@ def fmt_summary(summ):
         if s.get("ceiling"):
             lines += ["", f"PostgreSQL: atomic / pgbench = {f(s['atomic_over_ceiling'], 2)} "
                           f"(issue 23's target >= 0.7)."]
+        if s.get("batch"):
+            one = s["h20_1"]
+            met = "" if one is None else (" yes" if one >= BATCH_ONE_SEG else " NO")
+            lines += ["", f"PostgreSQL group commit (batch 64): atomic hold 0 "
+                          f"{f(s['h0'])} orders/s = {f(s['b64_over_b1'], 2)} x batch 1, "
+                          f"{f(s['b64_over_ceiling'], 2)} x pgbench (target >= 0.7); "
+                          f"hold 20 ms, 1 segment: row {f(one)}{met}, lease "
+                          f"{f(s['h20_1_lease'])} orders/s (target >= {BATCH_ONE_SEG})."]
     return lines
 
 

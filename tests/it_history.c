@@ -173,12 +173,13 @@ struct sku_spec {
 
 #ifdef HISTORY_PG
 /* One SKU per PostgreSQL scheme; a reset keeps the scheme (a flip to atomic and back
- * too), so each meets one and several segments and multi-segment orders. */
+ * too), so each meets one and several segments and multi-segment orders; row, lease
+ * and atomic with group commit (postgres/batch.c). */
 static const struct sku_spec specs[N_SKUS] = {
-    {"p-row", 40, {1, 4, 20}, "lock", 2, NULL, "row", 0},
-    {"p-lease", 60, {4, 1, 20}, "lock", 3, NULL, "lease", 0},
+    {"p-row", 40, {1, 4, 20}, "lock", 2, NULL, "row", 8},
+    {"p-lease", 60, {4, 1, 20}, "lock", 3, NULL, "lease", 4},
     {"p-opt", 200, {20, 4, 1}, "lock", 0, NULL, "optimistic", 0},
-    {"p-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, "row", 0},
+    {"p-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, "row", 8},
 };
 #elif !defined(HISTORY_CLUSTER)
 static const struct sku_spec specs[N_SKUS] = {

@@ -140,7 +140,7 @@ static long long cell(const PGresult *r, int row, int col)
 static unsigned caps(admin *a)
 {
     (void)a;
-    return 0;
+    return ADMIN_CAP_BATCH; /* deduct_batch (postgres/batch.c) */
 }
 
 static void admin_free(admin *a)
@@ -172,7 +172,7 @@ static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[
     const char *p[] = {sku};
     PGresult *r = run(self(a),
                       "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
-                      " rebalance, replicated FROM skus WHERE sku = $1",
+                      " rebalance, replicated, batch FROM skus WHERE sku = $1",
                       1, p);
     if (r == NULL || !ok(r)) {
         if (r != NULL)
@@ -189,6 +189,7 @@ static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[
             .gen = cell(r, 0, 6),
             .rebalance = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
             .replicated = strcmp(PQgetvalue(r, 0, 8), "t") == 0,
+            .batch = (int)cell(r, 0, 9),
         };
         snprintf(m->mode, sizeof m->mode, "%s", PQgetvalue(r, 0, 1));
         snprintf(lock, 16, "%s", PQgetvalue(r, 0, 2));
@@ -588,8 +589,9 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
             return -1;
         return answer(a, STORE_OK, 0, out);
     }
-    char segs[16], hold[16], stock[24], ep[24];
+    char segs[16], hold[16], stock[24], ep[24], batch[16];
     snprintf(segs, sizeof segs, "%d", to->segments);
+    snprintf(batch, sizeof batch, "%d", to->batch > 1 ? to->batch : 1);
     snprintf(hold, sizeof hold, "%d", to->hold_ms);
     snprintf(stock, sizeof stock, "%lld", to->stock);
     snprintf(ep, sizeof ep, "%lld", to->epoch);
@@ -602,19 +604,20 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
                         hold,
                         ep,
                         to->rebalance ? "true" : "false",
-                        to->replicated ? "true" : "false"};
+                        to->replicated ? "true" : "false",
+                        batch};
     const char *split[] = {sku, stock, segs};
     if (step(
             a,
             "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
-            " rebalance, replicated) VALUES ($1, $2::int, $3::bigint, $4, $5, $6::int,"
-            " $7::bigint, $7::bigint, $8::boolean, $9::boolean) ON CONFLICT (sku) DO "
-            "UPDATE SET"
+            " rebalance, replicated, batch) VALUES ($1, $2::int, $3::bigint, $4, $5,"
+            " $6::int, $7::bigint, $7::bigint, $8::boolean, $9::boolean, $10::int)"
+            " ON CONFLICT (sku) DO UPDATE SET"
             " segments = excluded.segments, initial = excluded.initial,"
             " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
             " epoch = excluded.epoch, gen = excluded.gen, rebalance = excluded.rebalance,"
-            " replicated = excluded.replicated",
-            9, up, NULL) != 0 ||
+            " replicated = excluded.replicated, batch = excluded.batch",
+            10, up, NULL) != 0 ||
         step(a, "DELETE FROM segments WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a,

@@ -52,7 +52,7 @@ static void later_int(struct pg_store *s, store_int_fn fn, void *arg, int value)
 static unsigned caps(const store *s)
 {
     (void)s;
-    return STORE_CAP_MULTI_ONE | STORE_CAP_KEEP;
+    return STORE_CAP_MULTI_ONE | STORE_CAP_KEEP | STORE_CAP_BATCH;
 }
 
 static void store_free(store *st)
@@ -105,6 +105,7 @@ static void on_meta(void *arg, int rc, PGresult *const *res, int n)
             .gen = pgb_cell(r, 0, 6),
             .rebalance = strcmp(PQgetvalue(r, 0, 8), "t") == 0, /* adjust: spread.c */
             .replicated = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
+            .batch = (int)pgb_cell(r, 0, 9),
         };
         snprintf(m.mode, sizeof m.mode, "%s", PQgetvalue(r, 0, 1));
         pgb_scheme_set(k->s, k->sku, PQgetvalue(r, 0, 2));
@@ -120,7 +121,7 @@ static void meta_read(store *st, const char *sku, store_meta_fn fn, void *arg)
     const char *p[] = {sku};
     const struct pgc_stmt q = {
         "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
-        " replicated, rebalance FROM skus WHERE sku = $1",
+        " replicated, rebalance, batch FROM skus WHERE sku = $1",
         1, p};
     pgc_call(self(st)->plain, 0, 0, &q, 1, on_meta, k);
 }
@@ -451,6 +452,11 @@ static void on_deducted(void *arg, int rc, const struct pgs_res *r)
         pgs_lease_release(k->s->plain, k->sku, k->seg, k->token, NULL, NULL);
     if (k->scheme == SCHEME_OPT && rc == 0 && r->code == PGS_OK && k->keep)
         pgb_held_add(k->s, k->token, SCHEME_OPT)->version = r->version;
+    if (k->scheme == SCHEME_ROW && rc == 0 && r->code == PGS_OK && r->txn != 0) {
+        struct held *h = pgb_held_add(k->s, k->token, SCHEME_ROW); /* kept */
+        h->c = k->c;
+        h->txn = r->txn;
+    }
     reply_pgs(k, rc, r);
 }
 
@@ -463,6 +469,17 @@ static void on_opt_read(void *arg, int rc, const struct pgs_res *r)
     }
     pgs_opt_deduct(k->s->plain, k->sku, k->seg, r->version, k->id, k->qty, k->record,
                    on_deducted, k);
+}
+
+/* The pool's connections besides `c` that no transaction holds. A kept row lock
+ * holds its connection across orders (up to 16): the loop's other holds need the
+ * rest, or their BEGIN waits for a kept transaction to end. */
+static int pool_spare(struct pg_store *s, const pgc_conn *c)
+{
+    int spare = 0;
+    for (int i = 0; i < pgp_size(s->pool); i++)
+        spare += pgp_at(s->pool, i) != c && !pgc_held(pgp_at(s->pool, i));
+    return spare;
 }
 
 static bool deduct(store *st, const char *sku, long long epoch, int i, const char *token,
@@ -490,8 +507,14 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
     if (k->scheme == SCHEME_LEASE) {
         pgs_lease_deduct(s->plain, sku, i, token, id, qty, record, keep, on_deducted, k);
     } else if (k->scheme == SCHEME_ROW && h != NULL && h->scheme == SCHEME_ROW) {
-        /* COMMIT ends the hold: a kept lock is taken again by its next deduction */
-        pgs_row_deduct(h->c, h->txn, sku, i, id, qty, record, on_deducted, k);
+        /* kept: the row locked again behind the COMMIT, for the next order's hold --
+         * while two more of the pool's connections stay free for the loop's other
+         * ACQUIREs (else COMMIT ends the hold and the next holder's deduction takes
+         * the row lock: keeping at any cost held every connection of a loop at 20
+         * segments, its other ACQUIREs waiting behind the kept transactions) */
+        k->c = h->c;
+        (keep && pool_spare(s, h->c) > 1 ? pgs_row_deduct_keep : pgs_row_deduct)(
+            h->c, h->txn, sku, i, id, qty, record, on_deducted, k);
     } else if (k->scheme == SCHEME_ROW) {
         pgs_row_deduct_now(s->plain, sku, i, id, qty, record, on_deducted, k);
     } else if (h != NULL && h->scheme == SCHEME_OPT) {
@@ -532,6 +555,7 @@ static const struct store_ops pg_ops = {
     .renew = renew,
     .release = release,
     .deduct = deduct,
+    .deduct_batch = pgb_deduct_batch,
     .deduct_multi = pgb_deduct_multi,
     .adjust = pgb_adjust,
     .id_for_segment = id_for_segment,

@@ -1,7 +1,6 @@
 /* handle.h -- the PostgreSQL store's handle, shared by its files (backend.c, the ops;
- * multi.c, the deduction over several segments; spread.c, the adjust on the loop;
- * handle.c, its small tables): private
- * to segments/postgres/.
+ * multi.c, the deduction over several segments; batch.c, group commit; spread.c, the
+ * adjust on the loop; handle.c, its small tables): private to segments/postgres/.
  *
  * A handle lives on one loop (store.h). It remembers each SKU's lock scheme as its
  * last meta_read said (`known`), and the locks it holds by token (`held`): a `row`
@@ -95,5 +94,10 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
 void pgb_deduct_multi(store *st, const char *sku, long long epoch, const char *id,
                       const char *record, const char *attempt,
                       const struct store_parts *p, store_multi_fn fn, void *arg);
+
+/* store_ops.deduct_batch (batch.c). */
+bool pgb_deduct_batch(store *st, const char *sku, long long epoch, int i,
+                      const char *token, long long fence, int n,
+                      const struct store_batch_order *b, store_batch_fn fn, void *arg);
 
 #endif

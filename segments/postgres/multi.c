@@ -10,6 +10,13 @@
 
 static void multi_done(struct call *k, int rc, int code, const long long *stocks)
 {
+    /* The parts' locks go whatever the deduction answered, as a Redis script's do
+     * (the engine takes them as given back): a lease the statement did not release
+     * (nothing deducted) is released here, by its owner's token. */
+    for (int j = 0;
+         k->scheme == SCHEME_LEASE && (rc != 0 || code != STORE_OK) && j < k->n; j++)
+        pgs_lease_release(k->s->plain, k->sku, (int)k->part[k->n + j], k->tok[j], NULL,
+                          NULL);
     struct store_reply r = {.code = code};
     if (code == STORE_EXISTS)
         r.record = k->record, k->record = NULL;

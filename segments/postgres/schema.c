@@ -53,7 +53,13 @@ static const char *const m2[] = {
 };
 
 /* 3: reservations (holds.h; its statements in holds_sql.c). */
-static const char *const *const migrations[] = {m1, m2, pgh_schema};
+/* 4: a SKU's group commit, "batch" (the orders one hold of a segment's lock sells). */
+static const char *const m4[] = {
+    "ALTER TABLE skus ADD COLUMN batch int NOT NULL DEFAULT 1",
+    NULL,
+};
+
+static const char *const *const migrations[] = {m1, m2, pgh_schema, m4};
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
 
 /* Serializes migrations of several instances on one database. */

@@ -267,16 +267,17 @@ void pgs_row_take(pgc_conn *c, const char *sku, int seg, long long qty, pgs_fn f
     }
 }
 
+/* o->txn: the transaction when the call keeps it (pgs_row_deduct_keep), else 0. */
 static void on_row_deduct(void *arg, int rc, PGresult *const *res, int n)
 {
     struct op *o = arg;
     struct pgs_res r = {.seg = o->seg};
-    if (rc != 0 || n != 3) {
+    if (rc != 0 || n != (o->txn != 0 ? 5 : 3)) {
         reply(o, -1, &r);
         return;
     }
     int code = 0;
-    if (first_error(res, n, &code) != 0) {
+    if (first_error(res, 3, &code) != 0) { /* the sale's statements */
         if (code < 0 || code == PGS_BUSY) {
             reply(o, -1, &r);
             return;
@@ -292,20 +293,29 @@ static void on_row_deduct(void *arg, int rc, PGresult *const *res, int n)
     }
     r.code = PGS_OK;
     r.stock = cell(res[0], 0, 0);
+    /* kept: the row locked again in the next transaction (an error there, NOWAIT
+     * busy, has ended it: the sale stands, the lock is lost) */
+    if (o->txn != 0 && PQresultStatus(res[4]) == PGRES_TUPLES_OK &&
+        PQntuples(res[4]) == 1)
+        r.txn = o->txn;
     reply(o, 0, &r);
 }
 
-void pgs_row_deduct(pgc_conn *c, unsigned long long txn, const char *sku, int seg,
-                    const char *id, long long qty, const char *record, pgs_fn fn,
-                    void *arg)
+/* The row deduction's statements: the sale, COMMIT, and (keep) the next transaction
+ * with the row locked again. */
+static void row_deduct(pgc_conn *c, unsigned long long txn, bool keep, const char *sku,
+                       int seg, const char *id, long long qty, const char *record,
+                       pgs_fn fn, void *arg)
 {
     struct op *o = op_new(c, fn, arg);
     o->seg = seg;
+    o->txn = keep ? txn : 0;
     char s[16], q[24];
     snprintf(s, sizeof s, "%d", seg);
     snprintf(q, sizeof q, "%lld", qty);
     const char *up[] = {sku, s, q};
     const char *ins[] = {id, sku, s, q, record};
+    const char *lk[] = {sku, s};
     const struct pgc_stmt st[] = {
         {"UPDATE segments SET stock = stock - $3::bigint WHERE sku = $1 AND seg = $2::int"
          " RETURNING stock",
@@ -314,8 +324,25 @@ void pgs_row_deduct(pgc_conn *c, unsigned long long txn, const char *sku, int se
          " VALUES ($1, $2, $3::int, $4::bigint, $5)",
          5, ins},
         {"COMMIT", 0, NULL},
+        {"BEGIN", 0, NULL},
+        {"SELECT seg FROM segments WHERE sku = $1 AND seg = $2::int FOR UPDATE NOWAIT", 2,
+         lk},
     };
-    pgc_call(c, txn, PGC_END, st, 3, on_row_deduct, o);
+    pgc_call(c, txn, keep ? 0 : PGC_END, st, keep ? 5 : 3, on_row_deduct, o);
+}
+
+void pgs_row_deduct_keep(pgc_conn *c, unsigned long long txn, const char *sku, int seg,
+                         const char *id, long long qty, const char *record, pgs_fn fn,
+                         void *arg)
+{
+    row_deduct(c, txn, true, sku, seg, id, qty, record, fn, arg);
+}
+
+void pgs_row_deduct(pgc_conn *c, unsigned long long txn, const char *sku, int seg,
+                    const char *id, long long qty, const char *record, pgs_fn fn,
+                    void *arg)
+{
+    row_deduct(c, txn, false, sku, seg, id, qty, record, fn, arg);
 }
 
 static void on_row_release(void *arg, int rc, PGresult *const *res, int n)

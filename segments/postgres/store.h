@@ -100,6 +100,14 @@ void pgs_row_take(pgc_conn *c, const char *sku, int seg, long long qty, pgs_fn f
 void pgs_row_deduct(pgc_conn *c, unsigned long long txn, const char *sku, int seg,
                     const char *id, long long qty, const char *record, pgs_fn fn,
                     void *arg);
+/* pgs_row_deduct, then the lock kept for the holder's next order: COMMIT, BEGIN and
+ * the row locked again (NOWAIT) in the same call, so another holder can only take the
+ * row in the microseconds between. OK with r->txn = txn when it was locked again (the
+ * transaction goes on: the next pgs_row_deduct(_keep) or pgs_row_release), 0 when
+ * not (the sale stands; the transaction is over). Other answers as pgs_row_deduct. */
+void pgs_row_deduct_keep(pgc_conn *c, unsigned long long txn, const char *sku, int seg,
+                         const char *id, long long qty, const char *record, pgs_fn fn,
+                         void *arg);
 /* Roll back: the lock is given up. fn may be NULL. */
 void pgs_row_release(pgc_conn *c, unsigned long long txn, pgs_fn fn, void *arg);
 
