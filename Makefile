@@ -12,6 +12,7 @@
 #   make soak SECONDS=600  the randomized history checker, round after round (tests/soak.sh)
 #   make soak CLUSTER=1    the same on a Redis Cluster with failovers (tests/it_history_cluster.c)
 #   make soak PG=1         the same on the PostgreSQL store (tests/it_history_pg.c)
+#   make soak LOCKS=1      the same on lock-service SKUs (tests/it_history_locks.c)
 #   make install [PREFIX=/usr/local DESTDIR=]   daemon, unit, man page, /etc config
 #   make deb              build/inventoryd_<version>_<arch>.deb (packaging/build-deb.sh)
 #   make format / make format-check / make clean
@@ -205,12 +206,13 @@ clean:
 # CLUSTER=1: its cluster variant (tests/it_history_cluster.c), a fresh 3+3 Redis Cluster
 # per round with failovers; HISTORY_CLUSTER_ALL=1 adds every kind and hard failovers.
 # PG=1: its PostgreSQL variant (tests/it_history_pg.c), a fresh PostgreSQL per round.
+# LOCKS=1: its lock-service variant (tests/it_history_locks.c), fresh servers per round.
 SECONDS    ?= 600
 SOAK_ROUND ?= 60
-SOAK_BIN   := $(if $(CLUSTER),it_history_cluster,$(if $(PG),it_history_pg,it_history))
+SOAK_BIN   := $(if $(CLUSTER),it_history_cluster,$(if $(PG),it_history_pg,$(if $(LOCKS),it_history_locks,it_history)))
 soak: deps
 	@$(MAKE) --no-print-directory $(BIN) $(BUILD)/tests/$(SOAK_BIN)
-	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(if $(CLUSTER),--cluster)$(if $(PG), --pg) $(BUILD)
+	@tests/soak.sh --seconds $(SECONDS) --round $(SOAK_ROUND) $(if $(CLUSTER),--cluster)$(if $(PG), --pg)$(if $(LOCKS), --locks) $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: the daemon in $(PREFIX)/sbin, the systemd
 # unit in $(UNITDIR), the manual page inventoryd(8), /etc/logrotate.d/inventoryd, and

@@ -61,7 +61,9 @@
  * send; orders are always sent. tests/it_history_cluster.c compiles this file again
  * with HISTORY_CLUSTER defined: the same clients and checks on a Redis Cluster with
  * replicated SKUs and failovers (its header says what differs); it_history_pg.c with
- * HISTORY_PG: on the PostgreSQL store, with checks of its tables.
+ * HISTORY_PG: on the PostgreSQL store, with checks of its tables; it_history_locks.c
+ * with HISTORY_LOCKS: SKUs whose locks live in ZooKeeper, RedLock and memcached, each
+ * service faulted during the run.
  *
  * The ledger (standalone only; HISTORY_LEDGER=0 turns it off): every instance runs
  * with `--ledger` to a PostgreSQL the fixture starts (~2 s of a 22 s run), so every SKU
@@ -112,11 +114,14 @@
 #define PACE_US 3000             /* a client pauses 0..PACE_US between ops */
 #define SHOW_PER_CATEGORY 8      /* violations printed per category (all go to the log) */
 #define NEVER LLONG_MAX
+#ifndef MODE_FLIP_PERCENT
+#define MODE_FLIP_PERCENT 15 /* resets that flip the SKU's mode (lock <-> atomic) */
+#endif
 
 /* The variant: this file alone is the standalone checker; tests/it_history_cluster.c
- * defines HISTORY_CLUSTER (it_history_pg.c HISTORY_PG), includes it and adds its own
- * fixture and chaos. */
-#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
+ * defines HISTORY_CLUSTER (it_history_pg.c HISTORY_PG, it_history_locks.c
+ * HISTORY_LOCKS), includes it and adds its own fixture and chaos. */
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG) && !defined(HISTORY_LOCKS)
 #define HISTORY_NAME "it_history"
 #define DEFAULT_OPS OPS_ALL /* kinds the clients send unless HISTORY_OPS says */
 #define RETRY_UNKNOWN false /* retry an order or cancel answered 503 under its id */
@@ -151,7 +156,7 @@ static const char *const kind_name[K__COUNT] = {
 /* Reservations: a standalone Redis and PostgreSQL (it_history_pg.c's HISTORY_PG) so
  * far (docs/DESIGN.md "Reservations"; not on a cluster). */
 #define OPS_RESV ((1u << K_RESERVE) | (1u << K_CONFIRM) | (1u << K_RELEASE))
-#if !defined(HISTORY_CLUSTER)
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_LOCKS)
 #define OPS_ALL (OPS_ORDERS | OPS_RESV)
 #else
 #define OPS_ALL OPS_ORDERS
@@ -165,8 +170,8 @@ struct sku_spec {
     const char *mode;       /* mode at setup; a reset flips it now and then */
     int hold_max;           /* hold_ms 0..hold_max */
     const char *durability; /* sent with every reset; NULL: none (the setting's) */
-#ifdef HISTORY_PG
-    const char *lock; /* sent with every reset: the PostgreSQL scheme */
+#if defined(HISTORY_PG) || defined(HISTORY_LOCKS)
+    const char *lock; /* sent with every reset: the PostgreSQL scheme; the lock service */
 #endif
     int batch; /* sent with every reset when > 0 (group commit) */
 };
@@ -180,6 +185,16 @@ static const struct sku_spec specs[N_SKUS] = {
     {"p-lease", 60, {4, 1, 20}, "lock", 3, NULL, "lease", 4},
     {"p-opt", 200, {20, 4, 1}, "lock", 0, NULL, "optimistic", 0},
     {"p-atomic", 30, {4, 1, 20}, "atomic", 0, NULL, "row", 8},
+};
+#elif defined(HISTORY_LOCKS)
+/* One SKU per lock service (two on ZooKeeper, the service with fences of its own), in
+ * mode lock for good: mode atomic is refused with a lock service, so no reset flips
+ * it (MODE_FLIP_PERCENT). */
+static const struct sku_spec specs[N_SKUS] = {
+    {"l-zk", 40, {4, 1, 20}, "lock", 10, NULL, "zookeeper", 0},
+    {"l-redlock", 60, {1, 4, 20}, "lock", 10, NULL, "redlock", 0},
+    {"l-mc", 40, {4, 20, 1}, "lock", 10, NULL, "memcached", 0},
+    {"l-zk-twenty", 200, {20, 4, 1}, "lock", 3, NULL, "zookeeper", 0},
 };
 #elif !defined(HISTORY_CLUSTER)
 static const struct sku_spec specs[N_SKUS] = {
@@ -411,6 +426,10 @@ struct run {
     h_pg *pg; /* the PostgreSQL variant's server */
 #endif
     h_pg *ledger; /* the ledger's PostgreSQL (standalone, unless HISTORY_LEDGER=0) */
+#ifdef HISTORY_LOCKS
+    struct lock_servers *locks; /* the lock services (tests/it_history_locks.c) */
+    h_svc *svc[N_INST];         /* the instances, which its chaos freezes */
+#endif
     unsigned ops; /* the kinds clients send (OPS_ALL, HISTORY_OPS) */
     int port[N_INST];
     unsigned long long seed;
@@ -478,7 +497,7 @@ static int http_send(int port, const struct req *q, struct h_resp *r)
         if (specs[q->sku].durability != NULL)
             n += snprintf(body + n, sizeof body - (size_t)n, ",\"durability\":\"%s\"",
                           specs[q->sku].durability);
-#ifdef HISTORY_PG
+#if defined(HISTORY_PG) || defined(HISTORY_LOCKS)
         n += snprintf(body + n, sizeof body - (size_t)n, ",\"lock\":\"%s\"",
                       specs[q->sku].lock);
 #endif
@@ -762,7 +781,7 @@ static struct req reset_req(struct client *c, int s)
     q.qty = sp->stock + rng_range(&c->rng, -(int)spread, (int)spread);
     q.segments = sp->segs[rng_below(&c->rng, 3)];
     q.hold_ms = rng_range(&c->rng, 0, sp->hold_max);
-    bool flip = rng_below(&c->rng, 100) < 15;
+    bool flip = rng_below(&c->rng, 100) < MODE_FLIP_PERCENT;
     q.mode = (strcmp(sp->mode, "lock") == 0) != flip ? "lock" : "atomic";
     q.key_header = rng_below(&c->rng, 100) < 70;
     new_id(c, q.id, 'p');
@@ -900,7 +919,7 @@ static void chaos_log(struct run *run, enum kind kind, long long sent, int statu
     log_add(&run->log, &e);
 }
 
-#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG) && !defined(HISTORY_LOCKS)
 /* CLIENT KILL every normal client but ours; -1 when the connection failed. */
 static int chaos_kill(struct run *run, redisContext *rc)
 {
@@ -2366,6 +2385,9 @@ struct fixture {
     h_pg *pg; /* the PostgreSQL variant */
 #endif
     h_pg *ledger; /* standalone, unless HISTORY_LEDGER=0: the ledger's PostgreSQL */
+#ifdef HISTORY_LOCKS
+    struct lock_servers *locks; /* the lock services' servers */
+#endif
     h_svc *svc[N_INST];
 };
 
@@ -2380,7 +2402,7 @@ static const char *const svc_args[N_INST][9] = {
      "--redis-timeout-ms", "1000", NULL},
 };
 
-#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG)
+#if !defined(HISTORY_CLUSTER) && !defined(HISTORY_PG) && !defined(HISTORY_LOCKS)
 static int group_setup(void **state)
 {
     struct fixture *f = xmalloc(sizeof *f);
@@ -2411,8 +2433,13 @@ static int group_setup(void **state)
     return 0;
 }
 #else
-/* The variant's servers and the instances on them (it_history_cluster.c, _pg.c). */
+/* The variant's servers and the instances on them (it_history_cluster.c, _pg.c,
+ * _locks.c). */
 static int group_setup(void **state);
+#endif
+#ifdef HISTORY_LOCKS
+/* Stop the lock services' servers and free them (it_history_locks.c); NULL is fine. */
+static void lock_servers_free(struct lock_servers *l);
 #endif
 
 static int group_teardown(void **state)
@@ -2429,6 +2456,9 @@ static int group_teardown(void **state)
     h_cluster_free(f->cluster);
 #ifdef HISTORY_PG
     h_pg_free(f->pg);
+#endif
+#ifdef HISTORY_LOCKS
+    lock_servers_free(f->locks);
 #endif
     h_pg_free(f->ledger);
     free(f);
@@ -2462,6 +2492,11 @@ static void run_init(struct run *run, struct fixture *f)
     run->ledger = f->ledger;
 #ifdef HISTORY_PG
     run->pg = f->pg;
+#endif
+#ifdef HISTORY_LOCKS
+    run->locks = f->locks;
+    for (int i = 0; i < N_INST; i++)
+        run->svc[i] = f->svc[i];
 #endif
     run->ops = ops_from_env();
     for (int i = 0; i < N_INST; i++)

@@ -212,6 +212,57 @@ static void test_replay_cancel_restock_redlock(void **state)
     assert_int_equal(h_audit(pa, NULL, sku, 15, false), 0);
 }
 
+/* ---- fence keys ------------------------------------------------------------------- */
+
+/* How many keys of `r` match `pattern` (SCAN); -1 on error. */
+static long long count_keys(h_redis *r, const char *pattern)
+{
+    redisContext *c = h_redis_connect(r);
+    if (c == NULL)
+        return -1;
+    long long n = 0;
+    char cursor[32] = "0";
+    do {
+        redisReply *rep = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+            if (rep != NULL)
+                freeReplyObject(rep);
+            redisFree(c);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        n += (long long)rep->element[1]->elements;
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    redisFree(c);
+    return n;
+}
+
+/* The per-segment fence counters of a lock-service SKU go with its other keys: a
+ * reset to fewer segments drops the fences of the segments that go and keeps the
+ * others (they only grow), a DELETE drops them all. An order of 6 over 2 segments of
+ * 4 registers a fence in each. */
+static void test_fence_keys_dropped(void **state)
+{
+    struct env *e = *state;
+    h_deadline(60);
+    int pa = h_svc_port(e->a);
+    const char *sku = "lf-keys";
+    assert_int_equal(
+        put_sku(pa, sku, "{\"stock\": 8, \"segments\": 2, \"lock\": \"redlock\"}"), 201);
+    assert_int_equal(h_order(pa, sku, 6, NULL, NULL), 201);
+    assert_int_equal(count_keys(e->store, "inv:{lf-keys*}:fence"), 2);
+    assert_int_equal(
+        put_sku(pa, sku, "{\"stock\": 8, \"segments\": 1, \"lock\": \"redlock\"}"), 200);
+    assert_int_equal(count_keys(e->store, "inv:{lf-keys*:1}:fence"), 0);
+    assert_int_equal(count_keys(e->store, "inv:{lf-keys*:0}:fence"), 1);
+    assert_int_equal(h_order(pa, sku, 8, NULL, NULL), 201);
+    struct h_resp r;
+    assert_int_equal(h_req(pa, "DELETE", "/admin/skus/lf-keys", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(count_keys(e->store, "inv:{lf-keys*}:fence"), 0);
+}
+
 /* ---- multi-segment orders ---------------------------------------------------------- */
 
 /* An order no segment fills, under a lock service: the segments' locks taken from the
@@ -801,6 +852,12 @@ static void test_cluster_store_redlock(void **state)
     assert_int_equal(h_order(pb, "lc-multi", 2, "lc-multi-2", NULL), 201);
     assert_int_equal(h_order(pa, "lc-multi", 1, NULL, NULL), 409);
     assert_int_equal(h_audit(pa, NULL, "lc-multi", 8, false), 0);
+    /* deleted, its segments' fences go with them (lua/reset_segment.lua) */
+    struct h_resp r;
+    assert_int_equal(h_req(pb, "DELETE", "/admin/skus/lc-multi", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    for (int i = 0; i < h_cluster_size(c); i++)
+        assert_int_equal(count_keys(h_cluster_node(c, i), "inv:{lc-multi*}:fence"), 0);
     assert_int_equal(h_svc_stop_clean(a), 0);
     assert_int_equal(h_svc_stop_clean(b), 0);
     h_svc_free(a);
@@ -879,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_sellout_memcached),
         cmocka_unit_test(test_sellout_zookeeper),
         cmocka_unit_test(test_replay_cancel_restock_redlock),
+        cmocka_unit_test(test_fence_keys_dropped),
         cmocka_unit_test(test_multi_redlock),
         cmocka_unit_test(test_multi_memcached),
         cmocka_unit_test(test_multi_zookeeper),

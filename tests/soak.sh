@@ -3,7 +3,7 @@
 # with a fresh random HISTORY_SEED, until about SECONDS have been used; print per round
 # the seed, the operations checked and the violations, and at the end the totals.
 #
-#   tests/soak.sh [--seconds N] [--round N] [--cluster | --pg] [BUILD_DIR]
+#   tests/soak.sh [--seconds N] [--round N] [--cluster | --pg | --locks] [BUILD_DIR]
 #
 #   --seconds N   total time to use (default 600)
 #   --round N     HISTORY_SECONDS of one round (default 60; the last round is shorter)
@@ -13,6 +13,8 @@
 #   --pg          run tests/it_history_pg instead: each round on a fresh PostgreSQL
 #                 with 3 instances on the PostgreSQL store, backends terminated and
 #                 one restart
+#   --locks       run tests/it_history_locks instead: SKUs locked in ZooKeeper,
+#                 RedLock and memcached, each service faulted once per round
 #   BUILD_DIR     where inventoryd and tests/it_history are (default build)
 #
 # On the first failing round it prints that round's output, the seed, where its log
@@ -42,8 +44,13 @@ while [ $# -gt 0 ]; do
         overhead=10 # PostgreSQL's initdb, start and restart, the checks
         shift
         ;;
+    --locks)
+        name=it_history_locks
+        overhead=15 # ZooKeeper's start, the faults, the checks
+        shift
+        ;;
     -h | --help)
-        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) build=$1; shift ;;

@@ -18,7 +18,9 @@
  *   inv:{sku:i}:fence         the highest fencing number a lock service's holder of
  *                             segment i registered (lua/acquire.lua; issued there by
  *                             INCR for a service without its own); a write naming a
- *                             lower one is FENCED. Never reset: it only grows
+ *                             lower one is FENCED. A reset keeps it (it only grows);
+ *                             the segment's going (a delete, fewer segments) drops it:
+ *                             its epoch goes too, so no old holder's write can pass
  *   inv:{sku:i}:orders        hash order_id -> qty taken from segment i, one field per
  *                             order whose first (or only) segment is i
  *   inv:{sku:i}:parts         hash order_id -> qty taken from segment i by a

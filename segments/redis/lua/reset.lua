@@ -10,6 +10,9 @@
 --       'epoch.gen' = exactly that one), lock ('' = the lock here), fencing ('0'/'1'),
 --       the ledger ('1': events on, '0': off), batch (the orders one lock hold may
 --       sell, ARGV[19]).
+-- The fence of a segment that goes (every segment on a delete, those past the new
+-- count on a reset to fewer; inv:{sku:i}:fence beside its keys) is deleted; a segment
+-- that stays keeps its fence, which only grows (keys.h).
 -- The ledger flag of every new segment (inv:{sku:i}:ledger, beside its keys, kept
 -- across resets) is set or deleted as ARGV[18] says; with it set each new segment
 -- appends a 'reset' event (its new stock) to its ledger stream, and a delete appends
@@ -65,6 +68,9 @@ end
 redis.call('DEL', KEYS[1])
 local function flag(key)
   return string.match(key, '^inv:{[^}]*}') .. ':ledger'
+end
+for i = n, m - 1 do
+  redis.call('DEL', string.match(KEYS[4 + i * 9], '^inv:{[^}]*}') .. ':fence')
 end
 if n == 0 then
   for i = 0, m - 1 do

@@ -13,6 +13,8 @@
 -- after RESET), its other keys deleted, and then, unless it goes, its stock set, its
 -- sold count zeroed and its epoch made the new one. A segment of any other epoch
 -- belongs to a reset this one does not know: STALE, nothing changed.
+-- A segment that goes loses its fence (inv:{sku:i}:fence beside its keys); one that
+-- stays keeps it, since fences only grow (keys.h).
 -- The segment's ledger flag is set as reset.lua sets it, and its ledger stream gets
 -- a 'reset' event (its new stock), or a 'delete' event when it goes.
 -- Reply: {STALE} | {OK}.
@@ -35,7 +37,8 @@ if ARGV[4] ~= '' then
   redis.call('SET', KEYS[7], ARGV[3])
   if ARGV[5] == '1' then redis.call('SET', flag, '1') else redis.call('DEL', flag) end
   LEDGER(KEYS[1], 'k', 'reset', 'e', ARGV[3], 'ds', ARGV[4], 'dq', '0')
-elseif e then
-  LEDGER(KEYS[1], 'k', 'delete', 'e', e, 'ds', '0', 'dq', '0')
+else
+  redis.call('DEL', string.match(KEYS[1], '^inv:{[^}]*}') .. ':fence')
+  if e then LEDGER(KEYS[1], 'k', 'delete', 'e', e, 'ds', '0', 'dq', '0') end
 end
 return {OK}
