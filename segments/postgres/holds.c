@@ -130,6 +130,7 @@ static void on_hold(void *arg, int rc, PGresult *const *res, int n)
         k->fn(k->arg, 0, &r, &h);
     }
     free(h.record);
+    free(h.parts);
     free(k);
 }
 
