@@ -52,8 +52,9 @@ static const char *const m2[] = {
     NULL,
 };
 
-/* 3: reservations (holds.h; its statements in holds_sql.c). */
-static const char *const *const migrations[] = {m1, m2, pgh_schema};
+/* 3: reservations (holds.h; its statements in holds_sql.c); 4: holds over several
+ * segments (holds_parts_sql.c). */
+static const char *const *const migrations[] = {m1, m2, pgh_schema, pgh_schema_parts};
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
 
 /* Serializes migrations of several instances on one database. */
