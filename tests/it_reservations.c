@@ -619,6 +619,39 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(s.remaining, 10);
 }
 
+/* A multi-part hold takes nothing from a segment whose lock another holder has: with
+ * the free segments short it waits and answers 503 busy, taking nothing; with enough
+ * in the free ones its parts are theirs alone. */
+static void test_multi_segment_locks(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port;
+    assert_int_equal(h_put_sku(a, NULL, "rv-mlock", 12, 3, "lock", 0), 0);
+    char key[128];
+    assert_int_equal(h_redis_set_px(f->env->redis, h_key_lock(key, "rv-mlock", 1),
+                                    "other", 20000, true),
+                     0);
+    struct h_resp r;
+    assert_int_equal(reserve(a, "rv-mlock", 9, 60, "mlock-1", &r), 503);
+    assert_int_equal(h_expect_error(&r, 503, "busy"), 0);
+    h_resp_free(&r);
+    assert_int_equal(sku_nums(a, "rv-mlock").remaining, 12);
+    assert_int_equal(reserve(a, "rv-mlock", 7, 60, "mlock-2", &r), 201);
+    json_t *j = h_resp_json(&r), *ps = json_object_get(j, "segments");
+    size_t n;
+    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++)
+        assert_int_not_equal(jint(json_array_get(ps, i), "segment"), 1);
+    json_decref(j);
+    h_resp_free(&r);
+    struct nums s = sku_nums(a, "rv-mlock");
+    assert_int_equal(s.reserved, 7);
+    assert_int_equal(s.remaining, 5);
+    assert_int_equal(on_resv(a, "POST", "mlock-2", "/confirm"), 201);
+    assert_int_equal(sku_nums(a, "rv-mlock").sold, 7);
+}
+
 /* A multi-part hold expires as one: a confirm at its expiry (Redis's clock) sells
  * nothing and every part is back; one nobody touches is returned by the sweeper. */
 static void test_multi_segment_expiry(void **state)
@@ -689,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_killed_instance_holds_return),
         cmocka_unit_test(test_multi_segment_hold),
         cmocka_unit_test(test_multi_segment_expiry),
+        cmocka_unit_test(test_multi_segment_locks),
     };
     return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
