@@ -52,16 +52,22 @@ if #KEYS == 1 and not by_sku then
   -- several segments has its parts in the index's `m` ("seg:qty,seg:qty,...").
   ix = redis.call('HMGET', KEYS[1], 'k', 'p', 'i', 'e', 'q', 'd', 'm')
   if not ix[1] then return {MISSING, '', 0, 0, '', 0} end
-  local parts = {}
-  for i, q in string.gmatch(ix[7] or '', '(%d+):(%d+)') do parts[#parts + 1] = {i, q} end
-  if #parts == 0 then parts[1] = {ix[3], ix[5]} end
-  local segs = {}
-  for k, p in ipairs(parts) do
-    segs[k] = '{"segment":' .. p[1] .. ',"qty":' .. p[2] .. '}'
+  local parts, rec = {}, nil
+  if ix[7] and ix[7] ~= '' then
+    local segs = {}
+    for i, q in string.gmatch(ix[7], '(%d+):(%d+)') do
+      parts[#parts + 1] = {i, q}
+      segs[#segs + 1] = '{"segment":' .. i .. ',"qty":' .. q .. '}'
+    end
+    rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
+                        '"segments":[%s],"status":"confirmed"}',
+                        ARGV[7], ix[1], ix[5], parts[1][1], table.concat(segs, ','))
+  else
+    parts[1] = {ix[3], ix[5]}
+    rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
+                        '"segments":[{"segment":%s,"qty":%s}],"status":"confirmed"}',
+                        ARGV[7], ix[1], ix[5], ix[3], ix[3], ix[5])
   end
-  local rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
-                            '"segments":[%s],"status":"confirmed"}',
-                            ARGV[7], ix[1], ix[5], parts[1][1], table.concat(segs, ','))
   ix.parts = parts
   at(parts[1][1], parts[1][2], rec)
 end
