@@ -612,6 +612,43 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(db_audit("mp"), 0);
 }
 
+/* idx 0: an order of one segment's whole stock (3), holding that segment's lock 1 s;
+ * idx 1, 300 ms into that hold: a reservation of 4, which only both segments hold. */
+static void order_vs_multi_hold(int idx, void *arg)
+{
+    struct held_sale *h = arg;
+    if (idx == 0) {
+        h->order_status = h_order(h->port, h->sku, 3, NULL, NULL);
+    } else {
+        usleep(300 * 1000);
+        h->reserve_status = reserve(h->port, h->sku, 4, 60, NULL, NULL);
+    }
+}
+
+/* A multi-part hold takes no part from a segment whose lock an order holds: the order
+ * sells its segment, the hold (which would need both) waits and then finds too little
+ * (409) or gives up (503); never a part of the locked segment. */
+static void test_multi_segment_hold_respects_lock(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    static const char *const lock[] = {"row", "lease"};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32];
+        snprintf(sku, sizeof sku, "mlk-%s", lock[i]);
+        assert_int_equal(put_sku_hold(port, sku, 6, 2, "lock", lock[i], 1000), 0);
+        struct held_sale h = {.port = port, .sku = sku};
+        assert_int_equal(h_parallel(2, order_vs_multi_hold, &h), 0);
+        assert_int_equal(h.order_status, 201);
+        assert_true(h.reserve_status == 409 || h.reserve_status == 503);
+        struct nums n = sku_nums(port, sku);
+        assert_int_equal(n.sold, 3);
+        assert_int_equal(n.reserved, 0);
+        assert_int_equal(n.remaining, 3);
+        assert_int_equal(db_audit(sku), 0);
+    }
+}
+
 /* A multi-part hold expires as one (PostgreSQL's clock): a confirm too late sells
  * nothing and every part is back; one nobody touches is returned by the sweeper. */
 static void test_multi_segment_expiry(void **state)
@@ -693,6 +730,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_mix_audited),
         cmocka_unit_test(test_multi_segment_hold),
         cmocka_unit_test(test_multi_segment_expiry),
+        cmocka_unit_test(test_multi_segment_hold_respects_lock),
     };
     return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }
