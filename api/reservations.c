@@ -29,15 +29,39 @@ static void iso_ms(char *buf, size_t len, long long ms)
     snprintf(buf, len, "%s.%03lldZ", day, ms % 1000);
 }
 
+/* The parts of hold h as [{segment, qty}, ...]: one, or its "seg:qty,..." list. */
+static json_t *parts_json(const struct store_hold *h)
+{
+    json_t *a = json_array();
+    if (h->parts == NULL) {
+        json_array_append_new(
+            a, json_pack("{s:i, s:I}", "segment", h->segment, "qty", (json_int_t)h->qty));
+        return a;
+    }
+    const char *p = h->parts;
+    int seg, used;
+    long long qty;
+    while (sscanf(p, "%d:%lld%n", &seg, &qty, &used) == 2) {
+        json_array_append_new(
+            a, json_pack("{s:i, s:I}", "segment", seg, "qty", (json_int_t)qty));
+        p += used;
+        if (*p != ',')
+            break;
+        p++;
+    }
+    return a;
+}
+
 static void reply_hold(struct api_reply *rep, int status, const char *id,
                        const struct store_hold *h)
 {
     char at[48];
     iso_ms(at, sizeof at, h->expires_ms);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:i, s:s, s:s, s:I}", "reservation_id", id,
-                          "sku", h->sku, "qty", (json_int_t)h->qty, "segment", h->segment,
-                          "status", h->state[0] ? h->state : "held", "expires_at", at,
-                          "expires_at_ms", (json_int_t)h->expires_ms);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s, s:I}", "reservation_id", id, "sku",
+                  h->sku, "qty", (json_int_t)h->qty, "segment", h->segment, "segments",
+                  parts_json(h), "status", h->state[0] ? h->state : "held", "expires_at",
+                  at, "expires_at_ms", (json_int_t)h->expires_ms);
     api_reply_json(rep, status, o);
     if (status == 201) {
         char location[sizeof("/reservations/") + SEG_NAME_MAX + 2];
@@ -57,8 +81,8 @@ static void reply_failed(struct api_reply *rep, resv_status s, const char *id,
         break;
     case RESV_INSUFFICIENT:
         api_reply_status(rep, INV_INSUFFICIENT,
-                         "no segment of sku %s holds that many units (a reservation "
-                         "takes its units from one segment)",
+                         "sku %s holds fewer units than that (a reservation takes "
+                         "them from one segment or, all or nothing, from several)",
                          sku);
         break;
     case RESV_UNKNOWN_SKU:

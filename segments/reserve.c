@@ -34,7 +34,8 @@ const char *resv_status_name(resv_status s)
 void resv_clear(struct store_hold *h)
 {
     free(h->record);
-    h->record = NULL;
+    free(h->parts);
+    h->record = h->parts = NULL;
 }
 
 /* The store keeps reservations (a standalone Redis, PostgreSQL): not a Redis Cluster

@@ -24,7 +24,7 @@ struct rl {
     int start, stale;
     int64_t deadline;
     struct event *timer;
-    struct store_hold h; /* the answer so far (h.record owned here) */
+    struct store_hold h; /* the answer so far (h.record, h.parts owned here) */
     resv_status result;
 };
 
@@ -41,6 +41,7 @@ static void finish(struct rl *q, resv_status s)
     q->e->in_flight--;
     q->done(q->arg, s, q->id, &q->h);
     free(q->h.record);
+    free(q->h.parts);
     free(q);
 }
 
@@ -74,12 +75,14 @@ static void settled_on_the_way(struct rl *q, const struct store_hold *h)
     skutab_invalidate(q->e->v, h->sku[0] != '\0' ? h->sku : q->sku);
 }
 
-/* Take h over as q's answer (its record included). */
+/* Take h over as q's answer (its record and parts included). */
 static void keep(struct rl *q, struct store_hold *h)
 {
     free(q->h.record);
+    free(q->h.parts);
     q->h = *h;
     h->record = NULL;
+    h->parts = NULL;
 }
 
 static void on_replay(void *arg, int rc, const struct store_reply *r,

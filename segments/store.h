@@ -184,6 +184,8 @@ struct store_hold {
     long long expires_ms;
     char state[12];  /* "held", "confirmed", "released", "expired" */
     char *record;    /* confirm: the order record (malloc'd; the caller frees) */
+    char *parts;     /* a hold over several segments: "seg:qty,seg:qty,..." (malloc'd;
+                        the caller frees); NULL for one segment's (`segment`, `qty`) */
     int settled;     /* expired holds the call settled on its way (its own included) */
     bool replicated; /* by SKU / by id calls: the SKU's durability is "replicated" */
 };

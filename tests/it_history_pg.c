@@ -26,8 +26,8 @@
  * check_pg, after checks 1-5 (which read the end state through the admin API): from
  * the tables, each SKU's row, segment rows and order rows agree with what the admin
  * API answered; no segment below 0; sum(stock) + the held holds' qty (of the SKU's
- * epoch) + the live order rows' qty == initial, the held qty per segment being the
- * API's segment_reserved;
+ * epoch) + the live order rows' qty == initial, the held qty per segment (a hold's
+ * parts each in their own) being the API's segment_reserved;
  * each live order row is a record of an order id of this history with its sku and
  * qty, its first segment and its parts summing to qty; the live rows' parts per
  * segment equal segment_sold; every order answered 2xx surely after the last reset and
@@ -221,9 +221,11 @@ static void check_pg_sku(struct checker *k, PGconn *c, int s)
     PGresult *ord = pg_rows(
         k, c, "SELECT order_id, seg, qty, record FROM orders WHERE sku = $1", name);
     PGresult *held = pg_rows(k, c,
-                             "SELECT h.seg, sum(h.qty) FROM holds h JOIN skus s ON"
-                             " s.sku = h.sku AND s.epoch = h.epoch WHERE h.sku = $1"
-                             " AND h.state = 'held' GROUP BY h.seg",
+                             "SELECT p.seg, sum(p.q) FROM holds h JOIN skus s ON"
+                             " s.sku = h.sku AND s.epoch = h.epoch,"
+                             " unnest(coalesce(h.part_segs, ARRAY[h.seg]),"
+                             " coalesce(h.part_qtys, ARRAY[h.qty])) AS p(seg, q)"
+                             " WHERE h.sku = $1 AND h.state = 'held' GROUP BY p.seg",
                              name);
     if (sku == NULL || segs == NULL || ord == NULL || held == NULL)
         goto out;

@@ -318,8 +318,8 @@ static void test_bad_input(void **state)
     assert_int_equal(on_resv(port, "GET", "unknown-id", "", code), 404);
     assert_int_equal(on_resv(port, "POST", "unknown-id", "/confirm", NULL), 404);
     assert_int_equal(on_resv(port, "DELETE", "unknown-id", "", NULL), 404);
-    /* 3 units fit in neither segment of 2: one segment per hold */
-    assert_int_equal(reserve(port, "bad", 3, 60, NULL, &r), 409);
+    /* 5 units are more than the SKU holds (a hold may span its segments) */
+    assert_int_equal(reserve(port, "bad", 5, 60, NULL, &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
     h_resp_free(&r);
     assert_int_equal(reserve(port, "bad", 2, 60, "b1", NULL), 201);
@@ -515,6 +515,178 @@ static void test_concurrent_mix_audited(void **state)
     assert_int_equal(n.initial, 400);
 }
 
+/* ---- holds over several segments ------------------------------------------------ */
+
+/* The parts of a hold's or an order's JSON (r's body): their qty summed, their count
+ * in *n. */
+static long long parts_sum(const struct h_resp *r, size_t *n)
+{
+    json_t *j = json_loads(r->body, 0, NULL), *ps = json_object_get(j, "segments");
+    assert_true(json_is_array(ps));
+    long long sum = 0;
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        long long q = h_jint(json_array_get(ps, i), "qty");
+        assert_true(q > 0);
+        sum += q;
+    }
+    *n = json_array_size(ps);
+    json_decref(j);
+    return sum;
+}
+
+/* A hold no one segment can give takes parts of several in one transaction, all or
+ * nothing: confirm sells every part (one order over those segments; a cancel returns
+ * them), release returns every part, restock/rebalance/reset keep the sums. */
+static void test_multi_segment_hold(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "mp", 10, 2, "lock", "row"), 0);
+    struct h_resp r;
+    size_t n;
+    assert_int_equal(reserve(port, "mp", 7, 60, "mp1", &r), 201);
+    assert_int_equal(parts_sum(&r, &n), 7);
+    assert_int_equal(n, 2);
+    h_resp_free(&r);
+    struct nums s = sku_nums(port, "mp");
+    assert_int_equal(s.reserved, 7);
+    assert_int_equal(s.remaining, 3);
+    assert_int_equal(db_audit("mp"), 0);
+    assert_int_equal(reserve(port, "mp", 7, 60, "mp1", &r), 200);
+    assert_int_equal(parts_sum(&r, &n), 7);
+    h_resp_free(&r);
+    assert_int_equal(reserve(port, "mp", 6, 60, "mp1", NULL), 409);
+    assert_int_equal(h_req(port, "GET", "/reservations/mp1", NULL, NULL, &r), 200);
+    assert_int_equal(parts_sum(&r, &n), 7);
+    assert_int_equal(n, 2);
+    h_resp_free(&r);
+    /* confirm: one order of 7 over both segments; again 200 */
+    assert_int_equal(on_resv(port, "POST", "mp1", "/confirm", NULL), 201);
+    assert_int_equal(on_resv(port, "POST", "mp1", "/confirm", NULL), 200);
+    assert_int_equal(h_req(port, "GET", "/orders/mp1", NULL, NULL, &r), 200);
+    assert_int_equal(parts_sum(&r, &n), 7);
+    assert_int_equal(n, 2);
+    h_resp_free(&r);
+    s = sku_nums(port, "mp");
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.sold, 7);
+    assert_int_equal(db_audit("mp"), 0);
+    char code[64];
+    assert_int_equal(on_resv(port, "DELETE", "mp1", "", code), 409);
+    assert_string_equal(code, "reservation_confirmed");
+    assert_int_equal(h_req(port, "DELETE", "/orders/mp1", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    s = sku_nums(port, "mp");
+    assert_int_equal(s.sold, 0);
+    assert_int_equal(s.remaining, 10);
+
+    /* restock and rebalance with a multi-part hold outstanding, then release */
+    assert_int_equal(reserve(port, "mp", 9, 60, "mp2", NULL), 201);
+    assert_int_equal(
+        h_req(port, "POST", "/admin/skus/mp/restock", TOKEN, "{\"qty\":4}", &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(h_req(port, "POST", "/admin/skus/mp/rebalance", TOKEN, NULL, &r),
+                     200);
+    h_resp_free(&r);
+    s = sku_nums(port, "mp");
+    assert_int_equal(s.reserved, 9);
+    assert_int_equal(s.remaining, 5);
+    assert_int_equal(db_audit("mp"), 0);
+    assert_int_equal(on_resv(port, "DELETE", "mp2", "", NULL), 200);
+    assert_int_equal(on_resv(port, "DELETE", "mp2", "", NULL), 200);
+    assert_int_equal(on_resv(port, "POST", "mp2", "/confirm", code), 409);
+    assert_string_equal(code, "reservation_released");
+    s = sku_nums(port, "mp");
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.remaining, 14);
+    /* all or nothing: more than the SKU holds takes nothing */
+    assert_int_equal(reserve(port, "mp", 15, 60, "mp3", NULL), 409);
+    assert_int_equal(on_resv(port, "GET", "mp3", "", NULL), 404);
+    /* a reset voids every part */
+    assert_int_equal(reserve(port, "mp", 12, 60, "mp4", NULL), 201);
+    assert_int_equal(put_sku(port, "mp", 10, 2, "lock", "row"), 0);
+    assert_int_equal(on_resv(port, "POST", "mp4", "/confirm", NULL), 410);
+    s = sku_nums(port, "mp");
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.remaining, 10);
+    assert_int_equal(db_audit("mp"), 0);
+}
+
+/* idx 0: an order of one segment's whole stock (3), holding that segment's lock 1 s;
+ * idx 1, 300 ms into that hold: a reservation of 4, which only both segments hold. */
+static void order_vs_multi_hold(int idx, void *arg)
+{
+    struct held_sale *h = arg;
+    if (idx == 0) {
+        h->order_status = h_order(h->port, h->sku, 3, NULL, NULL);
+    } else {
+        usleep(300 * 1000);
+        h->reserve_status = reserve(h->port, h->sku, 4, 60, NULL, NULL);
+    }
+}
+
+/* A multi-part hold takes no part from a segment whose lock an order holds: the order
+ * sells its segment, the hold (which would need both) waits and then finds too little
+ * (409) or gives up (503); never a part of the locked segment. */
+static void test_multi_segment_hold_respects_lock(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    static const char *const lock[] = {"row", "lease"};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32];
+        snprintf(sku, sizeof sku, "mlk-%s", lock[i]);
+        assert_int_equal(put_sku_hold(port, sku, 6, 2, "lock", lock[i], 1000), 0);
+        struct held_sale h = {.port = port, .sku = sku};
+        assert_int_equal(h_parallel(2, order_vs_multi_hold, &h), 0);
+        assert_int_equal(h.order_status, 201);
+        assert_true(h.reserve_status == 409 || h.reserve_status == 503);
+        struct nums n = sku_nums(port, sku);
+        assert_int_equal(n.sold, 3);
+        assert_int_equal(n.reserved, 0);
+        assert_int_equal(n.remaining, 3);
+        assert_int_equal(db_audit(sku), 0);
+    }
+}
+
+/* A multi-part hold expires as one (PostgreSQL's clock): a confirm too late sells
+ * nothing and every part is back; one nobody touches is returned by the sweeper. */
+static void test_multi_segment_expiry(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "mx", 6, 3, "lock", "lease"), 0);
+    assert_int_equal(reserve(port, "mx", 5, 1, "mx1", NULL), 201);
+    assert_int_equal(sku_nums(port, "mx").reserved, 5);
+    wait_expired("mx1");
+    char code[64];
+    assert_int_equal(on_resv(port, "POST", "mx1", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_expired");
+    assert_int_equal(db("SELECT count(*) FROM orders WHERE order_id = '%s'", "mx1"), 0);
+    struct nums s = sku_nums(port, "mx");
+    assert_int_equal(s.remaining, 6);
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(db_audit("mx"), 0);
+    /* the sweeper: all 6 held for 1 s, nobody asks */
+    assert_int_equal(reserve(port, "mx", 6, 1, "mx2", NULL), 201);
+    assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "mx"), 0);
+    wait_expired("mx2");
+    bool back = false;
+    for (int k = 0; k < 100 && !back; k++) { /* the sweeper looks every 250 ms */
+        back = db("SELECT count(*) FROM holds WHERE hold_id = '%s' AND state = 'expired'",
+                  "mx2") == 1;
+        if (!back)
+            usleep(100 * 1000);
+    }
+    assert_true(back);
+    assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "mx"), 6);
+    s = sku_nums(port, "mx");
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.remaining, 6);
+    assert_int_equal(db_audit("mx"), 0);
+    assert_int_equal(on_resv(port, "POST", "mx2", "/confirm", NULL), 410);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -556,6 +728,9 @@ int main(void)
         cmocka_unit_test(test_every_scheme),
         cmocka_unit_test(test_hold_respects_segment_lock),
         cmocka_unit_test(test_concurrent_mix_audited),
+        cmocka_unit_test(test_multi_segment_hold),
+        cmocka_unit_test(test_multi_segment_expiry),
+        cmocka_unit_test(test_multi_segment_hold_respects_lock),
     };
     return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -47,8 +47,11 @@ void pgh_reserved_stmt(struct pgh_stmt *q, const char *placed, long long epoch)
     snprintf(q->num[0], sizeof q->num[0], "%lld", epoch);
     q->p[0] = placed;
     q->p[1] = q->num[0];
-    q->st = (struct pgc_stmt){"SELECT seg, sum(qty) FROM holds WHERE sku = $1 AND"
-                              " epoch = $2::bigint AND state = 'held' GROUP BY seg",
+    q->st = (struct pgc_stmt){"SELECT p.seg, sum(p.q) FROM holds h,"
+                              " unnest(coalesce(h.part_segs, ARRAY[h.seg]),"
+                              " coalesce(h.part_qtys, ARRAY[h.qty])) AS p(seg, q)"
+                              " WHERE h.sku = $1 AND h.epoch = $2::bigint AND"
+                              " h.state = 'held' GROUP BY p.seg",
                               2, q->p};
 }
 
@@ -65,13 +68,13 @@ static long long cell(const PGresult *r, int row, int col)
 }
 
 /* Columns: code, state, qty, expires (ms), record, settled, sku, seg, epoch, stock,
- * replicated. */
+ * replicated, parts ('' for one segment). */
 int pgh_decode(const PGresult *r, struct store_reply *out, struct store_hold *h)
 {
     memset(out, 0, sizeof *out);
     memset(h, 0, sizeof *h);
     if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
-        PQnfields(r) != 11 || PQgetisnull(r, 0, 0))
+        PQnfields(r) != 12 || PQgetisnull(r, 0, 0))
         return -1;
     out->code = (int)cell(r, 0, 0);
     out->value = cell(r, 0, 9);
@@ -87,6 +90,8 @@ int pgh_decode(const PGresult *r, struct store_reply *out, struct store_hold *h)
     h->segment = (int)cell(r, 0, 7);
     h->epoch = cell(r, 0, 8);
     h->replicated = strcmp(PQgetvalue(r, 0, 10), "t") == 0;
+    if (PQgetvalue(r, 0, 11)[0] != '\0')
+        h->parts = seg_strdup(PQgetvalue(r, 0, 11));
     return 0;
 }
 
@@ -130,6 +135,7 @@ static void on_hold(void *arg, int rc, PGresult *const *res, int n)
         k->fn(k->arg, 0, &r, &h);
     }
     free(h.record);
+    free(h.parts);
     free(k);
 }
 

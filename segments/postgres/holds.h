@@ -8,8 +8,11 @@
  *
  * Schema: holds(hold_id PK, sku, seg, epoch, qty, expires_at, state, attempt,
  * confirmed_by, created_at); state 'held' | 'confirmed' | 'released' | 'expired' |
- * 'void' (a reset's, or one that met its SKU deleted). Units of 'held' rows are the
- * segment's reserved: per segment, stock + reserved + sold = initial. A confirmed
+ * 'void' (a reset's, or one that met its SKU deleted); migration 5 adds part_segs,
+ * part_qtys: a hold over several segments (taken, sold, returned all at once) lists
+ * its parts there by segment (seg = the first, qty = their sum); NULL for one. Units
+ * of 'held' rows are their segments' reserved: per segment, stock + reserved + sold =
+ * initial. A confirmed
  * hold's order row is written in the same transaction (order_id = the hold's id, the
  * record as hold.lua writes it).
  *
@@ -32,6 +35,8 @@
 
 /* Migration 3's statements, NULL-terminated (schema.c). */
 extern const char *const pgh_schema[];
+/* Migration 4's (holds_parts_sql.c): holds over several segments. */
+extern const char *const pgh_schema_parts[];
 
 /* A step's statement and the text of its parameters (filled by the *_stmt calls;
  * valid while the struct is). */
@@ -50,7 +55,8 @@ void pgh_sweep_stmt(struct pgh_stmt *q, int limit);
 
 /* A place's or step's result: out->code (STORE_* or ADMIN_CONFLICT), out->value (the
  * segment's stock; a place refused BUSY or SHORT: the stock of the segments walked),
- * h filled (h->record malloc'd when the step returned one). 0, or -1 when r is not
+ * h filled (h->record malloc'd when the step returned one, h->parts for a hold of
+ * several segments). 0, or -1 when r is not
  * such a result. */
 int pgh_decode(const PGresult *r, struct store_reply *out, struct store_hold *h);
 /* reserved[0..n-1] from a pgh_reserved_stmt result: 0 or -1. */

@@ -59,7 +59,8 @@ static const char *const m4[] = {
     NULL,
 };
 
-static const char *const *const migrations[] = {m1, m2, pgh_schema, m4};
+/* 5: holds over several segments (holds_parts_sql.c). */
+static const char *const *const migrations[] = {m1, m2, pgh_schema, m4, pgh_schema_parts};
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
 
 /* Serializes migrations of several instances on one database. */

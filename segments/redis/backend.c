@@ -220,6 +220,7 @@ static void hold_answered(void *arg, const struct redisReply *r)
                         : rd_hold_decode_by_id(r, &out, &h);
     hc->fn(hc->arg, rc, &out, &h);
     free(h.record);
+    free(h.parts);
     free(hc);
 }
 

@@ -80,7 +80,7 @@ static int reply_code(const redisReply *r)
 }
 
 /* The segment fields a by-SKU or by-id reply ends with, from element k on: sku,
- * segment, epoch, placed name, durability. */
+ * segment, epoch, placed name, durability, parts ("" for a hold of one segment). */
 static void where_from(const redisReply *r, size_t k, struct store_hold *h)
 {
     if (r->elements < k + 5)
@@ -90,6 +90,8 @@ static void where_from(const redisReply *r, size_t k, struct store_hold *h)
     h->epoch = elem_ll(r, k + 2);
     snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, k + 3));
     h->replicated = strcmp(elem_str(r, k + 4), "replicated") == 0;
+    if (elem_str(r, k + 5)[0] != '\0')
+        h->parts = seg_strdup(elem_str(r, k + 5));
 }
 
 void rd_hold_cmd_place_any(struct rd_cmd *cmd, const char *sku, const char *id,

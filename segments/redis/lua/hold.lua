@@ -5,7 +5,8 @@
 -- Or, for confirm, release and read on a standalone Redis, KEYS: the index alone, and
 -- ARGV as below but for id and attempt (ARGV[7], ARGV[11]): the rest comes from the
 -- index (one round trip instead of two); every reply of a step then ends with the
--- index's sku, segment, epoch and placed name after `settled`.
+-- index's sku, segment, epoch, placed name, durability and parts ('' for a hold of
+-- one segment; "seg:qty,..." for one of several, run_parts below) after `settled`.
 -- ARGV: action ('place' | 'confirm' | 'release' | 'read' | 'sweep'), epoch, sku,
 --       segment, member (this segment's entry in the holding list), prefix of the
 --       segment's hold records, id, qty, ttl_ms, token ('' = the lock must be free),
@@ -34,20 +35,41 @@
 local DAY = 86400000
 local K, A = KEYS, ARGV
 local by_sku = #KEYS == 1 and ARGV[1] == 'place'
-if #KEYS == 1 and not by_sku then
-  -- By id (a standalone Redis): the index names the segment, and its keys are built
-  -- here as keys.h names them; the order record as record.c writes it.
-  local ix = redis.call('HMGET', KEYS[1], 'k', 'p', 'i', 'e', 'q', 'd')
-  if not ix[1] then return {MISSING, '', 0, 0, '', 0} end
-  local tag, id = 'inv:{' .. ix[2] .. ':' .. ix[3] .. '}:', ARGV[7]
+local ix
+-- K and A of part i (qty q) of the hold the index ix names, for a by-id step; rec its
+-- order record (confirm).
+local function at(i, q, rec)
+  local tag, id = 'inv:{' .. ix[2] .. ':' .. i .. '}:', ARGV[7]
   K = {tag .. 'stock', tag .. 'sold', tag .. 'reserved:' .. ix[4], tag .. 'holds:' .. ix[4],
        tag .. 'epoch', tag .. 'lock', 'inv:sku:{' .. ix[1] .. '}', 'inv:holding', KEYS[1],
        tag .. 'hold:' .. id, tag .. 'orders', 'inv:order:{' .. id .. '}'}
-  local rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
-                            '"segments":[{"segment":%s,"qty":%s}],"status":"confirmed"}',
-                            id, ix[1], ix[5], ix[3], ix[3], ix[5])
-  A = {ARGV[1], ix[4], ix[1], ix[3], ix[2] .. ' ' .. ix[3] .. ' ' .. ix[4], tag .. 'hold:',
-       id, ix[5], '0', '', ARGV[11], rec, ix[2], ix[6] or 'async'}
+  A = {ARGV[1], ix[4], ix[1], tostring(i), ix[2] .. ' ' .. i .. ' ' .. ix[4],
+       tag .. 'hold:', id, q, '0', '', ARGV[11], rec, ix[2], ix[6] or 'async', ix[7] or ''}
+end
+if #KEYS == 1 and not by_sku then
+  -- By id (a standalone Redis): the index names the segment, and its keys are built
+  -- here as keys.h names them; the order record as record.c writes it. A hold over
+  -- several segments has its parts in the index's `m` ("seg:qty,seg:qty,...").
+  ix = redis.call('HMGET', KEYS[1], 'k', 'p', 'i', 'e', 'q', 'd', 'm')
+  if not ix[1] then return {MISSING, '', 0, 0, '', 0} end
+  local parts, rec = {}, nil
+  if ix[7] and ix[7] ~= '' then
+    local segs = {}
+    for i, q in string.gmatch(ix[7], '(%d+):(%d+)') do
+      parts[#parts + 1] = {i, q}
+      segs[#segs + 1] = '{"segment":' .. i .. ',"qty":' .. q .. '}'
+    end
+    rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
+                        '"segments":[%s],"status":"confirmed"}',
+                        ARGV[7], ix[1], ix[5], parts[1][1], table.concat(segs, ','))
+  else
+    parts[1] = {ix[3], ix[5]}
+    rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
+                        '"segments":[{"segment":%s,"qty":%s}],"status":"confirmed"}',
+                        ARGV[7], ix[1], ix[5], ix[3], ix[3], ix[5])
+  end
+  ix.parts = parts
+  at(parts[1][1], parts[1][2], rec)
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -88,6 +110,7 @@ local function ret(r)
     r[#r + 1] = tonumber(A[2])
     r[#r + 1] = A[13]
     r[#r + 1] = A[14]
+    r[#r + 1] = A[15] or ''
   end
   return r
 end
@@ -125,8 +148,9 @@ local function run()
   end
 
   if act == 'place' then
-    local ix = redis.call('HMGET', K[9], 'k', 'e', 'i', 'q', 'x', 't')
+    local ix = redis.call('HMGET', K[9], 'k', 'e', 'i', 'q', 'x', 't', 'm')
     if ix[1] and ix[6] == A[11] then -- this attempt's earlier run
+      A[4], A[15] = ix[3], ix[7]
       return ret({OK, tonumber(v[3] or '0'), tonumber(ix[5])})
     end
     if ix[1] and not (ix[1] == A[3] and ix[2] ~= epoch) then
@@ -148,6 +172,7 @@ local function run()
     local q = tonumber(A[8])
     if s < q then finish() return ret({SHORT, s}) end
     local x = now + tonumber(A[9])
+    if ix[1] then redis.call('HDEL', K[9], 'm') end -- an old sale's index
     redis.call('DECRBY', K[1], A[8])
     redis.call('INCRBY', K[3], A[8])
     redis.call('ZADD', K[4], x, id)
@@ -213,15 +238,91 @@ local function run()
   return ret(reply)
 end
 
-if not by_sku then return run() end
+-- A by-id step on a hold of several parts: each part is a hold record on its segment
+-- (all of one expiry); the step runs on them all in this one script. Expired parts
+-- are settled first; the hold is 'held' while every part is. Confirm sells every part
+-- (one order over those segments: the first part's segment records it in `orders`,
+-- the others in `parts`, as DEDUCT_MULTI does), release returns every part.
+local function run_parts()
+  local act, id, epoch = ARGV[1], ARGV[7], ix[4]
+  local rec, parts, first = A[12], ix.parts, nil
+  local state, qty, x = 'held', 0, 0
+  for k, p in ipairs(parts) do
+    at(p[1], p[2], rec)
+    if redis.call('GET', K[5]) ~= epoch then return {STALE} end
+    local h = redis.call('HMGET', K[10], 'q', 'x', 's', 'c')
+    if not h[1] then return ret({MISSING, '', 0, 0, ''}) end
+    p.s, p.x = h[3], tonumber(h[2])
+    if p.s == 'held' and now >= p.x then
+      back(id, h[1], 'expired')
+      p.s = 'expired'
+    end
+    sweep(16)
+    if k == 1 then first = h end
+    if p.s ~= 'held' and (state == 'held' or p.s == 'confirmed') then state = p.s end
+    qty = qty + tonumber(h[1])
+    x = k == 1 and p.x or x
+  end
+  local reply
+  if act == 'read' then
+    reply = {OK, state, qty, x, ''}
+  elseif act == 'release' then
+    for _, p in ipairs(parts) do
+      if p.s == 'held' and state ~= 'confirmed' then
+        at(p[1], p[2], rec)
+        back(id, p[2], 'released')
+      end
+    end
+    if state == 'held' then state = 'released' end
+    reply = {state == 'confirmed' and CONFLICT or OK, state, qty, x, ''}
+  elseif state == 'confirmed' then
+    local r = redis.call('HGET', K[12], 'r') or ''
+    reply = {first[4] == ARGV[11] and OK or EXISTS, state, qty, x, r}
+  elseif state ~= 'held' then
+    reply = {CONFLICT, state, qty, x, ''}
+  else
+    local o = redis.call('HMGET', K[12], 'r', 'k', 'e')
+    if o[1] and (o[2] ~= ix[1] or o[3] == epoch) then
+      reply = {CONFLICT, 'order', qty, x, ''}
+    else
+      for k, p in ipairs(parts) do
+        at(p[1], p[2], rec)
+        redis.call('DECRBY', K[3], p[2])
+        redis.call('INCRBY', K[2], p[2])
+        redis.call('ZREM', K[4], id)
+        redis.call('HSET', k == 1 and K[11] or (A[6]:sub(1, -6) .. 'parts'), id, p[2])
+        redis.call('HSET', K[10], 's', 'confirmed', 'c', ARGV[11])
+        LEDGER(K[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', p[2], 'r',
+               k == 1 and rec or '')
+      end
+      redis.call('HSET', K[12], 'r', rec, 't', ARGV[11], 'k', ix[1], 'e', epoch)
+      reply = {OK, 'confirmed', qty, x, rec}
+    end
+  end
+  if settled > 0 then
+    for _, p in ipairs(parts) do
+      at(p[1], p[2], rec)
+      finish()
+    end
+  end
+  at(parts[1][1], parts[1][2], rec)
+  return ret(reply)
+end
+
+if not by_sku then
+  if ix and ix[7] and ix[7] ~= '' then return run_parts() end
+  return run()
+end
 
 -- A place by SKU (a standalone Redis): KEYS[1] is the SKU's meta; ARGV as for a place
 -- but epoch, member, prefix, token and placed name, which come from the meta; ARGV[4]
 -- the segment to start from. The segments are walked from there as an order walks
 -- them: one whose lock is held is passed (BUSY), one short is passed (SHORT), the
--- first that holds qty takes the hold. Reply: a segment's reply (OK, EXISTS, CONFLICT,
--- STALE) with the segment's fields after `settled`, or {BUSY | SHORT, the stock of the
--- segments walked, settled}; {MISSING} no SKU; {MISMATCH} a lock service's SKU.
+-- first that holds qty takes the hold; when none does but the short ones together do,
+-- parts of it are taken from them (below). Reply: a segment's reply (OK, EXISTS,
+-- CONFLICT, STALE) with the segment's fields and parts after `settled`, or {BUSY |
+-- SHORT, the stock of the segments walked, settled}; {MISSING} no SKU; {MISMATCH} a
+-- lock service's SKU.
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'segments', 'salt', 'lock', 'durability')
 if not m[1] then return {MISSING} end
 if m[4] and m[4] ~= '' then return {MISMATCH} end
@@ -229,18 +330,59 @@ local sku, id = ARGV[3], ARGV[7]
 local placed = (m[3] and m[3] ~= '' and m[3] ~= '0') and (sku .. '/' .. m[3]) or sku
 local n = tonumber(m[2])
 local start = tonumber(ARGV[4]) % n
-local total, busy = 0, false
-for k = 0, n - 1 do
-  local i = (start + k) % n
+local total, busy, avail, short = 0, false, 0, {}
+local function seg(i, q)
   local tag = 'inv:{' .. placed .. ':' .. i .. '}:'
   K = {tag .. 'stock', tag .. 'sold', tag .. 'reserved:' .. m[1], tag .. 'holds:' .. m[1],
        tag .. 'epoch', tag .. 'lock', KEYS[1], 'inv:holding', 'inv:hold:{' .. id .. '}',
        tag .. 'hold:' .. id, tag .. 'orders', 'inv:order:{' .. id .. '}'}
   A = {'place', m[1], sku, tostring(i), placed .. ' ' .. i .. ' ' .. m[1], tag .. 'hold:', id,
-       ARGV[8], ARGV[9], '', ARGV[11], '', placed, m[5] or 'async'}
+       q, ARGV[9], '', ARGV[11], '', placed, m[5] or 'async'}
+end
+for k = 0, n - 1 do
+  local i = (start + k) % n
+  seg(i, ARGV[8])
   local r = run()
   if r[1] == BUSY then busy = true end
   if r[1] ~= BUSY and r[1] ~= SHORT then return r end
   total = total + r[2]
+  if r[1] == SHORT and r[2] > 0 then
+    avail = avail + r[2]
+    short[#short + 1] = {i, r[2]}
+  end
 end
-return {busy and BUSY or SHORT, total, settled}
+local want = tonumber(ARGV[8])
+if avail < want then return {busy and BUSY or SHORT, total, settled} end
+-- No one segment holds qty, the free ones together do: parts from them in the walk's
+-- order, all in this step (each was checked above: epoch, lock free, id free, expired
+-- holds settled). The index lists the parts; the reply names the first.
+local x = now + tonumber(ARGV[9])
+local parts, left = {}, want
+for _, p in ipairs(short) do
+  if left == 0 then break end
+  local q = math.min(left, p[2])
+  left = left - q
+  parts[#parts + 1] = {p[1], q}
+end
+-- By segment, as an order record lists its segments (order.c reads them so).
+table.sort(parts, function(u, v) return u[1] < v[1] end)
+for k, p in ipairs(parts) do
+  local q = p[2]
+  seg(p[1], tostring(q))
+  redis.call('DECRBY', K[1], q)
+  redis.call('INCRBY', K[3], q)
+  redis.call('ZADD', K[4], x, id)
+  redis.call('HSET', K[10], 'q', q, 'x', x, 's', 'held', 't', ARGV[11])
+  redis.call('PEXPIREAT', K[10], x + DAY)
+  LEDGER(K[1], 'k', 'hold', 'e', m[1], 'h', id, 'ds', '-' .. q, 'dq', '0')
+  redis.call('ZADD', K[8], 'LT', x, A[5])
+  parts[k] = p[1] .. ':' .. q
+end
+local list = table.concat(parts, ',')
+local i0 = tonumber(parts[1]:match('^(%d+)'))
+redis.call('HSET', K[9], 'k', sku, 'p', placed, 'i', i0, 'e', m[1], 'q', want, 'x', x,
+           't', ARGV[11], 'd', m[5] or 'async', 'm', list)
+redis.call('PEXPIREAT', K[9], x + DAY)
+seg(i0, ARGV[8])
+A[15] = list
+return ret({OK, avail - want, x})
