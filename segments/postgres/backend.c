@@ -533,6 +533,7 @@ static const struct store_ops pg_ops = {
     .deduct = deduct,
     .deduct_multi = pgb_deduct_multi,
     .adjust = pgb_adjust,
+    .cancel = pgb_cancel,
     .id_for_segment = id_for_segment,
     .wait = wait_durable,
 };
