@@ -53,7 +53,7 @@ static void reply_order(const struct placing *p, const struct order_result *res)
         api_reply_status(rep, s, "sku %s is sold out", b->sku);
         break;
     case INV_INSUFFICIENT:
-        api_reply_status(rep, s, "no segment of sku %s holds %lld units", b->sku, b->qty);
+        api_reply_status(rep, s, "sku %s holds fewer than %lld units", b->sku, b->qty);
         break;
     case INV_CONFLICT:
         api_reply_status(rep, s, "order_id %s was used for a different sku or qty",

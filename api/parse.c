@@ -349,8 +349,8 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
             out->unfenced = json_is_false(v);
     }
     if (rc == 0 && out->lock != SKU_LOCK_STORE) {
-        /* a lock service's holder takes one segment; the automatic rebalance and the
-         * orders over several segments take the store's locks, which it does not */
+        /* the automatic rebalance takes the store's locks, which a lock service's
+         * holder does not (an order over several segments takes the service's) */
         json_t *rb = json_object_get(root, "rebalance");
         if (out->mode != SKU_MODE_LOCK)
             rc = fail(err, "invalid_field", "lock: a lock service needs mode \"lock\"");

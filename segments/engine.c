@@ -375,20 +375,12 @@ static void on_svc_acquired(void *arg, int rc, lks_hold *h)
  * (or a store that cannot fence) answers 503. */
 static void svc_acquire(struct ord *o)
 {
-    engine *e = o->e;
-    o->lk = o->view.cfg.lock;
-    if (e->lks[o->lk] == NULL || !(store_caps(e->st) & STORE_CAP_FENCE)) {
+    if (!lease_svc_ready(o)) {
         ord_unclaim(o, o->seg);
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
-    char name[STORE_SKU_PLACED_MAX + 16];
-    snprintf(name, sizeof name, "%s:%d", o->placed, o->seg);
-    for (char *p = name; *p != '\0'; p++)
-        if (*p == '/') /* "sku/salt": a znode's name takes no '/' (names have no ':') */
-            *p = ':';
-    e->lks_ops[o->lk]->acquire(e->lks[o->lk], name, e->v->opt.lock_ttl_ms, 0,
-                               on_svc_acquired, o);
+    lease_svc_acquire(o, o->seg, on_svc_acquired);
 }
 
 static void on_acquire(void *arg, int rc, struct store_reply *r)
@@ -473,8 +465,8 @@ static void round_end(struct ord *o)
     }
     int remaining = (int)(o->deadline_ms - inv_now_ms());
     if (passed == 0 && (o->n == 1 || remaining > 0)) {
-        if (o->n == 1 || o->view.cfg.lock != SKU_LOCK_STORE)
-            verdict_begin(o); /* (a lock service's SKU: one segment per order) */
+        if (o->n == 1)
+            verdict_begin(o);
         else
             multi_begin(o);
         return;

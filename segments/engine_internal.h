@@ -124,8 +124,7 @@ struct ord {
     int n, start, k, handed, claimed, away, busy, remote_rounds;
     bool stock_left;  /* a segment passed by holds some stock, too little */
     long long *seen;  /* stock last seen per segment, -1 unknown; n entries */
-    long long vtotal; /* VERDICT: the total of the stocks just read (a lock service's
-                         SKU: the most one segment holds) */
+    long long vtotal; /* VERDICT: the total of the stocks just read */
 
     /* the segment being worked on */
     int seg;
@@ -157,7 +156,9 @@ struct ord {
     int mhanded;                    /* the claim a multi-segment wait was handed, or -1 */
     void (*mlocked)(struct ord *o); /* runs once every lock of the set is held */
     long long *mpart;
-    char (*mtok)[33];
+    char (*mtok)[33];  /* the store's lock tokens ("" under a lock service's holds) */
+    lks_hold **mlh;    /* a lock service's SKU: the holds of mseg[0..mk) */
+    long long *mfence; /* ... and the fences the store registered for them */
     /* ... on a cluster, one deduction per part, under the id's claim and its plan: */
     char *mplan;
     bool mclaiming; /* the claim that records the plan is out */
@@ -252,7 +253,8 @@ static inline void ord_unclaim(struct ord *o, int i)
 
 /* ---- lease.c: lease renewal ------------------------------------------------------ */
 
-/* The lock of `seg` is ours: renewed every lock_ttl_ms / 3 until lease_stop. */
+/* The lock of `seg` is ours (in MULTI under a lock service: the holds mlh[0..mk) as
+ * they are won): renewed every lock_ttl_ms / 3 until lease_stop. */
 void lease_start(struct ord *o);
 /* The renewal timer (o->renew's callback, EV_PERSIST). */
 void lease_on_tick(evutil_socket_t fd, short what, void *arg);
@@ -263,6 +265,16 @@ void lease_svc_hold(struct ord *o, lks_hold *h);
  * claim on this loop is given back once the service answered, so the next order of
  * the loop does not meet our lock there (the order outlives its answer for it). */
 void lease_svc_release(struct ord *o, bool unclaim);
+/* The SKU's lock service (o->lk set from the view): false when this process has none
+ * or its store cannot fence (the order then answers 503). */
+bool lease_svc_ready(struct ord *o);
+/* Ask o's lock service for segment i's lock (wait 0, lease lock_ttl_ms); fn gets o. */
+void lease_svc_acquire(struct ord *o, int i, lks_acquire_fn fn);
+/* Hold h (of segment i) marks o's lease_lost when the service loses it. */
+void lease_svc_watch(struct ord *o, lks_hold *h);
+/* Give hold h up; i >= 0: segment i's claim on this loop goes back once the service
+ * answered (as lease_svc_release), i < 0: nobody waits for the answer. */
+void lease_svc_give(struct ord *o, lks_hold *h, int i);
 /* No more renewals (replies owed still come). */
 static inline void lease_stop(struct ord *o)
 {

@@ -1,6 +1,7 @@
 /* lease.c -- lease renewal of the segment lock an order holds (every lock_ttl_ms / 3). */
 #include "segments/engine_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/xalloc.h"
@@ -41,12 +42,35 @@ static void on_svc_lost(void *arg, lks_hold *h)
     o->lease_lost = true;
 }
 
+void lease_svc_watch(struct ord *o, lks_hold *h)
+{
+    h->lost = on_svc_lost;
+    h->lost_arg = o;
+}
+
 void lease_svc_hold(struct ord *o, lks_hold *h)
 {
     o->lh = h;
     o->lease_lost = false; /* from the grant: a loss before lease_start counts */
-    h->lost = on_svc_lost;
-    h->lost_arg = o;
+    lease_svc_watch(o, h);
+}
+
+bool lease_svc_ready(struct ord *o)
+{
+    engine *e = o->e;
+    o->lk = o->view.cfg.lock;
+    return e->lks[o->lk] != NULL && (store_caps(e->st) & STORE_CAP_FENCE);
+}
+
+void lease_svc_acquire(struct ord *o, int i, lks_acquire_fn fn)
+{
+    engine *e = o->e;
+    char name[STORE_SKU_PLACED_MAX + 16];
+    snprintf(name, sizeof name, "%s:%d", o->placed, i);
+    for (char *p = name; *p != '\0'; p++)
+        if (*p == '/') /* "sku/salt": a znode's name takes no '/' (names have no ':') */
+            *p = ':';
+    e->lks_ops[o->lk]->acquire(e->lks[o->lk], name, e->v->opt.lock_ttl_ms, 0, fn, o);
 }
 
 /* A release whose segment's claim goes back once the service answered. */
@@ -67,21 +91,26 @@ static void on_svc_released(void *arg, int rc)
         ord_finish(o, o->res.status); /* frees it */
 }
 
-void lease_svc_release(struct ord *o, bool unclaim)
+void lease_svc_give(struct ord *o, lks_hold *h, int i)
 {
     engine *e = o->e;
-    lks_hold *h = o->lh;
-    o->lh = NULL;
     h->lost = NULL;
-    if (!unclaim) {
+    if (i < 0) {
         e->lks_ops[o->lk]->release(e->lks[o->lk], h, NULL, NULL);
         return;
     }
     struct released *r = seg_malloc(sizeof *r);
     r->o = o;
-    r->seg = o->seg;
+    r->seg = i;
     o->pending++;
     e->lks_ops[o->lk]->release(e->lks[o->lk], h, on_svc_released, r);
+}
+
+void lease_svc_release(struct ord *o, bool unclaim)
+{
+    lks_hold *h = o->lh;
+    o->lh = NULL;
+    lease_svc_give(o, h, unclaim ? o->seg : -1);
 }
 
 void lease_on_tick(evutil_socket_t fd, short what, void *arg)
@@ -91,6 +120,17 @@ void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     struct ord *o = arg;
     if (!o->holding || o->lease_lost)
         return;
+    if (o->lh == NULL && o->state == ORD_MULTI) { /* a lock service's set (multi.c) */
+        engine *e = o->e;
+        for (int k = 0; k < o->mk; k++) {
+            if (o->mlh[k] == NULL)
+                continue;
+            o->pending++;
+            e->lks_ops[o->lk]->renew(e->lks[o->lk], o->mlh[k], e->v->opt.lock_ttl_ms,
+                                     on_svc_renewed, o);
+        }
+        return;
+    }
     o->pending++;
     if (o->lh != NULL) {
         engine *e = o->e;

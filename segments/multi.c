@@ -7,8 +7,30 @@
 #include "segments/ring.h"
 #include "base/xalloc.h"
 
+/* A lock service's SKU (its locks are holds of the service, not the store's)? */
+static bool multi_svc(const struct ord *o)
+{
+    return o->view.cfg.mode == SKU_MODE_LOCK && o->view.cfg.lock != SKU_LOCK_STORE;
+}
+
+/* The service's holds of mseg[0..mk) given back, each segment's claim on this loop
+ * once the service answered (lease.c). */
+static void multi_svc_release(struct ord *o)
+{
+    lease_stop(o);
+    for (int k = 0; k < o->mk; k++) {
+        lease_svc_give(o, o->mlh[k], o->mseg[k]);
+        o->mlh[k] = NULL;
+    }
+    o->mk = 0;
+}
+
 static void multi_release(struct ord *o)
 {
+    if (multi_svc(o)) {
+        multi_svc_release(o);
+        return;
+    }
     for (int k = 0; k < o->mk; k++) {
         STORE_CALL(o->e->st, release, o->placed, o->mseg[k], o->mtok[k], NULL, NULL);
         ltab_unclaim(o->s, o->mseg[k]);
@@ -31,9 +53,13 @@ void multi_give_up(struct ord *o, inv_status st)
         ord_finish(o, st);
 }
 
-/* The parts' locks were given back by their scripts. */
+/* The parts' locks were given back by their scripts (a lock service's: now). */
 static void multi_unclaim(struct ord *o)
 {
+    if (multi_svc(o)) {
+        multi_svc_release(o);
+        return;
+    }
     for (int k = 0; o->view.cfg.mode == SKU_MODE_LOCK && k < o->mn; k++)
         ltab_unclaim(o->s, o->mseg[k]);
     o->mk = 0;
@@ -208,12 +234,13 @@ static void multi_parts(struct ord *o)
     o->mleft = o->mn;
     o->mcode = STORE_OK;
     o->mlost = false;
-    bool locked = o->view.cfg.mode == SKU_MODE_LOCK;
+    bool locked = o->view.cfg.mode == SKU_MODE_LOCK, svc = multi_svc(o);
     for (int k = 0; k < o->mn; k++) {
         o->mctx[k] = (struct part){o, k};
         STORE_CALL(o->e->st, deduct_part, o->placed, o->view.epoch, o->mseg[k],
-                   locked ? o->mtok[k] : "", STORE_NO_FENCE, o->res.order_id, o->mpart[k],
-                   o->until - CLAIM_MARGIN_MS, k == 0, on_part, &o->mctx[k]);
+                   locked ? o->mtok[k] : "", svc ? o->mfence[k] : STORE_NO_FENCE,
+                   o->res.order_id, o->mpart[k], o->until - CLAIM_MARGIN_MS, k == 0,
+                   on_part, &o->mctx[k]);
     }
 }
 
@@ -231,6 +258,14 @@ static void on_intent(void *arg, int rc, int value)
 
 static void multi_deduct(struct ord *o)
 {
+    if (multi_svc(o) && o->lease_lost) {
+        /* A hold lost meanwhile: the fenced write would be refused (it would only
+         * pass where nobody was granted the lock since). Give the set back, look
+         * again. */
+        multi_release(o);
+        multi_failed(o, STORE_FENCED);
+        return;
+    }
     free(o->record);
     o->record = record_build(o->res.order_id, o->sku, o->qty, o->mn, o->mseg, o->mpart,
                              "confirmed");
@@ -243,10 +278,25 @@ static void multi_deduct(struct ord *o)
     const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->view.cfg.mode == SKU_MODE_LOCK ? o->mtok[k] : "";
-    const struct store_parts parts = {o->mn, o->mseg, o->mpart, tok, NULL};
+    const struct store_parts parts = {o->mn, o->mseg, o->mpart, tok,
+                                      multi_svc(o) ? o->mfence : NULL};
     STORE_CALL(o->e->st, deduct_multi, o->placed, o->view.epoch, o->res.order_id,
                o->record, attempt, &parts, on_multi, o);
     free(tok);
+}
+
+/* A lock service's SKU: every hold of the set won, the SKU's hold_ms of work under
+ * them, as one segment's order does (engine.c), then the fenced deduction. */
+static void on_multi_hold_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    multi_deduct(arg);
+}
+
+static void multi_hold(struct ord *o)
+{
+    ord_arm(o, o->view.cfg.hold_ms, on_multi_hold_done);
 }
 
 /* ---- the set of locks ------------------------------------------------------------ */
@@ -285,10 +335,70 @@ static void on_multi_locked(void *arg, int rc, int taken)
             on_multi_retry);
 }
 
+/* HOLD answered for the service's hold of mseg[mk]: its fence registered, on as the
+ * store's lock taken; refused, the hold goes back and the set with it as the reply
+ * says (a higher fence registered: busy, try again). */
+static void on_multi_held(void *arg, int rc, struct store_reply *r)
+{
+    struct ord *o = arg;
+    int k = o->mk;
+    if (rc == 0 && r->code == STORE_OK) {
+        o->mfence[k] = o->view.cfg.unfenced ? STORE_UNFENCED : r->fence;
+        on_multi_locked(o, 0, 1);
+        return;
+    }
+    lease_svc_give(o, o->mlh[k], -1);
+    o->mlh[k] = NULL;
+    if (rc < 0 || r->code == STORE_FENCED) {
+        on_multi_locked(o, rc, 0);
+        return;
+    }
+    ltab_unclaim(o->s, o->mseg[k]);
+    if (r->code == STORE_SHORT)
+        ord_note_stock(o, o->mseg[k], r->value);
+    multi_release(o);
+    switch (r->code) {
+    case STORE_EXISTS:
+        ord_replayed(o, r->record);
+        r->record = NULL;
+        return;
+    case STORE_STALE:
+        ord_stale(o);
+        return;
+    default: /* SHORT, MISSING: the plan is behind the stock; look again */
+        multi_failed(o, r->code);
+    }
+}
+
+/* The service answered for mseg[mk]: won, the store registers the hold's fence
+ * (HOLD of the part's units); busy or no answer, as the store's lock. */
+static void on_multi_svc(void *arg, int rc, lks_hold *h)
+{
+    struct ord *o = arg;
+    engine *e = o->e;
+    int k = o->mk;
+    if (rc != LKS_OK) {
+        on_multi_locked(o, rc == LKS_BUSY ? 0 : -1, 0);
+        return;
+    }
+    o->mlh[k] = h;
+    lease_svc_watch(o, h);
+    long long fence =
+        (e->lks_ops[o->lk]->caps & LKS_CAP_FENCES) ? (long long)h->fence : 0;
+    STORE_CALL(e->st, hold, o->placed, o->view.epoch, o->mseg[k], o->res.order_id,
+               o->mpart[k], fence, on_multi_held, o);
+}
+
 /* Lock segment mseg[mk], whose claim this order holds. */
 static void multi_lock_send(struct ord *o)
 {
     int i = o->mseg[o->mk];
+    if (multi_svc(o)) {
+        o->mtok[o->mk][0] = '\0'; /* the writes name the fence, not a token */
+        stat_add(o->e->v, STAT_LOCK_ATTEMPTS, 1);
+        lease_svc_acquire(o, i, on_multi_svc);
+        return;
+    }
     ord_token(o->e, o->mtok[o->mk]);
     stat_add(o->e->v, STAT_LOCK_ATTEMPTS, 1);
     STORE_CALL(o->e->st, lock, o->placed, i, o->mtok[o->mk], o->e->v->opt.lock_ttl_ms,
@@ -361,9 +471,13 @@ void multi_alloc(struct ord *o)
     free(o->mseg);
     free(o->mpart);
     free(o->mtok);
+    free(o->mlh);
+    free(o->mfence);
     o->mseg = seg_malloc(sizeof *o->mseg * (size_t)n);
     o->mpart = seg_malloc(sizeof *o->mpart * (size_t)n);
     o->mtok = seg_calloc((size_t)n, sizeof *o->mtok);
+    o->mlh = seg_calloc((size_t)n, sizeof *o->mlh);
+    o->mfence = seg_calloc((size_t)n, sizeof *o->mfence);
     o->mk = 0;
     o->mround = 0;
 }
@@ -375,6 +489,15 @@ void multi_go(struct ord *o)
 {
     ord_set(o, ORD_MULTI);
     o->mlocked = multi_deduct;
+    if (multi_svc(o)) {
+        if (!lease_svc_ready(o)) {
+            ord_finish(o, INV_UNAVAILABLE);
+            return;
+        }
+        lease_start(o); /* renews the set's holds every ttl/3; lease_lost from now */
+        if (o->view.cfg.hold_ms > 0)
+            o->mlocked = multi_hold;
+    }
     if (o->view.cfg.mode == SKU_MODE_LOCK)
         multi_lock_next(o);
     else

@@ -269,6 +269,8 @@ void ord_answer_and_free(struct ord *o)
     free(o->mseg);
     free(o->mpart);
     free(o->mtok);
+    free(o->mlh);
+    free(o->mfence);
     free(o);
 }
 

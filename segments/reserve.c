@@ -37,9 +37,9 @@ void resv_clear(struct store_hold *h)
     h->record = NULL;
 }
 
-/* The store keeps reservations: not PostgreSQL yet, nor a Redis Cluster (whose
- * index, order record, meta and holding list live in other slots than the segment:
- * docs/DESIGN.md "Reservations", Not yet). */
+/* The store keeps reservations (a standalone Redis, PostgreSQL): not a Redis Cluster
+ * yet (whose index, order record, meta and holding list live in other slots than the
+ * segment: docs/DESIGN.md "Reservations", Not yet). */
 static bool supported(inv_conn *c)
 {
     return c->adm->ops->hold_by_id != NULL &&

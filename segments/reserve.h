@@ -7,8 +7,8 @@
  * is tried, then again until lock_wait_ms), falling through segments that hold too
  * little. The hold is a record in the "held" state on that segment, so confirm,
  * release and expiry are each one atomic step of the store on that segment. Expiry is
- * the store's clock (Redis TIME), never this process's: a confirm at or after
- * expires_ms is refused in the step that would sell, and settles the hold. Nothing
+ * the store's clock (Redis TIME, PostgreSQL now()), never this process's: a confirm at or
+ * after expires_ms is refused in the step that would sell, and settles the hold. Nothing
  * lives in process memory: a hold whose instance died still expires (the step that
  * meets it, or any instance's sweeper, holdsweep.h, gives its units back).
  *
@@ -68,7 +68,7 @@ resv_status resv_step_status(const struct store_hold *h, int code);
  * `done` runs once, on the loop, never inside the start call: the status, the id, and
  * the hold (done may take h->record, setting it NULL). Each counts in the engine's
  * in-flight work, so a stopping loop waits for it. Only where resv_loop_supported (a
- * standalone Redis). */
+ * standalone Redis, PostgreSQL). */
 typedef void (*resv_done_fn)(void *arg, resv_status s, const char *id,
                              struct store_hold *h);
 bool resv_loop_supported(engine *e);

@@ -290,8 +290,9 @@ struct store_ops {
                          const char *token, long long fence, int n,
                          const struct store_batch_order *b, store_batch_fn fn, void *arg);
     /* STORE_CAP_MULTI_ONE: all or nothing over p's parts, each fenced by its token
-     * (p->fence unused: a lock service's SKU deducts from one segment). OK (stocks[j]
-     * = stock left), SHORT (stocks[j] = stock held), FENCED, STALE, EXISTS. */
+     * and, under a lock service's holds, by p->fence[j] (NULL: none) as deduct is by
+     * `fence`. OK (stocks[j] = stock left), SHORT (stocks[j] = stock held), FENCED,
+     * STALE, EXISTS. */
     void (*deduct_multi)(store *s, const char *sku, long long epoch, const char *id,
                          const char *record, const char *attempt,
                          const struct store_parts *p, store_multi_fn fn, void *arg);
@@ -352,7 +353,7 @@ struct store_ops {
      * segment i's deduction; nothing to do where it always does. */
     void (*id_for_segment)(store *s, const char *sku, int i, char *id);
 
-    /* ---- reservations (a standalone Redis; NULL elsewhere) ----
+    /* ---- reservations (a standalone Redis, PostgreSQL; NULL elsewhere) ----
      * hold_place_any: reservation `id` of `qty` units for ttl_ms of the store's
      * clock, in one call: the store reads the SKU's settings and walks its segments
      * from `start` (mod their count), the first free one that holds qty taking the

@@ -75,16 +75,10 @@ static void on_verdict_stocks(void *arg, int rc, const long long *stock)
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
-    /* A lock service's SKU: no order spans segments, so what one segment holds is the
-     * most an order can take (and 0 still means sold out). */
-    bool one = o->view.cfg.lock != SKU_LOCK_STORE;
     o->vtotal = 0;
     for (int i = 0; i < o->n; i++) {
         o->seen[i] = stock[i];
-        if (!one)
-            o->vtotal += stock[i];
-        else if (stock[i] > o->vtotal)
-            o->vtotal = stock[i];
+        o->vtotal += stock[i];
     }
     STORE_CALL(o->e->st, meta_read, o->sku, on_verdict_meta, o);
 }

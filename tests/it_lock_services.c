@@ -1,8 +1,10 @@
 /* it_lock_services.c -- SKUs whose segment locks live in a lock service (RedLock over
  * three redis-servers, memcached, ZooKeeper), every write fenced by the Redis store:
- * exact sell-out over HTTP, a holder frozen past its lease (fenced: nothing oversold; the
- * lab's "fencing": false: the oversell shown), RedLock masters killed under orders (one:
- * still sells; two: 503, nothing sold), and the settings refused. */
+ * exact sell-out over HTTP, multi-segment orders (all or nothing, each part fenced), a
+ * holder frozen past its lease (fenced: nothing oversold; the lab's "fencing": false:
+ * the oversell shown), RedLock masters killed under orders (one: still sells; two: 503,
+ * nothing sold), ZooKeeper restarted under orders (503 while down, sells again after),
+ * and the settings refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,7 +100,8 @@ static int put_sku(int port, const char *sku, const char *body)
 struct sellout {
     const char *sku;
     int ports[2];
-    bool ids; /* every other order with a client's order id */
+    bool ids;      /* every other order with a client's order id */
+    long long qty; /* each order's (0: 1) */
     atomic_int sold, busy, other;
 };
 
@@ -109,8 +112,8 @@ static void sell(int idx, void *arg)
     for (int k = 0; h_now_ms() < until; k++) {
         char id[64];
         snprintf(id, sizeof id, "%s-%d-%d", s->sku, idx, k);
-        int st = h_order(s->ports[(idx + k) % 2], s->sku, 1, s->ids && k % 2 ? id : NULL,
-                         NULL);
+        int st = h_order(s->ports[(idx + k) % 2], s->sku, s->qty > 0 ? s->qty : 1,
+                         s->ids && k % 2 ? id : NULL, NULL);
         if (st == 201)
             atomic_fetch_add(&s->sold, 1);
         else if (st == 409)
@@ -180,8 +183,8 @@ static void test_sellout_zookeeper(void **state)
 }
 
 /* A lock service's SKU through the rest of its life: an order id replayed, a cancel, a
- * restock, an order no segment fills (insufficient: orders do not span segments under
- * a lock service), then sold out exactly. */
+ * restock, an order no segment fills (sold from two, under both segments' locks), then
+ * sold out exactly. */
 static void test_replay_cancel_restock_redlock(void **state)
 {
     struct env *e = *state;
@@ -202,30 +205,192 @@ static void test_replay_cancel_restock_redlock(void **state)
     json_t *j = h_get_sku(pa, NULL, sku);
     assert_int_equal(h_jint(j, "remaining"), 15);
     json_decref(j);
-    char code[64];
-    assert_int_equal(h_order(pb, sku, 9, NULL, &r), 409); /* 8 + 7: none holds 9 */
-    assert_string_equal(h_error_code(&r, code, sizeof code), "insufficient_stock");
-    h_resp_free(&r);
-    for (int k = 0; k < 15; k++)
+    assert_int_equal(h_order(pb, sku, 9, NULL, NULL), 201); /* 8 + 7: none holds 9 */
+    for (int k = 0; k < 6; k++)
         assert_int_equal(h_order(k % 2 ? pa : pb, sku, 1, NULL, NULL), 201);
     assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 409);
     assert_int_equal(h_audit(pa, NULL, sku, 15, false), 0);
 }
 
-/* ---- a holder frozen past its lease -------------------------------------------- */
+/* ---- multi-segment orders ---------------------------------------------------------- */
+
+/* An order no segment fills, under a lock service: the segments' locks taken from the
+ * service in ascending order, each fenced, the parts deducted all or nothing. 12 units
+ * on 3 segments: 10 sold from all three, 3 refused with nothing taken (2 left), the 2
+ * sold; then 40 units on 4 segments sold exactly by 4 clients ordering 4 at a time
+ * (each segment serves two such orders alone, its last 2 units only with another's). */
+static void multi_on(struct env *e, const char *lock)
+{
+    h_deadline(60);
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    char sku[32], body[160];
+    snprintf(sku, sizeof sku, "lm-%s", lock);
+    snprintf(body, sizeof body,
+             "{\"stock\": 12, \"segments\": 3, \"hold_ms\": 2, \"lock\": \"%s\"}", lock);
+    assert_int_equal(put_sku(pa, sku, body), 201);
+    long long multi = h_stat(pa, NULL, "multi_segment_orders");
+    struct h_resp r;
+    int st = h_order(pa, sku, 10, NULL, &r);
+    if (st != 201)
+        fail_msg("%s: an order of 10 from 4 + 4 + 4: %d %s", lock, st, r.body);
+    h_resp_free(&r);
+    assert_int_equal(h_stat(pa, NULL, "multi_segment_orders"), multi + 1);
+    char code[64];
+    assert_int_equal(h_order(pb, sku, 3, NULL, &r), 409);
+    assert_string_equal(h_error_code(&r, code, sizeof code), "insufficient_stock");
+    h_resp_free(&r);
+    json_t *j = h_get_sku(pb, NULL, sku);
+    assert_int_equal(h_jint(j, "remaining"), 2); /* nothing of the 3 taken */
+    json_decref(j);
+    assert_int_equal(h_order(pb, sku, 2, NULL, NULL), 201);
+    assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 409);
+    assert_int_equal(h_audit(pa, NULL, sku, 12, false), 0);
+
+    snprintf(sku, sizeof sku, "lm-%s-4", lock);
+    snprintf(body, sizeof body,
+             "{\"stock\": 40, \"segments\": 4, \"hold_ms\": 2, \"lock\": \"%s\"}", lock);
+    assert_int_equal(put_sku(pa, sku, body), 201);
+    struct sellout s = {.sku = sku, .ports = {pa, pb}, .qty = 4};
+    assert_int_equal(h_parallel(4, sell, &s), 0);
+    fprintf(stderr, "%s multi-segment sell-out: %d orders of 4, %d busy, %d other\n",
+            lock, s.sold, s.busy, s.other);
+    assert_int_equal(s.sold, 10);
+    assert_int_equal(s.other, 0);
+    j = h_get_sku(pb, NULL, sku);
+    assert_int_equal(h_jint(j, "sold"), 40);
+    assert_int_equal(h_jint(j, "remaining"), 0);
+    json_decref(j);
+    assert_int_equal(h_audit(pa, NULL, sku, 40, false), 0);
+}
+
+static void test_multi_redlock(void **state)
+{
+    multi_on(*state, "redlock");
+}
+
+static void test_multi_memcached(void **state)
+{
+    multi_on(*state, "memcached");
+}
+
+static void test_multi_zookeeper(void **state)
+{
+    multi_on(*state, "zookeeper");
+}
+
+/* A multi-segment order whose work under its holds (hold_ms) outlasts the lease: the
+ * holds are renewed every ttl/3 as one segment's are, so it sells (not lost, not
+ * fenced: 503 busy at its deadline). */
+static void test_multi_renewed_redlock(void **state)
+{
+    struct env *e = *state;
+    h_deadline(30);
+    int pa = h_svc_port(e->a);
+    char body[160];
+    snprintf(body, sizeof body,
+             "{\"stock\": 4, \"segments\": 2, \"hold_ms\": %d, \"lock\": \"redlock\"}",
+             TTL_MS + 500);
+    assert_int_equal(put_sku(pa, "lm-renewed", body), 201);
+    long long renewals = h_stat(pa, NULL, "lease_renewals");
+    long long lost = h_stat(pa, NULL, "lease_lost");
+    struct h_resp r;
+    int st = h_order(pa, "lm-renewed", 3, NULL, &r);
+    if (st != 201)
+        fail_msg("an order of 3 from 2 + 2 held %d ms: %d %s", TTL_MS + 500, st, r.body);
+    h_resp_free(&r);
+    assert_true(h_stat(pa, NULL, "lease_renewals") >= renewals + 2);
+    assert_int_equal(h_stat(pa, NULL, "lease_lost"), lost);
+    assert_int_equal(h_audit(pa, NULL, "lm-renewed", 4, false), 0);
+}
 
 struct frozen_order {
     int port;
     const char *sku;
+    long long qty;
     int status;
 };
 
 static void *order_thread(void *arg)
 {
     struct frozen_order *f = arg;
-    f->status = h_order(f->port, f->sku, 1, NULL, NULL);
+    f->status = h_order(f->port, f->sku, f->qty, NULL, NULL);
     return NULL;
 }
+
+/* A multi-segment order's holder frozen: A takes both segments' locks (1 unit each) for
+ * an order of 2 and is frozen (SIGSTOP) within HOLD_MS; its leases run out, B takes
+ * both and sells the 2; A, woken, sends its write: refused by the fences (FENCED,
+ * counted), A answered 409, 0 oversold. */
+static void frozen_multi(struct env *e, const char *lock)
+{
+    h_deadline(60);
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    char sku[32], body[160];
+    snprintf(sku, sizeof sku, "fm-%s", lock);
+    snprintf(body, sizeof body,
+             "{\"stock\": 2, \"segments\": 2, \"hold_ms\": %d, \"lock\": \"%s\"}",
+             HOLD_MS, lock);
+    assert_int_equal(put_sku(pa, sku, body), 201);
+    long long acquired = h_stat(pa, NULL, "lock_acquired");
+    long long fenced = h_stat(pa, NULL, "fenced_rejections");
+    struct frozen_order fa = {pa, sku, 2, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, order_thread, &fa), 0);
+    /* both locks held: HOLD_MS remain */
+    long long until = h_now_ms() + 5000;
+    while (h_stat(pa, NULL, "lock_acquired") < acquired + 2 && h_now_ms() < until)
+        h_sleep_ms(5);
+    if (h_stat(pa, NULL, "lock_acquired") < acquired + 2) {
+        pthread_join(t, NULL);
+        fail_msg("%s: A never held both segments' locks (A answered %d)", lock,
+                 fa.status);
+    }
+    assert_int_equal(h_svc_pause(e->a), 0);
+    long long paused = h_now_ms();
+    int st = 0;
+    until = h_now_ms() + 15000;
+    while (h_now_ms() < until) {
+        st = h_order(pb, sku, 2, NULL, NULL);
+        if (st != 503)
+            break;
+        h_sleep_ms(50);
+    }
+    long long sold_after = h_now_ms() - paused;
+    assert_int_equal(h_svc_resume(e->a), 0);
+    pthread_join(t, NULL);
+    json_t *j = h_get_sku(pb, NULL, sku);
+    assert_non_null(j);
+    long long sold = h_jint(j, "sold"), remaining = h_jint(j, "remaining");
+    json_decref(j);
+    fprintf(stderr,
+            "%s frozen multi-segment holder: B %d after %lld ms, A %d, sold %lld, "
+            "remaining %lld, oversold %lld, fenced rejections +%lld\n",
+            lock, st, sold_after, fa.status, sold, remaining, sold > 2 ? sold - 2 : 0,
+            h_stat(pa, NULL, "fenced_rejections") - fenced);
+    assert_int_equal(st, 201);
+    assert_int_equal(fa.status, 409); /* its write refused, the SKU is sold out */
+    assert_int_equal(sold, 2);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(h_audit(pb, NULL, sku, 2, false), 0);
+    assert_true(h_stat(pa, NULL, "fenced_rejections") > fenced);
+}
+
+static void test_frozen_multi_redlock_fenced(void **state)
+{
+    frozen_multi(*state, "redlock");
+}
+
+static void test_frozen_multi_memcached_fenced(void **state)
+{
+    frozen_multi(*state, "memcached");
+}
+
+static void test_frozen_multi_zookeeper_fenced(void **state)
+{
+    frozen_multi(*state, "zookeeper");
+}
+
+/* ---- a holder frozen past its lease -------------------------------------------- */
 
 /* Instance A takes the only segment's lock for HOLD_MS and is frozen (SIGSTOP) while
  * it holds; its lease runs out, B takes the lock and sells the last unit; A, woken,
@@ -246,7 +411,7 @@ static int frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku,
     long long acquired = h_stat(pa, NULL, "lock_acquired");
     long long fenced0 = h_stat(pa, NULL, "fenced_rejections");
 
-    struct frozen_order fa = {pa, sku, 0};
+    struct frozen_order fa = {pa, sku, 1, 0};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, order_thread, &fa), 0);
     /* frozen while holding: once A counts the lock acquired, HOLD_MS remain */
@@ -535,11 +700,79 @@ static void test_redlock_masters_killed(void **state)
     assert_int_equal(h_audit(pa, NULL, sku, STOCK, true), 0);
 }
 
+/* ---- ZooKeeper restarted under orders -------------------------------------------- */
+
+/* Four clients sell a ZooKeeper SKU over both instances; the server is stopped (by
+ * pid): holds granted before may still end in a sale (one per client at most), then
+ * every order answers 503 backend_unavailable and nothing sells; started again on
+ * its data dir, the handles reconnect (or open new sessions) and sales resume. The
+ * audit is exact: the store's sold equals the 201s counted, none oversold. */
+static void test_zookeeper_restarted_under_orders(void **state)
+{
+    struct env *e = *state;
+    h_deadline(90);
+    enum { STOCK = 1000, CLIENTS = 4 };
+    const char *sku = "zr-zookeeper";
+    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
+    assert_int_equal(put_sku(pa, sku,
+                             "{\"stock\": 1000, \"segments\": 4, \"hold_ms\": 20, "
+                             "\"lock\": \"zookeeper\"}"),
+                     201);
+    struct killed_sale s = {.sku = sku, .ports = {pa, pb}};
+    pthread_t t[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, killed_seller, &s), 0);
+    int up = sold_during(&s, 500);
+    assert_int_equal(h_zk_stop(e->zk), 0);
+    /* a hold granted before the stop may still sell; lock_wait_ms is 1000 and an
+     * acquire answers within 1 s of the loss (DESIGN.md, ZooKeeper: deadlines) */
+    int tail = sold_during(&s, 1500);
+    int busy = atomic_load(&s.busy);
+    int down = sold_during(&s, 1500); /* no lock service: nothing sold */
+    busy = atomic_load(&s.busy) - busy;
+    long long stopped = h_now_ms();
+    assert_int_equal(h_zk_restart(e->zk), 0);
+    long long restarted = h_now_ms();
+    /* sales resume once the handles are back (their old sessions revived or expired) */
+    int before = atomic_load(&s.sold);
+    long long until = h_now_ms() + 20000;
+    while (atomic_load(&s.sold) == before && h_now_ms() < until)
+        h_sleep_ms(20);
+    long long resumed = h_now_ms();
+    int again = sold_during(&s, 500);
+    atomic_store(&s.stop, true);
+    for (int i = 0; i < CLIENTS; i++)
+        pthread_join(t[i], NULL);
+    json_t *j = h_get_sku(pa, NULL, sku);
+    assert_non_null(j);
+    long long sold = h_jint(j, "sold"), remaining = h_jint(j, "remaining");
+    json_decref(j);
+    fprintf(
+        stderr,
+        "zookeeper restarted under orders: up %d sold in 500 ms; stopped: %d sold in "
+        "the next 1500 ms (holds granted before), then %d in 1500 ms, %d x 503 (%s); "
+        "restart took %lld ms, sales resumed %lld ms after it, %d sold in 500 ms; "
+        "store sold %lld = %d 201s, remaining %lld, oversold %lld, other answers %d\n",
+        up, tail, down, busy, s.code, restarted - stopped, resumed - restarted, again,
+        sold, atomic_load(&s.sold), remaining, sold > STOCK ? sold - STOCK : 0,
+        atomic_load(&s.other));
+    assert_true(up > 0);
+    assert_true(tail <= CLIENTS); /* at most the holds granted before the stop */
+    assert_int_equal(down, 0);    /* no lock service: nothing sold */
+    assert_true(busy > 0);        /* and the orders said so */
+    assert_string_equal(s.code, "backend_unavailable");
+    assert_true(again > 0); /* back: sells again */
+    assert_int_equal(atomic_load(&s.other), 0);
+    assert_int_equal(sold, atomic_load(&s.sold)); /* exact: every sale answered 201 */
+    assert_true(remaining > 0 && remaining + sold == STOCK);
+    assert_int_equal(h_audit(pa, NULL, sku, STOCK, true), 0);
+}
+
 /* ---- a Redis Cluster as the store ----------------------------------------------- */
 
 /* The fenced scripts of a cluster (acquire_slot.lua, deduct_slot.lua; deduct.lua for a
- * fresh id made for its segment's slot): a sell-out with client ids and without, and
- * the frozen holder refused. */
+ * fresh id made for its segment's slot): a sell-out with client ids and without, the
+ * frozen holder refused, and a multi-segment order (6 of 4 + 4; 2 of what is left). */
 static void test_cluster_store_redlock(void **state)
 {
     struct env *e = *state;
@@ -557,6 +790,17 @@ static void test_cluster_store_redlock(void **state)
     assert_non_null(b);
     sell_out_on(a, b, "redlock", "lc-sell", true);
     frozen_fenced_on(a, b, "redlock", "lc-frozen");
+    /* a multi-segment order: its plan claimed, one fenced deduction per part */
+    int pa = h_svc_port(a), pb = h_svc_port(b);
+    assert_int_equal(put_sku(pa, "lc-multi",
+                             "{\"stock\": 8, \"segments\": 2, \"hold_ms\": 2, "
+                             "\"lock\": \"redlock\"}"),
+                     201);
+    assert_int_equal(h_order(pa, "lc-multi", 6, NULL, NULL), 201);
+    assert_int_equal(h_order(pb, "lc-multi", 3, NULL, NULL), 409);
+    assert_int_equal(h_order(pb, "lc-multi", 2, "lc-multi-2", NULL), 201);
+    assert_int_equal(h_order(pa, "lc-multi", 1, NULL, NULL), 409);
+    assert_int_equal(h_audit(pa, NULL, "lc-multi", 8, false), 0);
     assert_int_equal(h_svc_stop_clean(a), 0);
     assert_int_equal(h_svc_stop_clean(b), 0);
     h_svc_free(a);
@@ -635,6 +879,13 @@ int main(void)
         cmocka_unit_test(test_sellout_memcached),
         cmocka_unit_test(test_sellout_zookeeper),
         cmocka_unit_test(test_replay_cancel_restock_redlock),
+        cmocka_unit_test(test_multi_redlock),
+        cmocka_unit_test(test_multi_memcached),
+        cmocka_unit_test(test_multi_zookeeper),
+        cmocka_unit_test(test_multi_renewed_redlock),
+        cmocka_unit_test(test_frozen_multi_redlock_fenced),
+        cmocka_unit_test(test_frozen_multi_memcached_fenced),
+        cmocka_unit_test(test_frozen_multi_zookeeper_fenced),
         cmocka_unit_test(test_frozen_holder_redlock_fenced),
         cmocka_unit_test(test_frozen_holder_redlock_unfenced_oversells),
         cmocka_unit_test(test_frozen_holder_memcached_fenced),
@@ -645,6 +896,7 @@ int main(void)
         cmocka_unit_test(test_memcached_restart_double_grant),
         cmocka_unit_test(test_cluster_store_redlock),
         cmocka_unit_test(test_redlock_masters_killed),
+        cmocka_unit_test(test_zookeeper_restarted_under_orders),
     };
     return h_exit_status(
         cmocka_run_group_tests_name("lock_services", tests, group_setup, group_teardown));

@@ -82,10 +82,10 @@ static void test_migrate_command(void **state)
     for (int k = 0; k < 2; k++) {
         char *out = NULL;
         assert_int_equal(h_run_cmd(argv, NULL, 20000, &out, NULL), 0);
-        assert_non_null(strstr(out, "schema at version 2"));
+        assert_non_null(strstr(out, "schema at version 3"));
         free(out);
     }
-    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 2);
+    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 3);
     const char *redis[] = {bin, "--migrate", NULL};
     assert_int_equal(h_run_cmd(redis, NULL, 20000, NULL, NULL), 2);
     const char *bad[] = {bin, "--store", "mysql://x", "--check-config", NULL};
@@ -233,11 +233,18 @@ static void test_orders_and_admin(void **state)
     json_decref(j);
     assert_int_equal(h_audit(port, TOKEN, "adm", 10, false), 0);
 
-    /* reservations are not on PostgreSQL yet: a clean 409, the SKU untouched */
+    /* a reservation (tests/it_pg_reservations.c has the rest): held, then released */
     assert_int_equal(h_req(port, "POST", "/reservations", NULL,
-                           "{\"sku\":\"adm\",\"qty\":1,\"ttl_s\":5}", &r),
-                     409);
-    assert_int_equal(h_expect_error(&r, 409, "reservations_unsupported"), 0);
+                           "{\"sku\":\"adm\",\"qty\":1,\"ttl_s\":5,"
+                           "\"reservation_id\":\"resv-1\"}",
+                           &r),
+                     201);
+    h_resp_free(&r);
+    j = h_get_sku(port, TOKEN, "adm");
+    assert_int_equal(h_jint(j, "remaining"), 8);
+    assert_int_equal(h_jint(j, "reserved"), 1);
+    json_decref(j);
+    assert_int_equal(h_req(port, "DELETE", "/reservations/resv-1", NULL, NULL, &r), 200);
     h_resp_free(&r);
     j = h_get_sku(port, TOKEN, "adm");
     assert_int_equal(h_jint(j, "remaining"), 9);

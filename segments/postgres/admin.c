@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/postgres/holds.h"
 #include "segments/postgres/store.h"
 #include "base/xalloc.h"
 
@@ -559,6 +560,48 @@ static int wait_durable(admin *a, const char *placed, int n, const int *seg,
     return 1; /* a COMMIT answered is durable: nothing to wait for */
 }
 
+/* ---- reservations: holds.h's statements on this connection -------------------- */
+
+static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
+                      const char *attempt, struct store_reply *out, struct store_hold *h)
+{
+    struct pgh_stmt q;
+    pgh_step_stmt(&q, id, act, attempt);
+    PGresult *r = run(self(a), q.st.sql, q.st.nparams, q.st.params);
+    int rc = pgh_decode(r, out, h);
+    if (r != NULL)
+        PQclear(r);
+    return rc;
+}
+
+static int holds_reserved(admin *a, const char *placed, int n, long long epoch,
+                          long long *reserved)
+{
+    struct pgh_stmt q;
+    pgh_reserved_stmt(&q, placed, epoch);
+    PGresult *r = run(self(a), q.st.sql, q.st.nparams, q.st.params);
+    int rc = pgh_decode_reserved(r, n, reserved);
+    if (r != NULL)
+        PQclear(r);
+    return rc;
+}
+
+/* `limit` segments on Redis; here holds, 16 a segment. */
+static int holds_sweep(admin *a, int limit, int *settled)
+{
+    struct pgh_stmt q;
+    pgh_sweep_stmt(&q, limit * 16);
+    PGresult *r = run(self(a), q.st.sql, q.st.nparams, q.st.params);
+    *settled = pgh_decode_sweep(r);
+    if (r != NULL)
+        PQclear(r);
+    if (*settled < 0) {
+        *settled = 0;
+        return -1;
+    }
+    return 0;
+}
+
 static const struct admin_ops pg_admin_ops = {
     .name = "postgres",
     .caps = caps,
@@ -576,6 +619,9 @@ static const struct admin_ops pg_admin_ops = {
     .adjust = adjust,
     .reset = reset,
     .wait = wait_durable,
+    .hold_by_id = hold_by_id,
+    .holds_reserved = holds_reserved,
+    .holds_sweep = holds_sweep,
 };
 
 admin *pga_create(const char *conninfo, int timeout_ms)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "segments/postgres/handle.h"
+#include "segments/postgres/holds.h"
 #include "base/clock.h"
 #include "base/xalloc.h"
 
@@ -535,6 +536,8 @@ static const struct store_ops pg_ops = {
     .adjust = pgb_adjust,
     .cancel = pgb_cancel,
     .id_for_segment = id_for_segment,
+    .hold_place_any = pgh_place_any,
+    .hold_by_id = pgh_by_id,
     .wait = wait_durable,
 };
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "base/xalloc.h"
+#include "segments/postgres/holds.h"
 
 /* Migration N is migrations[N - 1]: statements run in one transaction with the
  * version bump. Never edit one that has shipped; add the next. */
@@ -51,7 +52,8 @@ static const char *const m2[] = {
     NULL,
 };
 
-static const char *const *const migrations[] = {m1, m2};
+/* 3: reservations (holds.h; its statements in holds_sql.c). */
+static const char *const *const migrations[] = {m1, m2, pgh_schema};
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
 
 /* Serializes migrations of several instances on one database. */

@@ -138,7 +138,7 @@ static void deduct_multi(store *s, const char *sku, long long epoch, const char 
                          const char *record, const char *attempt,
                          const struct store_parts *p, store_multi_fn fn, void *arg)
 {
-    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok};
+    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok, p->fence};
     rda_deduct_multi(conn(s), sku, epoch, id, record, attempt, &parts, fn, arg);
 }
 
@@ -153,7 +153,7 @@ static void cancel(store *s, const char *placed, long long epoch, const char *id
                    const char *cancelled, const char *expected,
                    const struct store_parts *p, int wait_ms, store_reply_fn fn, void *arg)
 {
-    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok};
+    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok, NULL};
     rda_cancel(conn(s), placed, epoch, id, cancelled, expected, &parts, wait_ms, fn, arg);
 }
 
@@ -193,7 +193,7 @@ static char *plan_build(store *s, const char *sku, long long epoch,
                         const struct store_parts *p)
 {
     (void)s;
-    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok};
+    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok, NULL};
     return rd_plan_build(sku, epoch, &parts);
 }
 

@@ -232,6 +232,7 @@ struct rd_parts {
     const int *seg;
     const long long *part;  /* DEDUCT_MULTI only */
     const char *const *tok; /* per part: the lock token, or "" (mode atomic) */
+    const long long *fence; /* DEDUCT_MULTI: per part a lock service's fence, or NULL */
 };
 
 /* ---- multi-segment orders on a Redis Cluster ------------------------------------

@@ -352,9 +352,10 @@ void proto_renew(struct rd_cmd *c, const char *sku, int i, const char *token, in
 /* DEDUCT_MULTI or CANCEL over the parts `p` of order `id` of `sku` in `epoch`.
  * KEYS: the order record (and for CANCEL the meta), then per part its lock, stock,
  * sold, the orders hash (first part) or parts hash, and epoch (for CANCEL, last, the
- * first segment's cancelled set). ARGV: `id`, `record`, `extra` (DEDUCT_MULTI: the
- * attempt id; CANCEL: the record as read), the epoch, the SKU, then per part its
- * token and, for DEDUCT_MULTI, its qty. */
+ * first segment's cancelled set; for DEDUCT_MULTI, last, each part's fence). ARGV:
+ * `id`, `record`, `extra` (DEDUCT_MULTI: the attempt id; CANCEL: the record as read),
+ * the epoch, the SKU, then per part its token and, for DEDUCT_MULTI, its qty and
+ * fence (0: none). */
 static void parts(struct rd_cmd *c, enum script_id script, const char *sku,
                   long long epoch, const char *id, const char *record, const char *extra,
                   const struct rd_parts *p)
@@ -375,6 +376,8 @@ static void parts(struct rd_cmd *c, enum script_id script, const char *sku,
     }
     if (cancel)
         cmd_key(c, seg_key_cancelled(key, sku, p->seg[0]));
+    for (int j = 0; !cancel && j < p->n; j++)
+        cmd_key(c, seg_key_fence(key, sku, p->seg[j]));
     cmd_arg(c, id);
     cmd_arg(c, record);
     cmd_arg(c, extra);
@@ -382,8 +385,10 @@ static void parts(struct rd_cmd *c, enum script_id script, const char *sku,
     cmd_arg(c, sku);
     for (int j = 0; j < p->n; j++) {
         cmd_arg(c, p->tok[j]);
-        if (!cancel)
-            cmd_argll(c, p->part[j]);
+        if (cancel)
+            continue;
+        cmd_argll(c, p->part[j]);
+        cmd_argll(c, p->fence != NULL ? p->fence[j] : 0);
     }
 }
 

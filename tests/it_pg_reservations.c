@@ -1,0 +1,561 @@
+/* it_pg_reservations.c -- reservations on the PostgreSQL store over real HTTP on a real
+ * PostgreSQL 15: place, replay, confirm, release, expiry by PostgreSQL's clock (a
+ * confirm too late sells nothing), the sweeper returning a hold nobody touches, bad
+ * input, restock/rebalance/reset/delete with holds outstanding, every lock scheme, and
+ * a concurrent mix audited from the database itself. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "tests/harness_pg.h"
+
+#define TOKEN "pgtoken"
+
+static h_pg *pg;
+static h_svc *svc; /* one instance for the group */
+
+static int put_sku_hold(int port, const char *sku, long long stock, int segments,
+                        const char *mode, const char *lock, int hold_ms)
+{
+    char path[128], body[256];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    snprintf(body, sizeof body,
+             "{\"stock\":%lld,\"segments\":%d,\"mode\":\"%s\",\"hold_ms\":%d%s%s%s}",
+             stock, segments, mode, hold_ms, lock ? ",\"lock\":\"" : "", lock ? lock : "",
+             lock ? "\"" : "");
+    struct h_resp r;
+    int st = h_req(port, "PUT", path, TOKEN, body, &r);
+    if (st != 200 && st != 201)
+        fprintf(stderr, "PUT %s: %d %s\n", sku, st, r.body ? r.body : "");
+    h_resp_free(&r);
+    return st == 200 || st == 201 ? 0 : -1;
+}
+
+static int put_sku(int port, const char *sku, long long stock, int segments,
+                   const char *mode, const char *lock)
+{
+    return put_sku_hold(port, sku, stock, segments, mode, lock, 0);
+}
+
+/* POST /reservations: the status; *out filled when not NULL (h_resp_free). */
+static int reserve(int port, const char *sku, long long qty, long long ttl_s,
+                   const char *id, struct h_resp *out)
+{
+    char body[256];
+    if (id != NULL)
+        snprintf(body, sizeof body,
+                 "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld,\"reservation_id\":\"%s\"}",
+                 sku, qty, ttl_s, id);
+    else
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld}", sku,
+                 qty, ttl_s);
+    struct h_resp r;
+    int st = h_req(port, "POST", "/reservations", NULL, body, &r);
+    if (out != NULL)
+        *out = r;
+    else
+        h_resp_free(&r);
+    return st;
+}
+
+/* METHOD /reservations/ID[suffix]: the status; the error code into `code` (64). */
+static int on_resv(int port, const char *method, const char *id, const char *suffix,
+                   char *code)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/reservations/%s%s", id, suffix);
+    struct h_resp r;
+    int st = h_req(port, method, path, NULL, NULL, &r);
+    if (code != NULL)
+        h_error_code(&r, code, 64);
+    h_resp_free(&r);
+    return st;
+}
+
+/* The invariant from the database alone, per segment: stock + held + sold = the
+ * segment's share, and over the SKU = skus.initial. 0, or the number of segments off
+ * (-1: the SKU has no row). */
+static long long db_audit(const char *sku)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT initial FROM skus WHERE sku = '%s')"
+             " - (SELECT coalesce(sum(stock), 0) FROM segments WHERE sku = '%s')"
+             " - (SELECT coalesce(sum(h.qty), 0) FROM holds h JOIN skus k ON"
+             " k.sku = h.sku AND k.epoch = h.epoch WHERE h.sku = '%s' AND"
+             " h.state = 'held')"
+             " - (SELECT coalesce(sum(qty), 0) FROM orders WHERE sku = '%s' AND"
+             " record NOT LIKE '%%cancelled%%')",
+             sku, sku, sku, sku);
+    return h_pg_scalar(pg, sql);
+}
+
+static long long db(const char *fmt, const char *arg)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql, fmt, arg);
+    return h_pg_scalar(pg, sql);
+}
+
+struct nums {
+    long long initial, remaining, reserved, sold;
+};
+
+/* The SKU view's numbers, its invariant checked as a whole and per segment. */
+static struct nums sku_nums(int port, const char *sku)
+{
+    json_t *j = h_get_sku(port, TOKEN, sku);
+    assert_non_null(j);
+    struct nums n = {h_jint(j, "initial"), h_jint(j, "remaining"), h_jint(j, "reserved"),
+                     h_jint(j, "sold")};
+    json_t *st = json_object_get(j, "segment_stock"),
+           *rs = json_object_get(j, "segment_reserved"),
+           *sd = json_object_get(j, "segment_sold");
+    assert_true(json_is_array(rs));
+    long long sum = 0, res = 0;
+    for (size_t i = 0; i < json_array_size(st); i++) {
+        long long r = json_integer_value(json_array_get(rs, i));
+        assert_true(r >= 0);
+        res += r;
+        sum += json_integer_value(json_array_get(st, i)) + r +
+               json_integer_value(json_array_get(sd, i));
+    }
+    json_decref(j);
+    assert_int_equal(res, n.reserved);
+    assert_int_equal(sum, n.initial);
+    assert_int_equal(n.remaining + n.reserved + n.sold, n.initial);
+    return n;
+}
+
+/* Until PostgreSQL's own clock has passed hold `id`'s expiry (up to 10 s). */
+static void wait_expired(const char *id)
+{
+    for (int k = 0; k < 200; k++) {
+        if (db("SELECT count(*) FROM holds WHERE hold_id = '%s' AND now() >= expires_at",
+               id) == 1)
+            return;
+        usleep(50 * 1000);
+    }
+    fail_msg("hold %s never expired by PostgreSQL's clock", id);
+}
+
+/* ---- the tests ------------------------------------------------------------------ */
+
+static void test_place_confirm_replay_release(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "r1", 10, 2, "lock", "row"), 0);
+
+    struct h_resp r;
+    assert_int_equal(reserve(port, "r1", 3, 60, "h1", &r), 201);
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
+    long long at = h_jint(j, "expires_at_ms");
+    json_decref(j);
+    h_resp_free(&r);
+    /* the store's clock set it: now() + 60 s, to the millisecond */
+    assert_int_equal(
+        db("SELECT (extract(epoch FROM expires_at) * 1000)::bigint FROM holds"
+           " WHERE hold_id = '%s'",
+           "h1"),
+        at);
+    assert_int_equal(db("SELECT count(*) FROM holds WHERE hold_id = '%s' AND expires_at"
+                        " BETWEEN now() + interval '50 s' AND now() + interval '61 s'",
+                        "h1"),
+                     1);
+
+    /* a replay is the same hold; the id with another qty or SKU is refused */
+    assert_int_equal(reserve(port, "r1", 3, 60, "h1", NULL), 200);
+    assert_int_equal(reserve(port, "r1", 2, 60, "h1", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+    struct nums n = sku_nums(port, "r1");
+    assert_int_equal(n.remaining, 7);
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(on_resv(port, "GET", "h1", "", NULL), 200);
+
+    /* confirm: the order (201), again 200, the order readable; release refused */
+    char code[64];
+    assert_int_equal(on_resv(port, "POST", "h1", "/confirm", NULL), 201);
+    assert_int_equal(on_resv(port, "POST", "h1", "/confirm", NULL), 200);
+    assert_int_equal(h_order_status(port, "h1"), 200);
+    assert_int_equal(on_resv(port, "DELETE", "h1", "", code), 409);
+    assert_string_equal(code, "reservation_confirmed");
+    assert_int_equal(db("SELECT count(*) FROM orders WHERE order_id = '%s'", "h1"), 1);
+    n = sku_nums(port, "r1");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 3);
+    assert_int_equal(db_audit("r1"), 0);
+
+    /* release: the units back, idempotent; a confirm after it refused */
+    assert_int_equal(reserve(port, "r1", 2, 60, "h2", NULL), 201);
+    assert_int_equal(on_resv(port, "DELETE", "h2", "", NULL), 200);
+    assert_int_equal(on_resv(port, "DELETE", "h2", "", NULL), 200);
+    assert_int_equal(on_resv(port, "POST", "h2", "/confirm", code), 409);
+    assert_string_equal(code, "reservation_released");
+    n = sku_nums(port, "r1");
+    assert_int_equal(n.remaining, 7);
+    assert_int_equal(n.reserved, 0);
+
+    /* an order's id cannot be a reservation's; a confirmed hold cancels as an order */
+    assert_int_equal(h_order(port, "r1", 1, "ord-x", NULL), 201);
+    assert_int_equal(reserve(port, "r1", 1, 60, "ord-x", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+    assert_int_equal(h_req(port, "DELETE", "/orders/h1", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    n = sku_nums(port, "r1");
+    assert_int_equal(n.remaining, 9);
+    assert_int_equal(n.sold, 1);
+    assert_int_equal(db_audit("r1"), 0);
+}
+
+/* A confirm at or past expires_at (PostgreSQL's now()) is refused in the transaction
+ * that would sell: 410, no order row, the units back. */
+static void test_confirm_after_expiry(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "ex", 5, 1, "lock", "row"), 0);
+    assert_int_equal(reserve(port, "ex", 2, 1, "e1", NULL), 201);
+    wait_expired("e1");
+    char code[64];
+    assert_int_equal(on_resv(port, "POST", "e1", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_expired");
+    assert_int_equal(db("SELECT count(*) FROM orders WHERE order_id = '%s'", "e1"), 0);
+    assert_int_equal(on_resv(port, "POST", "e1", "/confirm", code), 410);
+    assert_int_equal(db("SELECT count(*) FROM holds WHERE hold_id = '%s' AND"
+                        " state = 'expired'",
+                        "e1"),
+                     1);
+    struct nums n = sku_nums(port, "ex");
+    assert_int_equal(n.remaining, 5);
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.reserved, 0);
+    /* a release of an expired hold answers what it became */
+    assert_int_equal(on_resv(port, "DELETE", "e1", "", NULL), 200);
+    assert_int_equal(db_audit("ex"), 0);
+}
+
+/* Nobody touches the hold: the background sweep gives its units back. */
+static void test_sweep_returns_expired(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "sw", 8, 2, "lock", "lease"), 0);
+    assert_int_equal(reserve(port, "sw", 4, 1, "s1", NULL), 201);
+    assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "sw"), 4);
+    wait_expired("s1");
+    bool back = false;
+    for (int k = 0; k < 100 && !back; k++) { /* the sweeper looks every 250 ms */
+        back = db("SELECT count(*) FROM holds WHERE hold_id = '%s' AND state = 'expired'",
+                  "s1") == 1;
+        if (!back)
+            usleep(100 * 1000);
+    }
+    assert_true(back);
+    assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "sw"), 8);
+    struct nums n = sku_nums(port, "sw");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 8);
+    assert_int_equal(db_audit("sw"), 0);
+    struct h_resp r;
+    assert_int_equal(h_req(port, "GET", "/metrics", TOKEN, NULL, &r), 200);
+    assert_true(h_metric(r.body, "inventory_reservations_expired_total") >= 1);
+    h_resp_free(&r);
+}
+
+/* /metrics: the per-SKU gauge of held units follows the holds table. */
+static void test_reserved_gauge(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "gm", 6, 2, "lock", "row"), 0);
+    assert_int_equal(reserve(port, "gm", 2, 60, "g1", NULL), 201);
+    double v = -1;
+    for (int k = 0; k < 100 && v != 2; k++) { /* the gauges' refresher catches up */
+        struct h_resp r;
+        assert_int_equal(h_req(port, "GET", "/metrics", TOKEN, NULL, &r), 200);
+        v = h_metric(r.body, "inventory_sku_reserved{sku=\"gm\"}");
+        h_resp_free(&r);
+        if (v != 2)
+            usleep(100 * 1000);
+    }
+    assert_true(v == 2);
+    assert_int_equal(on_resv(port, "DELETE", "g1", "", NULL), 200);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "bad", 4, 2, "lock", "row"), 0);
+    struct h_resp r;
+    assert_int_equal(reserve(port, "bad", 1, 0, NULL, &r), 400); /* ttl 0 */
+    h_resp_free(&r);
+    assert_int_equal(reserve(port, "bad", 1, 86401, NULL, &r), 400); /* past a day */
+    h_resp_free(&r);
+    assert_int_equal(reserve(port, "bad", 0, 60, NULL, &r), 400);
+    h_resp_free(&r);
+    assert_int_equal(reserve(port, "bad", 1, 60, "no spaces", &r), 400);
+    h_resp_free(&r);
+    assert_int_equal(reserve(port, "nosuch", 1, 60, NULL, &r), 404);
+    h_resp_free(&r);
+    char code[64];
+    assert_int_equal(on_resv(port, "GET", "unknown-id", "", code), 404);
+    assert_int_equal(on_resv(port, "POST", "unknown-id", "/confirm", NULL), 404);
+    assert_int_equal(on_resv(port, "DELETE", "unknown-id", "", NULL), 404);
+    /* 3 units fit in neither segment of 2: one segment per hold */
+    assert_int_equal(reserve(port, "bad", 3, 60, NULL, &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
+    h_resp_free(&r);
+    assert_int_equal(reserve(port, "bad", 2, 60, "b1", NULL), 201);
+    assert_int_equal(reserve(port, "bad", 2, 60, "b2", NULL), 201);
+    assert_int_equal(reserve(port, "bad", 1, 60, NULL, &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "sold_out"), 0);
+    h_resp_free(&r);
+    assert_int_equal(db_audit("bad"), 0);
+    assert_int_equal(db("SELECT count(*) FROM holds WHERE sku = '%s'", "bad"), 2);
+}
+
+/* Restock and rebalance leave holds alone; reset and delete void them. */
+static void test_admin_with_holds(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "adm", 8, 2, "lock", "row"), 0);
+    assert_int_equal(reserve(port, "adm", 3, 60, "a1", NULL), 201);
+    struct h_resp r;
+    assert_int_equal(
+        h_req(port, "POST", "/admin/skus/adm/restock", TOKEN, "{\"qty\":4}", &r), 200);
+    h_resp_free(&r);
+    struct nums n = sku_nums(port, "adm");
+    assert_int_equal(n.initial, 12);
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(n.remaining, 9);
+    assert_int_equal(h_req(port, "POST", "/admin/skus/adm/rebalance", TOKEN, "{}", &r),
+                     200);
+    h_resp_free(&r);
+    n = sku_nums(port, "adm");
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(n.remaining, 9);
+    assert_int_equal(db_audit("adm"), 0);
+    assert_int_equal(on_resv(port, "POST", "a1", "/confirm", NULL), 201);
+    n = sku_nums(port, "adm");
+    assert_int_equal(n.sold, 3);
+    assert_int_equal(db_audit("adm"), 0);
+
+    /* reset: the old sale's holds are void (410), their units not part of the new one */
+    char code[64];
+    assert_int_equal(reserve(port, "adm", 2, 60, "a2", NULL), 201);
+    assert_int_equal(put_sku(port, "adm", 6, 3, "lock", "row"), 0);
+    assert_int_equal(on_resv(port, "GET", "a2", "", code), 410);
+    assert_string_equal(code, "reservation_void");
+    assert_int_equal(on_resv(port, "POST", "a2", "/confirm", NULL), 410);
+    assert_int_equal(on_resv(port, "DELETE", "a2", "", NULL), 410);
+    n = sku_nums(port, "adm");
+    assert_int_equal(n.remaining, 6);
+    assert_int_equal(n.reserved, 0);
+    /* the id is free again in the new sale */
+    assert_int_equal(reserve(port, "adm", 1, 60, "a2", NULL), 201);
+    assert_int_equal(db_audit("adm"), 0);
+
+    /* delete with a hold outstanding: void; the SKU made again does not see it */
+    assert_int_equal(h_req(port, "DELETE", "/admin/skus/adm", TOKEN, NULL, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(on_resv(port, "GET", "a2", "", code), 410);
+    assert_int_equal(on_resv(port, "POST", "a2", "/confirm", NULL), 410);
+    assert_int_equal(put_sku(port, "adm", 5, 1, "atomic", NULL), 0);
+    assert_int_equal(on_resv(port, "POST", "a2", "/confirm", NULL), 410);
+    n = sku_nums(port, "adm");
+    assert_int_equal(n.remaining, 5);
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(db_audit("adm"), 0);
+}
+
+/* Every lock scheme: a hold, a confirm, a release, orders between them. */
+static void test_every_scheme(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    static const char *const lock[][2] = {
+        {"lock", "row"}, {"lock", "lease"}, {"lock", "optimistic"}, {"atomic", NULL}};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32], id1[32], id2[32];
+        snprintf(sku, sizeof sku, "sch-%zu", i);
+        snprintf(id1, sizeof id1, "sch-%zu-a", i);
+        snprintf(id2, sizeof id2, "sch-%zu-b", i);
+        assert_int_equal(put_sku(port, sku, 9, 3, lock[i][0], lock[i][1]), 0);
+        assert_int_equal(reserve(port, sku, 2, 60, id1, NULL), 201);
+        assert_int_equal(h_order(port, sku, 2, NULL, NULL), 201);
+        assert_int_equal(reserve(port, sku, 3, 60, id2, NULL), 201);
+        assert_int_equal(on_resv(port, "POST", id1, "/confirm", NULL), 201);
+        assert_int_equal(on_resv(port, "DELETE", id2, "", NULL), 200);
+        struct nums n = sku_nums(port, sku);
+        assert_int_equal(n.sold, 4);
+        assert_int_equal(n.remaining, 5);
+        assert_int_equal(db_audit(sku), 0);
+    }
+}
+
+struct held_sale {
+    int port;
+    const char *sku;
+    int order_status, reserve_status;
+};
+
+/* idx 0: an order of the whole stock, holding the segment's lock 1 s; idx 1, 300 ms
+ * into that hold: a reservation of one unit. */
+static void order_vs_hold(int idx, void *arg)
+{
+    struct held_sale *h = arg;
+    if (idx == 0) {
+        h->order_status = h_order(h->port, h->sku, 5, NULL, NULL);
+    } else {
+        usleep(300 * 1000);
+        h->reserve_status = reserve(h->port, h->sku, 1, 60, NULL, NULL);
+    }
+}
+
+/* A hold takes no units from a segment whose lock an order holds (row: its open
+ * transaction; lease: its lease): the order sells what it saw, the hold waits and
+ * then finds the SKU sold out (409) or gives up (503). */
+static void test_hold_respects_segment_lock(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    static const char *const lock[] = {"row", "lease"};
+    for (size_t i = 0; i < sizeof lock / sizeof lock[0]; i++) {
+        char sku[32];
+        snprintf(sku, sizeof sku, "lk-%s", lock[i]);
+        assert_int_equal(put_sku_hold(port, sku, 5, 1, "lock", lock[i], 1000), 0);
+        struct held_sale h = {.port = port, .sku = sku};
+        assert_int_equal(h_parallel(2, order_vs_hold, &h), 0);
+        assert_int_equal(h.order_status, 201);
+        assert_true(h.reserve_status == 409 || h.reserve_status == 503);
+        struct nums n = sku_nums(port, sku);
+        assert_int_equal(n.sold, 5);
+        assert_int_equal(n.reserved, 0);
+        assert_int_equal(db_audit(sku), 0);
+    }
+}
+
+struct mix {
+    int port;
+    _Atomic long long placed, confirmed, released, ordered, failed;
+};
+
+/* Holds, confirms, releases, 1 s holds left to expire, and orders, all at once. */
+static void mixer(int idx, void *arg)
+{
+    struct mix *m = arg;
+    for (int k = 0; k < 60; k++) {
+        char id[48];
+        snprintf(id, sizeof id, "mx-%d-%d", idx, k);
+        int st = reserve(m->port, "mix", 1 + k % 2, k % 5 == 0 ? 1 : 30, id, NULL);
+        if (st == 201) {
+            atomic_fetch_add(&m->placed, 1);
+            int c = k % 3 == 0   ? on_resv(m->port, "DELETE", id, "", NULL)
+                    : k % 5 == 0 ? 0
+                                 : on_resv(m->port, "POST", id, "/confirm", NULL);
+            if (c == 200 && k % 3 == 0)
+                atomic_fetch_add(&m->released, 1);
+            else if (c == 201)
+                atomic_fetch_add(&m->confirmed, 1);
+            else if (c != 0)
+                atomic_fetch_add(&m->failed, 1);
+        } else if (st != 409 && st != 503) {
+            atomic_fetch_add(&m->failed, 1);
+        }
+        st = h_order(m->port, "mix", 1, NULL, NULL);
+        if (st == 201)
+            atomic_fetch_add(&m->ordered, 1);
+        else if (st != 409 && st != 503)
+            atomic_fetch_add(&m->failed, 1);
+    }
+}
+
+static void test_concurrent_mix_audited(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "mix", 400, 4, "lock", "row"), 0);
+    struct mix m = {.port = port};
+    assert_int_equal(h_parallel(6, mixer, &m), 0);
+    print_message("mix: %lld placed, %lld confirmed, %lld released, %lld orders, "
+                  "%lld failed\n",
+                  (long long)m.placed, (long long)m.confirmed, (long long)m.released,
+                  (long long)m.ordered, (long long)m.failed);
+    assert_int_equal(m.failed, 0);
+    assert_true(m.placed > 0 && m.confirmed > 0 && m.released > 0);
+    assert_int_equal(db_audit("mix"), 0);
+    /* every confirm sold once: the order rows of holds are the confirmed holds */
+    assert_int_equal(db("SELECT count(*) FROM orders o JOIN holds h ON h.hold_id ="
+                        " o.order_id WHERE o.sku = '%s'",
+                        "mix"),
+                     m.confirmed);
+    assert_int_equal(db("SELECT count(*) FROM holds WHERE sku = '%s' AND state ="
+                        " 'confirmed'",
+                        "mix"),
+                     m.confirmed);
+    struct nums n = sku_nums(port, "mix");
+    assert_int_equal(n.initial, 400);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    pg = h_pg_start();
+    if (pg == NULL)
+        return -1;
+    const char *args[] = {"--store",
+                          h_pg_conninfo(pg),
+                          "--admin-token",
+                          TOKEN,
+                          "--lock-ttl-ms",
+                          "3000",
+                          "--threads",
+                          "2",
+                          NULL};
+    struct h_svc_opts o = {.args = args, .no_redis_flag = true};
+    svc = h_svc_start(NULL, &o);
+    return svc != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int rc = svc != NULL ? h_svc_stop_clean(svc) : 0;
+    h_svc_free(svc);
+    h_pg_free(pg);
+    return rc;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_place_confirm_replay_release),
+        cmocka_unit_test(test_confirm_after_expiry),
+        cmocka_unit_test(test_sweep_returns_expired),
+        cmocka_unit_test(test_reserved_gauge),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_admin_with_holds),
+        cmocka_unit_test(test_every_scheme),
+        cmocka_unit_test(test_hold_respects_segment_lock),
+        cmocka_unit_test(test_concurrent_mix_audited),
+    };
+    return h_exit_status(cmocka_run_group_tests(tests, setup, teardown));
+}
