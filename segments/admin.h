@@ -1,7 +1,8 @@
 /* admin.h -- the blocking admin seam: one table of blocking operations per worker
  * connection (`struct admin_ops`), for the calls that do not run on an event loop:
- * SKU create/reset/delete, restock and rebalance, cancel, GET sku with its segment
- * arrays, the list of SKUs, order lookup, and the locks those calls take.
+ * SKU create/reset/delete, restock and rebalance, GET sku with its segment arrays,
+ * the list of SKUs, order lookup, and the locks those calls and a cancel take. (The
+ * cancel itself is store.h's, on the connection's own loop: inv_conn_store.)
  *
  * A step, not the end (docs/DESIGN.md "Admin operations"): issue 22 wants these on
  * the asynchronous table of store.h; until then each store fills this table too
@@ -33,8 +34,9 @@
 #define ADMIN_MISMATCH 11       /* a reset: the SKU is not the version named */
 
 /* Capabilities (admin_ops.caps). */
-/* adjust and cancel want the caller to hold every segment lock they touch
- * (lockset.h) and pass the tokens; without it the store serializes them itself. */
+/* adjust (and store.h's cancel) want the caller to hold every segment lock they
+ * touch (lockset.h) and pass the tokens; without it the store serializes them
+ * itself. */
 #define ADMIN_CAP_LOCKS 0x1u
 /* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
 #define ADMIN_CAP_CLUSTER 0x2u
@@ -89,10 +91,7 @@ struct admin_ops {
     /* A segment lock: 1 taken (released), 0 held by another (not ours), -1. */
     int (*lock)(admin *a, const char *sku, int i, const char *token, int ttl_ms);
     int (*release)(admin *a, const char *sku, int i, const char *token);
-    /* calls.h rd_cancel, rd_adjust, rd_reset, rd_wait: the same contracts. */
-    int (*cancel)(admin *a, const char *placed, long long epoch, const char *id,
-                  const char *cancelled, const char *expected,
-                  const struct store_parts *p, int wait_ms, struct store_reply *out);
+    /* calls.h rd_adjust, rd_reset, rd_wait: the same contracts. */
     int (*adjust)(admin *a, const char *sku, long long epoch, int segments,
                   const char *const *tok, const char *op, long long add, long long limit,
                   const char *rid, const char *sig, int wait_ms, struct store_reply *out);

@@ -59,7 +59,18 @@ struct inv_conn {
     uint64_t rng;       /* xorshift state: ring start and backoff jitter */
     uint64_t token_id;  /* random per connection: prefix of every lock token */
     uint64_t token_seq; /* counter: suffix of every lock token */
+    /* The store on a loop of this connection's own (store.h), made on first use: a
+     * blocking call runs the store's asynchronous operation there and waits for it
+     * (inv_conn_store). NULL until then. */
+    struct event_base *base;
+    store *st;
 };
+
+/* c's own loop and its store (made on first use, connecting then). */
+store *inv_conn_store(inv_conn *c);
+/* Turn c's loop until *done (set by the callback of an operation of its store:
+ * every one answers, within its deadline). */
+void inv_conn_wait(inv_conn *c, const bool *done);
 
 /* The handle's lease watchdog (for tests that drive leases by hand). */
 watchdog *inv_watchdog(inv *v);

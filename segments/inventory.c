@@ -170,6 +170,10 @@ void inv_conn_free(inv_conn *c)
     if (c == NULL)
         return;
     c->adm->ops->free(c->adm);
+    if (c->st != NULL) {
+        c->st->ops->free(c->st);
+        event_base_free(c->base);
+    }
     free(c);
 }
 
@@ -239,14 +243,15 @@ struct rd_target inv_redis_target(const inv *v)
     };
 }
 
-store *inv_store_create(inv *v, struct event_base *base)
+/* v's store on `base`; PostgreSQL: with `pool` connections for transactions. */
+static store *store_make(inv *v, struct event_base *base, int pool)
 {
     if (v->postgres) {
         const struct pgb_opts o = {
             .conninfo = v->opt.store,
             .lock_ttl_ms = v->opt.lock_ttl_ms,
             .timeout_ms = v->opt.redis_timeout_ms,
-            .pool = v->opt.pg_pool,
+            .pool = pool,
         };
         return pgb_store_create(base, &o);
     }
@@ -255,6 +260,32 @@ store *inv_store_create(inv *v, struct event_base *base)
                                         &v->stats[STAT_REDIS_COMMANDS],
                                         &v->stats[STAT_REDIS_WRITES]};
     return rd_store_create(base, &to, &counts);
+}
+
+store *inv_store_create(inv *v, struct event_base *base)
+{
+    return store_make(v, base, v->opt.pg_pool);
+}
+
+store *inv_conn_store(inv_conn *c)
+{
+    if (c->st == NULL) {
+        c->base = event_base_new();
+        if (c->base == NULL) {
+            fputs("inventoryd: event_base_new failed\n", stderr);
+            abort();
+        }
+        c->st = store_make(c->v, c->base, 1); /* one call at a time: one transaction */
+    }
+    if (store_mode_behind(c->st)) /* nothing under way between blocking calls */
+        c->st->ops->mode_follow(c->st);
+    return c->st;
+}
+
+void inv_conn_wait(inv_conn *c, const bool *done)
+{
+    while (!*done)
+        event_base_loop(c->base, EVLOOP_ONCE);
 }
 
 watchdog *inv_watchdog(inv *v)

@@ -95,6 +95,26 @@ static int parse_record(const char *record, struct parsed *p)
     return rc;
 }
 
+/* A store's answer to the cancel, as the blocking caller waits for it. */
+struct answer {
+    bool done;
+    int code;     /* STORE_* or ADMIN_*, -1: no usable answer */
+    char *record; /* EXISTS: the cancelled record (malloc'd) */
+    bool applied; /* OK, or NOT_REPLICATED after this call cancelled it */
+};
+
+static void answered(void *arg, int rc, struct store_reply *r)
+{
+    struct answer *a = arg;
+    a->done = true;
+    a->code = rc < 0 ? -1 : r->code;
+    a->applied = rc == 0 && (r->code == STORE_OK || r->value == 1);
+    if (rc == 0 && r->code == STORE_EXISTS) {
+        a->record = r->record;
+        r->record = NULL;
+    }
+}
+
 /* One try at cancelling order `id` whose record reads `rec`: INV_OK with *record,
  * INV_NOT_FOUND, INV_BUSY, INV_UNAVAILABLE, or CANCEL_STALE when the order or its SKU
  * changed since `rec` was read (read it again). */
@@ -109,7 +129,7 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         st = skutab_get(c, p->sku, &e, &view);
     /* A record cancelled already is the answer, except for a "replicated" SKU on a
      * cluster: there the segments' part is checked (and redone, if a failover lost
-     * it) before the 200 (rd_cancel). */
+     * it) before the 200 (store.h cancel). */
     if (!ok || (p->cancelled && (st != INV_OK || !view.cfg.replicated))) {
         free(p);
         *record = seg_strdup(rec); /* already cancelled (or nothing we can read) */
@@ -133,44 +153,34 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     for (int j = 0; j < p->n; j++)
         tok[j] = lockset_token(set, j);
     const struct store_parts parts = {p->n, p->seg, p->part, tok, NULL};
-    struct store_reply r = {0};
+    /* Durability "replicated": 200 once a replica has the cancel too; else 503
+     * not_replicated, and the retry answers 200 once it holds (store.h cancel). */
     int wait_ms = view.cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
-    int code = ADMIN_CALL(c->adm, cancel, placed, view.epoch, id, cancelled, rec, &parts,
-                          wait_ms, &r) < 0
-                   ? -1
-                   : r.code;
+    struct answer a = {0};
+    STORE_CALL(inv_conn_store(c), cancel, placed, view.epoch, id, cancelled, rec, &parts,
+               wait_ms, answered, &a);
+    inv_conn_wait(c, &a.done);
+    int code = a.code;
     free(tok);
-    if (code == STORE_EXISTS) { /* cancelled already: that record */
-        *record = r.record;
-        r.record = NULL;
-    }
-    admin_reply_clear(&r);
+    if (code == STORE_EXISTS) /* cancelled already: that record */
+        *record = a.record;
+    else
+        free(a.record);
     lockset_drop(c, set, code < 0);
-    if (code == STORE_OK)
+    if (a.applied)
         skutab_count(e, STAT_ORDERS_CANCELLED);
     skutab_release(c->v->tab, e);
-    if (code == STORE_OK) {
-        /* The script bumped the generation: sold-out flags here go at once. */
+    if (a.applied) {
+        /* The store bumped the generation: sold-out flags here go at once. */
         skutab_invalidate(c->v, p->sku);
         stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
-        *record = cancelled;
-    } else {
-        free(cancelled);
     }
+    if (code == STORE_OK)
+        *record = cancelled;
+    else
+        free(cancelled);
     if (code == STORE_STALE) /* the next try must not trust the cached view */
         skutab_invalidate(c->v, p->sku);
-    if ((code == STORE_OK || (code == STORE_EXISTS && *record != NULL)) && wait_ms > 0) {
-        /* Durability "replicated": 200 once a replica has the cancel too; else 503
-         * not_replicated, and the retry answers 200 once it holds. */
-        int replicas =
-            ADMIN_CALL(c->adm, wait, placed, p->n, p->seg, id, p->sku, wait_ms);
-        if (replicas < 1) {
-            free(*record);
-            *record = NULL;
-            free(p);
-            return replicas < 0 ? INV_UNAVAILABLE : INV_NOT_REPLICATED;
-        }
-    }
     free(p);
     switch (code) {
     case STORE_OK:
@@ -181,7 +191,7 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         return INV_NOT_FOUND;
     case STORE_FENCED:
         return INV_BUSY;
-    case ADMIN_NOT_REPLICATED:
+    case STORE_NOT_REPLICATED:
         return INV_NOT_REPLICATED;
     case STORE_STALE:
         return CANCEL_STALE;

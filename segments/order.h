@@ -53,7 +53,7 @@ inv_status order_get(inv_conn *c, const char *id, char **record);
  * INV_BUSY, INV_UNAVAILABLE, INV_INVALID, or for a "replicated" SKU
  * INV_NOT_REPLICATED (no replica confirmed it; on a cluster the record is marked only
  * after the units given back are on a replica, and a retry on a cancelled record
- * checks, and redoes, the segments' part before its INV_OK: calls.h rd_cancel). */
+ * checks, and redoes, the segments' part before its INV_OK: store.h cancel). */
 inv_status order_cancel(inv_conn *c, const char *id, char **record);
 /* (With a ledger, an order whose record left Redis after record_retention_s is
  * cancelled all the same: its record is written back from the ledger first, or, when

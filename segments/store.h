@@ -35,9 +35,10 @@
  * trusts its lock alone, neither fence nor stock checked again, as a client that
  * believes its lock does; a lock held twice then sells what is not there.
  *
- * Not here yet: cancel, restock, reset. The admin operations still run on Redis's
- * blocking seam (segments/redis/calls.h) and join this table when they move onto the
- * same asynchronous code (issue 22's second half).
+ * Admin operations. The cancel of an order is here (`cancel`), and a blocking caller
+ * waits on it (segments/order.c on its connection's own loop, docs/DESIGN.md
+ * "Threads"). Not here yet: restock, reset: they still run on the blocking admin
+ * table (segments/admin.h) and join this one as they move onto the same code.
  *
  * Ids. Every write is idempotent against itself: sent again after a lost reply it
  * recognises its own earlier work (lock token, attempt, order id) and answers what
@@ -67,6 +68,7 @@ enum store_code {
     STORE_MISSING = 4,
     STORE_FENCED = 5,
     STORE_STALE = 6,
+    STORE_NOT_REPLICATED = 10, /* a step reached no replica in time (admin.h's) */
 };
 
 /* Capabilities (store_ops.caps; a backend's may change while it runs, as a
@@ -301,6 +303,24 @@ struct store_ops {
     void (*adjust)(store *s, const char *sku, long long epoch, int segments,
                    const char *const *tok, const char *op, long long add, long long limit,
                    const char *rid, const char *sig, store_reply_fn fn, void *arg);
+
+    /* CANCEL order `id` whose record the caller read as `expected`: the units the
+     * store recorded for it given back to each of p's segments (p->part: the record's
+     * parts) under the caller's locks p->tok ("" in mode atomic), which the store
+     * releases whatever it answers (a -1: the caller releases them), while the record
+     * is still `expected` and the SKU in `epoch`, the record marked `cancelled`, the
+     * SKU's gen bumped. OK, EXISTS (cancelled already: record), MISSING (no such order,
+     * or one a reset left behind), STALE (the record or the SKU changed: read again),
+     * FENCED (a lock lost), STORE_NOT_REPLICATED. `wait_ms` > 0 (durability
+     * "replicated"): OK and EXISTS only once a replica has every write of the cancel
+     * (else NOT_REPLICATED, value 1 when this call did cancel it); a store whose steps
+     * span nodes (a Redis Cluster) marks the record only after a replica has every
+     * give-back, and on a record cancelled already runs the give-backs again (what a
+     * failover lost) before EXISTS. */
+    void (*cancel)(store *s, const char *placed, long long epoch, const char *id,
+                   const char *cancelled, const char *expected,
+                   const struct store_parts *p, int wait_ms, store_reply_fn fn,
+                   void *arg);
 
     /* ---- records apart from deductions (STORE_CAP_RECORD_APART; NULL otherwise) --
      * An order's id is claimed (one attempt at a time) with its plan, its parts are

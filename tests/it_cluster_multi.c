@@ -12,7 +12,8 @@
  * back, so the audit holds and the order is placed at most once. And orders without
  * a client id, whose id is made for their segment's slot so that the record is
  * written with the sale: an instance killed while other masters pause leaves no
- * sale without its record.
+ * sale without its record. And such an order cancelled through the store's op
+ * (store.h cancel, segments/redis/cancel.c) on a loop of the test's own.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/redis/backend.h"
+#include "segments/redis/calls.h"
+#include "segments/redis/keys.h"
 #include "tests/harness.h"
 
 /* The cluster node (index) that masters `key`. */
@@ -369,6 +373,185 @@ static void test_fresh_id_record_with_sale(void **state)
     assert_int_equal(h_audit(f->port, NULL, "cm-fresh", 10, true), 0);
 }
 
+/* ---- the cancel as the store's op (store.h cancel, segments/redis/cancel.c) ---- */
+
+/* GET /admin/skus/{sku} field `key` (an integer). */
+static long long sku_field(int port, const char *sku, const char *key)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    long long v = h_jint(j, key);
+    json_decref(j);
+    return v;
+}
+
+/* The name the segments of `sku` are placed as ("placed_as"). */
+static void placed_as(int port, const char *sku, char *buf, size_t len)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    snprintf(buf, len, "%s", json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+}
+
+struct answer {
+    int done, rc, code;
+    char *record;
+};
+
+static void on_answer(void *arg, int rc, struct store_reply *r)
+{
+    struct answer *a = arg;
+    a->done++;
+    a->rc = rc;
+    a->code = rc == 0 ? r->code : -1;
+    free(a->record);
+    a->record = NULL;
+    if (rc == 0 && r->record != NULL) {
+        a->record = r->record;
+        r->record = NULL;
+    }
+}
+
+static void on_lock(void *arg, int rc, int value)
+{
+    struct answer *a = arg;
+    a->done++;
+    a->rc = rc;
+    a->code = value;
+}
+
+/* Turn `base` until `a` is answered (within 10 s). */
+static void await(struct event_base *base, struct answer *a)
+{
+    long long end = h_now_ms() + 10000;
+    while (!a->done && h_now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_true(a->done == 1);
+}
+
+/* Segment i's lock of `placed` taken by `token` through the store: 1 taken. */
+static int store_lock(struct event_base *base, store *st, const char *placed, int i,
+                      const char *token)
+{
+    struct answer a = {0};
+    STORE_CALL(st, lock, placed, i, token, 5000, on_lock, &a);
+    await(base, &a);
+    assert_int_equal(a.rc, 0);
+    return a.code;
+}
+
+static int store_cancel(struct event_base *base, store *st, const char *placed,
+                        long long epoch, const char *id, const char *cancelled,
+                        const char *expected, const struct store_parts *p, char **record)
+{
+    struct answer a = {0};
+    STORE_CALL(st, cancel, placed, epoch, id, cancelled, expected, p, 0, on_answer, &a);
+    await(base, &a);
+    assert_int_equal(a.rc, 0);
+    if (record != NULL)
+        *record = a.record;
+    else
+        free(a.record);
+    return a.code;
+}
+
+/* A two-part order cancelled through the store's op on a cluster: a part whose lock
+ * is not the caller's answers FENCED, gives nothing back and releases the locks of
+ * the parts after it; with the locks, OK (units back, record cancelled, every lock
+ * released); again, EXISTS with the cancelled record; a record not the one read,
+ * STALE; an unknown id, MISSING. */
+static void test_cancel_in_seam(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    const char *sku = "m-cancel";
+    assert_int_equal(h_put_sku(f->port, NULL, sku, 8, 4, "lock", 0), 0);
+    assert_int_equal(h_order(f->port, sku, 3, "mc-1", NULL), 201); /* two segments */
+    struct h_resp r;
+    assert_int_equal(h_req(f->port, "GET", "/orders/mc-1", NULL, NULL, &r), 200);
+    char *rec = strdup(r.body), cancelled[512];
+    h_resp_free(&r);
+    const char *at = strstr(rec, "\"status\":\"confirmed\"");
+    assert_non_null(at);
+    snprintf(cancelled, sizeof cancelled, "%.*s\"status\":\"cancelled\"%s",
+             (int)(at - rec), rec, at + strlen("\"status\":\"confirmed\""));
+    json_t *o = json_loads(rec, 0, NULL), *segs = json_object_get(o, "segments");
+    assert_int_equal(json_array_size(segs), 2);
+    int seg[2];
+    long long part[2];
+    for (int k = 0; k < 2; k++) {
+        json_t *e = json_array_get(segs, (size_t)k);
+        seg[k] = (int)json_integer_value(json_object_get(e, "segment"));
+        part[k] = json_integer_value(json_object_get(e, "qty"));
+    }
+    json_decref(o);
+    char placed[64];
+    placed_as(f->port, sku, placed, sizeof placed);
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 0),
+                                   .timeout_ms = 2000,
+                                   .cluster = true};
+    rd_conn *c = rd_conn_create(&seed, NULL);
+    struct rd_meta meta;
+    assert_int_equal(rd_meta_read(c, sku, &meta), 1);
+    rd_conn_free(c);
+    struct event_base *base = event_base_new();
+    store *st = rd_store_create(base, &seed, NULL);
+
+    /* Part 0's lock is another's: FENCED, and part 1's lock (ours) given back. */
+    assert_int_equal(store_lock(base, st, placed, seg[0], "someone-else"), 1);
+    assert_int_equal(store_lock(base, st, placed, seg[1], "ours-1"), 1);
+    const char *bad[] = {"not-ours", "ours-1"};
+    const struct store_parts fenced = {2, seg, part, bad, NULL};
+    assert_int_equal(
+        store_cancel(base, st, placed, meta.epoch, "mc-1", cancelled, rec, &fenced, NULL),
+        STORE_FENCED);
+    assert_int_equal(store_lock(base, st, placed, seg[1], "next-1"), 1);
+    assert_int_equal(sku_field(f->port, sku, "remaining"), 5);
+
+    /* With both locks: OK, the units back, the record cancelled, the locks free. */
+    const char *tok[] = {"mine-0", "mine-1"};
+    for (int k = 0; k < 2; k++) { /* as a worker's lockset holds them */
+        char key[SEG_KEY_MAX];
+        seg_key_lock(key, placed, seg[k]);
+        assert_int_equal(node_int(f, master_of(f, key), "SET %s %s", key, tok[k]), 0);
+    }
+    const struct store_parts ok = {2, seg, part, tok, NULL};
+    assert_int_equal(
+        store_cancel(base, st, placed, meta.epoch, "mc-1", cancelled, rec, &ok, NULL),
+        STORE_OK);
+    assert_int_equal(sku_field(f->port, sku, "remaining"), 8);
+    assert_int_equal(h_req(f->port, "GET", "/orders/mc-1", NULL, NULL, &r), 200);
+    assert_string_equal(r.body, cancelled);
+    h_resp_free(&r);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(store_lock(base, st, placed, seg[k], "after"), 1);
+
+    /* Again: EXISTS with that record; nothing given back twice. */
+    char *got = NULL;
+    const char *none[] = {"", ""};
+    const struct store_parts again = {2, seg, part, none, NULL};
+    assert_int_equal(
+        store_cancel(base, st, placed, meta.epoch, "mc-1", cancelled, rec, &again, &got),
+        STORE_EXISTS);
+    assert_non_null(got);
+    assert_string_equal(got, cancelled);
+    free(got);
+    /* Not the record read: STALE. No such order: MISSING. */
+    assert_int_equal(h_order(f->port, sku, 1, "mc-2", NULL), 201);
+    assert_int_equal(
+        store_cancel(base, st, placed, meta.epoch, "mc-2", cancelled, rec, &again, NULL),
+        STORE_STALE);
+    assert_int_equal(store_cancel(base, st, placed, meta.epoch, "mc-none", cancelled, rec,
+                                  &again, NULL),
+                     STORE_MISSING);
+    st->ops->free(st);
+    event_base_free(base);
+    free(rec);
+    assert_int_equal(sku_field(f->port, sku, "remaining"), 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_dead_between_parts_retry),
         cmocka_unit_test(test_dead_between_parts_swept),
         cmocka_unit_test(test_fresh_id_record_with_sale),
+        cmocka_unit_test(test_cancel_in_seam),
     };
     return h_exit_status(
         cmocka_run_group_tests(tests, h_cluster_group_setup, h_cluster_group_teardown));

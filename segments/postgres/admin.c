@@ -370,79 +370,6 @@ static int answer(struct pg_admin *a, int code, long long value, struct store_re
     return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
 }
 
-static int cancel_txn(admin *adm, const char *placed, long long epoch, const char *id,
-                      const char *cancelled, const char *expected,
-                      const struct store_parts *p, struct store_reply *out)
-{
-    struct pg_admin *a = self(adm);
-    *out = (struct store_reply){0};
-    if (p->part == NULL || begin(a) != 0)
-        return -1;
-    const char *q[] = {id};
-    PGresult *r;
-    if (step(a, "SELECT record, sku FROM orders WHERE order_id = $1 FOR UPDATE", 1, q,
-             &r) != 0)
-        return -1;
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        return answer(a, STORE_MISSING, 0, out);
-    }
-    const char *now = PQgetvalue(r, 0, 0);
-    if (strcmp(now, expected) != 0 || strcmp(PQgetvalue(r, 0, 1), placed) != 0) {
-        bool done = strstr(now, "\"status\":\"cancelled\"") != NULL;
-        char *rec = seg_strdup(now);
-        PQclear(r);
-        int rc = answer(a, done ? STORE_EXISTS : STORE_STALE, 0, out);
-        if (done)
-            out->record = rec;
-        else
-            free(rec);
-        return rc;
-    }
-    PQclear(r);
-    char e[24];
-    snprintf(e, sizeof e, "%lld", epoch);
-    const char *k[] = {placed, e};
-    if (step(a, "SELECT 1 FROM skus WHERE sku = $1 AND epoch = $2::bigint FOR UPDATE", 2,
-             k, &r) != 0)
-        return -1;
-    int found = PQntuples(r);
-    PQclear(r);
-    if (found != 1)
-        return answer(a, STORE_STALE, 0, out);
-    for (int j = 0; j < p->n; j++) {
-        char s[16], n[24];
-        snprintf(s, sizeof s, "%d", p->seg[j]);
-        snprintf(n, sizeof n, "%lld", p->part[j]);
-        const char *u[] = {placed, s, n};
-        if (step(a,
-                 "UPDATE segments SET stock = stock + $3::bigint, version = version + 1"
-                 " WHERE sku = $1 AND seg = $2::int",
-                 3, u, NULL) != 0)
-            return -1;
-    }
-    const char *w[] = {id, cancelled};
-    if (step(a, "UPDATE orders SET record = $2 WHERE order_id = $1", 2, w, NULL) != 0 ||
-        step(a, "UPDATE skus SET gen = gen + 1 WHERE sku = $1", 1, k, NULL) != 0)
-        return -1;
-    return answer(a, STORE_OK, 0, out);
-}
-
-/* The cancel in one transaction; then, whatever it answered, the segment leases the
- * caller took for it (p->tok) given back, as a Redis cancel script releases the
- * locks its tokens own (lockset.h): the caller releases them only after a -1. */
-static int cancel(admin *adm, const char *placed, long long epoch, const char *id,
-                  const char *cancelled, const char *expected,
-                  const struct store_parts *p, int wait_ms, struct store_reply *out)
-{
-    (void)wait_ms;
-    int rc = cancel_txn(adm, placed, epoch, id, cancelled, expected, p, out);
-    for (int j = 0; rc >= 0 && p->tok != NULL && j < p->n; j++)
-        if (p->tok[j] != NULL)
-            release(adm, placed, p->seg[j], p->tok[j]);
-    return rc;
-}
-
 /* New stocks for `op` over stock[0..n-1] (in place): the units to add (restock: the
  * first add % n segments one more), or the total evened out (rebalance; spread: only
  * when that leaves more segments with stock). false: nothing to change. */
@@ -692,7 +619,6 @@ static const struct admin_ops pg_admin_ops = {
     .skus_list = skus_list,
     .lock = lock,
     .release = release,
-    .cancel = cancel,
     .adjust = adjust,
     .reset = reset,
     .wait = wait_durable,

@@ -4,9 +4,10 @@
  *
  * Every write is one transaction. A reset writes the SKU's row (its settings, lock
  * scheme, epoch, gen = epoch as on Redis), its segment rows, and drops its order rows; an
- * adjust (restock, rebalance) and a cancel lock the SKU's row and segment rows (FOR
- * UPDATE: a `row` holder's transaction is waited for), bump every touched segment's
- * version (an optimistic deduction that read it loses) and the SKU's gen. Request ids
+ * adjust (restock, rebalance) locks the SKU's row and segment rows (FOR UPDATE: a `row`
+ * holder's transaction is waited for), bumps every touched segment's version (an
+ * optimistic deduction that read it loses) and the SKU's gen, as a cancel does on the
+ * loop (cancel.c, store.h cancel). Request ids
  * live in the table `requests` (sig: what the write was). No caller's segment locks are
  * needed (no ADMIN_CAP_LOCKS); `wait` answers 1 at once: a COMMIT is durable on the
  * server (synchronous_commit; a standby is the server's own business). Lock schemes:

@@ -1,6 +1,7 @@
 /* handle.h -- the PostgreSQL store's handle, shared by its files (backend.c, the ops;
  * multi.c, the deduction over several segments; batch.c, group commit; spread.c, the
- * adjust on the loop; handle.c, its small tables): private to segments/postgres/.
+ * adjust on the loop; cancel.c, the cancel of an order; handle.c, its small tables):
+ * private to segments/postgres/.
  *
  * A handle lives on one loop (store.h). It remembers each SKU's lock scheme as its
  * last meta_read said (`known`), and the locks it holds by token (`held`): a `row`
@@ -90,6 +91,10 @@ bool pgb_results_ok(int rc, PGresult *const *res, int n);
 void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
                 const char *const *tok, const char *op, long long add, long long limit,
                 const char *rid, const char *sig, store_reply_fn fn, void *arg);
+/* store_ops.cancel (cancel.c). */
+void pgb_cancel(store *st, const char *placed, long long epoch, const char *id,
+                const char *cancelled, const char *expected, const struct store_parts *p,
+                int wait_ms, store_reply_fn fn, void *arg);
 /* store_ops.deduct_multi (multi.c). */
 void pgb_deduct_multi(store *st, const char *sku, long long epoch, const char *id,
                       const char *record, const char *attempt,

@@ -113,18 +113,6 @@ static int release(admin *a, const char *sku, int i, const char *token)
     return rd_release(conn(a), sku, i, token);
 }
 
-static int cancel(admin *a, const char *placed, long long epoch, const char *id,
-                  const char *cancelled, const char *expected,
-                  const struct store_parts *p, int wait_ms, struct store_reply *out)
-{
-    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok, NULL};
-    struct rd_reply r = {0};
-    int rc =
-        rd_cancel(conn(a), placed, epoch, id, cancelled, expected, &parts, wait_ms, &r);
-    take(out, &r);
-    return rc;
-}
-
 static int adjust(admin *a, const char *sku, long long epoch, int segments,
                   const char *const *tok, const char *op, long long add, long long limit,
                   const char *rid, const char *sig, int wait_ms, struct store_reply *out)
@@ -208,7 +196,6 @@ static const struct admin_ops redis_admin_ops = {
     .skus_list = skus_list,
     .lock = lock,
     .release = release,
-    .cancel = cancel,
     .adjust = adjust,
     .reset = reset,
     .wait = wait_replicas,

@@ -1,9 +1,10 @@
 /* admin.h -- Redis's table of blocking admin operations (segments/admin.h): today's
  * rd_* calls of calls.h, one for one, on a worker's rd_conn.
  *
- * Capabilities: ADMIN_CAP_LOCKS on a standalone Redis (an adjust or a cancel runs
- * under the segment locks its caller took), ADMIN_CAP_CLUSTER on a cluster; asked
- * per call, as the connection follows the process's mode. Locks: "redis" only.
+ * Capabilities: ADMIN_CAP_LOCKS on a standalone Redis (an adjust runs under the
+ * segment locks its caller took, as a cancel does: store.h cancel), ADMIN_CAP_CLUSTER on
+ * a cluster; asked per call, as the connection follows the process's mode. Locks: "redis"
+ * only.
  */
 #ifndef SEG_REDIS_ADMIN_H
 #define SEG_REDIS_ADMIN_H

@@ -22,6 +22,13 @@ void rda_raw(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg)
     rda_route(q);
 }
 
+void rda_step(rda_conn *c, struct rd_cmd *cmd, rda_reply_fn fn, void *arg)
+{
+    struct req *q = rda_req_new(c, K_REPLY, FN(fn), arg);
+    q->lq.cmd = *cmd;
+    rda_route(q);
+}
+
 void rda_ping(rda_conn *c, rda_int_fn fn, void *arg)
 {
     struct req *q = rda_req_new(c, K_PING, FN(fn), arg);
@@ -249,6 +256,19 @@ void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_m
             seg_key_order(key, id);
         wait_at(c, key, timeout_ms, f, part);
     }
+}
+
+void rda_wait_keys(rda_conn *c, int n, char *const *keys, int timeout_ms, rda_int_fn fn,
+                   void *arg)
+{
+    struct fan *f = seg_calloc(1, sizeof *f);
+    f->n = f->left = n;
+    f->what = FAN_LEAST;
+    f->fn = FN(fn);
+    f->arg = arg;
+    f->v = seg_calloc((size_t)n + 1, sizeof *f->v);
+    for (int part = 0; part < n; part++)
+        wait_at(c, keys[part], timeout_ms, f, part);
 }
 
 void rda_acquire(rda_conn *c, const char *sku, long long epoch, int i, const char *id,

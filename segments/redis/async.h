@@ -99,6 +99,9 @@ struct redisReply;
 struct rd_cmd;
 typedef void (*rda_raw_fn)(void *arg, const struct redisReply *r);
 void rda_raw(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg);
+/* Send `cmd` (a script's, taken over) and decode its {code, value-or-record} as the
+ * typed calls do: a step of a multi-step call (cancel.c). */
+void rda_step(rda_conn *c, struct rd_cmd *cmd, rda_reply_fn fn, void *arg);
 void rda_meta_read(rda_conn *c, const char *sku, rda_meta_fn fn, void *arg);
 /* As rd_record_read, for a caller that knows the SKU it expects and that SKU's epoch:
  * a record of `sku` from another epoch was left behind by a reset, and reads as none.
@@ -200,6 +203,15 @@ int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void 
  * timeout, and the answer can take two of them (a round already out is not waited on). */
 void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_ms,
               rda_int_fn fn, void *arg);
+/* As rda_wait, on the nodes of keys[0..n-1] (n >= 1; WAITs per node, waits.h): the
+ * fewest replicas any of them reached. */
+void rda_wait_keys(rda_conn *c, int n, char *const *keys, int timeout_ms, rda_int_fn fn,
+                   void *arg);
+/* CANCEL (store.h cancel, the same arguments and codes): on a standalone Redis one
+ * script (lua/cancel.lua); on a cluster the steps of cancel.c, one slot at a time. */
+void rda_cancel(rda_conn *c, const char *placed, long long epoch, const char *id,
+                const char *cancelled, const char *expected, const struct rd_parts *p,
+                int wait_ms, rda_reply_fn fn, void *arg);
 /* The first of segments 0..n-1 whose orders hash holds `id`: seg and qty, or seg -1
  * when none does. One HGET per segment. */
 void rda_find_order(rda_conn *c, const char *sku, int n, const char *id, rda_found_fn fn,

@@ -11,7 +11,8 @@
 /* The seam's codes and layouts are Redis's own. */
 _Static_assert(STORE_OK == RD_OK && STORE_BUSY == RD_BUSY && STORE_SHORT == RD_SHORT &&
                    STORE_EXISTS == RD_EXISTS && STORE_MISSING == RD_MISSING &&
-                   STORE_FENCED == RD_FENCED && STORE_STALE == RD_STALE,
+                   STORE_FENCED == RD_FENCED && STORE_STALE == RD_STALE &&
+                   STORE_NOT_REPLICATED == RD_NOT_REPLICATED,
                "store codes are the scripts' codes");
 _Static_assert(STORE_SKU_PLACED_MAX == RD_SKU_PLACED_MAX, "placed names");
 
@@ -148,6 +149,14 @@ static void adjust(store *s, const char *sku, long long epoch, int segments,
     rda_adjust(conn(s), sku, epoch, segments, tok, op, add, limit, rid, sig, fn, arg);
 }
 
+static void cancel(store *s, const char *placed, long long epoch, const char *id,
+                   const char *cancelled, const char *expected,
+                   const struct store_parts *p, int wait_ms, store_reply_fn fn, void *arg)
+{
+    const struct rd_parts parts = {p->n, p->seg, p->part, p->tok, NULL};
+    rda_cancel(conn(s), placed, epoch, id, cancelled, expected, &parts, wait_ms, fn, arg);
+}
+
 static void claim(store *s, const char *id, const char *attempt, const char *sku,
                   long long epoch, int lease_ms, const char *dead, const char *plan,
                   long long dead_epoch, store_reply_fn fn, void *arg)
@@ -266,6 +275,7 @@ static const struct store_ops redis_ops = {
     .deduct_batch = deduct_batch,
     .deduct_multi = deduct_multi,
     .adjust = adjust,
+    .cancel = cancel,
     .claim = claim,
     .confirm = confirm,
     .intent = intent,

@@ -187,23 +187,6 @@ int rd_renew(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms)
     return compare_and(c, &cmd);
 }
 
-/* ---- several segments ---------------------------------------------------------- */
-
-static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
-                          const char *cancelled, const char *expected,
-                          const struct rd_parts *p, int wait_ms, struct rd_reply *out);
-
-int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
-              const char *cancelled, const char *expected, const struct rd_parts *p,
-              int wait_ms, struct rd_reply *out)
-{
-    if (store_cluster(c))
-        return cancel_cluster(c, sku, epoch, id, cancelled, expected, p, wait_ms, out);
-    struct rd_cmd cmd;
-    proto_cancel(&cmd, sku, epoch, id, cancelled, expected, p);
-    return store_script(c, &cmd, out);
-}
-
 /* ---- durability ---------------------------------------------------------------- */
 
 /* ---- the whole SKU ------------------------------------------------------------- */
@@ -293,80 +276,6 @@ static void drop_graves(rd_conn *c, const char *sku, const char *placed, long lo
                 freeReplyObject(r);
         }
     }
-}
-
-/* CANCEL on a cluster, where the record, the segments and the meta are slots of their
- * own: the record checked, each part's units given back in its segment
- * (CANCEL_SEGMENT, under the caller's lock), with `wait_ms` those given back on a
- * replica of each segment's node (else NOT_REPLICATED, the record untouched), the
- * record marked (CANCEL_RECORD), the SKU's gen bumped. Each step is safe to run
- * again, so a cancel that died half way is finished by its retry; with `wait_ms` a
- * record cancelled already has its segments' steps run again and waited for (what a
- * failover lost after the record was marked is given back) before EXISTS. Codes as
- * rd_cancel. */
-static int cancel_cluster(rd_conn *c, const char *sku, long long epoch, const char *id,
-                          const char *cancelled, const char *expected,
-                          const struct rd_parts *p, int wait_ms, struct rd_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    char *rec = NULL;
-    int found = rd_record_read(c, id, &rec);
-    if (found <= 0) {
-        out->code = RD_MISSING;
-        return found < 0 ? -1 : 0;
-    }
-    bool done = strcmp(rec, cancelled) == 0; /* cancelled already */
-    if (done && wait_ms <= 0) {
-        out->code = RD_EXISTS;
-        out->record = rec;
-        return 0;
-    }
-    if (!done && strcmp(rec, expected) != 0) {
-        free(rec);
-        out->code = RD_STALE;
-        return 0;
-    }
-    struct rd_cmd cmd;
-    int code = RD_OK;
-    bool given = false;              /* some units given back by this call */
-    for (int k = 0; k < p->n; k++) { /* each step releases its segment's lock */
-        proto_cancel_segment(&cmd, sku, epoch, p->seg[k], id, p->tok[k], k == 0);
-        code = store_step(c, &cmd, 0, NULL);
-        given |= code == RD_OK;
-        /* EXISTS: done by a cancel that died; MISSING on a cancelled record: nothing
-         * of it there to give back. */
-        if (code != RD_OK && code != RD_EXISTS && !(done && code == RD_MISSING)) {
-            for (int j = k + 1; j < p->n; j++)
-                rd_release(c, sku, p->seg[j], p->tok[j]);
-            free(rec);
-            out->code = code;
-            return code < 0 ? -1 : 0;
-        }
-    }
-    /* Durability "replicated": the record is marked only once a replica has every
-     * give-back. Before, a failover of a segment's master after the record was
-     * marked lost the units for good: the retry answered 200 from the record. */
-    code = rd_wait_step(c, wait_ms, sku, p->n, p->seg, NULL);
-    if (code == RD_OK && !done) {
-        proto_cancel_record(&cmd, id, expected, cancelled);
-        if ((code = store_step(c, &cmd, 0, NULL)) > RD_OK)
-            code = RD_STALE;
-    }
-    if (code == RD_OK && (given || !done)) {
-        proto_gen_bump(&cmd, sku);
-        redisReply *r = store_call(c, &cmd);
-        code = r != NULL ? RD_OK : -1;
-        if (r != NULL)
-            freeReplyObject(r);
-    }
-    if (code == RD_OK && done) {
-        out->code = RD_EXISTS;
-        out->record = rec;
-        return 0;
-    }
-    free(rec);
-    out->code = code < 0 ? 0 : code;
-    return code < 0 ? -1 : 0;
 }
 
 /* Salts tried for an even placement. With 20 segments over 3 masters about one in

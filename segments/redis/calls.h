@@ -41,9 +41,9 @@
  *   RD_LIMIT     ADJUST: the restock would pass the stock limit
  *   RD_REPLAYED  the request id was applied already: nothing done again
  *   RD_NOT_REPLICATED  (the seam's own, no script answers it) durability "replicated"
- *                on a cluster: a step of a multi-step call (adjust, reset, cancel)
- *                reached no replica in time (WAIT), so the call stopped before its next
- *                step (see rd_adjust, rd_cancel, rd_reset)
+ *                on a cluster: a step of a multi-step call (adjust, reset; a cancel,
+ *                async.h rda_cancel) reached no replica in time (WAIT), so the call
+ *                stopped before its next step (see rd_adjust, rd_reset)
  *   RD_MISMATCH  RESET: the SKU is not the version the caller names (rd_reset.expect)
  */
 #define RD_OK 0
@@ -234,22 +234,6 @@ struct rd_parts {
     const char *const *tok; /* per part: the lock token, or "" (mode atomic) */
     const long long *fence; /* DEDUCT_MULTI: per part a lock service's fence, or NULL */
 };
-
-/* CANCEL: give back to each segment what Redis records for order `id`, while its
- * record is still `expected` (the caller's read) and the SKU still in `epoch`; mark
- * it cancelled with `cancelled`. Codes: OK, EXISTS (already cancelled; record),
- * MISSING (no such order), STALE, FENCED, NOT_REPLICATED. 0 or -1.
- * On a Redis Cluster the segments' part and the record's are separate steps.
- * `wait_ms` > 0 (durability "replicated") makes the record wait for the segments:
- * WAIT 1 wait_ms on each segment's node after its give-back, and NOT_REPLICATED
- * (the record left as it was, so a retry gives back again what a failover lost)
- * when one has no replica. A record found cancelled already (`expected` may be it)
- * then has its segments' part run again (each answers EXISTS, or gives back what a
- * failover lost) and waited for before EXISTS. The caller WAITs for the record and
- * the meta after OK or EXISTS. A standalone Redis runs one script: wait_ms unused. */
-int rd_cancel(rd_conn *c, const char *sku, long long epoch, const char *id,
-              const char *cancelled, const char *expected, const struct rd_parts *p,
-              int wait_ms, struct rd_reply *out);
 
 /* ---- multi-segment orders on a Redis Cluster ------------------------------------
  * Their parts are in several slots, so no script places one all or nothing. Instead
