@@ -77,6 +77,10 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     *n = 0;
     cmd_script(&cmd, SCRIPT_EV_READ);
     cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    cmd_key(&cmd, seg_key_retire(key, placed, i));
+    cmd_key(&cmd, seg_key_orders(key, placed, i));
+    cmd_key(&cmd, seg_key_parts(key, placed, i));
+    cmd_key(&cmd, seg_key_cancelled(key, placed, i));
     cmd_arg(&cmd, consumer);
     cmd_argll(&cmd, max);
     cmd_argll(&cmd, idle_ms);
@@ -104,7 +108,15 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     return rc;
 }
 
-int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n)
+/* An event whose order the segment forgets once the retention passed. */
+static bool forgets(const struct rd_event *e)
+{
+    return e->order[0] != '\0' &&
+           (strcmp(e->kind, "sale") == 0 || strcmp(e->kind, "cancel") == 0);
+}
+
+int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n,
+               int retire_s)
 {
     if (n == 0)
         return 0;
@@ -112,8 +124,14 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
     struct rd_cmd cmd;
     cmd_script(&cmd, SCRIPT_EV_DONE);
     cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    cmd_key(&cmd, seg_key_retire(key, placed, i));
+    cmd_argll(&cmd, rd_conn_cluster(c) ? 0 : retire_s);
+    cmd_argll(&cmd, n);
     for (int j = 0; j < n; j++)
         cmd_arg(&cmd, ev[j].id);
+    for (int j = 0; j < n && !rd_conn_cluster(c) && retire_s > 0; j++)
+        if (forgets(&ev[j]))
+            cmd_arg(&cmd, ev[j].order);
     redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;
@@ -170,6 +188,7 @@ int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int 
         for (int k = j; k < n; k++)
             if (slot[k] == s) {
                 cmd_argll(&cmd, ev[k].epoch);
+                cmd_arg(&cmd, cluster || strcmp(ev[k].kind, "cancel") == 0 ? "c" : "s");
                 slot[k] = -1;
             }
         redisReply *r = store_call(c, &cmd);
