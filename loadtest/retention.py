@@ -22,6 +22,9 @@ Contract
   Audit     each step: every order answered 201; at the end of a mode the sink caught
             up (backlog 0 within 60 s) and GET /admin/skus/{sku}/reconcile answers
             drift 0. A failed audit makes the exit status 1.
+  --settle  after each step: wait for the sink's backlog to reach 0, then
+            record_retention_s + 2 s, before the sample (the steady state once
+            retention applied, apart from the sink's lag, which the step's row shows).
   Output    the tables on stdout, and <out>/<timestamp>-retention.json.
 Standard library only.
 """
@@ -31,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -244,6 +248,19 @@ class Retention:
                           "rate": got / max(t1 - t0, 1e-9), "lag_s": lag["max"],
                           "backlog": lag["backlog"]}
 
+    def settle(self):
+        """--settle: until the sink has copied everything, then record_retention_s and
+        a pass more, so that the sample shows what stays once retention applied (the
+        steady state), apart from what the sink had yet to copy. Seconds waited."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 300:
+            code, text = self.api.call("GET", "/metrics")
+            if code == 200 and metric(text, "inventory_ledger_backlog_events") == 0:
+                break
+            time.sleep(0.5)
+        time.sleep(self.o.retention + 2)
+        return time.monotonic() - t0
+
     def caught_up(self, sku, seconds=60):
         """The sink has copied everything (backlog 0) and the reconciliation agrees."""
         end = time.monotonic() + seconds
@@ -292,12 +309,14 @@ class Retention:
               f"record_retention_s {self.o.retention}")
         print(f"  {'orders':>9} {'used_memory':>12} {'keys':>9} {'ttl keys':>9} "
               f"{'hash flds':>9} {'cpu us':>7} {'calls':>6} {'orders/s':>9} "
-              f"{'lag s':>6} {'backlog':>8}")
+              f"{'lag s':>6} {'backlog':>8} {'settle s':>8}")
         rows, done, keys = [], 0, None
         while done < self.o.orders:
             n = min(self.o.step, self.o.orders - done)
             ok, fig = self.step(sku, n, f"{mode}-{done}")
             done += n
+            if self.o.settle:
+                fig["settle_s"] = self.settle()
             if keys is None:
                 keys = self.segment_keys(sku)
             ks = info(self.redis, "keyspace").get("db0", "")
@@ -311,7 +330,7 @@ class Retention:
             print(f"  {done:9d} {fig['used_memory']:12d} {fig['keys']:9d} "
                   f"{fig['expires']:9d} {fig['hash_fields']:9d} {fig['cpu_us']:7.1f} "
                   f"{fig['calls']:6.2f} {fig['rate']:9.0f} {fig['lag_s']:6.2f} "
-                  f"{fig['backlog']:8d}", flush=True)
+                  f"{fig['backlog']:8d} {fig.get('settle_s', 0):8.1f}", flush=True)
             if not ok:
                 break
         self.caught_up(sku)
@@ -343,13 +362,20 @@ def options(argv):
     p.add_argument("--modes", default="lock,atomic")
     p.add_argument("--connections", type=int, default=100)
     p.add_argument("--no-compare", action="store_true")
+    p.add_argument("--settle", action="store_true",
+                   help="after each step wait for the sink and the retention to pass")
     p.add_argument("--out", default=an.DEFAULT_OUT)
     p.add_argument("--keep", action="store_true")
     return p.parse_args(argv)
 
 
+def on_signal(signum, frame):
+    raise KeyboardInterrupt()
+
+
 def main(argv):
     o = options(argv)
+    signal.signal(signal.SIGTERM, on_signal)
     r = Retention(o)
     try:
         return r.run()
