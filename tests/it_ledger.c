@@ -2,7 +2,8 @@
  * PostgreSQL 15: every acknowledged sale in the ledger exactly once after two sinks at
  * once, PostgreSQL stopped under load and back, the sinks killed with a batch read
  * and not copied; cancels and restocks as events; retention (a record gone from Redis
- * answered and cancelled from the ledger); reconcile drift 0.
+ * answered and cancelled from the ledger; the segments' fields of an order gone
+ * too, its cancel given back once from the record); reconcile drift 0.
  *
  * PostgreSQL is stopped for a few seconds, and for 20 s under a steady load, not the
  * issue's minute (LEDGER_PG_DOWN_S=60), to keep the test short: what is shown (batches
