@@ -1,6 +1,5 @@
 /* record.h -- the order record: the JSON text an order's 201 returns and Redis keeps
- * ({"order_id","sku","qty","segment","segments":[{"segment","qty"},...],"status"}; the
- * status last: lua/retain.lua tells a cancelled record by its end).
+ * ({"order_id","sku","qty","segment","segments":[{"segment","qty"},...],"status"}).
  * Shared by the blocking order path (order.c) and the event-loop one (engine.c).
  */
 #ifndef SEG_RECORD_H

@@ -37,6 +37,8 @@
  *   inv:order:{id}            hash: r = the order record (JSON), t = the attempt that
  *                             wrote it (so a script resent after a lost reply knows its
  *                             own work), k = its SKU, e = that SKU's epoch then.
+ *                             c = the epoch it was cancelled in (lua/cancel.lua; the
+ *                             ledger's RETAIN leaves a cancelled record to its cancel).
  *                             Written in the same script as the deduction; unique per
  *                             order_id (idempotency). A record whose SKU has another
  *                             epoch now was left behind by a reset (RESET names only

@@ -10,8 +10,8 @@
 -- caller's, each segment's appended to its ledger stream; a segment that forgot the
 -- order (ev_read.lua: the ledger has had it for record_retention_s) gives back the
 -- part the record says it took (the record is the confirmed one, of this epoch: only
--- the forgetting drops a field then). The cancelled record keeps no TTL until the
--- ledger has the cancel (retain.lua). Every reply releases the locks the tokens still
+-- the forgetting drops a field then). The cancelled record (c: the epoch it was
+-- cancelled in) keeps no TTL until the ledger has the cancel (retain.lua). Every reply releases the locks the tokens still
 -- own; OK bumps gen.
 local n = (#KEYS - 3) / 5
 local function done(r)
@@ -57,7 +57,7 @@ for i = 0, n - 1 do
          '-' .. q[i], 'r', i == 0 and ARGV[2] or '')
 end
 redis.call('SADD', KEYS[#KEYS], ARGV[1])
-redis.call('HSET', KEYS[1], 'r', ARGV[2])
+redis.call('HSET', KEYS[1], 'r', ARGV[2], 'c', ARGV[4])
 redis.call('PERSIST', KEYS[1])
 redis.call('HINCRBY', KEYS[2], 'gen', 1)
 return done({OK})

@@ -10,13 +10,14 @@
 -- the units back twice. One call for a batch's records of a slot: a call per record
 -- cost Redis as much as the order itself.
 -- Reply: how many got the TTL.
--- Every cancelled record is record.c's (cancel.lua writes it): its status comes last.
-local CANCELLED = ':"cancelled"}'
+-- A record is cancelled when its c (cancel.lua) is its epoch: a record of an older epoch
+-- overwritten by a new order keeps the old c. Small fields only: RETAIN runs per
+-- record copied, and the record JSON is ~150 bytes.
 local n = 0
 for i = 1, #KEYS do
-  local v = redis.call('HMGET', KEYS[i], 'k', 'e', 'r')
+  local v = redis.call('HMGET', KEYS[i], 'k', 'e', 'c')
   if v[1] == ARGV[1] and v[2] == ARGV[1 + 2 * i] and
-     (ARGV[2 + 2 * i] == 'c' or string.sub(v[3], -#CANCELLED) ~= CANCELLED) then
+     (ARGV[2 + 2 * i] == 'c' or v[3] ~= v[2]) then
     n = n + redis.call('EXPIRE', KEYS[i], ARGV[2])
   end
 end
