@@ -14,7 +14,8 @@ the machine is shared):
   on         scripts.c's LEDGER, flag set: the XADD with every field
   on-no-r    as on, the record field left out of the event
   on+sink    as on, and after each 256 orders the sink's Redis side as segments/ledger.c
-             runs it: EV_READ, EV_DONE (with the retire list), RETAIN of the 256 records
+             runs it: EV_READ (then XREADGROUP), EV_DONE (with the retire list), RETAIN
+             of the 256 records
 Standard library only.
 """
 
@@ -104,6 +105,10 @@ def run(c, variant, n):
             got = c.call("EVALSHA", sink["ev_read"], 5, T + "events", T + "retire",
                          T + "orders", T + "parts", T + "cancelled", "sink", BATCH, 5000)
             entries = [e[0] for e in got[1]]
+            if not entries:  # none pending: new ones by a plain XREADGROUP (evstream.c)
+                new = c.call("XREADGROUP", "GROUP", "ledger", "sink", "COUNT", BATCH,
+                             "STREAMS", T + "events", ">")
+                entries = [e[0] for e in new[0][1]] if new else []
             c.call("EVALSHA", sink["ev_done"], 2, T + "events", T + "retire", 5,
                    len(entries), *entries, *ids)
             args = []

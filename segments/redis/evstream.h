@@ -36,7 +36,8 @@ const char *rd_ev_stream(char *buf, const char *placed, int i);
 void rd_ev_free(struct rd_event *ev, int n);
 
 /* Segment i of `placed` (rd_sku_placed): up to `max` entries for `consumer`: its own
- * pending ones first, else those of another reader idle for `idle_ms`, else new ones.
+ * pending ones first, else those of another reader idle for `idle_ms` (EV_READ), else
+ * new ones (a plain XREADGROUP, when the stream has entries: a second call).
  * First drops the fields of the orders rd_ev_done queued that are due.
  * 0 with *out (n entries, malloc'd; NULL when none) or -1. A segment with no stream
  * is 0 entries. *backlog: the stream's length (entries not yet deleted). */
