@@ -116,6 +116,11 @@ Scenarios, in run order (--only picks groups)
             segment at batch 64 (>= 1000 orders/s).
             locks and pg: every run audited as above; loadtest/lockload.py, and
             <timestamp>-locks.png plots them side by side
+  retention not in the default list (several minutes): loadtest/retention.py, the
+            ledger's long run (issue 24) with its own Redis, PostgreSQL and service:
+            Redis memory, keys, segment hash fields and CPU per order every 250,000
+            orders over 2,500,000 (lock and atomic, hold 0, record_retention_s 10), the
+            events' cost (ledger off / on) and the sink's lag; its own JSON in --out
 
 Measures: orders/s is 201s per second of the send window; after the window wrk sends
 nothing more and waits for the orders in flight, so every order the service handled
@@ -171,6 +176,7 @@ Colour only on a terminal; NO_COLOR=1 turns it off there too.
 
 GROUPS = ("curve", "curve256", "hold0", "flash", "soldout", "livez", "redis", "rebalance",
           "idle10k", "batch", "reserve", "cluster", "locks", "pg")  # run order: run_scenarios()
+EXTRA_GROUPS = ("retention",)  # only with --only: loadtest/retention.py
 CLUSTER_MASTERS = 3  # the cluster group: masters, each with a replica
 BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
@@ -926,6 +932,10 @@ class Run:
         for group in ("locks", "pg"):  # each starts its own servers and service
             if wants(group):
                 lockload.run_group(sys.modules[__name__], self, group)
+        if wants("retention"):  # its own servers and service, its own tables and JSON
+            rc = subprocess.run([sys.executable, os.path.join(an.HERE, "retention.py"),
+                                 "--bin", o.bin, "--out", o.out]).returncode
+            self.failed += rc != 0
 
     # ---- the batch group
 
@@ -1171,7 +1181,7 @@ def run_options(argv):
                                     an.WIDE_CONNS) + 2000
     o.only = [g for g in o.only.split(",") if g]
     for g in o.only:
-        if g not in GROUPS:
+        if g not in GROUPS + EXTRA_GROUPS:
             raise SetupError(f"unknown scenario '{g}'")
     if o.connections < o.wrk_threads:
         raise SetupError("--connections must be >= --wrk-threads")

@@ -163,7 +163,7 @@ static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct known *e, 
         log_info("ledger: copying again (%s)", stream);
     l->failing = l->failing && m == 0;
     free(pe);
-    if (rd_ev_done(rd, e->placed, i, ev, n) != 0)
+    if (rd_ev_done(rd, e->placed, i, ev, n, l->retention_s) != 0)
         goto out; /* copied: acknowledged by the next pass, once more */
     atomic_fetch_add(&l->copied, m);
     atomic_fetch_add(&l->batches, 1);

@@ -68,6 +68,25 @@ static int parse_entry(const redisReply *r, struct rd_event *e)
     return 0;
 }
 
+/* Entries {{id, {field, value, ...}}, ...} into *out, *n: 0, or -1 (none) when one is
+ * not a stream entry's shape. */
+static int parse_entries(const redisReply *e, struct rd_event **out, int *n)
+{
+    if (e->type != REDIS_REPLY_ARRAY)
+        return -1;
+    struct rd_event *ev = e->elements ? seg_calloc(e->elements, sizeof *ev) : NULL;
+    int rc = 0;
+    for (size_t j = 0; j < e->elements && rc == 0; j++)
+        rc = parse_entry(e->element[j], &ev[j]);
+    if (rc != 0) {
+        rd_ev_free(ev, (int)e->elements);
+        return -1;
+    }
+    *out = ev;
+    *n = (int)e->elements;
+    return 0;
+}
+
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog)
 {
@@ -77,6 +96,10 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     *n = 0;
     cmd_script(&cmd, SCRIPT_EV_READ);
     cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    cmd_key(&cmd, seg_key_retire(key, placed, i));
+    cmd_key(&cmd, seg_key_orders(key, placed, i));
+    cmd_key(&cmd, seg_key_parts(key, placed, i));
+    cmd_key(&cmd, seg_key_cancelled(key, placed, i));
     cmd_arg(&cmd, consumer);
     cmd_argll(&cmd, max);
     cmd_argll(&cmd, idle_ms);
@@ -87,24 +110,43 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[1]->type == REDIS_REPLY_ARRAY) {
-        const redisReply *e = r->element[1];
         *backlog = r->element[0]->integer;
-        struct rd_event *ev = e->elements ? seg_calloc(e->elements, sizeof *ev) : NULL;
-        rc = 0;
-        for (size_t j = 0; j < e->elements && rc == 0; j++)
-            rc = parse_entry(e->element[j], &ev[j]);
-        if (rc == 0) {
-            *out = ev;
-            *n = (int)e->elements;
-        } else {
-            rd_ev_free(ev, (int)e->elements);
-        }
+        rc = parse_entries(r->element[1], out, n);
     }
+    freeReplyObject(r);
+    if (rc != 0 || *n > 0 || *backlog == 0)
+        return rc;
+    /* None pending: new entries, by a plain command (ev_read.lua says why). */
+    cmd_plain(&cmd, "XREADGROUP");
+    cmd_arg(&cmd, "GROUP");
+    cmd_arg(&cmd, "ledger");
+    cmd_arg(&cmd, consumer);
+    cmd_arg(&cmd, "COUNT");
+    cmd_argll(&cmd, max);
+    cmd_arg(&cmd, "STREAMS");
+    cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    cmd_arg(&cmd, ">");
+    if ((r = store_call(c, &cmd)) == NULL)
+        return -1;
+    /* {{stream, {entry, ...}}}; nil: none new; an error (the stream went since): none */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2)
+        rc = parse_entries(r->element[0]->element[1], out, n);
+    else if (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_ERROR)
+        rc = -1;
     freeReplyObject(r);
     return rc;
 }
 
-int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n)
+/* An event whose order the segment forgets once the retention passed. */
+static bool forgets(const struct rd_event *e)
+{
+    return e->order[0] != '\0' &&
+           (strcmp(e->kind, "sale") == 0 || strcmp(e->kind, "cancel") == 0);
+}
+
+int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n,
+               int retire_s)
 {
     if (n == 0)
         return 0;
@@ -112,8 +154,14 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
     struct rd_cmd cmd;
     cmd_script(&cmd, SCRIPT_EV_DONE);
     cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    cmd_key(&cmd, seg_key_retire(key, placed, i));
+    cmd_argll(&cmd, rd_conn_cluster(c) ? 0 : retire_s);
+    cmd_argll(&cmd, n);
     for (int j = 0; j < n; j++)
         cmd_arg(&cmd, ev[j].id);
+    for (int j = 0; j < n && !rd_conn_cluster(c) && retire_s > 0; j++)
+        if (forgets(&ev[j]))
+            cmd_arg(&cmd, ev[j].order);
     redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;
@@ -170,6 +218,7 @@ int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int 
         for (int k = j; k < n; k++)
             if (slot[k] == s) {
                 cmd_argll(&cmd, ev[k].epoch);
+                cmd_arg(&cmd, cluster || strcmp(ev[k].kind, "cancel") == 0 ? "c" : "s");
                 slot[k] = -1;
             }
         redisReply *r = store_call(c, &cmd);

@@ -36,18 +36,27 @@ const char *rd_ev_stream(char *buf, const char *placed, int i);
 void rd_ev_free(struct rd_event *ev, int n);
 
 /* Segment i of `placed` (rd_sku_placed): up to `max` entries for `consumer`: its own
- * pending ones first, else those of another reader idle for `idle_ms`, else new ones.
+ * pending ones first, else those of another reader idle for `idle_ms` (EV_READ), else
+ * new ones (a plain XREADGROUP, when the stream has entries: a second call).
+ * First drops the fields of the orders rd_ev_done queued that are due.
  * 0 with *out (n entries, malloc'd; NULL when none) or -1. A segment with no stream
  * is 0 entries. *backlog: the stream's length (entries not yet deleted). */
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog);
 
 /* Acknowledge ev[0..n-1] of segment i's stream and trim it up to the oldest entry any
- * reader still has pending: 0 or -1. */
-int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n);
+ * reader still has pending; and, on a standalone Redis with `retire_s` > 0, queue the
+ * orders of its sales and cancels for the segment to forget in `retire_s` (keys.h
+ * retire list): rd_ev_read drops their fields from the segment's orders and parts
+ * hashes and cancelled set once due, and a cancel then takes the units from the
+ * record (lua/cancel.lua). A Redis Cluster keeps them: its cancel's segment step
+ * sees no record. 0 or -1. */
+int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n,
+               int retire_s);
 
 /* RETAIN: the record of each order of ev[0..n-1] (events of `placed` with an order and
- * a record), when it is still that sale's, expires in `ttl_s`; one call per slot the
+ * a record), when it is still that sale's, expires in `ttl_s` (on a standalone Redis a
+ * cancelled one only by its cancel's event: lua/retain.lua); one call per slot the
  * records are in (standalone: one). How many got it, or -1. */
 int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int n,
                  int ttl_s);

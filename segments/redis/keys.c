@@ -135,6 +135,11 @@ char *seg_key_ledger_flag(char *buf, const char *sku, int i)
     return segment_key(buf, sku, i, "ledger");
 }
 
+char *seg_key_retire(char *buf, const char *sku, int i)
+{
+    return segment_key(buf, sku, i, "retire");
+}
+
 const char *seg_key_intents(void)
 {
     return "inv:intents";

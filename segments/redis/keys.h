@@ -39,6 +39,8 @@
  *   inv:order:{id}            hash: r = the order record (JSON), t = the attempt that
  *                             wrote it (so a script resent after a lost reply knows its
  *                             own work), k = its SKU, e = that SKU's epoch then.
+ *                             c = the epoch it was cancelled in (lua/cancel.lua; the
+ *                             ledger's RETAIN leaves a cancelled record to its cancel).
  *                             Written in the same script as the deduction; unique per
  *                             order_id (idempotency). A record whose SKU has another
  *                             epoch now was left behind by a reset (RESET names only
@@ -72,6 +74,11 @@
  *   inv:{sku:i}:events        stream: segment i's ledger events (scripts.c LEDGER;
  *                             the sink, segments/ledger.h, copies and deletes them)
  *   inv:{sku:i}:ledger        "1": segment i's changes append events (reset.lua)
+ *   inv:{sku:i}:retire        list: orders segment i forgets once record_retention_s
+ *                             passed (lua/ev_done.lua queues, lua/ev_read.lua drops
+ *                             their fields from orders, parts and cancelled), one
+ *                             element "due_ms id id ..." per batch the sink copied;
+ *                             standalone only (a cluster's cancel needs the fields)
  *   inv:{sku:i}:reserved:E    units held by reservations in segment i of epoch E
  *   inv:{sku:i}:holds:E       sorted set: the held reservations of segment i of epoch
  *                             E, scored by when each expires (ms, Redis's TIME)
@@ -125,6 +132,8 @@ const char *seg_key_events(void);
  * deleted by a reset: the stream's last events are still to be copied. */
 char *seg_key_ledger_events(char *buf, const char *sku, int i);
 char *seg_key_ledger_flag(char *buf, const char *sku, int i);
+/* Segment i's retire list (inv:{sku:i}:retire). */
+char *seg_key_retire(char *buf, const char *sku, int i);
 const char *seg_key_intents(void);
 
 /* Reservations (lua/hold.lua): segment i's reserved count and held set of `epoch`,

@@ -7,7 +7,12 @@
 --      resend of a cancel that worked finds) | {STALE} (the order is not the one the
 --      caller read, or the SKU was reset) | {FENCED} | {OK}.
 -- The units given back are the ones the segments' hashes record for the order, not the
--- caller's, each segment's appended to its ledger stream. Every reply releases the locks the tokens still own; OK bumps gen.
+-- caller's, each segment's appended to its ledger stream; a segment that forgot the
+-- order (ev_read.lua: the ledger has had it for record_retention_s) gives back the
+-- part the record says it took (the record is the confirmed one, of this epoch: only
+-- the forgetting drops a field then). The cancelled record (c: the epoch it was
+-- cancelled in) keeps no TTL until the ledger has the cancel (retain.lua). Every reply releases the locks the tokens still
+-- own; OK bumps gen.
 local n = (#KEYS - 3) / 5
 local function done(r)
   for i = 0, n - 1 do
@@ -31,11 +36,17 @@ end
 for i = 0, n - 1 do
   if redis.call('GET', KEYS[3 + 5 * i]) ~= ARGV[6 + i] then return done({FENCED}) end
 end
-local q = {}
+local ok, o = pcall(cjson.decode, rec)
+if not ok or type(o) ~= 'table' then o = {} end
+if o['status'] == 'cancelled' then return done({EXISTS, rec}) end
+local q, parts = {}, o['segments']
 for i = 0, n - 1 do
+  if redis.call('GET', KEYS[7 + 5 * i]) ~= ARGV[4] then return done({STALE}) end
   q[i] = redis.call('HGET', KEYS[6 + 5 * i], ARGV[1])
-  if redis.call('GET', KEYS[7 + 5 * i]) ~= ARGV[4] or not q[i] then
-    return done({STALE})
+  if not q[i] then
+    local p = type(parts) == 'table' and parts[i + 1]
+    if type(p) ~= 'table' or type(p['qty']) ~= 'number' then return done({STALE}) end
+    q[i] = string.format('%d', p['qty'])
   end
 end
 for i = 0, n - 1 do
@@ -46,6 +57,7 @@ for i = 0, n - 1 do
          '-' .. q[i], 'r', i == 0 and ARGV[2] or '')
 end
 redis.call('SADD', KEYS[#KEYS], ARGV[1])
-redis.call('HSET', KEYS[1], 'r', ARGV[2])
+redis.call('HSET', KEYS[1], 'r', ARGV[2], 'c', ARGV[4])
+redis.call('PERSIST', KEYS[1])
 redis.call('HINCRBY', KEYS[2], 'gen', 1)
 return done({OK})

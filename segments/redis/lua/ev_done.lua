@@ -1,12 +1,27 @@
 -- EV_DONE: entries of a segment's ledger stream copied into the ledger (evstream.h):
 -- acknowledged in the group "ledger", and the stream trimmed up to the oldest entry
 -- still pending with any reader (or, none pending, past the last one delivered), so it
--- holds only what may still have to be copied.
--- KEYS: the stream.  ARGV: the entry ids.
+-- holds only what may still have to be copied. Then the orders those entries name are
+-- queued for the segment to forget (ev_read.lua) once their records' retention passed.
+-- KEYS: the stream, the segment's retire list (keys.h).
+-- ARGV: record_retention_s ('0': nothing queued: a Redis Cluster's cancel still needs
+--       the fields), n, the n entry ids, then the order ids of the sales and cancels
+--       among them.
 -- XTRIM MINID drops whole nodes of the stream: XDEL of each id cost Redis about 1 us
--- an entry, as much as the XACK.
+-- an entry, as much as the XACK. The retire list holds one element per batch, "due_ms
+-- id id ...", due by this node's clock: no per-order key, no sorted set.
 -- Reply: how many were trimmed.
-redis.call('XACK', KEYS[1], 'ledger', unpack(ARGV))
+local n = tonumber(ARGV[2])
+redis.call('XACK', KEYS[1], 'ledger', unpack(ARGV, 3, 2 + n))
+local keep_s = tonumber(ARGV[1])
+if keep_s > 0 and #ARGV > 2 + n then
+  local t = redis.call('TIME')
+  local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + keep_s * 1000
+  redis.call('RPUSH', KEYS[2], string.format('%d', due) .. ' ' ..
+             table.concat(ARGV, ' ', 3 + n))
+  -- Gone a minute after its last element is due: a deleted SKU's list goes too.
+  redis.call('PEXPIRE', KEYS[2], keep_s * 1000 + 60000)
+end
 local p = redis.call('XPENDING', KEYS[1], 'ledger')
 local bound = p[2]
 if not bound then
