@@ -360,7 +360,8 @@ static void acquire(store *st, const char *sku, long long epoch, int i, const ch
         " (SELECT epoch FROM skus WHERE sku = $1), s.version FROM segments s"
         " WHERE s.sku = $1 AND s.seg = $2::int",
         3, po};
-    pgc_call(s->plain, 0, 0, k->scheme == SCHEME_LEASE ? &lease : &opt, 1, on_acquire, k);
+    pgc_call(s->plain, 0, PGC_PREPARE, k->scheme == SCHEME_LEASE ? &lease : &opt, 1,
+             on_acquire, k);
 }
 
 static void on_lease_int(void *arg, int rc, const struct pgs_res *r)
