@@ -10,7 +10,8 @@
  * as CONFLICT and writes nothing. The connection: a backend killed with
  * pg_terminate_backend answers -1 and the connection comes back; a call's deadline;
  * every call answered once, never inside the call, -1 on close; a restarted server;
- * the order statements prepared again in the session after a terminated one.
+ * the order statements prepared again in the session after a terminated one; the
+ * table of prepared names bounded, and a name the server forgot prepared again.
  * (The sell-outs under concurrency: it_pg_sellout.c.)
  */
 #include <setjmp.h>
@@ -565,6 +566,64 @@ static void test_prepared_again_after_reconnect(void **state)
     pgc_free(c);
 }
 
+struct sum_wait {
+    int done, ok, bad;
+    long long sum;
+};
+
+static void on_sum(void *arg, int rc, PGresult *const *res, int n)
+{
+    struct sum_wait *w = arg;
+    w->done++;
+    if (rc == 0 && n == 1 && PQresultStatus(res[0]) == PGRES_TUPLES_OK) {
+        w->ok++;
+        w->sum += atoll(PQgetvalue(res[0], 0, 0));
+    } else {
+        w->bad++;
+    }
+}
+
+/* The table of prepared names is bounded (PGC_PREPARED_MAX; past it, statements go
+ * unprepared and still run), and a name the server forgot (DEALLOCATE ALL) fails one
+ * call with SQLSTATE 26000 and is prepared again by the next. */
+static void test_prepared_table_bounded_and_healed(void **state)
+{
+    struct pg_env *e = *state;
+    pgc_conn *c = pge_connect(e->base, e->pg, 5000);
+    enum { N = PGC_PREPARED_MAX + 8 };
+    static char text[N][64];
+    struct sum_wait w = {0};
+    const char *one[] = {"1"};
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < N; i++) {
+            snprintf(text[i], sizeof text[i], "SELECT $1::int + %d", i);
+            const struct pgc_stmt q = {text[i], 1, one};
+            pgc_call(c, 0, PGC_PREPARE, &q, 1, on_sum, &w);
+        }
+    assert_true(pge_run_until(e->base, &w.done, 2 * N, 10000));
+    assert_int_equal(w.ok, 2 * N);
+    assert_int_equal(w.sum, 2 * (N + (long long)N * (N - 1) / 2));
+    struct pgc_stats st;
+    pgc_stats(c, &st);
+    assert_int_equal(st.prepares, PGC_PREPARED_MAX);
+
+    const struct pgc_stmt forget = {"DEALLOCATE ALL", 0, NULL};
+    const struct pgc_stmt q = {text[0], 1, one};
+    w = (struct sum_wait){0};
+    pgc_call(c, 0, 0, &forget, 1, on_sum, &w); /* no tuples: counted bad */
+    pgc_call(c, 0, PGC_PREPARE, &q, 1, on_sum, &w);
+    assert_true(pge_run_until(e->base, &w.done, 2, 10000));
+    assert_int_equal(w.bad, 2); /* the prepared name is gone: 26000 */
+    w = (struct sum_wait){0};
+    pgc_call(c, 0, PGC_PREPARE, &q, 1, on_sum, &w);
+    assert_true(pge_run_until(e->base, &w.done, 1, 10000));
+    assert_int_equal(w.ok, 1);
+    assert_int_equal(w.sum, 1);
+    pgc_stats(c, &st);
+    assert_int_equal(st.prepares, PGC_PREPARED_MAX + 1);
+    pgc_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -577,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_call_deadline),
         cmocka_unit_test(test_answered_on_close),
         cmocka_unit_test(test_prepared_again_after_reconnect),
+        cmocka_unit_test(test_prepared_table_bounded_and_healed),
         cmocka_unit_test(test_server_restart),
     };
     int failed = cmocka_run_group_tests_name("pg_store", tests, pge_group_setup,

@@ -74,7 +74,7 @@ struct pgc_stmt {
     const char *const *params; /* text; NULL entries are SQL NULL */
 };
 
-#define PGC_PREPARED_MAX 32
+#define PGC_PREPARED_MAX 64
 
 typedef void (*pgc_fn)(void *arg, int rc, PGresult *const *res, int n);
 
