@@ -94,12 +94,13 @@ static void prep_name(uint64_t key, char out[24])
     snprintf(out, 24, "inv_%016llx", (unsigned long long)key);
 }
 
-/* The entry of `key` and `text` prepared in this session, or -1. */
+/* The entry of `key` and `text` prepared in this session; -1: none; -2: another text
+ * holds that key (a hash collision: send this one unprepared). */
 static int prep_find(const pgc_conn *c, uint64_t key, const char *text)
 {
     for (int i = 0; i < PGC_PREPARED_MAX; i++)
-        if (c->prep[i].key == key && strcmp(c->prep[i].text, text) == 0)
-            return i;
+        if (c->prep[i].key == key)
+            return strcmp(c->prep[i].text, text) == 0 ? i : -2;
     return -1;
 }
 
@@ -347,10 +348,11 @@ static bool send_call(pgc_conn *c, struct call *k)
     char name[24];
     k->npre = k->pre_got = 0;
     for (int i = 0; i < k->n; i++) {
-        if (k->hash[i] == 0 || prep_find(c, k->hash[i], k->sql[i]) >= 0)
+        int at = k->hash[i] != 0 ? prep_find(c, k->hash[i], k->sql[i]) : 0;
+        if (at >= 0)
             continue;
-        if (prep_add(c, k->hash[i], k->sql[i]) < 0) {
-            k->hash[i] = 0; /* the table is full: unprepared */
+        if (at == -2 || prep_add(c, k->hash[i], k->sql[i]) < 0) {
+            k->hash[i] = 0; /* a collision, or the table is full: unprepared */
             continue;
         }
         prep_name(k->hash[i], name);
