@@ -9,7 +9,9 @@
  * expiry is fenced, and only the owner releases. optimistic: a lost race is reported
  * as CONFLICT and writes nothing. The connection: a backend killed with
  * pg_terminate_backend answers -1 and the connection comes back; a call's deadline;
- * every call answered once, never inside the call, -1 on close; a restarted server.
+ * every call answered once, never inside the call, -1 on close; a restarted server;
+ * the order statements prepared again in the session after a terminated one; the
+ * table of prepared names bounded, and a name the server forgot prepared again.
  * (The sell-outs under concurrency: it_pg_sellout.c.)
  */
 #include <setjmp.h>
@@ -452,6 +454,176 @@ static void test_answered_on_close(void **state)
     event_base_free(b);
 }
 
+/* ---- prepared statements across sessions ---------------------------------------------
+ */
+
+/* One order through each scheme's prepared statements on `c` (atomic, row taken and
+ * rolled back then taken and sold, lease, optimistic, row without a hold): each must
+ * sell at its first try. Returns the units sold (5). */
+static int sell_each_scheme(struct pg_env *e, struct event_base *b, pgc_conn *c,
+                            const char *round)
+{
+    char id[32];
+    struct pge_wait w = {0};
+    snprintf(id, sizeof id, "%s-atomic", round);
+    pgs_atomic_deduct(c, "reprep", 0, id, 1, "{}", pge_on_res, &w);
+    pge_wait_for(b, &w);
+    if (w.rc != 0 || w.r.code != PGS_OK)
+        fail_msg("%s: atomic rc %d code %d: %s", round, w.rc, w.r.code, pgc_error(c));
+
+    /* A statement prepared inside a transaction that rolls back stays prepared. */
+    for (int i = 0; i < 2; i++) {
+        w = (struct pge_wait){0};
+        pgs_row_take(c, "reprep", 1, 1, pge_on_res, &w);
+        pge_wait_for(b, &w);
+        if (w.rc != 0 || w.r.code != PGS_OK)
+            fail_msg("%s: row take rc %d code %d", round, w.rc, w.r.code);
+        if (i == 1)
+            break;
+        struct pge_wait rb = {0};
+        pgs_row_release(c, w.r.txn, pge_on_res, &rb);
+        pge_wait_for(b, &rb);
+    }
+    unsigned long long txn = w.r.txn;
+    snprintf(id, sizeof id, "%s-row", round);
+    w = (struct pge_wait){0};
+    pgs_row_deduct(c, txn, "reprep", 1, id, 1, "{}", pge_on_res, &w);
+    pge_wait_for(b, &w);
+    if (w.rc != 0 || w.r.code != PGS_OK)
+        fail_msg("%s: row deduct rc %d code %d", round, w.rc, w.r.code);
+
+    w = (struct pge_wait){0};
+    pgs_lease_take(c, "reprep", 0, "tok", 2000, pge_on_res, &w);
+    pge_wait_for(b, &w);
+    if (w.rc != 0 || w.r.code != PGS_OK)
+        fail_msg("%s: lease take rc %d code %d", round, w.rc, w.r.code);
+    snprintf(id, sizeof id, "%s-lease", round);
+    w = (struct pge_wait){0};
+    pgs_lease_deduct(c, "reprep", 0, "tok", id, 1, "{}", 0, pge_on_res, &w);
+    pge_wait_for(b, &w);
+    if (w.rc != 0 || w.r.code != PGS_OK)
+        fail_msg("%s: lease deduct rc %d code %d", round, w.rc, w.r.code);
+
+    w = (struct pge_wait){0};
+    pgs_opt_read(c, "reprep", 1, pge_on_res, &w);
+    pge_wait_for(b, &w);
+    if (w.rc != 0 || w.r.code != PGS_OK)
+        fail_msg("%s: optimistic read rc %d code %d", round, w.rc, w.r.code);
+    long long v = w.r.version;
+    snprintf(id, sizeof id, "%s-opt", round);
+    w = (struct pge_wait){0};
+    pgs_opt_deduct(c, "reprep", 1, v, id, 1, "{}", pge_on_res, &w);
+    pge_wait_for(b, &w);
+    if (w.rc != 0 || w.r.code != PGS_OK)
+        fail_msg("%s: optimistic deduct rc %d code %d", round, w.rc, w.r.code);
+
+    snprintf(id, sizeof id, "%s-now", round);
+    w = (struct pge_wait){0};
+    pgs_row_deduct_now(c, "reprep", 0, id, 1, "{}", pge_on_res, &w);
+    pge_wait_for(b, &w);
+    if (w.rc != 0 || w.r.code != PGS_OK)
+        fail_msg("%s: row deduct now rc %d code %d", round, w.rc, w.r.code);
+    (void)e;
+    return 5;
+}
+
+/* The order statements are prepared once per session (conn.h): a connection whose
+ * backend is terminated prepares them again in its next session, and every order
+ * sells at its first try there (a name kept from the old session would answer
+ * "prepared statement does not exist"). */
+static void test_prepared_again_after_reconnect(void **state)
+{
+    struct pg_env *e = *state;
+    pge_put_sku(e, "reprep", 100, 2, "atomic", "");
+    const struct pgc_opts o = {.conninfo = h_pg_conninfo(e->pg),
+                               .lock_ttl_ms = 5000,
+                               .call_timeout_ms = 10000,
+                               .app_name = "inventoryd reprep"};
+    pgc_conn *c = pgc_create(e->base, &o);
+    int sold = sell_each_scheme(e, e->base, c, "s1");
+    sold += sell_each_scheme(e, e->base, c, "s1b"); /* the prepared names reused */
+    struct pgc_stats s1;
+    pgc_stats(c, &s1);
+    assert_true(s1.prepares >= 8);
+    assert_int_equal(s1.connects, 1);
+
+    assert_int_equal(h_pg_exec(e->pg, "SELECT pg_terminate_backend(pid) FROM"
+                                      " pg_stat_activity WHERE application_name ="
+                                      " 'inventoryd reprep'"),
+                     0);
+    struct pgc_stats s2 = s1;
+    for (int i = 0; i < 250 && (s2.connects < 2 || !pgc_ready(c)); i++) {
+        pge_run_for(e->base, 20);
+        pgc_stats(c, &s2);
+    }
+    assert_int_equal(s2.connects, 2);
+    assert_true(pgc_ready(c));
+
+    sold += sell_each_scheme(e, e->base, c, "s2");
+    pgc_stats(c, &s2);
+    assert_int_equal(s2.prepares, 2 * s1.prepares); /* the same set, once more */
+    pge_audit(e, "reprep", 100, sold);
+    pgc_free(c);
+}
+
+struct sum_wait {
+    int done, ok, bad;
+    long long sum;
+};
+
+static void on_sum(void *arg, int rc, PGresult *const *res, int n)
+{
+    struct sum_wait *w = arg;
+    w->done++;
+    if (rc == 0 && n == 1 && PQresultStatus(res[0]) == PGRES_TUPLES_OK) {
+        w->ok++;
+        w->sum += atoll(PQgetvalue(res[0], 0, 0));
+    } else {
+        w->bad++;
+    }
+}
+
+/* The table of prepared names is bounded (PGC_PREPARED_MAX; past it, statements go
+ * unprepared and still run), and a name the server forgot (DEALLOCATE ALL) fails one
+ * call with SQLSTATE 26000 and is prepared again by the next. */
+static void test_prepared_table_bounded_and_healed(void **state)
+{
+    struct pg_env *e = *state;
+    pgc_conn *c = pge_connect(e->base, e->pg, 5000);
+    enum { N = PGC_PREPARED_MAX + 8 };
+    static char text[N][64];
+    struct sum_wait w = {0};
+    const char *one[] = {"1"};
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < N; i++) {
+            snprintf(text[i], sizeof text[i], "SELECT $1::int + %d", i);
+            const struct pgc_stmt q = {text[i], 1, one};
+            pgc_call(c, 0, PGC_PREPARE, &q, 1, on_sum, &w);
+        }
+    assert_true(pge_run_until(e->base, &w.done, 2 * N, 10000));
+    assert_int_equal(w.ok, 2 * N);
+    assert_int_equal(w.sum, 2 * (N + (long long)N * (N - 1) / 2));
+    struct pgc_stats st;
+    pgc_stats(c, &st);
+    assert_int_equal(st.prepares, PGC_PREPARED_MAX);
+
+    const struct pgc_stmt forget = {"DEALLOCATE ALL", 0, NULL};
+    const struct pgc_stmt q = {text[0], 1, one};
+    w = (struct sum_wait){0};
+    pgc_call(c, 0, 0, &forget, 1, on_sum, &w); /* no tuples: counted bad */
+    pgc_call(c, 0, PGC_PREPARE, &q, 1, on_sum, &w);
+    assert_true(pge_run_until(e->base, &w.done, 2, 10000));
+    assert_int_equal(w.bad, 2); /* the prepared name is gone: 26000 */
+    w = (struct sum_wait){0};
+    pgc_call(c, 0, PGC_PREPARE, &q, 1, on_sum, &w);
+    assert_true(pge_run_until(e->base, &w.done, 1, 10000));
+    assert_int_equal(w.ok, 1);
+    assert_int_equal(w.sum, 1);
+    pgc_stats(c, &st);
+    assert_int_equal(st.prepares, PGC_PREPARED_MAX + 1);
+    pgc_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -463,6 +635,8 @@ int main(void)
         cmocka_unit_test(test_backend_killed),
         cmocka_unit_test(test_call_deadline),
         cmocka_unit_test(test_answered_on_close),
+        cmocka_unit_test(test_prepared_again_after_reconnect),
+        cmocka_unit_test(test_prepared_table_bounded_and_healed),
         cmocka_unit_test(test_server_restart),
     };
     int failed = cmocka_run_group_tests_name("pg_store", tests, pge_group_setup,

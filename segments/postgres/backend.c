@@ -123,7 +123,7 @@ static void meta_read(store *st, const char *sku, store_meta_fn fn, void *arg)
         "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
         " replicated, rebalance, batch FROM skus WHERE sku = $1",
         1, p};
-    pgc_call(self(st)->plain, 0, 0, &q, 1, on_meta, k);
+    pgc_call(self(st)->plain, 0, PGC_PREPARE, &q, 1, on_meta, k);
 }
 
 static void on_record(void *arg, int rc, PGresult *const *res, int n)
@@ -148,7 +148,7 @@ static void record_read(store *st, const char *id, const char *sku, long long ep
     k->fn.record = fn;
     const char *p[] = {id};
     const struct pgc_stmt q = {"SELECT record FROM orders WHERE order_id = $1", 1, p};
-    pgc_call(self(st)->plain, 0, 0, &q, 1, on_record, k);
+    pgc_call(self(st)->plain, 0, PGC_PREPARE, &q, 1, on_record, k);
 }
 
 static void on_stocks(void *arg, int rc, PGresult *const *res, int n)
@@ -176,7 +176,7 @@ static void stocks_read(store *st, const char *sku, int n, store_stocks_fn fn, v
     k->n = n;
     const char *p[] = {sku};
     const struct pgc_stmt q = {"SELECT seg, stock FROM segments WHERE sku = $1", 1, p};
-    pgc_call(self(st)->plain, 0, 0, &q, 1, on_stocks, k);
+    pgc_call(self(st)->plain, 0, PGC_PREPARE, &q, 1, on_stocks, k);
 }
 
 static void on_found(void *arg, int rc, PGresult *const *res, int n)
@@ -200,7 +200,7 @@ static void find_order(store *st, const char *sku, int n, const char *id,
     const char *p[] = {id, sku};
     const struct pgc_stmt q = {
         "SELECT seg, qty FROM orders WHERE order_id = $1 AND sku = $2", 2, p};
-    pgc_call(self(st)->plain, 0, 0, &q, 1, on_found, k);
+    pgc_call(self(st)->plain, 0, PGC_PREPARE, &q, 1, on_found, k);
 }
 
 /* ---- replies ---------------------------------------------------------------------- */
@@ -227,7 +227,7 @@ static void reply_exists(struct call *k)
 {
     const char *p[] = {k->id};
     const struct pgc_stmt q = {"SELECT record FROM orders WHERE order_id = $1", 1, p};
-    pgc_call(k->s->plain, 0, 0, &q, 1, on_exists_record, k);
+    pgc_call(k->s->plain, 0, PGC_PREPARE, &q, 1, on_exists_record, k);
 }
 
 /* A scheme's answer (store.h's PGS_*) as the seam's. */
@@ -360,7 +360,8 @@ static void acquire(store *st, const char *sku, long long epoch, int i, const ch
         " (SELECT epoch FROM skus WHERE sku = $1), s.version FROM segments s"
         " WHERE s.sku = $1 AND s.seg = $2::int",
         3, po};
-    pgc_call(s->plain, 0, 0, k->scheme == SCHEME_LEASE ? &lease : &opt, 1, on_acquire, k);
+    pgc_call(s->plain, 0, PGC_PREPARE, k->scheme == SCHEME_LEASE ? &lease : &opt, 1,
+             on_acquire, k);
 }
 
 static void on_lease_int(void *arg, int rc, const struct pgs_res *r)

@@ -277,7 +277,8 @@ bool pgb_deduct_batch(store *st, const char *sku, long long epoch, int i,
     char *qtys = array_qty(o, n);
     const char *p[] = {sku, seg, token, ep, ids, qtys, recs, version};
     const struct pgc_stmt q[] = {{sql, 8, p}, {"COMMIT", 0, NULL}};
-    pgc_call(c, txn, b->txn ? PGC_END : 0, q, b->txn ? 2 : 1, on_batch, b);
+    pgc_call(c, txn, PGC_PREPARE | (b->txn ? PGC_END : 0), q, b->txn ? 2 : 1, on_batch,
+             b);
     free(ids);
     free(recs);
     free(qtys);

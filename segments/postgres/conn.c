@@ -2,6 +2,7 @@
 #include "segments/postgres/conn.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,9 @@ struct call {
     char **sql;     /* [n] */
     int *nparams;   /* [n] */
     char ***params; /* [n][nparams] */
+    uint64_t *hash; /* [n]: the prepared statement's key (prep_key), 0: unprepared */
+    uint64_t *pre;  /* [npre]: the keys prepared ahead of this call's statements */
+    int npre, pre_got;
     PGresult **res; /* [n], filled as results arrive */
     int got;
     pgc_fn fn;
@@ -53,6 +57,12 @@ struct pgc_conn {
     int owed;                           /* calls not answered yet */
     unsigned long long txn_seq;
     struct pgc_stats st;
+    /* The statements prepared in this session (key 0: a free entry); emptied when
+     * the session ends. */
+    struct prep {
+        uint64_t key;
+        char *text;
+    } prep[PGC_PREPARED_MAX];
     char errstr[160];
 };
 
@@ -70,6 +80,63 @@ static void set_error(pgc_conn *c, const char *what, const char *detail)
         c->errstr[--len] = '\0';
 }
 
+/* A prepared statement's key: FNV-1a of its text, never 0. */
+static uint64_t prep_key(const char *text)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h != 0 ? h : 1;
+}
+
+static void prep_name(uint64_t key, char out[24])
+{
+    snprintf(out, 24, "inv_%016llx", (unsigned long long)key);
+}
+
+/* The entry of `key` and `text` prepared in this session; -1: none; -2: another text
+ * holds that key (a hash collision: send this one unprepared). */
+static int prep_find(const pgc_conn *c, uint64_t key, const char *text)
+{
+    for (int i = 0; i < PGC_PREPARED_MAX; i++)
+        if (c->prep[i].key == key)
+            return strcmp(c->prep[i].text, text) == 0 ? i : -2;
+    return -1;
+}
+
+/* Take an entry for `key` (to be prepared now), or -1 when the table is full. */
+static int prep_add(pgc_conn *c, uint64_t key, const char *text)
+{
+    for (int i = 0; i < PGC_PREPARED_MAX; i++) {
+        if (c->prep[i].key != 0)
+            continue;
+        c->prep[i].key = key;
+        c->prep[i].text = seg_strdup(text);
+        return i;
+    }
+    return -1;
+}
+
+/* The server does not have `key` (any more): the next call prepares it again. */
+static void prep_drop(pgc_conn *c, uint64_t key)
+{
+    for (int i = 0; i < PGC_PREPARED_MAX; i++) {
+        if (c->prep[i].key != key)
+            continue;
+        free(c->prep[i].text);
+        c->prep[i].text = NULL;
+        c->prep[i].key = 0;
+    }
+}
+
+/* The session ended: its prepared statements with it. */
+static void prep_clear(pgc_conn *c)
+{
+    for (int i = 0; i < PGC_PREPARED_MAX; i++)
+        if (c->prep[i].key != 0)
+            prep_drop(c, c->prep[i].key);
+}
+
 static void call_free(struct call *k)
 {
     for (int i = 0; i < k->n; i++) {
@@ -83,6 +150,8 @@ static void call_free(struct call *k)
     free(k->sql);
     free(k->nparams);
     free(k->params);
+    free(k->hash);
+    free(k->pre);
     free(k->res);
     if (k->deadline != NULL)
         event_free(k->deadline);
@@ -223,12 +292,16 @@ unsigned long long pgc_call(pgc_conn *c, unsigned long long txn, unsigned flags,
     k->nparams = seg_calloc((size_t)k->n, sizeof *k->nparams);
     k->params = seg_calloc((size_t)k->n, sizeof *k->params);
     k->res = seg_calloc((size_t)k->n, sizeof *k->res);
+    k->hash = seg_calloc((size_t)k->n, sizeof *k->hash);
+    k->pre = seg_calloc((size_t)k->n, sizeof *k->pre);
     if (skip)
         k->sql[0] = seg_strdup("BEGIN");
     for (int i = 0; i < n; i++) {
         k->sql[i + skip] = seg_strdup(st[i].sql);
         k->nparams[i + skip] = st[i].nparams;
         k->params[i + skip] = seg_calloc((size_t)st[i].nparams + 1, sizeof(char *));
+        if ((flags & PGC_PREPARE) && st[i].nparams > 0)
+            k->hash[i + skip] = prep_key(st[i].sql);
         for (int j = 0; j < st[i].nparams; j++)
             k->params[i + skip][j] = st[i].params[j] ? seg_strdup(st[i].params[j]) : NULL;
     }
@@ -268,6 +341,42 @@ static void flush(pgc_conn *c)
         event_add(c->wr, NULL);
 }
 
+/* Send `k`'s statements (not its sync point): first a prepare of each prepared
+ * statement this session has not seen, then the statements. False: libpq failed. */
+static bool send_call(pgc_conn *c, struct call *k)
+{
+    char name[24];
+    k->npre = k->pre_got = 0;
+    for (int i = 0; i < k->n; i++) {
+        int at = k->hash[i] != 0 ? prep_find(c, k->hash[i], k->sql[i]) : 0;
+        if (at >= 0)
+            continue;
+        if (at == -2 || prep_add(c, k->hash[i], k->sql[i]) < 0) {
+            k->hash[i] = 0; /* a collision, or the table is full: unprepared */
+            continue;
+        }
+        prep_name(k->hash[i], name);
+        if (!PQsendPrepare(c->pg, name, k->sql[i], k->nparams[i], NULL))
+            return false;
+        k->pre[k->npre++] = k->hash[i];
+        c->st.prepares++;
+    }
+    for (int i = 0; i < k->n; i++) {
+        const char *const *p = (const char *const *)k->params[i];
+        int ok;
+        if (k->hash[i] != 0) {
+            prep_name(k->hash[i], name);
+            ok = PQsendQueryPrepared(c->pg, name, k->nparams[i], p, NULL, NULL, 0);
+        } else {
+            ok = PQsendQueryParams(c->pg, k->sql[i], k->nparams[i], NULL, p, NULL, NULL,
+                                   0);
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
 /* Send what may go now: the wait queue in order, stopping at a call that must wait
  * for another caller's transaction to end. */
 static void pump(pgc_conn *c)
@@ -294,16 +403,7 @@ static void pump(pgc_conn *c)
                 break;
         }
         wait_remove(c, k);
-        for (int i = 0; i < k->n; i++) {
-            if (!PQsendQueryParams(c->pg, k->sql[i], k->nparams[i], NULL,
-                                   (const char *const *)k->params[i], NULL, NULL, 0)) {
-                push(&c->sent_head, &c->sent_tail, k);
-                k->sent = true;
-                conn_down(c, PQerrorMessage(c->pg));
-                return;
-            }
-        }
-        if (!PQpipelineSync(c->pg)) {
+        if (!send_call(c, k) || !PQpipelineSync(c->pg)) {
             push(&c->sent_head, &c->sent_tail, k);
             k->sent = true;
             conn_down(c, PQerrorMessage(c->pg));
@@ -354,10 +454,21 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
             }
             continue;
         }
-        if (k->got < k->n)
-            k->res[k->got++] = r;
-        else
+        if (k->pre_got < k->npre) { /* a prepare sent ahead of the call's statements */
+            if (PQresultStatus(r) != PGRES_COMMAND_OK)
+                prep_drop(c, k->pre[k->pre_got]);
+            k->pre_got++;
             PQclear(r);
+            continue;
+        }
+        if (k->got < k->n) {
+            const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            if (k->hash[k->got] != 0 && state != NULL && strcmp(state, "26000") == 0)
+                prep_drop(c, k->hash[k->got]);
+            k->res[k->got++] = r;
+        } else {
+            PQclear(r);
+        }
     }
     if (c->state == CONN_READY && PQstatus(c->pg) == CONNECTION_BAD)
         conn_down(c, PQerrorMessage(c->pg));
@@ -463,6 +574,7 @@ static void conn_down(pgc_conn *c, const char *why)
     if (c->pg != NULL)
         PQfinish(c->pg);
     c->pg = NULL;
+    prep_clear(c);
     c->state = CONN_DOWN;
     c->owner = 0;
     struct call *k;
@@ -522,6 +634,7 @@ void pgc_free(pgc_conn *c)
     }
     if (c->pg != NULL)
         PQfinish(c->pg);
+    prep_clear(c);
     event_free(c->retry);
     event_free(c->kick);
     free(c->conninfo);

@@ -12,6 +12,17 @@
  * in order; with no transaction of the caller's, each statement is its own implicit
  * transaction, and an error skips the rest of that call only.
  *
+ * Prepared statements. In a call with PGC_PREPARE, each statement with parameters is
+ * parsed and planned once per session: the first call to send it on a connection
+ * sends its PQsendPrepare ahead of its statements (same pipeline segment, result not
+ * shown), later ones PQsendQueryPrepared. The name is "inv_" and a 64-bit hash of the
+ * text (the text compared too), so a statement's text is the one place defining it;
+ * pass only texts from a fixed set. Prepared names outlive a ROLLBACK but not the
+ * session: the table is emptied when the connection drops, and the next session
+ * prepares again. A prepare that fails, or a name the server does not know (SQLSTATE
+ * 26000), is taken out of the table and prepared again by the next call. At most
+ * PGC_PREPARED_MAX per connection; past that, statements go unprepared.
+ *
  * Replies. The callback runs exactly once, on the loop, never from inside pgc_call.
  * rc 0: the server answered; res[0..n-1] is one result per statement (an error is a
  * PGRES_FATAL_ERROR result, the statements after it PGRES_PIPELINE_ABORTED), valid
@@ -63,10 +74,13 @@ struct pgc_stmt {
     const char *const *params; /* text; NULL entries are SQL NULL */
 };
 
+#define PGC_PREPARED_MAX 64
+
 typedef void (*pgc_fn)(void *arg, int rc, PGresult *const *res, int n);
 
-#define PGC_BEGIN 0x1u /* open a transaction that holds the connection */
-#define PGC_END 0x2u   /* the last call of the transaction (ends in COMMIT) */
+#define PGC_BEGIN 0x1u   /* open a transaction that holds the connection */
+#define PGC_END 0x2u     /* the last call of the transaction (ends in COMMIT) */
+#define PGC_PREPARE 0x4u /* its statements with parameters prepared (above) */
 
 struct pgc_stats {
     long long connects; /* connections made (the first included) */
@@ -74,6 +88,7 @@ struct pgc_stats {
     long long writes;   /* turns that sent calls: calls/writes is the mean batch */
     long long timeouts; /* calls answered -1 at their deadline */
     long long failures; /* connections lost or refused */
+    long long prepares; /* statements prepared (PQsendPrepare sent) */
 };
 
 /* A handle on `base`, connecting now. Free with pgc_free on the loop's thread. */
@@ -94,7 +109,8 @@ int pgc_owed(const pgc_conn *c);
 
 /* Queue a call of `n` statements (copied; n >= 1). `txn`: 0, or the id of this
  * caller's open transaction. `flags`: PGC_BEGIN (with txn 0) and/or PGC_END. Returns
- * the transaction's id for PGC_BEGIN, else `txn`. `fn` may be NULL. */
+ * the transaction's id for PGC_BEGIN, else `txn`. PGC_PREPARE may go with either. `fn`
+ * may be NULL. */
 unsigned long long pgc_call(pgc_conn *c, unsigned long long txn, unsigned flags,
                             const struct pgc_stmt *st, int n, pgc_fn fn, void *arg);
 

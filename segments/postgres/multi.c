@@ -128,7 +128,7 @@ static void on_multi(void *arg, int rc, PGresult *const *res, int n)
         " unnest($2::int[], $3::text[]) AS p(seg, tok) ON s.seg = p.seg"
         " WHERE s.sku = $1 ORDER BY s.seg",
         4, p};
-    pgc_call(k->s->plain, 0, 0, &q, 1, on_multi_why, k);
+    pgc_call(k->s->plain, 0, PGC_PREPARE, &q, 1, on_multi_why, k);
     free(segs);
     free(toks);
 }
@@ -211,7 +211,7 @@ void pgb_deduct_multi(store *st, const char *sku, long long epoch, const char *i
                                   : k->scheme == SCHEME_LEASE ? lease
                                                               : plain,
                                   8, q};
-    pgc_call(s->plain, 0, 0, &stmt, 1, on_multi, k);
+    pgc_call(s->plain, 0, PGC_PREPARE, &stmt, 1, on_multi, k);
     free(segs);
     free(parts);
     free(toks);

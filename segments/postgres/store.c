@@ -255,7 +255,7 @@ void pgs_row_take(pgc_conn *c, const char *sku, int seg, long long qty, pgs_fn f
         st = (struct pgc_stmt){"SELECT seg, stock FROM segments WHERE sku = $1"
                                " AND seg = $2::int FOR UPDATE NOWAIT",
                                2, p};
-        o->txn = pgc_call(c, 0, PGC_BEGIN, &st, 1, on_row_take, o);
+        o->txn = pgc_call(c, 0, PGC_BEGIN | PGC_PREPARE, &st, 1, on_row_take, o);
     } else {
         snprintf(a, sizeof a, "%lld", qty);
         const char *p[] = {sku, a};
@@ -263,7 +263,7 @@ void pgs_row_take(pgc_conn *c, const char *sku, int seg, long long qty, pgs_fn f
                                " AND stock >= $2::bigint ORDER BY seg LIMIT 1"
                                " FOR UPDATE SKIP LOCKED",
                                2, p};
-        o->txn = pgc_call(c, 0, PGC_BEGIN, &st, 1, on_row_take, o);
+        o->txn = pgc_call(c, 0, PGC_BEGIN | PGC_PREPARE, &st, 1, on_row_take, o);
     }
 }
 
@@ -328,7 +328,8 @@ static void row_deduct(pgc_conn *c, unsigned long long txn, bool keep, const cha
         {"SELECT seg FROM segments WHERE sku = $1 AND seg = $2::int FOR UPDATE NOWAIT", 2,
          lk},
     };
-    pgc_call(c, txn, keep ? 0 : PGC_END, st, keep ? 5 : 3, on_row_deduct, o);
+    pgc_call(c, txn, PGC_PREPARE | (keep ? 0 : PGC_END), st, keep ? 5 : 3, on_row_deduct,
+             o);
 }
 
 void pgs_row_deduct_keep(pgc_conn *c, unsigned long long txn, const char *sku, int seg,
@@ -401,7 +402,7 @@ void pgs_lease_take(pgc_conn *c, const char *sku, int seg, const char *token, in
         " WHERE sku = $1 AND seg = $2::int AND (lease_token IS NULL"
         " OR lease_until <= now() OR lease_token = $3) RETURNING stock, fence",
         4, p};
-    pgc_call(c, 0, 0, &st, 1, on_lease, o);
+    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_lease, o);
 }
 
 void pgs_lease_renew(pgc_conn *c, const char *sku, int seg, const char *token, int ttl_ms,
@@ -419,7 +420,7 @@ void pgs_lease_renew(pgc_conn *c, const char *sku, int seg, const char *token, i
         " WHERE sku = $1 AND seg = $2::int AND lease_token = $3 AND lease_until > now()"
         " RETURNING stock, fence",
         4, p};
-    pgc_call(c, 0, 0, &st, 1, on_lease, o);
+    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_lease, o);
 }
 
 void pgs_lease_release(pgc_conn *c, const char *sku, int seg, const char *token,
@@ -436,7 +437,7 @@ void pgs_lease_release(pgc_conn *c, const char *sku, int seg, const char *token,
         " WHERE sku = $1 AND seg = $2::int AND lease_token = $3"
         " RETURNING stock, fence",
         3, p};
-    pgc_call(c, 0, 0, &st, 1, on_lease, o);
+    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_lease, o);
 }
 
 /* The deductions below are one statement: a data-modifying CTE `d` (the conditional
@@ -510,7 +511,7 @@ static void deduct(pgc_conn *c, int scheme, const char *sql, const char *sku, in
     snprintf(q, sizeof q, "%lld", qty);
     const char *p[] = {sku, s, third, id, q, record, keep};
     const struct pgc_stmt st = {sql, keep != NULL ? 7 : 6, p};
-    pgc_call(c, 0, 0, &st, 1, on_deduct, o);
+    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_deduct, o);
 }
 
 void pgs_lease_deduct(pgc_conn *c, const char *sku, int seg, const char *token,
@@ -555,7 +556,7 @@ void pgs_opt_read(pgc_conn *c, const char *sku, int seg, pgs_fn fn, void *arg)
     const char *p[] = {sku, s};
     const struct pgc_stmt st = {
         "SELECT stock, version FROM segments WHERE sku = $1 AND seg = $2::int", 2, p};
-    pgc_call(c, 0, 0, &st, 1, on_opt_read, o);
+    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_opt_read, o);
 }
 
 void pgs_opt_deduct(pgc_conn *c, const char *sku, int seg, long long version,
