@@ -2,6 +2,7 @@
 #include "api/events.h"
 
 #include <microhttpd.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include "api/tickets.h"
 #include "base/log.h"
 #include "base/names.h"
+#include "base/periodic.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
 
@@ -67,16 +69,15 @@ struct api_events {
     struct api_sim *sim;
     char *token; /* "" when the streams are open */
     struct timespec started;
-    pthread_t thread;
+    periodic *thread;      /* runs publish_round; stopped by the first close */
+    struct publisher *pub; /* the thread's own state */
 
     pthread_mutex_t mu;  /* everything below */
-    pthread_cond_t cond; /* the publisher's wake-up; also "a stream is gone" */
+    pthread_cond_t cond; /* a stream is gone (for api_events_close) */
     struct stream *streams;
     int nstreams;
     long long dropped;      /* streams dropped for falling behind, ever */
     unsigned long long seq; /* streams opened, ever */
-    bool wake;              /* a stream opened: publish now rather than at the tick */
-    bool stopping;          /* the publisher must exit */
     bool closed;            /* api_events_close() ran: no new streams */
     struct api_tickets tickets;
 };
@@ -345,8 +346,7 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
             ev->streams->prev = st;
         ev->streams = st;
         ev->nstreams++;
-        ev->wake = true;
-        pthread_cond_broadcast(&ev->cond);
+        periodic_wake(ev->thread); /* publish now rather than at the tick */
     }
     pthread_mutex_unlock(&ev->mu);
 
@@ -652,7 +652,6 @@ static void publish(struct publisher *p)
     }
     int open = ev->nstreams;
     long long dropped = ev->dropped;
-    ev->wake = false;
     pthread_mutex_unlock(&ev->mu);
 
     p->tick++;
@@ -671,41 +670,29 @@ static void publish(struct publisher *p)
     free(names);
 }
 
-static void *publisher_main(void *arg)
+/* One round on the publisher thread: sleep while nobody watches, else publish and
+ * sleep out the rest of EVENTS_INTERVAL_MS (a stream that opens wakes it). */
+static int publish_round(periodic *th, void *arg)
 {
-    struct publisher p = {.ev = arg};
-    struct api_events *ev = p.ev;
-    pthread_setname_np(pthread_self(), "inv-events");
-    p.conn = inv_conn_create(ev->inv);
-    pthread_mutex_lock(&ev->mu);
-    while (!ev->stopping) {
-        if (ev->nstreams == 0) { /* nobody watches: no Redis reads at all */
-            rate_reset(&p.confirmed);
-            rate_reset(&p.attempts);
-            pthread_cond_wait(&ev->cond, &ev->mu);
-            continue;
-        }
-        long long started = mono_ms();
-        publish(&p);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        long long wait_ms = started + EVENTS_INTERVAL_MS - mono_ms();
-        if (wait_ms <= 0)
-            continue;
-        until.tv_sec += wait_ms / 1000;
-        until.tv_nsec += (wait_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        while (!ev->stopping && !ev->wake &&
-               pthread_cond_timedwait(&ev->cond, &ev->mu, &until) == 0)
-            ;
+    (void)th;
+    struct publisher *p = arg;
+    struct api_events *ev = p->ev;
+    if (p->conn == NULL) { /* made here, so that create never waits on Redis */
+        pthread_setname_np(pthread_self(), "inv-events");
+        p->conn = inv_conn_create(ev->inv);
     }
+    pthread_mutex_lock(&ev->mu);
+    if (ev->nstreams == 0) { /* nobody watches: no Redis reads at all */
+        rate_reset(&p->confirmed);
+        rate_reset(&p->attempts);
+        pthread_mutex_unlock(&ev->mu);
+        return INT_MAX; /* until a stream opens */
+    }
+    long long started = mono_ms();
+    publish(p); /* unlocks ev->mu while it reads, returns with it held */
     pthread_mutex_unlock(&ev->mu);
-    free(p.rates);
-    inv_conn_free(p.conn);
-    return NULL;
+    long long wait_ms = started + EVENTS_INTERVAL_MS - mono_ms();
+    return wait_ms > 0 ? (int)wait_ms : 0;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------- */
@@ -724,8 +711,13 @@ struct api_events *api_events_create(inv *v, struct api_sim *sim, const char *ad
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&ev->cond, &attr);
     pthread_condattr_destroy(&attr);
-    if (pthread_create(&ev->thread, NULL, publisher_main, ev) != 0) {
-        snprintf(err, errlen, "cannot start the event publisher thread");
+    ev->pub = must(calloc(1, sizeof *ev->pub));
+    ev->pub->ev = ev;
+    char why[128];
+    ev->thread = periodic_start(publish_round, ev->pub, 0, why, sizeof why);
+    if (ev->thread == NULL) {
+        snprintf(err, errlen, "cannot start the event publisher thread: %s", why);
+        free(ev->pub);
         pthread_cond_destroy(&ev->cond);
         pthread_mutex_destroy(&ev->mu);
         free(ev->token);
@@ -741,11 +733,17 @@ void api_events_close(struct api_events *ev, int wait_ms)
         return;
     pthread_mutex_lock(&ev->mu);
     bool first = !ev->closed;
-    ev->closed = ev->stopping = true;
-    pthread_cond_broadcast(&ev->cond);
+    ev->closed = true; /* no stream opens, so nothing wakes the thread, from now */
     pthread_mutex_unlock(&ev->mu);
-    if (first)
-        pthread_join(ev->thread, NULL);
+    if (first) {
+        periodic_stop(ev->thread);
+        ev->thread = NULL;
+        free(ev->pub->rates);
+        if (ev->pub->conn != NULL)
+            inv_conn_free(ev->pub->conn);
+        free(ev->pub);
+        ev->pub = NULL;
+    }
 
     static const char bye[] = "event: shutdown\ndata: {}\n\n";
     long long deadline = mono_ms() + wait_ms;

@@ -1,12 +1,14 @@
 /* gauges.c -- the per-SKU gauges' refresher thread and its snapshots (see gauges.h). */
 #include "api/gauges.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/periodic.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
 
@@ -17,14 +19,13 @@
 struct api_gauges {
     inv *inv;
     int limit, segments_max;
-    pthread_t thread;
+    periodic *thread;      /* runs refresh_round */
+    struct refresher *ref; /* the thread's own state */
 
-    pthread_mutex_t mu;  /* everything below */
-    pthread_cond_t cond; /* a scrape after an idle spell, or the stop */
+    pthread_mutex_t mu; /* everything below */
     struct api_gauges_snap *cur;
     long long scraped_ms; /* CLOCK_MONOTONIC ms of the last api_gauges_get; 0: never */
     bool list_stale;      /* api_gauges_changed: read the names at the next refresh */
-    atomic_bool stopping; /* also read, without the mutex, between a refresh's reads */
     char forgotten[FORGET_MAX][SEG_NAME_MAX + 1]; /* deleted during this refresh */
     int nforgotten;
 };
@@ -32,11 +33,13 @@ struct api_gauges {
 /* The refresher's own state. */
 struct refresher {
     struct api_gauges *g;
-    inv_conn *conn;
-    char **names; /* every SKU, as last read; sorted */
+    periodic *p;    /* the thread, for periodic_stopping */
+    inv_conn *conn; /* made by the first round, so that start never waits on Redis */
+    char **names;   /* every SKU, as last read; sorted */
     size_t nnames;
     long long list_ms; /* when they were read; 0: never */
     struct sku_status *st;
+    long long refreshed_ms; /* CLOCK_MONOTONIC ms of the last refresh; 0: never */
 };
 
 static void *must(void *p)
@@ -218,7 +221,7 @@ static struct api_gauges_snap *refresh(struct refresher *r, bool list_due, long 
         /* Once Redis failed (or at shutdown), the rest keep their values: a hung
          * Redis costs one timeout a refresh, not one per SKU. */
         inv_status rc = INV_UNAVAILABLE;
-        if (all_read && !atomic_load(&g->stopping))
+        if (all_read && !periodic_stopping(r->p))
             rc = sku_get(r->conn, chosen[i], r->st);
         const struct api_gauge_sku *old = api_gauges_find(g->cur, chosen[i]);
         if (rc == INV_OK)
@@ -246,52 +249,37 @@ static void publish(struct api_gauges *g, struct api_gauges_snap *s)
     g->cur = s;
 }
 
-/* Wait on g->cond (g->mu held) until `until_ms` (CLOCK_MONOTONIC), or for good when
- * it is 0. */
-static void wait_until(struct api_gauges *g, long long until_ms)
+/* One round on the refresher thread: sleep while nobody scrapes or the snapshot is
+ * fresh, else refresh it. */
+static int refresh_round(periodic *p, void *arg)
 {
-    if (until_ms == 0) {
-        pthread_cond_wait(&g->cond, &g->mu);
-        return;
+    struct refresher *r = arg;
+    struct api_gauges *g = r->g;
+    if (r->conn == NULL) {
+        pthread_setname_np(pthread_self(), "inv-gauges");
+        r->p = p;
+        r->conn = inv_conn_create(g->inv);
     }
-    struct timespec ts = {.tv_sec = until_ms / 1000,
-                          .tv_nsec = until_ms % 1000 * 1000000};
-    pthread_cond_timedwait(&g->cond, &g->mu, &ts);
-}
-
-static void *refresher_main(void *arg)
-{
-    struct refresher r = {.g = arg};
-    struct api_gauges *g = r.g;
-    pthread_setname_np(pthread_self(), "inv-gauges");
-    r.conn = inv_conn_create(g->inv);
-    r.st = must(malloc(sizeof *r.st));
-    long long refreshed = 0;
     pthread_mutex_lock(&g->mu);
-    while (!atomic_load(&g->stopping)) {
-        long long now = mono_ms();
-        if (g->scraped_ms == 0 || now - g->scraped_ms > API_GAUGES_IDLE_MS) {
-            wait_until(g, 0); /* nobody scrapes: no Redis reads at all */
-            continue;
-        }
-        if (refreshed != 0 && now < refreshed + API_GAUGES_REFRESH_MS) {
-            wait_until(g, refreshed + API_GAUGES_REFRESH_MS);
-            continue;
-        }
-        bool list_due = g->list_stale || now - r.list_ms >= API_GAUGES_LIST_MS;
-        g->list_stale = false;
-        g->nforgotten = 0;
+    long long now = mono_ms();
+    if (g->scraped_ms == 0 || now - g->scraped_ms > API_GAUGES_IDLE_MS) {
         pthread_mutex_unlock(&g->mu);
-        struct api_gauges_snap *s = refresh(&r, list_due, now);
-        pthread_mutex_lock(&g->mu);
-        publish(g, s);
-        refreshed = now;
+        return INT_MAX; /* nobody scrapes: no Redis reads until api_gauges_get wakes */
     }
+    if (r->refreshed_ms != 0 && now < r->refreshed_ms + API_GAUGES_REFRESH_MS) {
+        pthread_mutex_unlock(&g->mu);
+        return (int)(r->refreshed_ms + API_GAUGES_REFRESH_MS - now);
+    }
+    bool list_due = g->list_stale || now - r->list_ms >= API_GAUGES_LIST_MS;
+    g->list_stale = false;
+    g->nforgotten = 0;
     pthread_mutex_unlock(&g->mu);
-    sku_list_free(r.names, r.nnames);
-    free(r.st);
-    inv_conn_free(r.conn);
-    return NULL;
+    struct api_gauges_snap *s = refresh(r, list_due, now);
+    pthread_mutex_lock(&g->mu);
+    publish(g, s);
+    r->refreshed_ms = now;
+    pthread_mutex_unlock(&g->mu);
+    return 0; /* the next round sleeps out the rest of the period */
 }
 
 /* ---- the registry ----------------------------------------------------------------- */
@@ -307,14 +295,15 @@ struct api_gauges *api_gauges_create(inv *v, int limit, int segments_max, char *
     g->cur->sku = must(calloc(1, sizeof *g->cur->sku));
     g->cur->refs = 1;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cond, &attr);
-    pthread_condattr_destroy(&attr);
-    if (pthread_create(&g->thread, NULL, refresher_main, g) != 0) {
-        snprintf(err, errlen, "cannot start the metrics gauges thread");
-        pthread_cond_destroy(&g->cond);
+    g->ref = must(calloc(1, sizeof *g->ref));
+    g->ref->g = g;
+    g->ref->st = must(malloc(sizeof *g->ref->st));
+    char why[128];
+    g->thread = periodic_start(refresh_round, g->ref, 0, why, sizeof why);
+    if (g->thread == NULL) {
+        snprintf(err, errlen, "cannot start the metrics gauges thread: %s", why);
+        free(g->ref->st);
+        free(g->ref);
         pthread_mutex_destroy(&g->mu);
         snap_free(g->cur);
         free(g);
@@ -327,13 +316,14 @@ void api_gauges_free(struct api_gauges *g)
 {
     if (g == NULL)
         return;
-    pthread_mutex_lock(&g->mu);
-    atomic_store(&g->stopping, true);
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->mu);
-    pthread_join(g->thread, NULL);
+    periodic_stop(g->thread);
+    struct refresher *r = g->ref;
+    sku_list_free(r->names, r->nnames);
+    free(r->st);
+    if (r->conn != NULL)
+        inv_conn_free(r->conn);
+    free(r);
     snap_free(g->cur);
-    pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
@@ -345,7 +335,7 @@ const struct api_gauges_snap *api_gauges_get(struct api_gauges *g)
     bool idle = g->scraped_ms == 0 || now - g->scraped_ms > API_GAUGES_IDLE_MS;
     g->scraped_ms = now;
     if (idle)
-        pthread_cond_signal(&g->cond);
+        periodic_wake(g->thread);
     struct api_gauges_snap *s = g->cur;
     s->refs++;
     pthread_mutex_unlock(&g->mu);

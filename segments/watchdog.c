@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/periodic.h"
 #include "segments/clock.h"
 #include "base/xalloc.h"
 #include "segments/redis/calls.h"
@@ -15,11 +15,9 @@
 
 struct watchdog {
     inv *v;
-    rd_conn *rd; /* its own Redis connection, used by the watchdog thread only */
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stop;
+    rd_conn *rd;        /* its own Redis connection, used by the watchdog thread only */
+    periodic *thread;   /* runs renew_round */
+    pthread_mutex_t mu; /* guards the list and next_id */
     uint64_t next_id;
     struct lease head; /* sentinel of the circular list */
 };
@@ -51,50 +49,47 @@ static int renew(watchdog *w, const struct due *d)
     return rd_renew(w->rd, d->sku, d->seg, d->token, w->v->opt.lock_ttl_ms);
 }
 
-static void *run(void *arg)
+/* One round on the watchdog thread: renew the leases that are due. */
+static int renew_round(periodic *p, void *arg)
 {
+    (void)p;
     watchdog *w = arg;
     const int every = w->v->opt.lock_ttl_ms / 3;
     struct due due[BATCH];
 
     pthread_mutex_lock(&w->mu);
-    while (!w->stop) {
-        struct timespec ts = inv_deadline(tick_ms(w->v));
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    int64_t now = inv_now_ms();
+    int n = 0;
+    for (struct lease *l = w->head.next; l != &w->head && n < BATCH; l = l->next) {
+        if (l->lost || now - l->renewed_ms < every)
+            continue;
+        due[n].id = l->id;
+        memcpy(due[n].sku, l->sku, sizeof due[n].sku);
+        due[n].seg = l->seg;
+        memcpy(due[n].token, l->token, sizeof due[n].token);
+        n++;
+    }
+    /* Renew without the mutex, so workers never wait on Redis through it. */
+    pthread_mutex_unlock(&w->mu);
+    int result[BATCH];
+    for (int i = 0; i < n; i++)
+        result[i] = renew(w, &due[i]);
+    pthread_mutex_lock(&w->mu);
 
-        int64_t now = inv_now_ms();
-        int n = 0;
-        for (struct lease *l = w->head.next; l != &w->head && n < BATCH; l = l->next) {
-            if (l->lost || now - l->renewed_ms < every)
-                continue;
-            due[n].id = l->id;
-            memcpy(due[n].sku, l->sku, sizeof due[n].sku);
-            due[n].seg = l->seg;
-            memcpy(due[n].token, l->token, sizeof due[n].token);
-            n++;
-        }
-        /* Renew without the mutex, so workers never wait on Redis through it. */
-        pthread_mutex_unlock(&w->mu);
-        int result[BATCH];
-        for (int i = 0; i < n; i++)
-            result[i] = renew(w, &due[i]);
-        pthread_mutex_lock(&w->mu);
-
-        for (int i = 0; i < n; i++) {
-            struct lease *l = find(w, due[i].id);
-            if (result[i] == 1) {
-                stat_add(w->v, STAT_LEASE_RENEWALS, 1);
-                if (l != NULL)
-                    l->renewed_ms = now;
-            } else if (result[i] == 0) {
-                stat_add(w->v, STAT_LEASE_LOST, 1);
-                if (l != NULL)
-                    l->lost = true;
-            }
+    for (int i = 0; i < n; i++) {
+        struct lease *l = find(w, due[i].id);
+        if (result[i] == 1) {
+            stat_add(w->v, STAT_LEASE_RENEWALS, 1);
+            if (l != NULL)
+                l->renewed_ms = now;
+        } else if (result[i] == 0) {
+            stat_add(w->v, STAT_LEASE_LOST, 1);
+            if (l != NULL)
+                l->lost = true;
         }
     }
     pthread_mutex_unlock(&w->mu);
-    return NULL;
+    return tick_ms(w->v);
 }
 
 watchdog *watchdog_create(inv *v, const struct rd_target *to, char *err, size_t errlen)
@@ -104,13 +99,12 @@ watchdog *watchdog_create(inv *v, const struct rd_target *to, char *err, size_t 
     w->rd = rd_conn_create(to, &v->stats[STAT_REDIS_ERRORS]);
     w->head.next = w->head.prev = &w->head;
     pthread_mutex_init(&w->mu, NULL);
-    inv_cond_init(&w->cv);
-    int rc = pthread_create(&w->thread, NULL, run, w);
-    if (rc != 0) {
-        snprintf(err, errlen, "watchdog thread: %s", strerror(rc));
+    char why[128];
+    w->thread = periodic_start(renew_round, w, tick_ms(v), why, sizeof why);
+    if (w->thread == NULL) {
+        snprintf(err, errlen, "watchdog thread: %s", why);
         rd_conn_free(w->rd);
         pthread_mutex_destroy(&w->mu);
-        pthread_cond_destroy(&w->cv);
         free(w);
         return NULL;
     }
@@ -121,14 +115,9 @@ void watchdog_free(watchdog *w)
 {
     if (w == NULL)
         return;
-    pthread_mutex_lock(&w->mu);
-    w->stop = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    periodic_stop(w->thread);
     rd_conn_free(w->rd);
     pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
     free(w);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "segments/postgres/holds.h"
+#include "segments/postgres/spread.h"
 #include "segments/postgres/store.h"
 #include "base/xalloc.h"
 
@@ -370,28 +371,25 @@ static int answer(struct pg_admin *a, int code, long long value, struct store_re
     return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
 }
 
-/* New stocks for `op` over stock[0..n-1] (in place): the units to add (restock: the
- * first add % n segments one more), or the total evened out (rebalance; spread: only
- * when that leaves more segments with stock). false: nothing to change. */
-static bool plan(const char *op, long long add, long long *stock, int n)
+/* Rebalance (spread: only when that leaves more segments with stock), the rows locked:
+ * the rule of spread.h, the statement the loop's adjust runs, holding no lease. */
+static int even_out(struct pg_admin *a, const char *const *k, int segments, bool spread,
+                    struct store_reply *out)
 {
-    if (strcmp(op, "restock") == 0) {
-        for (int i = 0; i < n; i++)
-            stock[i] += add / n + (i < add % n ? 1 : 0);
-        return true;
-    }
-    long long total = 0;
-    int had = 0;
-    for (int i = 0; i < n; i++) {
-        total += stock[i];
-        had += stock[i] > 0;
-    }
-    int will = total < n ? (int)total : n;
-    if (strcmp(op, "spread") == 0 && will <= had)
-        return false;
-    for (int i = 0; i < n; i++)
-        stock[i] = total / n + (i < total % n ? 1 : 0);
-    return true;
+    char *toks = pgsp_tokens(NULL, segments);
+    const char *p[] = {k[0], toks, k[1], k[2], "false", spread ? "true" : "false"};
+    PGresult *r;
+    int rc = step(a, pgsp_sql, PGSP_NPARAMS, p, &r);
+    free(toks);
+    if (rc != 0)
+        return -1;
+    bool wrote = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
+    bool whole = PQntuples(r) == 1 && cell(r, 0, 3) == segments;
+    long long gen = wrote ? cell(r, 0, 0) : 0;
+    PQclear(r);
+    if (!wrote && !whole)
+        return answer(a, STORE_STALE, 0, out);
+    return answer(a, STORE_OK, gen, out); /* nothing changed: gen 0 */
 }
 
 static int adjust(admin *adm, const char *sku, long long epoch, int segments,
@@ -434,14 +432,14 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
         PQclear(r);
         return answer(a, STORE_STALE, 0, out);
     }
-    long long *stock = seg_calloc((size_t)segments, sizeof *stock);
-    for (int i = 0; i < segments; i++)
-        stock[i] = cell(r, i, 1);
-    PQclear(r);
-    if (!plan(op, add, stock, segments)) {
-        free(stock);
-        return answer(a, STORE_OK, 0, out); /* nothing changed: gen 0 */
+    if (strcmp(op, "restock") != 0) {
+        PQclear(r);
+        return even_out(a, k, segments, strcmp(op, "spread") == 0, out);
     }
+    long long *stock = seg_calloc((size_t)segments, sizeof *stock);
+    for (int i = 0; i < segments; i++) /* the first add % n segments one more */
+        stock[i] = cell(r, i, 1) + add / segments + (i < add % segments ? 1 : 0);
+    PQclear(r);
     int rc = 0;
     for (int i = 0; i < segments && rc == 0; i++) {
         char s[16], v[24];

@@ -2,12 +2,55 @@
  * rebalance ("spread") and an even-out ("rebalance") of a SKU's segments in one
  * transaction. */
 #include "segments/postgres/handle.h"
+#include "segments/postgres/spread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/xalloc.h"
+
+/* The rule itself (see spread.h). (sum() of bigint is numeric: cast back, or the
+ * shares' division would round, inventing units.) */
+const char pgsp_sql[] =
+    "WITH p AS (SELECT (i - 1)::int AS seg, tok FROM unnest($2::text[])"
+    " WITH ORDINALITY AS p(tok, i)),"
+    " l AS MATERIALIZED (SELECT s.seg, s.stock, coalesce(s.lease_token = p.tok AND"
+    " s.lease_until > now(), false) AS ours FROM segments s JOIN p ON p.seg = s.seg"
+    " WHERE s.sku = $1 ORDER BY s.seg FOR UPDATE OF s),"
+    " t AS (SELECT coalesce(sum(stock), 0)::bigint AS total, count(*)"
+    " FILTER (WHERE stock > 0) AS had, count(*) AS n, coalesce(bool_and(ours), false) AS "
+    "ours FROM l),"
+    " k AS (SELECT epoch, segments FROM skus WHERE sku = $1),"
+    " g AS (SELECT t.total, t.n FROM t, k WHERE k.epoch = $3::bigint AND"
+    " k.segments = $4::int AND t.n = $4::int AND (NOT $5::bool OR t.ours) AND"
+    " (NOT $6::bool OR least(t.total, t.n) > t.had)),"
+    " u AS (UPDATE segments s SET stock = CASE WHEN g.n IS NULL THEN s.stock ELSE"
+    " g.total / g.n + CASE WHEN s.seg < g.total % g.n THEN 1 ELSE 0 END END,"
+    " version = s.version + CASE WHEN g.n IS NULL THEN 0 ELSE 1 END,"
+    " lease_token = CASE WHEN s.lease_token = p.tok THEN NULL ELSE s.lease_token"
+    " END, lease_until = CASE WHEN s.lease_token = p.tok THEN NULL ELSE"
+    " s.lease_until END FROM p LEFT JOIN g ON true WHERE s.sku = $1 AND"
+    " s.seg = p.seg RETURNING 1),"
+    " v AS (UPDATE skus SET gen = gen + 1 WHERE sku = $1 AND EXISTS (SELECT 1 FROM"
+    " g) RETURNING gen)"
+    " SELECT (SELECT gen FROM v), (SELECT epoch FROM k), (SELECT segments FROM k),"
+    " t.n, t.ours, (SELECT count(*) FROM u) FROM t";
+
+char *pgsp_tokens(const char *const *tok, int n)
+{
+    size_t cap = 3;
+    for (int i = 0; i < n; i++)
+        cap += (tok != NULL ? strlen(tok[i]) : 0) + 3;
+    char *toks = seg_malloc(cap);
+    size_t len = 0;
+    toks[len++] = '{';
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(toks + len, cap - len, "%s\"%s\"", i ? "," : "",
+                                tok != NULL ? tok[i] : "");
+    snprintf(toks + len, cap - len, "}");
+    return toks;
+}
 
 static void done(struct call *k, int rc, int code, long long value)
 {
@@ -50,11 +93,11 @@ static void on_spread(void *arg, int rc, PGresult *const *res, int n)
  *
  * One transaction on a pool connection (it may wait for row locks): the SKU's row
  * locked against admin writes (FOR NO KEY UPDATE, before the segments, as they take
- * them), then one statement that locks every segment row in index order (waiting at
- * most lock_timeout = ttl/4 for a `row` holder: FENCED past it), reads their stock
- * as locked (so an optimistic or atomic deduction committed meanwhile is counted),
- * writes the new stocks with version + 1 (an optimistic deduction that read before
- * loses) and bumps the SKU's gen: all when the epoch and segment count are the
+ * them), then the rule's one statement (spread.h), which locks every segment row in index
+ * order (waiting at most lock_timeout = ttl/4 for a `row` holder: FENCED past it), reads
+ * their stock as locked (so an optimistic or atomic deduction committed meanwhile is
+ * counted), writes the new stocks with version + 1 (an optimistic deduction that read
+ * before loses) and bumps the SKU's gen: all when the epoch and segment count are the
  * caller's and, on `lease`, every segment's lease is the caller's token (else
  * FENCED, nothing written); whatever it answers, the leases of the caller's tokens
  * are given back, as a Redis ADJUST releases its tokens' locks. (sum() of bigint is
@@ -76,15 +119,7 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
         done(k, -1, 0, 0);
         return;
     }
-    size_t cap = 3;
-    for (int i = 0; i < segments; i++)
-        cap += strlen(tok[i]) + 3;
-    char *toks = seg_malloc(cap);
-    size_t len = 0;
-    toks[len++] = '{';
-    for (int i = 0; i < segments; i++) /* tokens are hex: no quoting needed */
-        len += (size_t)snprintf(toks + len, cap - len, "%s\"%s\"", i ? "," : "", tok[i]);
-    snprintf(toks + len, cap - len, "}");
+    char *toks = pgsp_tokens(tok, segments);
     char set[64], ep[24], ns[16];
     snprintf(set, sizeof set, "SET LOCAL lock_timeout = %d",
              s->ttl_ms / 4 > 0 ? s->ttl_ms / 4 : 1);
@@ -96,30 +131,7 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
     const struct pgc_stmt q[] = {
         {set, 0, NULL},
         {"SELECT 1 FROM skus WHERE sku = $1 FOR NO KEY UPDATE", 1, p1},
-        {"WITH p AS (SELECT (i - 1)::int AS seg, tok FROM unnest($2::text[])"
-         " WITH ORDINALITY AS p(tok, i)),"
-         " l AS MATERIALIZED (SELECT s.seg, s.stock, coalesce(s.lease_token = p.tok AND"
-         " s.lease_until > now(), false) AS ours FROM segments s JOIN p ON p.seg = s.seg"
-         " WHERE s.sku = $1 ORDER BY s.seg FOR UPDATE OF s),"
-         " t AS (SELECT coalesce(sum(stock), 0)::bigint AS total, count(*) FILTER (WHERE "
-         "stock >"
-         " 0) AS had, count(*) AS n, coalesce(bool_and(ours), false) AS ours FROM l),"
-         " k AS (SELECT epoch, segments FROM skus WHERE sku = $1),"
-         " g AS (SELECT t.total, t.n FROM t, k WHERE k.epoch = $3::bigint AND"
-         " k.segments = $4::int AND t.n = $4::int AND (NOT $5::bool OR t.ours) AND"
-         " (NOT $6::bool OR least(t.total, t.n) > t.had)),"
-         " u AS (UPDATE segments s SET stock = CASE WHEN g.n IS NULL THEN s.stock ELSE"
-         " g.total / g.n + CASE WHEN s.seg < g.total % g.n THEN 1 ELSE 0 END END,"
-         " version = s.version + CASE WHEN g.n IS NULL THEN 0 ELSE 1 END,"
-         " lease_token = CASE WHEN s.lease_token = p.tok THEN NULL ELSE s.lease_token"
-         " END, lease_until = CASE WHEN s.lease_token = p.tok THEN NULL ELSE"
-         " s.lease_until END FROM p LEFT JOIN g ON true WHERE s.sku = $1 AND"
-         " s.seg = p.seg RETURNING 1),"
-         " v AS (UPDATE skus SET gen = gen + 1 WHERE sku = $1 AND EXISTS (SELECT 1 FROM"
-         " g) RETURNING gen)"
-         " SELECT (SELECT gen FROM v), (SELECT epoch FROM k), (SELECT segments FROM k),"
-         " t.n, t.ours, (SELECT count(*) FROM u) FROM t",
-         6, p},
+        {pgsp_sql, PGSP_NPARAMS, p},
         {"COMMIT", 0, NULL},
     };
     pgc_call(pgp_pick(s->pool), 0, PGC_BEGIN | PGC_END, q, 4, on_spread, k);

@@ -2,6 +2,8 @@
  * (see sentinel.h). */
 #include "segments/redis/sentinel.h"
 
+#include "base/clock.h"
+#include "base/periodic.h"
 #include "base/xalloc.h"
 
 #include <hiredis/hiredis.h>
@@ -11,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "segments/redis/slots.h"
 
@@ -25,32 +26,17 @@ struct rd_sentinel {
     int nsentinels;
     char name[256], password[256];
     int timeout_ms;
+    periodic *thread; /* runs sentinel_round; set before any rd_sentinel_refresh */
     /* The thread's own (no lock): */
-    pthread_t thread;
-    redisContext *rc; /* to sentinels[at], or NULL */
-    int at;           /* the sentinel asked first */
+    redisContext *rc;  /* to sentinels[at], or NULL */
+    int at;            /* the sentinel asked first */
+    long long last_ms; /* when its last round ended (base_now_ms); 0: none */
     /* Shared: */
     pthread_mutex_t mu;
-    pthread_cond_t wake;   /* the thread: an ask, or stop */
     struct addr master;    /* under mu: the newest answer */
     _Atomic long long gen; /* master's generation, for lock-free reads; 0: none */
-    bool asked;            /* under mu: a connection asked for a round */
-    bool stop;             /* under mu */
     char err[200];         /* under mu: why the last round failed, "" */
 };
-
-static struct timespec after_ms(long long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
 
 long long rd_sentinel_gen(rd_sentinel *s)
 {
@@ -71,10 +57,7 @@ long long rd_sentinel_master(rd_sentinel *s, char *host, size_t hostlen, int *po
 
 void rd_sentinel_refresh(rd_sentinel *s)
 {
-    pthread_mutex_lock(&s->mu);
-    s->asked = true;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
+    periodic_wake(s->thread);
 }
 
 const char *rd_sentinel_error(rd_sentinel *s, char *buf, size_t len)
@@ -187,26 +170,18 @@ static void round_once(rd_sentinel *s)
     }
 }
 
-static void *run(void *arg)
+/* One round on the thread, when asked or RD_SENTINEL_TICK_MS after the pause that
+ * follows the last; however many ask, one round per RD_SENTINEL_MIN_MS. */
+static int sentinel_round(periodic *p, void *arg)
 {
+    (void)p;
     rd_sentinel *s = arg;
-    pthread_mutex_lock(&s->mu);
-    while (!s->stop) {
-        struct timespec next = after_ms(RD_SENTINEL_TICK_MS);
-        while (!s->stop && !s->asked &&
-               pthread_cond_timedwait(&s->wake, &s->mu, &next) == 0)
-            ;
-        if (s->stop)
-            break;
-        s->asked = false;
-        pthread_mutex_unlock(&s->mu);
-        round_once(s);
-        struct timespec pause = {0, RD_SENTINEL_MIN_MS * 1000000L};
-        nanosleep(&pause, NULL); /* however many ask: one round per MIN_MS */
-        pthread_mutex_lock(&s->mu);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
+    long long wait = s->last_ms + RD_SENTINEL_MIN_MS - base_now_ms();
+    if (wait > 0)
+        return (int)wait; /* asked too soon after the last round */
+    round_once(s);
+    s->last_ms = base_now_ms();
+    return RD_SENTINEL_MIN_MS + RD_SENTINEL_TICK_MS;
 }
 
 /* "host:port" or "[v6]:port" of len bytes into *a: 0, or -1. */
@@ -265,16 +240,13 @@ rd_sentinel *rd_sentinel_create(const struct rd_sentinel_opts *o, char *err,
     snprintf(s->password, sizeof s->password, "%s", o->password ? o->password : "");
     s->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 1000;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->wake, &ca);
-    pthread_condattr_destroy(&ca);
     atomic_init(&s->gen, 0);
     round_once(s); /* before the thread: the first connections find an address */
-    int rc = pthread_create(&s->thread, NULL, run, s);
-    if (rc != 0) {
-        fprintf(stderr, "sentinel thread: %s\n", strerror(rc));
+    char why[128];
+    s->thread = periodic_start(sentinel_round, s,
+                               RD_SENTINEL_MIN_MS + RD_SENTINEL_TICK_MS, why, sizeof why);
+    if (s->thread == NULL) {
+        fprintf(stderr, "sentinel thread: %s\n", why);
         abort(); /* as out of memory: a process without threads cannot serve */
     }
     return s;
@@ -284,14 +256,9 @@ void rd_sentinel_free(rd_sentinel *s)
 {
     if (s == NULL)
         return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
+    periodic_stop(s->thread);
     if (s->rc != NULL)
         redisFree(s->rc);
-    pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);
     free(s->sentinels);
     free(s);

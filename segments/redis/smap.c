@@ -5,6 +5,7 @@
 #include "base/xalloc.h"
 
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,22 +13,36 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/periodic.h"
+
+/* A node a fetch may ask. */
+struct place {
+    char host[RD_HOST_MAX];
+    int port;
+};
+
+/* The connection the thread keeps to the node that answered its last fetch. */
+struct kept {
+    redisContext *rc; /* NULL: none */
+    struct place at;
+};
+
 struct rd_smap {
     struct rd_target seed; /* its strings point into the arrays below */
     char host[RD_HOST_MAX], user[256], password[256];
-    pthread_t thread;
+    periodic *thread; /* runs fetch_round */
     pthread_mutex_t mu;
-    pthread_cond_t wake;      /* the thread: an ask, or stop */
-    pthread_cond_t done;      /* the askers: a fetch ended */
+    pthread_cond_t done;      /* the askers: a fetch ended, or stop */
     struct rd_smap_snap *cur; /* the newest snapshot (under mu); NULL: none yet */
     _Atomic long long gen;    /* cur's generation, for lock-free reads */
     long long asked;          /* under mu: asks made */
     long long answered;       /* under mu: the asks made before the last fetch began */
     bool stop;                /* under mu */
     bool unsure;              /* under mu: standalone, but no INFO cluster answered yet */
-    atomic_bool quit;         /* stop, read by a fetch between nodes */
     atomic_bool cluster;      /* the mode: false (standalone) until it is a cluster */
     char err[200];            /* under mu: why the last fetch failed, "" */
+    struct kept keep;         /* the thread's: the node last asked, still connected */
+    long long began; /* the thread's: when the last fetch (or probe) began; 0: none */
 };
 
 /* An absolute CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait on a
@@ -84,7 +99,7 @@ void rd_smap_unsure(rd_smap *m)
         return;
     pthread_mutex_lock(&m->mu);
     m->unsure = true;
-    pthread_cond_signal(&m->wake);
+    periodic_wake(m->thread);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -92,7 +107,7 @@ long long rd_smap_refresh(rd_smap *m, int wait_ms)
 {
     pthread_mutex_lock(&m->mu);
     long long ticket = ++m->asked;
-    pthread_cond_signal(&m->wake);
+    periodic_wake(m->thread);
     if (wait_ms > 0) {
         struct timespec until = after_ms(wait_ms);
         long long end = base_now_ms() + wait_ms;
@@ -139,18 +154,6 @@ static bool same_map(const struct rd_slot_map *a, const struct rd_slot_map *b)
     return true;
 }
 
-/* A node a fetch may ask. */
-struct place {
-    char host[RD_HOST_MAX];
-    int port;
-};
-
-/* The connection the thread keeps to the node that answered its last fetch. */
-struct kept {
-    redisContext *rc; /* NULL: none */
-    struct place at;
-};
-
 /* Where a fetch asks, in order, each once. */
 struct places {
     int n;
@@ -172,8 +175,8 @@ static void add_place(struct places *p, const char *host, int port)
  * (`keep`: rc NULL when none), else from the seed, then every node of `cur` (may be
  * NULL), keeping the connection to the first that answers. 0, or -1 with the last
  * reason in err. */
-static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct kept *keep,
-                 struct rd_slot_map *out, char *err, size_t errlen)
+static int fetch(periodic *th, rd_smap *m, const struct rd_smap_snap *cur,
+                 struct kept *keep, struct rd_slot_map *out, char *err, size_t errlen)
 {
     if (keep->rc != NULL) {
         if (rd_slot_map_ask(keep->rc, keep->at.host, out, err, errlen) == 0)
@@ -190,7 +193,7 @@ static int fetch(rd_smap *m, const struct rd_smap_snap *cur, struct kept *keep,
             add_place(&p, sh->replicas[i].host, sh->replicas[i].port);
     }
     snprintf(err, errlen, "no node to ask");
-    for (int i = 0; i < p.n && !atomic_load(&m->quit); i++) {
+    for (int i = 0; i < p.n && !periodic_stopping(th); i++) {
         struct rd_target t = m->seed;
         t.host = p.at[i].host;
         t.port = p.at[i].port;
@@ -229,77 +232,68 @@ static int probe(rd_smap *m)
  * cluster, fetch the map, publish it and then the mode. A cluster: fetch when asked (at
  * most every RD_SMAP_MIN_MS) and every RD_SMAP_TICK_MS; publish a map that differs from
  * the newest. */
-static void *run(void *arg)
+static int fetch_round(periodic *p, void *arg)
 {
     rd_smap *m = arg;
-    struct kept keep = {0};
-    long long began = 0; /* when the last fetch (or probe) began; 0: none yet */
     pthread_mutex_lock(&m->mu);
-    while (!m->stop) {
-        bool asked = m->asked > m->answered;
-        bool cluster = atomic_load_explicit(&m->cluster, memory_order_relaxed);
-        long long gap = cluster ? (asked ? RD_SMAP_MIN_MS : RD_SMAP_TICK_MS)
-                                : (asked ? RD_SMAP_PROBE_MIN_MS : RD_SMAP_PROBE_MS);
-        long long due = began == 0 ? 0 : began + gap;
-        if (!cluster && !asked && !m->unsure) { /* a standalone Redis that said so */
-            pthread_cond_wait(&m->wake, &m->mu);
-            continue;
-        }
-        long long now = base_now_ms();
-        if (now < due) {
-            struct timespec until = after_ms(due - now);
-            pthread_cond_timedwait(&m->wake, &m->mu, &until);
-            continue;
-        }
-        long long round = m->asked; /* the asks this fetch answers */
-        struct rd_smap_snap *cur = m->cur;
-        if (cur != NULL)
-            atomic_fetch_add_explicit(&cur->refs, 1, memory_order_relaxed);
+    bool asked = m->asked > m->answered;
+    bool cluster = atomic_load_explicit(&m->cluster, memory_order_relaxed);
+    long long gap = cluster ? (asked ? RD_SMAP_MIN_MS : RD_SMAP_TICK_MS)
+                            : (asked ? RD_SMAP_PROBE_MIN_MS : RD_SMAP_PROBE_MS);
+    long long due = m->began == 0 ? 0 : m->began + gap;
+    if (!cluster && !asked && !m->unsure) { /* a standalone Redis that said so */
         pthread_mutex_unlock(&m->mu);
-
-        began = base_now_ms();
-        struct rd_slot_map fresh;
-        char err[200];
-        int rc = -1;
-        int on = cluster ? 1 : probe(m);
-        bool switched = !cluster && on == 1;
-        if (cluster || switched)
-            rc = fetch(m, cur, &keep, &fresh, err, sizeof err);
-        else
-            snprintf(err, sizeof err, "not a cluster");
-        struct rd_smap_snap *made = NULL;
-        if (rc == 0 && (cur == NULL || !same_map(&cur->map, &fresh))) {
-            made = seg_calloc(1, sizeof *made);
-            made->map = fresh;
-            made->gen = (cur != NULL ? cur->gen : 0) + 1;
-            atomic_init(&made->refs, 1); /* the map's own */
-        } else if (rc == 0) {
-            rd_slot_map_clear(&fresh);
-        }
-
-        pthread_mutex_lock(&m->mu);
-        struct rd_smap_snap *old = NULL;
-        if (made != NULL) { /* this thread alone publishes: m->cur is still `cur` */
-            old = m->cur;
-            m->cur = made;
-            atomic_store_explicit(&m->gen, made->gen, memory_order_release);
-        }
-        snprintf(m->err, sizeof m->err, "%s", rc == 0 ? "" : err);
-        if (switched) /* after its first map, so that a connection finds one */
-            atomic_store_explicit(&m->cluster, true, memory_order_release);
-        if (on >= 0)
-            m->unsure = false;
-        m->answered = round;
-        pthread_cond_broadcast(&m->done);
-        pthread_mutex_unlock(&m->mu);
-        rd_smap_put(cur); /* the reference taken for the fetch */
-        rd_smap_put(old); /* the map's own reference to the snapshot replaced */
-        pthread_mutex_lock(&m->mu);
+        return INT_MAX; /* until an ask or rd_smap_unsure wakes it */
     }
+    long long now = base_now_ms();
+    if (now < due) {
+        pthread_mutex_unlock(&m->mu);
+        return (int)(due - now);
+    }
+    long long round = m->asked; /* the asks this fetch answers */
+    struct rd_smap_snap *cur = m->cur;
+    if (cur != NULL)
+        atomic_fetch_add_explicit(&cur->refs, 1, memory_order_relaxed);
     pthread_mutex_unlock(&m->mu);
-    if (keep.rc != NULL)
-        redisFree(keep.rc);
-    return NULL;
+
+    m->began = base_now_ms();
+    struct rd_slot_map fresh;
+    char err[200];
+    int rc = -1;
+    int on = cluster ? 1 : probe(m);
+    bool switched = !cluster && on == 1;
+    if (cluster || switched)
+        rc = fetch(p, m, cur, &m->keep, &fresh, err, sizeof err);
+    else
+        snprintf(err, sizeof err, "not a cluster");
+    struct rd_smap_snap *made = NULL;
+    if (rc == 0 && (cur == NULL || !same_map(&cur->map, &fresh))) {
+        made = seg_calloc(1, sizeof *made);
+        made->map = fresh;
+        made->gen = (cur != NULL ? cur->gen : 0) + 1;
+        atomic_init(&made->refs, 1); /* the map's own */
+    } else if (rc == 0) {
+        rd_slot_map_clear(&fresh);
+    }
+
+    pthread_mutex_lock(&m->mu);
+    struct rd_smap_snap *old = NULL;
+    if (made != NULL) { /* this thread alone publishes: m->cur is still `cur` */
+        old = m->cur;
+        m->cur = made;
+        atomic_store_explicit(&m->gen, made->gen, memory_order_release);
+    }
+    snprintf(m->err, sizeof m->err, "%s", rc == 0 ? "" : err);
+    if (switched) /* after its first map, so that a connection finds one */
+        atomic_store_explicit(&m->cluster, true, memory_order_release);
+    if (on >= 0)
+        m->unsure = false;
+    m->answered = round;
+    pthread_cond_broadcast(&m->done);
+    pthread_mutex_unlock(&m->mu);
+    rd_smap_put(cur); /* the reference taken for the fetch */
+    rd_smap_put(old); /* the map's own reference to the snapshot replaced */
+    return 0;         /* the next round sleeps out the gap */
 }
 
 rd_smap *rd_smap_create(const struct rd_target *seed)
@@ -318,14 +312,13 @@ rd_smap *rd_smap_create(const struct rd_target *seed)
     m->seed.unix_path = NULL;
     m->seed.map = NULL;
     pthread_mutex_init(&m->mu, NULL);
-    cond_init(&m->wake);
     cond_init(&m->done);
     atomic_init(&m->gen, 0);
-    atomic_init(&m->quit, false);
     atomic_init(&m->cluster, seed->cluster);
-    int rc = pthread_create(&m->thread, NULL, run, m);
-    if (rc != 0) {
-        fprintf(stderr, "slot map thread: %s\n", strerror(rc));
+    char why[128];
+    m->thread = periodic_start(fetch_round, m, 0, why, sizeof why);
+    if (m->thread == NULL) {
+        fprintf(stderr, "slot map thread: %s\n", why);
         abort(); /* as out of memory: a process without threads cannot serve */
     }
     return m;
@@ -336,14 +329,13 @@ void rd_smap_free(rd_smap *m)
     if (m == NULL)
         return;
     pthread_mutex_lock(&m->mu);
-    m->stop = true;
-    atomic_store(&m->quit, true);
-    pthread_cond_signal(&m->wake);
+    m->stop = true; /* ends the askers' waits */
     pthread_cond_broadcast(&m->done);
     pthread_mutex_unlock(&m->mu);
-    pthread_join(m->thread, NULL);
+    periodic_stop(m->thread);
+    if (m->keep.rc != NULL)
+        redisFree(m->keep.rc);
     rd_smap_put(m->cur);
-    pthread_cond_destroy(&m->wake);
     pthread_cond_destroy(&m->done);
     pthread_mutex_destroy(&m->mu);
     free(m);
