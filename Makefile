@@ -79,6 +79,7 @@ IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harness_pg.o \
              $(BUILD)/tests/harness_lock.o
 HARNESS   += $(BUILD)/tests/harness_zk.o
+HARNESS   += $(BUILD)/tests/harness_view.o
 
 .SECONDARY:
 .PHONY: all deps deps-run run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
