@@ -79,6 +79,7 @@ IT_BIN    := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harness_pg.o \
              $(BUILD)/tests/harness_lock.o
 HARNESS   += $(BUILD)/tests/harness_zk.o
+HARNESS   += $(BUILD)/tests/harness_view.o
 
 .SECONDARY:
 .PHONY: all deps deps-run run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
@@ -128,6 +129,8 @@ $(BUILD)/tests/it_cluster_slots $(BUILD)/tests/it_cluster_route $(BUILD)/tests/i
 $(BUILD)/tests/it_redlock $(BUILD)/tests/it_memcached_lock: $(LIB_OBJ)
 # The PostgreSQL store's own calls (segments/postgres/), on a shared fixture (pg_env.h).
 $(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tests/pg_env.o
+# The lock-service suites' shared fixture (tests/lock_env.h).
+$(BUILD)/tests/it_lock_services $(BUILD)/tests/it_lock_faults: $(BUILD)/tests/lock_env.o
 # The ZooKeeper lock service, called directly (segments/zookeeper/zklock.h).
 $(BUILD)/tests/it_zk_lock: $(LIB_OBJ)
 

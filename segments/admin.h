@@ -80,10 +80,15 @@ struct admin_ops {
     int (*meta_read)(admin *a, const char *sku, struct store_meta *m, char lock[16]);
     /* 1 with *record (malloc'd), 0 none, -1. */
     int (*record_read)(admin *a, const char *id, char **record);
-    /* Segments 0..n-1 of `placed`: stock[i] and, when sold is not NULL, sold[i],
-     * orders[i], locked[i]. 0 or -1. */
-    int (*segments_read)(admin *a, const char *placed, int n, long long *stock,
-                         long long *sold, long long *orders, bool *locked);
+    /* The SKU view's numbers of segments 0..n-1 of `placed` of `epoch`: stock[i],
+     * sold[i], orders[i], locked[i] and reserved[i] (units held by reservations of
+     * that epoch; 0 on a store without them), all from one consistent read, so that
+     * stock + reserved + sold never mixes two moments (a hold settled between two
+     * reads): one script on a standalone Redis (one per segment on a cluster, whose
+     * segments live in other slots), one statement on PostgreSQL. 0 or -1. */
+    int (*segments_read)(admin *a, const char *placed, int n, long long epoch,
+                         long long *stock, long long *sold, long long *orders,
+                         bool *locked, long long *reserved);
     /* Where segment i lives (calls.h rd_segment_place): 0 or -1. */
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);
@@ -112,9 +117,6 @@ struct admin_ops {
      * The place is on the event loops only (store.h's hold_place_any). */
     int (*hold_by_id)(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h);
-    /* Units held in segments 0..n-1 of `placed` of `epoch`. 0 or -1. */
-    int (*holds_reserved)(admin *a, const char *placed, int n, long long epoch,
-                          long long *reserved);
     /* Settle the expired holds of up to `limit` segments whose first hold is due:
      * *settled holds given back. 0 or -1. */
     int (*holds_sweep)(admin *a, int limit, int *settled);

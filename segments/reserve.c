@@ -104,13 +104,3 @@ resv_status resv_get(inv_conn *c, const char *id, struct store_hold *h)
 {
     return step(c, id, STORE_HOLD_READ, h);
 }
-
-int resv_reserved(inv_conn *c, const char *placed, int n, long long epoch,
-                  long long *reserved)
-{
-    if (!supported(c)) {
-        memset(reserved, 0, sizeof *reserved * (size_t)n);
-        return 0;
-    }
-    return ADMIN_CALL(c->adm, holds_reserved, placed, n, epoch, reserved);
-}

@@ -77,11 +77,6 @@ void resv_place_start(engine *e, const struct resv_request *rq, resv_done_fn don
                       void *arg);
 void resv_confirm_start(engine *e, const char *id, resv_done_fn done, void *arg);
 
-/* Units held in segments 0..n-1 of `placed` of `epoch` (0 where the store keeps no
- * reservations). 0 or -1. */
-int resv_reserved(inv_conn *c, const char *placed, int n, long long epoch,
-                  long long *reserved);
-
 /* Short stable name of a status ("reservation_expired", ...). */
 const char *resv_status_name(resv_status s);
 

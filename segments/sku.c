@@ -328,8 +328,9 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     int n = view.cfg.segments;
     char *placed = st->placed;
     store_sku_placed(placed, sku, view.salt);
-    int rc_read = ADMIN_CALL(c->adm, segments_read, placed, n, st->segment_stock,
-                             st->segment_sold, st->segment_orders, st->segment_locked);
+    int rc_read = ADMIN_CALL(c->adm, segments_read, placed, n, view.epoch,
+                             st->segment_stock, st->segment_sold, st->segment_orders,
+                             st->segment_locked, st->segment_reserved);
     for (int i = 0; i < n && rc_read == 0; i++) {
         char node[48];
         rc_read = ADMIN_CALL(c->adm, segment_place, placed, i, &st->segment_slot[i], node,
@@ -349,11 +350,8 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
         st->sold += st->segment_sold[i];
         st->orders += st->segment_orders[i];
         st->locks_held += st->segment_locked[i];
-    }
-    if (rc_read == 0)
-        rc_read = resv_reserved(c, placed, n, view.epoch, st->segment_reserved);
-    for (int i = 0; i < n && rc_read == 0; i++)
         st->reserved += st->segment_reserved[i];
+    }
     if (rc_read != 0)
         return INV_UNAVAILABLE;
     return INV_OK;

@@ -19,6 +19,7 @@
 
 #include "tests/harness.h"
 #include "tests/harness_pg.h"
+#include "tests/harness_view.h"
 
 #define TOKEN "pgtoken"
 
@@ -716,6 +717,24 @@ static int teardown(void **state)
     return rc;
 }
 
+/* Every view read while holds are placed, released, confirmed and expire adds up:
+ * remaining + reserved + sold = initial (issue 25). */
+static void test_view_consistent_under_holds(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "view", 100000, 4, "lock", "row"), 0);
+    struct h_view_storm v;
+    assert_int_equal(h_view_storm(&port, 1, TOKEN, "view", 4, 1500, &v), 0);
+    print_message("view storm: %d views, %d off, %lld hold steps\n", v.views, v.bad,
+                  v.steps);
+    assert_true(v.views > 20 && v.steps > 20);
+    if (v.bad > 0)
+        fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
+                 v.first);
+    sku_nums(port, "view");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -728,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_every_scheme),
         cmocka_unit_test(test_hold_respects_segment_lock),
         cmocka_unit_test(test_concurrent_mix_audited),
+        cmocka_unit_test(test_view_consistent_under_holds),
         cmocka_unit_test(test_multi_segment_hold),
         cmocka_unit_test(test_multi_segment_expiry),
         cmocka_unit_test(test_multi_segment_hold_respects_lock),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
+#include "tests/harness_view.h"
 
 struct fx {
     struct h_env *env; /* redis + instance A */
@@ -708,6 +709,26 @@ static void test_multi_segment_expiry(void **state)
     assert_int_equal(sku_nums(a, "rv-mexp").remaining, 6);
 }
 
+/* ---- the SKU view: one consistent read ------------------------------------------ */
+
+/* Every view read while holds are placed, released, confirmed and expire on both
+ * instances adds up: remaining + reserved + sold = initial (issue 25). */
+static void test_view_consistent_under_holds(void **state)
+{
+    struct fx *f = *state;
+    int ports[2] = {f->env->port, h_svc_port(f->b)};
+    assert_int_equal(h_put_sku(ports[0], NULL, "rv-view", 100000, 4, "lock", 0), 0);
+    struct h_view_storm v;
+    assert_int_equal(h_view_storm(ports, 2, NULL, "rv-view", 4, 1500, &v), 0);
+    print_message("view storm: %d views, %d off, %lld hold steps\n", v.views, v.bad,
+                  v.steps);
+    assert_true(v.views > 20 && v.steps > 20);
+    if (v.bad > 0)
+        fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
+                 v.first);
+    sku_nums(ports[0], "rv-view");
+}
+
 int main(void)
 {
     h_deadline(240);
@@ -720,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_restock_rebalance_with_holds),
         cmocka_unit_test(test_reset_and_delete_void_holds),
         cmocka_unit_test(test_killed_instance_holds_return),
+        cmocka_unit_test(test_view_consistent_under_holds),
         cmocka_unit_test(test_multi_segment_hold),
         cmocka_unit_test(test_multi_segment_expiry),
         cmocka_unit_test(test_multi_segment_locks),

@@ -215,59 +215,54 @@ static int record_read(admin *a, const char *id, char **record)
     return found;
 }
 
-/* Sold units and orders per segment from the order rows not cancelled: the units
- * each segment gave, a multi-segment order's parts each in their own (the record's
- * "segments"), as on Redis; the orders counted in the segment each took from first
- * (its row's seg). */
-static int segments_read(admin *a, const char *placed, int n, long long *stock,
-                         long long *sold, long long *orders, bool *locked)
+/* The view's numbers per segment in ONE statement, so one snapshot (a hold settled
+ * meanwhile is either wholly before it or wholly after): stock and lock from the
+ * segment rows; sold units and orders from the order rows not cancelled (the units each
+ * segment gave, a multi-segment order's parts each in their own: the record's
+ * "segments", as on Redis; the orders counted in the segment each took from first, its
+ * row's seg); reserved from the epoch's 'held' holds (a hold of several segments: each
+ * part in its own, holds.h). */
+static int segments_read(admin *a, const char *placed, int n, long long epoch,
+                         long long *stock, long long *sold, long long *orders,
+                         bool *locked, long long *reserved)
 {
-    for (int i = 0; i < n; i++) {
-        stock[i] = 0;
-        if (sold != NULL)
-            sold[i] = orders[i] = 0, locked[i] = false;
-    }
-    const char *p[] = {placed};
-    PGresult *r = run(self(a),
-                      "SELECT seg, stock, coalesce(lease_token IS NOT NULL AND"
-                      " lease_until > now(), false) FROM segments WHERE sku = $1",
-                      1, p);
-    if (r == NULL || !ok(r)) {
+    char nbuf[16], ebuf[24];
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    snprintf(ebuf, sizeof ebuf, "%lld", epoch);
+    const char *p[] = {placed, nbuf, ebuf};
+    PGresult *r =
+        run(self(a),
+            "WITH segs AS (SELECT seg, stock, coalesce(lease_token IS NOT NULL AND"
+            " lease_until > now(), false) AS locked FROM segments WHERE sku = $1),"
+            " live AS (SELECT seg, record::jsonb AS rec FROM orders WHERE sku = $1"
+            " AND record NOT LIKE '%\"status\":\"cancelled\"%'),"
+            " parts AS (SELECT (p->>'segment')::int AS seg, sum((p->>'qty')::bigint) AS"
+            " units FROM live, jsonb_array_elements(live.rec->'segments') p GROUP BY 1),"
+            " firsts AS (SELECT seg, count(*) AS n FROM live GROUP BY seg),"
+            " held AS (SELECT p.seg, sum(p.q) AS q FROM holds h,"
+            " unnest(coalesce(h.part_segs, ARRAY[h.seg]), coalesce(h.part_qtys,"
+            " ARRAY[h.qty])) AS p(seg, q) WHERE h.sku = $1 AND h.epoch = $3::bigint AND"
+            " h.state = 'held' GROUP BY p.seg)"
+            " SELECT i.seg, coalesce(segs.stock, 0), coalesce(segs.locked, false),"
+            " coalesce(parts.units, 0), coalesce(firsts.n, 0), coalesce(held.q, 0)"
+            " FROM generate_series(0, $2::int - 1) AS i(seg)"
+            " LEFT JOIN segs ON segs.seg = i.seg LEFT JOIN parts ON parts.seg = i.seg"
+            " LEFT JOIN firsts ON firsts.seg = i.seg LEFT JOIN held ON held.seg = i.seg",
+            3, p);
+    if (r == NULL || !ok(r) || PQntuples(r) != n) {
         if (r != NULL)
             PQclear(r);
         return -1;
     }
-    for (int k = 0; k < PQntuples(r); k++) {
+    for (int k = 0; k < n; k++) {
         int i = (int)cell(r, k, 0);
         if (i < 0 || i >= n)
             continue;
         stock[i] = cell(r, k, 1);
-        if (locked != NULL)
-            locked[i] = strcmp(PQgetvalue(r, k, 2), "t") == 0;
-    }
-    PQclear(r);
-    if (sold == NULL)
-        return 0;
-    r = run(self(a),
-            "WITH live AS (SELECT seg, record::jsonb AS rec FROM orders WHERE sku = $1"
-            " AND record NOT LIKE '%\"status\":\"cancelled\"%'),"
-            " parts AS (SELECT (p->>'segment')::int AS seg, sum((p->>'qty')::bigint) AS"
-            " units FROM live, jsonb_array_elements(live.rec->'segments') p GROUP BY 1),"
-            " firsts AS (SELECT seg, count(*) AS n FROM live GROUP BY seg)"
-            " SELECT coalesce(parts.seg, firsts.seg), coalesce(units, 0), coalesce(n, 0)"
-            " FROM parts FULL JOIN firsts ON parts.seg = firsts.seg",
-            1, p);
-    if (r == NULL || !ok(r)) {
-        if (r != NULL)
-            PQclear(r);
-        return -1;
-    }
-    for (int k = 0; k < PQntuples(r); k++) {
-        int i = (int)cell(r, k, 0);
-        if (i >= 0 && i < n) {
-            sold[i] = cell(r, k, 1);
-            orders[i] = cell(r, k, 2);
-        }
+        locked[i] = strcmp(PQgetvalue(r, k, 2), "t") == 0;
+        sold[i] = cell(r, k, 3);
+        orders[i] = cell(r, k, 4);
+        reserved[i] = cell(r, k, 5);
     }
     PQclear(r);
     return 0;
@@ -575,18 +570,6 @@ static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
     return rc;
 }
 
-static int holds_reserved(admin *a, const char *placed, int n, long long epoch,
-                          long long *reserved)
-{
-    struct pgh_stmt q;
-    pgh_reserved_stmt(&q, placed, epoch);
-    PGresult *r = run(self(a), q.st.sql, q.st.nparams, q.st.params);
-    int rc = pgh_decode_reserved(r, n, reserved);
-    if (r != NULL)
-        PQclear(r);
-    return rc;
-}
-
 /* `limit` segments on Redis; here holds, 16 a segment. */
 static int holds_sweep(admin *a, int limit, int *settled)
 {
@@ -621,7 +604,6 @@ static const struct admin_ops pg_admin_ops = {
     .reset = reset,
     .wait = wait_durable,
     .hold_by_id = hold_by_id,
-    .holds_reserved = holds_reserved,
     .holds_sweep = holds_sweep,
 };
 

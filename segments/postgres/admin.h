@@ -11,7 +11,7 @@
  * live in the table `requests` (sig: what the write was). No caller's segment locks are
  * needed (no ADMIN_CAP_LOCKS); `wait` answers 1 at once: a COMMIT is durable on the
  * server (synchronous_commit; a standby is the server's own business). Lock schemes:
- * "row" (the default), "lease", "optimistic". Reservations (hold_by_id, holds_reserved,
+ * "row" (the default), "lease", "optimistic". Reservations (hold_by_id,
  * holds_sweep): one statement each, holds.h's.
  */
 #ifndef SEG_POSTGRES_ADMIN_H

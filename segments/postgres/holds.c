@@ -42,19 +42,6 @@ void pgh_step_stmt(struct pgh_stmt *q, const char *id, enum store_hold_action ac
     q->st = (struct pgc_stmt){"SELECT * FROM inv_hold_step($1, $2, $3)", 3, q->p};
 }
 
-void pgh_reserved_stmt(struct pgh_stmt *q, const char *placed, long long epoch)
-{
-    snprintf(q->num[0], sizeof q->num[0], "%lld", epoch);
-    q->p[0] = placed;
-    q->p[1] = q->num[0];
-    q->st = (struct pgc_stmt){"SELECT p.seg, sum(p.q) FROM holds h,"
-                              " unnest(coalesce(h.part_segs, ARRAY[h.seg]),"
-                              " coalesce(h.part_qtys, ARRAY[h.qty])) AS p(seg, q)"
-                              " WHERE h.sku = $1 AND h.epoch = $2::bigint AND"
-                              " h.state = 'held' GROUP BY p.seg",
-                              2, q->p};
-}
-
 void pgh_sweep_stmt(struct pgh_stmt *q, int limit)
 {
     snprintf(q->num[0], sizeof q->num[0], "%d", limit);
@@ -92,19 +79,6 @@ int pgh_decode(const PGresult *r, struct store_reply *out, struct store_hold *h)
     h->replicated = strcmp(PQgetvalue(r, 0, 10), "t") == 0;
     if (PQgetvalue(r, 0, 11)[0] != '\0')
         h->parts = seg_strdup(PQgetvalue(r, 0, 11));
-    return 0;
-}
-
-int pgh_decode_reserved(const PGresult *r, int n, long long *reserved)
-{
-    memset(reserved, 0, sizeof *reserved * (size_t)n);
-    if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
-        return -1;
-    for (int k = 0; k < PQntuples(r); k++) {
-        int i = (int)cell(r, k, 0);
-        if (i >= 0 && i < n)
-            reserved[i] = cell(r, k, 1);
-    }
     return 0;
 }
 

@@ -50,7 +50,6 @@ void pgh_place_stmt(struct pgh_stmt *q, const char *sku, const char *id, long lo
                     int ttl_ms, int start, const char *attempt);
 void pgh_step_stmt(struct pgh_stmt *q, const char *id, enum store_hold_action act,
                    const char *attempt);
-void pgh_reserved_stmt(struct pgh_stmt *q, const char *placed, long long epoch);
 void pgh_sweep_stmt(struct pgh_stmt *q, int limit);
 
 /* A place's or step's result: out->code (STORE_* or ADMIN_CONFLICT), out->value (the
@@ -59,8 +58,6 @@ void pgh_sweep_stmt(struct pgh_stmt *q, int limit);
  * several segments). 0, or -1 when r is not
  * such a result. */
 int pgh_decode(const PGresult *r, struct store_reply *out, struct store_hold *h);
-/* reserved[0..n-1] from a pgh_reserved_stmt result: 0 or -1. */
-int pgh_decode_reserved(const PGresult *r, int n, long long *reserved);
 /* The holds a sweep settled, or -1. */
 int pgh_decode_sweep(const PGresult *r);
 

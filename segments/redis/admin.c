@@ -86,10 +86,12 @@ static int record_read(admin *a, const char *id, char **record)
     return rd_record_read(conn(a), id, record);
 }
 
-static int segments_read(admin *a, const char *placed, int n, long long *stock,
-                         long long *sold, long long *orders, bool *locked)
+static int segments_read(admin *a, const char *placed, int n, long long epoch,
+                         long long *stock, long long *sold, long long *orders,
+                         bool *locked, long long *reserved)
 {
-    return rd_segments_read(conn(a), placed, n, stock, sold, orders, locked);
+    return rd_segments_view(conn(a), placed, n, epoch, stock, sold, orders, locked,
+                            reserved);
 }
 
 static int segment_place(admin *a, const char *placed, int i, int *slot, char *node,
@@ -171,12 +173,6 @@ static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
     return rd_hold_by_id(conn(a), id, act, attempt, out, h);
 }
 
-static int holds_reserved(admin *a, const char *placed, int n, long long epoch,
-                          long long *reserved)
-{
-    return rd_holds_reserved(conn(a), placed, n, epoch, reserved);
-}
-
 static int holds_sweep(admin *a, int limit, int *settled)
 {
     return rd_holds_sweep(conn(a), limit, settled);
@@ -200,7 +196,6 @@ static const struct admin_ops redis_admin_ops = {
     .reset = reset,
     .wait = wait_replicas,
     .hold_by_id = hold_by_id,
-    .holds_reserved = holds_reserved,
     .holds_sweep = holds_sweep,
 };
 

@@ -195,6 +195,14 @@ int rd_record_read(rd_conn *c, const char *id, char **record);
  * and locked[i]. 0 or -1. */
 int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
                      long long *sold, long long *orders, bool *locked);
+/* The SKU view's numbers of segments 0..n-1 of `placed` of `epoch`: stock[i], sold[i],
+ * orders[i], locked[i] and reserved[i] (units held by the epoch's reservations), all
+ * read at one instant (lua/view.lua): one script over every segment on a standalone
+ * Redis; on a cluster, where the segments live in other slots, one per segment (each
+ * segment's numbers at one instant, the segments at a few). 0 or -1. */
+int rd_segments_view(rd_conn *c, const char *placed, int n, long long epoch,
+                     long long *stock, long long *sold, long long *orders, bool *locked,
+                     long long *reserved);
 /* Every SKU name: 0 with *names (malloc'd array of *n malloc'd strings) or -1. */
 int rd_skus_list(rd_conn *c, char ***names, size_t *n);
 

@@ -195,28 +195,6 @@ int rd_hold_by_id(rd_conn *c, const char *id, enum store_hold_action act,
     return rc;
 }
 
-int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,
-                      long long *reserved)
-{
-    struct rd_cmd *cmds = seg_calloc((size_t)n, sizeof *cmds);
-    char k[SEG_KEY_MAX];
-    for (int i = 0; i < n; i++) {
-        cmd_plain(&cmds[i], "GET");
-        cmd_key(&cmds[i], seg_key_reserved(k, placed, i, epoch));
-    }
-    redisReply **r = seg_malloc(sizeof *r * (size_t)n);
-    int rc = store_pipeline(c, n, cmds, r);
-    for (int i = 0; i < n; i++)
-        cmd_free(&cmds[i]);
-    free(cmds);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        reserved[i] = r[i]->type == REDIS_REPLY_STRING ? strtoll(r[i]->str, NULL, 10) : 0;
-        freeReplyObject(r[i]);
-    }
-    free(r);
-    return rc;
-}
-
 /* Settle one due member "placed i epoch" of the holding list: settled, or -1. */
 static int sweep_one(rd_conn *c, const char *m)
 {

@@ -26,8 +26,6 @@ int rd_hold_decode_by_id(const struct redisReply *r, struct store_reply *out,
 
 int rd_hold_by_id(rd_conn *c, const char *id, enum store_hold_action act,
                   const char *attempt, struct store_reply *out, struct store_hold *h);
-int rd_holds_reserved(rd_conn *c, const char *placed, int n, long long epoch,
-                      long long *reserved);
 int rd_holds_sweep(rd_conn *c, int limit, int *settled);
 
 #endif

@@ -60,6 +60,20 @@ void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full)
     one_key(&c[3], "EXISTS", seg_key_lock(key, sku, i));
 }
 
+void proto_segments_view(struct rd_cmd *c, const char *sku, int from, int to,
+                         long long epoch)
+{
+    char key[SEG_KEY_MAX];
+    cmd_script(c, SCRIPT_VIEW);
+    for (int i = from; i < to; i++) {
+        cmd_key(c, seg_key_stock(key, sku, i));
+        cmd_key(c, seg_key_sold(key, sku, i));
+        cmd_key(c, seg_key_orders(key, sku, i));
+        cmd_key(c, seg_key_lock(key, sku, i));
+        cmd_key(c, seg_key_reserved(key, sku, i, epoch));
+    }
+}
+
 void proto_skus_list(struct rd_cmd *c)
 {
     char key[SEG_KEY_MAX];

@@ -26,6 +26,11 @@ void proto_stocks_read(struct rd_cmd *c, const char *sku, int n);
 /* Segment i's stock (c[0]: GET) and, when `full`, its sold count, orders and lock
  * (c[1..3]: GET, HLEN, EXISTS): one command per key, each in the segment's slot. */
 void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full);
+/* VIEW (lua/view.lua) of segments from..to-1 of `sku` of `epoch`: their stock, sold,
+ * orders, lock and reserved in one script (one slot per segment: a cluster sends one
+ * segment a script). */
+void proto_segments_view(struct rd_cmd *c, const char *sku, int from, int to,
+                         long long epoch);
 void proto_skus_list(struct rd_cmd *c);
 /* Token "": a lock service's hold with `fence` (0: issue one), lua/acquire.lua. */
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,

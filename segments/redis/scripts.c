@@ -119,6 +119,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_RESTORE] = "restore.lua",
     [SCRIPT_DEDUCT_BATCH] = "deduct_batch.lua",
     [SCRIPT_HOLD] = "hold.lua",
+    [SCRIPT_VIEW] = "view.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

@@ -49,6 +49,7 @@ enum script_id {
     SCRIPT_RESTORE,       /* an expired order record written back from the ledger */
     SCRIPT_DEDUCT_BATCH,  /* fenced: the orders of one lock hold, one answer each */
     SCRIPT_HOLD,          /* a reservation's step on its segment (lua/hold.lua) */
+    SCRIPT_VIEW,          /* the SKU view's numbers of segments in one read */
     SCRIPT__COUNT
 };
 

@@ -1,0 +1,162 @@
+/* lock_env.c -- the lock-service tests' fixture and shared helpers (lock_env.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tests/lock_env.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int lse_group_setup(void **state)
+{
+    struct lse_env *e = calloc(1, sizeof *e);
+    *state = e;
+    e->store = h_redis_start();
+    e->mc = h_memcached_start();
+    e->zk = h_zk_start();
+    if (e->store == NULL || e->mc == NULL || e->zk == NULL ||
+        h_redlock_nodes_start(e->nodes, 3, false, e->redlock, sizeof e->redlock) != 0)
+        return -1;
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", TTL_MS);
+    const char *args[] = {"--redlock",
+                          e->redlock,
+                          "--memcached",
+                          h_memcached_addr(e->mc),
+                          "--zookeeper",
+                          h_zk_addr(e->zk),
+                          "--lab",
+                          "true",
+                          "--threads",
+                          "2",
+                          "--lock-ttl-ms",
+                          ttl,
+                          "--lock-wait-ms",
+                          "1000",
+                          NULL};
+    e->a = h_svc_start_args(e->store, args);
+    e->b = h_svc_start_args(e->store, args);
+    return e->a != NULL && e->b != NULL ? 0 : -1;
+}
+
+int lse_group_teardown(void **state)
+{
+    struct lse_env *e = *state;
+    int rc = h_svc_stop_clean(e->a) | h_svc_stop_clean(e->b);
+    h_svc_free(e->a);
+    h_svc_free(e->b);
+    for (int i = 0; i < 3; i++)
+        h_redis_free(e->nodes[i]);
+    h_memcached_free(e->mc);
+    h_zk_free(e->zk);
+    h_redis_free(e->store);
+    free(e);
+    return rc;
+}
+
+/* PUT /admin/skus/SKU?reset=true with `body`: its status. */
+int lse_put_sku(int port, const char *sku, const char *body)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    struct h_resp r;
+    int st = h_req(port, "PUT", path, NULL, body, &r);
+    if (st != 200 && st != 201)
+        fprintf(stderr, "PUT %s %s: %d %s\n", sku, body, st, r.body);
+    h_resp_free(&r);
+    return st;
+}
+
+void lse_sell(int idx, void *arg)
+{
+    struct lse_sellout *s = arg;
+    long long until = h_now_ms() + 40000;
+    for (int k = 0; h_now_ms() < until; k++) {
+        char id[64];
+        snprintf(id, sizeof id, "%s-%d-%d", s->sku, idx, k);
+        int st = h_order(s->ports[(idx + k) % 2], s->sku, s->qty > 0 ? s->qty : 1,
+                         s->ids && k % 2 ? id : NULL, NULL);
+        if (st == 201)
+            atomic_fetch_add(&s->sold, 1);
+        else if (st == 409)
+            return; /* sold out */
+        else if (st == 503)
+            atomic_fetch_add(&s->busy, 1);
+        else
+            atomic_fetch_add(&s->other, 1);
+    }
+}
+
+void lse_sell_out_on(h_svc *a, h_svc *b, const char *lock, const char *sku, bool ids)
+{
+    h_deadline(60);
+    char body[160];
+    snprintf(body, sizeof body,
+             "{\"stock\": 120, \"segments\": 4, \"hold_ms\": 2, \"lock\": \"%s\"}", lock);
+    int pa = h_svc_port(a), pb = h_svc_port(b);
+    assert_int_equal(lse_put_sku(pa, sku, body), 201);
+    json_t *j = h_get_sku(pb, NULL, sku);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "lock")), lock);
+    assert_true(json_is_true(json_object_get(j, "fencing")));
+    assert_true(json_is_false(json_object_get(j, "rebalance")));
+    json_decref(j);
+    long long acquired =
+        h_stat(pa, NULL, "lock_acquired") + h_stat(pb, NULL, "lock_acquired");
+
+    struct lse_sellout s = {.sku = sku, .ports = {pa, pb}, .ids = ids};
+    assert_int_equal(h_parallel(8, lse_sell, &s), 0);
+    fprintf(stderr, "%s sell-out: %d sold, %d busy, %d other\n", lock, s.sold, s.busy,
+            s.other);
+    assert_int_equal(s.sold, 120);
+    assert_int_equal(s.other, 0);
+    assert_int_equal(h_audit(pa, NULL, sku, 120, true), 0);
+    json_t *st = h_get_sku(pb, NULL, sku);
+    assert_int_equal(h_jint(st, "orders"), 120);
+    json_decref(st);
+    /* every sale held a lock of the service's */
+    assert_true(h_stat(pa, NULL, "lock_acquired") + h_stat(pb, NULL, "lock_acquired") -
+                    acquired >=
+                120);
+    assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 409);
+}
+
+long long lse_count_keys(h_redis *r, const char *pattern)
+{
+    redisContext *c = h_redis_connect(r);
+    if (c == NULL)
+        return -1;
+    long long n = 0;
+    char cursor[32] = "0";
+    do {
+        redisReply *rep = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+            if (rep != NULL)
+                freeReplyObject(rep);
+            redisFree(c);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        n += (long long)rep->element[1]->elements;
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    redisFree(c);
+    return n;
+}
+
+void lse_tsan_options(void)
+{
+    /* the services inherit it: see tests/tsan_zookeeper.supp (no-op without TSan) */
+    char supp[4096], opts[4608];
+    const char *old = getenv("TSAN_OPTIONS");
+    if (realpath("tests/tsan_zookeeper.supp", supp) != NULL) {
+        snprintf(opts, sizeof opts, "%s%ssuppressions=%s", old ? old : "",
+                 old && old[0] ? " " : "", supp);
+        setenv("TSAN_OPTIONS", opts, 1);
+    }
+}
