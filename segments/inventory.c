@@ -252,6 +252,7 @@ static store *store_make(inv *v, struct event_base *base, int pool)
             .lock_ttl_ms = v->opt.lock_ttl_ms,
             .timeout_ms = v->opt.redis_timeout_ms,
             .pool = pool,
+            .no_prepare = v->opt.pg_no_prepare,
         };
         return pgb_store_create(base, &o);
     }

@@ -66,7 +66,9 @@ struct inv_options {
      * starting "host=" / "dbname="): every redis_* option then unused, the schema
      * migrated by inv_create. Borrowed, must outlive the handle. */
     const char *store;
-    int pg_pool; /* PostgreSQL: each loop's connections for `row` holds; 0: 4 */
+    int pg_pool;        /* PostgreSQL: each loop's connections for `row` holds; 0: 4 */
+    bool pg_no_prepare; /* PostgreSQL: no prepared statements (PgBouncer in
+                           transaction pooling): every statement sent unprepared */
     /* Lock services (segments/locksvc.h) for SKUs with a "lock" of theirs; NULL/""
      * for none; borrowed, must outlive the handle: */
     const char *redlock;   /* RedLock masters "h:p,h:p,h:p" */

@@ -56,7 +56,8 @@ struct cfg {
     char store[CFG_PATH_MAX]; /* "" or "redis": Redis; a PostgreSQL connection string */
     char store_password[CFG_TOKEN_MAX + 1]; /* PostgreSQL's password (secret); "" */
     char store_password_file[CFG_PATH_MAX]; /* read into store_password at load */
-    int pg_pool; /* PostgreSQL: each loop's connections for `row` holds, 1..64; 4 */
+    int pg_pool;    /* PostgreSQL: each loop's connections for `row` holds, 1..64; 4 */
+    int pg_prepare; /* PostgreSQL: prepared statements, 1 on (default), 0 off */
     char redis_seeds[CFG_PATH_MAX];     /* more cluster seeds: "h:p,h:p"; "" */
     bool redis_cluster;                 /* a Redis Cluster, without asking; false */
     char redis_sentinels[CFG_PATH_MAX]; /* redis-sentinel://: "h:p,h:p"; "" = none */

@@ -32,6 +32,7 @@ static const char *const format_names[] = {
     [LOG_JSON] = "json",
     [LOG_JSON + 1] = NULL,
 };
+static const char *const onoff_names[] = {"off", "on", NULL};
 static const char *const durability_names[] = {
     [CFG_DURABILITY_ASYNC] = "async",
     [CFG_DURABILITY_REPLICATED] = "replicated",
@@ -45,6 +46,8 @@ const struct cfg_setting cfg_table[] = {
     STR_SETTING("store_password_file", "INVENTORY_STORE_PASSWORD_FILE",
                 "--store-password-file", K_STR, store_password_file),
     INT_SETTING("pg_pool", "INVENTORY_PG_POOL", "--pg-pool", pg_pool, 1, 64),
+    ENUM_SETTING("pg_prepare", "INVENTORY_PG_PREPARE", "--pg-prepare", pg_prepare,
+                 onoff_names),
     STR_SETTING("redis", "INVENTORY_REDIS", "--redis", K_REDIS, redis_host),
     STR_SETTING("redis_user", "INVENTORY_REDIS_USER", NULL, K_STR, redis_user),
     STR_SETTING("redis_password", "INVENTORY_REDIS_PASSWORD", NULL, K_TOKEN,
@@ -100,6 +103,7 @@ void cfg_defaults(struct cfg *out)
     strcpy(out->redis_host, "127.0.0.1");
     out->redis_port = 6379;
     out->pg_pool = 4;
+    out->pg_prepare = 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     out->threads = cores < 1 ? 1 : cores > 1024 ? 1024 : (int)cores;
     out->lock_ttl_ms = 3000;

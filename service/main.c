@@ -364,6 +364,7 @@ int main(int argc, char **argv)
         .zookeeper = cfg.zookeeper,
         .store = inv_store_is_postgres(cfg.store) ? store : NULL,
         .pg_pool = cfg.pg_pool,
+        .pg_no_prepare = cfg.pg_prepare == 0,
         .ledger = cfg.ledger[0] != '\0',
     };
     inv_set_redis_logger(redis_log);

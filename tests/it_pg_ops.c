@@ -1,6 +1,7 @@
 /* it_pg_ops.c -- inventoryd on a real PostgreSQL 15, its operations side: the loops'
  * connection pool sized by `pg_pool` (bad values refused, the count seen in
- * pg_stat_activity, a pool of 1 still sells exactly) and the automatic rebalance of
+ * pg_stat_activity, a pool of 1 still sells exactly), `pg_prepare off` (nothing
+ * prepared, as the server's statement log shows) and the automatic rebalance of
  * every lock scheme (a SKU drained unevenly is spread by the order that finds it due,
  * stock conserved, nothing oversold); and /metrics' help texts store-neutral.
  */
@@ -201,6 +202,106 @@ static void test_pool_of_one_sells_exactly(void **state)
     h_svc_free(svc);
 }
 
+/* ---- pg_prepare ----------------------------------------------------------------- */
+
+/* Not on or off: refused at start (exit 2) with a line naming it; off is reported. */
+static void test_prepare_bad_values(void **state)
+{
+    (void)state;
+    const char *bin = getenv("INVENTORYD") ? getenv("INVENTORYD") : "build/inventoryd";
+    const char *bad[] = {"maybe", "1", ""};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *argv[] = {
+            bin, "--store", h_pg_conninfo(pg), "--pg-prepare", bad[k], "--check-config",
+            NULL};
+        char *err = NULL;
+        assert_int_equal(h_run_cmd(argv, NULL, 20000, NULL, &err), 2);
+        assert_non_null(err);
+        assert_non_null(strstr(err, "pg-prepare"));
+        assert_non_null(strstr(err, "off|on"));
+        free(err);
+    }
+    const char *env[] = {"INVENTORY_PG_PREPARE=no", NULL};
+    const char *argv[] = {bin, "--store", h_pg_conninfo(pg), "--check-config", NULL};
+    assert_int_equal(h_run_cmd(argv, env, 20000, NULL, NULL), 2);
+    const char *envoff[] = {"INVENTORY_PG_PREPARE=off", NULL};
+    char *out = NULL;
+    assert_int_equal(h_run_cmd(argv, envoff, 20000, &out, NULL), 0);
+    assert_non_null(out);
+    const char *line = strstr(out, "\npg_prepare ");
+    assert_non_null(line);
+    line += strlen("\npg_prepare ");
+    line += strspn(line, " ");
+    assert_int_equal(strncmp(line, "off\n", 4), 0);
+    free(out);
+}
+
+/* The server's log (postgres.log, beside its data directory), in bytes. */
+static long long log_size(void)
+{
+    return h_pg_scalar(pg, "SELECT size FROM pg_stat_file('../postgres.log')");
+}
+
+/* Lines of the server's log from byte `from` on that contain `pattern` (LIKE). */
+static long long log_lines(long long from, const char *pattern)
+{
+    char q[400];
+    snprintf(q, sizeof q,
+             "SELECT count(*) FROM regexp_split_to_table(pg_read_file('../postgres.log',"
+             " %lld, (SELECT size FROM pg_stat_file('../postgres.log')) - %lld), E'\\n')"
+             " l WHERE l LIKE '%s' AND l NOT LIKE '%%pg_read_file%%'",
+             from, from, pattern);
+    return h_pg_scalar(pg, q);
+}
+
+/* With every statement logged (log_statement = all: an extended-protocol statement
+ * logs "execute NAME: ..."): `--pg-prepare off` sells exactly through `row` holds
+ * and optimistic orders and no statement runs prepared (no "execute inv_", every one
+ * "execute <unnamed>"); the default, on the same server, does prepare. */
+static void test_prepare_off_sells_unprepared(void **state)
+{
+    (void)state;
+    assert_int_equal(h_pg_exec(pg, "ALTER DATABASE postgres SET log_statement = 'all'"),
+                     0);
+    long long from = log_size();
+    assert_true(from > 0);
+    const char *args[] = {
+        "--store", h_pg_conninfo(pg), "--admin-token", TOKEN, "--threads",
+        "2",       "--pg-prepare",    "off",           NULL};
+    struct h_svc_opts o = {.args = args, .no_redis_flag = true};
+    h_svc *svc = h_svc_start(NULL, &o);
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "noprep-row", 40, 4, "row", 1), 0);
+    sell_out(port, "noprep-row", 40);
+    assert_int_equal(put_sku(port, "noprep-opt", 40, 4, "optimistic", 0), 0);
+    sell_out(port, "noprep-opt", 40);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+    long long prepared = log_lines(from, "%execute inv\\_%");
+    long long unnamed = log_lines(from, "%execute <unnamed>%");
+    fprintf(stderr, "pg_prepare off: %lld prepared executions, %lld unnamed\n", prepared,
+            unnamed);
+
+    /* the default on the same server: the order path's statements are prepared */
+    long long from_on = log_size();
+    svc = start_svc("1", NULL);
+    assert_non_null(svc);
+    port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "prep-on", 4, 2, "optimistic", 0), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(h_order(port, "prep-on", 1, NULL, NULL), 201);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+    long long prepared_on = log_lines(from_on, "%execute inv\\_%");
+    fprintf(stderr, "pg_prepare on: %lld prepared executions\n", prepared_on);
+    assert_int_equal(h_pg_exec(pg, "ALTER DATABASE postgres RESET log_statement"), 0);
+
+    assert_int_equal(prepared, 0);
+    assert_true(unnamed >= 80); /* at least one statement per order sold */
+    assert_true(prepared_on >= 4);
+}
+
 /* ---- the automatic rebalance ------------------------------------------------------ */
 
 /* One loop (the rebalance is due once per generation per loop): 8 units over 4
@@ -354,6 +455,8 @@ int main(void)
         cmocka_unit_test(test_pool_bad_values),
         cmocka_unit_test(test_pool_size_configured),
         cmocka_unit_test(test_pool_of_one_sells_exactly),
+        cmocka_unit_test(test_prepare_bad_values),
+        cmocka_unit_test(test_prepare_off_sells_unprepared),
         cmocka_unit_test(test_auto_rebalance_row),
         cmocka_unit_test(test_auto_rebalance_lease),
         cmocka_unit_test(test_auto_rebalance_optimistic),

@@ -30,14 +30,16 @@
 #define SEG_POSTGRES_BACKEND_H
 
 #include <event2/event.h>
+#include <stdbool.h>
 
 #include "segments/store.h"
 
 struct pgb_opts {
     const char *conninfo; /* any libpq connection string */
     int lock_ttl_ms;
-    int timeout_ms; /* each call's deadline */
-    int pool;       /* connections for row holds, 1..64 (pgp_create); 0: 4 */
+    int timeout_ms;  /* each call's deadline */
+    int pool;        /* connections for row holds, 1..64 (pgp_create); 0: 4 */
+    bool no_prepare; /* nothing prepared (pgc_opts.no_prepare) */
 };
 
 store *pgb_store_create(struct event_base *base, const struct pgb_opts *o);

@@ -43,6 +43,7 @@ struct pgc_conn {
     char app_name[64];
     char ka_idle[16], ka_count[4], user_timeout[16];
     int call_timeout_ms;
+    bool no_prepare; /* PGC_PREPARE ignored */
     enum conn_state state;
     PGconn *pg;
     struct event *io;    /* the socket: connect polling, or reading when ready */
@@ -283,6 +284,8 @@ unsigned long long pgc_call(pgc_conn *c, unsigned long long txn, unsigned flags,
 {
     struct call *k = seg_calloc(1, sizeof *k);
     int skip = (flags & PGC_BEGIN) ? 1 : 0;
+    if (c->no_prepare)
+        flags &= ~PGC_PREPARE;
     k->c = c;
     k->flags = flags;
     k->fn = fn;
@@ -597,6 +600,7 @@ pgc_conn *pgc_create(struct event_base *base, const struct pgc_opts *o)
     int stmt = o->statement_timeout_ms > 0 ? o->statement_timeout_ms : ttl;
     int ka = ttl / 3000 > 0 ? ttl / 3000 : 1;
     c->call_timeout_ms = o->call_timeout_ms > 0 ? o->call_timeout_ms : 3000;
+    c->no_prepare = o->no_prepare;
     snprintf(c->options, sizeof c->options,
              "-c idle_in_transaction_session_timeout=%d -c statement_timeout=%d "
              "-c tcp_keepalives_idle=%d -c tcp_keepalives_interval=%d "

@@ -21,7 +21,10 @@
  * session: the table is emptied when the connection drops, and the next session
  * prepares again. A prepare that fails, or a name the server does not know (SQLSTATE
  * 26000), is taken out of the table and prepared again by the next call. At most
- * PGC_PREPARED_MAX per connection; past that, statements go unprepared.
+ * PGC_PREPARED_MAX per connection; past that, statements go unprepared. With
+ * no_prepare (PgBouncer in transaction pooling, where a session's prepared names do
+ * not follow it from one server connection to the next) PGC_PREPARE is ignored and
+ * every statement goes out unprepared (PQsendQueryParams, the unnamed statement).
  *
  * Replies. The callback runs exactly once, on the loop, never from inside pgc_call.
  * rc 0: the server answered; res[0..n-1] is one result per statement (an error is a
@@ -55,6 +58,7 @@
 #define SEG_POSTGRES_CONN_H
 
 #include <event2/event.h>
+#include <stdbool.h>
 #include <libpq-fe.h>
 
 typedef struct pgc_conn pgc_conn;
@@ -66,6 +70,7 @@ struct pgc_opts {
     int call_timeout_ms;      /* each call's deadline, and a connect attempt's; 0: 3000 */
     const char *app_name;     /* pg_stat_activity's application_name unless the
                                  connection string names one; NULL: "inventoryd" */
+    bool no_prepare;          /* PGC_PREPARE ignored: every statement unprepared */
 };
 
 struct pgc_stmt {
