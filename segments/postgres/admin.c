@@ -222,10 +222,13 @@ static int record_read(admin *a, const char *id, char **record)
  * "segments", as on Redis; the orders counted in the segment each took from first, its
  * row's seg); reserved from the epoch's 'held' holds (a hold of several segments: each
  * part in its own, holds.h). */
-static int segments_read(admin *a, const char *placed, int n, long long epoch,
-                         long long *stock, long long *sold, long long *orders,
-                         bool *locked, long long *reserved)
+static int segments_read(admin *a, const char *sku, const char *placed, int n,
+                         long long epoch, long long *stock, long long *sold,
+                         long long *orders, bool *locked, long long *reserved,
+                         struct store_meta *meta)
 {
+    (void)sku;
+    (void)meta; /* the numbers only (0): the settings are not read with them yet */
     char nbuf[16], ebuf[24];
     snprintf(nbuf, sizeof nbuf, "%d", n);
     snprintf(ebuf, sizeof ebuf, "%lld", epoch);
