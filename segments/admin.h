@@ -89,8 +89,8 @@ struct admin_ops {
      * NULL, a store that can also reads the settings of `sku` in that same read: 1
      * (*meta: the settings of that instant; the caller checks its epoch, salt and
      * segments are those `placed`, `n` and `epoch` came from), 2 (no such SKU then);
-     * a store that cannot (a cluster, whose meta lives in another slot; PostgreSQL
-     * today) answers 0 and leaves *meta alone. -1: no usable answer. */
+     * a store that cannot (a cluster, whose meta lives in another slot) answers 0
+     * and leaves *meta alone. -1: no usable answer. */
     int (*segments_read)(admin *a, const char *sku, const char *placed, int n,
                          long long epoch, long long *stock, long long *sold,
                          long long *orders, bool *locked, long long *reserved,
