@@ -85,10 +85,16 @@ struct admin_ops {
      * that epoch; 0 on a store without them), all from one consistent read, so that
      * stock + reserved + sold never mixes two moments (a hold settled between two
      * reads): one script on a standalone Redis (one per segment on a cluster, whose
-     * segments live in other slots), one statement on PostgreSQL. 0 or -1. */
-    int (*segments_read)(admin *a, const char *placed, int n, long long epoch,
-                         long long *stock, long long *sold, long long *orders,
-                         bool *locked, long long *reserved);
+     * segments live in other slots), one statement on PostgreSQL. When `meta` is not
+     * NULL, a store that can also reads the settings of `sku` in that same read: 1
+     * (*meta: the settings of that instant; the caller checks its epoch, salt and
+     * segments are those `placed`, `n` and `epoch` came from), 2 (no such SKU then);
+     * a store that cannot (a cluster, whose meta lives in another slot) answers 0
+     * and leaves *meta alone. -1: no usable answer. */
+    int (*segments_read)(admin *a, const char *sku, const char *placed, int n,
+                         long long epoch, long long *stock, long long *sold,
+                         long long *orders, bool *locked, long long *reserved,
+                         struct store_meta *meta);
     /* Where segment i lives (calls.h rd_segment_place): 0 or -1. */
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);

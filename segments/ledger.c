@@ -345,34 +345,62 @@ static long long absll(long long x)
     return x < 0 ? -x : x;
 }
 
-inv_status ledger_reconcile(inv_conn *c, const char *sku, struct ledger_recon *out)
+/* The store's stock and sold of SKU `sku` as *m names it, into out: 0; 1 when a
+ * reset moved the epoch, salt or segments since *m; 2 no such SKU now; -1. */
+static int store_counts(inv_conn *c, const char *sku, const struct rd_meta *m,
+                        struct ledger_recon *out)
 {
-    memset(out, 0, sizeof *out);
-    ledger *l = c->v->ledger;
-    if (l == NULL)
-        return INV_INVALID;
-    struct rd_meta m;
-    int found = rd_meta_read(c->rd, sku, &m);
-    if (found <= 0)
-        return found < 0 ? INV_UNAVAILABLE : INV_UNKNOWN_SKU;
     char placed[RD_SKU_PLACED_MAX];
-    rd_sku_placed(placed, sku, m.salt);
-    int n = m.segments;
+    rd_sku_placed(placed, sku, m->salt);
+    int n = m->segments;
     long long *stock = seg_calloc((size_t)n, sizeof *stock);
     long long *sold = seg_calloc((size_t)n, sizeof *sold);
     long long *orders = seg_calloc((size_t)n, sizeof *orders);
+    long long *reserved = seg_calloc((size_t)n, sizeof *reserved);
     bool *locked = seg_calloc((size_t)n, sizeof *locked);
-    int rc = rd_segments_read(c->rd, placed, n, stock, sold, orders, locked);
-    for (int i = 0; i < n; i++) {
+    struct rd_meta now;
+    int rc = rd_segments_view(c->rd, sku, placed, n, m->epoch, stock, sold, orders,
+                              locked, reserved, &now);
+    if (rc == 1) /* the settings of the VIEW's instant: still the keys read? */
+        rc = now.epoch == m->epoch && now.salt == m->salt && now.segments == m->segments
+                 ? 0
+                 : 1;
+    out->store_stock = out->store_sold = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
         out->store_stock += stock[i];
         out->store_sold += sold[i];
     }
     free(stock);
     free(sold);
     free(orders);
+    free(reserved);
     free(locked);
+    return rc;
+}
+
+inv_status ledger_reconcile(inv_conn *c, const char *sku, struct ledger_recon *out)
+{
+    memset(out, 0, sizeof *out);
+    ledger *l = c->v->ledger;
+    if (l == NULL)
+        return INV_INVALID;
+    /* The store's counts from the SKU view's one-step read (rd_segments_view: one
+     * VIEW with the settings on a standalone Redis), read again when a reset moved
+     * the keys between the settings read and the VIEW. */
+    struct rd_meta m;
+    int rc = -1;
+    for (int try = 0; try < 4 && rc != 0; try++) {
+        int found = rd_meta_read(c->rd, sku, &m);
+        if (found <= 0)
+            return found < 0 ? INV_UNAVAILABLE : INV_UNKNOWN_SKU;
+        rc = store_counts(c, sku, &m, out);
+        if (rc == 2)
+            return INV_UNKNOWN_SKU;
+        if (rc < 0)
+            return INV_UNAVAILABLE;
+    }
     if (rc != 0)
-        return INV_UNAVAILABLE;
+        return INV_BUSY;
     out->epoch = m.epoch;
     pthread_mutex_lock(&l->mu_reads);
     rc = pgl_counts(l->reads, sku, m.epoch, &out->ledger_stock, &out->ledger_sold,

@@ -316,10 +316,38 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
     if (!seg_valid_name(sku))
         return INV_INVALID;
     struct sku_view view;
-    inv_status rc = skutab_read(c, sku, &view);
-    if (rc != INV_OK)
-        return rc;
-    memset(st, 0, sizeof *st);
+    int rc_read = -1;
+    /* The settings are read again with the numbers where the store can (one VIEW on a
+     * standalone Redis), so initial and the segments are of one instant (a restock
+     * between two reads would show initial off by its units); a reset between the two
+     * reads (other keys) reads both again, a few times at most. */
+    for (int try = 0; try < 4 && rc_read != 0; try++) {
+        inv_status rc = skutab_read(c, sku, &view);
+        if (rc != INV_OK)
+            return rc;
+        memset(st, 0, sizeof *st);
+        store_sku_placed(st->placed, sku, view.salt);
+        struct store_meta m;
+        int got =
+            ADMIN_CALL(c->adm, segments_read, sku, st->placed, view.cfg.segments,
+                       view.epoch, st->segment_stock, st->segment_sold,
+                       st->segment_orders, st->segment_locked, st->segment_reserved, &m);
+        if (got < 0)
+            return INV_UNAVAILABLE;
+        if (got == 2)
+            return INV_UNKNOWN_SKU;
+        if (got == 1 && (m.epoch != view.epoch || m.salt != view.salt ||
+                         m.segments != view.cfg.segments))
+            continue; /* a reset in between: the keys read were another version's */
+        if (got == 1) {
+            /* What changes without a reset: a restock's initial, gen. */
+            view.cfg.stock = m.initial;
+            view.gen = m.gen;
+        }
+        rc_read = 0;
+    }
+    if (rc_read != 0)
+        return INV_BUSY;
     snprintf(st->sku, sizeof st->sku, "%s", sku);
     st->cfg = view.cfg;
     memcpy(st->lock, view.lock, sizeof st->lock);
@@ -327,10 +355,6 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)
 
     int n = view.cfg.segments;
     char *placed = st->placed;
-    store_sku_placed(placed, sku, view.salt);
-    int rc_read = ADMIN_CALL(c->adm, segments_read, placed, n, view.epoch,
-                             st->segment_stock, st->segment_sold, st->segment_orders,
-                             st->segment_locked, st->segment_reserved);
     for (int i = 0; i < n && rc_read == 0; i++) {
         char node[48];
         rc_read = ADMIN_CALL(c->adm, segment_place, placed, i, &st->segment_slot[i], node,

@@ -3,6 +3,7 @@
 #include "tests/harness_view.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ struct storm {
     long long until_ms; /* CLOCK_MONOTONIC */
     atomic_bool stop;
     atomic_llong steps;
+    bool restocks; /* churner 1 restocks instead of placing holds */
     int views, bad, unread;
     char first[320];
 };
@@ -104,16 +106,34 @@ static void churner(struct storm *s, int idx)
     }
 }
 
-static void run(int idx, void *ctx)
+/* Restock 1 unit at a time, each a step that moves initial and remaining together. */
+static void restocker(struct storm *s)
 {
-    if (idx == 0)
-        viewer(ctx);
-    else
-        churner(ctx, idx);
+    char path[96];
+    snprintf(path, sizeof path, "/admin/skus/%s/restock", s->sku);
+    for (int k = 0; !atomic_load(&s->stop); k++) {
+        struct h_resp r;
+        int st =
+            h_req(s->ports[k % s->nports], "POST", path, s->token, "{\"qty\":1}", &r);
+        h_resp_free(&r);
+        if (st == 200)
+            atomic_fetch_add(&s->steps, 1);
+    }
 }
 
-int h_view_storm(const int *ports, int nports, const char *token, const char *sku,
-                 int churners, int ms, struct h_view_storm *out)
+static void run(int idx, void *ctx)
+{
+    struct storm *s = ctx;
+    if (idx == 0)
+        viewer(s);
+    else if (idx == 1 && s->restocks)
+        restocker(s);
+    else
+        churner(s, idx);
+}
+
+static int storm(const int *ports, int nports, const char *token, const char *sku,
+                 int churners, int ms, bool restocks, struct h_view_storm *out)
 {
     struct storm *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -122,6 +142,7 @@ int h_view_storm(const int *ports, int nports, const char *token, const char *sk
     s->nports = nports;
     s->token = token;
     s->sku = sku;
+    s->restocks = restocks;
     s->until_ms = mono_ms() + ms;
     atomic_init(&s->stop, false);
     atomic_init(&s->steps, 0);
@@ -133,4 +154,16 @@ int h_view_storm(const int *ports, int nports, const char *token, const char *sk
     rc = rc != 0 || s->unread > 0 ? -1 : 0;
     free(s);
     return rc;
+}
+
+int h_view_storm(const int *ports, int nports, const char *token, const char *sku,
+                 int churners, int ms, struct h_view_storm *out)
+{
+    return storm(ports, nports, token, sku, churners, ms, false, out);
+}
+
+int h_view_storm_restocks(const int *ports, int nports, const char *token,
+                          const char *sku, int churners, int ms, struct h_view_storm *out)
+{
+    return storm(ports, nports, token, sku, churners, ms, true, out);
 }

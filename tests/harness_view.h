@@ -23,4 +23,11 @@ struct h_view_storm {
 int h_view_storm(const int *ports, int nports, const char *token, const char *sku,
                  int churners, int ms, struct h_view_storm *out);
 
+/* The same, with the first churner restocking 1 unit at a time instead (POST
+ * /admin/skus/{sku}/restock, `token`): a view that takes initial from one read and the
+ * segments from another shows a sum off by the restocks between them. */
+int h_view_storm_restocks(const int *ports, int nports, const char *token,
+                          const char *sku, int churners, int ms,
+                          struct h_view_storm *out);
+
 #endif

@@ -735,6 +735,24 @@ static void test_view_consistent_under_holds(void **state)
     sku_nums(port, "view");
 }
 
+/* The same while restocks run: initial is read in the view's one statement, so a
+ * restock never falls between the settings and the numbers. */
+static void test_view_consistent_under_restocks(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "view2", 100000, 4, "lock", "row"), 0);
+    struct h_view_storm v;
+    assert_int_equal(h_view_storm_restocks(&port, 1, TOKEN, "view2", 3, 1500, &v), 0);
+    print_message("view storm with restocks: %d views, %d off, %lld steps\n", v.views,
+                  v.bad, v.steps);
+    assert_true(v.views > 20 && v.steps > 20);
+    if (v.bad > 0)
+        fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
+                 v.first);
+    sku_nums(port, "view2");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -748,6 +766,7 @@ int main(void)
         cmocka_unit_test(test_hold_respects_segment_lock),
         cmocka_unit_test(test_concurrent_mix_audited),
         cmocka_unit_test(test_view_consistent_under_holds),
+        cmocka_unit_test(test_view_consistent_under_restocks),
         cmocka_unit_test(test_multi_segment_hold),
         cmocka_unit_test(test_multi_segment_expiry),
         cmocka_unit_test(test_multi_segment_hold_respects_lock),

@@ -729,6 +729,24 @@ static void test_view_consistent_under_holds(void **state)
     sku_nums(ports[0], "rv-view");
 }
 
+/* The same while restocks run: initial is read with the segments, so a restock never
+ * falls between them (settings and numbers of one moment). */
+static void test_view_consistent_under_restocks(void **state)
+{
+    struct fx *f = *state;
+    int ports[2] = {f->env->port, h_svc_port(f->b)};
+    assert_int_equal(h_put_sku(ports[0], NULL, "rv-view2", 100000, 4, "lock", 0), 0);
+    struct h_view_storm v;
+    assert_int_equal(h_view_storm_restocks(ports, 2, NULL, "rv-view2", 3, 1500, &v), 0);
+    print_message("view storm with restocks: %d views, %d off, %lld steps\n", v.views,
+                  v.bad, v.steps);
+    assert_true(v.views > 20 && v.steps > 20);
+    if (v.bad > 0)
+        fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
+                 v.first);
+    sku_nums(ports[0], "rv-view2");
+}
+
 int main(void)
 {
     h_deadline(240);
@@ -742,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_reset_and_delete_void_holds),
         cmocka_unit_test(test_killed_instance_holds_return),
         cmocka_unit_test(test_view_consistent_under_holds),
+        cmocka_unit_test(test_view_consistent_under_restocks),
         cmocka_unit_test(test_multi_segment_hold),
         cmocka_unit_test(test_multi_segment_expiry),
         cmocka_unit_test(test_multi_segment_locks),

@@ -168,33 +168,40 @@ static int ping(admin *a)
     return rc;
 }
 
+/* The settings columns a read selects (in meta_row's order), of table skus. */
+#define META_COLS                                                                        \
+    "segments, mode, lock, hold_ms, initial, epoch, gen, rebalance, replicated, batch"
+
+/* Row `row` of r, from column col0 on (META_COLS), into *m and lock. */
+static void meta_row(const PGresult *r, int row, int col0, struct store_meta *m,
+                     char lock[16])
+{
+    *m = (struct store_meta){
+        .segments = (int)cell(r, row, col0),
+        .hold_ms = (int)cell(r, row, col0 + 3),
+        .initial = cell(r, row, col0 + 4),
+        .epoch = cell(r, row, col0 + 5),
+        .gen = cell(r, row, col0 + 6),
+        .rebalance = strcmp(PQgetvalue(r, row, col0 + 7), "t") == 0,
+        .replicated = strcmp(PQgetvalue(r, row, col0 + 8), "t") == 0,
+        .batch = (int)cell(r, row, col0 + 9),
+    };
+    snprintf(m->mode, sizeof m->mode, "%s", PQgetvalue(r, row, col0 + 1));
+    snprintf(lock, 16, "%s", PQgetvalue(r, row, col0 + 2));
+}
+
 static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[16])
 {
     const char *p[] = {sku};
-    PGresult *r = run(self(a),
-                      "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
-                      " rebalance, replicated, batch FROM skus WHERE sku = $1",
-                      1, p);
+    PGresult *r = run(self(a), "SELECT " META_COLS " FROM skus WHERE sku = $1", 1, p);
     if (r == NULL || !ok(r)) {
         if (r != NULL)
             PQclear(r);
         return -1;
     }
     int found = PQntuples(r) == 1;
-    if (found) {
-        *m = (struct store_meta){
-            .segments = (int)cell(r, 0, 0),
-            .hold_ms = (int)cell(r, 0, 3),
-            .initial = cell(r, 0, 4),
-            .epoch = cell(r, 0, 5),
-            .gen = cell(r, 0, 6),
-            .rebalance = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
-            .replicated = strcmp(PQgetvalue(r, 0, 8), "t") == 0,
-            .batch = (int)cell(r, 0, 9),
-        };
-        snprintf(m->mode, sizeof m->mode, "%s", PQgetvalue(r, 0, 1));
-        snprintf(lock, 16, "%s", PQgetvalue(r, 0, 2));
-    }
+    if (found)
+        meta_row(r, 0, 0, m, lock);
     PQclear(r);
     return found;
 }
@@ -221,15 +228,16 @@ static int record_read(admin *a, const char *id, char **record)
  * segment gave, a multi-segment order's parts each in their own: the record's
  * "segments", as on Redis; the orders counted in the segment each took from first, its
  * row's seg); reserved from the epoch's 'held' holds (a hold of several segments: each
- * part in its own, holds.h). */
-static int segments_read(admin *a, const char *placed, int n, long long epoch,
-                         long long *stock, long long *sold, long long *orders,
-                         bool *locked, long long *reserved)
+ * part in its own, holds.h); and the SKU's settings (its initial) of that snapshot. */
+static int segments_read(admin *a, const char *sku, const char *placed, int n,
+                         long long epoch, long long *stock, long long *sold,
+                         long long *orders, bool *locked, long long *reserved,
+                         struct store_meta *meta)
 {
     char nbuf[16], ebuf[24];
     snprintf(nbuf, sizeof nbuf, "%d", n);
     snprintf(ebuf, sizeof ebuf, "%lld", epoch);
-    const char *p[] = {placed, nbuf, ebuf};
+    const char *p[] = {placed, nbuf, ebuf, sku};
     PGresult *r =
         run(self(a),
             "WITH segs AS (SELECT seg, stock, coalesce(lease_token IS NOT NULL AND"
@@ -242,14 +250,17 @@ static int segments_read(admin *a, const char *placed, int n, long long epoch,
             " held AS (SELECT p.seg, sum(p.q) AS q FROM holds h,"
             " unnest(coalesce(h.part_segs, ARRAY[h.seg]), coalesce(h.part_qtys,"
             " ARRAY[h.qty])) AS p(seg, q) WHERE h.sku = $1 AND h.epoch = $3::bigint AND"
-            " h.state = 'held' GROUP BY p.seg)"
+            " h.state = 'held' GROUP BY p.seg),"
+            " meta AS (SELECT " META_COLS " FROM skus WHERE sku = $4)"
             " SELECT i.seg, coalesce(segs.stock, 0), coalesce(segs.locked, false),"
-            " coalesce(parts.units, 0), coalesce(firsts.n, 0), coalesce(held.q, 0)"
+            " coalesce(parts.units, 0), coalesce(firsts.n, 0), coalesce(held.q, 0),"
+            " meta.*"
             " FROM generate_series(0, $2::int - 1) AS i(seg)"
             " LEFT JOIN segs ON segs.seg = i.seg LEFT JOIN parts ON parts.seg = i.seg"
-            " LEFT JOIN firsts ON firsts.seg = i.seg LEFT JOIN held ON held.seg = i.seg",
-            3, p);
-    if (r == NULL || !ok(r) || PQntuples(r) != n) {
+            " LEFT JOIN firsts ON firsts.seg = i.seg LEFT JOIN held ON held.seg = i.seg"
+            " LEFT JOIN meta ON true",
+            4, p);
+    if (r == NULL || !ok(r) || PQntuples(r) != n || PQnfields(r) != 16) {
         if (r != NULL)
             PQclear(r);
         return -1;
@@ -264,8 +275,16 @@ static int segments_read(admin *a, const char *placed, int n, long long epoch,
         orders[i] = cell(r, k, 4);
         reserved[i] = cell(r, k, 5);
     }
+    /* The settings of the statement's snapshot (the same on every row). */
+    int rc = 0;
+    if (meta != NULL) {
+        char lock[16];
+        rc = PQgetisnull(r, 0, 6) ? 2 : 1;
+        if (rc == 1)
+            meta_row(r, 0, 6, meta, lock);
+    }
     PQclear(r);
-    return 0;
+    return rc;
 }
 
 static int segment_place(admin *a, const char *placed, int i, int *slot, char *node,

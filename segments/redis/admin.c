@@ -56,26 +56,32 @@ static int ping(admin *a)
     return rd_ping(conn(a));
 }
 
+/* The settings as the seam takes them. */
+static void meta_of(const struct rd_meta *r, struct store_meta *m)
+{
+    *m = (struct store_meta){
+        .segments = r->segments,
+        .hold_ms = r->hold_ms,
+        .batch = r->batch,
+        .initial = r->initial,
+        .epoch = r->epoch,
+        .gen = r->gen,
+        .rebalance = r->rebalance,
+        .replicated = r->replicated,
+        .salt = r->salt,
+        .adjust_until = r->adjust_until,
+    };
+    memcpy(m->mode, r->mode, sizeof m->mode);
+    memcpy(m->lock, r->lock, sizeof m->lock);
+    m->unfenced = r->unfenced;
+}
+
 static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[16])
 {
     struct rd_meta r;
     int found = rd_meta_read(conn(a), sku, &r);
     if (found == 1) {
-        *m = (struct store_meta){
-            .segments = r.segments,
-            .hold_ms = r.hold_ms,
-            .batch = r.batch,
-            .initial = r.initial,
-            .epoch = r.epoch,
-            .gen = r.gen,
-            .rebalance = r.rebalance,
-            .replicated = r.replicated,
-            .salt = r.salt,
-            .adjust_until = r.adjust_until,
-        };
-        memcpy(m->mode, r.mode, sizeof m->mode);
-        memcpy(m->lock, r.lock, sizeof m->lock);
-        m->unfenced = r.unfenced;
+        meta_of(&r, m);
         snprintf(lock, 16, "%s", r.lock[0] != '\0' ? r.lock : "redis");
     }
     return found;
@@ -86,12 +92,17 @@ static int record_read(admin *a, const char *id, char **record)
     return rd_record_read(conn(a), id, record);
 }
 
-static int segments_read(admin *a, const char *placed, int n, long long epoch,
-                         long long *stock, long long *sold, long long *orders,
-                         bool *locked, long long *reserved)
+static int segments_read(admin *a, const char *sku, const char *placed, int n,
+                         long long epoch, long long *stock, long long *sold,
+                         long long *orders, bool *locked, long long *reserved,
+                         struct store_meta *meta)
 {
-    return rd_segments_view(conn(a), placed, n, epoch, stock, sold, orders, locked,
-                            reserved);
+    struct rd_meta r;
+    int rc = rd_segments_view(conn(a), sku, placed, n, epoch, stock, sold, orders, locked,
+                              reserved, meta != NULL ? &r : NULL);
+    if (rc == 1)
+        meta_of(&r, meta);
+    return rc;
 }
 
 static int segment_place(admin *a, const char *placed, int i, int *slot, char *node,

@@ -113,17 +113,18 @@ int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
     return 0;
 }
 
-/* A VIEW reply of segments from..from+count-1 into the arrays: 0, or -1 when it is
- * not one. */
+/* A VIEW reply of segments from..from+count-1 into the arrays (its meta, when asked,
+ * into *meta: *found 1 read, 0 no such SKU): 0, or -1 when it is not one. */
 static int view_decode(const redisReply *r, int from, int count, long long *stock,
                        long long *sold, long long *orders, bool *locked,
-                       long long *reserved)
+                       long long *reserved, struct rd_meta *meta, int *found)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 5 * (size_t)count ||
-        proto_integer(r->element[0], -1) != RD_OK)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + 5 * (size_t)count ||
+        proto_integer(r->element[0], -1) != RD_OK ||
+        (meta != NULL && proto_meta(r->element[1], meta, found) != 0))
         return -1;
     for (int k = 0; k < count; k++) {
-        redisReply *const *e = &r->element[1 + 5 * k];
+        redisReply *const *e = &r->element[2 + 5 * k];
         stock[from + k] = proto_integer(e[0], 0);
         sold[from + k] = proto_integer(e[1], 0);
         orders[from + k] = proto_integer(e[2], 0);
@@ -133,25 +134,31 @@ static int view_decode(const redisReply *r, int from, int count, long long *stoc
     return 0;
 }
 
-int rd_segments_view(rd_conn *c, const char *placed, int n, long long epoch,
-                     long long *stock, long long *sold, long long *orders, bool *locked,
-                     long long *reserved)
+int rd_segments_view(rd_conn *c, const char *sku, const char *placed, int n,
+                     long long epoch, long long *stock, long long *sold,
+                     long long *orders, bool *locked, long long *reserved,
+                     struct rd_meta *meta)
 {
-    /* Standalone: every segment in one script; a cluster: one script per segment. */
-    int step = store_cluster(c) ? 1 : n;
+    /* Standalone: every segment (and the meta) in one script; a cluster: one script
+     * per segment, without the meta (another slot). */
+    bool cluster = store_cluster(c);
+    int step = cluster ? 1 : n;
+    struct rd_meta *m = cluster || sku == NULL ? NULL : meta;
+    int found = 0;
     for (int from = 0; from < n; from += step) {
         struct rd_cmd cmd;
-        proto_segments_view(&cmd, placed, from, from + step, epoch);
+        proto_segments_view(&cmd, m != NULL ? sku : NULL, placed, from, from + step,
+                            epoch);
         redisReply *r = store_call(c, &cmd);
-        int rc = r != NULL
-                     ? view_decode(r, from, step, stock, sold, orders, locked, reserved)
-                     : -1;
+        int rc = r != NULL ? view_decode(r, from, step, stock, sold, orders, locked,
+                                         reserved, m, &found)
+                           : -1;
         if (r != NULL)
             freeReplyObject(r);
         if (rc != 0)
             return -1;
     }
-    return 0;
+    return m == NULL ? 0 : found ? 1 : 2;
 }
 
 int rd_skus_list(rd_conn *c, char ***names, size_t *n)

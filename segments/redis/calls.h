@@ -199,10 +199,15 @@ int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
  * orders[i], locked[i] and reserved[i] (units held by the epoch's reservations), all
  * read at one instant (lua/view.lua): one script over every segment on a standalone
  * Redis; on a cluster, where the segments live in other slots, one per segment (each
- * segment's numbers at one instant, the segments at a few). 0 or -1. */
-int rd_segments_view(rd_conn *c, const char *placed, int n, long long epoch,
-                     long long *stock, long long *sold, long long *orders, bool *locked,
-                     long long *reserved);
+ * segment's numbers at one instant, the segments at a few). When `meta` is not NULL,
+ * a standalone Redis also reads the settings of `sku` in the same script: 1 (*meta
+ * filled: the settings of that instant; a caller compares its epoch, salt and segments
+ * with the ones `placed`, `n` and `epoch` came from), 2 (no such SKU at that instant);
+ * otherwise (a cluster, or meta NULL) 0 (*meta untouched). -1: no usable answer. */
+int rd_segments_view(rd_conn *c, const char *sku, const char *placed, int n,
+                     long long epoch, long long *stock, long long *sold,
+                     long long *orders, bool *locked, long long *reserved,
+                     struct rd_meta *meta);
 /* Every SKU name: 0 with *names (malloc'd array of *n malloc'd strings) or -1. */
 int rd_skus_list(rd_conn *c, char ***names, size_t *n);
 

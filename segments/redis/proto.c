@@ -12,16 +12,18 @@ void proto_ping(struct rd_cmd *c)
     cmd_plain(c, "PING");
 }
 
+/* The meta fields a read takes, in proto_meta's order. */
+static const char *const meta_fields[] = {
+    "segments",   "mode", "hold_ms",   "initial", "gen",     "rebalance", "epoch",
+    "durability", "salt", "adj_until", "lock",    "fencing", "batch"};
+
 void proto_meta_read(struct rd_cmd *c, const char *sku)
 {
     char key[SEG_KEY_MAX];
-    static const char *const fields[] = {
-        "segments",   "mode", "hold_ms",   "initial", "gen",     "rebalance", "epoch",
-        "durability", "salt", "adj_until", "lock",    "fencing", "batch"};
     cmd_plain(c, "HMGET");
     cmd_key(c, seg_key_meta(key, sku));
-    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-        cmd_arg(c, fields[i]);
+    for (size_t i = 0; i < sizeof meta_fields / sizeof *meta_fields; i++)
+        cmd_arg(c, meta_fields[i]);
 }
 
 void proto_record_read(struct rd_cmd *c, const char *id)
@@ -60,11 +62,13 @@ void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full)
     one_key(&c[3], "EXISTS", seg_key_lock(key, sku, i));
 }
 
-void proto_segments_view(struct rd_cmd *c, const char *sku, int from, int to,
-                         long long epoch)
+void proto_segments_view(struct rd_cmd *c, const char *meta_of, const char *sku, int from,
+                         int to, long long epoch)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_VIEW);
+    if (meta_of != NULL)
+        cmd_key(c, seg_key_meta(key, meta_of));
     for (int i = from; i < to; i++) {
         cmd_key(c, seg_key_stock(key, sku, i));
         cmd_key(c, seg_key_sold(key, sku, i));
@@ -72,6 +76,9 @@ void proto_segments_view(struct rd_cmd *c, const char *sku, int from, int to,
         cmd_key(c, seg_key_lock(key, sku, i));
         cmd_key(c, seg_key_reserved(key, sku, i, epoch));
     }
+    for (size_t i = 0; meta_of != NULL && i < sizeof meta_fields / sizeof *meta_fields;
+         i++)
+        cmd_arg(c, meta_fields[i]);
 }
 
 void proto_skus_list(struct rd_cmd *c)

@@ -28,9 +28,10 @@ void proto_stocks_read(struct rd_cmd *c, const char *sku, int n);
 void proto_segment_reads(struct rd_cmd *c, const char *sku, int i, bool full);
 /* VIEW (lua/view.lua) of segments from..to-1 of `sku` of `epoch`: their stock, sold,
  * orders, lock and reserved in one script (one slot per segment: a cluster sends one
- * segment a script). */
-void proto_segments_view(struct rd_cmd *c, const char *sku, int from, int to,
-                         long long epoch);
+ * segment a script), and when `meta_of` is not NULL (standalone) the settings of SKU
+ * `meta_of` too, as proto_meta_read's fields (proto_meta decodes them). */
+void proto_segments_view(struct rd_cmd *c, const char *meta_of, const char *sku, int from,
+                         int to, long long epoch);
 void proto_skus_list(struct rd_cmd *c);
 /* Token "": a lock service's hold with `fence` (0: issue one), lua/acquire.lua. */
 void proto_acquire(struct rd_cmd *c, const char *sku, long long epoch, int i,
