@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/xalloc.h"
 
 struct periodic {
@@ -21,20 +22,6 @@ struct periodic {
     bool woken; /* a wake not yet seen by the thread */
 };
 
-/* The CLOCK_MONOTONIC instant `ms` from now. */
-static struct timespec deadline(int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 static void *run(void *arg)
 {
     periodic *p = arg;
@@ -42,7 +29,7 @@ static void *run(void *arg)
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (sleep_ms > 0 && !p->woken && !p->stop) {
-            struct timespec until = deadline(sleep_ms);
+            struct timespec until = base_deadline(sleep_ms);
             /* Spurious wakeups go back to sleep: only a wake, a stop or the time
              * ends it. */
             while (!p->woken && !p->stop &&

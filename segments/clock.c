@@ -12,15 +12,7 @@ int64_t inv_now_ms(void)
 
 struct timespec inv_deadline(int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
+    return base_deadline(ms);
 }
 
 void inv_cond_init(pthread_cond_t *cv)
