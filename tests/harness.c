@@ -1755,20 +1755,34 @@ int h_expect_error(const struct h_resp *r, int status, const char *code)
 
 /* ---- domain helpers ------------------------------------------------------------- */
 
-int h_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
-              const char *mode, int hold_ms)
+int h_put_sku_body(int port, const char *token, const char *sku, const char *body)
 {
-    char path[256], body[256];
+    char path[256];
     snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
-    snprintf(body, sizeof body,
-             "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": %d}",
-             stock, segments, mode, hold_ms);
     struct h_resp r;
     int st = h_req(port, "PUT", path, token, body, &r);
     if (st != 200 && st != 201)
         say("PUT %s %s -> %d %.300s", path, body, st, r.body);
     h_resp_free(&r);
     return st == 200 || st == 201 ? 0 : -1;
+}
+
+int h_put_sku_lock(int port, const char *token, const char *sku, long long stock,
+                   int segments, const char *mode, const char *lock, int hold_ms)
+{
+    char body[256];
+    snprintf(
+        body, sizeof body,
+        "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": %d%s%s%s}",
+        stock, segments, mode, hold_ms, lock ? ", \"lock\": \"" : "", lock ? lock : "",
+        lock ? "\"" : "");
+    return h_put_sku_body(port, token, sku, body);
+}
+
+int h_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
+              const char *mode, int hold_ms)
+{
+    return h_put_sku_lock(port, token, sku, stock, segments, mode, NULL, hold_ms);
 }
 
 json_t *h_get_sku(int port, const char *token, const char *sku)

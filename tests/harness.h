@@ -322,6 +322,14 @@ int h_expect_error(const struct h_resp *r, int status, const char *code);
 int h_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
               const char *mode, int hold_ms);
 
+/* h_put_sku with a lock scheme or service ("lock"; NULL: omitted). */
+int h_put_sku_lock(int port, const char *token, const char *sku, long long stock,
+                   int segments, const char *mode, const char *lock, int hold_ms);
+
+/* PUT /admin/skus/SKU?reset=true with the JSON `body`; 0 on 201 or 200 (what else came
+ * back is printed). */
+int h_put_sku_body(int port, const char *token, const char *sku, const char *body);
+
 /* GET /admin/skus/SKU parsed; new reference or NULL. */
 json_t *h_get_sku(int port, const char *token, const char *sku);
 

@@ -41,18 +41,12 @@ static h_svc *start_svc(const char *threads, const char *pool)
 static int put_sku(int port, const char *sku, long long stock, int segments,
                    const char *lock, int hold_ms)
 {
-    char path[128], body[256];
-    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
+    char body[256];
     snprintf(body, sizeof body,
              "{\"stock\":%lld,\"segments\":%d,\"mode\":\"lock\",\"hold_ms\":%d,"
              "\"lock\":\"%s\",\"rebalance\":true}",
              stock, segments, hold_ms, lock);
-    struct h_resp r;
-    int st = h_req(port, "PUT", path, TOKEN, body, &r);
-    if (st != 200 && st != 201)
-        fprintf(stderr, "PUT %s: %d %s\n", sku, st, r.body ? r.body : "");
-    h_resp_free(&r);
-    return st == 200 || st == 201 ? 0 : -1;
+    return h_put_sku_body(port, TOKEN, sku, body);
 }
 
 /* A number from the tables about `sku`: `sql` with one %s for it. */

@@ -46,18 +46,7 @@ static h_svc *start_svc(const char *ttl_ms)
 static int put_sku(int port, const char *sku, long long stock, int segments,
                    const char *mode, const char *lock, int hold_ms)
 {
-    char path[128], body[256];
-    snprintf(path, sizeof path, "/admin/skus/%s?reset=true", sku);
-    snprintf(body, sizeof body,
-             "{\"stock\":%lld,\"segments\":%d,\"mode\":\"%s\",\"hold_ms\":%d%s%s%s}",
-             stock, segments, mode, hold_ms, lock ? ",\"lock\":\"" : "", lock ? lock : "",
-             lock ? "\"" : "");
-    struct h_resp r;
-    int st = h_req(port, "PUT", path, TOKEN, body, &r);
-    if (st != 200 && st != 201)
-        fprintf(stderr, "PUT %s: %d %s\n", sku, st, r.body ? r.body : "");
-    h_resp_free(&r);
-    return st == 200 || st == 201 ? 0 : -1;
+    return h_put_sku_lock(port, TOKEN, sku, stock, segments, mode, lock, hold_ms);
 }
 
 static long long rows(const char *sku)
