@@ -384,6 +384,86 @@ static void test_no_ledger_no_events(void **state)
     redisFree(rc);
 }
 
+/* How many keys match `pattern` (SCAN), or -1; `say`: each named on stderr. */
+static long long scan_keys(struct env *e, const char *pattern, bool say)
+{
+    redisContext *rc = h_redis_connect(e->redis);
+    if (rc == NULL)
+        return -1;
+    long long n = 0;
+    char cursor[32] = "0";
+    do {
+        redisReply *x = redisCommand(rc, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (x == NULL || x->type != REDIS_REPLY_ARRAY || x->elements != 2) {
+            if (x != NULL)
+                freeReplyObject(x);
+            redisFree(rc);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", x->element[0]->str);
+        n += (long long)x->element[1]->elements;
+        for (size_t j = 0; j < x->element[1]->elements && say; j++)
+            fprintf(stderr, "it_ledger: %s left\n", x->element[1]->element[j]->str);
+        freeReplyObject(x);
+    } while (strcmp(cursor, "0") != 0);
+    redisFree(rc);
+    return n;
+}
+
+static long long count_keys(struct env *e, const char *pattern)
+{
+    return scan_keys(e, pattern, false);
+}
+
+/* Keys matching `pattern` once the sinks had up to `ms` to drain: the last count. */
+static long long wait_keys_gone(struct env *e, const char *pattern, int ms)
+{
+    long long n = -1;
+    for (int waited = 0; waited <= ms; waited += 100) {
+        n = count_keys(e, pattern);
+        if (n == 0)
+            return 0;
+        usleep(100 * 1000);
+    }
+    return scan_keys(e, pattern, true);
+}
+
+/* A segment that goes (a reset to fewer segments, a DELETE) leaves nothing in Redis
+ * once the sinks copied its last events: not its ledger flag, not its stream; and
+ * the ledger has every sale and each gone segment's 'delete' event. 10 s is far more
+ * than a sink needs (a pass every 200 ms, the SKU list every second): what stays,
+ * stays for good. */
+static void test_gone_segment_leaves_no_keys(void **state)
+{
+    struct env *e = *state;
+    int port = h_svc_port(e->a);
+    assert_int_equal(h_put_sku(port, NULL, "lg", 100, 2, "lock", 0), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(h_order(port, "lg", 1, NULL, NULL), 201);
+    assert_int_equal(count_keys(e, "inv:{lg:1}:ledger"), 1);
+    /* The sinks follow both segments (a SKU they never listed with 2 is not). */
+    assert_int_equal(wait_drift(port, "lg", 10000), 0);
+    assert_int_equal(h_put_sku(port, NULL, "lg", 100, 1, "lock", 0), 0); /* shrink */
+    assert_int_equal(wait_keys_gone(e, "inv:{lg:1}*", 10000), 0);
+    assert_int_equal(count_keys(e, "inv:{lg:0}:ledger"), 1); /* it stays: kept */
+    assert_int_equal(h_order(port, "lg", 1, NULL, NULL), 201);
+    struct h_resp r;
+    assert_int_equal(h_req(port, "DELETE", "/admin/skus/lg", NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(wait_keys_gone(e, "inv:{lg:*", 10000), 0);
+    assert_int_equal(
+        scalar(
+            e,
+            "SELECT count(*) FROM ledger.order_events WHERE sku = '%s' AND kind = 'sale'",
+            "lg"),
+        5);
+    assert_int_equal(scalar(e,
+                            "SELECT count(*) FROM ledger.order_events"
+                            " WHERE sku = '%s' AND kind = 'delete'",
+                            "lg"),
+                     2);
+}
+
 /* PostgreSQL stopped under load, then back: every sale copied once. */
 static void test_postgres_down_and_back(void **state)
 {
@@ -669,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_retention_forgets_segment_fields),
         cmocka_unit_test(test_reset_forgets_ledger_orders),
         cmocka_unit_test(test_no_ledger_no_events),
+        cmocka_unit_test(test_gone_segment_leaves_no_keys),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_postgres_down_under_load),
         cmocka_unit_test(test_sinks_killed_mid_batch),

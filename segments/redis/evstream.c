@@ -100,6 +100,7 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     cmd_key(&cmd, seg_key_orders(key, placed, i));
     cmd_key(&cmd, seg_key_parts(key, placed, i));
     cmd_key(&cmd, seg_key_cancelled(key, placed, i));
+    cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
     cmd_arg(&cmd, consumer);
     cmd_argll(&cmd, max);
     cmd_argll(&cmd, idle_ms);
@@ -155,6 +156,7 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
     cmd_script(&cmd, SCRIPT_EV_DONE);
     cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
     cmd_key(&cmd, seg_key_retire(key, placed, i));
+    cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
     cmd_argll(&cmd, rd_conn_cluster(c) ? 0 : retire_s);
     cmd_argll(&cmd, n);
     for (int j = 0; j < n; j++)

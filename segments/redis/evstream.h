@@ -40,7 +40,9 @@ void rd_ev_free(struct rd_event *ev, int n);
  * new ones (a plain XREADGROUP, when the stream has entries: a second call).
  * First drops the fields of the orders rd_ev_done queued that are due.
  * 0 with *out (n entries, malloc'd; NULL when none) or -1. A segment with no stream
- * is 0 entries. *backlog: the stream's length (entries not yet deleted). */
+ * is 0 entries; an empty stream whose ledger flag is gone (its segment went) is
+ * deleted, with its retire list, and is 0 entries. *backlog: the stream's length (entries
+ * not yet deleted). */
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog);
 
@@ -50,7 +52,7 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
  * retire list): rd_ev_read drops their fields from the segment's orders and parts
  * hashes and cancelled set once due, and a cancel then takes the units from the
  * record (lua/cancel.lua). A Redis Cluster keeps them: its cancel's segment step
- * sees no record. 0 or -1. */
+ * sees no record; so does a segment whose ledger flag is gone. 0 or -1. */
 int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n,
                int retire_s);
 

@@ -73,7 +73,11 @@
  *                             most one per slot, and gone a minute after the last one
  *   inv:{sku:i}:events        stream: segment i's ledger events (scripts.c LEDGER;
  *                             the sink, segments/ledger.h, copies and deletes them)
- *   inv:{sku:i}:ledger        "1": segment i's changes append events (reset.lua)
+ *   inv:{sku:i}:ledger        "1": segment i's changes append events (reset.lua);
+ *                             the segment's going drops it, and then the sink drops
+ *                             the stream and retire list once it copied the last
+ *                             events (lua/ev_read.lua): a segment that goes leaves
+ *                             no key
  *   inv:{sku:i}:retire        list: orders segment i forgets once record_retention_s
  *                             passed (lua/ev_done.lua queues, lua/ev_read.lua drops
  *                             their fields from orders, parts and cancelled), one
@@ -128,8 +132,9 @@ char *seg_key_ack(char *buf, int slot);
 const char *seg_key_events(void);
 /* Segment i's ledger stream (inv:{sku:i}:events: every change of the segment, written
  * by the script that makes it, scripts.c LEDGER) and its ledger flag
- * (inv:{sku:i}:ledger: "1" while events are on; written by the resets). Neither is
- * deleted by a reset: the stream's last events are still to be copied. */
+ * (inv:{sku:i}:ledger: "1" while events are on; written by the resets). A reset
+ * keeps the stream (its last events are still to be copied) and deletes the flag of
+ * a segment that goes; the sink deletes a stream that is empty with no flag. */
 char *seg_key_ledger_events(char *buf, const char *sku, int i);
 char *seg_key_ledger_flag(char *buf, const char *sku, int i);
 /* Segment i's retire list (inv:{sku:i}:retire). */

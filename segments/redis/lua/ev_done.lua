@@ -3,7 +3,9 @@
 -- still pending with any reader (or, none pending, past the last one delivered), so it
 -- holds only what may still have to be copied. Then the orders those entries name are
 -- queued for the segment to forget (ev_read.lua) once their records' retention passed.
--- KEYS: the stream, the segment's retire list (keys.h).
+-- KEYS: the stream, the segment's retire list, its ledger flag (keys.h). With the
+--       flag gone (the segment went, or a reset turned the ledger off) nothing is
+--       queued: the reset moved the orders those entries name away already.
 -- ARGV: record_retention_s ('0': nothing queued: a Redis Cluster's cancel still needs
 --       the fields), n, the n entry ids, then the order ids of the sales and cancels
 --       among them.
@@ -14,7 +16,7 @@
 local n = tonumber(ARGV[2])
 redis.call('XACK', KEYS[1], 'ledger', unpack(ARGV, 3, 2 + n))
 local keep_s = tonumber(ARGV[1])
-if keep_s > 0 and #ARGV > 2 + n then
+if keep_s > 0 and #ARGV > 2 + n and redis.call('EXISTS', KEYS[3]) == 1 then
   local t = redis.call('TIME')
   local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + keep_s * 1000
   redis.call('RPUSH', KEYS[2], string.format('%d', due) .. ' ' ..

@@ -1,6 +1,7 @@
 -- EV_READ: the ledger sink's read of one segment's ledger stream (evstream.h), and the
 -- segment's forgetting of orders the ledger has had for record_retention_s.
--- KEYS: the stream, the segment's retire list, orders hash, parts hash, cancelled set.
+-- KEYS: the stream, the segment's retire list, orders hash, parts hash, cancelled set,
+--       ledger flag.
 -- ARGV: the reader (consumer) name, at most how many entries, the idle time (ms) after
 --       which another reader's pending entries are taken over.
 -- First the retire list's elements that are due (ev_done.lua queued them; at most two
@@ -12,7 +13,11 @@
 -- finish), else another reader's idle ones (XAUTOCLAIM: that reader died mid-batch).
 -- New ones the caller reads with a plain XREADGROUP after (evstream.c): through Lua
 -- each entry's ~14 strings were converted to Lua and back, 2.6 us an order of Redis's
--- CPU. No stream: nothing, and nothing made.
+-- CPU. No stream: nothing, and nothing made. An empty stream (everything copied and
+-- trimmed: ev_done.lua) whose flag is gone (its segment went, or the ledger was
+-- turned off by a reset) will get no event again: it is deleted, with the retire
+-- list (its orders' fields went with the reset), so a segment that goes leaves
+-- nothing; a reset that sets the flag again starts a new stream.
 -- Reply: {stream length, {{id, {field, value, ...}}, ...}}; an entry deleted since it
 --      was read has no fields.
 local now
@@ -35,6 +40,10 @@ for _ = 1, 2 do
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, {}} end
+if redis.call('XLEN', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[6]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return {0, {}}
+end
 redis.pcall('XGROUP', 'CREATE', KEYS[1], 'ledger', '0')
 local function entries(r)
   if not r or not r[1] then return {} end

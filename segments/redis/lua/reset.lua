@@ -10,13 +10,13 @@
 --       'epoch.gen' = exactly that one), lock ('' = the lock here), fencing ('0'/'1'),
 --       the ledger ('1': events on, '0': off), batch (the orders one lock hold may
 --       sell, ARGV[19]).
--- The fence of a segment that goes (every segment on a delete, those past the new
--- count on a reset to fewer; inv:{sku:i}:fence beside its keys) is deleted; a segment
--- that stays keeps its fence, which only grows (keys.h).
--- The ledger flag of every new segment (inv:{sku:i}:ledger, beside its keys, kept
--- across resets) is set or deleted as ARGV[18] says; with it set each new segment
--- appends a 'reset' event (its new stock) to its ledger stream, and a delete appends
--- a 'delete' event to each old segment's.
+-- A segment that goes (every segment on a delete, those past the new count on a
+-- reset to fewer) appends a 'delete' event to its ledger stream, then loses its fence
+-- and its ledger flag (inv:{sku:i}:fence, :ledger, beside its keys): with the flag
+-- gone the sink drops the stream once it copied its last events (ev_read.lua). A
+-- segment that stays keeps its fence, which only grows (keys.h).
+-- The ledger flag of every new segment is set or deleted as ARGV[18] says; with it
+-- set each new segment appends a 'reset' event (its new stock) to its ledger stream.
 -- Refuses (STALE) when the SKU is not as the caller found it, so every key of every
 -- old segment is listed and none is orphaned. Moves each old segment's orders hash and
 -- cancelled set to its graveyards (RENAME: O(1) however big the sale) and deletes the
@@ -70,12 +70,11 @@ local function flag(key)
   return string.match(key, '^inv:{[^}]*}') .. ':ledger'
 end
 for i = n, m - 1 do
-  redis.call('DEL', string.match(KEYS[4 + i * 9], '^inv:{[^}]*}') .. ':fence')
+  LEDGER(KEYS[4 + i * 9], 'k', 'delete', 'e', ARGV[10], 'ds', '0', 'dq', '0')
+  local tag = string.match(KEYS[4 + i * 9], '^inv:{[^}]*}')
+  redis.call('DEL', tag .. ':fence', tag .. ':ledger')
 end
 if n == 0 then
-  for i = 0, m - 1 do
-    LEDGER(KEYS[4 + i * 9], 'k', 'delete', 'e', ARGV[10], 'ds', '0', 'dq', '0')
-  end
   redis.call('SREM', KEYS[2], ARGV[1])
   return {OK, 0}
 end

@@ -13,10 +13,11 @@
 -- after RESET), its other keys deleted, and then, unless it goes, its stock set, its
 -- sold count zeroed and its epoch made the new one. A segment of any other epoch
 -- belongs to a reset this one does not know: STALE, nothing changed.
--- A segment that goes loses its fence (inv:{sku:i}:fence beside its keys); one that
--- stays keeps it, since fences only grow (keys.h).
 -- The segment's ledger flag is set as reset.lua sets it, and its ledger stream gets
--- a 'reset' event (its new stock), or a 'delete' event when it goes.
+-- a 'reset' event (its new stock). A segment that goes gets a 'delete' event, then
+-- loses its fence and its ledger flag (inv:{sku:i}:fence, :ledger, beside its keys;
+-- the sink drops the stream once copied, ev_read.lua); one that stays keeps its
+-- fence, since fences only grow (keys.h).
 -- Reply: {STALE} | {OK}.
 local e = redis.call('GET', KEYS[7])
 if e == ARGV[3] then return {OK} end
@@ -38,7 +39,7 @@ if ARGV[4] ~= '' then
   if ARGV[5] == '1' then redis.call('SET', flag, '1') else redis.call('DEL', flag) end
   LEDGER(KEYS[1], 'k', 'reset', 'e', ARGV[3], 'ds', ARGV[4], 'dq', '0')
 else
-  redis.call('DEL', string.match(KEYS[1], '^inv:{[^}]*}') .. ':fence')
   if e then LEDGER(KEYS[1], 'k', 'delete', 'e', e, 'ds', '0', 'dq', '0') end
+  redis.call('DEL', string.match(KEYS[1], '^inv:{[^}]*}') .. ':fence', flag)
 end
 return {OK}
