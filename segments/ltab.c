@@ -272,6 +272,12 @@ void ltab_free_claim(lsku *s, int i)
     if (s->claimed[i] == 2)
         skutab_loop_claims(s->shared, i, -1);
     s->claimed[i] = 0;
+    /* A dropped view hands no claim to a waiter for any segment (ltab_next_holder
+     * cannot tell whether segment i still exists or holds stock), and the claims it
+     * waits for may all go free this way: send the waiters back to look again rather
+     * than leave them to their deadline. */
+    if (!s->valid && s->first != NULL)
+        wake_all(s);
 }
 
 void ltab_unclaim(lsku *s, int i)

@@ -85,7 +85,8 @@ void ltab_unclaim(lsku *s, int i);
 /* The waiter ltab_unclaim would hand segment i's claim to, out of the queue (its
  * `handed` not called: the caller hands the claim over itself), or NULL. */
 struct lwait *ltab_next_holder(lsku *s, int i);
-/* Free segment i's claim, waiters or not (ltab_next_holder found none). */
+/* Free segment i's claim, waiters or not (ltab_next_holder found none). With the view
+ * dropped (ltab_invalidate), the waiters are sent to look again (`handed` -1). */
 void ltab_free_claim(lsku *s, int i);
 
 /* Segment i held `stock` in `gen` (ignored when stale): true when this made it

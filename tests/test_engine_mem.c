@@ -26,15 +26,16 @@ struct fixture {
     engine *e;
 };
 
-/* An engine over a memstore offering `caps`. The inv's Redis is a unix socket nobody
- * listens on: the engine never asks it (its store is the memstore). */
-static struct fixture *make(unsigned caps)
+/* An engine over a memstore offering `caps`, whose orders wait `wait_ms` for a lock.
+ * The inv's Redis is a unix socket nobody listens on: the engine never asks it (its
+ * store is the memstore). */
+static struct fixture *make_waiting(unsigned caps, int wait_ms)
 {
     struct fixture *f = calloc(1, sizeof *f);
     struct inv_options opt = {.redis_unix = "/nonexistent/memstore.sock",
                               .redis_timeout_ms = 2000,
                               .lock_ttl_ms = TTL_MS,
-                              .lock_wait_ms = 3000,
+                              .lock_wait_ms = wait_ms,
                               .meta_cache_ms = 100};
     char err[128];
     f->v = inv_create(&opt, err, sizeof err);
@@ -43,6 +44,11 @@ static struct fixture *make(unsigned caps)
     f->st = mem_create(f->base, caps);
     f->e = engine_create_on(f->v, f->base, 0, 1, f->st);
     return f;
+}
+
+static struct fixture *make(unsigned caps)
+{
+    return make_waiting(caps, 3000);
 }
 
 static int setup(void **state)
@@ -349,6 +355,36 @@ static void unknown_sku_and_a_store_that_fails(void **state)
     audit(f, "down", 10, 2, 2);
 }
 
+/* Three orders of one loop on two segments held 50 ms each: the third waits for a
+ * claim to be handed over. The loop's cached view of the SKU is dropped meanwhile
+ * (an admin write does it; so do a rebalance and a multi-segment order refused
+ * SHORT): the waiter looks again, finds both segments claimed still and waits again.
+ * When the holders give their claims back, it must get one (or be told to look
+ * again), not sit until its deadline: lock_wait_ms is 20 s here, and the loop is
+ * given 10 s (the orders need about 100 ms). */
+static void waiter_not_stranded_by_a_dropped_view(void **state)
+{
+    (void)state;
+    struct fixture *f = make_waiting(STORE_CAP_KEEP | STORE_CAP_FENCE, 20000);
+    put(f, "strand", 30, 2, "lock", 50);
+    struct tally t;
+    start(f, "strand", 1, 3, NULL, &t);
+    while (mem_locks_held(f->st, "strand") < 2) /* two hold, the third waits */
+        event_base_loop(f->base, EVLOOP_ONCE);
+    assert_int_equal(t.done, 0);
+    engine_invalidate(f->e, "strand");
+    struct timeval limit = {10, 0};
+    event_base_loopexit(f->base, &limit); /* wakes the loop below at the latest then */
+    long long end = h_now_ms() + 10000;
+    while (t.done < 3 && h_now_ms() < end)
+        event_base_loop(f->base, EVLOOP_ONCE);
+    fprintf(stderr, "strand: %d of 3 answered\n", t.done);
+    assert_int_equal(t.done, 3);
+    assert_int_equal(t.by[INV_OK], 3);
+    audit(f, "strand", 30, 2, 3);
+    destroy(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -364,6 +400,7 @@ int main(void)
         cmocka_unit_test(atomic_mode),
         cmocka_unit_test(reset_under_a_cached_view),
         cmocka_unit_test(unknown_sku_and_a_store_that_fails),
+        cmocka_unit_test(waiter_not_stranded_by_a_dropped_view),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
