@@ -576,6 +576,14 @@ static void round_begin(struct ord *o)
 {
     engine *e = o->e;
     ord_set(o, ORD_ROUND);
+    if (ltab_valid(o->s) && ltab_view(o->s)->gen != o->view.gen) {
+        /* The loop took a newer generation (a rebalance, a restock) since this order
+         * read its view: the stocks it would note now are dropped (ltab_note_stock),
+         * and orders that learn nothing from their rounds go round until their
+         * deadline. Take the loop's view first. */
+        view(o);
+        return;
+    }
     if (o->handed < 0 && ord_sold_out(o->s, o->view.gen)) {
         stat_add(e->v, STAT_SOLD_OUT_FAST, 1);
         ord_finish(o, INV_SOLD_OUT);

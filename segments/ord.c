@@ -29,7 +29,8 @@
  *             found -> CLAIM, taking the dead claim over); one with a plan (a
  *             multi-segment order's) -> CLAIM taking it over, UNDO the plan, CLAIM
  *             again without it -> ROUND
- *   ROUND     sold out in this generation (a VERDICT here or on another loop) -> DONE
+ *   ROUND     the loop holds a newer generation than the order's view -> VIEW
+ *             sold out in this generation (a VERDICT here or on another loop) -> DONE
  *             most segments seen empty, stock left, lock mode, rebalance on, not
  *             yet done this generation on this loop          -> SPREAD
  *             the next segment of the ring (the loop's home segments first, ring.h)
@@ -97,8 +98,8 @@ static const unsigned ord_next[ORD__COUNT] = {
     [ORD_START] = TO(ORD_VIEW),
     [ORD_VIEW] = TO(ORD_CLAIM) | TO(ORD_ROUND),
     [ORD_CLAIM] = TO(ORD_ROUND) | TO(ORD_MULTI) | TO(ORD_VIEW),
-    [ORD_ROUND] = TO(ORD_BACKOFF) | TO(ORD_WAIT) | TO(ORD_ACQUIRE) | TO(ORD_DEDUCT) |
-                  TO(ORD_MULTI) | TO(ORD_SPREAD) | TO(ORD_VERDICT),
+    [ORD_ROUND] = TO(ORD_VIEW) | TO(ORD_BACKOFF) | TO(ORD_WAIT) | TO(ORD_ACQUIRE) |
+                  TO(ORD_DEDUCT) | TO(ORD_MULTI) | TO(ORD_SPREAD) | TO(ORD_VERDICT),
     [ORD_BACKOFF] = TO(ORD_ROUND),
     [ORD_WAIT] = TO(ORD_ROUND) | TO(ORD_HOLD) | TO(ORD_DEDUCT),
     [ORD_ACQUIRE] = TO(ORD_HOLD) | TO(ORD_DEDUCT) | TO(ORD_ROUND) | TO(ORD_VIEW),
