@@ -131,7 +131,7 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     const struct rd_target to = inv_redis_target(v);
     v->wd = watchdog_create(v, &to, err, errlen);
     if (v->wd != NULL && v->map != NULL)
-        v->sw = sweeper_create(v, &to, err, errlen);
+        v->sw = sweeper_create(v, &to, inv_store_create, err, errlen);
     if (v->wd != NULL && (v->map == NULL || v->sw != NULL))
         v->holds = holdsweep_create(v, admin_create(v), err, errlen);
     if (v->wd == NULL || (v->map != NULL && v->sw == NULL) || v->holds == NULL) {

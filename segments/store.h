@@ -37,8 +37,10 @@
  *
  * Admin operations. The cancel of an order is here (`cancel`), and a blocking caller
  * waits on it (segments/order.c on its connection's own loop, docs/DESIGN.md
- * "Threads"). Not here yet: restock, reset: they still run on the blocking admin
- * table (segments/admin.h) and join this one as they move onto the same code.
+ * "Threads"), and so does the sweeper on the undo of a dead order's plan (intents_due,
+ * then the order path's claim, undo, confirm, intent: segments/sweeper.c). Not here
+ * yet: restock, reset: they still run on the blocking admin table (segments/admin.h)
+ * and join this one as they move onto the same code.
  *
  * Ids. Every write is idempotent against itself: sent again after a lost reply it
  * recognises its own earlier work (lock token, attempt, order id) and answers what
@@ -215,6 +217,17 @@ typedef void (*store_record_fn)(void *arg, int rc, char *record); /* callee free
 typedef void (*store_stocks_fn)(void *arg, int rc, const long long *stock);
 typedef void (*store_found_fn)(void *arg, int rc, int seg, long long qty);
 
+/* An order under way as intents_due finds it: its id, and the SKU (its name, not the
+ * placed one) and epoch its claim names; sku "" when the id has no claim with a plan
+ * (placed, given up, or none recorded): only the id is left to take out of the set. */
+struct store_intent {
+    char id[SEG_NAME_MAX + 1];
+    char sku[SEG_NAME_MAX + 1];
+    long long epoch;
+};
+/* in[0..n-1] is valid during the callback only; n is 0 when rc < 0. */
+typedef void (*store_intents_fn)(void *arg, int rc, int n, const struct store_intent *in);
+
 typedef struct store store;
 
 /* The operations. `sku` is the SKU's name for the meta and a record, and its placed
@@ -341,6 +354,14 @@ struct store_ops {
                     const char *sku, long long epoch, store_reply_fn fn, void *arg);
     /* The id added to (taken out of) the set of orders under way, for the sweeper. */
     void (*intent)(store *s, const char *id, bool add, store_int_fn fn, void *arg);
+    /* The set's ids added before `before_ms` (the wall clock, ms since the Unix epoch),
+     * oldest first, at most `limit`, each with its claim (struct store_intent): the
+     * orders whose process may have died between their parts and their record. The
+     * sweeper settles each as an order does its own: the claim taken over once it
+     * ran out (claim, keeping the plan), the plan undone (undo), the claim given up
+     * (confirm, no record) and the id taken out (intent). */
+    void (*intents_due)(store *s, long long before_ms, int limit, store_intents_fn fn,
+                        void *arg);
     /* One part deducted as deduct does, `first` for the order's first segment. */
     void (*deduct_part)(store *s, const char *sku, long long epoch, int i,
                         const char *token, long long fence, const char *id, long long qty,

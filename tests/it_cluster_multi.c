@@ -9,11 +9,13 @@
  * cancelled; and an instance SIGKILLed between the parts (one landed, the other held
  * up by CLIENT PAUSE on its master), after which the retry with the order's id, or
  * when nobody retries the sweeper of the surviving instance, gives the landed part
- * back, so the audit holds and the order is placed at most once. And orders without
- * a client id, whose id is made for their segment's slot so that the record is
- * written with the sale: an instance killed while other masters pause leaves no
- * sale without its record. And such an order cancelled through the store's op
- * (store.h cancel, segments/redis/cancel.c) on a loop of the test's own.
+ * back, so the audit holds and the order is placed at most once; the sweeper also
+ * settles intents planted by hand (a placed order's id, a dead claim whose plan
+ * never landed). And orders without a client id, whose id is made for their
+ * segment's slot so that the record is written with the sale: an instance killed
+ * while other masters pause leaves no sale without its record. And such an order
+ * cancelled through the store's op (store.h cancel, segments/redis/cancel.c) on a
+ * loop of the test's own.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "segments/redis/backend.h"
 #include "segments/redis/calls.h"
@@ -277,6 +280,59 @@ static void test_dead_between_parts_swept(void **state)
     /* And the stock sells as usual after it. */
     assert_int_equal(h_order(f->port, "cm-swept", 3, NULL, NULL), 201);
     assert_int_equal(h_audit(f->port, NULL, "cm-swept", 4, false), 0);
+}
+
+/* What else the sweeper meets in the intents set, planted by hand: the id of an order
+ * placed (its process died between CONFIRM and taking the id out: no claim left),
+ * and a claim that ran out with a plan none of whose parts landed. Both go out of
+ * the set; the second is taken over, its plan undone (nothing to give back) and its
+ * claim given up, which leaves no key. */
+static void test_sweeper_settles_planted(void **state)
+{
+    struct h_cluster_env *f = *state;
+    h_deadline(60);
+    assert_int_equal(h_put_sku(f->port, NULL, "cm-plant", 4, 2, "atomic", 0), 0);
+    json_t *j = h_get_sku(f->port, NULL, "cm-plant");
+    assert_non_null(j);
+    char placed[96], key[160];
+    snprintf(placed, sizeof placed, "%s",
+             json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+    snprintf(key, sizeof key, "inv:{%s:0}:epoch", placed); /* the plan's epoch */
+    redisContext *rc = h_redis_connect(h_cluster_node(f->cluster, master_of(f, key)));
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "GET %s", key);
+    assert_true(r != NULL && r->type == REDIS_REPLY_STRING);
+    long long epoch = atoll(r->str);
+    freeReplyObject(r);
+    redisFree(rc);
+    char plan[160];
+    snprintf(plan, sizeof plan, "%s %lld 0:1 1:1", placed, epoch);
+    long long undone0 = h_stat(f->port, NULL, "intents_undone");
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long old = (long long)now.tv_sec * 1000 - 10000; /* past SWEEP_AGE_MS */
+    const char *rec = "inv:order:{cm-plant-dead}";
+    assert_int_equal(node_int(f, master_of(f, rec),
+                              "HSET %s c deadbeef u 1 p %s k %s e %lld", rec, plan,
+                              "cm-plant", epoch),
+                     5);
+    int in = master_of(f, "inv:intents");
+    assert_int_equal(node_int(f, in,
+                              "ZADD inv:intents %lld cm-plant-placed %lld cm-plant-dead",
+                              old, old),
+                     2);
+    bool gone = false; /* the sweeper looks every second */
+    for (long long until = h_now_ms() + 10000; !gone && h_now_ms() < until;) {
+        gone = node_int(f, in, "ZRANK inv:intents cm-plant-placed") < 0 &&
+               node_int(f, in, "ZRANK inv:intents cm-plant-dead") < 0;
+        if (!gone)
+            h_sleep_ms(100);
+    }
+    assert_true(gone);
+    assert_int_equal(node_int(f, master_of(f, rec), "EXISTS %s", rec), 0);
+    assert_true(h_stat(f->port, NULL, "intents_undone") >= undone0 + 1);
+    assert_int_equal(h_audit(f->port, NULL, "cm-plant", 4, false), 0);
 }
 
 struct fresh {
@@ -560,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_multi_replicated),
         cmocka_unit_test(test_dead_between_parts_retry),
         cmocka_unit_test(test_dead_between_parts_swept),
+        cmocka_unit_test(test_sweeper_settles_planted),
         cmocka_unit_test(test_fresh_id_record_with_sale),
         cmocka_unit_test(test_cancel_in_seam),
     };

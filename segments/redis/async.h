@@ -89,6 +89,7 @@ typedef store_meta_fn rda_meta_fn;
 typedef store_record_fn rda_record_fn; /* record: callee frees */
 typedef store_stocks_fn rda_stocks_fn;
 typedef store_found_fn rda_found_fn;
+typedef store_intents_fn rda_intents_fn;
 
 /* The calls of calls.h, with the same arguments and codes. `fn` may be NULL when
  * nobody waits for the answer (a release on the way out). */
@@ -194,6 +195,12 @@ void rda_deduct_part(rda_conn *c, const char *sku, long long epoch, int i,
                      const char *token, long long fence, const char *id, long long qty,
                      long long until, bool first, rda_reply_fn fn, void *arg);
 int rda_undo(rda_conn *c, const char *id, const char *plan, rda_int_fn fn, void *arg);
+/* The intents set's ids added before `before_ms` (the wall clock, ms since the epoch),
+ * oldest first, at most `limit`, each with the SKU and epoch of its claim when it has
+ * a claim with a plan (store.h intents_due; intents.c): one read of the set, then one
+ * of each id's claim. -1 (n 0) when any read had no answer. */
+void rda_intents_due(rda_conn *c, long long before_ms, int limit, rda_intents_fn fn,
+                     void *arg);
 /* WAIT 1 timeout_ms on the node that holds segment i of `sku` (and, on a cluster,
  * on the one that holds the record of `id`, when that is another; i = -1: on that
  * one only, as after a claim; id NULL: on the segment's only): value = how many replicas

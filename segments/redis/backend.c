@@ -177,6 +177,12 @@ static void intent(store *s, const char *id, bool add, store_int_fn fn, void *ar
     rda_intent(conn(s), id, add, fn, arg);
 }
 
+static void intents_due(store *s, long long before_ms, int limit, store_intents_fn fn,
+                        void *arg)
+{
+    rda_intents_due(conn(s), before_ms, limit, fn, arg);
+}
+
 static void deduct_part(store *s, const char *sku, long long epoch, int i,
                         const char *token, long long fence, const char *id, long long qty,
                         long long until, bool first, store_reply_fn fn, void *arg)
@@ -279,6 +285,7 @@ static const struct store_ops redis_ops = {
     .claim = claim,
     .confirm = confirm,
     .intent = intent,
+    .intents_due = intents_due,
     .deduct_part = deduct_part,
     .undo = undo,
     .plan_build = plan_build,

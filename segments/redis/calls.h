@@ -255,21 +255,13 @@ struct rd_parts {
  * lock and the claim's end), then the record, which drops the claim and its plan in
  * one script. An order that falls short in a part undoes its plan; one whose process
  * died leaves its claim and plan, which the next holder of the claim undoes: a retry
- * with the id (async.h rda_undo), or the sweeper (rd_intents_settle). */
+ * with the id (async.h rda_undo), or the sweeper (the same ops, store.h intents_due). */
 
 /* The plan of an order over `p`'s segments of `placed` (rd_sku_placed) in `epoch`,
  * for the claim (malloc'd). */
 char *rd_plan_build(const char *placed, long long epoch, const struct rd_parts *p);
 /* Given as a claim's plan: keep the plan the claim has (a takeover that undoes it). */
 #define RD_PLAN_KEEP "-"
-
-/* The sweeper's step: every id in the intents set since before `before_ms` (the
- * wall clock, ms since the epoch) whose claim ran out with a plan is claimed by
- * `attempt`, its plan undone part by part, the claim given up and the id taken out of
- * the set; an id with no claim or no plan (placed, or given up) is only taken out.
- * *settled: how many plans were undone. 0, or -1 when Redis failed (what was done
- * stays done; the rest is tried again next time). */
-int rd_intents_settle(rd_conn *c, const char *attempt, long long before_ms, int *settled);
 
 /* ---- durability ---------------------------------------------------------------- */
 

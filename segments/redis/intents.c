@@ -1,15 +1,14 @@
 /* intents.c -- multi-segment orders on a Redis Cluster: their plans (built for the
- * claim, read back for an undo) and the sweeper's step that undoes the plans of
- * claims whose process died (calls.h). */
-#include <inttypes.h>
+ * claim, read back for an undo) and the read of the intents the sweeper settles
+ * (async.h rda_intents_due). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/redis/async.h"
 #include "segments/redis/calls.h"
 #include "segments/redis/proto.h"
-#include "segments/redis/store.h"
 
 char *rd_plan_build(const char *placed, long long epoch, const struct rd_parts *p)
 {
@@ -21,145 +20,91 @@ char *rd_plan_build(const char *placed, long long epoch, const struct rd_parts *
     return s;
 }
 
-int proto_plan_parse(const char *s, struct proto_plan *out)
-{
-    memset(out, 0, sizeof *out);
-    const char *sp = strchr(s, ' ');
-    if (sp == NULL || sp == s || (size_t)(sp - s) >= sizeof out->placed)
-        return -1;
-    memcpy(out->placed, s, (size_t)(sp - s));
-    char *end;
-    out->epoch = strtoll(sp + 1, &end, 10);
-    int cap = 0;
-    for (const char *q = end; *q != '\0'; q++)
-        cap += *q == ' ';
-    if (end == sp + 1 || cap < 1 || cap > SEG_MAX_SEGMENTS)
-        return -1;
-    out->seg = seg_malloc(sizeof *out->seg * (size_t)cap);
-    out->qty = seg_malloc(sizeof *out->qty * (size_t)cap);
-    while (*end == ' ') {
-        char *colon;
-        long seg = strtol(end + 1, &colon, 10);
-        if (colon == end + 1 || *colon != ':' || seg < 0 || seg >= SEG_MAX_SEGMENTS)
-            break;
-        long long qty = strtoll(colon + 1, &end, 10);
-        if (end == colon + 1 || qty < 1 || (*end != ' ' && *end != '\0'))
-            break;
-        out->seg[out->n] = (int)seg;
-        out->qty[out->n++] = qty;
-    }
-    if (*end != '\0' || out->n != cap) {
-        proto_plan_free(out);
-        return -1;
-    }
-    return 0;
-}
+/* A read of the old intents on its way (rda_intents_due): the ids, then each one's
+ * claim; answered once the last claim read is. */
+struct due {
+    rda_conn *c;
+    rda_intents_fn fn;
+    void *arg;
+    int n, left;
+    bool failed;
+    struct store_intent *in;
+    struct due_read *reads;
+};
 
-void proto_plan_free(struct proto_plan *p)
-{
-    free(p->seg);
-    free(p->qty);
-    p->seg = NULL;
-    p->qty = NULL;
-    p->n = 0;
-}
-
-static int intent_done(rd_conn *c, const char *id)
-{
-    struct rd_cmd cmd;
-    proto_intent_done(&cmd, id);
-    redisReply *r = store_call(c, &cmd);
-    if (r == NULL)
-        return -1;
-    freeReplyObject(r);
-    return 0;
-}
-
-/* How long the sweeper holds a claim it took over while it undoes the plan. */
-#define SETTLE_LEASE_MS 15000
+/* One claim read: which intent of which read. */
+struct due_read {
+    struct due *d;
+    int k;
+};
 
 static const char *field(const redisReply *r, size_t i)
 {
     return r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : NULL;
 }
 
-/* Settle one id of the intents set: 1 undone, 0 nothing to do (or not yet), -1. */
-static int settle(rd_conn *c, const char *attempt, const char *id)
+static void due_answer(struct due *d)
 {
-    struct rd_cmd cmd;
-    proto_claim_read(&cmd, id);
-    redisReply *r = store_call(c, &cmd);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
-        if (r != NULL)
-            freeReplyObject(r);
-        return -1;
-    }
-    const char *sku = field(r, 2), *epoch = field(r, 3);
-    if (field(r, 0) == NULL || field(r, 1) == NULL || sku == NULL || epoch == NULL) {
-        freeReplyObject(r); /* placed, given up, or a claim with no plan: not ours */
-        return intent_done(c, id);
-    }
-    char name[SEG_NAME_MAX + 1];
-    snprintf(name, sizeof name, "%s", sku);
-    long long ep = strtoll(epoch, NULL, 10);
-    freeReplyObject(r);
-
-    /* Take the claim over, only once it ran out (a live one is in flight), keeping
-     * its plan: nothing of its attempt can land any more, and the plan undone is the
-     * one the claim had when taken. */
-    struct rd_reply out;
-    proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, NULL, RD_PLAN_KEEP, 0);
-    int code = store_script(c, &cmd, &out) < 0 ? -1 : out.code;
-    struct proto_plan p = {.n = 0};
-    bool undo = false;
-    if (code == RD_MISSING && out.record != NULL && out.plan != NULL &&
-        proto_plan_parse(out.plan, &p) == 0) {
-        char *dead = out.record;
-        out.record = NULL;
-        rd_reply_clear(&out);
-        proto_claim(&cmd, id, attempt, name, ep, SETTLE_LEASE_MS, dead, RD_PLAN_KEEP, 0);
-        free(dead);
-        code = store_script(c, &cmd, &out) < 0 ? -1 : out.code;
-        undo = code == RD_OK;
-    }
-    bool planless = code == RD_MISSING && (out.plan == NULL || out.plan[0] == '\0');
-    rd_reply_clear(&out);
-    int rc = code < 0 ? -1 : 0;
-    for (int k = 0; undo && k < p.n && rc == 0; k++) {
-        proto_undo_part(&cmd, p.placed, p.epoch, p.seg[k], id, k == 0);
-        rc = store_step(c, &cmd, 0, NULL) == RD_OK ? 0 : -1;
-    }
-    proto_plan_free(&p);
-    if (code == RD_OK && rc == 0) { /* the claim given up, its plan with it */
-        proto_confirm(&cmd, id, attempt, NULL, name, ep);
-        rc = store_step(c, &cmd, 0, NULL) == RD_OK ? 0 : -1;
-    }
-    if (rc < 0 || (code != RD_OK && code != RD_EXISTS && !planless))
-        return rc; /* failed, or in flight: next time */
-    return intent_done(c, id) < 0 ? -1 : undo;
+    d->fn(d->arg, d->failed ? -1 : 0, d->failed ? 0 : d->n, d->in);
+    free(d->in);
+    free(d->reads);
+    free(d);
 }
 
-int rd_intents_settle(rd_conn *c, const char *attempt, long long before_ms, int *settled)
+/* HMGET c p k e of the id's record key: an intent with a claim and a plan names
+ * its SKU and epoch; anything else (placed, given up, no plan) is only dropped. */
+static void on_claim_read(void *arg, const redisReply *r)
 {
-    *settled = 0;
-    struct rd_cmd cmd;
-    proto_intents_due(&cmd, before_ms, 64);
-    redisReply *r = store_call(c, &cmd);
+    struct due_read *q = arg;
+    struct due *d = q->d;
+    struct store_intent *in = &d->in[q->k];
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+        d->failed = true;
+    } else if (field(r, 0) != NULL && field(r, 1) != NULL && field(r, 2) != NULL &&
+               field(r, 3) != NULL && seg_valid_name(field(r, 2))) {
+        snprintf(in->sku, sizeof in->sku, "%s", field(r, 2));
+        in->epoch = strtoll(field(r, 3), NULL, 10);
+    }
+    if (--d->left == 0)
+        due_answer(d);
+}
+
+static void on_due(void *arg, const redisReply *r)
+{
+    struct due *d = arg;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        if (r != NULL)
-            freeReplyObject(r);
-        return -1;
+        d->failed = true;
+        due_answer(d);
+        return;
     }
-    int rc = 0;
-    for (size_t i = 0; i < r->elements && rc == 0; i++) {
+    d->in = seg_calloc(r->elements + 1, sizeof *d->in);
+    for (size_t i = 0; i < r->elements; i++) {
         const char *id = field(r, i);
-        if (id == NULL || !seg_valid_name(id))
-            continue;
-        int got = settle(c, attempt, id);
-        if (got > 0)
-            (*settled)++;
-        rc = got < 0 ? -1 : 0;
+        if (id != NULL && seg_valid_name(id))
+            snprintf(d->in[d->n++].id, sizeof d->in->id, "%s", id);
     }
-    freeReplyObject(r);
-    return rc;
+    if (d->n == 0) {
+        due_answer(d);
+        return;
+    }
+    d->left = d->n;
+    d->reads = seg_calloc((size_t)d->n, sizeof *d->reads);
+    for (int k = 0, n = d->n; k < n; k++) { /* the last answer frees d */
+        d->reads[k] = (struct due_read){d, k};
+        struct rd_cmd cmd;
+        proto_claim_read(&cmd, d->in[k].id);
+        rda_raw(d->c, &cmd, on_claim_read, &d->reads[k]);
+    }
+}
+
+void rda_intents_due(rda_conn *c, long long before_ms, int limit, rda_intents_fn fn,
+                     void *arg)
+{
+    struct due *d = seg_calloc(1, sizeof *d);
+    d->c = c;
+    d->fn = fn;
+    d->arg = arg;
+    struct rd_cmd cmd;
+    proto_intents_due(&cmd, before_ms, limit);
+    rda_raw(c, &cmd, on_due, d);
 }

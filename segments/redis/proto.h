@@ -69,8 +69,8 @@ void proto_intent_done(struct rd_cmd *c, const char *id);
 void proto_intents_due(struct rd_cmd *c, long long before_ms, int limit);
 void proto_claim_read(struct rd_cmd *c, const char *id);
 /* A multi-segment order's plan (the claim's field p): "placed epoch seg:qty ...",
- * built by rd_plan_build (calls.h) and read back here: 0 with `out` filled (free
- * with proto_plan_free), or -1 when `s` is not one. */
+ * built by rd_plan_build (calls.h) and read back here (proto_reply.c): 0 with `out`
+ * filled (free with proto_plan_free), or -1 when `s` is not one. */
 struct proto_plan {
     char placed[RD_SKU_PLACED_MAX];
     long long epoch;

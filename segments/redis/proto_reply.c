@@ -1,5 +1,5 @@
-/* proto_reply.c -- the decoders of the seam's replies (a redisReply to C values), and
- * rd_reply_clear for what they fill (see proto.h). */
+/* proto_reply.c -- the decoders of the seam's replies (a redisReply to C values),
+ * rd_reply_clear for what they fill, and a claim's plan read back (see proto.h). */
 #include "segments/redis/proto.h"
 
 #include <errno.h>
@@ -196,4 +196,49 @@ int proto_stocks(const redisReply *r, int n, long long *stock)
     for (int i = 0; i < n; i++)
         stock[i] = proto_integer(r->element[i], 0);
     return 0;
+}
+
+/* ---- a multi-segment order's plan (the claim's field p) ----------------------- */
+
+int proto_plan_parse(const char *s, struct proto_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *sp = strchr(s, ' ');
+    if (sp == NULL || sp == s || (size_t)(sp - s) >= sizeof out->placed)
+        return -1;
+    memcpy(out->placed, s, (size_t)(sp - s));
+    char *end;
+    out->epoch = strtoll(sp + 1, &end, 10);
+    int cap = 0;
+    for (const char *q = end; *q != '\0'; q++)
+        cap += *q == ' ';
+    if (end == sp + 1 || cap < 1 || cap > SEG_MAX_SEGMENTS)
+        return -1;
+    out->seg = seg_malloc(sizeof *out->seg * (size_t)cap);
+    out->qty = seg_malloc(sizeof *out->qty * (size_t)cap);
+    while (*end == ' ') {
+        char *colon;
+        long seg = strtol(end + 1, &colon, 10);
+        if (colon == end + 1 || *colon != ':' || seg < 0 || seg >= SEG_MAX_SEGMENTS)
+            break;
+        long long qty = strtoll(colon + 1, &end, 10);
+        if (end == colon + 1 || qty < 1 || (*end != ' ' && *end != '\0'))
+            break;
+        out->seg[out->n] = (int)seg;
+        out->qty[out->n++] = qty;
+    }
+    if (*end != '\0' || out->n != cap) {
+        proto_plan_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void proto_plan_free(struct proto_plan *p)
+{
+    free(p->seg);
+    free(p->qty);
+    p->seg = NULL;
+    p->qty = NULL;
+    p->n = 0;
 }
