@@ -140,6 +140,14 @@ static void test_frozen_holder_memcached_fenced(void **state)
     assert_int_equal(svc_fence(e, "pl-frozen", 0), 2); /* A's 1, then B's 2 */
 }
 
+/* ZooKeeper's fences are its own (czxids): A's session expires while it is frozen, B's
+ * lock node is younger, so B's fence is higher and A's write is refused. */
+static void test_frozen_holder_zookeeper_fenced(void **state)
+{
+    struct pl_env *e = *state;
+    lse_frozen_fenced(e->a, e->b, "zookeeper", "pl-frozen-zk");
+}
+
 /* The same with an order over both segments: both of A's parts refused at once. */
 static void test_frozen_multi_memcached_fenced(void **state)
 {
@@ -155,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_sellout_zookeeper),
         cmocka_unit_test(test_multi_memcached),
         cmocka_unit_test(test_frozen_holder_memcached_fenced),
+        cmocka_unit_test(test_frozen_holder_zookeeper_fenced),
         cmocka_unit_test(test_frozen_multi_memcached_fenced),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
