@@ -155,6 +155,26 @@ static void test_frozen_multi_memcached_fenced(void **state)
     lse_frozen_multi(e->a, e->b, "memcached", "pl-fm");
 }
 
+/* A reservation takes no part in the service's fences: refused, as on Redis (409
+ * reservations_unsupported), nothing taken. */
+static void test_reservations_refused(void **state)
+{
+    struct pl_env *e = *state;
+    int pa = h_svc_port(e->a);
+    assert_int_equal(
+        lse_put_sku(pa, "pl-resv",
+                    "{\"stock\": 4, \"segments\": 2, \"lock\": \"memcached\"}"),
+        201);
+    struct h_resp r;
+    h_req(pa, "POST", "/reservations", NULL,
+          "{\"sku\":\"pl-resv\",\"qty\":1,\"ttl_s\":60}", &r);
+    assert_int_equal(h_expect_error(&r, 409, "reservations_unsupported"), 0);
+    h_resp_free(&r);
+    assert_int_equal(
+        h_pg_scalar(e->pg, "SELECT count(*) FROM holds WHERE sku = 'pl-resv'"), 0);
+    assert_int_equal(h_audit(pa, NULL, "pl-resv", 4, false), 0);
+}
+
 int main(void)
 {
     lse_tsan_options();
@@ -165,6 +185,7 @@ int main(void)
         cmocka_unit_test(test_frozen_holder_memcached_fenced),
         cmocka_unit_test(test_frozen_holder_zookeeper_fenced),
         cmocka_unit_test(test_frozen_multi_memcached_fenced),
+        cmocka_unit_test(test_reservations_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -18,6 +18,9 @@
  *   inv_svc_deduct_multi   the same over several segments, all or nothing: every
  *                          row locked in segment order, any part's fence below its
  *                          segment's highest FENCED, SHORT with each part's stock.
+ * And inv_hold_place (a reservation's place) refuses a lock service's SKU (11,
+ * ADMIN_MISMATCH), as Redis does: migration 5's function runs on as
+ * inv_hold_place_walk for every other SKU.
  * The check and the write run under the same row lock, so a hold registered between
  * them cannot be missed: a fence is checked against the highest as of the write.
  * A reset makes the segment rows again (svc_fence 0) under a new epoch, which every

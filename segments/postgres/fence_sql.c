@@ -105,5 +105,28 @@ const char *const pgf_schema[] = {
     "    WHERE s.sku = p_sku AND s.seg = ANY (p_segs);\n"
     "  o_code := 0;\n"
     "END $$",
+
+    /* A reservation takes no part in a lock service's fences: its place on such a SKU
+     * is refused (11, ADMIN_MISMATCH: 409 reservations_unsupported), as on Redis;
+     * migration 5's walk runs unchanged for every other SKU. */
+    "ALTER FUNCTION inv_hold_place(text, text, bigint, int, int, text)"
+    " RENAME TO inv_hold_place_walk",
+    "CREATE FUNCTION inv_hold_place(p_sku text, p_id text, p_qty bigint, p_ttl int,"
+    " p_start int, p_attempt text, OUT o_code int, OUT o_state text, OUT o_qty bigint,"
+    " OUT o_expires bigint, OUT o_record text, OUT o_settled int, OUT o_sku text,"
+    " OUT o_seg int, OUT o_epoch bigint, OUT o_stock bigint, OUT o_replicated boolean,"
+    " OUT o_parts text) LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    "  IF EXISTS (SELECT 1 FROM skus WHERE sku = p_sku\n"
+    "      AND lock IN ('redlock', 'memcached', 'zookeeper')) THEN\n"
+    "    o_code := 11; o_state := ''; o_qty := 0; o_expires := 0; o_record := '';\n"
+    "    o_settled := 0; o_sku := p_sku; o_seg := -1; o_epoch := 0; o_stock := 0;\n"
+    "    o_replicated := false; o_parts := '';\n"
+    "    RETURN;\n"
+    "  END IF;\n"
+    "  SELECT * INTO o_code, o_state, o_qty, o_expires, o_record, o_settled, o_sku,\n"
+    "    o_seg, o_epoch, o_stock, o_replicated, o_parts\n"
+    "    FROM inv_hold_place_walk(p_sku, p_id, p_qty, p_ttl, p_start, p_attempt);\n"
+    "END $$",
     NULL,
 };
