@@ -130,7 +130,8 @@ $(BUILD)/tests/it_redlock $(BUILD)/tests/it_memcached_lock: $(LIB_OBJ)
 # The PostgreSQL store's own calls (segments/postgres/), on a shared fixture (pg_env.h).
 $(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tests/pg_env.o
 # The lock-service suites' shared fixture (tests/lock_env.h).
-$(BUILD)/tests/it_lock_services $(BUILD)/tests/it_lock_faults: $(BUILD)/tests/lock_env.o
+$(BUILD)/tests/it_lock_services $(BUILD)/tests/it_lock_faults $(BUILD)/tests/it_pg_locks: \
+    $(BUILD)/tests/lock_env.o
 # The ZooKeeper lock service, called directly (segments/zookeeper/zklock.h).
 $(BUILD)/tests/it_zk_lock: $(LIB_OBJ)
 

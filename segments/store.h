@@ -26,7 +26,8 @@
  * owns the lock). A lock taken from a separate lock service (segments/locksvc.h)
  * comes with a fencing number instead: the write then names it in `fence` (> 0), and
  * a store with STORE_CAP_FENCE refuses (FENCED) a fence lower than the highest it
- * accepted for that segment. STORE_NO_FENCE (0): the store's own lock fences alone;
+ * accepted for that segment (Redis and PostgreSQL both do). STORE_NO_FENCE (0): the
+ * store's own lock fences alone;
  * a store without STORE_CAP_FENCE is only ever given 0. The fence is registered when
  * the lock is won (`hold`, which issues one for a service that has none), before the
  * holder reads the stock it will write under it, so a holder whose lock was granted

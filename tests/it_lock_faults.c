@@ -21,189 +21,31 @@
 
 #include "tests/lock_env.h"
 
-struct frozen_order {
-    int port;
-    const char *sku;
-    long long qty;
-    int status;
-};
-
-static void *order_thread(void *arg)
-{
-    struct frozen_order *f = arg;
-    f->status = h_order(f->port, f->sku, f->qty, NULL, NULL);
-    return NULL;
-}
-
-/* A multi-segment order's holder frozen: A takes both segments' locks (1 unit each) for
- * an order of 2 and is frozen (SIGSTOP) within HOLD_MS; its leases run out, B takes
- * both and sells the 2; A, woken, sends its write: refused by the fences (FENCED,
- * counted), A answered 409, 0 oversold. */
-static void frozen_multi(struct lse_env *e, const char *lock)
-{
-    h_deadline(60);
-    int pa = h_svc_port(e->a), pb = h_svc_port(e->b);
-    char sku[32], body[160];
-    snprintf(sku, sizeof sku, "fm-%s", lock);
-    snprintf(body, sizeof body,
-             "{\"stock\": 2, \"segments\": 2, \"hold_ms\": %d, \"lock\": \"%s\"}",
-             HOLD_MS, lock);
-    assert_int_equal(lse_put_sku(pa, sku, body), 201);
-    long long acquired = h_stat(pa, NULL, "lock_acquired");
-    long long fenced = h_stat(pa, NULL, "fenced_rejections");
-    struct frozen_order fa = {pa, sku, 2, 0};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, order_thread, &fa), 0);
-    /* both locks held: HOLD_MS remain */
-    long long until = h_now_ms() + 5000;
-    while (h_stat(pa, NULL, "lock_acquired") < acquired + 2 && h_now_ms() < until)
-        h_sleep_ms(5);
-    if (h_stat(pa, NULL, "lock_acquired") < acquired + 2) {
-        pthread_join(t, NULL);
-        fail_msg("%s: A never held both segments' locks (A answered %d)", lock,
-                 fa.status);
-    }
-    assert_int_equal(h_svc_pause(e->a), 0);
-    long long paused = h_now_ms();
-    int st = 0;
-    until = h_now_ms() + 15000;
-    while (h_now_ms() < until) {
-        st = h_order(pb, sku, 2, NULL, NULL);
-        if (st != 503)
-            break;
-        h_sleep_ms(50);
-    }
-    long long sold_after = h_now_ms() - paused;
-    assert_int_equal(h_svc_resume(e->a), 0);
-    pthread_join(t, NULL);
-    json_t *j = h_get_sku(pb, NULL, sku);
-    assert_non_null(j);
-    long long sold = h_jint(j, "sold"), remaining = h_jint(j, "remaining");
-    json_decref(j);
-    fprintf(stderr,
-            "%s frozen multi-segment holder: B %d after %lld ms, A %d, sold %lld, "
-            "remaining %lld, oversold %lld, fenced rejections +%lld\n",
-            lock, st, sold_after, fa.status, sold, remaining, sold > 2 ? sold - 2 : 0,
-            h_stat(pa, NULL, "fenced_rejections") - fenced);
-    assert_int_equal(st, 201);
-    assert_int_equal(fa.status, 409); /* its write refused, the SKU is sold out */
-    assert_int_equal(sold, 2);
-    assert_int_equal(remaining, 0);
-    assert_int_equal(h_audit(pb, NULL, sku, 2, false), 0);
-    assert_true(h_stat(pa, NULL, "fenced_rejections") > fenced);
-}
-
 static void test_frozen_multi_redlock_fenced(void **state)
 {
-    frozen_multi(*state, "redlock");
+    struct lse_env *e = *state;
+    lse_frozen_multi(e->a, e->b, "redlock", "fm-redlock");
 }
 
 static void test_frozen_multi_memcached_fenced(void **state)
 {
-    frozen_multi(*state, "memcached");
+    struct lse_env *e = *state;
+    lse_frozen_multi(e->a, e->b, "memcached", "fm-memcached");
 }
 
 static void test_frozen_multi_zookeeper_fenced(void **state)
 {
-    frozen_multi(*state, "zookeeper");
+    struct lse_env *e = *state;
+    lse_frozen_multi(e->a, e->b, "zookeeper", "fm-zookeeper");
 }
 
 /* ---- a holder frozen past its lease -------------------------------------------- */
-
-/* Instance A takes the only segment's lock for HOLD_MS and is frozen (SIGSTOP) while
- * it holds; its lease runs out, B takes the lock and sells the last unit; A, woken,
- * sends the write it was about to send (its hold timer fires before its lease's end
- * is noticed: the pause fell between the check and the write). Returns A's answer;
- * *sold and *remaining as GET /admin/skus has them after. */
-static int frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku,
-                         bool fencing, long long *sold, long long *remaining,
-                         struct lse_env *restart)
-{
-    char body[192];
-    snprintf(body, sizeof body,
-             "{\"stock\": 1, \"segments\": 1, \"hold_ms\": %d, \"lock\": \"%s\", "
-             "\"fencing\": %s}",
-             HOLD_MS, lock, fencing ? "true" : "false");
-    int pa = h_svc_port(a), pb = h_svc_port(b);
-    assert_int_equal(lse_put_sku(pa, sku, body), 201);
-    long long acquired = h_stat(pa, NULL, "lock_acquired");
-    long long fenced0 = h_stat(pa, NULL, "fenced_rejections");
-
-    struct frozen_order fa = {pa, sku, 1, 0};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, order_thread, &fa), 0);
-    /* frozen while holding: once A counts the lock acquired, HOLD_MS remain */
-    long long until = h_now_ms() + 5000;
-    while (h_stat(pa, NULL, "lock_acquired") == acquired && h_now_ms() < until)
-        h_sleep_ms(5);
-    assert_true(h_stat(pa, NULL, "lock_acquired") > acquired);
-    assert_int_equal(h_svc_pause(a), 0);
-    long long paused = h_now_ms();
-    /* the services' known failures: two of three RedLock masters restarted without
-     * persistence forget A's keys, and B wins a majority within A's lease; memcached
-     * restarted forgets every lock */
-    for (int i = 1; restart != NULL && strcmp(lock, "redlock") == 0 && i < 3; i++)
-        assert_int_equal(h_redis_restart(restart->nodes[i]), 0);
-    if (restart != NULL && strcmp(lock, "memcached") == 0)
-        assert_int_equal(h_memcached_restart(restart->mc), 0);
-
-    /* B sells the unit once the service lets A's lock go (memcached: whole seconds) */
-    int st = 0;
-    until = h_now_ms() + 15000;
-    while (h_now_ms() < until) {
-        st = h_order(pb, sku, 1, NULL, NULL);
-        if (st != 503)
-            break;
-        h_sleep_ms(50);
-    }
-    long long sold_after = h_now_ms() - paused;
-    assert_int_equal(h_svc_resume(a), 0);
-    pthread_join(t, NULL);
-    json_t *j = h_get_sku(pb, NULL, sku);
-    assert_non_null(j);
-    *sold = h_jint(j, "sold");
-    *remaining = h_jint(j, "remaining");
-    json_decref(j);
-    /* the figures of docs/BENCHMARKS.md's safety table: oversold = sold - 1 (the
-     * stock was 1), fenced = A's fenced_rejections during the test */
-    fprintf(stderr,
-            "%s frozen holder%s, fencing %s: B %d after %lld ms, A %d, sold %lld, "
-            "remaining %lld, oversold %lld, fenced rejections +%lld\n",
-            lock, restart ? " (restarted)" : "", fencing ? "on" : "off", st, sold_after,
-            fa.status, *sold, *remaining, *sold > 1 ? *sold - 1 : 0,
-            h_stat(pa, NULL, "fenced_rejections") - fenced0);
-    /* with the masters restarted, B was granted the lock within A's lease: B's sale,
-     * its own hold included, ends before A's lease would have (~0.7 s here; a grant
-     * only after the lease ran out takes more than TTL_MS + HOLD_MS) */
-    if (restart != NULL)
-        assert_true(sold_after < TTL_MS);
-    assert_int_equal(st, 201);
-    return fa.status;
-}
-
-static void frozen_fenced_on(h_svc *a, h_svc *b, const char *lock, const char *sku)
-{
-    h_deadline(60);
-    long long fenced = h_stat(h_svc_port(a), NULL, "fenced_rejections");
-    long long sold, remaining;
-    int st = frozen_holder(a, b, lock, sku, true, &sold, &remaining, NULL);
-    assert_int_equal(st, 409); /* its write refused, the SKU is sold out */
-    assert_int_equal(sold, 1);
-    assert_int_equal(remaining, 0);
-    assert_int_equal(h_audit(h_svc_port(b), NULL, sku, 1, true), 0);
-    /* the stale fence was refused by the store, and counted */
-    assert_true(h_stat(h_svc_port(a), NULL, "fenced_rejections") > fenced);
-    struct h_resp m;
-    assert_int_equal(h_http(h_svc_port(a), "GET", "/metrics", NULL, NULL, 0, &m), 200);
-    assert_true(h_metric(m.body, "inventory_fenced_rejections_total") >= 1);
-    h_resp_free(&m);
-}
 
 static void frozen_fenced(struct lse_env *e, const char *lock)
 {
     char sku[32];
     snprintf(sku, sizeof sku, "fz-%s-1", lock);
-    frozen_fenced_on(e->a, e->b, lock, sku);
+    lse_frozen_fenced(e->a, e->b, lock, sku);
 }
 
 static void frozen_unfenced(struct lse_env *e, const char *lock)
@@ -212,7 +54,7 @@ static void frozen_unfenced(struct lse_env *e, const char *lock)
     long long sold, remaining;
     char sku[32];
     snprintf(sku, sizeof sku, "fz-%s-0", lock);
-    int a = frozen_holder(e->a, e->b, lock, sku, false, &sold, &remaining, NULL);
+    int a = lse_frozen_holder(e->a, e->b, lock, sku, false, &sold, &remaining, NULL);
     /* the lab's demonstration: both holders sold the one unit */
     assert_int_equal(a, 201);
     assert_int_equal(sold, 2);
@@ -281,7 +123,7 @@ static void restart_double_grant(struct lse_env *e, const char *lock)
     long long sold, remaining;
     char sku[32];
     snprintf(sku, sizeof sku, "rr-%s-1", lock);
-    int st = frozen_holder(e->a, e->b, lock, sku, true, &sold, &remaining, e);
+    int st = lse_frozen_holder(e->a, e->b, lock, sku, true, &sold, &remaining, e);
     assert_int_equal(st, 409);
     assert_int_equal(sold, 1);
     assert_int_equal(remaining, 0);
@@ -291,7 +133,7 @@ static void restart_double_grant(struct lse_env *e, const char *lock)
     assert_true(h_stat(pa, NULL, "fenced_rejections") > fenced);
     settle(e, lock);
     snprintf(sku, sizeof sku, "rr-%s-0", lock);
-    st = frozen_holder(e->a, e->b, lock, sku, false, &sold, &remaining, e);
+    st = lse_frozen_holder(e->a, e->b, lock, sku, false, &sold, &remaining, e);
     assert_int_equal(st, 201);
     assert_int_equal(sold, 2);
     settle(e, lock);
@@ -507,7 +349,7 @@ static void test_cluster_store_redlock(void **state)
     assert_non_null(a);
     assert_non_null(b);
     lse_sell_out_on(a, b, "redlock", "lc-sell", true);
-    frozen_fenced_on(a, b, "redlock", "lc-frozen");
+    lse_frozen_fenced(a, b, "redlock", "lc-frozen");
     /* a multi-segment order: its plan claimed, one fenced deduction per part */
     int pa = h_svc_port(a), pb = h_svc_port(b);
     assert_int_equal(lse_put_sku(pa, "lc-multi",

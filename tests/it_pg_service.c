@@ -71,10 +71,10 @@ static void test_migrate_command(void **state)
     for (int k = 0; k < 2; k++) {
         char *out = NULL;
         assert_int_equal(h_run_cmd(argv, NULL, 20000, &out, NULL), 0);
-        assert_non_null(strstr(out, "schema at version 5"));
+        assert_non_null(strstr(out, "schema at version 6"));
         free(out);
     }
-    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 5);
+    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 6);
     const char *redis[] = {bin, "--migrate", NULL};
     assert_int_equal(h_run_cmd(redis, NULL, 20000, NULL, NULL), 2);
     const char *bad[] = {bin, "--store", "mysql://x", "--check-config", NULL};
@@ -451,22 +451,25 @@ static void test_health_names_the_store(void **state)
     assert_null(strstr(r.body, "inventory_redis_up"));
     h_resp_free(&r);
     /* the dashboard's comparison offers PostgreSQL's strategies: its three lock
-     * schemes (row the default) and atomic */
+     * schemes (row the default), the lock services it fences (not started with any
+     * here: unavailable) and atomic */
     assert_int_equal(h_req(port, "GET", "/ui/config.json", NULL, NULL, &r), 200);
     j = json_loads(r.body, 0, NULL);
     h_resp_free(&r);
     assert_non_null(j);
     assert_string_equal(json_string_value(json_object_get(j, "store")), "postgres");
     json_t *st = json_object_get(j, "strategies");
-    static const char *const locks[] = {"row", "lease", "optimistic"};
-    assert_int_equal(json_array_size(st), 4);
-    for (size_t i = 0; i < 4; i++) {
+    static const char *const locks[] = {"row",       "lease",     "optimistic", "redlock",
+                                        "memcached", "zookeeper", NULL};
+    assert_int_equal(json_array_size(st), 7);
+    for (size_t i = 0; i < 7; i++) {
         json_t *s = json_array_get(st, i);
         assert_string_equal(json_string_value(json_object_get(s, "mode")),
-                            i < 3 ? "lock" : "atomic");
-        if (i < 3)
+                            locks[i] != NULL ? "lock" : "atomic");
+        if (locks[i] != NULL)
             assert_string_equal(json_string_value(json_object_get(s, "lock")), locks[i]);
-        assert_true(json_is_true(json_object_get(s, "available")));
+        assert_true(json_is_boolean(json_object_get(s, "available")));
+        assert_int_equal(json_is_true(json_object_get(s, "available")), i < 3 || i == 6);
     }
     json_decref(j);
     assert_int_equal(h_svc_stop_clean(svc), 0);

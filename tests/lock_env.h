@@ -55,6 +55,22 @@ void lse_sell(int idx, void *arg);
  * exactly, every sale under a lock of the service's. */
 void lse_sell_out_on(h_svc *a, h_svc *b, const char *lock, const char *sku, bool ids);
 
+/* The frozen holders (it_lock_faults; it_pg_locks on the PostgreSQL store), on any two
+ * instances a, b of one store and lock services (started with --lab):
+ * lse_frozen_holder: SKU `sku` of 1 unit on 1 segment locked by `lock` (HOLD_MS,
+ * "fencing": `fencing`); A takes the lock and is frozen (SIGSTOP) while it holds, B
+ * sells the unit once the service lets A's lock go (`restart`: the service restarted
+ * meanwhile, RedLock's two masters or memcached), A resumed sends its write. Returns
+ * A's answer; *sold and *remaining as GET /admin/skus has them after.
+ * lse_frozen_fenced: that with fencing: A answered 409, sold 1, remaining 0, A's
+ * fenced_rejections grew (the store refused its fence).
+ * lse_frozen_multi: SKU `sku` of 2 units on 2 segments, A frozen holding both for an
+ * order of 2, B sells them, A's write fenced: A 409, sold 2, fenced_rejections grew. */
+int lse_frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku, bool fencing,
+                      long long *sold, long long *remaining, struct lse_env *restart);
+void lse_frozen_fenced(h_svc *a, h_svc *b, const char *lock, const char *sku);
+void lse_frozen_multi(h_svc *a, h_svc *b, const char *lock, const char *sku);
+
 /* How many keys of `r` match `pattern` (SCAN); -1 on error. */
 long long lse_count_keys(h_redis *r, const char *pattern);
 

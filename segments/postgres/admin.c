@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/postgres/fence.h"
 #include "segments/postgres/holds.h"
 #include "segments/postgres/spread.h"
 #include "segments/postgres/store.h"
@@ -170,7 +171,8 @@ static int ping(admin *a)
 
 /* The settings columns a read selects (in meta_row's order), of table skus. */
 #define META_COLS                                                                        \
-    "segments, mode, lock, hold_ms, initial, epoch, gen, rebalance, replicated, batch"
+    "segments, mode, lock, hold_ms, initial, epoch, gen, rebalance, replicated, batch,"  \
+    " unfenced"
 
 /* Row `row` of r, from column col0 on (META_COLS), into *m and lock. */
 static void meta_row(const PGresult *r, int row, int col0, struct store_meta *m,
@@ -185,8 +187,11 @@ static void meta_row(const PGresult *r, int row, int col0, struct store_meta *m,
         .rebalance = strcmp(PQgetvalue(r, row, col0 + 7), "t") == 0,
         .replicated = strcmp(PQgetvalue(r, row, col0 + 8), "t") == 0,
         .batch = (int)cell(r, row, col0 + 9),
+        .unfenced = strcmp(PQgetvalue(r, row, col0 + 10), "t") == 0,
     };
     snprintf(m->mode, sizeof m->mode, "%s", PQgetvalue(r, row, col0 + 1));
+    snprintf(m->lock, sizeof m->lock, "%s",
+             pgf_lock_service(PQgetvalue(r, row, col0 + 2)));
     snprintf(lock, 16, "%s", PQgetvalue(r, row, col0 + 2));
 }
 
@@ -260,7 +265,7 @@ static int segments_read(admin *a, const char *sku, const char *placed, int n,
             " LEFT JOIN firsts ON firsts.seg = i.seg LEFT JOIN held ON held.seg = i.seg"
             " LEFT JOIN meta ON true",
             4, p);
-    if (r == NULL || !ok(r) || PQntuples(r) != n || PQnfields(r) != 16) {
+    if (r == NULL || !ok(r) || PQntuples(r) != n || PQnfields(r) != 17) {
         if (r != NULL)
             PQclear(r);
         return -1;
@@ -479,7 +484,9 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
     return answer(a, STORE_OK, gen, out);
 }
 
-static const char *const locks[] = {"row", "lease", "optimistic", NULL};
+/* This store's schemes, then the lock services it fences (fence.h). */
+static const char *const locks[] = {"row",       "lease",     "optimistic", "redlock",
+                                    "memcached", "zookeeper", NULL};
 
 const char *const *pga_locks(void)
 {
@@ -544,19 +551,23 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
                         ep,
                         to->rebalance ? "true" : "false",
                         to->replicated ? "true" : "false",
-                        batch};
+                        batch,
+                        to->unfenced ? "true" : "false"};
     const char *split[] = {sku, stock, segs};
     if (step(
             a,
             "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
-            " rebalance, replicated, batch) VALUES ($1, $2::int, $3::bigint, $4, $5,"
-            " $6::int, $7::bigint, $7::bigint, $8::boolean, $9::boolean, $10::int)"
+            " rebalance, replicated, batch, unfenced) VALUES ($1, $2::int, $3::bigint, "
+            "$4,"
+            " $5, $6::int, $7::bigint, $7::bigint, $8::boolean, $9::boolean, $10::int,"
+            " $11::boolean)"
             " ON CONFLICT (sku) DO UPDATE SET"
             " segments = excluded.segments, initial = excluded.initial,"
             " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
             " epoch = excluded.epoch, gen = excluded.gen, rebalance = excluded.rebalance,"
-            " replicated = excluded.replicated, batch = excluded.batch",
-            10, up, NULL) != 0 ||
+            " replicated = excluded.replicated, batch = excluded.batch,"
+            " unfenced = excluded.unfenced",
+            11, up, NULL) != 0 ||
         step(a, "DELETE FROM segments WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/postgres/fence.h"
 #include "segments/postgres/handle.h"
 #include "segments/postgres/holds.h"
 #include "base/clock.h"
@@ -52,7 +53,7 @@ static void later_int(struct pg_store *s, store_int_fn fn, void *arg, int value)
 static unsigned caps(const store *s)
 {
     (void)s;
-    return STORE_CAP_MULTI_ONE | STORE_CAP_KEEP | STORE_CAP_BATCH;
+    return STORE_CAP_MULTI_ONE | STORE_CAP_KEEP | STORE_CAP_BATCH | STORE_CAP_FENCE;
 }
 
 static void store_free(store *st)
@@ -106,8 +107,10 @@ static void on_meta(void *arg, int rc, PGresult *const *res, int n)
             .rebalance = strcmp(PQgetvalue(r, 0, 8), "t") == 0, /* adjust: spread.c */
             .replicated = strcmp(PQgetvalue(r, 0, 7), "t") == 0,
             .batch = (int)pgb_cell(r, 0, 9),
+            .unfenced = strcmp(PQgetvalue(r, 0, 10), "t") == 0,
         };
         snprintf(m.mode, sizeof m.mode, "%s", PQgetvalue(r, 0, 1));
+        snprintf(m.lock, sizeof m.lock, "%s", pgf_lock_service(PQgetvalue(r, 0, 2)));
         pgb_scheme_set(k->s, k->sku, PQgetvalue(r, 0, 2));
         k->fn.meta(k->arg, 0, 1, &m);
     }
@@ -121,7 +124,7 @@ static void meta_read(store *st, const char *sku, store_meta_fn fn, void *arg)
     const char *p[] = {sku};
     const struct pgc_stmt q = {
         "SELECT segments, mode, lock, hold_ms, initial, epoch, gen,"
-        " replicated, rebalance, batch FROM skus WHERE sku = $1",
+        " replicated, rebalance, batch, unfenced FROM skus WHERE sku = $1",
         1, p};
     pgc_call(self(st)->plain, 0, PGC_PREPARE, &q, 1, on_meta, k);
 }
@@ -488,8 +491,12 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
                    const char *record, long long until, bool keep, store_reply_fn fn,
                    void *arg)
 {
-    (void)epoch, (void)fence, (void)attempt, (void)until;
+    (void)attempt, (void)until;
     struct pg_store *s = self(st);
+    if (token[0] == '\0' && fence != STORE_NO_FENCE) { /* a lock service's hold */
+        pgf_deduct(s, sku, epoch, i, fence, id, qty, record, fn, arg);
+        return true;
+    }
     struct call *k = pgb_call_new(s, arg, sku);
     k->fn.reply = fn;
     k->seg = i;
@@ -552,6 +559,7 @@ static const struct store_ops pg_ops = {
     .stocks_read = stocks_read,
     .find_order = find_order,
     .acquire = acquire,
+    .hold = pgf_hold,
     .lock = lock,
     .renew = renew,
     .release = release,

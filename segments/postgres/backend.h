@@ -16,6 +16,9 @@
  *              version (a lost race answers FENCED: the next segment, another round);
  *              keep carries the new version to the next holder.
  *   atomic     one conditional UPDATE.
+ *   redlock, memcached, zookeeper   a lock service's (STORE_CAP_FENCE): hold registers
+ *              the hold's fence per segment, the deductions refuse a lower one
+ *              (fence.h); acquire, lock, renew and release are not called.
  * Every deduction writes its order row in the same statement (the primary key makes
  * an id sell once: EXISTS with the record). deduct_multi is one statement, all or
  * nothing (STORE_CAP_MULTI_ONE). wait answers 1 at once: a COMMIT answered is durable.

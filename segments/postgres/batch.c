@@ -238,7 +238,9 @@ bool pgb_deduct_batch(store *st, const char *sku, long long epoch, int i,
                       const char *token, long long fence, int n,
                       const struct store_batch_order *o, store_batch_fn fn, void *arg)
 {
-    (void)fence;
+    if (fence != STORE_NO_FENCE)
+        return false; /* a lock service's holds sell one order each (the engine sends
+                         them no batch): this statement checks no fence */
     struct pg_store *s = (struct pg_store *)st;
     struct bcall *b = seg_calloc(1, sizeof *b);
     b->fn = fn;

@@ -1,5 +1,6 @@
 /* multi.c -- the PostgreSQL store's deduction over several segments: one statement,
  * all or nothing (store.h deduct_multi). */
+#include "segments/postgres/fence.h"
 #include "segments/postgres/handle.h"
 
 #include <stdio.h>
@@ -144,6 +145,10 @@ void pgb_deduct_multi(store *st, const char *sku, long long epoch, const char *i
 {
     (void)attempt;
     struct pg_store *s = (struct pg_store *)st;
+    if (p->fence != NULL) { /* a lock service's holds: their fences checked */
+        pgf_deduct_multi(s, sku, epoch, id, record, p, fn, arg);
+        return;
+    }
     struct call *k = pgb_call_new(s, arg, sku);
     k->fn.multi = fn;
     k->n = p->n;

@@ -5,7 +5,7 @@
  * Schema (created and upgraded by pgs_migrate, schema.c; a database of its own):
  *   schema_version(version)                      the last migration applied
  *   skus(sku PK, segments, initial, mode, lock, hold_ms, epoch)   a SKU's settings
- *   segments(sku, seg, stock >= 0, version, lease_token, lease_until, fence)
+ *   segments(sku, seg, stock >= 0, version, lease_token, lease_until, fence, svc_fence)
  *                                                 PK (sku, seg): one row per segment
  *   orders(order_id PK, sku, seg, qty > 0, record, created_at)    one row per sale
  * The CHECK (stock >= 0) is the last word on overselling, whatever a caller does; the
