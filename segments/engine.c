@@ -580,7 +580,11 @@ static void round_begin(struct ord *o)
         /* The loop took a newer generation (a rebalance, a restock) since this order
          * read its view: the stocks it would note now are dropped (ltab_note_stock),
          * and orders that learn nothing from their rounds go round until their
-         * deadline. Take the loop's view first. */
+         * deadline. Take the loop's view first, the claim handed to it passed on (the
+         * view is read afresh, or fails: a claim kept across it could be left). */
+        if (o->handed >= 0)
+            ltab_unclaim(o->s, o->handed);
+        o->handed = -1;
         view(o);
         return;
     }
