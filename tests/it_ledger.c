@@ -464,6 +464,58 @@ static void test_gone_segment_leaves_no_keys(void **state)
                      2);
 }
 
+/* The sales of `pattern` (SQL LIKE) in the ledger once the sinks had up to `ms`:
+ * the last count. */
+static long long wait_sales(struct env *e, const char *pattern, long long want, int ms)
+{
+    long long n = -1;
+    for (int waited = 0; waited <= ms && n != want; waited += 100) {
+        if (waited > 0)
+            usleep(100 * 1000);
+        n = scalar(e,
+                   "SELECT count(*) FROM ledger.order_events"
+                   " WHERE sku LIKE '%s' AND kind = 'sale'",
+                   pattern);
+    }
+    return n;
+}
+
+/* Issue 24: a SKU whose whole life (create, sales answered 201, DELETE), or a
+ * segment's (sales, then a reset to fewer segments), falls between two of a sink's
+ * readings of the SKU list (one a second) still has its sales in the ledger, and
+ * leaves no key behind. Four of each, each life a few ms, so that no sink can happen
+ * to list them all; 10 s is far more than a drain takes (a pass every 200 ms). */
+static void test_short_life_drained(void **state)
+{
+    struct env *e = *state;
+    int port = h_svc_port(e->a);
+    char sku[32];
+    struct h_resp r;
+    for (int k = 0; k < 4; k++) {
+        snprintf(sku, sizeof sku, "lsd%d", k);
+        assert_int_equal(h_put_sku(port, NULL, sku, 100, 2, "lock", 0), 0);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(h_order(port, sku, 1, NULL, NULL), 201);
+        char path[64];
+        snprintf(path, sizeof path, "/admin/skus/%s", sku);
+        assert_int_equal(h_req(port, "DELETE", path, NULL, NULL, &r), 200);
+        h_resp_free(&r);
+        snprintf(sku, sizeof sku, "lsr%d", k);
+        assert_int_equal(h_put_sku(port, NULL, sku, 100, 4, "lock", 0), 0);
+        for (int i = 0; i < 8; i++)
+            assert_int_equal(h_order(port, sku, 1, NULL, NULL), 201);
+        assert_int_equal(h_put_sku(port, NULL, sku, 100, 1, "lock", 0), 0); /* shrink */
+    }
+    assert_int_equal(wait_sales(e, "lsd%", 12, 10000), 12);
+    assert_int_equal(wait_sales(e, "lsr%", 32, 10000), 32);
+    assert_int_equal(wait_keys_gone(e, "inv:{lsd*", 10000), 0);
+    assert_int_equal(wait_keys_gone(e, "inv:{lsr*:[123]}*", 10000), 0);
+    for (int k = 0; k < 4; k++) {
+        snprintf(sku, sizeof sku, "lsr%d", k);
+        assert_once(e, sku, 8);
+    }
+}
+
 /* PostgreSQL stopped under load, then back: every sale copied once. */
 static void test_postgres_down_and_back(void **state)
 {
@@ -738,6 +790,42 @@ static void test_failover_copies_only_replicated(void **state)
     json_decref(j);
 }
 
+/* Issue 24 on a cluster: a SKU created, sold from and deleted between two readings
+ * of the SKU list (each segment's registry is in that segment's slot, the slots
+ * listed in inv:ledger:slots), and one shrunk right after its sales: every sale in
+ * the ledger. */
+static void test_short_life_drained_cluster(void **state)
+{
+    struct cenv *e = *state;
+    int port = h_svc_port(e->svc);
+    struct h_resp r;
+    for (int k = 0; k < 3; k++) {
+        char sku[32], path[64];
+        snprintf(sku, sizeof sku, "lcd%d", k);
+        assert_int_equal(h_put_sku(port, NULL, sku, 100, 3, "lock", 0), 0);
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(h_order(port, sku, 1, NULL, NULL), 201);
+        snprintf(path, sizeof path, "/admin/skus/%s", sku);
+        assert_int_equal(h_req(port, "DELETE", path, NULL, NULL, &r), 200);
+        h_resp_free(&r);
+        snprintf(sku, sizeof sku, "lcr%d", k);
+        assert_int_equal(h_put_sku(port, NULL, sku, 100, 3, "lock", 0), 0);
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(h_order(port, sku, 1, NULL, NULL), 201);
+        assert_int_equal(h_put_sku(port, NULL, sku, 100, 1, "lock", 0), 0);
+    }
+    long long n = -1, m = -1;
+    for (int waited = 0; waited <= 10000 && (n != 12 || m != 18); waited += 100) {
+        h_sleep_ms(100);
+        n = h_pg_scalar(e->pg, "SELECT count(*) FROM ledger.order_events"
+                               " WHERE sku LIKE 'lcd%' AND kind = 'sale'");
+        m = h_pg_scalar(e->pg, "SELECT count(*) FROM ledger.order_events"
+                               " WHERE sku LIKE 'lcr%' AND kind = 'sale'");
+    }
+    assert_int_equal(n, 12);
+    assert_int_equal(m, 18);
+}
+
 int main(void)
 {
     const char *down = getenv("LEDGER_PG_DOWN_S");
@@ -750,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_reset_forgets_ledger_orders),
         cmocka_unit_test(test_no_ledger_no_events),
         cmocka_unit_test(test_gone_segment_leaves_no_keys),
+        cmocka_unit_test(test_short_life_drained),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_postgres_down_under_load),
         cmocka_unit_test(test_sinks_killed_mid_batch),
@@ -757,6 +846,7 @@ int main(void)
     int failed =
         cmocka_run_group_tests_name("ledger", tests, group_setup, group_teardown);
     const struct CMUnitTest cluster[] = {
+        cmocka_unit_test(test_short_life_drained_cluster),
         cmocka_unit_test(test_failover_copies_only_replicated),
     };
     failed += cmocka_run_group_tests_name("ledger_cluster", cluster, cluster_setup,

@@ -1,6 +1,7 @@
 /* evstream.c -- the ledger sink's reads and acknowledgements of the ledger streams. */
 #include "segments/redis/evstream.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,93 @@ static int parse_entries(const redisReply *e, struct rd_event **out, int *n)
     return 0;
 }
 
+/* Parse field "placed:i" of the registry, durability `d`, into `e`: 0 or -1. */
+static int parse_segment(const redisReply *f, const redisReply *d,
+                         struct rd_ev_segment *e)
+{
+    if (f->type != REDIS_REPLY_STRING || d->type != REDIS_REPLY_STRING)
+        return -1;
+    const char *colon = strrchr(f->str, ':');
+    size_t plen = colon != NULL ? (size_t)(colon - f->str) : 0;
+    if (plen == 0 || plen >= sizeof e->placed || colon[1] < '0' || colon[1] > '9')
+        return -1;
+    memset(e, 0, sizeof *e);
+    memcpy(e->placed, f->str, plen);
+    size_t slen = strcspn(e->placed, "/");
+    if (slen >= sizeof e->sku)
+        return -1;
+    memcpy(e->sku, e->placed, slen);
+    e->i = atoi(colon + 1);
+    e->replicated = strcmp(d->str, "replicated") == 0;
+    return 0;
+}
+
+/* The slots whose registries may have a field, into *slots (malloc'd): how many, or
+ * -1. Standalone: slot 0 alone. */
+static int registry_slots(rd_conn *c, int **slots)
+{
+    if (!rd_conn_cluster(c)) {
+        *slots = seg_calloc(1, sizeof **slots);
+        return 1;
+    }
+    struct rd_cmd cmd;
+    cmd_plain(&cmd, "SMEMBERS");
+    cmd_key(&cmd, seg_key_ledger_slots());
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return -1;
+    }
+    int n = 0;
+    *slots = seg_calloc(r->elements + 1, sizeof **slots);
+    for (size_t j = 0; j < r->elements; j++) {
+        long long s = to_ll(r->element[j]);
+        if (s >= 0 && s < 16384)
+            (*slots)[n++] = (int)s;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+int rd_ev_segments(rd_conn *c, int max, struct rd_ev_segment **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    int *slots;
+    int nslots = registry_slots(c, &slots);
+    if (nslots < 0)
+        return -1;
+    struct rd_ev_segment *seg = NULL;
+    int count = 0, rc = 0;
+    for (int k = 0; k < nslots && rc == 0; k++) {
+        char key[SEG_KEY_MAX];
+        struct rd_cmd cmd;
+        cmd_plain(&cmd, "HGETALL");
+        cmd_key(&cmd, seg_key_ledger_streams(key, slots[k]));
+        redisReply *r = store_call(c, &cmd);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+            rc = -1;
+        } else {
+            seg = seg_realloc(seg, sizeof *seg * ((size_t)count + r->elements / 2 + 1));
+            for (size_t j = 0; j + 1 < r->elements && count < max; j += 2) {
+                if (parse_segment(r->element[j], r->element[j + 1], &seg[count]) == 0)
+                    count++;
+            }
+        }
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    free(slots);
+    if (rc != 0) {
+        free(seg);
+        return -1;
+    }
+    *out = seg;
+    *n = count;
+    return 0;
+}
+
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog)
 {
@@ -95,15 +183,21 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     *out = NULL;
     *n = 0;
     cmd_script(&cmd, SCRIPT_EV_READ);
-    cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
+    seg_key_ledger_events(key, placed, i);
+    int slot = rd_conn_cluster(c) ? rd_key_slot(key, strlen(key)) : 0;
+    cmd_key(&cmd, key);
     cmd_key(&cmd, seg_key_retire(key, placed, i));
     cmd_key(&cmd, seg_key_orders(key, placed, i));
     cmd_key(&cmd, seg_key_parts(key, placed, i));
     cmd_key(&cmd, seg_key_cancelled(key, placed, i));
     cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
+    cmd_key(&cmd, seg_key_ledger_streams(key, slot));
     cmd_arg(&cmd, consumer);
     cmd_argll(&cmd, max);
     cmd_argll(&cmd, idle_ms);
+    char field[RD_SKU_PLACED_MAX + 16];
+    snprintf(field, sizeof field, "%s:%d", placed, i);
+    cmd_arg(&cmd, field);
     redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;
