@@ -34,6 +34,7 @@ struct ledger {
     inv_conn *c;      /* the thread's, made on its first pass */
     pgl *pg;          /* the thread's, made on its first pass */
     long long listed; /* the thread's: when it last read the registry */
+    bool adopted;     /* the thread's: every SKU's flagged segments named (adopt) */
     pgl *reads;       /* ledger_order / ledger_reconcile, under mu_reads */
     pthread_mutex_t mu_reads;
     char *conninfo;
@@ -45,6 +46,36 @@ struct ledger {
     bool failing; /* the thread's: the last copy failed (logged once) */
     _Atomic long long copied, batches, failures, retained, backlog, lag_ms;
 };
+
+/* Once, when the sink starts: every segment of every SKU whose ledger flag is set
+ * is named in the registry if it is not (one flagged by a version before the
+ * registry, or its entry lost), so its stream is drained. 0, or -1 (again next pass). */
+static int adopt(rd_conn *rd)
+{
+    char **names = NULL;
+    size_t n = 0;
+    if (rd_skus_list(rd, &names, &n) != 0)
+        return -1;
+    int rc = 0, named = 0;
+    for (size_t j = 0; j < n; j++) {
+        struct rd_meta m;
+        int found = rc == 0 ? rd_meta_read(rd, names[j], &m) : 0;
+        if (found < 0)
+            rc = -1;
+        if (found > 0 && m.segments > 0) {
+            char placed[RD_SKU_PLACED_MAX];
+            rd_sku_placed(placed, names[j], m.salt);
+            int got = rd_ev_adopt(rd, placed, m.segments, m.replicated);
+            rc = got < 0 ? -1 : rc;
+            named += got > 0 ? got : 0;
+        }
+        free(names[j]);
+    }
+    free(names);
+    if (named > 0)
+        log_info("ledger: %d segments with a ledger named in its registry", named);
+    return rc;
+}
 
 /* Read the registry into `known` (kept as it was when Redis did not answer). */
 static void refresh(ledger *l, rd_conn *rd)
@@ -128,6 +159,8 @@ static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
 {
     long long now = base_now_ms();
     if (now - *listed >= LIST_MS) {
+        if (!l->adopted)
+            l->adopted = adopt(rd) == 0;
         refresh(l, rd);
         *listed = now;
     }

@@ -7,6 +7,7 @@
 
 #include "base/xalloc.h"
 #include "segments/redis/keys.h"
+#include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
 #include "segments/redis/store.h"
 
@@ -175,6 +176,46 @@ int rd_ev_segments(rd_conn *c, int max, struct rd_ev_segment **out, int *n)
     return 0;
 }
 
+/* The ledger's registry of the slot of segment i of `placed` (standalone: slot 0's)
+ * into buf (SEG_KEY_MAX), and the segment's field there into field (fieldlen). */
+static const char *registry_of(rd_conn *c, char *buf, const char *placed, int i,
+                               char *field, size_t fieldlen)
+{
+    seg_key_ledger_events(buf, placed, i);
+    int slot = rd_conn_cluster(c) ? rd_key_slot(buf, strlen(buf)) : 0;
+    snprintf(field, fieldlen, "%s:%d", placed, i);
+    return seg_key_ledger_streams(buf, slot);
+}
+
+int rd_ev_adopt(rd_conn *c, const char *placed, int segments, bool replicated)
+{
+    struct rd_cmd cmd;
+    redisReply *r;
+    if (rd_conn_cluster(c)) {
+        proto_ledger_slots(&cmd, placed, segments);
+        if ((r = store_call(c, &cmd)) == NULL)
+            return -1;
+        freeReplyObject(r);
+    }
+    int named = 0;
+    for (int i = 0; i < segments; i++) {
+        char key[SEG_KEY_MAX], field[RD_SKU_PLACED_MAX + 16];
+        cmd_script(&cmd, SCRIPT_EV_ADOPT);
+        cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
+        cmd_key(&cmd, registry_of(c, key, placed, i, field, sizeof field));
+        cmd_arg(&cmd, field);
+        cmd_arg(&cmd, replicated ? "replicated" : "async");
+        if ((r = store_call(c, &cmd)) == NULL)
+            return -1;
+        bool ok = r->type == REDIS_REPLY_INTEGER;
+        named += ok && r->integer == 1;
+        freeReplyObject(r);
+        if (!ok)
+            return -1;
+    }
+    return named;
+}
+
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog)
 {
@@ -183,20 +224,17 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     *out = NULL;
     *n = 0;
     cmd_script(&cmd, SCRIPT_EV_READ);
-    seg_key_ledger_events(key, placed, i);
-    int slot = rd_conn_cluster(c) ? rd_key_slot(key, strlen(key)) : 0;
-    cmd_key(&cmd, key);
+    cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
     cmd_key(&cmd, seg_key_retire(key, placed, i));
     cmd_key(&cmd, seg_key_orders(key, placed, i));
     cmd_key(&cmd, seg_key_parts(key, placed, i));
     cmd_key(&cmd, seg_key_cancelled(key, placed, i));
     cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
-    cmd_key(&cmd, seg_key_ledger_streams(key, slot));
+    char field[RD_SKU_PLACED_MAX + 16];
+    cmd_key(&cmd, registry_of(c, key, placed, i, field, sizeof field));
     cmd_arg(&cmd, consumer);
     cmd_argll(&cmd, max);
     cmd_argll(&cmd, idle_ms);
-    char field[RD_SKU_PLACED_MAX + 16];
-    snprintf(field, sizeof field, "%s:%d", placed, i);
     cmd_arg(&cmd, field);
     redisReply *r = store_call(c, &cmd);
     if (r == NULL)

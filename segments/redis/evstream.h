@@ -47,6 +47,12 @@ struct rd_ev_segment {
  * and the flag gone, whatever happened to its SKU in between. */
 int rd_ev_segments(rd_conn *c, int max, struct rd_ev_segment **out, int *n);
 
+/* EV_ADOPT: segments 0..segments-1 of `placed`, each named in the registry of its
+ * slot when its ledger flag is set and it is not named yet (a segment flagged before
+ * the registry, or its entry lost); on a cluster their slots added to the slot index
+ * first. How many were named now, or -1. */
+int rd_ev_adopt(rd_conn *c, const char *placed, int segments, bool replicated);
+
 /* Free what rd_ev_read gave. */
 void rd_ev_free(struct rd_event *ev, int n);
 
