@@ -24,18 +24,8 @@
  * soon as it had copied anything copied a few events per batch, and its reads,
  * acknowledgements and TTLs cost Redis more per order than the order itself. */
 #define PERIOD_MS 200
-#define LIST_MS 1000    /* the SKU list read this often */
-#define KNOWN_MAX 65536 /* SKUs followed at most (bounded by the catalogue) */
-
-/* A SKU the thread follows: its segments' streams are drained while it exists, and
- * once more after it is gone (its last events, a delete's). */
-struct known {
-    char sku[SEG_NAME_MAX + 1];
-    char placed[RD_SKU_PLACED_MAX];
-    int segments; /* the most it had while followed: a shrunk SKU's streams drained */
-    bool replicated;
-    bool alive; /* in the SKU list at the last read */
-};
+#define LIST_MS 1000    /* the registry read this often */
+#define KNOWN_MAX 65536 /* segments followed at most */
 
 struct ledger {
     inv *v;
@@ -43,81 +33,69 @@ struct ledger {
     periodic *thread; /* the sink; NULL when reads_only */
     inv_conn *c;      /* the thread's, made on its first pass */
     pgl *pg;          /* the thread's, made on its first pass */
-    long long listed; /* the thread's: when it last read the SKU list */
+    long long listed; /* the thread's: when it last read the registry */
+    bool adopted;     /* the thread's: every SKU's flagged segments named (adopt) */
     pgl *reads;       /* ledger_order / ledger_reconcile, under mu_reads */
     pthread_mutex_t mu_reads;
     char *conninfo;
     char consumer[48];
-    struct known *known; /* the thread's own, sorted by name after each refresh */
+    /* The thread's own: the segments the ledger's registry named at its last read
+     * (evstream.h rd_ev_segments), each drained at every pass. */
+    struct rd_ev_segment *known;
     int nknown;
     bool failing; /* the thread's: the last copy failed (logged once) */
     _Atomic long long copied, batches, failures, retained, backlog, lag_ms;
 };
 
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(((const struct known *)a)->sku, ((const struct known *)b)->sku);
-}
-
-/* The index of `sku` among known[0..sorted), which is sorted, or -1. */
-static int find_known(ledger *l, int sorted, const char *sku)
-{
-    if (sorted == 0)
-        return -1; /* known may be NULL: bsearch must not see it */
-    struct known key;
-    snprintf(key.sku, sizeof key.sku, "%s", sku);
-    const struct known *k =
-        bsearch(&key, l->known, (size_t)sorted, sizeof *l->known, by_name);
-    return k != NULL ? (int)(k - l->known) : -1;
-}
-
-/* Read the SKU list and their settings into `known`: 0 or -1. */
-static int refresh(ledger *l, rd_conn *rd)
+/* Once, when the sink starts: every segment of every SKU whose ledger flag is set
+ * is named in the registry if it is not (one flagged by a version before the
+ * registry, or its entry lost), so its stream is drained. 0, or -1 (again next pass). */
+static int adopt(rd_conn *rd)
 {
     char **names = NULL;
     size_t n = 0;
     if (rd_skus_list(rd, &names, &n) != 0)
         return -1;
-    for (int i = 0; i < l->nknown; i++)
-        l->known[i].alive = false;
-    int sorted = l->nknown; /* the new ones go after, each name once (a set) */
+    int rc = 0, named = 0;
     for (size_t j = 0; j < n; j++) {
         struct rd_meta m;
-        if (rd_meta_read(rd, names[j], &m) == 1 && m.segments > 0) {
-            int k = find_known(l, sorted, names[j]);
-            if (k < 0 && l->nknown < KNOWN_MAX) {
-                k = l->nknown++;
-                l->known = seg_realloc(l->known, sizeof *l->known * (size_t)l->nknown);
-                memset(&l->known[k], 0, sizeof l->known[k]);
-                snprintf(l->known[k].sku, sizeof l->known[k].sku, "%s", names[j]);
-            }
-            if (k >= 0) {
-                struct known *e = &l->known[k];
-                char placed[RD_SKU_PLACED_MAX];
-                rd_sku_placed(placed, names[j], m.salt);
-                if (strcmp(placed, e->placed) != 0)
-                    e->segments = 0; /* placed anew: the old tags are another SKU's */
-                snprintf(e->placed, sizeof e->placed, "%s", placed);
-                if (m.segments > e->segments)
-                    e->segments = m.segments;
-                e->replicated = m.replicated;
-                e->alive = true;
-            }
+        int found = rc == 0 ? rd_meta_read(rd, names[j], &m) : 0;
+        if (found < 0)
+            rc = -1;
+        if (found > 0 && m.segments > 0) {
+            char placed[RD_SKU_PLACED_MAX];
+            rd_sku_placed(placed, names[j], m.salt);
+            int got = rd_ev_adopt(rd, placed, m.segments, m.replicated);
+            rc = got < 0 ? -1 : rc;
+            named += got > 0 ? got : 0;
         }
         free(names[j]);
     }
     free(names);
-    if (l->nknown > 0)
-        qsort(l->known, (size_t)l->nknown, sizeof *l->known, by_name);
-    return 0;
+    if (named > 0)
+        log_info("ledger: %d segments with a ledger named in its registry", named);
+    return rc;
 }
 
-/* Copy one batch of segment i of `e`: 1 copied a full batch (more may wait), 0
+/* Read the registry into `known` (kept as it was when Redis did not answer). */
+static void refresh(ledger *l, rd_conn *rd)
+{
+    struct rd_ev_segment *seg;
+    int n;
+    if (rd_ev_segments(rd, KNOWN_MAX, &seg, &n) != 0)
+        return;
+    free(l->known);
+    l->known = seg;
+    l->nknown = n;
+}
+
+/* Copy one batch of segment `e`: 1 copied a full batch (more may wait), 0
  * copied less or nothing, -1 failed (the batch stays pending with this reader). *backlog,
  * *oldest: the stream's length and the oldest entry read (wall ms), for the lag. */
-static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct known *e, int i,
+static int copy_segment(ledger *l, rd_conn *rd, pgl *pg, const struct rd_ev_segment *e,
                         long long *backlog, long long *oldest)
 {
+    int i = e->i;
     struct rd_event *ev;
     int n;
     long long len = 0;
@@ -176,33 +154,24 @@ out:
     return rc;
 }
 
-/* One pass over every segment of every SKU followed: true when more may be waiting. */
+/* One pass over every segment the registry named: true when more may be waiting. */
 static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
 {
     long long now = base_now_ms();
-    if (now - *listed >= LIST_MS && refresh(l, rd) == 0)
+    if (now - *listed >= LIST_MS) {
+        if (!l->adopted)
+            l->adopted = adopt(rd) == 0;
+        refresh(l, rd);
         *listed = now;
-    bool more = false, removed = false;
+    }
+    bool more = false;
     long long backlog = 0, oldest = 0;
     for (int k = 0; k < l->nknown; k++) {
-        const struct known *e = &l->known[k];
-        long long before = backlog;
-        bool failed = false;
-        for (int i = 0; i < e->segments; i++) {
-            int rc = copy_segment(l, rd, pg, e, i, &backlog, &oldest);
-            more |= rc > 0;
-            if (rc < 0) {
-                failed = true;
-                atomic_fetch_add(&l->failures, 1);
-            }
-        }
-        if (!e->alive && !failed && backlog == before && *listed == now) {
-            l->known[k--] = l->known[--l->nknown]; /* gone, and drained */
-            removed = true;
-        }
+        int rc = copy_segment(l, rd, pg, &l->known[k], &backlog, &oldest);
+        more |= rc > 0;
+        if (rc < 0)
+            atomic_fetch_add(&l->failures, 1);
     }
-    if (removed) /* kept sorted for find_known */
-        qsort(l->known, (size_t)l->nknown, sizeof *l->known, by_name);
     atomic_store(&l->backlog, backlog);
     atomic_store(&l->lag_ms, oldest > 0 ? base_wall_ms() - oldest : 0);
     return more;

@@ -9,8 +9,11 @@
  * .ledger), one without deletes it, so a service with no ledger never grows a stream.
  *
  * The thread (one per process with `ledger` set) owns a Redis connection and a
- * PostgreSQL one. About every 200 ms (at once while there is more) it lists the SKUs
- * (every second), and for each segment of each SKU it has seen: reads a batch through
+ * PostgreSQL one. About every 200 ms (at once while there is more) it reads the
+ * ledger's registry of segments (every second; evstream.h rd_ev_segments: the reset
+ * that sets a segment's ledger flag names it there, and it stays named until its
+ * stream is drained, so a SKU whose whole life falls between two readings is drained
+ * too), and for each segment named: reads a batch through
  * the consumer group "ledger" (its own unfinished batch first, then one another
  * reader left idle for 5 s, then new entries); for a SKU with durability
  * "replicated" (a cluster, or a master with replicas under Sentinel), WAITs for a replica

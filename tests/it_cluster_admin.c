@@ -501,7 +501,7 @@ static void test_reset_after_two_dead_resets(void **state)
     /* The first: BEGIN, segment 0, then its lease gone (as a dead one's runs out). */
     proto_reset_begin(&cmd, sku, meta.epoch, 4, 111, 4, 15000, "", NULL, NULL, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
-    proto_reset_segment(&cmd, placed, 0, meta.epoch, "0", 111, 10, false);
+    proto_reset_segment(&cmd, placed, 0, meta.epoch, "0", 111, 10, false, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
     proto_reset_yield(&cmd, sku, 111, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
@@ -573,9 +573,9 @@ static void test_reset_retry_takes_own_over(void **state)
     struct rd_cmd cmd;
     proto_reset_begin(&cmd, sku, meta.epoch, 4, 444, 2, 15000, "", "own-put", sig, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
-    proto_reset_segment(&cmd, placed, 0, meta.epoch, "0", 444, 10, false);
+    proto_reset_segment(&cmd, placed, 0, meta.epoch, "0", 444, 10, false, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
-    proto_reset_segment(&cmd, placed, 3, meta.epoch, "0", 444, -1, false);
+    proto_reset_segment(&cmd, placed, 3, meta.epoch, "0", 444, -1, false, false);
     assert_int_equal(reset_step(c, &cmd, NULL, 0), RD_OK);
     rd_conn_free(c);
     struct h_resp resp;

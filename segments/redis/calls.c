@@ -428,6 +428,13 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     redisReply *r = NULL;
     char placed[RD_SKU_PLACED_MAX];
     rd_sku_placed(placed, sku, to->salt);
+    if (to->ledger && to->segments > 0) { /* the sink must find the registries */
+        proto_ledger_slots(&cmd, placed, to->segments);
+        if ((r = store_call(c, &cmd)) == NULL)
+            return -1;
+        freeReplyObject(r);
+        r = NULL;
+    }
     proto_reset_begin(&cmd, sku, old_epoch, old_segments, to->epoch, to->segments,
                       RESET_LEASE_MS, to->expect, rid, sig, to->retake);
     int code = store_step(c, &cmd, 1u << RD_OK | 1u << RD_REPLAYED, &r);
@@ -455,7 +462,7 @@ static int reset_cluster(rd_conn *c, const char *sku, long long old_epoch,
     for (int i = 0; i < m; i++) {
         long long share = n ? to->stock / n + (i < to->stock % n) : 0;
         proto_reset_segment(&cmd, placed, i, old_epoch, dead, to->epoch,
-                            i < n ? share : -1, to->ledger);
+                            i < n ? share : -1, to->ledger, to->replicated);
         if ((code = store_step(c, &cmd, 1u << RD_OK, &r)) != RD_OK)
             return code;
         freeReplyObject(r);

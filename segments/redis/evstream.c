@@ -1,11 +1,13 @@
 /* evstream.c -- the ledger sink's reads and acknowledgements of the ledger streams. */
 #include "segments/redis/evstream.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/xalloc.h"
 #include "segments/redis/keys.h"
+#include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
 #include "segments/redis/store.h"
 
@@ -87,6 +89,133 @@ static int parse_entries(const redisReply *e, struct rd_event **out, int *n)
     return 0;
 }
 
+/* Parse field "placed:i" of the registry, durability `d`, into `e`: 0 or -1. */
+static int parse_segment(const redisReply *f, const redisReply *d,
+                         struct rd_ev_segment *e)
+{
+    if (f->type != REDIS_REPLY_STRING || d->type != REDIS_REPLY_STRING)
+        return -1;
+    const char *colon = strrchr(f->str, ':');
+    size_t plen = colon != NULL ? (size_t)(colon - f->str) : 0;
+    if (plen == 0 || plen >= sizeof e->placed || colon[1] < '0' || colon[1] > '9')
+        return -1;
+    memset(e, 0, sizeof *e);
+    memcpy(e->placed, f->str, plen);
+    size_t slen = strcspn(e->placed, "/");
+    if (slen >= sizeof e->sku)
+        return -1;
+    memcpy(e->sku, e->placed, slen);
+    e->i = atoi(colon + 1);
+    e->replicated = strcmp(d->str, "replicated") == 0;
+    return 0;
+}
+
+/* The slots whose registries may have a field, into *slots (malloc'd): how many, or
+ * -1. Standalone: slot 0 alone. */
+static int registry_slots(rd_conn *c, int **slots)
+{
+    if (!rd_conn_cluster(c)) {
+        *slots = seg_calloc(1, sizeof **slots);
+        return 1;
+    }
+    struct rd_cmd cmd;
+    cmd_plain(&cmd, "SMEMBERS");
+    cmd_key(&cmd, seg_key_ledger_slots());
+    redisReply *r = store_call(c, &cmd);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return -1;
+    }
+    int n = 0;
+    *slots = seg_calloc(r->elements + 1, sizeof **slots);
+    for (size_t j = 0; j < r->elements; j++) {
+        long long s = to_ll(r->element[j]);
+        if (s >= 0 && s < 16384)
+            (*slots)[n++] = (int)s;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+int rd_ev_segments(rd_conn *c, int max, struct rd_ev_segment **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    int *slots;
+    int nslots = registry_slots(c, &slots);
+    if (nslots < 0)
+        return -1;
+    struct rd_ev_segment *seg = NULL;
+    int count = 0, rc = 0;
+    for (int k = 0; k < nslots && rc == 0; k++) {
+        char key[SEG_KEY_MAX];
+        struct rd_cmd cmd;
+        cmd_plain(&cmd, "HGETALL");
+        cmd_key(&cmd, seg_key_ledger_streams(key, slots[k]));
+        redisReply *r = store_call(c, &cmd);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+            rc = -1;
+        } else {
+            seg = seg_realloc(seg, sizeof *seg * ((size_t)count + r->elements / 2 + 1));
+            for (size_t j = 0; j + 1 < r->elements && count < max; j += 2) {
+                if (parse_segment(r->element[j], r->element[j + 1], &seg[count]) == 0)
+                    count++;
+            }
+        }
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    free(slots);
+    if (rc != 0) {
+        free(seg);
+        return -1;
+    }
+    *out = seg;
+    *n = count;
+    return 0;
+}
+
+/* The ledger's registry of the slot of segment i of `placed` (standalone: slot 0's)
+ * into buf (SEG_KEY_MAX), and the segment's field there into field (fieldlen). */
+static const char *registry_of(rd_conn *c, char *buf, const char *placed, int i,
+                               char *field, size_t fieldlen)
+{
+    seg_key_ledger_events(buf, placed, i);
+    int slot = rd_conn_cluster(c) ? rd_key_slot(buf, strlen(buf)) : 0;
+    snprintf(field, fieldlen, "%s:%d", placed, i);
+    return seg_key_ledger_streams(buf, slot);
+}
+
+int rd_ev_adopt(rd_conn *c, const char *placed, int segments, bool replicated)
+{
+    struct rd_cmd cmd;
+    redisReply *r;
+    if (rd_conn_cluster(c)) {
+        proto_ledger_slots(&cmd, placed, segments);
+        if ((r = store_call(c, &cmd)) == NULL)
+            return -1;
+        freeReplyObject(r);
+    }
+    int named = 0;
+    for (int i = 0; i < segments; i++) {
+        char key[SEG_KEY_MAX], field[RD_SKU_PLACED_MAX + 16];
+        cmd_script(&cmd, SCRIPT_EV_ADOPT);
+        cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
+        cmd_key(&cmd, registry_of(c, key, placed, i, field, sizeof field));
+        cmd_arg(&cmd, field);
+        cmd_arg(&cmd, replicated ? "replicated" : "async");
+        if ((r = store_call(c, &cmd)) == NULL)
+            return -1;
+        bool ok = r->type == REDIS_REPLY_INTEGER;
+        named += ok && r->integer == 1;
+        freeReplyObject(r);
+        if (!ok)
+            return -1;
+    }
+    return named;
+}
+
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog)
 {
@@ -101,9 +230,12 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
     cmd_key(&cmd, seg_key_parts(key, placed, i));
     cmd_key(&cmd, seg_key_cancelled(key, placed, i));
     cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
+    char field[RD_SKU_PLACED_MAX + 16];
+    cmd_key(&cmd, registry_of(c, key, placed, i, field, sizeof field));
     cmd_arg(&cmd, consumer);
     cmd_argll(&cmd, max);
     cmd_argll(&cmd, idle_ms);
+    cmd_arg(&cmd, field);
     redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;

@@ -32,6 +32,27 @@ struct rd_event {
 #define RD_EV_NAME_MAX 160
 const char *rd_ev_stream(char *buf, const char *placed, int i);
 
+/* A segment the ledger's registry names (keys.h inv:ledger:{NNNNNN}): its stream has
+ * events to copy, or may get some (its ledger flag is set). */
+struct rd_ev_segment {
+    char sku[SEG_NAME_MAX + 1];     /* the SKU's name */
+    char placed[RD_SKU_PLACED_MAX]; /* as its keys are placed (rd_sku_placed) */
+    int i;                          /* the segment */
+    bool replicated;                /* durability "replicated" */
+};
+
+/* Every segment the registry names (a cluster: of every slot in its slot index), at
+ * most `max`: 0 with *out (malloc'd, NULL when none) and *n, or -1. A segment is named
+ * from the reset that sets its ledger flag until rd_ev_read finds its stream drained
+ * and the flag gone, whatever happened to its SKU in between. */
+int rd_ev_segments(rd_conn *c, int max, struct rd_ev_segment **out, int *n);
+
+/* EV_ADOPT: segments 0..segments-1 of `placed`, each named in the registry of its
+ * slot when its ledger flag is set and it is not named yet (a segment flagged before
+ * the registry, or its entry lost); on a cluster their slots added to the slot index
+ * first. How many were named now, or -1. */
+int rd_ev_adopt(rd_conn *c, const char *placed, int segments, bool replicated);
+
 /* Free what rd_ev_read gave. */
 void rd_ev_free(struct rd_event *ev, int n);
 
@@ -41,8 +62,8 @@ void rd_ev_free(struct rd_event *ev, int n);
  * First drops the fields of the orders rd_ev_done queued that are due.
  * 0 with *out (n entries, malloc'd; NULL when none) or -1. A segment with no stream
  * is 0 entries; an empty stream whose ledger flag is gone (its segment went) is
- * deleted, with its retire list, and is 0 entries. *backlog: the stream's length (entries
- * not yet deleted). */
+ * deleted, with its retire list, the segment leaves the registry, and is 0 entries.
+ * *backlog: the stream's length (entries not yet deleted). */
 int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int max,
                int idle_ms, struct rd_event **out, int *n, long long *backlog);
 

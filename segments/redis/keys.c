@@ -140,6 +140,19 @@ char *seg_key_retire(char *buf, const char *sku, int i)
     return segment_key(buf, sku, i, "retire");
 }
 
+char *seg_key_ledger_streams(char *buf, int slot)
+{
+    char tag[RD_NAME_SUFFIX + 1] = "000000";
+    rd_name_for_slot(tag, RD_NAME_SUFFIX, slot); /* the tag alone is hashed */
+    snprintf(buf, SEG_KEY_MAX, "inv:ledger:{%s}", tag);
+    return buf;
+}
+
+const char *seg_key_ledger_slots(void)
+{
+    return "inv:ledger:slots";
+}
+
 const char *seg_key_intents(void)
 {
     return "inv:intents";

@@ -78,6 +78,17 @@
  *                             the stream and retire list once it copied the last
  *                             events (lua/ev_read.lua): a segment that goes leaves
  *                             no key
+ *   inv:ledger:{NNNNNN}       hash "placed:i" -> durability: the segments of slot
+ *                             NNNNNN (octal, as inv:ack; standalone: slot 0's) whose
+ *                             ledger streams the sink drains: set with the ledger
+ *                             flag, in its script (lua/reset.lua, reset_segment.lua),
+ *                             deleted by the sink once the flag is gone and the
+ *                             stream empty (lua/ev_read.lua), so a segment whose
+ *                             whole life falls between two of a sink's passes is
+ *                             still drained
+ *   inv:ledger:slots          set (a cluster): the slots whose inv:ledger:{NNNNNN}
+ *                             may hold a field, added before the reset's segment
+ *                             steps; never removed (16384 at most)
  *   inv:{sku:i}:retire        list: orders segment i forgets once record_retention_s
  *                             passed (lua/ev_done.lua queues, lua/ev_read.lua drops
  *                             their fields from orders, parts and cancelled), one
@@ -137,6 +148,14 @@ const char *seg_key_events(void);
  * a segment that goes; the sink deletes a stream that is empty with no flag. */
 char *seg_key_ledger_events(char *buf, const char *sku, int i);
 char *seg_key_ledger_flag(char *buf, const char *sku, int i);
+/* The ledger's registry of cluster slot `slot` (standalone: 0), inv:ledger:{NNNNNN}
+ * in that slot: hash "placed:i" -> durability of each segment of the slot whose
+ * stream the sink must drain (set with the segment's ledger flag by the resets, one
+ * script; deleted by the sink's EV_READ once the flag is gone and the stream empty).
+ * And the slots that may have one (inv:ledger:slots, a set; a cluster's only, never
+ * shrinks: 16384 at most). */
+char *seg_key_ledger_streams(char *buf, int slot);
+const char *seg_key_ledger_slots(void);
 /* Segment i's retire list (inv:{sku:i}:retire). */
 char *seg_key_retire(char *buf, const char *sku, int i);
 const char *seg_key_intents(void);

@@ -150,7 +150,12 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
                        const char *expect, const char *rid, const char *sig, bool retake);
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
-                         const char *dead, long long epoch, long long stock, bool ledger);
+                         const char *dead, long long epoch, long long stock, bool ledger,
+                         bool replicated);
+/* The SADD of the slots of segments 0..segments-1 of `placed` to the ledger's slot
+ * index (keys.h inv:ledger:slots): sent before the segment steps that name them in
+ * their slots' registries, so the sink finds every registry that has a field. */
+void proto_ledger_slots(struct rd_cmd *c, const char *placed, int segments);
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,
                         const char *rid, const char *sig);
 void proto_skus_change(struct rd_cmd *c, const char *sku, bool add);

@@ -3,7 +3,10 @@
  * cluster, the SKU set and the scans (see proto.h). */
 #include "segments/redis/proto.h"
 
+#include <string.h>
+
 #include "segments/redis/keys.h"
+#include "segments/redis/slots.h"
 
 /* ---- encoders of the admin operations ------------------------------------------ */
 
@@ -38,6 +41,7 @@ void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old
     cmd_key(c, seg_key_meta(key, sku));
     cmd_key(c, seg_key_skus(key));
     cmd_key(c, rid != NULL ? seg_key_request(key, sku, rid) : seg_key_meta(key, sku));
+    cmd_key(c, seg_key_ledger_streams(key, 0)); /* one script: standalone */
     for (int i = 0; i < m; i++) {
         cmd_key(c, seg_key_stock(key, sku, i));
         cmd_key(c, seg_key_sold(key, sku, i));
@@ -90,11 +94,14 @@ void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
 }
 
 void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old_epoch,
-                         const char *dead, long long epoch, long long stock, bool ledger)
+                         const char *dead, long long epoch, long long stock, bool ledger,
+                         bool replicated)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_RESET_SEGMENT);
-    cmd_key(c, seg_key_stock(key, sku, i));
+    seg_key_stock(key, sku, i);
+    int slot = rd_key_slot(key, strlen(key));
+    cmd_key(c, key);
     cmd_key(c, seg_key_sold(key, sku, i));
     cmd_key(c, seg_key_lock(key, sku, i));
     cmd_key(c, seg_key_orders(key, sku, i));
@@ -104,6 +111,7 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
     cmd_key(c, seg_key_adjust(key, sku, i));
     cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "orders"));
     cmd_key(c, seg_key_gone(key, sku, i, old_epoch, "cancelled"));
+    cmd_key(c, seg_key_ledger_streams(key, slot));
     cmd_argll(c, old_epoch);
     cmd_arg(c, dead);
     cmd_argll(c, epoch);
@@ -112,6 +120,18 @@ void proto_reset_segment(struct rd_cmd *c, const char *sku, int i, long long old
     else
         cmd_arg(c, "");
     cmd_arg(c, ledger ? "1" : "0");
+    cmd_arg(c, replicated ? "replicated" : "async");
+}
+
+void proto_ledger_slots(struct rd_cmd *c, const char *placed, int segments)
+{
+    char key[SEG_KEY_MAX];
+    cmd_plain(c, "SADD");
+    cmd_key(c, seg_key_ledger_slots());
+    for (int i = 0; i < segments; i++) {
+        seg_key_stock(key, placed, i);
+        cmd_argll(c, rd_key_slot(key, strlen(key)));
+    }
 }
 
 void proto_reset_commit(struct rd_cmd *c, const char *sku, const struct rd_reset *to,

@@ -120,6 +120,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_DEDUCT_BATCH] = "deduct_batch.lua",
     [SCRIPT_HOLD] = "hold.lua",
     [SCRIPT_VIEW] = "view.lua",
+    [SCRIPT_EV_ADOPT] = "ev_adopt.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

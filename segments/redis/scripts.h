@@ -50,6 +50,7 @@ enum script_id {
     SCRIPT_DEDUCT_BATCH,  /* fenced: the orders of one lock hold, one answer each */
     SCRIPT_HOLD,          /* a reservation's step on its segment (lua/hold.lua) */
     SCRIPT_VIEW,          /* the SKU view's numbers of segments in one read */
+    SCRIPT_EV_ADOPT,      /* a flagged segment named in the ledger's registry */
     SCRIPT__COUNT
 };
 

@@ -1,9 +1,10 @@
 -- EV_READ: the ledger sink's read of one segment's ledger stream (evstream.h), and the
 -- segment's forgetting of orders the ledger has had for record_retention_s.
 -- KEYS: the stream, the segment's retire list, orders hash, parts hash, cancelled set,
---       ledger flag.
+--       ledger flag, the ledger's registry of its slot (keys.h inv:ledger:{NNNNNN}).
 -- ARGV: the reader (consumer) name, at most how many entries, the idle time (ms) after
---       which another reader's pending entries are taken over.
+--       which another reader's pending entries are taken over, the segment's field in
+--       the registry ('placed:i').
 -- First the retire list's elements that are due (ev_done.lua queued them; at most two
 -- a call, so a call stays short and the list still drains, as one is queued per
 -- batch): their orders' fields leave the orders and parts hashes and the cancelled
@@ -16,8 +17,9 @@
 -- CPU. No stream: nothing, and nothing made. An empty stream (everything copied and
 -- trimmed: ev_done.lua) whose flag is gone (its segment went, or the ledger was
 -- turned off by a reset) will get no event again: it is deleted, with the retire
--- list (its orders' fields went with the reset), so a segment that goes leaves
--- nothing; a reset that sets the flag again starts a new stream.
+-- list (its orders' fields went with the reset), and the segment leaves the registry
+-- (as does one with neither stream nor flag), so a segment that goes leaves nothing;
+-- a reset that sets the flag again starts a new stream and names it there again.
 -- Reply: {stream length, {{id, {field, value, ...}}, ...}}; an entry deleted since it
 --      was read has no fields.
 local now
@@ -39,11 +41,13 @@ for _ = 1, 2 do
     redis.call('SREM', KEYS[5], unpack(ids))
   end
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, {}} end
-if redis.call('XLEN', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[6]) == 0 then
+if redis.call('EXISTS', KEYS[6]) == 0 and (redis.call('EXISTS', KEYS[1]) == 0
+                                           or redis.call('XLEN', KEYS[1]) == 0) then
   redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('HDEL', KEYS[7], ARGV[4])
   return {0, {}}
 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, {}} end
 redis.pcall('XGROUP', 'CREATE', KEYS[1], 'ledger', '0')
 local function entries(r)
   if not r or not r[1] then return {} end

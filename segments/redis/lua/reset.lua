@@ -1,5 +1,6 @@
 -- RESET: create, reset or delete a SKU.
--- KEYS: meta, SKU set, request key, then per old-or-new segment i: stock, sold, lock,
+-- KEYS: meta, SKU set, request key, the ledger's registry (keys.h inv:ledger:{..}),
+--       then per old-or-new segment i: stock, sold, lock,
 --       orders, parts, cancelled, epoch, and the graveyards of its orders hash and
 --       cancelled set under the epoch the caller found (keys.h inv:{sku:i}:gone:E:*).
 -- ARGV: sku, segments (0 = delete the SKU), mode, hold_ms, initial, share+1, share,
@@ -16,7 +17,10 @@
 -- gone the sink drops the stream once it copied its last events (ev_read.lua). A
 -- segment that stays keeps its fence, which only grows (keys.h).
 -- The ledger flag of every new segment is set or deleted as ARGV[18] says; with it
--- set each new segment appends a 'reset' event (its new stock) to its ledger stream.
+-- set each new segment appends a 'reset' event (its new stock) to its ledger stream
+-- and is named in the ledger's registry (field 'placed:i', its durability), which the
+-- sink reads to find the streams to drain: a segment is named there from its flag
+-- until the sink has drained its stream, whatever happens to the SKU meanwhile.
 -- Refuses (STALE) when the SKU is not as the caller found it, so every key of every
 -- old segment is listed and none is orphaned. Moves each old segment's orders hash and
 -- cancelled set to its graveyards (RENAME: O(1) however big the sale) and deletes the
@@ -55,9 +59,9 @@ if epoch ~= ARGV[10]
 end
 local n = tonumber(ARGV[2])
 if n == 0 and redis.call('EXISTS', KEYS[1]) == 0 then return {MISSING} end
-local m = (#KEYS - 3) / 9
+local m = (#KEYS - 4) / 9
 for i = 0, m - 1 do
-  local b = 3 + i * 9
+  local b = 4 + i * 9
   if redis.call('EXISTS', KEYS[b + 4]) == 1 then redis.call('RENAME', KEYS[b + 4], KEYS[b + 8]) end
   if redis.call('EXISTS', KEYS[b + 6]) == 1 then redis.call('RENAME', KEYS[b + 6], KEYS[b + 9]) end
   redis.call('UNLINK', KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 5], KEYS[b + 7])
@@ -70,8 +74,8 @@ local function flag(key)
   return string.match(key, '^inv:{[^}]*}') .. ':ledger'
 end
 for i = n, m - 1 do
-  LEDGER(KEYS[4 + i * 9], 'k', 'delete', 'e', ARGV[10], 'ds', '0', 'dq', '0')
-  local tag = string.match(KEYS[4 + i * 9], '^inv:{[^}]*}')
+  LEDGER(KEYS[5 + i * 9], 'k', 'delete', 'e', ARGV[10], 'ds', '0', 'dq', '0')
+  local tag = string.match(KEYS[5 + i * 9], '^inv:{[^}]*}')
   redis.call('DEL', tag .. ':fence', tag .. ':ledger')
 end
 if n == 0 then
@@ -80,12 +84,13 @@ if n == 0 then
 end
 local extra = tonumber(ARGV[8])
 for i = 0, n - 1 do
-  local b = 3 + i * 9
+  local b = 4 + i * 9
   redis.call('SET', KEYS[b + 1], i < extra and ARGV[6] or ARGV[7])
   redis.call('SET', KEYS[b + 2], '0')
   redis.call('SET', KEYS[b + 7], ARGV[12])
   if ARGV[18] == '1' then
     redis.call('SET', flag(KEYS[b + 1]), '1')
+    redis.call('HSET', KEYS[4], string.match(KEYS[b + 1], '^inv:{([^}]*)}'), ARGV[14])
     LEDGER(KEYS[b + 1], 'k', 'reset', 'e', ARGV[12], 'ds', redis.call('GET', KEYS[b + 1]),
            'dq', '0')
   else
