@@ -349,14 +349,12 @@ int api_parse_sku_config(const char *body, size_t len, bool default_replicated,
             out->unfenced = json_is_false(v);
     }
     if (rc == 0 && out->lock != SKU_LOCK_STORE) {
-        /* the automatic rebalance takes the store's locks, which a lock service's
-         * holder does not (an order over several segments takes the service's) */
-        json_t *rb = json_object_get(root, "rebalance");
+        /* the automatic rebalance takes every segment's hold from the service
+         * (spread.c): on when asked for, off by default */
         if (out->mode != SKU_MODE_LOCK)
             rc = fail(err, "invalid_field", "lock: a lock service needs mode \"lock\"");
-        else if (rb != NULL && json_is_true(rb))
-            rc = fail(err, "invalid_field", "rebalance: not with a lock service");
-        out->rebalance = false;
+        else if (json_object_get(root, "rebalance") == NULL)
+            out->rebalance = false;
     } else if (rc == 0 && out->unfenced) {
         rc = fail(err, "invalid_field", "fencing: false needs a lock service (\"lock\")");
     }

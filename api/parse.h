@@ -63,7 +63,7 @@ int api_parse_reservation(const char *body, size_t len, struct api_resv_body *ou
  * "rebalance": true|false = true, "durability": "async"|"replicated" =
  * `default_replicated` ? "replicated" : "async" (the durability setting), "lock":
  * a name (api_parse_sku_lock); when it names a lock service ("redlock", "memcached",
- * "zookeeper") out->lock is that service (mode lock, no rebalance), else
+ * "zookeeper") out->lock is that service (mode lock; rebalance false unless given), else
  * SKU_LOCK_STORE; "fencing": true|false = true (false: with a lock service),
  * "request_id": name}. `request_id` is "" when the body has none. Whether the lock
  * service is configured and the lab allows no fencing is the caller's to check. */

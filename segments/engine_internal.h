@@ -339,6 +339,11 @@ void verdict_begin(struct ord *o);
 
 /* The arrays of a set of o->n segments, none locked. */
 void multi_alloc(struct ord *o);
+/* A lock service's SKU (its locks are holds of the service, not the store's)? */
+bool multi_svc(const struct ord *o);
+/* The set's locks were given back by the store's script (a lock service's holds:
+ * given back now, each segment's claim once the service answered). */
+void multi_unclaim(struct ord *o);
 /* Lock mseg[mk..mn) in ascending order, then o->mlocked. */
 void multi_lock_next(struct ord *o);
 /* The set's locks not all had: those taken given back; a spread gives way (ROUND),

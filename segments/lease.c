@@ -120,7 +120,8 @@ void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     struct ord *o = arg;
     if (!o->holding || o->lease_lost)
         return;
-    if (o->lh == NULL && o->state == ORD_MULTI) { /* a lock service's set (multi.c) */
+    if (o->lh == NULL && (o->state == ORD_MULTI || o->state == ORD_SPREAD)) {
+        /* a lock service's set (multi.c, spread.c) */
         engine *e = o->e;
         for (int k = 0; k < o->mk; k++) {
             if (o->mlh[k] == NULL)

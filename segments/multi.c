@@ -7,8 +7,7 @@
 #include "segments/ring.h"
 #include "base/xalloc.h"
 
-/* A lock service's SKU (its locks are holds of the service, not the store's)? */
-static bool multi_svc(const struct ord *o)
+bool multi_svc(const struct ord *o)
 {
     return o->view.cfg.mode == SKU_MODE_LOCK && o->view.cfg.lock != SKU_LOCK_STORE;
 }
@@ -53,8 +52,7 @@ void multi_give_up(struct ord *o, inv_status st)
         ord_finish(o, st);
 }
 
-/* The parts' locks were given back by their scripts (a lock service's: now). */
-static void multi_unclaim(struct ord *o)
+void multi_unclaim(struct ord *o)
 {
     if (multi_svc(o)) {
         multi_svc_release(o);
@@ -356,6 +354,16 @@ static void on_multi_held(void *arg, int rc, struct store_reply *r)
     ltab_unclaim(o->s, o->mseg[k]);
     if (r->code == STORE_SHORT)
         ord_note_stock(o, o->mseg[k], r->value);
+    if (o->state == ORD_SPREAD && r->code != STORE_STALE) {
+        multi_give_up(o, INV_BUSY); /* the spread gives way to the order's round */
+        return;
+    }
+    if (o->state == ORD_SPREAD) {
+        multi_release(o);
+        ltab_rebalance_end(o->s);
+        ord_stale(o);
+        return;
+    }
     multi_release(o);
     switch (r->code) {
     case STORE_EXISTS:

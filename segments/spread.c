@@ -1,5 +1,5 @@
-/* spread.c -- the automatic rebalance: every segment of a SKU locked, then ADJUST
- * "spread". */
+/* spread.c -- the automatic rebalance: every segment of a SKU locked (the store's
+ * locks, or a lock service's holds), then ADJUST "spread". */
 #include <stdlib.h>
 
 #include "segments/engine_internal.h"
@@ -7,7 +7,8 @@
 #include "segments/sweeper.h"
 #include "base/xalloc.h"
 
-/* The ADJUST script evened the stock out (and released the locks) or refused. */
+/* The ADJUST script evened the stock out (and released the store's locks) or
+ * refused; a lock service's holds go back now. */
 static void on_spread(void *arg, int rc, struct store_reply *r)
 {
     struct ord *o = arg;
@@ -15,10 +16,10 @@ static void on_spread(void *arg, int rc, struct store_reply *r)
         multi_give_up(o, INV_UNAVAILABLE);
         return;
     }
-    for (int k = 0; k < o->mn; k++)
-        ltab_unclaim(o->s, o->mseg[k]); /* the script released the locks */
-    o->mk = 0;
+    multi_unclaim(o);
     ltab_rebalance_end(o->s);
+    if (r->code == STORE_FENCED && multi_svc(o))
+        stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
     if (r->code == STORE_OK) {
         stat_add(o->e->v, STAT_REBALANCES, 1);
         skutab_invalidate(o->e->v, o->sku); /* a new generation: every loop re-reads */
@@ -31,22 +32,34 @@ static void on_spread(void *arg, int rc, struct store_reply *r)
     }
 }
 
+/* Every lock held: ADJUST "spread", fenced by the store's tokens or, under a lock
+ * service's holds, by every segment's fence (a hold lost meanwhile: the set goes
+ * back, the order goes on, as a multi-segment order's). */
 static void spread_apply(struct ord *o)
 {
+    bool svc = multi_svc(o);
+    if (svc && o->lease_lost) {
+        stat_add(o->e->v, STAT_FENCED_REJECTIONS, 1);
+        multi_give_up(o, INV_BUSY);
+        return;
+    }
     const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
     for (int k = 0; k < o->mn; k++)
-        tok[k] = o->mtok[k];
-    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->mn, tok, "spread", 0,
-               SKU_STOCK_MAX, NULL, "", on_spread, o);
+        tok[k] = o->mtok[k]; /* "" under a service's holds */
+    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->mn, tok,
+               svc ? o->mfence : NULL, "spread", 0, SKU_STOCK_MAX, NULL, "", on_spread,
+               o);
     free(tok);
 }
 
 /* The automatic rebalance, once per generation per loop, by the order that finds it
  * due (mode lock, most segments seen empty, stock left): every segment locked in
  * index order, then ADJUST "spread", so the end of a sale keeps every segment
- * working. The order goes on once it is done. On a cluster the spread is steps over
- * the segments' slots: the sweeper thread runs it (sweeper.h), and the order goes on
- * at once. */
+ * working. The order goes on once it is done. Under a lock service every segment's
+ * hold is taken from the service (renewed while held) and its fence registered
+ * (HOLD of 0 units), as for a multi-segment order, and the ADJUST is fenced by them
+ * all. On a cluster the spread is steps over the segments' slots, without locks: the
+ * sweeper thread runs it (sweeper.h), and the order goes on at once. */
 bool spread_begin(struct ord *o)
 {
     const int n = o->n;
@@ -60,12 +73,20 @@ bool spread_begin(struct ord *o)
         ltab_rebalance_end(o->s);
         return false;
     }
+    if (multi_svc(o) && !lease_svc_ready(o)) { /* the order's own path answers it */
+        ltab_rebalance_end(o->s);
+        return false;
+    }
     multi_alloc(o);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         o->mseg[i] = i;
+        o->mpart[i] = 0; /* a service's HOLD registers the fence, takes nothing */
+    }
     o->mn = n;
     ord_set(o, ORD_SPREAD);
     o->mlocked = spread_apply;
+    if (multi_svc(o))
+        lease_start(o); /* renews the holds as they are won; lease_lost from now */
     multi_lock_next(o);
     return true;
 }

@@ -313,10 +313,15 @@ struct store_ops {
                          const char *record, const char *attempt,
                          const struct store_parts *p, store_multi_fn fn, void *arg);
     /* ADJUST `op` over every segment (tok: their lock tokens): "spread" evens the
-     * stock out. OK (value = the new gen), STALE, FENCED. */
+     * stock out. `fence` NULL: the tokens fence it (the store's locks, released
+     * whatever it answers). Under a lock service's holds (STORE_CAP_FENCE, "spread"
+     * alone): tok all "", fence[i] segment i's registered fence, and any below its
+     * segment's highest (-1: unchecked) refuses it FENCED, nothing moved; the caller
+     * gives the holds back. OK (value = the new gen), STALE, FENCED. */
     void (*adjust)(store *s, const char *sku, long long epoch, int segments,
-                   const char *const *tok, const char *op, long long add, long long limit,
-                   const char *rid, const char *sig, store_reply_fn fn, void *arg);
+                   const char *const *tok, const long long *fence, const char *op,
+                   long long add, long long limit, const char *rid, const char *sig,
+                   store_reply_fn fn, void *arg);
 
     /* CANCEL order `id` whose record the caller read as `expected`: the units the
      * store recorded for it given back to each of p's segments (p->part: the record's

@@ -2,7 +2,8 @@
  * three redis-servers, memcached, ZooKeeper), every write fenced by the Redis store:
  * exact sell-out over HTTP, a SKU's life (replay, cancel, restock), its fence keys
  * dropped with its segments, multi-segment orders (all or nothing, each part fenced;
- * renewed past the lease), and the settings refused. The faults (holders frozen,
+ * renewed past the lease), the automatic rebalance (every segment's hold taken, the
+ * ADJUST fenced), and the settings refused. The faults (holders frozen,
  * services restarted or killed under orders, a Redis Cluster store) are in
  * it_lock_faults.c; the fixture both use in lock_env.h. */
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/redis/backend.h"
 #include "tests/lock_env.h"
 
 /* ---- exact sell-out ------------------------------------------------------------ */
@@ -205,6 +207,31 @@ static void expect_put_refused(int port, const char *body, const char *detail)
     h_resp_free(&r);
 }
 
+/* ---- the automatic rebalance ------------------------------------------------------ */
+
+/* "rebalance": true with a lock service: the spread takes every segment's hold. */
+static void test_spread_memcached(void **state)
+{
+    struct lse_env *e = *state;
+    h_deadline(60);
+    lse_spread_on(e->a, "memcached", "ls-spread-mc");
+}
+
+/* The Redis store's fenced ADJUST (lua/adjust.lua with fences), on the seam. */
+static void test_spread_fenced_redis(void **state)
+{
+    struct lse_env *e = *state;
+    h_deadline(60);
+    struct event_base *base = event_base_new();
+    const struct rd_target to = {
+        .host = "127.0.0.1", .port = h_redis_port(e->store), .timeout_ms = 2000};
+    store *st = rd_store_create(base, &to, NULL);
+    assert_non_null(st);
+    lse_spread_fenced(e->a, st, base, "memcached", "ls-spread-fenced");
+    st->ops->free(st);
+    event_base_free(base);
+}
+
 static void test_bad_settings_refused(void **state)
 {
     struct lse_env *e = *state;
@@ -215,8 +242,6 @@ static void test_bad_settings_refused(void **state)
     expect_put_refused(pa, "{\"stock\": 1, \"lock\": 3}", "lock");
     expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"mode\": \"atomic\"}",
                        "mode");
-    expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"rebalance\": true}",
-                       "rebalance");
     expect_put_refused(pa, "{\"stock\": 1, \"fencing\": false}", "lock service");
     expect_put_refused(pa, "{\"stock\": 1, \"lock\": \"redlock\", \"fencing\": 0}",
                        "fencing");
@@ -262,6 +287,8 @@ int main(void)
         cmocka_unit_test(test_multi_memcached),
         cmocka_unit_test(test_multi_zookeeper),
         cmocka_unit_test(test_multi_renewed_redlock),
+        cmocka_unit_test(test_spread_memcached),
+        cmocka_unit_test(test_spread_fenced_redis),
     };
     return h_exit_status(cmocka_run_group_tests_name(
         "lock_services", tests, lse_group_setup, lse_group_teardown));

@@ -1,8 +1,8 @@
 /* it_pg_locks.c -- SKUs whose segment locks live in a lock service (memcached,
  * ZooKeeper) on the PostgreSQL store: the store registers each hold's fence and refuses
  * a write with a lower one (issue 27). Exact sell-out, a multi-segment order, and the
- * frozen holders of lock_env.h, on two instances of one database (one of them with
- * pg_prepare off). */
+ * frozen holders of lock_env.h, the automatic rebalance (fenced by every segment's
+ * hold), on two instances of one database (one of them with pg_prepare off). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segments/postgres/backend.h"
 #include "tests/harness_pg.h"
 #include "tests/lock_env.h"
 
@@ -190,6 +191,31 @@ static void test_reservations_refused(void **state)
     assert_int_equal(h_audit(pa, NULL, "pl-resv", 4, false), 0);
 }
 
+/* "rebalance": true with a lock service on PostgreSQL: the spread takes every
+ * segment's hold from memcached, its one statement fenced by them all. */
+static void test_spread_memcached(void **state)
+{
+    struct pl_env *e = *state;
+    h_deadline(60);
+    lse_spread_on(e->a, "memcached", "pl-spread");
+}
+
+/* The spread statement refuses a fence below its segment's svc_fence: FENCED, nothing
+ * moved (spread.h's $7), on the seam. */
+static void test_spread_fenced(void **state)
+{
+    struct pl_env *e = *state;
+    h_deadline(60);
+    struct event_base *base = event_base_new();
+    const struct pgb_opts o = {
+        .conninfo = h_pg_conninfo(e->pg), .lock_ttl_ms = TTL_MS, .timeout_ms = 5000};
+    store *st = pgb_store_create(base, &o);
+    assert_non_null(st);
+    lse_spread_fenced(e->a, st, base, "memcached", "pl-spread-fenced");
+    st->ops->free(st);
+    event_base_free(base);
+}
+
 int main(void)
 {
     lse_tsan_options();
@@ -202,6 +228,8 @@ int main(void)
         cmocka_unit_test(test_frozen_holder_unfenced_cannot_oversell),
         cmocka_unit_test(test_frozen_multi_memcached_fenced),
         cmocka_unit_test(test_reservations_refused),
+        cmocka_unit_test(test_spread_memcached),
+        cmocka_unit_test(test_spread_fenced),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

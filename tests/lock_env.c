@@ -320,3 +320,154 @@ void lse_frozen_fenced(h_svc *a, h_svc *b, const char *lock, const char *sku)
     assert_true(h_metric(m.body, "inventory_fenced_rejections_total") >= 1);
     h_resp_free(&m);
 }
+
+/* ---- the automatic rebalance under a lock service ------------------------------- */
+
+void lse_spread_on(h_svc *a, const char *lock, const char *sku)
+{
+    int pa = h_svc_port(a);
+    char body[160];
+    snprintf(body, sizeof body,
+             "{\"stock\": 400, \"segments\": 4, \"lock\": \"%s\", \"rebalance\": true}",
+             lock);
+    assert_int_equal(lse_put_sku(pa, sku, body), 201);
+    json_t *j = h_get_sku(pa, NULL, sku);
+    assert_true(json_is_true(json_object_get(j, "rebalance")));
+    json_decref(j);
+    /* Two segments emptied (each order of 100 fills one segment of 100 exactly). */
+    assert_int_equal(h_order(pa, sku, 100, NULL, NULL), 201);
+    assert_int_equal(h_order(pa, sku, 100, NULL, NULL), 201);
+    long long rebal0 = h_stat(pa, NULL, "rebalances");
+    /* Orders of 1 until a loop that has seen both empties spreads first (each loop
+     * learns of the empties from its own rounds); 60 is far more than it takes. */
+    int sold = 200, k = 0;
+    for (; k < 60 && h_stat(pa, NULL, "rebalances") == rebal0; k++) {
+        assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 201);
+        sold++;
+    }
+    if (h_stat(pa, NULL, "rebalances") == rebal0)
+        fail_msg("%s: no automatic rebalance after %d orders of 1", lock, k);
+    j = h_get_sku(pa, NULL, sku);
+    json_t *st = json_object_get(j, "segment_stock");
+    assert_int_equal(json_array_size(st), 4);
+    for (size_t i = 0; i < 4; i++)
+        if (json_integer_value(json_array_get(st, i)) < 40)
+            fail_msg("%s: segment %zu holds %lld after the spread", lock, i,
+                     (long long)json_integer_value(json_array_get(st, i)));
+    assert_int_equal(h_jint(j, "remaining"), 400 - sold);
+    json_decref(j);
+    assert_int_equal(h_stat(pa, NULL, "rebalances"), rebal0 + 1);
+    assert_int_equal(h_audit(pa, NULL, sku, 400, false), 0);
+}
+
+/* One call of the store seam turned to its answer on `base`. */
+struct spread_answer {
+    int done, rc, code;
+    long long value, fence;
+    struct store_meta meta;
+    long long stock[8];
+};
+
+static void on_sp_reply(void *arg, int rc, struct store_reply *r)
+{
+    struct spread_answer *a = arg;
+    a->done++;
+    a->rc = rc;
+    a->code = rc == 0 ? r->code : -1;
+    a->value = rc == 0 ? r->value : 0;
+    a->fence = rc == 0 ? r->fence : 0;
+}
+
+static void on_sp_meta(void *arg, int rc, int found, const struct store_meta *m)
+{
+    struct spread_answer *a = arg;
+    a->done++;
+    a->rc = rc == 0 && found ? 0 : -1;
+    if (a->rc == 0)
+        a->meta = *m;
+}
+
+static void on_sp_stocks(void *arg, int rc, const long long *stock)
+{
+    struct spread_answer *a = arg;
+    a->done++;
+    a->rc = rc;
+    for (int i = 0; rc == 0 && i < 4; i++)
+        a->stock[i] = stock[i];
+}
+
+static void sp_await(struct event_base *base, struct spread_answer *a)
+{
+    long long end = h_now_ms() + 10000;
+    while (!a->done && h_now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_int_equal(a->done, 1);
+    assert_int_equal(a->rc, 0);
+}
+
+static void sp_stocks(struct event_base *base, store *st, const char *placed,
+                      long long *out)
+{
+    struct spread_answer a = {0};
+    STORE_CALL(st, stocks_read, placed, 4, on_sp_stocks, &a);
+    sp_await(base, &a);
+    memcpy(out, a.stock, sizeof a.stock[0] * 4);
+}
+
+static int sp_adjust(struct event_base *base, store *st, const char *placed,
+                     long long epoch, const long long *fence)
+{
+    const char *tok[] = {"", "", "", ""};
+    struct spread_answer a = {0};
+    STORE_CALL(st, adjust, placed, epoch, 4, tok, fence, "spread", 0, 1000000, NULL, "",
+               on_sp_reply, &a);
+    sp_await(base, &a);
+    return a.code;
+}
+
+void lse_spread_fenced(h_svc *a, store *st, struct event_base *base, const char *lock,
+                       const char *sku)
+{
+    int pa = h_svc_port(a);
+    char body[160];
+    snprintf(body, sizeof body,
+             "{\"stock\": 8, \"segments\": 4, \"lock\": \"%s\", \"rebalance\": false}",
+             lock);
+    assert_int_equal(lse_put_sku(pa, sku, body), 201);
+    assert_int_equal(h_order(pa, sku, 2, NULL, NULL), 201);
+    assert_int_equal(h_order(pa, sku, 2, NULL, NULL), 201); /* two segments 0, two 2 */
+    struct spread_answer m = {0};
+    STORE_CALL(st, meta_read, sku, on_sp_meta, &m);
+    sp_await(base, &m);
+    char placed[STORE_SKU_PLACED_MAX];
+    store_sku_placed(placed, sku, m.meta.salt);
+    long long before[4], after[4], fence[4];
+    sp_stocks(base, st, placed, before);
+    /* Every segment's hold registered, as the spread does (HOLD of 0 units). */
+    for (int i = 0; i < 4; i++) {
+        struct spread_answer h = {0};
+        STORE_CALL(st, hold, placed, m.meta.epoch, i, "lse-spread-fenced", 0, 0,
+                   on_sp_reply, &h);
+        sp_await(base, &h);
+        assert_int_equal(h.code, STORE_OK);
+        fence[i] = h.fence;
+    }
+    /* Another holder granted segment 2 since: its fence is the highest now. */
+    struct spread_answer h = {0};
+    STORE_CALL(st, hold, placed, m.meta.epoch, 2, "lse-spread-other", 0, 0, on_sp_reply,
+               &h);
+    sp_await(base, &h);
+    assert_int_equal(h.code, STORE_OK);
+    assert_true(h.fence > fence[2]);
+    assert_int_equal(sp_adjust(base, st, placed, m.meta.epoch, fence), STORE_FENCED);
+    sp_stocks(base, st, placed, after);
+    assert_memory_equal(before, after, sizeof before); /* nothing moved */
+    assert_int_equal(h_audit(pa, NULL, sku, 8, false), 0);
+    /* With segment 2's current fence the same spread goes through. */
+    fence[2] = h.fence;
+    assert_int_equal(sp_adjust(base, st, placed, m.meta.epoch, fence), STORE_OK);
+    sp_stocks(base, st, placed, after);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(after[i], 1);
+    assert_int_equal(h_audit(pa, NULL, sku, 8, false), 0);
+}

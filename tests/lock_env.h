@@ -14,6 +14,7 @@
 
 #include "tests/harness_lock.h"
 #include "tests/harness_zk.h"
+#include "segments/store.h"
 
 #define TTL_MS                                                                           \
     2000 /* the lease: renewed every ttl/3, so a hold of 600 ms renews none              \
@@ -70,6 +71,20 @@ int lse_frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku, boo
                       long long *sold, long long *remaining, struct lse_env *restart);
 void lse_frozen_fenced(h_svc *a, h_svc *b, const char *lock, const char *sku);
 void lse_frozen_multi(h_svc *a, h_svc *b, const char *lock, const char *sku);
+
+/* The automatic rebalance of a SKU locked by `lock` on instance a: 400 units on 4
+ * segments, "rebalance": true accepted, two segments emptied, then orders of 1 until
+ * one spreads first (every segment's hold from the service, one fenced ADJUST): every
+ * segment holds stock after it, one rebalance counted, the audit clean. */
+void lse_spread_on(h_svc *a, const char *lock, const char *sku);
+
+/* The store's ADJUST "spread" under a lock service's holds, called on the seam `st`
+ * (on `base`) for a SKU made on instance a (8 units on 4 segments, two emptied):
+ * every segment's fence registered (HOLD), another holder's higher fence registered
+ * on segment 2, then the spread with the first fences is refused FENCED with every
+ * stock as it was (audit clean); with segment 2's new fence it evens the stock out. */
+void lse_spread_fenced(h_svc *a, store *st, struct event_base *base, const char *lock,
+                       const char *sku);
 
 /* How many keys of `r` match `pattern` (SCAN); -1 on error. */
 long long lse_count_keys(h_redis *r, const char *pattern);

@@ -472,9 +472,11 @@ static void deduct_multi(store *s, const char *sku, long long epoch, const char 
 
 /* lua/adjust.lua, "spread" and "rebalance" (the engine's automatic rebalance). */
 static void adjust(store *s, const char *sku, long long epoch, int segments,
-                   const char *const *tok, const char *op, long long add, long long limit,
-                   const char *rid, const char *sig, store_reply_fn fn, void *arg)
+                   const char *const *tok, const long long *fence, const char *op,
+                   long long add, long long limit, const char *rid, const char *sig,
+                   store_reply_fn fn, void *arg)
 {
+    (void)fence; /* no STORE_CAP_FENCE: never given one */
     (void)add;
     (void)limit;
     (void)rid;

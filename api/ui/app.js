@@ -483,8 +483,8 @@
     return { st, segments: Number($("#cmp-" + c.side + "-segments").value) };
   }
 
-  /* The PUT body of a SKU with strategy `st`: a lock service takes one segment per
-   * order, so no automatic rebalance (the API refuses it). */
+  /* The PUT body of a SKU with strategy `st`: a lock service's SKU keeps its default,
+   * no automatic rebalance, as the strategies were measured. */
   function skuBody(st, stock, segments) {
     const b = { stock, segments, mode: st.mode, hold_ms: 20, rebalance: !st.service, request_id: reqId() };
     if (st.mode === "lock" && st.lock) b.lock = st.lock;

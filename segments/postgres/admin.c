@@ -396,7 +396,7 @@ static int even_out(struct pg_admin *a, const char *const *k, int segments, bool
                     struct store_reply *out)
 {
     char *toks = pgsp_tokens(NULL, segments);
-    const char *p[] = {k[0], toks, k[1], k[2], "false", spread ? "true" : "false"};
+    const char *p[] = {k[0], toks, k[1], k[2], "false", spread ? "true" : "false", NULL};
     PGresult *r;
     int rc = step(a, pgsp_sql, PGSP_NPARAMS, p, &r);
     free(toks);

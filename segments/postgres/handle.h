@@ -89,8 +89,9 @@ bool pgb_results_ok(int rc, PGresult *const *res, int n);
 
 /* store_ops.adjust: "spread" and "rebalance" on the loop (spread.c). */
 void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
-                const char *const *tok, const char *op, long long add, long long limit,
-                const char *rid, const char *sig, store_reply_fn fn, void *arg);
+                const char *const *tok, const long long *fence, const char *op,
+                long long add, long long limit, const char *rid, const char *sig,
+                store_reply_fn fn, void *arg);
 /* store_ops.cancel (cancel.c). */
 void pgb_cancel(store *st, const char *placed, long long epoch, const char *id,
                 const char *cancelled, const char *expected, const struct store_parts *p,

@@ -16,14 +16,15 @@ const char pgsp_sql[] =
     "WITH p AS (SELECT (i - 1)::int AS seg, tok FROM unnest($2::text[])"
     " WITH ORDINALITY AS p(tok, i)),"
     " l AS MATERIALIZED (SELECT s.seg, s.stock, coalesce(s.lease_token = p.tok AND"
-    " s.lease_until > now(), false) AS ours FROM segments s JOIN p ON p.seg = s.seg"
-    " WHERE s.sku = $1 ORDER BY s.seg FOR UPDATE OF s),"
+    " s.lease_until > now(), false) AS ours, coalesce(($7::bigint[])[p.seg + 1] <= 0"
+    " OR ($7::bigint[])[p.seg + 1] >= s.svc_fence, true) AS fok FROM segments s"
+    " JOIN p ON p.seg = s.seg WHERE s.sku = $1 ORDER BY s.seg FOR UPDATE OF s),"
     " t AS (SELECT coalesce(sum(stock), 0)::bigint AS total, count(*)"
     " FILTER (WHERE stock > 0) AS had, count(*) AS n, coalesce(bool_and(ours), false) AS "
-    "ours FROM l),"
+    "ours, coalesce(bool_and(fok), true) AS fok FROM l),"
     " k AS (SELECT epoch, segments FROM skus WHERE sku = $1),"
     " g AS (SELECT t.total, t.n FROM t, k WHERE k.epoch = $3::bigint AND"
-    " k.segments = $4::int AND t.n = $4::int AND (NOT $5::bool OR t.ours) AND"
+    " k.segments = $4::int AND t.n = $4::int AND (NOT $5::bool OR t.ours) AND t.fok AND"
     " (NOT $6::bool OR least(t.total, t.n) > t.had)),"
     " u AS (UPDATE segments s SET stock = CASE WHEN g.n IS NULL THEN s.stock ELSE"
     " g.total / g.n + CASE WHEN s.seg < g.total % g.n THEN 1 ELSE 0 END END,"
@@ -35,7 +36,7 @@ const char pgsp_sql[] =
     " v AS (UPDATE skus SET gen = gen + 1 WHERE sku = $1 AND EXISTS (SELECT 1 FROM"
     " g) RETURNING gen)"
     " SELECT (SELECT gen FROM v), (SELECT epoch FROM k), (SELECT segments FROM k),"
-    " t.n, t.ours, (SELECT count(*) FROM u) FROM t";
+    " t.n, t.ours, (SELECT count(*) FROM u), t.fok FROM t";
 
 char *pgsp_tokens(const char *const *tok, int n)
 {
@@ -52,6 +53,18 @@ char *pgsp_tokens(const char *const *tok, int n)
     return toks;
 }
 
+char *pgsp_fences(const long long *fence, int n)
+{
+    size_t cap = 3 + (size_t)n * 22;
+    char *out = seg_malloc(cap);
+    size_t len = 0;
+    out[len++] = '{';
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%lld", i ? "," : "", fence[i]);
+    snprintf(out + len, cap - len, "}");
+    return out;
+}
+
 static void done(struct call *k, int rc, int code, long long value)
 {
     struct store_reply r = {.code = code, .value = value};
@@ -61,7 +74,8 @@ static void done(struct call *k, int rc, int code, long long value)
 
 /* Results: SET, the SKU's row, the spread's one row, COMMIT. The spread's row: the
  * new gen (NULL: nothing written), the SKU's epoch and segment count, the segments
- * found, and whether every lease was the caller's. */
+ * found, whether every lease was the caller's, the rows updated, and whether every
+ * fence given was no lower than its segment's highest. */
 static void on_spread(void *arg, int rc, PGresult *const *res, int n)
 {
     struct call *k = arg;
@@ -83,6 +97,8 @@ static void on_spread(void *arg, int rc, PGresult *const *res, int n)
         done(k, 0, STORE_STALE, 0);
     else if (k->scheme == SCHEME_LEASE && strcmp(PQgetvalue(r, 0, 4), "t") != 0)
         done(k, 0, STORE_FENCED, 0);
+    else if (strcmp(PQgetvalue(r, 0, 6), "t") != 0) /* a lock service's hold lost */
+        done(k, 0, STORE_FENCED, 0);
     else
         done(k, 0, STORE_OK, PQgetisnull(r, 0, 0) ? 0 : pgb_cell(r, 0, 0));
 }
@@ -99,13 +115,16 @@ static void on_spread(void *arg, int rc, PGresult *const *res, int n)
  * counted), writes the new stocks with version + 1 (an optimistic deduction that read
  * before loses) and bumps the SKU's gen: all when the epoch and segment count are the
  * caller's and, on `lease`, every segment's lease is the caller's token (else
- * FENCED, nothing written); whatever it answers, the leases of the caller's tokens
- * are given back, as a Redis ADJUST releases its tokens' locks. (sum() of bigint is
- * numeric: cast back, or the shares' division would round, inventing units.) OK's value
- * is the new gen, 0 when a spread had nothing to do. */
+ * FENCED, nothing written) and, under a lock service's holds (`fence` given, tok
+ * all ""), every fence no lower than its segment's highest (svc_fence, fence.h:
+ * FENCED, nothing written; -1 unchecked); whatever it answers, the leases of the
+ * caller's tokens are given back, as a Redis ADJUST releases its tokens' locks. (sum() of
+ * bigint is numeric: cast back, or the shares' division would round, inventing units.)
+ * OK's value is the new gen, 0 when a spread had nothing to do. */
 void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
-                const char *const *tok, const char *op, long long add, long long limit,
-                const char *rid, const char *sig, store_reply_fn fn, void *arg)
+                const char *const *tok, const long long *fence, const char *op,
+                long long add, long long limit, const char *rid, const char *sig,
+                store_reply_fn fn, void *arg)
 {
     (void)add, (void)limit, (void)rid, (void)sig;
     struct pg_store *s = (struct pg_store *)st;
@@ -120,6 +139,7 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
         return;
     }
     char *toks = pgsp_tokens(tok, segments);
+    char *fences = fence != NULL ? pgsp_fences(fence, segments) : NULL;
     char set[64], ep[24], ns[16];
     snprintf(set, sizeof set, "SET LOCAL lock_timeout = %d",
              s->ttl_ms / 4 > 0 ? s->ttl_ms / 4 : 1);
@@ -127,7 +147,7 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
     snprintf(ns, sizeof ns, "%d", segments);
     const char *lease = k->scheme == SCHEME_LEASE ? "true" : "false";
     const char *p1[] = {sku};
-    const char *p[] = {sku, toks, ep, ns, lease, spread ? "true" : "false"};
+    const char *p[] = {sku, toks, ep, ns, lease, spread ? "true" : "false", fences};
     const struct pgc_stmt q[] = {
         {set, 0, NULL},
         {"SELECT 1 FROM skus WHERE sku = $1 FOR NO KEY UPDATE", 1, p1},
@@ -136,4 +156,5 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
     };
     pgc_call(pgp_pick(s->pool), 0, PGC_BEGIN | PGC_END, q, 4, on_spread, k);
     free(toks);
+    free(fences);
 }

@@ -349,10 +349,11 @@ void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char 
 }
 
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
-                const char *const *tok, const char *op, long long add, long long limit,
-                const char *rid, const char *sig, rda_reply_fn fn, void *arg)
+                const char *const *tok, const long long *fence, const char *op,
+                long long add, long long limit, const char *rid, const char *sig,
+                rda_reply_fn fn, void *arg)
 {
     struct req *q = rda_req_new(c, K_REPLY, FN(fn), arg);
-    proto_adjust(&q->lq.cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
+    proto_adjust(&q->lq.cmd, sku, epoch, segments, tok, fence, op, add, limit, rid, sig);
     rda_route(q);
 }

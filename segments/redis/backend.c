@@ -143,10 +143,12 @@ static void deduct_multi(store *s, const char *sku, long long epoch, const char 
 }
 
 static void adjust(store *s, const char *sku, long long epoch, int segments,
-                   const char *const *tok, const char *op, long long add, long long limit,
-                   const char *rid, const char *sig, store_reply_fn fn, void *arg)
+                   const char *const *tok, const long long *fence, const char *op,
+                   long long add, long long limit, const char *rid, const char *sig,
+                   store_reply_fn fn, void *arg)
 {
-    rda_adjust(conn(s), sku, epoch, segments, tok, op, add, limit, rid, sig, fn, arg);
+    rda_adjust(conn(s), sku, epoch, segments, tok, fence, op, add, limit, rid, sig, fn,
+               arg);
 }
 
 static void cancel(store *s, const char *placed, long long epoch, const char *id,

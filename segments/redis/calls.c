@@ -247,7 +247,7 @@ int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
         return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, wait_ms,
                               out);
     struct rd_cmd cmd;
-    proto_adjust(&cmd, sku, epoch, segments, tok, op, add, limit, rid, sig);
+    proto_adjust(&cmd, sku, epoch, segments, tok, NULL, op, add, limit, rid, sig);
     return store_script(c, &cmd, out);
 }
 

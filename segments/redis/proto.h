@@ -102,8 +102,8 @@ void proto_deduct_multi(struct rd_cmd *c, const char *sku, long long epoch,
 void proto_cancel(struct rd_cmd *c, const char *sku, long long epoch, const char *id,
                   const char *cancelled, const char *expected, const struct rd_parts *p);
 void proto_adjust(struct rd_cmd *c, const char *sku, long long epoch, int segments,
-                  const char *const *tok, const char *op, long long add, long long limit,
-                  const char *rid, const char *sig);
+                  const char *const *tok, const long long *fence, const char *op,
+                  long long add, long long limit, const char *rid, const char *sig);
 void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old_segments,
                  const struct rd_reset *to, const char *rid, const char *sig);
 

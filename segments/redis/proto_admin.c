@@ -11,8 +11,8 @@
 /* ---- encoders of the admin operations ------------------------------------------ */
 
 void proto_adjust(struct rd_cmd *c, const char *sku, long long epoch, int segments,
-                  const char *const *tok, const char *op, long long add, long long limit,
-                  const char *rid, const char *sig)
+                  const char *const *tok, const long long *fence, const char *op,
+                  long long add, long long limit, const char *rid, const char *sig)
 {
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_ADJUST);
@@ -22,6 +22,8 @@ void proto_adjust(struct rd_cmd *c, const char *sku, long long epoch, int segmen
         cmd_key(c, seg_key_lock(key, sku, i));
         cmd_key(c, seg_key_stock(key, sku, i));
     }
+    for (int i = 0; fence != NULL && i < segments; i++) /* a lock service's holds */
+        cmd_key(c, seg_key_fence(key, sku, i));
     cmd_arg(c, op);
     cmd_argll(c, add);
     cmd_argll(c, epoch);
@@ -30,6 +32,8 @@ void proto_adjust(struct rd_cmd *c, const char *sku, long long epoch, int segmen
     cmd_arg(c, rid != NULL ? sig : "");
     for (int i = 0; i < segments; i++)
         cmd_arg(c, tok[i]);
+    for (int i = 0; fence != NULL && i < segments; i++)
+        cmd_argll(c, fence[i]);
 }
 
 void proto_reset(struct rd_cmd *c, const char *sku, long long old_epoch, int old_segments,

@@ -1,8 +1,12 @@
 -- ADJUST: restock or rebalance a SKU, every segment locked.
--- KEYS: meta, request key, then per segment: lock, stock.
+-- KEYS: meta, request key, then per segment: lock, stock; then, under a lock
+--       service's holds (store.h `adjust` with fences), per segment: fence.
 -- ARGV: 'restock' | 'rebalance' | 'spread', units to add (restock), epoch, segment count,
 --       the largest initial stock that may still take the units (decimal), the
---       request's signature ('' = no request id), then per segment: token.
+--       request's signature ('' = no request id), then per segment: token; then, with
+--       the fence keys, per segment: the fence its holder registered (acquire.lua;
+--       below the segment's highest: FENCED, nothing moved; '-1', the lab's
+--       unfenced write: not checked). A token '' then names no lock of the store's.
 -- restock spreads the units evenly (lower segments take the remainder) and raises the
 -- SKU's initial stock by as much; rebalance spreads the remaining stock evenly; spread
 -- does what rebalance does, but only when that puts stock in more segments (the
@@ -12,7 +16,8 @@
 -- rounds; with initial <= 2^53 - 1 every sum below is exact in Lua.
 -- Reply: {REPLAYED} | {CONFLICT} | {STALE} | {FENCED} | {LIMIT}
 --      | {OK, gen} (gen 0: nothing changed). Releases the locks the tokens own.
-local n = (#KEYS - 2) / 2
+local n = tonumber(ARGV[4])
+local fenced = #KEYS == 2 + 3 * n
 local function done(r)
   for i = 0, n - 1 do
     if redis.call('GET', KEYS[3 + 2 * i]) == ARGV[7 + i] then
@@ -31,7 +36,14 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[3]
   return done({STALE})
 end
 for i = 0, n - 1 do
-  if redis.call('GET', KEYS[3 + 2 * i]) ~= ARGV[7 + i] then return done({FENCED}) end
+  local t = ARGV[7 + i]
+  if not (fenced and t == '') and redis.call('GET', KEYS[3 + 2 * i]) ~= t then
+    return done({FENCED})
+  end
+  local f = fenced and tonumber(ARGV[7 + n + i]) or 0
+  if f > 0 and f < tonumber(redis.call('GET', KEYS[3 + 2 * n + i]) or '0') then
+    return done({FENCED})
+  end
 end
 local function above(a, b)
   if #a ~= #b then return #a > #b end
