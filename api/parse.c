@@ -147,29 +147,41 @@ static const char *fast_name(const char *p, const char *end, char *out)
     return p + 1;
 }
 
-/* A JSON number at p that is an integer in 1..ORDER_QTY_MAX; the end, or NULL. */
-static const char *fast_qty(const char *p, const char *end, long long *out)
+/* A JSON number at p that is an integer in 1..hi; the end, or NULL. */
+static const char *fast_int(const char *p, const char *end, long long hi, long long *out)
 {
     long long v = 0;
     const char *start = p;
     while (p < end && *p >= '0' && *p <= '9' && p - start < 12)
         v = v * 10 + (*p++ - '0');
-    if (p == start || *start == '0' || v > ORDER_QTY_MAX ||
+    if (p == start || *start == '0' || v > hi ||
         (p < end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E')))
         return NULL;
     *out = v;
     return p;
 }
 
-bool api_parse_order_fast(const char *body, size_t len, struct api_order_body *out)
+/* A field of a body read without a JSON tree: a name (into `name`, SEG_NAME_MAX + 1
+ * bytes) or, when `name` is NULL, an integer in 1..hi (into `num`). */
+struct fast_field {
+    const char *key;
+    char *name;
+    long long *num;
+    long long hi;
+    bool seen;
+};
+
+/* A body {"key": value, ...} whose keys are among the n fields, each once, each value
+ * of its field's kind, read into the fields; false for anything else (out of range,
+ * an unknown or repeated key, an escape, a value of another type...), where jansson
+ * decides and words the error. */
+static bool fast_object(const char *body, size_t len, struct fast_field *f, int n)
 {
     if (body == NULL)
         return false;
     const char *p = skip_ws(body, body + len), *end = body + len;
     if (p == end || *p++ != '{')
         return false;
-    bool seen[3] = {false, false, false}; /* sku, qty, order_id */
-    struct api_order_body o = {.qty = 1};
     for (;;) {
         char key[16];
         p = skip_ws(p, end);
@@ -189,16 +201,14 @@ bool api_parse_order_fast(const char *body, size_t len, struct api_order_body *o
         if (p == end || *p++ != ':')
             return false;
         p = skip_ws(p, end);
-        int f = strcmp(key, "sku") == 0        ? 0
-                : strcmp(key, "qty") == 0      ? 1
-                : strcmp(key, "order_id") == 0 ? 2
-                                               : -1;
-        if (f < 0 || seen[f])
+        int i = 0;
+        while (i < n && strcmp(key, f[i].key) != 0)
+            i++;
+        if (i == n || f[i].seen)
             return false;
-        seen[f] = true;
-        p = f == 0   ? fast_name(p, end, o.sku)
-            : f == 1 ? fast_qty(p, end, &o.qty)
-                     : fast_name(p, end, o.order_id);
+        f[i].seen = true;
+        p = f[i].name != NULL ? fast_name(p, end, f[i].name)
+                              : fast_int(p, end, f[i].hi, f[i].num);
         if (p == NULL)
             return false;
         p = skip_ws(p, end);
@@ -209,7 +219,16 @@ bool api_parse_order_fast(const char *body, size_t len, struct api_order_body *o
         if (*p++ != ',')
             return false;
     }
-    if (!seen[0] || skip_ws(p + 1, end) != end)
+    return skip_ws(p + 1, end) == end;
+}
+
+bool api_parse_order_fast(const char *body, size_t len, struct api_order_body *out)
+{
+    struct api_order_body o = {.qty = 1};
+    struct fast_field f[] = {{"sku", o.sku, NULL, 0, false},
+                             {"qty", NULL, &o.qty, ORDER_QTY_MAX, false},
+                             {"order_id", o.order_id, NULL, 0, false}};
+    if (!fast_object(body, len, f, 3) || !f[0].seen)
         return false;
     *out = o;
     return true;
@@ -242,10 +261,25 @@ int api_parse_order_json(const char *body, size_t len, struct api_order_body *ou
     return rc;
 }
 
+bool api_parse_reservation_fast(const char *body, size_t len, struct api_resv_body *out)
+{
+    struct api_resv_body r = {.qty = 1};
+    struct fast_field f[] = {{"sku", r.sku, NULL, 0, false},
+                             {"qty", NULL, &r.qty, ORDER_QTY_MAX, false},
+                             {"ttl_s", NULL, &r.ttl_s, RESV_TTL_MAX_S, false},
+                             {"reservation_id", r.id, NULL, 0, false}};
+    if (!fast_object(body, len, f, 4) || !f[0].seen || !f[2].seen)
+        return false;
+    *out = r;
+    return true;
+}
+
 int api_parse_reservation(const char *body, size_t len, struct api_resv_body *out,
                           struct api_parse_error *err)
 {
     static const char *const known[] = {"sku", "qty", "ttl_s", "reservation_id", NULL};
+    if (api_parse_reservation_fast(body, len, out))
+        return 0;
     json_t *root = load_object(body, len, err);
     if (root == NULL)
         return -1;

@@ -58,6 +58,13 @@ struct api_resv_body {
 int api_parse_reservation(const char *body, size_t len, struct api_resv_body *out,
                           struct api_parse_error *err);
 
+/* The common reservation body read without a JSON tree, as api_parse_order_fast
+ * reads an order's: true and *out set when the body is an object of those keys only,
+ * each once, sku and ttl_s present, names plain and integers in range; false for
+ * anything else (api_parse_reservation then reads it with jansson and words the
+ * error). */
+bool api_parse_reservation_fast(const char *body, size_t len, struct api_resv_body *out);
+
 /* PUT /admin/skus/{sku}: {"stock": 0..SKU_STOCK_MAX, "segments": 1..SEG_MAX_SEGMENTS
  * = 20, "mode": "lock"|"atomic" = "lock", "hold_ms": 0..SKU_HOLD_MAX_MS = 0,
  * "rebalance": true|false = true, "durability": "async"|"replicated" =

@@ -183,6 +183,45 @@ static void order_fast_path(void **state)
     assert_string_equal(a.sku, name);
 }
 
+/* The reservation body's fast read takes what clients send, with the values jansson
+ * reads, and leaves everything else to jansson (which words the error). */
+static void reservation_fast_path(void **state)
+{
+    (void)state;
+    static const char *const fast[] = {
+        "{\"sku\":\"tv\",\"qty\":2,\"ttl_s\":60,\"reservation_id\":\"r-1\"}",
+        "{ \"ttl_s\" : 86400 , \"sku\" : \"tv\" }",
+        "{\"reservation_id\":\"a.b_c\",\"ttl_s\":1,\"sku\":\"x\",\"qty\":1000000}",
+    };
+    static const char *const slow[] = {
+        "{\"sku\":\"tv\"}",                                 /* no ttl_s */
+        "{\"ttl_s\":60}",                                   /* no sku */
+        "{\"sku\":\"tv\",\"ttl_s\":0}",                     /* out of range */
+        "{\"sku\":\"tv\",\"ttl_s\":86401}",                 /* out of range */
+        "{\"sku\":\"tv\",\"ttl_s\":60,\"ttl_s\":60}",       /* a duplicate */
+        "{\"sku\":\"tv\",\"ttl_s\":60,\"order_id\":\"o\"}", /* an order's key */
+        "{\"sku\":\"t\\u0076\",\"ttl_s\":60}",              /* an escape */
+        "{\"sku\":\"tv\",\"ttl_s\":\"60\"}",
+        "{\"sku\":\"tv\",\"ttl_s\":60}x",
+    };
+    struct api_resv_body a, b;
+    struct api_parse_error err;
+    for (size_t i = 0; i < sizeof fast / sizeof fast[0]; i++) {
+        assert_true(api_parse_reservation_fast(fast[i], strlen(fast[i]), &a));
+        assert_int_equal(api_parse_reservation(fast[i], strlen(fast[i]), &b, &err), 0);
+        assert_string_equal(a.sku, b.sku);
+        assert_int_equal(a.qty, b.qty);
+        assert_int_equal(a.ttl_s, b.ttl_s);
+        assert_string_equal(a.id, b.id);
+    }
+    for (size_t i = 0; i < sizeof slow / sizeof slow[0]; i++)
+        assert_false(api_parse_reservation_fast(slow[i], strlen(slow[i]), &a));
+    /* Left to jansson: the escape is read, the missing ttl_s is an error. */
+    assert_int_equal(api_parse_reservation(slow[6], strlen(slow[6]), &a, &err), 0);
+    assert_string_equal(a.sku, "tv");
+    assert_int_equal(api_parse_reservation(slow[0], strlen(slow[0]), &a, &err), -1);
+}
+
 static void name_length_limits(void **state)
 {
     (void)state;
@@ -453,6 +492,7 @@ int main(void)
         cmocka_unit_test(sku_values_and_defaults),
         cmocka_unit_test(sku_durability_default),
         cmocka_unit_test(simulate_validation_and_defaults),
+        cmocka_unit_test(reservation_fast_path),
         cmocka_unit_test(details_are_printable),
         cmocka_unit_test(path_names),
         cmocka_unit_test(content_types),

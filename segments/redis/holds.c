@@ -158,8 +158,8 @@ void rd_hold_cmd_by_id(struct rd_cmd *cmd, const char *id, enum store_hold_actio
     cmd_script(cmd, SCRIPT_HOLD);
     cmd_key(cmd, seg_key_hold_index(k, id));
     cmd_arg(cmd, actions[act]);
-    for (int a = 2; a <= 13; a++)
-        cmd_arg(cmd, a == 7 ? id : a == 11 && attempt != NULL ? attempt : "");
+    cmd_arg(cmd, id);
+    cmd_arg(cmd, attempt != NULL ? attempt : "");
 }
 
 int rd_hold_decode_by_id(const redisReply *r, struct store_reply *out,

@@ -3,10 +3,13 @@
 --       lock, meta, holding (the sweeper's list), then for one reservation: its
 --       index, its record in the segment, the segment's orders hash, its order record.
 -- Or, for confirm, release and read on a standalone Redis, KEYS: the index alone, and
--- ARGV as below but for id and attempt (ARGV[7], ARGV[11]): the rest comes from the
--- index (one round trip instead of two); every reply of a step then ends with the
--- index's sku, segment, epoch, placed name, durability and parts ('' for a hold of
--- one segment; "seg:qty,..." for one of several, run_parts below) after `settled`.
+-- ARGV: action, id, attempt (three: Redis builds ARGV anew for every call); the rest
+-- comes from the index (one round trip instead of two); every reply of a step then
+-- ends with the index's sku, segment, epoch, placed name, durability and parts ('' for
+-- a hold of one segment; "seg:qty,..." for one of several, run_parts below) after
+-- `settled` (segment and epoch as strings).
+-- Numbers reach redis.call as strings made once: Redis formats every Lua number
+-- argument with snprintf, which cost a place more than its writes did.
 -- ARGV: action ('place' | 'confirm' | 'release' | 'read' | 'sweep'), epoch, sku,
 --       segment, member (this segment's entry in the holding list), prefix of the
 --       segment's hold records, id, qty, ttl_ms, token ('' = the lock must be free),
@@ -35,18 +38,22 @@
 local DAY = 86400000
 local K, A = KEYS, ARGV
 local by_sku = #KEYS == 1 and ARGV[1] == 'place'
+local by_id = #KEYS == 1 and not by_sku
+-- The reservation id and the attempt of a by-id step (elsewhere ARGV[7], ARGV[11]).
+local ID = by_id and ARGV[2] or ARGV[7]
+local ATT = by_id and ARGV[3] or ARGV[11]
 local ix
 -- K and A of part i (qty q) of the hold the index ix names, for a by-id step; rec its
 -- order record (confirm).
 local function at(i, q, rec)
-  local tag, id = 'inv:{' .. ix[2] .. ':' .. i .. '}:', ARGV[7]
+  local tag, id = 'inv:{' .. ix[2] .. ':' .. i .. '}:', ID
   K = {tag .. 'stock', tag .. 'sold', tag .. 'reserved:' .. ix[4], tag .. 'holds:' .. ix[4],
        tag .. 'epoch', tag .. 'lock', 'inv:sku:{' .. ix[1] .. '}', 'inv:holding', KEYS[1],
        tag .. 'hold:' .. id, tag .. 'orders', 'inv:order:{' .. id .. '}'}
-  A = {ARGV[1], ix[4], ix[1], tostring(i), ix[2] .. ' ' .. i .. ' ' .. ix[4],
-       tag .. 'hold:', id, q, '0', '', ARGV[11], rec, ix[2], ix[6] or 'async', ix[7] or ''}
+  A = {ARGV[1], ix[4], ix[1], i, ix[2] .. ' ' .. i .. ' ' .. ix[4],
+       tag .. 'hold:', id, q, '0', '', ATT, rec, ix[2], ix[6] or 'async', ix[7] or ''}
 end
-if #KEYS == 1 and not by_sku then
+if by_id then
   -- By id (a standalone Redis): the index names the segment, and its keys are built
   -- here as keys.h names them; the order record as record.c writes it. A hold over
   -- several segments has its parts in the index's `m` ("seg:qty,seg:qty,...").
@@ -61,18 +68,19 @@ if #KEYS == 1 and not by_sku then
     end
     rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
                         '"segments":[%s],"status":"confirmed"}',
-                        ARGV[7], ix[1], ix[5], parts[1][1], table.concat(segs, ','))
+                        ID, ix[1], ix[5], parts[1][1], table.concat(segs, ','))
   else
     parts[1] = {ix[3], ix[5]}
     rec = string.format('{"order_id":"%s","sku":"%s","qty":%s,"segment":%s,' ..
                         '"segments":[{"segment":%s,"qty":%s}],"status":"confirmed"}',
-                        ARGV[7], ix[1], ix[5], ix[3], ix[3], ix[5])
+                        ID, ix[1], ix[5], ix[3], ix[3], ix[5])
   end
   ix.parts = parts
   at(parts[1][1], parts[1][2], rec)
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nows = t[1] .. string.sub('00000' .. t[2], -6, -4) -- now, as a string
 local settled = 0
 
 -- The helpers of a step, on the segment K and A name (upvalues: a by-SKU walk moves
@@ -106,8 +114,8 @@ local function ret(r)
   r[#r + 1] = settled
   if K ~= KEYS then
     r[#r + 1] = A[3]
-    r[#r + 1] = tonumber(A[4])
-    r[#r + 1] = tonumber(A[2])
+    r[#r + 1] = A[4]
+    r[#r + 1] = A[2]
     r[#r + 1] = A[13]
     r[#r + 1] = A[14]
     r[#r + 1] = A[15] or ''
@@ -116,7 +124,7 @@ local function ret(r)
 end
 
 local function sweep(limit)
-  local due = redis.call('ZRANGEBYSCORE', K[4], '-inf', now, 'LIMIT', 0, limit)
+  local due = redis.call('ZRANGEBYSCORE', K[4], '-inf', nows, 'LIMIT', '0', limit)
   for _, hid in ipairs(due) do
     local h = redis.call('HMGET', A[6] .. hid, 'q', 's')
     if h[1] and h[2] == 'held' then
@@ -130,8 +138,9 @@ end
 -- One step on the segment K and A name.
 local function run()
   local act, epoch, id = A[1], A[2], A[7]
-  -- The epoch, the lock and the stock in one MGET (as DEDUCT reads them).
-  local v = redis.call('MGET', K[5], K[6], K[1])
+  -- The epoch, the lock and the stock in one MGET (as DEDUCT reads them); a step on
+  -- a hold needs the epoch alone.
+  local v = act == 'place' and redis.call('MGET', K[5], K[6], K[1]) or {redis.call('GET', K[5])}
   if v[1] ~= epoch then
     if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
       redis.call('UNLINK', K[3], K[4])
@@ -142,7 +151,7 @@ local function run()
   end
 
   if act == 'sweep' then
-    sweep(256)
+    sweep('256')
     finish()
     return ret({OK})
   end
@@ -165,27 +174,28 @@ local function run()
       return ret({FENCED})
     end
     local before = settled
-    sweep(16)
+    sweep('16')
     local s = settled > before and redis.call('GET', K[1]) or v[3]
     if not s then finish() return ret({STALE}) end
     s = tonumber(s)
     local q = tonumber(A[8])
     if s < q then finish() return ret({SHORT, s}) end
     local x = now + tonumber(A[9])
+    local xs, xd = tostring(x), tostring(x + DAY)
     if ix[1] then redis.call('HDEL', K[9], 'm') end -- an old sale's index
     redis.call('DECRBY', K[1], A[8])
     redis.call('INCRBY', K[3], A[8])
-    redis.call('ZADD', K[4], x, id)
-    redis.call('HSET', K[10], 'q', A[8], 'x', x, 's', 'held', 't', A[11])
-    redis.call('PEXPIREAT', K[10], x + DAY)
+    redis.call('ZADD', K[4], xs, id)
+    redis.call('HSET', K[10], 'q', A[8], 'x', xs, 's', 'held', 't', A[11])
+    redis.call('PEXPIREAT', K[10], xd)
     redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
-               A[8], 'x', x, 't', A[11], 'd', A[14] or 'async')
-    redis.call('PEXPIREAT', K[9], x + DAY)
+               A[8], 'x', xs, 't', A[11], 'd', A[14] or 'async')
+    redis.call('PEXPIREAT', K[9], xd)
     LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
     if settled > 0 then
       finish()
     else -- the first expiry is the earlier of the one listed and this hold's
-      redis.call('ZADD', K[8], 'LT', x, A[5])
+      redis.call('ZADD', K[8], 'LT', xs, A[5])
     end
     return ret({OK, s - q, x})
   end
@@ -193,7 +203,7 @@ local function run()
   -- confirm, release, read: one reservation, expired ones settled first.
   local h = redis.call('HMGET', K[10], 'q', 'x', 's', 'c')
   if not h[1] then
-    sweep(16)
+    sweep('16')
     if settled > 0 then finish() end
     return ret({MISSING, '', 0, 0, ''})
   end
@@ -202,7 +212,7 @@ local function run()
     back(id, q, 'expired')
     state = 'expired'
   end
-  sweep(16)
+  sweep('16')
   local reply
   if act == 'read' then
     reply = {OK, state, tonumber(q), x, ''}
@@ -244,7 +254,7 @@ end
 -- (one order over those segments: the first part's segment records it in `orders`,
 -- the others in `parts`, as DEDUCT_MULTI does), release returns every part.
 local function run_parts()
-  local act, id, epoch = ARGV[1], ARGV[7], ix[4]
+  local act, id, epoch = ARGV[1], ID, ix[4]
   local rec, parts, first = A[12], ix.parts, nil
   local state, qty, x = 'held', 0, 0
   for k, p in ipairs(parts) do
@@ -257,7 +267,7 @@ local function run_parts()
       back(id, h[1], 'expired')
       p.s = 'expired'
     end
-    sweep(16)
+    sweep('16')
     if k == 1 then first = h end
     if p.s ~= 'held' and (state == 'held' or p.s == 'confirmed') then state = p.s end
     qty = qty + tonumber(h[1])
@@ -277,7 +287,7 @@ local function run_parts()
     reply = {state == 'confirmed' and CONFLICT or OK, state, qty, x, ''}
   elseif state == 'confirmed' then
     local r = redis.call('HGET', K[12], 'r') or ''
-    reply = {first[4] == ARGV[11] and OK or EXISTS, state, qty, x, r}
+    reply = {first[4] == ATT and OK or EXISTS, state, qty, x, r}
   elseif state ~= 'held' then
     reply = {CONFLICT, state, qty, x, ''}
   else
@@ -291,11 +301,11 @@ local function run_parts()
         redis.call('INCRBY', K[2], p[2])
         redis.call('ZREM', K[4], id)
         redis.call('HSET', k == 1 and K[11] or (A[6]:sub(1, -6) .. 'parts'), id, p[2])
-        redis.call('HSET', K[10], 's', 'confirmed', 'c', ARGV[11])
+        redis.call('HSET', K[10], 's', 'confirmed', 'c', ATT)
         LEDGER(K[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', p[2], 'r',
                k == 1 and rec or '')
       end
-      redis.call('HSET', K[12], 'r', rec, 't', ARGV[11], 'k', ix[1], 'e', epoch)
+      redis.call('HSET', K[12], 'r', rec, 't', ATT, 'k', ix[1], 'e', epoch)
       reply = {OK, 'confirmed', qty, x, rec}
     end
   end
@@ -332,11 +342,12 @@ local n = tonumber(m[2])
 local start = tonumber(ARGV[4]) % n
 local total, busy, avail, short = 0, false, 0, {}
 local function seg(i, q)
+  i = tostring(i) -- once: a number in a concatenation is formatted each time
   local tag = 'inv:{' .. placed .. ':' .. i .. '}:'
   K = {tag .. 'stock', tag .. 'sold', tag .. 'reserved:' .. m[1], tag .. 'holds:' .. m[1],
        tag .. 'epoch', tag .. 'lock', KEYS[1], 'inv:holding', 'inv:hold:{' .. id .. '}',
        tag .. 'hold:' .. id, tag .. 'orders', 'inv:order:{' .. id .. '}'}
-  A = {'place', m[1], sku, tostring(i), placed .. ' ' .. i .. ' ' .. m[1], tag .. 'hold:', id,
+  A = {'place', m[1], sku, i, placed .. ' ' .. i .. ' ' .. m[1], tag .. 'hold:', id,
        q, ARGV[9], '', ARGV[11], '', placed, m[5] or 'async'}
 end
 for k = 0, n - 1 do
