@@ -390,6 +390,26 @@ static int answer(struct pg_admin *a, int code, long long value, struct store_re
     return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
 }
 
+/* Open an admin write's transaction and record its request id: false to go on;
+ * true when the write is over (a replay or conflict answered, or a failure), *rc
+ * then its result. */
+static bool write_open(struct pg_admin *a, const char *rid, const char *sig,
+                       struct store_reply *out, int *rc)
+{
+    *out = (struct store_reply){0};
+    *rc = -1;
+    if (begin(a) != 0)
+        return true;
+    int req = request(a, rid, sig);
+    if (req < 0)
+        return true;
+    if (req > 0) {
+        *rc = answer(a, req, 0, out);
+        return true;
+    }
+    return false;
+}
+
 /* Rebalance (spread: only when that leaves more segments with stock), the rows locked:
  * the rule of spread.h, the statement the loop's adjust runs, holding no lease. */
 static int even_out(struct pg_admin *a, const char *const *k, int segments, bool spread,
@@ -418,14 +438,9 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
     (void)tok;
     (void)wait_ms;
     struct pg_admin *a = self(adm);
-    *out = (struct store_reply){0};
-    if (begin(a) != 0)
-        return -1;
-    int req = request(a, rid, sig);
-    if (req < 0)
-        return -1;
-    if (req > 0)
-        return answer(a, req, 0, out);
+    int rc;
+    if (write_open(a, rid, sig, out, &rc))
+        return rc;
     char e[24], ns[16];
     snprintf(e, sizeof e, "%lld", epoch);
     snprintf(ns, sizeof ns, "%d", segments);
@@ -459,7 +474,7 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
     for (int i = 0; i < segments; i++) /* the first add % n segments one more */
         stock[i] = cell(r, i, 1) + add / segments + (i < add % segments ? 1 : 0);
     PQclear(r);
-    int rc = 0;
+    rc = 0;
     for (int i = 0; i < segments && rc == 0; i++) {
         char s[16], v[24];
         snprintf(s, sizeof s, "%d", i);
@@ -499,14 +514,9 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
 {
     (void)old_segments;
     struct pg_admin *a = self(adm);
-    *out = (struct store_reply){0};
-    if (begin(a) != 0)
-        return -1;
-    int req = request(a, rid, sig);
-    if (req < 0)
-        return -1;
-    if (req > 0)
-        return answer(a, req, 0, out);
+    int rc;
+    if (write_open(a, rid, sig, out, &rc))
+        return rc;
     const char *k[] = {sku};
     PGresult *r;
     if (step(a, "SELECT epoch, gen FROM skus WHERE sku = $1 FOR UPDATE", 1, k, &r) != 0)
