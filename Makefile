@@ -114,7 +114,8 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ) $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
 # Unit tests that place orders through the engine and wait for them (tests/engine_sync.h).
-$(BUILD)/tests/test_lock $(BUILD)/tests/test_order: $(BUILD)/tests/engine_sync.o
+$(BUILD)/tests/test_lock $(BUILD)/tests/test_order $(BUILD)/tests/test_engine \
+    $(BUILD)/tests/test_engine_mem: $(BUILD)/tests/engine_sync.o
 # The engine over the in-memory store of tests/memstore.h (no Redis).
 $(BUILD)/tests/test_engine_mem: $(BUILD)/tests/memstore.o
 
