@@ -1,7 +1,9 @@
-/* harness_sale.c -- a SKU sold out by a crowd of one-unit buyers (harness_sale.h). */
+/* harness_sale.c -- crowds of buyers over HTTP, their answers tallied (harness_sale.h).
+ */
 #include "tests/harness_sale.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,5 +57,42 @@ int h_sell_out(const int *ports, int nports, const char *sku, int buyers,
         out[i] =
             (struct h_sale){atomic_load(&sale.t[i].sold), atomic_load(&sale.t[i].failed)};
     free(sale.t);
+    return rc;
+}
+
+void h_crowd_order(int idx, void *ctx)
+{
+    struct h_crowd *c = ctx;
+    long long q = c->qty ? c->qty(idx) : 1;
+    struct h_resp r;
+    int st = h_order(c->port, c->sku, q, c->id, &r);
+    char code[64];
+    h_error_code(&r, code, sizeof code);
+    pthread_mutex_lock(&c->mu);
+    if (st == 201) {
+        c->created++;
+        c->units += q;
+    } else if (st == 200) {
+        c->replayed++;
+    } else if (st == 409 && strcmp(code, "sold_out") == 0) {
+        c->sold_out++;
+    } else if (st == 409 && strcmp(code, "insufficient_stock") == 0) {
+        c->insufficient++;
+    } else if (st == 503) {
+        c->unavailable++;
+        fprintf(stderr, "order %d: %d %s\n", idx, st, r.body);
+    } else {
+        c->other++;
+        fprintf(stderr, "order %d: %d %s\n", idx, st, r.body);
+    }
+    pthread_mutex_unlock(&c->mu);
+    h_resp_free(&r);
+}
+
+int h_crowd_run(struct h_crowd *c, int n)
+{
+    pthread_mutex_init(&c->mu, NULL);
+    int rc = h_parallel(n, h_crowd_order, c);
+    pthread_mutex_destroy(&c->mu);
     return rc;
 }
