@@ -261,8 +261,8 @@ static void replay_conflict_and_multi_segment(void **state)
     assert_int_equal(t.by[INV_CONFLICT], 1);
     es_run(f->e, f->base, "ids", 1, 30, NULL, &t); /* sell the rest out */
     assert_int_equal(t.by[INV_OK], 15);
-    es_run(f->e, f->base, "ids", 5, 1, "x",
-           &t); /* sold out, but a confirmed id gets its record */
+    /* sold out, but a confirmed id gets its record */
+    es_run(f->e, f->base, "ids", 5, 1, "x", &t);
     assert_int_equal(t.by[INV_REPLAYED], 1);
     audit(f, "ids", 20, 20, 20);
 }
