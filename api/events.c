@@ -13,6 +13,7 @@
 #include "api/admin.h"
 #include "api/parse.h"
 #include "api/tickets.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/names.h"
 #include "base/periodic.h"
@@ -89,13 +90,6 @@ static void *must(void *p)
         abort();
     }
     return p;
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static long long wall_ms(void)
@@ -266,7 +260,7 @@ static int compare_names(const void *a, const void *b)
 static bool make_room(struct api_events *ev)
 {
     static const char bye[] = "event: evicted\ndata: {}\n\n";
-    long long idle_since = mono_ms() - EVENTS_IDLE_MS;
+    long long idle_since = base_now_ms() - EVENTS_IDLE_MS;
     int open = 0;
     struct stream *victim = NULL;
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
@@ -308,7 +302,7 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
     pthread_mutex_lock(&ev->mu);
     bool authorized =
         ev->token[0] == '\0' || api_bearer_matches(req->authorization, ev->token) ||
-        (q.ticket != NULL && api_tickets_take(&ev->tickets, q.ticket, mono_ms()));
+        (q.ticket != NULL && api_tickets_take(&ev->tickets, q.ticket, base_now_ms()));
     const char *refused = NULL;
     if (!authorized)
         refused = "unauthorized";
@@ -339,7 +333,7 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         }
         static const char hello[] = "retry: 3000\n: inventoryd events\n\n";
         stream_append(st, hello, sizeof hello - 1, true);
-        st->write_ms = st->update_ms = mono_ms();
+        st->write_ms = st->update_ms = base_now_ms();
         st->seq = ev->seq++;
         st->next = ev->streams;
         if (ev->streams != NULL)
@@ -401,7 +395,7 @@ void api_events_ticket(const struct api_ctx *ctx, struct api_request *req,
     struct api_events *ev = ctx->events;
     char id[API_TICKET_LEN + 1];
     api_tickets_new_id(id);
-    long long now = mono_ms();
+    long long now = base_now_ms();
     pthread_mutex_lock(&ev->mu);
     api_tickets_add(&ev->tickets, id, now, now + EVENTS_TICKET_TTL_S * 1000LL);
     pthread_mutex_unlock(&ev->mu);
@@ -527,7 +521,7 @@ static uint64_t fnv1a(const char *s, size_t n)
 static void build_texts(struct publisher *p, struct set_text *sets, int nsets,
                         char **names, int nnames, int open, long long dropped)
 {
-    long long now = mono_ms();
+    long long now = base_now_ms();
     struct sku_status *st = must(calloc(1, sizeof *st));
     json_t **objs = must(calloc((size_t)nnames + 1, sizeof *objs));
     struct sku_rate *next = must(calloc((size_t)nnames + 1, sizeof *next));
@@ -591,7 +585,7 @@ static void build_texts(struct publisher *p, struct set_text *sets, int nsets,
 static void deliver(struct api_events *ev, struct set_text *sets, int nsets)
 {
     static const char hb[] = ": hb\n\n";
-    long long now = mono_ms();
+    long long now = base_now_ms();
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
         struct set_text *set = NULL;
         for (int k = 0; k < nsets && set == NULL; k++)
@@ -688,10 +682,10 @@ static int publish_round(periodic *th, void *arg)
         pthread_mutex_unlock(&ev->mu);
         return INT_MAX; /* until a stream opens */
     }
-    long long started = mono_ms();
+    long long started = base_now_ms();
     publish(p); /* unlocks ev->mu while it reads, returns with it held */
     pthread_mutex_unlock(&ev->mu);
-    long long wait_ms = started + EVENTS_INTERVAL_MS - mono_ms();
+    long long wait_ms = started + EVENTS_INTERVAL_MS - base_now_ms();
     return wait_ms > 0 ? (int)wait_ms : 0;
 }
 
@@ -746,7 +740,7 @@ void api_events_close(struct api_events *ev, int wait_ms)
     }
 
     static const char bye[] = "event: shutdown\ndata: {}\n\n";
-    long long deadline = mono_ms() + wait_ms;
+    long long deadline = base_now_ms() + wait_ms;
     pthread_mutex_lock(&ev->mu);
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
         pthread_mutex_lock(&st->mu);
@@ -754,7 +748,7 @@ void api_events_close(struct api_events *ev, int wait_ms)
         pthread_mutex_unlock(&st->mu);
     }
     while (ev->nstreams > 0) {
-        long long left = deadline - mono_ms();
+        long long left = deadline - base_now_ms();
         if (left <= 0)
             break;
         struct timespec until;

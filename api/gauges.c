@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/periodic.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
@@ -49,13 +50,6 @@ static void *must(void *p)
         abort();
     }
     return p;
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void snap_free(struct api_gauges_snap *s)
@@ -261,7 +255,7 @@ static int refresh_round(periodic *p, void *arg)
         r->conn = inv_conn_create(g->inv);
     }
     pthread_mutex_lock(&g->mu);
-    long long now = mono_ms();
+    long long now = base_now_ms();
     if (g->scraped_ms == 0 || now - g->scraped_ms > API_GAUGES_IDLE_MS) {
         pthread_mutex_unlock(&g->mu);
         return INT_MAX; /* nobody scrapes: no Redis reads until api_gauges_get wakes */
@@ -330,7 +324,7 @@ void api_gauges_free(struct api_gauges *g)
 
 const struct api_gauges_snap *api_gauges_get(struct api_gauges *g)
 {
-    long long now = mono_ms();
+    long long now = base_now_ms();
     pthread_mutex_lock(&g->mu);
     bool idle = g->scraped_ms == 0 || now - g->scraped_ms > API_GAUGES_IDLE_MS;
     g->scraped_ms = now;
