@@ -76,6 +76,10 @@ void api_reply_status(struct api_reply *r, inv_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* HTTP status and error code of a domain status (code NULL for INV_OK/REPLAYED). */
+/* json_object_set_new that cannot fail: a NULL `val` (a failed allocation) or a
+ * failed set aborts as out of memory. */
+void api_json_set(json_t *obj, const char *key, json_t *val);
+
 int api_status_http(inv_status s);
 const char *api_status_code(inv_status s);
 
