@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/embed.h"
 #include "base/xalloc.h"
 
 void api_reply_init(struct api_reply *r)
@@ -161,4 +162,13 @@ void api_json_set(json_t *obj, const char *key, json_t *val)
 {
     if (json_object_set_new(obj, key, seg_must(val)) != 0)
         seg_must(NULL); /* out of memory (our keys are valid UTF-8, obj an object) */
+}
+
+void api_reply_file(struct api_reply *r, const struct embed_file *f,
+                    const char *content_type)
+{
+    char *body = seg_malloc(f->len + 1);
+    memcpy(body, f->data, f->len + 1);
+    api_reply_raw(r, 200, content_type, body, f->len);
+    api_reply_header(r, "Cache-Control", "no-cache");
 }

@@ -65,6 +65,13 @@ void api_reply_text(struct api_reply *r, int status, const char *text, size_t le
 void api_reply_raw(struct api_reply *r, int status, const char *content_type, char *body,
                    size_t len);
 
+struct embed_file;
+/* Reply 200 with a copy of embedded file `f` (base/embed.h) as `content_type` (a
+ * static string), Cache-Control: no-cache: a file the binary serves may change with
+ * the next build. */
+void api_reply_file(struct api_reply *r, const struct embed_file *f,
+                    const char *content_type);
+
 /* Reply `status` with {"error": code, "detail": printf(fmt, ...)}. Non-printable
  * bytes of the detail are replaced by '?'. */
 void api_reply_error(struct api_reply *r, int status, const char *code, const char *fmt,

@@ -84,14 +84,7 @@ void api_ui_get(const struct api_ctx *ctx, struct api_request *req, struct api_r
         api_reply_error(rep, 404, "not_found", "no such resource: %.100s", req->path);
         return;
     }
-    char *body = malloc(f->len + 1);
-    if (body == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    memcpy(body, f->data, f->len + 1);
-    api_reply_raw(rep, 200, content_type(name), body, f->len);
-    api_reply_header(rep, "Cache-Control", "no-cache");
+    api_reply_file(rep, f, content_type(name));
     api_reply_header(rep, "Content-Security-Policy", UI_CSP);
     api_reply_header(rep, "X-Content-Type-Options", "nosniff");
 }
