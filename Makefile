@@ -118,6 +118,8 @@ $(BUILD)/tests/test_lock $(BUILD)/tests/test_order $(BUILD)/tests/test_engine \
     $(BUILD)/tests/test_engine_mem: $(BUILD)/tests/engine_sync.o
 # The engine over the in-memory store of tests/memstore.h (no Redis).
 $(BUILD)/tests/test_engine_mem: $(BUILD)/tests/memstore.o
+# The reservation suites' shared calls and view check (tests/resv_env.h).
+$(BUILD)/tests/it_reservations $(BUILD)/tests/it_pg_reservations: $(BUILD)/tests/resv_env.o
 
 $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
@@ -134,8 +136,6 @@ $(BUILD)/tests/it_pg_store $(BUILD)/tests/it_pg_sellout: $(LIB_OBJ) $(BUILD)/tes
 # The lock-service suites' shared fixture (tests/lock_env.h).
 $(BUILD)/tests/it_lock_services $(BUILD)/tests/it_lock_faults $(BUILD)/tests/it_pg_locks: \
     $(BUILD)/tests/lock_env.o
-# The reservation suites' shared calls and view check (tests/resv_env.h).
-$(BUILD)/tests/it_reservations $(BUILD)/tests/it_pg_reservations: $(BUILD)/tests/resv_env.o
 # The ZooKeeper lock service, called directly (segments/zookeeper/zklock.h).
 $(BUILD)/tests/it_zk_lock: $(LIB_OBJ)
 
