@@ -80,6 +80,7 @@ HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harn
              $(BUILD)/tests/harness_lock.o
 HARNESS   += $(BUILD)/tests/harness_zk.o
 HARNESS   += $(BUILD)/tests/harness_view.o
+HARNESS   += $(BUILD)/tests/harness_sale.o $(BUILD)/tests/harness_net.o
 
 .SECONDARY:
 .PHONY: all deps deps-run run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \
@@ -113,9 +114,12 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB_OBJ) $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
 # Unit tests that place orders through the engine and wait for them (tests/engine_sync.h).
-$(BUILD)/tests/test_lock $(BUILD)/tests/test_order: $(BUILD)/tests/engine_sync.o
+$(BUILD)/tests/test_lock $(BUILD)/tests/test_order $(BUILD)/tests/test_engine \
+    $(BUILD)/tests/test_engine_mem: $(BUILD)/tests/engine_sync.o
 # The engine over the in-memory store of tests/memstore.h (no Redis).
 $(BUILD)/tests/test_engine_mem: $(BUILD)/tests/memstore.o
+# The reservation suites' shared calls and view check (tests/resv_env.h).
+$(BUILD)/tests/it_reservations $(BUILD)/tests/it_pg_reservations: $(BUILD)/tests/resv_env.o
 
 $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)

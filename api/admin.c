@@ -9,23 +9,8 @@
 #include "segments/ledger.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
-
-static json_t *must(json_t *j)
-{
-    if (j == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    return j;
-}
-
-static void set(json_t *obj, const char *key, json_t *val)
-{
-    if (json_object_set_new(obj, key, must(val)) != 0) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-}
+#include "api/reply.h"
+#include "base/xalloc.h"
 
 static int bad_condition(struct api_parse_error *err, const char *detail)
 {
@@ -107,17 +92,17 @@ int api_admin_parse_sku(struct api_request *req, struct api_parse_error *err)
 
 static json_t *int_array(const long long *v, int n)
 {
-    json_t *a = must(json_array());
+    json_t *a = seg_must(json_array());
     for (int i = 0; i < n; i++)
-        json_array_append_new(a, must(json_integer(v[i])));
+        json_array_append_new(a, seg_must(json_integer(v[i])));
     return a;
 }
 
 static json_t *bool_array(const bool *v, int n)
 {
-    json_t *a = must(json_array());
+    json_t *a = seg_must(json_array());
     for (int i = 0; i < n; i++)
-        json_array_append_new(a, must(json_boolean(v[i])));
+        json_array_append_new(a, seg_must(json_boolean(v[i])));
     return a;
 }
 
@@ -126,39 +111,40 @@ json_t *api_admin_sku_json(const char *sku, const struct sku_status *st)
     int n = st->cfg.segments;
     if (n < 0 || n > SEG_MAX_SEGMENTS)
         n = n < 0 ? 0 : SEG_MAX_SEGMENTS;
-    json_t *o = must(json_object());
-    set(o, "sku", json_string(sku));
-    set(o, "segments", json_integer(st->cfg.segments));
-    set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
-    set(o, "hold_ms", json_integer(st->cfg.hold_ms));
-    set(o, "batch", json_integer(st->cfg.batch > 1 ? st->cfg.batch : 1));
-    set(o, "rebalance", json_boolean(st->cfg.rebalance));
-    set(o, "durability", json_string(st->cfg.replicated ? "replicated" : "async"));
+    json_t *o = seg_must(json_object());
+    api_json_set(o, "sku", json_string(sku));
+    api_json_set(o, "segments", json_integer(st->cfg.segments));
+    api_json_set(o, "mode", json_string(sku_mode_name(st->cfg.mode)));
+    api_json_set(o, "hold_ms", json_integer(st->cfg.hold_ms));
+    api_json_set(o, "batch", json_integer(st->cfg.batch > 1 ? st->cfg.batch : 1));
+    api_json_set(o, "rebalance", json_boolean(st->cfg.rebalance));
+    api_json_set(o, "durability",
+                 json_string(st->cfg.replicated ? "replicated" : "async"));
     if (st->lock[0] != '\0') /* the lock scheme, as the store names it */
-        set(o, "lock", json_string(st->lock));
-    set(o, "fencing", json_boolean(!st->cfg.unfenced));
-    set(o, "initial", json_integer(st->cfg.stock));
-    set(o, "remaining", json_integer(st->remaining));
-    set(o, "sold", json_integer(st->sold));
-    set(o, "reserved", json_integer(st->reserved));
-    set(o, "orders", json_integer(st->orders));
-    set(o, "segment_stock", int_array(st->segment_stock, n));
+        api_json_set(o, "lock", json_string(st->lock));
+    api_json_set(o, "fencing", json_boolean(!st->cfg.unfenced));
+    api_json_set(o, "initial", json_integer(st->cfg.stock));
+    api_json_set(o, "remaining", json_integer(st->remaining));
+    api_json_set(o, "sold", json_integer(st->sold));
+    api_json_set(o, "reserved", json_integer(st->reserved));
+    api_json_set(o, "orders", json_integer(st->orders));
+    api_json_set(o, "segment_stock", int_array(st->segment_stock, n));
     if (st->nnodes > 0) { /* a Redis Cluster: where each segment lives */
-        json_t *slots = must(json_array()), *nodes = must(json_array());
+        json_t *slots = seg_must(json_array()), *nodes = seg_must(json_array());
         for (int i = 0; i < n; i++) {
-            json_array_append_new(slots, must(json_integer(st->segment_slot[i])));
+            json_array_append_new(slots, seg_must(json_integer(st->segment_slot[i])));
             int k = st->segment_node[i];
-            json_array_append_new(nodes,
-                                  must(k >= 0 ? json_string(st->nodes[k]) : json_null()));
+            json_array_append_new(
+                nodes, seg_must(k >= 0 ? json_string(st->nodes[k]) : json_null()));
         }
-        set(o, "segment_slot", slots);
-        set(o, "segment_node", nodes);
-        set(o, "placed_as", json_string(st->placed));
+        api_json_set(o, "segment_slot", slots);
+        api_json_set(o, "segment_node", nodes);
+        api_json_set(o, "placed_as", json_string(st->placed));
     }
-    set(o, "segment_sold", int_array(st->segment_sold, n));
-    set(o, "segment_reserved", int_array(st->segment_reserved, n));
-    set(o, "segment_locked", bool_array(st->segment_locked, n));
-    set(o, "locks_held", json_integer(st->locks_held));
+    api_json_set(o, "segment_sold", int_array(st->segment_sold, n));
+    api_json_set(o, "segment_reserved", int_array(st->segment_reserved, n));
+    api_json_set(o, "segment_locked", bool_array(st->segment_locked, n));
+    api_json_set(o, "locks_held", json_integer(st->locks_held));
     return o;
 }
 
@@ -281,9 +267,9 @@ void api_admin_sku_delete(const struct api_ctx *ctx, struct api_request *req,
     }
     if (ctx->gauges != NULL)
         api_gauges_forget(ctx->gauges, req->name);
-    json_t *o = must(json_object());
-    set(o, "sku", json_string(req->name));
-    set(o, "deleted", json_true());
+    json_t *o = seg_must(json_object());
+    api_json_set(o, "sku", json_string(req->name));
+    api_json_set(o, "deleted", json_true());
     api_reply_json(rep, 200, o);
 }
 
@@ -331,19 +317,19 @@ void api_admin_reconcile(const struct api_ctx *ctx, struct api_request *req,
         api_reply_status(rep, s, "cannot reconcile sku '%s'", req->name);
         return;
     }
-    json_t *o = must(json_object());
-    set(o, "sku", json_string(req->name));
-    set(o, "epoch", json_integer(r.epoch));
-    json_t *st = must(json_object());
-    set(st, "remaining", json_integer(r.store_stock));
-    set(st, "sold", json_integer(r.store_sold));
-    set(o, "store", st);
-    json_t *lg = must(json_object());
-    set(lg, "remaining", json_integer(r.ledger_stock));
-    set(lg, "sold", json_integer(r.ledger_sold));
-    set(lg, "events", json_integer(r.ledger_events));
-    set(o, "ledger", lg);
-    set(o, "drift", json_integer(r.drift));
+    json_t *o = seg_must(json_object());
+    api_json_set(o, "sku", json_string(req->name));
+    api_json_set(o, "epoch", json_integer(r.epoch));
+    json_t *st = seg_must(json_object());
+    api_json_set(st, "remaining", json_integer(r.store_stock));
+    api_json_set(st, "sold", json_integer(r.store_sold));
+    api_json_set(o, "store", st);
+    json_t *lg = seg_must(json_object());
+    api_json_set(lg, "remaining", json_integer(r.ledger_stock));
+    api_json_set(lg, "sold", json_integer(r.ledger_sold));
+    api_json_set(lg, "events", json_integer(r.ledger_events));
+    api_json_set(o, "ledger", lg);
+    api_json_set(o, "drift", json_integer(r.drift));
     api_reply_json(rep, 200, o);
 }
 
@@ -359,17 +345,17 @@ void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
         api_reply_status(rep, s, "cannot list skus");
         return;
     }
-    json_t *a = must(json_array());
+    json_t *a = seg_must(json_array());
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(a, must(json_string(names[i])));
-    json_t *o = must(json_object());
-    set(o, "skus", a);
+        json_array_append_new(a, seg_must(json_string(names[i])));
+    json_t *o = seg_must(json_object());
+    api_json_set(o, "skus", a);
     if (more && n > 0) {
         char cursor[API_CURSOR_MAX];
         api_page_cursor(names[n - 1], cursor);
-        set(o, "next_cursor", json_string(cursor));
+        api_json_set(o, "next_cursor", json_string(cursor));
     } else {
-        set(o, "next_cursor", json_null());
+        api_json_set(o, "next_cursor", json_null());
     }
     sku_list_free(names, n);
     api_reply_json(rep, 200, o);
@@ -377,9 +363,9 @@ void api_admin_sku_list(const struct api_ctx *ctx, struct api_request *req,
 
 json_t *api_admin_stats_json(const long long counters[STAT__COUNT])
 {
-    json_t *o = must(json_object());
+    json_t *o = seg_must(json_object());
     for (int i = 0; i < STAT__COUNT; i++)
-        set(o, stat_name((enum stat_id)i), json_integer(counters[i]));
+        api_json_set(o, stat_name((enum stat_id)i), json_integer(counters[i]));
     return o;
 }
 
@@ -392,7 +378,8 @@ void api_admin_stats(const struct api_ctx *ctx, struct api_request *req,
     json_t *o = api_admin_stats_json(counters);
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    set(o, "uptime_s", json_integer((json_int_t)(now.tv_sec - ctx->started.tv_sec)));
+    api_json_set(o, "uptime_s",
+                 json_integer((json_int_t)(now.tv_sec - ctx->started.tv_sec)));
     api_reply_json(rep, 200, o);
 }
 
@@ -413,25 +400,25 @@ void api_healthz(const struct api_ctx *ctx, struct api_request *req,
     bool up = inv_ping(ctx->conn) == INV_OK;
     const char *name = inv_store_name(ctx->inv);
     bool redis = strcmp(name, "redis") == 0;
-    json_t *o = must(json_object());
-    set(o, "status", json_string(up ? "ok" : "degraded"));
-    set(o, "store", json_string(name));
-    set(o, name, json_string(up ? "up" : "down"));
+    json_t *o = seg_must(json_object());
+    api_json_set(o, "status", json_string(up ? "ok" : "degraded"));
+    api_json_set(o, "store", json_string(name));
+    api_json_set(o, name, json_string(up ? "up" : "down"));
     if (redis)
-        set(o, "redis_mode",
-            json_string(inv_redis_cluster(ctx->inv) ? "cluster" : "standalone"));
+        api_json_set(o, "redis_mode",
+                     json_string(inv_redis_cluster(ctx->inv) ? "cluster" : "standalone"));
     if (up) {
         api_reply_json(rep, 200, o);
         return;
     }
-    set(o, "error", json_string("backend_unavailable"));
+    api_json_set(o, "error", json_string("backend_unavailable"));
     const char *why = inv_conn_error(ctx->conn);
     char detail[200];
     snprintf(detail, sizeof detail, "%s: %s", name,
              why[0] != '\0' ? why
              : redis        ? "no answer to PING"
                             : "no answer");
-    set(o, "detail", json_string(detail));
+    api_json_set(o, "detail", json_string(detail));
     api_reply_json(rep, 503, o);
     api_reply_header(rep, "Retry-After", "1");
 }

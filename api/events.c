@@ -13,11 +13,13 @@
 #include "api/admin.h"
 #include "api/parse.h"
 #include "api/tickets.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/names.h"
 #include "base/periodic.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
+#include "base/xalloc.h"
 
 #define RATE_SAMPLES 5 /* ticks kept per rate: the last second at EVENTS_INTERVAL_MS */
 #define BLOCK_SIZE 8192
@@ -82,22 +84,6 @@ struct api_events {
     struct api_tickets tickets;
 };
 
-static void *must(void *p)
-{
-    if (p == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    return p;
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static long long wall_ms(void)
 {
     struct timespec ts;
@@ -130,7 +116,7 @@ static bool stream_append(struct stream *st, const char *data, size_t n, bool fo
         size_t cap = st->cap ? st->cap : 4096;
         while (cap < st->len + n)
             cap *= 2;
-        st->buf = must(realloc(st->buf, cap));
+        st->buf = seg_must(realloc(st->buf, cap));
         st->cap = cap;
     }
     memcpy(st->buf + st->len, data, n);
@@ -266,7 +252,7 @@ static int compare_names(const void *a, const void *b)
 static bool make_room(struct api_events *ev)
 {
     static const char bye[] = "event: evicted\ndata: {}\n\n";
-    long long idle_since = mono_ms() - EVENTS_IDLE_MS;
+    long long idle_since = base_now_ms() - EVENTS_IDLE_MS;
     int open = 0;
     struct stream *victim = NULL;
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
@@ -308,7 +294,7 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
     pthread_mutex_lock(&ev->mu);
     bool authorized =
         ev->token[0] == '\0' || api_bearer_matches(req->authorization, ev->token) ||
-        (q.ticket != NULL && api_tickets_take(&ev->tickets, q.ticket, mono_ms()));
+        (q.ticket != NULL && api_tickets_take(&ev->tickets, q.ticket, base_now_ms()));
     const char *refused = NULL;
     if (!authorized)
         refused = "unauthorized";
@@ -318,20 +304,20 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         refused = "too_many_streams";
     struct stream *st = NULL;
     if (refused == NULL) {
-        st = must(calloc(1, sizeof *st));
+        st = seg_must(calloc(1, sizeof *st));
         st->ev = ev;
         st->conn = conn;
         st->wake = wake;
         st->wake_arg = wake_arg;
         pthread_mutex_init(&st->mu, NULL);
-        st->sku = must(calloc((size_t)q.nsku + 1, sizeof *st->sku));
+        st->sku = seg_must(calloc((size_t)q.nsku + 1, sizeof *st->sku));
         size_t keylen = 1;
         for (int i = 0; i < q.nsku; i++) {
-            st->sku[i] = must(strdup(q.sku[i]));
+            st->sku[i] = seg_must(strdup(q.sku[i]));
             keylen += strlen(q.sku[i]) + 1;
         }
         st->nsku = q.nsku;
-        st->key = must(calloc(1, keylen));
+        st->key = seg_must(calloc(1, keylen));
         for (int i = 0; i < q.nsku; i++) {
             if (i > 0)
                 strcat(st->key, ",");
@@ -339,7 +325,7 @@ struct MHD_Response *api_events_open(struct api_events *ev, struct MHD_Connectio
         }
         static const char hello[] = "retry: 3000\n: inventoryd events\n\n";
         stream_append(st, hello, sizeof hello - 1, true);
-        st->write_ms = st->update_ms = mono_ms();
+        st->write_ms = st->update_ms = base_now_ms();
         st->seq = ev->seq++;
         st->next = ev->streams;
         if (ev->streams != NULL)
@@ -401,13 +387,13 @@ void api_events_ticket(const struct api_ctx *ctx, struct api_request *req,
     struct api_events *ev = ctx->events;
     char id[API_TICKET_LEN + 1];
     api_tickets_new_id(id);
-    long long now = mono_ms();
+    long long now = base_now_ms();
     pthread_mutex_lock(&ev->mu);
     api_tickets_add(&ev->tickets, id, now, now + EVENTS_TICKET_TTL_S * 1000LL);
     pthread_mutex_unlock(&ev->mu);
     json_t *o = json_pack("{s:s, s:i, s:s}", "ticket", id, "expires_in_s",
                           EVENTS_TICKET_TTL_S, "path", "/admin/events");
-    api_reply_json(rep, 200, must(o));
+    api_reply_json(rep, 200, seg_must(o));
 }
 
 /* ---- the publisher ------------------------------------------------------------- */
@@ -466,10 +452,10 @@ static void find_outcomes(const char *sku, const long long *outcomes, void *arg)
     struct per_sku_outcomes *p = arg;
     if (p->out != NULL || strcmp(sku, p->sku) != 0)
         return;
-    p->out = must(json_object());
+    p->out = seg_must(json_object());
     for (int i = 0; i < SKU_OUTCOMES; i++)
         json_object_set_new(p->out, stat_name((enum stat_id)i),
-                            must(json_integer(outcomes[i])));
+                            seg_must(json_integer(outcomes[i])));
 }
 
 static struct sku_rate *rate_for(struct publisher *p, struct sku_rate *next, int *nnext,
@@ -500,14 +486,14 @@ static json_t *sku_update(struct publisher *p, struct sku_status *st, const char
                       s == INV_UNKNOWN_SKU ? "no such sku"
                       : why[0] != '\0'     ? why
                                            : "cannot read sku");
-        return must(o);
+        return seg_must(o);
     }
     o = api_admin_sku_json(sku, st);
     json_object_set_new(o, "orders_per_s",
-                        must(json_real(rate_add(&rate->orders, now, st->orders))));
+                        seg_must(json_real(rate_add(&rate->orders, now, st->orders))));
     struct per_sku_outcomes po = {sku, NULL};
     stat_foreach_sku(p->ev->inv, find_outcomes, &po);
-    json_object_set_new(o, "outcomes", po.out != NULL ? po.out : must(json_object()));
+    json_object_set_new(o, "outcomes", po.out != NULL ? po.out : seg_must(json_object()));
     json_t *sim = api_sim_status_json(p->ev->sim, sku);
     json_object_set_new(o, "simulation", sim != NULL ? sim : json_null());
     return o;
@@ -527,10 +513,10 @@ static uint64_t fnv1a(const char *s, size_t n)
 static void build_texts(struct publisher *p, struct set_text *sets, int nsets,
                         char **names, int nnames, int open, long long dropped)
 {
-    long long now = mono_ms();
-    struct sku_status *st = must(calloc(1, sizeof *st));
-    json_t **objs = must(calloc((size_t)nnames + 1, sizeof *objs));
-    struct sku_rate *next = must(calloc((size_t)nnames + 1, sizeof *next));
+    long long now = base_now_ms();
+    struct sku_status *st = seg_must(calloc(1, sizeof *st));
+    json_t **objs = seg_must(calloc((size_t)nnames + 1, sizeof *objs));
+    struct sku_rate *next = seg_must(calloc((size_t)nnames + 1, sizeof *next));
     int nnext = 0;
     for (int i = 0; i < nnames; i++)
         objs[i] = sku_update(p, st, names[i], rate_for(p, next, &nnext, names[i]), now);
@@ -555,7 +541,7 @@ static void build_texts(struct publisher *p, struct set_text *sets, int nsets,
 
     for (int k = 0; k < nsets; k++) {
         struct set_text *set = &sets[k];
-        json_t *arr = must(json_array());
+        json_t *arr = seg_must(json_array());
         for (int i = 0; i < set->nsku; i++)
             for (int j = 0; j < nnames; j++)
                 if (strcmp(set->sku[i], names[j]) == 0)
@@ -564,7 +550,7 @@ static void build_texts(struct publisher *p, struct set_text *sets, int nsets,
             "{s:i, s:o, s:O, s:f, s:f, s:{s:i, s:I}}", "interval_ms", EVENTS_INTERVAL_MS,
             "skus", arr, "stats", stats, "orders_per_s", confirmed_rate, "attempts_per_s",
             attempts_rate, "streams", "open", open, "dropped", (json_int_t)dropped);
-        char *dump = must(json_dumps(must(body), JSON_COMPACT));
+        char *dump = seg_must(json_dumps(seg_must(body), JSON_COMPACT));
         json_decref(body);
         size_t dlen = strlen(dump);
         set->digest = fnv1a(dump, dlen);
@@ -575,7 +561,7 @@ static void build_texts(struct publisher *p, struct set_text *sets, int nsets,
                             "data: {\"tick\":%lld,\"time_ms\":%lld,\"uptime_s\":%lld,",
                             p->tick, time_ms, uptime);
         set->len = (size_t)hlen + dlen - 1 + 2;
-        set->text = must(malloc(set->len + 1));
+        set->text = seg_must(malloc(set->len + 1));
         memcpy(set->text, head, (size_t)hlen);
         memcpy(set->text + hlen, dump + 1, dlen - 1);
         memcpy(set->text + hlen + dlen - 1, "\n\n", 3);
@@ -591,7 +577,7 @@ static void build_texts(struct publisher *p, struct set_text *sets, int nsets,
 static void deliver(struct api_events *ev, struct set_text *sets, int nsets)
 {
     static const char hb[] = ": hb\n\n";
-    long long now = mono_ms();
+    long long now = base_now_ms();
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
         struct set_text *set = NULL;
         for (int k = 0; k < nsets && set == NULL; k++)
@@ -628,8 +614,8 @@ static void publish(struct publisher *p)
 {
     struct api_events *ev = p->ev;
     int cap = ev->nstreams > 0 ? ev->nstreams : 1;
-    struct set_text *sets = must(calloc((size_t)cap, sizeof *sets));
-    char **names = must(calloc((size_t)cap * EVENTS_SKUS_MAX + 1, sizeof *names));
+    struct set_text *sets = seg_must(calloc((size_t)cap, sizeof *sets));
+    char **names = seg_must(calloc((size_t)cap * EVENTS_SKUS_MAX + 1, sizeof *names));
     int nsets = 0, nnames = 0;
     for (struct stream *st = ev->streams; st != NULL && nsets < cap; st = st->next) {
         bool known = false;
@@ -638,15 +624,15 @@ static void publish(struct publisher *p)
         if (known)
             continue;
         struct set_text *set = &sets[nsets++];
-        set->key = must(strdup(st->key));
+        set->key = seg_must(strdup(st->key));
         set->nsku = st->nsku;
-        set->sku = must(calloc((size_t)st->nsku + 1, sizeof *set->sku));
+        set->sku = seg_must(calloc((size_t)st->nsku + 1, sizeof *set->sku));
         for (int i = 0; i < st->nsku; i++) {
             int j = 0;
             while (j < nnames && strcmp(names[j], st->sku[i]) != 0)
                 j++;
             if (j == nnames)
-                names[nnames++] = must(strdup(st->sku[i]));
+                names[nnames++] = seg_must(strdup(st->sku[i]));
             set->sku[i] = names[j];
         }
     }
@@ -688,10 +674,10 @@ static int publish_round(periodic *th, void *arg)
         pthread_mutex_unlock(&ev->mu);
         return INT_MAX; /* until a stream opens */
     }
-    long long started = mono_ms();
+    long long started = base_now_ms();
     publish(p); /* unlocks ev->mu while it reads, returns with it held */
     pthread_mutex_unlock(&ev->mu);
-    long long wait_ms = started + EVENTS_INTERVAL_MS - mono_ms();
+    long long wait_ms = started + EVENTS_INTERVAL_MS - base_now_ms();
     return wait_ms > 0 ? (int)wait_ms : 0;
 }
 
@@ -700,10 +686,10 @@ static int publish_round(periodic *th, void *arg)
 struct api_events *api_events_create(inv *v, struct api_sim *sim, const char *admin_token,
                                      struct timespec started, char *err, size_t errlen)
 {
-    struct api_events *ev = must(calloc(1, sizeof *ev));
+    struct api_events *ev = seg_must(calloc(1, sizeof *ev));
     ev->inv = v;
     ev->sim = sim;
-    ev->token = must(strdup(admin_token != NULL ? admin_token : ""));
+    ev->token = seg_must(strdup(admin_token != NULL ? admin_token : ""));
     ev->started = started;
     pthread_mutex_init(&ev->mu, NULL);
     pthread_condattr_t attr;
@@ -711,7 +697,7 @@ struct api_events *api_events_create(inv *v, struct api_sim *sim, const char *ad
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&ev->cond, &attr);
     pthread_condattr_destroy(&attr);
-    ev->pub = must(calloc(1, sizeof *ev->pub));
+    ev->pub = seg_must(calloc(1, sizeof *ev->pub));
     ev->pub->ev = ev;
     char why[128];
     ev->thread = periodic_start(publish_round, ev->pub, 0, why, sizeof why);
@@ -746,7 +732,7 @@ void api_events_close(struct api_events *ev, int wait_ms)
     }
 
     static const char bye[] = "event: shutdown\ndata: {}\n\n";
-    long long deadline = mono_ms() + wait_ms;
+    long long deadline = base_now_ms() + wait_ms;
     pthread_mutex_lock(&ev->mu);
     for (struct stream *st = ev->streams; st != NULL; st = st->next) {
         pthread_mutex_lock(&st->mu);
@@ -754,7 +740,7 @@ void api_events_close(struct api_events *ev, int wait_ms)
         pthread_mutex_unlock(&st->mu);
     }
     while (ev->nstreams > 0) {
-        long long left = deadline - mono_ms();
+        long long left = deadline - base_now_ms();
         if (left <= 0)
             break;
         struct timespec until;

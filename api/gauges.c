@@ -8,9 +8,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/periodic.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
+#include "base/xalloc.h"
 
 #define FORGET_MAX                                                                       \
     64 /* deletes remembered during one refresh; more may show again                     \
@@ -41,22 +43,6 @@ struct refresher {
     struct sku_status *st;
     long long refreshed_ms; /* CLOCK_MONOTONIC ms of the last refresh; 0: never */
 };
-
-static void *must(void *p)
-{
-    if (p == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    return p;
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void snap_free(struct api_gauges_snap *s)
 {
@@ -115,9 +101,9 @@ static void count_orders(const char *sku, const long long *outcomes, void *arg)
         return;
     if (ts->n == ts->cap) {
         ts->cap = ts->cap ? ts->cap * 2 : 64;
-        ts->t = must(realloc(ts->t, ts->cap * sizeof *ts->t));
+        ts->t = seg_must(realloc(ts->t, ts->cap * sizeof *ts->t));
     }
-    ts->t[ts->n++] = (struct tally){must(strdup(sku)), n};
+    ts->t[ts->n++] = (struct tally){seg_must(strdup(sku)), n};
 }
 
 static int compare_tallies(const void *a, const void *b)
@@ -142,7 +128,7 @@ static const char **choose(struct refresher *r, int limit, size_t *n)
     stat_foreach_sku(r->g->inv, count_orders, &ts);
     if (ts.n > 0) /* ts.t is NULL then */
         qsort(ts.t, ts.n, sizeof *ts.t, compare_tallies);
-    struct tally *rank = must(calloc(r->nnames + 1, sizeof *rank));
+    struct tally *rank = seg_must(calloc(r->nnames + 1, sizeof *rank));
     for (size_t i = 0; i < r->nnames; i++) {
         struct tally key = {r->names[i], 0};
         struct tally *hit =
@@ -155,7 +141,7 @@ static const char **choose(struct refresher *r, int limit, size_t *n)
     if (r->nnames > (size_t)limit)
         qsort(rank, r->nnames, sizeof *rank, compare_rank);
     *n = r->nnames < (size_t)limit ? r->nnames : (size_t)limit;
-    const char **out = must(calloc(*n + 1, sizeof *out));
+    const char **out = seg_must(calloc(*n + 1, sizeof *out));
     for (size_t i = 0; i < *n; i++)
         out[i] = rank[i].sku;
     free(rank);
@@ -175,7 +161,7 @@ static void entry_copy(struct api_gauge_sku *to, const struct api_gauge_sku *fro
     memcpy(to->sku, from->sku, sizeof to->sku);
     if (from->segment_stock != NULL) {
         size_t bytes = (size_t)from->segments * sizeof *from->segment_stock;
-        to->segment_stock = must(malloc(bytes));
+        to->segment_stock = seg_must(malloc(bytes));
         memcpy(to->segment_stock, from->segment_stock, bytes);
     }
 }
@@ -192,7 +178,7 @@ static void entry_fill(struct api_gauge_sku *e, const struct sku_status *st,
     snprintf(e->sku, sizeof e->sku, "%s", st->sku);
     if (st->cfg.segments <= segments_max) {
         size_t bytes = (size_t)st->cfg.segments * sizeof *e->segment_stock;
-        e->segment_stock = must(malloc(bytes > 0 ? bytes : 1));
+        e->segment_stock = seg_must(malloc(bytes > 0 ? bytes : 1));
         memcpy(e->segment_stock, st->segment_stock, bytes);
     }
 }
@@ -214,8 +200,8 @@ static struct api_gauges_snap *refresh(struct refresher *r, bool list_due, long 
     }
     size_t n;
     const char **chosen = choose(r, g->limit, &n);
-    struct api_gauges_snap *s = must(calloc(1, sizeof *s));
-    s->sku = must(calloc(n + 1, sizeof *s->sku));
+    struct api_gauges_snap *s = seg_must(calloc(1, sizeof *s));
+    s->sku = seg_must(calloc(n + 1, sizeof *s->sku));
     bool all_read = true;
     for (size_t i = 0; i < n; i++) {
         /* Once Redis failed (or at shutdown), the rest keep their values: a hung
@@ -261,7 +247,7 @@ static int refresh_round(periodic *p, void *arg)
         r->conn = inv_conn_create(g->inv);
     }
     pthread_mutex_lock(&g->mu);
-    long long now = mono_ms();
+    long long now = base_now_ms();
     if (g->scraped_ms == 0 || now - g->scraped_ms > API_GAUGES_IDLE_MS) {
         pthread_mutex_unlock(&g->mu);
         return INT_MAX; /* nobody scrapes: no Redis reads until api_gauges_get wakes */
@@ -287,17 +273,17 @@ static int refresh_round(periodic *p, void *arg)
 struct api_gauges *api_gauges_create(inv *v, int limit, int segments_max, char *err,
                                      size_t errlen)
 {
-    struct api_gauges *g = must(calloc(1, sizeof *g));
+    struct api_gauges *g = seg_must(calloc(1, sizeof *g));
     g->inv = v;
     g->limit = limit;
     g->segments_max = segments_max;
-    g->cur = must(calloc(1, sizeof *g->cur));
-    g->cur->sku = must(calloc(1, sizeof *g->cur->sku));
+    g->cur = seg_must(calloc(1, sizeof *g->cur));
+    g->cur->sku = seg_must(calloc(1, sizeof *g->cur->sku));
     g->cur->refs = 1;
     pthread_mutex_init(&g->mu, NULL);
-    g->ref = must(calloc(1, sizeof *g->ref));
+    g->ref = seg_must(calloc(1, sizeof *g->ref));
     g->ref->g = g;
-    g->ref->st = must(malloc(sizeof *g->ref->st));
+    g->ref->st = seg_must(malloc(sizeof *g->ref->st));
     char why[128];
     g->thread = periodic_start(refresh_round, g->ref, 0, why, sizeof why);
     if (g->thread == NULL) {
@@ -330,7 +316,7 @@ void api_gauges_free(struct api_gauges *g)
 
 const struct api_gauges_snap *api_gauges_get(struct api_gauges *g)
 {
-    long long now = mono_ms();
+    long long now = base_now_ms();
     pthread_mutex_lock(&g->mu);
     bool idle = g->scraped_ms == 0 || now - g->scraped_ms > API_GAUGES_IDLE_MS;
     g->scraped_ms = now;

@@ -15,12 +15,5 @@ void api_openapi_get(const struct api_ctx *ctx, struct api_request *req,
                         req->path);
         return;
     }
-    char *body = malloc(f->len + 1);
-    if (body == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    memcpy(body, f->data, f->len + 1);
-    api_reply_raw(rep, 200, "application/json", body, f->len);
-    api_reply_header(rep, "Cache-Control", "no-cache");
+    api_reply_file(rep, f, "application/json");
 }

@@ -6,14 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *must(void *p)
-{
-    if (p == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    return p;
-}
+#include "base/embed.h"
+#include "base/xalloc.h"
 
 void api_reply_init(struct api_reply *r)
 {
@@ -47,14 +41,14 @@ static void set_body(struct api_reply *r, int status, char *body, size_t len)
 
 void api_reply_json(struct api_reply *r, int status, json_t *body)
 {
-    char *text = must(json_dumps(must(body), JSON_COMPACT));
+    char *text = seg_must(json_dumps(seg_must(body), JSON_COMPACT));
     json_decref(body);
     set_body(r, status, text, strlen(text));
 }
 
 void api_reply_text(struct api_reply *r, int status, const char *text, size_t len)
 {
-    char *copy = must(malloc(len + 1));
+    char *copy = seg_must(malloc(len + 1));
     memcpy(copy, text, len);
     copy[len] = '\0';
     set_body(r, status, copy, len);
@@ -96,7 +90,7 @@ static void reply_errorv(struct api_reply *r, int status, const char *code,
         if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
             *p = '?';
     size_t cap = 32 + 2 * (strlen(code) + strlen(detail)), n = 0;
-    char *body = must(malloc(cap));
+    char *body = seg_must(malloc(cap));
     n += (size_t)snprintf(body, cap, "{\"error\":\"");
     n += escape_into(body + n, code);
     n += (size_t)snprintf(body + n, cap - n, "\",\"detail\":\"");
@@ -162,4 +156,19 @@ const char *api_status_code(inv_status s)
      * a bug here, reported as such. */
     const char *name = inv_status_name(s);
     return strcmp(name, "unknown") == 0 ? "internal" : name;
+}
+
+void api_json_set(json_t *obj, const char *key, json_t *val)
+{
+    if (json_object_set_new(obj, key, seg_must(val)) != 0)
+        seg_must(NULL); /* out of memory (our keys are valid UTF-8, obj an object) */
+}
+
+void api_reply_file(struct api_reply *r, const struct embed_file *f,
+                    const char *content_type)
+{
+    char *body = seg_malloc(f->len + 1);
+    memcpy(body, f->data, f->len + 1);
+    api_reply_raw(r, 200, content_type, body, f->len);
+    api_reply_header(r, "Cache-Control", "no-cache");
 }

@@ -65,6 +65,13 @@ void api_reply_text(struct api_reply *r, int status, const char *text, size_t le
 void api_reply_raw(struct api_reply *r, int status, const char *content_type, char *body,
                    size_t len);
 
+struct embed_file;
+/* Reply 200 with a copy of embedded file `f` (base/embed.h) as `content_type` (a
+ * static string), Cache-Control: no-cache: a file the binary serves may change with
+ * the next build. */
+void api_reply_file(struct api_reply *r, const struct embed_file *f,
+                    const char *content_type);
+
 /* Reply `status` with {"error": code, "detail": printf(fmt, ...)}. Non-printable
  * bytes of the detail are replaced by '?'. */
 void api_reply_error(struct api_reply *r, int status, const char *code, const char *fmt,
@@ -76,6 +83,10 @@ void api_reply_status(struct api_reply *r, inv_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* HTTP status and error code of a domain status (code NULL for INV_OK/REPLAYED). */
+/* json_object_set_new that cannot fail: a NULL `val` (a failed allocation) or a
+ * failed set aborts as out of memory. */
+void api_json_set(json_t *obj, const char *key, json_t *val);
+
 int api_status_http(inv_status s);
 const char *api_status_code(inv_status s);
 

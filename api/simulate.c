@@ -19,6 +19,7 @@
 #include "segments/engine.h"
 #include "segments/order.h"
 #include "segments/sku.h"
+#include "base/xalloc.h"
 
 /* How long api_sim_stop_all waits for the runs' orders in flight to be answered. */
 #define STOP_WAIT_MS 30000
@@ -74,15 +75,6 @@ struct api_sim {
     int nloops;
     int next_loop; /* round-robin over `loops` */
 };
-
-static void *must(void *p)
-{
-    if (p == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    return p;
-}
 
 static enum sim_outcome outcome_of(inv_status s)
 {
@@ -216,12 +208,12 @@ static json_t *status_json(const struct sim_run *run)
     long long answered = atomic_load_explicit(&run->answered, memory_order_relaxed);
     const char *state = live ? (stop ? "stopping" : "running")
                              : (answered >= run->orders ? "finished" : "stopped");
-    json_t *outcomes = must(json_object());
+    json_t *outcomes = seg_must(json_object());
     for (int i = 0; i < SIM__COUNT; i++)
         json_object_set_new(outcomes, outcome_names[i],
-                            must(json_integer(atomic_load_explicit(
+                            seg_must(json_integer(atomic_load_explicit(
                                 &run->outcome[i], memory_order_relaxed))));
-    return must(
+    return seg_must(
         json_pack("{s:s, s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:o}", "sku", run->sku,
                   "run", run->run, "state", state, "orders", (json_int_t)run->orders,
                   "concurrency", run->concurrency, "qty", (json_int_t)run->qty, "sent",
@@ -232,7 +224,7 @@ static json_t *status_json(const struct sim_run *run)
 
 struct api_sim *api_sim_create(inv *v)
 {
-    struct api_sim *s = must(calloc(1, sizeof *s));
+    struct api_sim *s = seg_must(calloc(1, sizeof *s));
     s->inv = v;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
@@ -314,7 +306,7 @@ void api_sim_start(const struct api_ctx *ctx, struct api_request *req,
     const struct api_sim_body *in = &req->in.simulate;
     /* The SKU must exist now; it may still be deleted while the run goes, whose
      * orders are then answered unknown_sku. */
-    struct sku_status *st = must(calloc(1, sizeof *st));
+    struct sku_status *st = seg_must(calloc(1, sizeof *st));
     inv_status rc = sku_get(ctx->conn, req->name, st);
     free(st);
     if (rc != INV_OK) {
@@ -323,7 +315,7 @@ void api_sim_start(const struct api_ctx *ctx, struct api_request *req,
         return;
     }
 
-    struct sim_run *run = must(calloc(1, sizeof *run));
+    struct sim_run *run = seg_must(calloc(1, sizeof *run));
     run->sim = s;
     snprintf(run->sku, sizeof run->sku, "%.*s", SEG_NAME_MAX, req->name);
     unsigned char rnd[6];

@@ -9,6 +9,7 @@
 #include "api/reply.h"
 #include "segments/inventory.h"
 #include "segments/skumode.h"
+#include "base/xalloc.h"
 
 /* Only this origin, for everything; data: for the inline favicon. */
 #define UI_CSP                                                                           \
@@ -30,43 +31,26 @@ static const char *content_type(const char *name)
     return "application/octet-stream";
 }
 
-static json_t *must(json_t *j)
-{
-    if (j == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    return j;
-}
-
-static void set(json_t *obj, const char *key, json_t *val)
-{
-    if (json_object_set_new(obj, key, must(val)) != 0) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-}
-
 /* One strategy the comparison may pick: `lock` NULL for mode atomic. A lock service
  * this process was not started with is there, unavailable, saying why. */
 static json_t *strategy(const char *mode, const char *lock, unsigned services)
 {
-    json_t *o = must(json_object());
-    set(o, "mode", json_string(mode));
+    json_t *o = seg_must(json_object());
+    api_json_set(o, "mode", json_string(mode));
     bool ok = true;
     if (lock != NULL) {
-        set(o, "lock", json_string(lock));
+        api_json_set(o, "lock", json_string(lock));
         sku_lock l;
         bool service = sku_lock_parse(lock, &l) == 0 && l != SKU_LOCK_STORE;
-        set(o, "service", json_boolean(service));
+        api_json_set(o, "service", json_boolean(service));
         if (service && !(services & (1u << l))) {
             char why[64];
             snprintf(why, sizeof why, "not started with --%s", lock);
-            set(o, "why", json_string(why));
+            api_json_set(o, "why", json_string(why));
             ok = false;
         }
     }
-    set(o, "available", json_boolean(ok));
+    api_json_set(o, "available", json_boolean(ok));
     return o;
 }
 
@@ -75,15 +59,15 @@ static void config_json(const struct api_ctx *ctx, const struct api_request *req
                         struct api_reply *rep)
 {
     bool bearer = ctx->events != NULL && api_events_need_auth(ctx->events);
-    json_t *o = must(json_object());
-    set(o, "auth", json_string(bearer ? "bearer" : "none"));
-    set(o, "store", json_string(inv_store_name(ctx->inv)));
-    set(o, "lab", json_boolean(req->lab));
-    json_t *a = must(json_array());
+    json_t *o = seg_must(json_object());
+    api_json_set(o, "auth", json_string(bearer ? "bearer" : "none"));
+    api_json_set(o, "store", json_string(inv_store_name(ctx->inv)));
+    api_json_set(o, "lab", json_boolean(req->lab));
+    json_t *a = seg_must(json_array());
     for (const char *const *l = inv_store_locks(ctx->inv); *l != NULL; l++)
         json_array_append_new(a, strategy("lock", *l, req->lock_services));
     json_array_append_new(a, strategy("atomic", NULL, req->lock_services));
-    set(o, "strategies", a);
+    api_json_set(o, "strategies", a);
     api_reply_json(rep, 200, o);
     api_reply_header(rep, "Cache-Control", "no-store");
 }
@@ -100,14 +84,7 @@ void api_ui_get(const struct api_ctx *ctx, struct api_request *req, struct api_r
         api_reply_error(rep, 404, "not_found", "no such resource: %.100s", req->path);
         return;
     }
-    char *body = malloc(f->len + 1);
-    if (body == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    memcpy(body, f->data, f->len + 1);
-    api_reply_raw(rep, 200, content_type(name), body, f->len);
-    api_reply_header(rep, "Cache-Control", "no-cache");
+    api_reply_file(rep, f, content_type(name));
     api_reply_header(rep, "Content-Security-Policy", UI_CSP);
     api_reply_header(rep, "X-Content-Type-Options", "nosniff");
 }

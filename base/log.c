@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+
 static atomic_int min_level = LOG_INFO;
 static atomic_int out_format = LOG_TEXT;
 static atomic_bool access_on = true;
@@ -383,18 +385,11 @@ struct rl_slot {
 static pthread_mutex_t rl_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct rl_slot rl_slots[LOG_RL_KEYS]; /* under rl_mu */
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Decide under the lock whether a line for `key` may be written now. Returns -1 when
  * it is dropped (and counted), else the number of calls dropped before it. */
 static long long rl_admit(const char *key)
 {
-    long long now = mono_ms(), result = -1;
+    long long now = base_now_ms(), result = -1;
     if (key[0] == '\0')
         key = "-";
     pthread_mutex_lock(&rl_mu);

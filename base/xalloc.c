@@ -33,3 +33,8 @@ char *seg_strdup(const char *s)
 {
     return check(strdup(s));
 }
+
+void *seg_must(void *p)
+{
+    return check(p);
+}

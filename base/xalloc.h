@@ -13,5 +13,8 @@ void *seg_malloc(size_t n);
 void *seg_calloc(size_t n, size_t size);
 void *seg_realloc(void *p, size_t n);
 char *seg_strdup(const char *s);
+/* `p`, or abort with the same message when it is NULL: for what a library allocated
+ * (json_object(), json_dumps(), strdup()). */
+void *seg_must(void *p);
 
 #endif

@@ -495,6 +495,20 @@ int h_terminate(int pid, int sig, int grace_ms)
     return terminate(pid, sig, grace_ms);
 }
 
+int h_pid_end(int *pid, int sig, int grace_ms)
+{
+    if (*pid <= 0)
+        return -1;
+    int st = terminate(*pid, sig, grace_ms);
+    *pid = 0;
+    return st;
+}
+
+int h_pid_signal(int pid, int sig)
+{
+    return pid > 0 && kill(pid, sig) == 0 ? 0 : -1;
+}
+
 /* ---- redis-server -------------------------------------------------------------- */
 
 #define H_REDIS_EXTRA 16
@@ -618,30 +632,22 @@ h_redis *h_redis_start_args(const char *const *extra)
 
 int h_redis_stop(h_redis *r)
 {
-    if (r == NULL || r->pid <= 0)
-        return -1;
-    int st = terminate(r->pid, SIGTERM, 10000);
-    r->pid = 0;
-    return st;
+    return r != NULL ? h_pid_end(&r->pid, SIGTERM, 10000) : -1;
 }
 
 int h_redis_kill(h_redis *r)
 {
-    if (r == NULL || r->pid <= 0)
-        return -1;
-    int st = terminate(r->pid, SIGKILL, 10000);
-    r->pid = 0;
-    return st;
+    return r != NULL ? h_pid_end(&r->pid, SIGKILL, 10000) : -1;
 }
 
 int h_redis_pause(h_redis *r)
 {
-    return r != NULL && r->pid > 0 && kill(r->pid, SIGSTOP) == 0 ? 0 : -1;
+    return r != NULL ? h_pid_signal(r->pid, SIGSTOP) : -1;
 }
 
 int h_redis_resume(h_redis *r)
 {
-    return r != NULL && r->pid > 0 && kill(r->pid, SIGCONT) == 0 ? 0 : -1;
+    return r != NULL ? h_pid_signal(r->pid, SIGCONT) : -1;
 }
 
 int h_redis_restart(h_redis *r)
@@ -1243,30 +1249,22 @@ h_svc *h_svc_start_args(const h_redis *r, const char *const *args)
 
 int h_svc_stop(h_svc *s)
 {
-    if (s == NULL || s->pid <= 0)
-        return -1;
-    int st = terminate(s->pid, SIGTERM, 10000);
-    s->pid = 0;
-    return st;
+    return s != NULL ? h_pid_end(&s->pid, SIGTERM, 10000) : -1;
 }
 
 int h_svc_kill(h_svc *s)
 {
-    if (s == NULL || s->pid <= 0)
-        return -1;
-    int st = terminate(s->pid, SIGKILL, 10000);
-    s->pid = 0;
-    return st;
+    return s != NULL ? h_pid_end(&s->pid, SIGKILL, 10000) : -1;
 }
 
 int h_svc_pause(h_svc *s)
 {
-    return s != NULL && s->pid > 0 && kill(s->pid, SIGSTOP) == 0 ? 0 : -1;
+    return s != NULL ? h_pid_signal(s->pid, SIGSTOP) : -1;
 }
 
 int h_svc_resume(h_svc *s)
 {
-    return s != NULL && s->pid > 0 && kill(s->pid, SIGCONT) == 0 ? 0 : -1;
+    return s != NULL ? h_pid_signal(s->pid, SIGCONT) : -1;
 }
 
 bool h_svc_alive(h_svc *s)

@@ -65,6 +65,12 @@ int h_spawn(const char *const argv[], const char *const env[], const char *out_p
 int h_wait_exit(int pid, int timeout_ms);
 int h_terminate(int pid, int sig, int grace_ms);
 
+/* A server handle's child by its pid field (0 or less: not running): h_pid_end stops
+ * it as h_terminate and sets *pid to 0 (its exit status; -1 when not running);
+ * h_pid_signal sends `sig` (SIGSTOP, SIGCONT): 0, or -1 when not running. */
+int h_pid_end(int *pid, int sig, int grace_ms);
+int h_pid_signal(int pid, int sig);
+
 /* ---- redis-server ------------------------------------------------------------- */
 
 /* A redis-server child: 127.0.0.1, own temp dir, AOF on (everysec), no RDB. */

@@ -164,12 +164,12 @@ const char *h_memcached_addr(const h_memcached *m)
 
 int h_memcached_pause(h_memcached *m)
 {
-    return m != NULL && m->pid > 0 && kill(m->pid, SIGSTOP) == 0 ? 0 : -1;
+    return m != NULL ? h_pid_signal(m->pid, SIGSTOP) : -1;
 }
 
 int h_memcached_resume(h_memcached *m)
 {
-    return m != NULL && m->pid > 0 && kill(m->pid, SIGCONT) == 0 ? 0 : -1;
+    return m != NULL ? h_pid_signal(m->pid, SIGCONT) : -1;
 }
 
 int h_memcached_restart(h_memcached *m)

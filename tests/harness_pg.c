@@ -218,11 +218,7 @@ int h_pg_pid(const h_pg *p)
 
 int h_pg_stop(h_pg *p)
 {
-    if (p == NULL || p->pid <= 0)
-        return -1;
-    int st = h_terminate(p->pid, SIGINT, 10000);
-    p->pid = 0;
-    return st;
+    return p != NULL ? h_pid_end(&p->pid, SIGINT, 10000) : -1;
 }
 
 void h_pg_set_max_connections(h_pg *p, int n)

@@ -370,12 +370,12 @@ int h_zk_restart(h_zk *z)
 
 int h_zk_pause(h_zk *z)
 {
-    return z->pid > 0 ? kill(z->pid, SIGSTOP) : -1;
+    return h_pid_signal(z->pid, SIGSTOP);
 }
 
 int h_zk_resume(h_zk *z)
 {
-    return z->pid > 0 ? kill(z->pid, SIGCONT) : -1;
+    return h_pid_signal(z->pid, SIGCONT);
 }
 
 void h_zk_free(h_zk *z)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
+#include "tests/harness_net.h"
 
 static int group_setup(void **state)
 {
@@ -417,19 +418,6 @@ static long rss_kib(int pid)
     return kib;
 }
 
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
 /* One request on the kept-alive connection *fd (opened, or opened again after the
  * server closed it): its status, or -1. The answer's body is read and dropped. */
 static int keepalive(int *fd, int port, const char *method, const char *path,
@@ -441,7 +429,7 @@ static int keepalive(int *fd, int port, const char *method, const char *path,
                      "application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      method, path, json != NULL ? strlen(json) : 0, json ? json : "");
     for (int attempt = 0; attempt < 2; attempt++) {
-        if (*fd < 0 && (*fd = connect_to(port)) < 0)
+        if (*fd < 0 && (*fd = h_connect(port)) < 0)
             return -1;
         size_t got = 0;
         char *end = NULL;

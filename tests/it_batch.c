@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tests/harness.h"
+#include "tests/harness_sale.h"
 
 /* One event loop: every order meets the others in its queue, so batches form. */
 static int group_setup(void **state)
@@ -42,58 +43,6 @@ static int put_batch(int port, const char *sku, long long stock, int segments,
         fprintf(stderr, "PUT %s %s -> %d %s\n", path, body, st, r.body);
     h_resp_free(&r);
     return st == 200 || st == 201 ? 0 : -1;
-}
-
-/* What a crowd of orders got. */
-struct crowd {
-    int port;
-    const char *sku;
-    const char *id; /* every order's id (NULL: none) */
-    long long (*qty)(int idx);
-    pthread_mutex_t mu;
-    int created, replayed, sold_out, insufficient, other;
-    long long units; /* sold by the 201s */
-};
-
-static long long one(int idx)
-{
-    (void)idx;
-    return 1;
-}
-
-static void crowd_order(int idx, void *ctx)
-{
-    struct crowd *c = ctx;
-    long long q = c->qty(idx);
-    struct h_resp r;
-    int st = h_order(c->port, c->sku, q, c->id, &r);
-    char code[64];
-    h_error_code(&r, code, sizeof code);
-    pthread_mutex_lock(&c->mu);
-    if (st == 201) {
-        c->created++;
-        c->units += q;
-    } else if (st == 200) {
-        c->replayed++;
-    } else if (st == 409 && strcmp(code, "sold_out") == 0) {
-        c->sold_out++;
-    } else if (st == 409 && strcmp(code, "insufficient_stock") == 0) {
-        c->insufficient++;
-    } else {
-        c->other++;
-        fprintf(stderr, "order %d: %d %s\n", idx, st, r.body);
-    }
-    pthread_mutex_unlock(&c->mu);
-    h_resp_free(&r);
-}
-
-static void crowd_run(struct crowd *c, int n)
-{
-    pthread_mutex_init(&c->mu, NULL);
-    if (c->qty == NULL)
-        c->qty = one;
-    assert_int_equal(h_parallel(n, crowd_order, c), 0);
-    pthread_mutex_destroy(&c->mu);
 }
 
 /* The SKU's settings say its batch; out-of-range batches are 400 JSON. */
@@ -131,15 +80,15 @@ static void test_batch_sellout_exact(void **state)
     assert_int_equal(put_batch(e->port, "b-exact", 50, 1, 100, 64), 0);
     long long batches0 = h_stat(e->port, NULL, "batches");
     long long batched0 = h_stat(e->port, NULL, "batched_orders");
-    struct crowd c = {.port = e->port, .sku = "b-exact"};
-    crowd_run(&c, 100);
+    struct h_crowd c = {.port = e->port, .sku = "b-exact"};
+    assert_int_equal(h_crowd_run(&c, 100), 0);
     long long batches = h_stat(e->port, NULL, "batches") - batches0;
     long long batched = h_stat(e->port, NULL, "batched_orders") - batched0;
     fprintf(stderr, "201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
-            c.created, c.sold_out, c.other, batches, batched);
+            c.created, c.sold_out, c.other + c.unavailable, batches, batched);
     assert_int_equal(c.created, 50);
     assert_int_equal(c.sold_out, 50);
-    assert_int_equal(c.other, 0);
+    assert_int_equal(c.other + c.unavailable, 0);
     assert_int_equal(h_audit(e->port, NULL, "b-exact", 50, true), 0);
     json_t *j = h_get_sku(e->port, NULL, "b-exact");
     assert_int_equal(h_jint(j, "sold"), 50);
@@ -159,13 +108,13 @@ static void test_batch_duplicate_ids(void **state)
     h_deadline(60);
     assert_int_equal(put_batch(e->port, "b-dup", 10, 1, 100, 64), 0);
     long long batched0 = h_stat(e->port, NULL, "batched_orders");
-    struct crowd c = {.port = e->port, .sku = "b-dup", .id = "b-dup-order"};
-    crowd_run(&c, 30);
+    struct h_crowd c = {.port = e->port, .sku = "b-dup", .id = "b-dup-order"};
+    assert_int_equal(h_crowd_run(&c, 30), 0);
     fprintf(stderr, "201 %d, 200 %d, other %d; %lld batched\n", c.created, c.replayed,
-            c.other, h_stat(e->port, NULL, "batched_orders") - batched0);
+            c.other + c.unavailable, h_stat(e->port, NULL, "batched_orders") - batched0);
     assert_int_equal(c.created, 1);
     assert_int_equal(c.replayed, 29);
-    assert_int_equal(c.other, 0);
+    assert_int_equal(c.other + c.unavailable, 0);
     json_t *j = h_get_sku(e->port, NULL, "b-dup");
     assert_int_equal(h_jint(j, "sold"), 1);
     assert_int_equal(h_jint(j, "orders"), 1);
@@ -186,14 +135,14 @@ static void test_batch_beside_multi_segment_orders(void **state)
     struct h_env *e = *state;
     h_deadline(60);
     assert_int_equal(put_batch(e->port, "b-multi", 20, 4, 20, 16), 0);
-    struct crowd c = {.port = e->port, .sku = "b-multi", .qty = mixed_qty};
-    crowd_run(&c, 40);
+    struct h_crowd c = {.port = e->port, .sku = "b-multi", .qty = mixed_qty};
+    assert_int_equal(h_crowd_run(&c, 40), 0);
     fprintf(stderr,
             "201 %d (%lld units), sold out %d, insufficient %d, other %d; "
             "%lld multi-segment\n",
-            c.created, c.units, c.sold_out, c.insufficient, c.other,
+            c.created, c.units, c.sold_out, c.insufficient, c.other + c.unavailable,
             h_stat(e->port, NULL, "multi_segment_orders"));
-    assert_int_equal(c.other, 0);
+    assert_int_equal(c.other + c.unavailable, 0);
     assert_int_equal(h_audit(e->port, NULL, "b-multi", 20, false), 0);
     json_t *j = h_get_sku(e->port, NULL, "b-multi");
     assert_int_equal(h_jint(j, "sold"), c.units);
@@ -217,15 +166,15 @@ static void hold0(int port, const char *sku, const char *mode)
     h_resp_free(&r);
     long long batches0 = h_stat(port, NULL, "batches");
     long long batched0 = h_stat(port, NULL, "batched_orders");
-    struct crowd c = {.port = port, .sku = sku};
-    crowd_run(&c, 100);
+    struct h_crowd c = {.port = port, .sku = sku};
+    assert_int_equal(h_crowd_run(&c, 100), 0);
     long long batches = h_stat(port, NULL, "batches") - batches0;
     long long batched = h_stat(port, NULL, "batched_orders") - batched0;
     fprintf(stderr, "%s: 201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
-            mode, c.created, c.sold_out, c.other, batches, batched);
+            mode, c.created, c.sold_out, c.other + c.unavailable, batches, batched);
     assert_int_equal(c.created, 50);
     assert_int_equal(c.sold_out, 50);
-    assert_int_equal(c.other, 0);
+    assert_int_equal(c.other + c.unavailable, 0);
     assert_int_equal(h_audit(port, NULL, sku, 50, true), 0);
     assert_true(batches >= 1);
 }
@@ -244,7 +193,7 @@ struct frozen {
     h_redis *redis;
     h_svc *a;
     int port_a, port_b;
-    struct crowd on_a, on_b;
+    struct h_crowd on_a, on_b;
     bool locked, paused;
 };
 
@@ -256,14 +205,14 @@ static bool lock_held(h_redis *r, const char *sku)
 
 static void frozen_b(int idx, void *ctx)
 {
-    crowd_order(idx, &((struct frozen *)ctx)->on_b);
+    h_crowd_order(idx, &((struct frozen *)ctx)->on_b);
 }
 
 static void frozen_main(int idx, void *ctx)
 {
     struct frozen *f = ctx;
     if (idx > 0) {
-        crowd_order(idx, &f->on_a);
+        h_crowd_order(idx, &f->on_a);
         return;
     }
     /* The controller: A holds the lock with its batch queued; freeze A past its
@@ -301,8 +250,8 @@ static void test_frozen_batch_sells_nothing(void **state)
     memset(&f, 0, sizeof f);
     f.redis = e->redis;
     f.a = a;
-    f.on_a = (struct crowd){.port = h_svc_port(a), .sku = "b-frozen", .qty = one};
-    f.on_b = (struct crowd){.port = h_svc_port(b), .sku = "b-frozen", .qty = one};
+    f.on_a = (struct h_crowd){.port = h_svc_port(a), .sku = "b-frozen"};
+    f.on_b = (struct h_crowd){.port = h_svc_port(b), .sku = "b-frozen"};
     pthread_mutex_init(&f.on_a.mu, NULL);
     assert_int_equal(put_batch(f.on_b.port, "b-frozen", 10, 1, 1500, 64), 0);
     assert_int_equal(h_parallel(11, frozen_main, &f), 0);
@@ -310,11 +259,11 @@ static void test_frozen_batch_sells_nothing(void **state)
     assert_true(f.locked);
     assert_true(f.paused);
     fprintf(stderr, "A: 201 %d, sold out %d, other %d; B: 201 %d, sold out %d\n",
-            f.on_a.created, f.on_a.sold_out, f.on_a.other, f.on_b.created,
-            f.on_b.sold_out);
+            f.on_a.created, f.on_a.sold_out, f.on_a.other + f.on_a.unavailable,
+            f.on_b.created, f.on_b.sold_out);
     assert_int_equal(f.on_b.created, 10);
     assert_int_equal(f.on_a.created, 0);
-    assert_int_equal(f.on_a.sold_out + f.on_a.other, 10);
+    assert_int_equal(f.on_a.sold_out + f.on_a.other + f.on_a.unavailable, 10);
     assert_true(h_stat(f.on_a.port, NULL, "batches") >= 1); /* the batch was sent */
     assert_true(h_stat(f.on_a.port, NULL, "fenced_rejections") >= 2);
     assert_int_equal(h_stat(f.on_a.port, NULL, "orders_confirmed"), 0);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
+#include "tests/harness_net.h"
 #include "tests/harness_lock.h"
 
 #define TOKEN "dash-secret"
@@ -93,20 +94,6 @@ static void grow(char **buf, size_t *cap, size_t need)
     *cap = c;
 }
 
-static int connect_port(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Read what is there (waiting up to `ms`) into s->raw. 1 read something, 0 timed
  * out, -1 EOF or error. */
 static int sse_fill(struct sse *s, int ms)
@@ -129,7 +116,7 @@ static int sse_open(struct sse *s, int port, const char *query, const char *head
 {
     memset(s, 0, sizeof *s);
     s->chunk = -1;
-    s->fd = connect_port(port);
+    s->fd = h_connect(port);
     if (s->fd < 0)
         return -1;
     char req[2048];
@@ -327,7 +314,7 @@ static void test_page_is_served(void **state)
     h_resp_free(&r);
     /* HEAD: the head alone (the harness client would wait for the body). */
     static const char head[] = "HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    int fd = connect_port(port);
+    int fd = h_connect(port);
     assert_true(fd >= 0);
     assert_int_equal(send(fd, head, sizeof head - 1, MSG_NOSIGNAL),
                      (ssize_t)sizeof head - 1);

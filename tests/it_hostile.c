@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
+#include "tests/harness_net.h"
 
 #define SKU "valid-sku"
 #define STOCK 1000
@@ -574,23 +575,6 @@ static void test_hostile_table(void **state)
 
 /* ---- sockets held open by the test ------------------------------------------------ */
 
-static int open_conn(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = htons((uint16_t)port);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 static int send_all(int fd, const char *s, size_t n)
 {
     while (n > 0) {
@@ -658,12 +642,12 @@ static void test_slow_clients_are_dropped(void **state)
     int fds[N];
     long long sent = h_now_ms();
     for (int i = 0; i < N; i++) {
-        fds[i] = open_conn(port);
+        fds[i] = h_connect(port);
         assert_true(fds[i] >= 0);
         assert_int_equal(send_all(fds[i], partial[i], strlen(partial[i])), 0);
     }
     /* The same with a half-close: a client that gave up mid-request. */
-    int half = open_conn(port);
+    int half = h_connect(port);
     assert_true(half >= 0);
     assert_int_equal(send_all(half, partial[3], strlen(partial[3])), 0);
     shutdown(half, SHUT_WR);
@@ -744,7 +728,7 @@ static void test_thousands_of_idle_connections(void **state)
     assert_non_null(fds);
     int opened = 0;
     for (int i = 0; i < IDLE_CONNECTIONS; i++) {
-        fds[i] = open_conn(e->h->port);
+        fds[i] = h_connect(e->h->port);
         if (fds[i] < 0) {
             fprintf(stderr, "connect %d failed: %s\n", i, strerror(errno));
             break;

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
+#include "tests/harness_net.h"
 
 #define SKU "http-sku"
 #define STOCK 1000
@@ -59,18 +60,9 @@ static int fetch(int port, const char *req, size_t len, struct raw *r)
     r->buf = calloc(1, cap);
     if (r->buf == NULL)
         abort();
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = h_connect(port);
     if (fd < 0)
         return -1;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = htons((uint16_t)port);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(fd);
-        return -1;
-    }
     for (size_t off = 0; off < len;) {
         ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)

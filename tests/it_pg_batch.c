@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "tests/harness.h"
+#include "tests/harness_sale.h"
 #include "tests/harness_pg.h"
 
 #define TOKEN "pgtoken"
@@ -103,59 +104,6 @@ static void audit_rows(const h_pg *pg, const char *sku, long long initial, long 
     assert_int_equal(h_pg_scalar(pg, sql), rows);
 }
 
-/* What a crowd of orders got. */
-struct crowd {
-    int port;
-    const char *sku;
-    const char *id; /* every order's id (NULL: none) */
-    long long (*qty)(int idx);
-    pthread_mutex_t mu;
-    int created, replayed, sold_out, insufficient, unavailable, other;
-    long long units; /* sold by the 201s */
-};
-
-static long long one(int idx)
-{
-    (void)idx;
-    return 1;
-}
-
-static void crowd_order(int idx, void *ctx)
-{
-    struct crowd *c = ctx;
-    long long q = c->qty ? c->qty(idx) : 1;
-    struct h_resp r;
-    int st = h_order(c->port, c->sku, q, c->id, &r);
-    char code[64];
-    h_error_code(&r, code, sizeof code);
-    pthread_mutex_lock(&c->mu);
-    if (st == 201) {
-        c->created++;
-        c->units += q;
-    } else if (st == 200) {
-        c->replayed++;
-    } else if (st == 409 && strcmp(code, "sold_out") == 0) {
-        c->sold_out++;
-    } else if (st == 409 && strcmp(code, "insufficient_stock") == 0) {
-        c->insufficient++;
-    } else if (st == 503) {
-        c->unavailable++;
-        fprintf(stderr, "order %d: %d %s\n", idx, st, r.body);
-    } else {
-        c->other++;
-        fprintf(stderr, "order %d: %d %s\n", idx, st, r.body);
-    }
-    pthread_mutex_unlock(&c->mu);
-    h_resp_free(&r);
-}
-
-static void crowd_run(struct crowd *c, int n)
-{
-    pthread_mutex_init(&c->mu, NULL);
-    assert_int_equal(h_parallel(n, crowd_order, c), 0);
-    pthread_mutex_destroy(&c->mu);
-}
-
 /* The PostgreSQL store keeps a SKU's batch: a PUT with batch 64 is accepted and read
  * back (it was refused 400 before the store could sell in batches). */
 static void test_pg_batch_setting(void **state)
@@ -181,8 +129,8 @@ static void sellout_exact(struct env *e, const char *sku, const char *lock)
     assert_int_equal(put_batch(e->port, sku, 50, 1, "lock", lock, 100, 64), 0);
     long long batches0 = h_stat(e->port, TOKEN, "batches");
     long long batched0 = h_stat(e->port, TOKEN, "batched_orders");
-    struct crowd c = {.port = e->port, .sku = sku};
-    crowd_run(&c, 100);
+    struct h_crowd c = {.port = e->port, .sku = sku};
+    assert_int_equal(h_crowd_run(&c, 100), 0);
     long long batches = h_stat(e->port, TOKEN, "batches") - batches0;
     long long batched = h_stat(e->port, TOKEN, "batched_orders") - batched0;
     fprintf(stderr, "%s: 201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
@@ -226,8 +174,8 @@ static void test_pg_batch_duplicate_ids(void **state)
         snprintf(id, sizeof id, "pb-dup-order-%s", locks[k]);
         assert_int_equal(put_batch(e->port, sku, 10, 1, "lock", locks[k], 100, 64), 0);
         long long batched0 = h_stat(e->port, TOKEN, "batched_orders");
-        struct crowd c = {.port = e->port, .sku = sku, .id = id};
-        crowd_run(&c, 30);
+        struct h_crowd c = {.port = e->port, .sku = sku, .id = id};
+        assert_int_equal(h_crowd_run(&c, 30), 0);
         fprintf(stderr, "%s: 201 %d, 200 %d, other %d; %lld batched\n", locks[k],
                 c.created, c.replayed, c.other + c.unavailable,
                 h_stat(e->port, TOKEN, "batched_orders") - batched0);
@@ -247,8 +195,8 @@ static void hold0(struct env *e, const char *sku, const char *mode, const char *
     assert_int_equal(put_batch(e->port, sku, 50, 1, mode, lock, 0, 64), 0);
     long long batches0 = h_stat(e->port, TOKEN, "batches");
     long long batched0 = h_stat(e->port, TOKEN, "batched_orders");
-    struct crowd c = {.port = e->port, .sku = sku};
-    crowd_run(&c, 100);
+    struct h_crowd c = {.port = e->port, .sku = sku};
+    assert_int_equal(h_crowd_run(&c, 100), 0);
     long long batches = h_stat(e->port, TOKEN, "batches") - batches0;
     long long batched = h_stat(e->port, TOKEN, "batched_orders") - batched0;
     fprintf(stderr, "%s: 201 %d, sold out %d, other %d; %lld batches of %lld orders\n",
@@ -285,8 +233,8 @@ static void multi_beside(struct env *e, const char *lock, int batch)
     char sku[48];
     snprintf(sku, sizeof sku, "pb-multi-%s-%d", lock, batch);
     assert_int_equal(put_batch(e->port, sku, 20, 4, "lock", lock, 20, batch), 0);
-    struct crowd c = {.port = e->port, .sku = sku, .qty = mixed_qty};
-    crowd_run(&c, 40);
+    struct h_crowd c = {.port = e->port, .sku = sku, .qty = mixed_qty};
+    assert_int_equal(h_crowd_run(&c, 40), 0);
     fprintf(stderr, "%s: 201 %d (%lld units), sold out %d, insufficient %d, other %d\n",
             sku, c.created, c.units, c.sold_out, c.insufficient, c.other + c.unavailable);
     assert_int_equal(c.other + c.unavailable, 0);
@@ -321,21 +269,21 @@ struct lost {
     struct env *e;
     h_svc *a;
     const char *sku;
-    struct crowd on_a, on_b;
+    struct h_crowd on_a, on_b;
     void (*lose)(struct lost *l); /* A's holder loses its lock, B sells everything */
     bool held;
 };
 
 static void lost_b(int idx, void *ctx)
 {
-    crowd_order(idx, &((struct lost *)ctx)->on_b);
+    h_crowd_order(idx, &((struct lost *)ctx)->on_b);
 }
 
 static void lost_main(int idx, void *ctx)
 {
     struct lost *l = ctx;
     if (idx > 0) {
-        crowd_order(idx, &l->on_a);
+        h_crowd_order(idx, &l->on_a);
         return;
     }
     /* The controller: A holds the segment with its other orders queued behind it. */
@@ -391,8 +339,8 @@ static void lost_batch(struct env *e, const char *sku, const char *lock, const c
     l.a = a;
     l.sku = sku;
     l.lose = lose;
-    l.on_a = (struct crowd){.port = h_svc_port(a), .sku = sku, .qty = one};
-    l.on_b = (struct crowd){.port = h_svc_port(b), .sku = sku, .qty = one};
+    l.on_a = (struct h_crowd){.port = h_svc_port(a), .sku = sku};
+    l.on_b = (struct h_crowd){.port = h_svc_port(b), .sku = sku};
     pthread_mutex_init(&l.on_a.mu, NULL);
     assert_int_equal(put_batch(l.on_b.port, sku, 10, 1, "lock", lock, 1500, 64), 0);
     assert_int_equal(h_parallel(11, lost_main, &l), 0);
@@ -431,7 +379,7 @@ static void test_pg_batch_row_backend_terminated(void **state)
 
 struct kept {
     struct env *e;
-    struct crowd on;
+    struct h_crowd on;
     bool held;
     int locked; /* the probe: 1 the row was locked during the second order's hold */
     long long sold_then;
@@ -441,7 +389,7 @@ static void kept_main(int idx, void *ctx)
 {
     struct kept *k = ctx;
     if (idx > 0) {
-        crowd_order(idx, &k->on);
+        h_crowd_order(idx, &k->on);
         return;
     }
     long long end = h_now_ms() + 10000;
@@ -474,7 +422,7 @@ static void test_pg_row_lock_kept_across_orders(void **state)
     struct kept k;
     memset(&k, 0, sizeof k);
     k.e = e;
-    k.on = (struct crowd){.port = e->port, .sku = "pb-keep", .qty = one};
+    k.on = (struct h_crowd){.port = e->port, .sku = "pb-keep"};
     pthread_mutex_init(&k.on.mu, NULL);
     assert_int_equal(h_parallel(3, kept_main, &k), 0);
     pthread_mutex_destroy(&k.on.mu);

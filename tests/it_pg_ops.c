@@ -12,7 +12,6 @@
 
 #include <cmocka.h>
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 
 #include "tests/harness.h"
 #include "tests/harness_pg.h"
+#include "tests/harness_sale.h"
 
 #define TOKEN "pgtoken"
 
@@ -75,44 +75,16 @@ static long long segments_at(const char *sku, long long stock)
     return about(q, sku);
 }
 
-struct sale {
-    int port;
-    const char *sku;
-    _Atomic long long sold, failed;
-};
-
-static void buyer(int idx, void *arg)
-{
-    (void)idx;
-    struct sale *s = arg;
-    for (int i = 0; i < 2000; i++) {
-        struct h_resp r;
-        int st = h_order(s->port, s->sku, 1, NULL, &r);
-        char code[64];
-        h_error_code(&r, code, sizeof code);
-        h_resp_free(&r);
-        if (st == 201) {
-            atomic_fetch_add(&s->sold, 1);
-            continue;
-        }
-        if (strcmp(code, "sold_out") == 0)
-            return;
-        if (strcmp(code, "busy") != 0 && strcmp(code, "insufficient_stock") != 0)
-            atomic_fetch_add(&s->failed, 1);
-    }
-}
-
 /* 8 buyers of one unit each until sold out: exactly `initial` sold, one order row per
  * sale, no stock left, the audit clean. */
 static void sell_out(int port, const char *sku, long long initial)
 {
-    struct sale s = {.port = port, .sku = sku};
-    assert_int_equal(h_parallel(8, buyer, &s), 0);
+    struct h_sale s;
+    assert_int_equal(h_sell_out(&port, 1, sku, 8, &s), 0);
     fprintf(stderr, "%s: %lld sold (201), %lld order units, %lld left, %lld failed\n",
-            sku, (long long)atomic_load(&s.sold), units_sold(sku), stock_left(sku),
-            (long long)atomic_load(&s.failed));
-    assert_int_equal(atomic_load(&s.failed), 0);
-    assert_int_equal(atomic_load(&s.sold), initial);
+            sku, s.sold, units_sold(sku), stock_left(sku), s.failed);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.sold, initial);
     assert_int_equal(units_sold(sku), initial);
     assert_int_equal(stock_left(sku), 0);
     assert_int_equal(h_audit(port, TOKEN, sku, initial, false), 0);

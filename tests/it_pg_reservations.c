@@ -20,6 +20,7 @@
 #include "tests/harness.h"
 #include "tests/harness_pg.h"
 #include "tests/harness_view.h"
+#include "tests/resv_env.h"
 
 #define TOKEN "pgtoken"
 
@@ -36,41 +37,6 @@ static int put_sku(int port, const char *sku, long long stock, int segments,
                    const char *mode, const char *lock)
 {
     return put_sku_hold(port, sku, stock, segments, mode, lock, 0);
-}
-
-/* POST /reservations: the status; *out filled when not NULL (h_resp_free). */
-static int reserve(int port, const char *sku, long long qty, long long ttl_s,
-                   const char *id, struct h_resp *out)
-{
-    char body[256];
-    if (id != NULL)
-        snprintf(body, sizeof body,
-                 "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld,\"reservation_id\":\"%s\"}",
-                 sku, qty, ttl_s, id);
-    else
-        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld}", sku,
-                 qty, ttl_s);
-    struct h_resp r;
-    int st = h_req(port, "POST", "/reservations", NULL, body, &r);
-    if (out != NULL)
-        *out = r;
-    else
-        h_resp_free(&r);
-    return st;
-}
-
-/* METHOD /reservations/ID[suffix]: the status; the error code into `code` (64). */
-static int on_resv(int port, const char *method, const char *id, const char *suffix,
-                   char *code)
-{
-    char path[160];
-    snprintf(path, sizeof path, "/reservations/%s%s", id, suffix);
-    struct h_resp r;
-    int st = h_req(port, method, path, NULL, NULL, &r);
-    if (code != NULL)
-        h_error_code(&r, code, 64);
-    h_resp_free(&r);
-    return st;
 }
 
 /* The invariant from the database alone, per segment: stock + held + sold = the
@@ -98,36 +64,6 @@ static long long db(const char *fmt, const char *arg)
     return h_pg_scalar(pg, sql);
 }
 
-struct nums {
-    long long initial, remaining, reserved, sold;
-};
-
-/* The SKU view's numbers, its invariant checked as a whole and per segment. */
-static struct nums sku_nums(int port, const char *sku)
-{
-    json_t *j = h_get_sku(port, TOKEN, sku);
-    assert_non_null(j);
-    struct nums n = {h_jint(j, "initial"), h_jint(j, "remaining"), h_jint(j, "reserved"),
-                     h_jint(j, "sold")};
-    json_t *st = json_object_get(j, "segment_stock"),
-           *rs = json_object_get(j, "segment_reserved"),
-           *sd = json_object_get(j, "segment_sold");
-    assert_true(json_is_array(rs));
-    long long sum = 0, res = 0;
-    for (size_t i = 0; i < json_array_size(st); i++) {
-        long long r = json_integer_value(json_array_get(rs, i));
-        assert_true(r >= 0);
-        res += r;
-        sum += json_integer_value(json_array_get(st, i)) + r +
-               json_integer_value(json_array_get(sd, i));
-    }
-    json_decref(j);
-    assert_int_equal(res, n.reserved);
-    assert_int_equal(sum, n.initial);
-    assert_int_equal(n.remaining + n.reserved + n.sold, n.initial);
-    return n;
-}
-
 /* Until PostgreSQL's own clock has passed hold `id`'s expiry (up to 10 s). */
 static void wait_expired(const char *id)
 {
@@ -149,7 +85,7 @@ static void test_place_confirm_replay_release(void **state)
     assert_int_equal(put_sku(port, "r1", 10, 2, "lock", "row"), 0);
 
     struct h_resp r;
-    assert_int_equal(reserve(port, "r1", 3, 60, "h1", &r), 201);
+    assert_int_equal(rve_reserve(port, "r1", 3, 60, "h1", &r), 201);
     json_t *j = json_loads(r.body, 0, NULL);
     assert_non_null(j);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
@@ -168,46 +104,46 @@ static void test_place_confirm_replay_release(void **state)
                      1);
 
     /* a replay is the same hold; the id with another qty or SKU is refused */
-    assert_int_equal(reserve(port, "r1", 3, 60, "h1", NULL), 200);
-    assert_int_equal(reserve(port, "r1", 2, 60, "h1", &r), 409);
+    assert_int_equal(rve_reserve(port, "r1", 3, 60, "h1", NULL), 200);
+    assert_int_equal(rve_reserve(port, "r1", 2, 60, "h1", &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
     h_resp_free(&r);
-    struct nums n = sku_nums(port, "r1");
+    struct rve_nums n = rve_sku_nums(port, TOKEN, "r1");
     assert_int_equal(n.remaining, 7);
     assert_int_equal(n.reserved, 3);
-    assert_int_equal(on_resv(port, "GET", "h1", "", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "GET", "h1", "", NULL), 200);
 
     /* confirm: the order (201), again 200, the order readable; release refused */
     char code[64];
-    assert_int_equal(on_resv(port, "POST", "h1", "/confirm", NULL), 201);
-    assert_int_equal(on_resv(port, "POST", "h1", "/confirm", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "POST", "h1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(port, "POST", "h1", "/confirm", NULL), 200);
     assert_int_equal(h_order_status(port, "h1"), 200);
-    assert_int_equal(on_resv(port, "DELETE", "h1", "", code), 409);
+    assert_int_equal(rve_on_resv(port, "DELETE", "h1", "", code), 409);
     assert_string_equal(code, "reservation_confirmed");
     assert_int_equal(db("SELECT count(*) FROM orders WHERE order_id = '%s'", "h1"), 1);
-    n = sku_nums(port, "r1");
+    n = rve_sku_nums(port, TOKEN, "r1");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.sold, 3);
     assert_int_equal(db_audit("r1"), 0);
 
     /* release: the units back, idempotent; a confirm after it refused */
-    assert_int_equal(reserve(port, "r1", 2, 60, "h2", NULL), 201);
-    assert_int_equal(on_resv(port, "DELETE", "h2", "", NULL), 200);
-    assert_int_equal(on_resv(port, "DELETE", "h2", "", NULL), 200);
-    assert_int_equal(on_resv(port, "POST", "h2", "/confirm", code), 409);
+    assert_int_equal(rve_reserve(port, "r1", 2, 60, "h2", NULL), 201);
+    assert_int_equal(rve_on_resv(port, "DELETE", "h2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "DELETE", "h2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "POST", "h2", "/confirm", code), 409);
     assert_string_equal(code, "reservation_released");
-    n = sku_nums(port, "r1");
+    n = rve_sku_nums(port, TOKEN, "r1");
     assert_int_equal(n.remaining, 7);
     assert_int_equal(n.reserved, 0);
 
     /* an order's id cannot be a reservation's; a confirmed hold cancels as an order */
     assert_int_equal(h_order(port, "r1", 1, "ord-x", NULL), 201);
-    assert_int_equal(reserve(port, "r1", 1, 60, "ord-x", &r), 409);
+    assert_int_equal(rve_reserve(port, "r1", 1, 60, "ord-x", &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
     h_resp_free(&r);
     assert_int_equal(h_req(port, "DELETE", "/orders/h1", NULL, NULL, &r), 200);
     h_resp_free(&r);
-    n = sku_nums(port, "r1");
+    n = rve_sku_nums(port, TOKEN, "r1");
     assert_int_equal(n.remaining, 9);
     assert_int_equal(n.sold, 1);
     assert_int_equal(db_audit("r1"), 0);
@@ -220,23 +156,23 @@ static void test_confirm_after_expiry(void **state)
     (void)state;
     int port = h_svc_port(svc);
     assert_int_equal(put_sku(port, "ex", 5, 1, "lock", "row"), 0);
-    assert_int_equal(reserve(port, "ex", 2, 1, "e1", NULL), 201);
+    assert_int_equal(rve_reserve(port, "ex", 2, 1, "e1", NULL), 201);
     wait_expired("e1");
     char code[64];
-    assert_int_equal(on_resv(port, "POST", "e1", "/confirm", code), 410);
+    assert_int_equal(rve_on_resv(port, "POST", "e1", "/confirm", code), 410);
     assert_string_equal(code, "reservation_expired");
     assert_int_equal(db("SELECT count(*) FROM orders WHERE order_id = '%s'", "e1"), 0);
-    assert_int_equal(on_resv(port, "POST", "e1", "/confirm", code), 410);
+    assert_int_equal(rve_on_resv(port, "POST", "e1", "/confirm", code), 410);
     assert_int_equal(db("SELECT count(*) FROM holds WHERE hold_id = '%s' AND"
                         " state = 'expired'",
                         "e1"),
                      1);
-    struct nums n = sku_nums(port, "ex");
+    struct rve_nums n = rve_sku_nums(port, TOKEN, "ex");
     assert_int_equal(n.remaining, 5);
     assert_int_equal(n.sold, 0);
     assert_int_equal(n.reserved, 0);
     /* a release of an expired hold answers what it became */
-    assert_int_equal(on_resv(port, "DELETE", "e1", "", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "DELETE", "e1", "", NULL), 200);
     assert_int_equal(db_audit("ex"), 0);
 }
 
@@ -246,7 +182,7 @@ static void test_sweep_returns_expired(void **state)
     (void)state;
     int port = h_svc_port(svc);
     assert_int_equal(put_sku(port, "sw", 8, 2, "lock", "lease"), 0);
-    assert_int_equal(reserve(port, "sw", 4, 1, "s1", NULL), 201);
+    assert_int_equal(rve_reserve(port, "sw", 4, 1, "s1", NULL), 201);
     assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "sw"), 4);
     wait_expired("s1");
     bool back = false;
@@ -258,7 +194,7 @@ static void test_sweep_returns_expired(void **state)
     }
     assert_true(back);
     assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "sw"), 8);
-    struct nums n = sku_nums(port, "sw");
+    struct rve_nums n = rve_sku_nums(port, TOKEN, "sw");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 8);
     assert_int_equal(db_audit("sw"), 0);
@@ -274,7 +210,7 @@ static void test_reserved_gauge(void **state)
     (void)state;
     int port = h_svc_port(svc);
     assert_int_equal(put_sku(port, "gm", 6, 2, "lock", "row"), 0);
-    assert_int_equal(reserve(port, "gm", 2, 60, "g1", NULL), 201);
+    assert_int_equal(rve_reserve(port, "gm", 2, 60, "g1", NULL), 201);
     double v = -1;
     for (int k = 0; k < 100 && v != 2; k++) { /* the gauges' refresher catches up */
         struct h_resp r;
@@ -285,7 +221,7 @@ static void test_reserved_gauge(void **state)
             usleep(100 * 1000);
     }
     assert_true(v == 2);
-    assert_int_equal(on_resv(port, "DELETE", "g1", "", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "DELETE", "g1", "", NULL), 200);
 }
 
 static void test_bad_input(void **state)
@@ -294,27 +230,27 @@ static void test_bad_input(void **state)
     int port = h_svc_port(svc);
     assert_int_equal(put_sku(port, "bad", 4, 2, "lock", "row"), 0);
     struct h_resp r;
-    assert_int_equal(reserve(port, "bad", 1, 0, NULL, &r), 400); /* ttl 0 */
+    assert_int_equal(rve_reserve(port, "bad", 1, 0, NULL, &r), 400); /* ttl 0 */
     h_resp_free(&r);
-    assert_int_equal(reserve(port, "bad", 1, 86401, NULL, &r), 400); /* past a day */
+    assert_int_equal(rve_reserve(port, "bad", 1, 86401, NULL, &r), 400); /* past a day */
     h_resp_free(&r);
-    assert_int_equal(reserve(port, "bad", 0, 60, NULL, &r), 400);
+    assert_int_equal(rve_reserve(port, "bad", 0, 60, NULL, &r), 400);
     h_resp_free(&r);
-    assert_int_equal(reserve(port, "bad", 1, 60, "no spaces", &r), 400);
+    assert_int_equal(rve_reserve(port, "bad", 1, 60, "no spaces", &r), 400);
     h_resp_free(&r);
-    assert_int_equal(reserve(port, "nosuch", 1, 60, NULL, &r), 404);
+    assert_int_equal(rve_reserve(port, "nosuch", 1, 60, NULL, &r), 404);
     h_resp_free(&r);
     char code[64];
-    assert_int_equal(on_resv(port, "GET", "unknown-id", "", code), 404);
-    assert_int_equal(on_resv(port, "POST", "unknown-id", "/confirm", NULL), 404);
-    assert_int_equal(on_resv(port, "DELETE", "unknown-id", "", NULL), 404);
+    assert_int_equal(rve_on_resv(port, "GET", "unknown-id", "", code), 404);
+    assert_int_equal(rve_on_resv(port, "POST", "unknown-id", "/confirm", NULL), 404);
+    assert_int_equal(rve_on_resv(port, "DELETE", "unknown-id", "", NULL), 404);
     /* 5 units are more than the SKU holds (a hold may span its segments) */
-    assert_int_equal(reserve(port, "bad", 5, 60, NULL, &r), 409);
+    assert_int_equal(rve_reserve(port, "bad", 5, 60, NULL, &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
     h_resp_free(&r);
-    assert_int_equal(reserve(port, "bad", 2, 60, "b1", NULL), 201);
-    assert_int_equal(reserve(port, "bad", 2, 60, "b2", NULL), 201);
-    assert_int_equal(reserve(port, "bad", 1, 60, NULL, &r), 409);
+    assert_int_equal(rve_reserve(port, "bad", 2, 60, "b1", NULL), 201);
+    assert_int_equal(rve_reserve(port, "bad", 2, 60, "b2", NULL), 201);
+    assert_int_equal(rve_reserve(port, "bad", 1, 60, NULL, &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "sold_out"), 0);
     h_resp_free(&r);
     assert_int_equal(db_audit("bad"), 0);
@@ -327,50 +263,50 @@ static void test_admin_with_holds(void **state)
     (void)state;
     int port = h_svc_port(svc);
     assert_int_equal(put_sku(port, "adm", 8, 2, "lock", "row"), 0);
-    assert_int_equal(reserve(port, "adm", 3, 60, "a1", NULL), 201);
+    assert_int_equal(rve_reserve(port, "adm", 3, 60, "a1", NULL), 201);
     struct h_resp r;
     assert_int_equal(
         h_req(port, "POST", "/admin/skus/adm/restock", TOKEN, "{\"qty\":4}", &r), 200);
     h_resp_free(&r);
-    struct nums n = sku_nums(port, "adm");
+    struct rve_nums n = rve_sku_nums(port, TOKEN, "adm");
     assert_int_equal(n.initial, 12);
     assert_int_equal(n.reserved, 3);
     assert_int_equal(n.remaining, 9);
     assert_int_equal(h_req(port, "POST", "/admin/skus/adm/rebalance", TOKEN, "{}", &r),
                      200);
     h_resp_free(&r);
-    n = sku_nums(port, "adm");
+    n = rve_sku_nums(port, TOKEN, "adm");
     assert_int_equal(n.reserved, 3);
     assert_int_equal(n.remaining, 9);
     assert_int_equal(db_audit("adm"), 0);
-    assert_int_equal(on_resv(port, "POST", "a1", "/confirm", NULL), 201);
-    n = sku_nums(port, "adm");
+    assert_int_equal(rve_on_resv(port, "POST", "a1", "/confirm", NULL), 201);
+    n = rve_sku_nums(port, TOKEN, "adm");
     assert_int_equal(n.sold, 3);
     assert_int_equal(db_audit("adm"), 0);
 
     /* reset: the old sale's holds are void (410), their units not part of the new one */
     char code[64];
-    assert_int_equal(reserve(port, "adm", 2, 60, "a2", NULL), 201);
+    assert_int_equal(rve_reserve(port, "adm", 2, 60, "a2", NULL), 201);
     assert_int_equal(put_sku(port, "adm", 6, 3, "lock", "row"), 0);
-    assert_int_equal(on_resv(port, "GET", "a2", "", code), 410);
+    assert_int_equal(rve_on_resv(port, "GET", "a2", "", code), 410);
     assert_string_equal(code, "reservation_void");
-    assert_int_equal(on_resv(port, "POST", "a2", "/confirm", NULL), 410);
-    assert_int_equal(on_resv(port, "DELETE", "a2", "", NULL), 410);
-    n = sku_nums(port, "adm");
+    assert_int_equal(rve_on_resv(port, "POST", "a2", "/confirm", NULL), 410);
+    assert_int_equal(rve_on_resv(port, "DELETE", "a2", "", NULL), 410);
+    n = rve_sku_nums(port, TOKEN, "adm");
     assert_int_equal(n.remaining, 6);
     assert_int_equal(n.reserved, 0);
     /* the id is free again in the new sale */
-    assert_int_equal(reserve(port, "adm", 1, 60, "a2", NULL), 201);
+    assert_int_equal(rve_reserve(port, "adm", 1, 60, "a2", NULL), 201);
     assert_int_equal(db_audit("adm"), 0);
 
     /* delete with a hold outstanding: void; the SKU made again does not see it */
     assert_int_equal(h_req(port, "DELETE", "/admin/skus/adm", TOKEN, NULL, &r), 200);
     h_resp_free(&r);
-    assert_int_equal(on_resv(port, "GET", "a2", "", code), 410);
-    assert_int_equal(on_resv(port, "POST", "a2", "/confirm", NULL), 410);
+    assert_int_equal(rve_on_resv(port, "GET", "a2", "", code), 410);
+    assert_int_equal(rve_on_resv(port, "POST", "a2", "/confirm", NULL), 410);
     assert_int_equal(put_sku(port, "adm", 5, 1, "atomic", NULL), 0);
-    assert_int_equal(on_resv(port, "POST", "a2", "/confirm", NULL), 410);
-    n = sku_nums(port, "adm");
+    assert_int_equal(rve_on_resv(port, "POST", "a2", "/confirm", NULL), 410);
+    n = rve_sku_nums(port, TOKEN, "adm");
     assert_int_equal(n.remaining, 5);
     assert_int_equal(n.reserved, 0);
     assert_int_equal(db_audit("adm"), 0);
@@ -389,12 +325,12 @@ static void test_every_scheme(void **state)
         snprintf(id1, sizeof id1, "sch-%zu-a", i);
         snprintf(id2, sizeof id2, "sch-%zu-b", i);
         assert_int_equal(put_sku(port, sku, 9, 3, lock[i][0], lock[i][1]), 0);
-        assert_int_equal(reserve(port, sku, 2, 60, id1, NULL), 201);
+        assert_int_equal(rve_reserve(port, sku, 2, 60, id1, NULL), 201);
         assert_int_equal(h_order(port, sku, 2, NULL, NULL), 201);
-        assert_int_equal(reserve(port, sku, 3, 60, id2, NULL), 201);
-        assert_int_equal(on_resv(port, "POST", id1, "/confirm", NULL), 201);
-        assert_int_equal(on_resv(port, "DELETE", id2, "", NULL), 200);
-        struct nums n = sku_nums(port, sku);
+        assert_int_equal(rve_reserve(port, sku, 3, 60, id2, NULL), 201);
+        assert_int_equal(rve_on_resv(port, "POST", id1, "/confirm", NULL), 201);
+        assert_int_equal(rve_on_resv(port, "DELETE", id2, "", NULL), 200);
+        struct rve_nums n = rve_sku_nums(port, TOKEN, sku);
         assert_int_equal(n.sold, 4);
         assert_int_equal(n.remaining, 5);
         assert_int_equal(db_audit(sku), 0);
@@ -416,7 +352,7 @@ static void order_vs_hold(int idx, void *arg)
         h->order_status = h_order(h->port, h->sku, 5, NULL, NULL);
     } else {
         usleep(300 * 1000);
-        h->reserve_status = reserve(h->port, h->sku, 1, 60, NULL, NULL);
+        h->reserve_status = rve_reserve(h->port, h->sku, 1, 60, NULL, NULL);
     }
 }
 
@@ -436,7 +372,7 @@ static void test_hold_respects_segment_lock(void **state)
         assert_int_equal(h_parallel(2, order_vs_hold, &h), 0);
         assert_int_equal(h.order_status, 201);
         assert_true(h.reserve_status == 409 || h.reserve_status == 503);
-        struct nums n = sku_nums(port, sku);
+        struct rve_nums n = rve_sku_nums(port, TOKEN, sku);
         assert_int_equal(n.sold, 5);
         assert_int_equal(n.reserved, 0);
         assert_int_equal(db_audit(sku), 0);
@@ -455,12 +391,12 @@ static void mixer(int idx, void *arg)
     for (int k = 0; k < 60; k++) {
         char id[48];
         snprintf(id, sizeof id, "mx-%d-%d", idx, k);
-        int st = reserve(m->port, "mix", 1 + k % 2, k % 5 == 0 ? 1 : 30, id, NULL);
+        int st = rve_reserve(m->port, "mix", 1 + k % 2, k % 5 == 0 ? 1 : 30, id, NULL);
         if (st == 201) {
             atomic_fetch_add(&m->placed, 1);
-            int c = k % 3 == 0   ? on_resv(m->port, "DELETE", id, "", NULL)
+            int c = k % 3 == 0   ? rve_on_resv(m->port, "DELETE", id, "", NULL)
                     : k % 5 == 0 ? 0
-                                 : on_resv(m->port, "POST", id, "/confirm", NULL);
+                                 : rve_on_resv(m->port, "POST", id, "/confirm", NULL);
             if (c == 200 && k % 3 == 0)
                 atomic_fetch_add(&m->released, 1);
             else if (c == 201)
@@ -501,7 +437,7 @@ static void test_concurrent_mix_audited(void **state)
                         " 'confirmed'",
                         "mix"),
                      m.confirmed);
-    struct nums n = sku_nums(port, "mix");
+    struct rve_nums n = rve_sku_nums(port, TOKEN, "mix");
     assert_int_equal(n.initial, 400);
 }
 
@@ -534,69 +470,69 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(put_sku(port, "mp", 10, 2, "lock", "row"), 0);
     struct h_resp r;
     size_t n;
-    assert_int_equal(reserve(port, "mp", 7, 60, "mp1", &r), 201);
+    assert_int_equal(rve_reserve(port, "mp", 7, 60, "mp1", &r), 201);
     assert_int_equal(parts_sum(&r, &n), 7);
     assert_int_equal(n, 2);
     h_resp_free(&r);
-    struct nums s = sku_nums(port, "mp");
+    struct rve_nums s = rve_sku_nums(port, TOKEN, "mp");
     assert_int_equal(s.reserved, 7);
     assert_int_equal(s.remaining, 3);
     assert_int_equal(db_audit("mp"), 0);
-    assert_int_equal(reserve(port, "mp", 7, 60, "mp1", &r), 200);
+    assert_int_equal(rve_reserve(port, "mp", 7, 60, "mp1", &r), 200);
     assert_int_equal(parts_sum(&r, &n), 7);
     h_resp_free(&r);
-    assert_int_equal(reserve(port, "mp", 6, 60, "mp1", NULL), 409);
+    assert_int_equal(rve_reserve(port, "mp", 6, 60, "mp1", NULL), 409);
     assert_int_equal(h_req(port, "GET", "/reservations/mp1", NULL, NULL, &r), 200);
     assert_int_equal(parts_sum(&r, &n), 7);
     assert_int_equal(n, 2);
     h_resp_free(&r);
     /* confirm: one order of 7 over both segments; again 200 */
-    assert_int_equal(on_resv(port, "POST", "mp1", "/confirm", NULL), 201);
-    assert_int_equal(on_resv(port, "POST", "mp1", "/confirm", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "POST", "mp1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(port, "POST", "mp1", "/confirm", NULL), 200);
     assert_int_equal(h_req(port, "GET", "/orders/mp1", NULL, NULL, &r), 200);
     assert_int_equal(parts_sum(&r, &n), 7);
     assert_int_equal(n, 2);
     h_resp_free(&r);
-    s = sku_nums(port, "mp");
+    s = rve_sku_nums(port, TOKEN, "mp");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.sold, 7);
     assert_int_equal(db_audit("mp"), 0);
     char code[64];
-    assert_int_equal(on_resv(port, "DELETE", "mp1", "", code), 409);
+    assert_int_equal(rve_on_resv(port, "DELETE", "mp1", "", code), 409);
     assert_string_equal(code, "reservation_confirmed");
     assert_int_equal(h_req(port, "DELETE", "/orders/mp1", NULL, NULL, &r), 200);
     h_resp_free(&r);
-    s = sku_nums(port, "mp");
+    s = rve_sku_nums(port, TOKEN, "mp");
     assert_int_equal(s.sold, 0);
     assert_int_equal(s.remaining, 10);
 
     /* restock and rebalance with a multi-part hold outstanding, then release */
-    assert_int_equal(reserve(port, "mp", 9, 60, "mp2", NULL), 201);
+    assert_int_equal(rve_reserve(port, "mp", 9, 60, "mp2", NULL), 201);
     assert_int_equal(
         h_req(port, "POST", "/admin/skus/mp/restock", TOKEN, "{\"qty\":4}", &r), 200);
     h_resp_free(&r);
     assert_int_equal(h_req(port, "POST", "/admin/skus/mp/rebalance", TOKEN, NULL, &r),
                      200);
     h_resp_free(&r);
-    s = sku_nums(port, "mp");
+    s = rve_sku_nums(port, TOKEN, "mp");
     assert_int_equal(s.reserved, 9);
     assert_int_equal(s.remaining, 5);
     assert_int_equal(db_audit("mp"), 0);
-    assert_int_equal(on_resv(port, "DELETE", "mp2", "", NULL), 200);
-    assert_int_equal(on_resv(port, "DELETE", "mp2", "", NULL), 200);
-    assert_int_equal(on_resv(port, "POST", "mp2", "/confirm", code), 409);
+    assert_int_equal(rve_on_resv(port, "DELETE", "mp2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "DELETE", "mp2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(port, "POST", "mp2", "/confirm", code), 409);
     assert_string_equal(code, "reservation_released");
-    s = sku_nums(port, "mp");
+    s = rve_sku_nums(port, TOKEN, "mp");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.remaining, 14);
     /* all or nothing: more than the SKU holds takes nothing */
-    assert_int_equal(reserve(port, "mp", 15, 60, "mp3", NULL), 409);
-    assert_int_equal(on_resv(port, "GET", "mp3", "", NULL), 404);
+    assert_int_equal(rve_reserve(port, "mp", 15, 60, "mp3", NULL), 409);
+    assert_int_equal(rve_on_resv(port, "GET", "mp3", "", NULL), 404);
     /* a reset voids every part */
-    assert_int_equal(reserve(port, "mp", 12, 60, "mp4", NULL), 201);
+    assert_int_equal(rve_reserve(port, "mp", 12, 60, "mp4", NULL), 201);
     assert_int_equal(put_sku(port, "mp", 10, 2, "lock", "row"), 0);
-    assert_int_equal(on_resv(port, "POST", "mp4", "/confirm", NULL), 410);
-    s = sku_nums(port, "mp");
+    assert_int_equal(rve_on_resv(port, "POST", "mp4", "/confirm", NULL), 410);
+    s = rve_sku_nums(port, TOKEN, "mp");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.remaining, 10);
     assert_int_equal(db_audit("mp"), 0);
@@ -611,7 +547,7 @@ static void order_vs_multi_hold(int idx, void *arg)
         h->order_status = h_order(h->port, h->sku, 3, NULL, NULL);
     } else {
         usleep(300 * 1000);
-        h->reserve_status = reserve(h->port, h->sku, 4, 60, NULL, NULL);
+        h->reserve_status = rve_reserve(h->port, h->sku, 4, 60, NULL, NULL);
     }
 }
 
@@ -631,7 +567,7 @@ static void test_multi_segment_hold_respects_lock(void **state)
         assert_int_equal(h_parallel(2, order_vs_multi_hold, &h), 0);
         assert_int_equal(h.order_status, 201);
         assert_true(h.reserve_status == 409 || h.reserve_status == 503);
-        struct nums n = sku_nums(port, sku);
+        struct rve_nums n = rve_sku_nums(port, TOKEN, sku);
         assert_int_equal(n.sold, 3);
         assert_int_equal(n.reserved, 0);
         assert_int_equal(n.remaining, 3);
@@ -646,19 +582,19 @@ static void test_multi_segment_expiry(void **state)
     (void)state;
     int port = h_svc_port(svc);
     assert_int_equal(put_sku(port, "mx", 6, 3, "lock", "lease"), 0);
-    assert_int_equal(reserve(port, "mx", 5, 1, "mx1", NULL), 201);
-    assert_int_equal(sku_nums(port, "mx").reserved, 5);
+    assert_int_equal(rve_reserve(port, "mx", 5, 1, "mx1", NULL), 201);
+    assert_int_equal(rve_sku_nums(port, TOKEN, "mx").reserved, 5);
     wait_expired("mx1");
     char code[64];
-    assert_int_equal(on_resv(port, "POST", "mx1", "/confirm", code), 410);
+    assert_int_equal(rve_on_resv(port, "POST", "mx1", "/confirm", code), 410);
     assert_string_equal(code, "reservation_expired");
     assert_int_equal(db("SELECT count(*) FROM orders WHERE order_id = '%s'", "mx1"), 0);
-    struct nums s = sku_nums(port, "mx");
+    struct rve_nums s = rve_sku_nums(port, TOKEN, "mx");
     assert_int_equal(s.remaining, 6);
     assert_int_equal(s.reserved, 0);
     assert_int_equal(db_audit("mx"), 0);
     /* the sweeper: all 6 held for 1 s, nobody asks */
-    assert_int_equal(reserve(port, "mx", 6, 1, "mx2", NULL), 201);
+    assert_int_equal(rve_reserve(port, "mx", 6, 1, "mx2", NULL), 201);
     assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "mx"), 0);
     wait_expired("mx2");
     bool back = false;
@@ -670,11 +606,11 @@ static void test_multi_segment_expiry(void **state)
     }
     assert_true(back);
     assert_int_equal(db("SELECT sum(stock) FROM segments WHERE sku = '%s'", "mx"), 6);
-    s = sku_nums(port, "mx");
+    s = rve_sku_nums(port, TOKEN, "mx");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.remaining, 6);
     assert_int_equal(db_audit("mx"), 0);
-    assert_int_equal(on_resv(port, "POST", "mx2", "/confirm", NULL), 410);
+    assert_int_equal(rve_on_resv(port, "POST", "mx2", "/confirm", NULL), 410);
 }
 
 static int setup(void **state)
@@ -721,7 +657,7 @@ static void test_view_consistent_under_holds(void **state)
     if (v.bad > 0)
         fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
                  v.first);
-    sku_nums(port, "view");
+    rve_sku_nums(port, TOKEN, "view");
 }
 
 /* The same while restocks run: initial is read in the view's one statement, so a
@@ -739,7 +675,7 @@ static void test_view_consistent_under_restocks(void **state)
     if (v.bad > 0)
         fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
                  v.first);
-    sku_nums(port, "view2");
+    rve_sku_nums(port, TOKEN, "view2");
 }
 
 int main(void)

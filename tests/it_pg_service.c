@@ -23,6 +23,7 @@
 
 #include "tests/harness.h"
 #include "tests/harness_pg.h"
+#include "tests/harness_sale.h"
 
 #define TOKEN "pgtoken"
 
@@ -86,33 +87,6 @@ static void test_migrate_command(void **state)
 
 /* ---- selling out ---------------------------------------------------------------- */
 
-struct sale {
-    int port;
-    const char *sku;
-    _Atomic long long sold, failed;
-};
-
-static void buyer(int idx, void *arg)
-{
-    (void)idx;
-    struct sale *s = arg;
-    for (int i = 0; i < 2000; i++) {
-        struct h_resp r;
-        int st = h_order(s->port, s->sku, 1, NULL, &r);
-        char code[64];
-        h_error_code(&r, code, sizeof code);
-        h_resp_free(&r);
-        if (st == 201) {
-            atomic_fetch_add(&s->sold, 1);
-            continue;
-        }
-        if (strcmp(code, "sold_out") == 0)
-            return;
-        if (strcmp(code, "busy") != 0 && strcmp(code, "insufficient_stock") != 0)
-            atomic_fetch_add(&s->failed, 1);
-    }
-}
-
 static void sell_out(const char *sku, const char *mode, const char *lock, int hold_ms)
 {
     h_svc *svc = start_svc("3000");
@@ -120,10 +94,10 @@ static void sell_out(const char *sku, const char *mode, const char *lock, int ho
     int port = h_svc_port(svc);
     const long long initial = 120;
     assert_int_equal(put_sku(port, sku, initial, 4, mode, lock, hold_ms), 0);
-    struct sale s = {.port = port, .sku = sku};
-    assert_int_equal(h_parallel(8, buyer, &s), 0);
-    assert_int_equal(atomic_load(&s.failed), 0);
-    assert_int_equal(atomic_load(&s.sold), initial);
+    struct h_sale s;
+    assert_int_equal(h_sell_out(&port, 1, sku, 8, &s), 0);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.sold, initial);
     assert_int_equal(rows(sku), initial); /* one order row per sale */
     assert_int_equal(h_audit(port, TOKEN, sku, initial, true), 0);
     char sql[128];
@@ -675,12 +649,6 @@ static void test_backends_terminated_mid_sale(void **state)
 
 /* ---- two instances, and a frozen holder ----------------------------------------- */
 
-static void two_buyers(int idx, void *arg)
-{
-    struct sale **both = arg;
-    buyer(idx, both[idx % 2]);
-}
-
 static void test_two_instances(void **state)
 {
     (void)state;
@@ -688,13 +656,12 @@ static void test_two_instances(void **state)
     assert_non_null(a);
     assert_non_null(b);
     assert_int_equal(put_sku(h_svc_port(a), "two", 100, 4, "lock", "row", 2), 0);
-    struct sale sa = {.port = h_svc_port(a), .sku = "two"};
-    struct sale sb = {.port = h_svc_port(b), .sku = "two"};
-    struct sale *both[2] = {&sa, &sb};
-    assert_int_equal(h_parallel(8, two_buyers, both), 0);
-    assert_int_equal(atomic_load(&sa.failed) + atomic_load(&sb.failed), 0);
-    assert_int_equal(atomic_load(&sa.sold) + atomic_load(&sb.sold), 100);
-    assert_true(atomic_load(&sa.sold) > 0 && atomic_load(&sb.sold) > 0);
+    const int ports[] = {h_svc_port(a), h_svc_port(b)};
+    struct h_sale s[2];
+    assert_int_equal(h_sell_out(ports, 2, "two", 8, s), 0);
+    assert_int_equal(s[0].failed + s[1].failed, 0);
+    assert_int_equal(s[0].sold + s[1].sold, 100);
+    assert_true(s[0].sold > 0 && s[1].sold > 0);
     assert_int_equal(rows("two"), 100);
     assert_int_equal(h_audit(h_svc_port(a), TOKEN, "two", 100, true), 0);
     assert_int_equal(h_svc_stop_clean(a), 0);

@@ -17,6 +17,7 @@
 
 #include "tests/harness.h"
 #include "tests/harness_view.h"
+#include "tests/resv_env.h"
 
 struct fx {
     struct h_env *env; /* redis + instance A */
@@ -50,67 +51,9 @@ static int group_teardown(void **state)
     return rc;
 }
 
-/* POST /reservations on `port`: the status, *out filled (h_resp_free). */
-static int reserve(int port, const char *sku, long long qty, long long ttl_s,
-                   const char *id, struct h_resp *out)
-{
-    char body[256];
-    if (id != NULL)
-        snprintf(body, sizeof body,
-                 "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld,\"reservation_id\":\"%s\"}",
-                 sku, qty, ttl_s, id);
-    else
-        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"qty\":%lld,\"ttl_s\":%lld}", sku,
-                 qty, ttl_s);
-    return h_req(port, "POST", "/reservations", NULL, body, out);
-}
-
-/* METHOD /reservations/ID[suffix]: the status, the response freed. */
-static int on_resv(int port, const char *method, const char *id, const char *suffix)
-{
-    char path[160];
-    snprintf(path, sizeof path, "/reservations/%s%s", id, suffix);
-    struct h_resp r;
-    int st = h_http(port, method, path, NULL, NULL, 0, &r);
-    h_resp_free(&r);
-    return st;
-}
-
 static long long jint(json_t *o, const char *k)
 {
     return json_integer_value(json_object_get(o, k));
-}
-
-/* The SKU's numbers, checked against the invariant remaining + reserved + sold =
- * initial (as a whole and per segment: each segment's share of initial is what its
- * numbers add up to, so their sum must be initial). */
-struct nums {
-    long long initial, remaining, reserved, sold;
-};
-
-static struct nums sku_nums(int port, const char *sku)
-{
-    json_t *j = h_get_sku(port, NULL, sku);
-    assert_non_null(j);
-    struct nums n = {jint(j, "initial"), jint(j, "remaining"), jint(j, "reserved"),
-                     jint(j, "sold")};
-    json_t *st = json_object_get(j, "segment_stock"),
-           *rs = json_object_get(j, "segment_reserved"),
-           *sd = json_object_get(j, "segment_sold");
-    assert_true(json_is_array(rs));
-    long long sum = 0, res = 0;
-    for (size_t i = 0; i < json_array_size(st); i++) {
-        long long r = json_integer_value(json_array_get(rs, i));
-        assert_true(r >= 0);
-        res += r;
-        sum += json_integer_value(json_array_get(st, i)) + r +
-               json_integer_value(json_array_get(sd, i));
-    }
-    assert_int_equal(res, n.reserved);
-    assert_int_equal(sum, n.initial);
-    assert_int_equal(n.remaining + n.reserved + n.sold, n.initial);
-    json_decref(j);
-    return n;
 }
 
 /* Redis's clock, ms. */
@@ -138,7 +81,7 @@ static void test_hold_confirm_replay(void **state)
     int a = f->env->port, b = h_svc_port(f->b);
     assert_int_equal(h_put_sku(a, NULL, "rv-life", 10, 2, "lock", 0), 0);
     struct h_resp r;
-    assert_int_equal(reserve(a, "rv-life", 3, 60, "life-1", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-life", 3, 60, "life-1", &r), 201);
     json_t *j = h_resp_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
     assert_string_equal(json_string_value(json_object_get(j, "sku")), "rv-life");
@@ -149,59 +92,59 @@ static void test_hold_confirm_replay(void **state)
     json_decref(j);
     h_resp_free(&r);
     /* The same id again, on the other instance: the same hold; for another qty: 409. */
-    assert_int_equal(reserve(b, "rv-life", 3, 60, "life-1", &r), 200);
+    assert_int_equal(rve_reserve(b, "rv-life", 3, 60, "life-1", &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "expires_at_ms"), x);
     json_decref(j);
     h_resp_free(&r);
-    assert_int_equal(reserve(b, "rv-life", 4, 60, "life-1", &r), 409);
+    assert_int_equal(rve_reserve(b, "rv-life", 4, 60, "life-1", &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
     h_resp_free(&r);
-    struct nums n = sku_nums(a, "rv-life");
+    struct rve_nums n = rve_sku_nums(a, NULL, "rv-life");
     assert_int_equal(n.reserved, 3);
     assert_int_equal(n.remaining, 7);
 
     /* Confirm: 201 the order, then 200 (either instance); the order is GETtable. */
-    assert_int_equal(on_resv(b, "POST", "life-1", "/confirm"), 201);
-    assert_int_equal(on_resv(a, "POST", "life-1", "/confirm"), 200);
+    assert_int_equal(rve_on_resv(b, "POST", "life-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "POST", "life-1", "/confirm", NULL), 200);
     assert_int_equal(h_http(a, "GET", "/orders/life-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "qty"), 3);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "confirmed");
     json_decref(j);
     h_resp_free(&r);
-    n = sku_nums(a, "rv-life");
+    n = rve_sku_nums(a, NULL, "rv-life");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.sold, 3);
     /* A confirmed hold is an order: released only by cancelling the order. */
     assert_int_equal(h_http(a, "DELETE", "/reservations/life-1", NULL, NULL, 0, &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "reservation_confirmed"), 0);
     h_resp_free(&r);
-    assert_int_equal(on_resv(a, "GET", "life-1", ""), 200);
+    assert_int_equal(rve_on_resv(a, "GET", "life-1", "", NULL), 200);
     assert_int_equal(h_http(a, "DELETE", "/orders/life-1", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
-    n = sku_nums(a, "rv-life");
+    n = rve_sku_nums(a, NULL, "rv-life");
     assert_int_equal(n.sold, 0);
     assert_int_equal(n.remaining, 10);
 
     /* Release: the units back, idempotent; a confirm after it is 409. */
-    assert_int_equal(reserve(a, "rv-life", 2, 60, "life-2", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-life", 2, 60, "life-2", &r), 201);
     h_resp_free(&r);
-    assert_int_equal(sku_nums(a, "rv-life").reserved, 2);
-    assert_int_equal(on_resv(b, "DELETE", "life-2", ""), 200);
-    assert_int_equal(on_resv(a, "DELETE", "life-2", ""), 200);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-life").reserved, 2);
+    assert_int_equal(rve_on_resv(b, "DELETE", "life-2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(a, "DELETE", "life-2", "", NULL), 200);
     assert_int_equal(h_http(a, "POST", "/reservations/life-2/confirm", NULL, NULL, 0, &r),
                      409);
     assert_int_equal(h_expect_error(&r, 409, "reservation_released"), 0);
     h_resp_free(&r);
-    n = sku_nums(a, "rv-life");
+    n = rve_sku_nums(a, NULL, "rv-life");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 10);
 
     /* An order's id is not a reservation's. */
     assert_int_equal(h_order(a, "rv-life", 1, "life-o", &r), 201);
     h_resp_free(&r);
-    assert_int_equal(reserve(a, "rv-life", 1, 60, "life-o", &r), 409);
+    assert_int_equal(rve_reserve(a, "rv-life", 1, 60, "life-o", &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
     h_resp_free(&r);
 }
@@ -224,7 +167,7 @@ static void test_locked_segments_passed(void **state)
     for (int k = 0; k < 2; k++) { /* whatever the start: segment 1 */
         char id[16];
         snprintf(id, sizeof id, "lock-%d", k);
-        assert_int_equal(reserve(a, "rv-lock", 1, 60, id, &r), 201);
+        assert_int_equal(rve_reserve(a, "rv-lock", 1, 60, id, &r), 201);
         json_t *j = h_resp_json(&r);
         assert_int_equal(jint(j, "segment"), 1);
         json_decref(j);
@@ -233,13 +176,13 @@ static void test_locked_segments_passed(void **state)
     assert_int_equal(h_redis_set_px(f->env->redis, h_key_lock(key, "rv-lock", 1), "other",
                                     20000, true),
                      0);
-    assert_int_equal(reserve(a, "rv-lock", 1, 60, "lock-9", &r), 503);
+    assert_int_equal(rve_reserve(a, "rv-lock", 1, 60, "lock-9", &r), 503);
     assert_int_equal(h_expect_error(&r, 503, "busy"), 0);
     h_resp_free(&r);
-    struct nums n = sku_nums(a, "rv-lock");
+    struct rve_nums n = rve_sku_nums(a, NULL, "rv-lock");
     assert_int_equal(n.reserved, 2);
     assert_int_equal(n.remaining, 2);
-    assert_int_equal(on_resv(a, "GET", "lock-9", ""), 404);
+    assert_int_equal(rve_on_resv(a, "GET", "lock-9", "", NULL), 404);
 }
 
 /* ---- bad input ------------------------------------------------------------------- */
@@ -279,14 +222,14 @@ static void test_bad_input(void **state)
         assert_int_equal(h_expect_error(&r, 404, "not_found"), 0);
         h_resp_free(&r);
     }
-    assert_int_equal(reserve(a, "rv-nosuch", 1, 5, NULL, &r), 404);
+    assert_int_equal(rve_reserve(a, "rv-nosuch", 1, 5, NULL, &r), 404);
     assert_int_equal(h_expect_error(&r, 404, "unknown_sku"), 0);
     h_resp_free(&r);
     /* More than the SKU holds (a hold may span segments): insufficient. */
-    assert_int_equal(reserve(a, "rv-bad", 11, 5, NULL, &r), 409);
+    assert_int_equal(rve_reserve(a, "rv-bad", 11, 5, NULL, &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
     h_resp_free(&r);
-    assert_int_equal(sku_nums(a, "rv-bad").remaining, 10);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-bad").remaining, 10);
 }
 
 /* ---- expiry, by Redis's clock ---------------------------------------------------- */
@@ -299,7 +242,7 @@ static void test_expiry_is_exact_and_refuses(void **state)
     int a = f->env->port;
     assert_int_equal(h_put_sku(a, NULL, "rv-exact", 4, 1, "lock", 0), 0);
     struct h_resp r;
-    assert_int_equal(reserve(a, "rv-exact", 4, 60, "exact-1", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-exact", 4, 60, "exact-1", &r), 201);
     h_resp_free(&r);
     redisContext *rc = h_redis_connect(f->env->redis);
     assert_non_null(rc);
@@ -314,7 +257,7 @@ static void test_expiry_is_exact_and_refuses(void **state)
         h_http(a, "POST", "/reservations/exact-1/confirm", NULL, NULL, 0, &r), 410);
     assert_int_equal(h_expect_error(&r, 410, "reservation_expired"), 0);
     h_resp_free(&r);
-    struct nums n = sku_nums(a, "rv-exact");
+    struct rve_nums n = rve_sku_nums(a, NULL, "rv-exact");
     assert_int_equal(n.remaining, 4);
     assert_int_equal(n.sold, 0);
     assert_int_equal(h_http(a, "GET", "/orders/exact-1", NULL, NULL, 0, &r), 404);
@@ -343,7 +286,7 @@ static void *race_one(void *arg)
     long long wait = r->at_wall - wall_ms();
     if (wait > 0)
         usleep((useconds_t)(wait * 1000));
-    r->status = on_resv(r->port, "POST", r->id, "/confirm");
+    r->status = rve_on_resv(r->port, "POST", r->id, "/confirm", NULL);
     return NULL;
 }
 
@@ -359,7 +302,7 @@ static void test_confirm_races_expiry(void **state)
     for (int k = 0; k < RACES; k++) {
         snprintf(ids[k], sizeof ids[k], "race-%d", k);
         struct h_resp r;
-        assert_int_equal(reserve(k % 2 ? a : b, "rv-race", 2, 1, ids[k], &r), 201);
+        assert_int_equal(rve_reserve(k % 2 ? a : b, "rv-race", 2, 1, ids[k], &r), 201);
         json_t *j = h_resp_json(&r);
         exp[k] = jint(j, "expires_at_ms");
         json_decref(j);
@@ -394,7 +337,7 @@ static void test_confirm_races_expiry(void **state)
             expired++;
     }
     print_message("confirm vs expiry: %d sold, %d expired of %d\n", sold, expired, RACES);
-    struct nums n = sku_nums(a, "rv-race");
+    struct rve_nums n = rve_sku_nums(a, NULL, "rv-race");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.sold, 2 * sold);
     assert_int_equal(n.remaining, 1000 - 2 * sold);
@@ -408,27 +351,27 @@ static void test_restock_rebalance_with_holds(void **state)
     int a = f->env->port;
     assert_int_equal(h_put_sku(a, NULL, "rv-adm", 10, 2, "lock", 0), 0);
     struct h_resp r;
-    assert_int_equal(reserve(a, "rv-adm", 5, 60, "adm-1", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-adm", 5, 60, "adm-1", &r), 201);
     h_resp_free(&r);
-    assert_int_equal(reserve(a, "rv-adm", 3, 60, "adm-2", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-adm", 3, 60, "adm-2", &r), 201);
     h_resp_free(&r);
     /* Restock adds stock; the holds stay where they are. */
     assert_int_equal(
         h_req(a, "POST", "/admin/skus/rv-adm/restock", NULL, "{\"qty\":10}", &r), 200);
     h_resp_free(&r);
-    struct nums n = sku_nums(a, "rv-adm");
+    struct rve_nums n = rve_sku_nums(a, NULL, "rv-adm");
     assert_int_equal(n.initial, 20);
     assert_int_equal(n.reserved, 8);
     /* Rebalance evens out the stock left, not the held units. */
     assert_int_equal(h_req(a, "POST", "/admin/skus/rv-adm/rebalance", NULL, NULL, &r),
                      200);
     h_resp_free(&r);
-    n = sku_nums(a, "rv-adm");
+    n = rve_sku_nums(a, NULL, "rv-adm");
     assert_int_equal(n.reserved, 8);
     assert_int_equal(n.remaining, 12);
-    assert_int_equal(on_resv(a, "POST", "adm-1", "/confirm"), 201);
-    assert_int_equal(on_resv(a, "DELETE", "adm-2", ""), 200);
-    n = sku_nums(a, "rv-adm");
+    assert_int_equal(rve_on_resv(a, "POST", "adm-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "DELETE", "adm-2", "", NULL), 200);
+    n = rve_sku_nums(a, NULL, "rv-adm");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.sold, 5);
     assert_int_equal(n.remaining, 15);
@@ -440,26 +383,26 @@ static void test_reset_and_delete_void_holds(void **state)
     int a = f->env->port, b = h_svc_port(f->b);
     assert_int_equal(h_put_sku(a, NULL, "rv-reset", 10, 2, "lock", 0), 0);
     struct h_resp r;
-    assert_int_equal(reserve(a, "rv-reset", 4, 1, "reset-1", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-reset", 4, 1, "reset-1", &r), 201);
     h_resp_free(&r);
     /* A reset starts a new sale: the holds of the old one are void. */
     assert_int_equal(h_put_sku(a, NULL, "rv-reset", 10, 2, "lock", 0), 0);
-    struct nums n = sku_nums(b, "rv-reset");
+    struct rve_nums n = rve_sku_nums(b, NULL, "rv-reset");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 10);
     assert_int_equal(
         h_http(b, "POST", "/reservations/reset-1/confirm", NULL, NULL, 0, &r), 410);
     assert_int_equal(h_expect_error(&r, 410, "reservation_void"), 0);
     h_resp_free(&r);
-    assert_int_equal(on_resv(a, "GET", "reset-1", ""), 410);
+    assert_int_equal(rve_on_resv(a, "GET", "reset-1", "", NULL), 410);
     /* Its id is free for the new sale. */
-    assert_int_equal(reserve(a, "rv-reset", 1, 1, "reset-1", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-reset", 1, 1, "reset-1", &r), 201);
     h_resp_free(&r);
-    assert_int_equal(sku_nums(a, "rv-reset").reserved, 1);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-reset").reserved, 1);
     /* Delete: void as well. */
     assert_int_equal(h_http(a, "DELETE", "/admin/skus/rv-reset", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
-    assert_int_equal(on_resv(b, "DELETE", "reset-1", ""), 410);
+    assert_int_equal(rve_on_resv(b, "DELETE", "reset-1", "", NULL), 410);
     /* The old sales' reservation keys go once their holds were due (the sweeper). */
     usleep(1600 * 1000);
     redisReply *k =
@@ -490,18 +433,18 @@ static void test_killed_instance_holds_return(void **state)
     for (int k = 0; k < 3; k++) {
         char id[16];
         snprintf(id, sizeof id, "kill-%d", k);
-        assert_int_equal(reserve(cp, "rv-kill", 2, 1, id, &r), 201);
+        assert_int_equal(rve_reserve(cp, "rv-kill", 2, 1, id, &r), 201);
         h_resp_free(&r);
     }
-    assert_int_equal(sku_nums(a, "rv-kill").remaining, 0);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-kill").remaining, 0);
     assert_true(h_svc_kill(c) >= 0); /* SIGKILL: no shutdown of its own */
     h_svc_free(c);
     /* Redis's TIME past the expiry plus a sweeper tick or two. */
     long long deadline = wall_ms() + 5000;
-    struct nums n;
+    struct rve_nums n;
     do {
         usleep(100 * 1000);
-        n = sku_nums(a, "rv-kill");
+        n = rve_sku_nums(a, NULL, "rv-kill");
     } while (n.reserved > 0 && wall_ms() < deadline);
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 6);
@@ -537,7 +480,7 @@ static void test_multi_segment_hold(void **state)
     int a = f->env->port, b = h_svc_port(f->b);
     assert_int_equal(h_put_sku(a, NULL, "rv-multi", 10, 2, "lock", 0), 0);
     struct h_resp r;
-    assert_int_equal(reserve(a, "rv-multi", 7, 60, "multi-1", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-multi", 7, 60, "multi-1", &r), 201);
     json_t *j = h_resp_json(&r);
     size_t n;
     assert_int_equal(jint(j, "qty"), 7);
@@ -546,16 +489,16 @@ static void test_multi_segment_hold(void **state)
     long long x = jint(j, "expires_at_ms");
     json_decref(j);
     h_resp_free(&r);
-    struct nums s = sku_nums(a, "rv-multi");
+    struct rve_nums s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.reserved, 7);
     assert_int_equal(s.remaining, 3);
     /* Replays: the same hold (either instance); another qty: 409. */
-    assert_int_equal(reserve(b, "rv-multi", 7, 60, "multi-1", &r), 200);
+    assert_int_equal(rve_reserve(b, "rv-multi", 7, 60, "multi-1", &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "expires_at_ms"), x);
     json_decref(j);
     h_resp_free(&r);
-    assert_int_equal(reserve(b, "rv-multi", 3, 60, "multi-1", &r), 409);
+    assert_int_equal(rve_reserve(b, "rv-multi", 3, 60, "multi-1", &r), 409);
     h_resp_free(&r);
     assert_int_equal(h_http(b, "GET", "/reservations/multi-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
@@ -564,8 +507,8 @@ static void test_multi_segment_hold(void **state)
     json_decref(j);
     h_resp_free(&r);
     /* Confirm: one order of 7 over both segments; its replay 200. */
-    assert_int_equal(on_resv(b, "POST", "multi-1", "/confirm"), 201);
-    assert_int_equal(on_resv(a, "POST", "multi-1", "/confirm"), 200);
+    assert_int_equal(rve_on_resv(b, "POST", "multi-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "POST", "multi-1", "/confirm", NULL), 200);
     assert_int_equal(h_http(a, "GET", "/orders/multi-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "qty"), 7);
@@ -573,19 +516,19 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(n, 2);
     json_decref(j);
     h_resp_free(&r);
-    s = sku_nums(a, "rv-multi");
+    s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.sold, 7);
-    assert_int_equal(on_resv(a, "DELETE", "multi-1", ""), 409);
+    assert_int_equal(rve_on_resv(a, "DELETE", "multi-1", "", NULL), 409);
     /* Cancelling the order returns every part. */
     assert_int_equal(h_http(a, "DELETE", "/orders/multi-1", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
-    s = sku_nums(a, "rv-multi");
+    s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.sold, 0);
     assert_int_equal(s.remaining, 10);
 
     /* Restock and rebalance with a multi-part hold outstanding, then release. */
-    assert_int_equal(reserve(a, "rv-multi", 9, 60, "multi-2", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-multi", 9, 60, "multi-2", &r), 201);
     h_resp_free(&r);
     assert_int_equal(
         h_req(a, "POST", "/admin/skus/rv-multi/restock", NULL, "{\"qty\":4}", &r), 200);
@@ -593,29 +536,29 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(h_req(a, "POST", "/admin/skus/rv-multi/rebalance", NULL, NULL, &r),
                      200);
     h_resp_free(&r);
-    s = sku_nums(a, "rv-multi");
+    s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.reserved, 9);
     assert_int_equal(s.remaining, 5);
-    assert_int_equal(on_resv(b, "DELETE", "multi-2", ""), 200);
-    assert_int_equal(on_resv(a, "DELETE", "multi-2", ""), 200);
+    assert_int_equal(rve_on_resv(b, "DELETE", "multi-2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(a, "DELETE", "multi-2", "", NULL), 200);
     assert_int_equal(
         h_http(a, "POST", "/reservations/multi-2/confirm", NULL, NULL, 0, &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "reservation_released"), 0);
     h_resp_free(&r);
-    s = sku_nums(a, "rv-multi");
+    s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.remaining, 14);
     /* All or nothing: more than the SKU holds takes nothing. */
-    assert_int_equal(reserve(a, "rv-multi", 15, 60, "multi-3", &r), 409);
+    assert_int_equal(rve_reserve(a, "rv-multi", 15, 60, "multi-3", &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
     h_resp_free(&r);
-    assert_int_equal(on_resv(a, "GET", "multi-3", ""), 404);
+    assert_int_equal(rve_on_resv(a, "GET", "multi-3", "", NULL), 404);
     /* A reset voids every part. */
-    assert_int_equal(reserve(a, "rv-multi", 12, 60, "multi-4", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-multi", 12, 60, "multi-4", &r), 201);
     h_resp_free(&r);
     assert_int_equal(h_put_sku(a, NULL, "rv-multi", 10, 2, "lock", 0), 0);
-    assert_int_equal(on_resv(b, "POST", "multi-4", "/confirm"), 410);
-    s = sku_nums(a, "rv-multi");
+    assert_int_equal(rve_on_resv(b, "POST", "multi-4", "/confirm", NULL), 410);
+    s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.remaining, 10);
 }
@@ -633,11 +576,11 @@ static void test_multi_segment_locks(void **state)
                                     "other", 20000, true),
                      0);
     struct h_resp r;
-    assert_int_equal(reserve(a, "rv-mlock", 9, 60, "mlock-1", &r), 503);
+    assert_int_equal(rve_reserve(a, "rv-mlock", 9, 60, "mlock-1", &r), 503);
     assert_int_equal(h_expect_error(&r, 503, "busy"), 0);
     h_resp_free(&r);
-    assert_int_equal(sku_nums(a, "rv-mlock").remaining, 12);
-    assert_int_equal(reserve(a, "rv-mlock", 7, 60, "mlock-2", &r), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-mlock").remaining, 12);
+    assert_int_equal(rve_reserve(a, "rv-mlock", 7, 60, "mlock-2", &r), 201);
     json_t *j = h_resp_json(&r), *ps = json_object_get(j, "segments");
     size_t n;
     assert_int_equal(parts_sum(j, &n), 7);
@@ -646,11 +589,11 @@ static void test_multi_segment_locks(void **state)
         assert_int_not_equal(jint(json_array_get(ps, i), "segment"), 1);
     json_decref(j);
     h_resp_free(&r);
-    struct nums s = sku_nums(a, "rv-mlock");
+    struct rve_nums s = rve_sku_nums(a, NULL, "rv-mlock");
     assert_int_equal(s.reserved, 7);
     assert_int_equal(s.remaining, 5);
-    assert_int_equal(on_resv(a, "POST", "mlock-2", "/confirm"), 201);
-    assert_int_equal(sku_nums(a, "rv-mlock").sold, 7);
+    assert_int_equal(rve_on_resv(a, "POST", "mlock-2", "/confirm", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-mlock").sold, 7);
 }
 
 /* A multi-part hold expires as one: a confirm at its expiry (Redis's clock) sells
@@ -661,9 +604,9 @@ static void test_multi_segment_expiry(void **state)
     int a = f->env->port;
     assert_int_equal(h_put_sku(a, NULL, "rv-mexp", 6, 3, "lock", 0), 0);
     struct h_resp r;
-    assert_int_equal(reserve(a, "rv-mexp", 5, 60, "mexp-1", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-mexp", 5, 60, "mexp-1", &r), 201);
     h_resp_free(&r);
-    assert_int_equal(sku_nums(a, "rv-mexp").reserved, 5);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-mexp").reserved, 5);
     redisContext *rc = h_redis_connect(f->env->redis);
     assert_non_null(rc);
     long long now = redis_ms(f);
@@ -680,13 +623,13 @@ static void test_multi_segment_expiry(void **state)
     h_resp_free(&r);
     assert_int_equal(h_http(a, "GET", "/orders/mexp-1", NULL, NULL, 0, &r), 404);
     h_resp_free(&r);
-    struct nums s = sku_nums(a, "rv-mexp");
+    struct rve_nums s = rve_sku_nums(a, NULL, "rv-mexp");
     assert_int_equal(s.remaining, 6);
     assert_int_equal(s.sold, 0);
     /* The sweeper: a 1 s hold of all 6, nobody asks; every part comes back. */
-    assert_int_equal(reserve(a, "rv-mexp", 6, 1, "mexp-2", &r), 201);
+    assert_int_equal(rve_reserve(a, "rv-mexp", 6, 1, "mexp-2", &r), 201);
     h_resp_free(&r);
-    assert_int_equal(sku_nums(a, "rv-mexp").remaining, 0);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-mexp").remaining, 0);
     /* Polled on `reserved` alone: the SKU view reads stock and reserved in two round
      * trips, so a sweep between them may show a sum off by the part it returned. */
     long long deadline = wall_ms() + 5000, held;
@@ -697,7 +640,7 @@ static void test_multi_segment_expiry(void **state)
         held = jint(v, "reserved");
         json_decref(v);
     } while (held > 0 && wall_ms() < deadline);
-    s = sku_nums(a, "rv-mexp");
+    s = rve_sku_nums(a, NULL, "rv-mexp");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.remaining, 6);
     assert_int_equal(h_http(a, "GET", "/reservations/mexp-2", NULL, NULL, 0, &r), 200);
@@ -705,8 +648,8 @@ static void test_multi_segment_expiry(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "status")), "expired");
     json_decref(j);
     h_resp_free(&r);
-    assert_int_equal(on_resv(a, "POST", "mexp-2", "/confirm"), 410);
-    assert_int_equal(sku_nums(a, "rv-mexp").remaining, 6);
+    assert_int_equal(rve_on_resv(a, "POST", "mexp-2", "/confirm", NULL), 410);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-mexp").remaining, 6);
 }
 
 /* ---- the SKU view: one consistent read ------------------------------------------ */
@@ -726,7 +669,7 @@ static void test_view_consistent_under_holds(void **state)
     if (v.bad > 0)
         fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
                  v.first);
-    sku_nums(ports[0], "rv-view");
+    rve_sku_nums(ports[0], NULL, "rv-view");
 }
 
 /* The same while restocks run: initial is read with the segments, so a restock never
@@ -744,7 +687,7 @@ static void test_view_consistent_under_restocks(void **state)
     if (v.bad > 0)
         fail_msg("%d of %d views broke the invariant; first: %s", v.bad, v.views,
                  v.first);
-    sku_nums(ports[0], "rv-view2");
+    rve_sku_nums(ports[0], NULL, "rv-view2");
 }
 
 int main(void)

@@ -176,6 +176,32 @@ static void *order_thread(void *arg)
     return NULL;
 }
 
+/* An order of `qty` on `port`, sent again while it answers 503 (the lock not yet let
+ * go), for up to 15 s: its last status. */
+static int order_once_free(int port, const char *sku, long long qty)
+{
+    int st = 0;
+    long long until = h_now_ms() + 15000;
+    while (h_now_ms() < until) {
+        st = h_order(port, sku, qty, NULL, NULL);
+        if (st != 503)
+            break;
+        h_sleep_ms(50);
+    }
+    return st;
+}
+
+/* The SKU's sold and remaining as GET /admin/skus has them. */
+static void sold_remaining(int port, const char *sku, long long *sold,
+                           long long *remaining)
+{
+    json_t *j = h_get_sku(port, NULL, sku);
+    assert_non_null(j);
+    *sold = h_jint(j, "sold");
+    *remaining = h_jint(j, "remaining");
+    json_decref(j);
+}
+
 /* A multi-segment order's holder frozen: A takes both segments' locks (1 unit each) for
  * an order of 2 and is frozen (SIGSTOP) within HOLD_MS; its leases run out, B takes
  * both and sells the 2; A, woken, sends its write: refused by the fences (FENCED,
@@ -205,21 +231,12 @@ void lse_frozen_multi(h_svc *a, h_svc *b, const char *lock, const char *sku)
     }
     assert_int_equal(h_svc_pause(a), 0);
     long long paused = h_now_ms();
-    int st = 0;
-    until = h_now_ms() + 15000;
-    while (h_now_ms() < until) {
-        st = h_order(pb, sku, 2, NULL, NULL);
-        if (st != 503)
-            break;
-        h_sleep_ms(50);
-    }
+    int st = order_once_free(pb, sku, 2);
     long long sold_after = h_now_ms() - paused;
     assert_int_equal(h_svc_resume(a), 0);
     pthread_join(t, NULL);
-    json_t *j = h_get_sku(pb, NULL, sku);
-    assert_non_null(j);
-    long long sold = h_jint(j, "sold"), remaining = h_jint(j, "remaining");
-    json_decref(j);
+    long long sold, remaining;
+    sold_remaining(pb, sku, &sold, &remaining);
     fprintf(stderr,
             "%s frozen multi-segment holder: B %d after %lld ms, A %d, sold %lld, "
             "remaining %lld, oversold %lld, fenced rejections +%lld\n",
@@ -270,22 +287,11 @@ int lse_frozen_holder(h_svc *a, h_svc *b, const char *lock, const char *sku, boo
         assert_int_equal(h_memcached_restart(restart->mc), 0);
 
     /* B sells the unit once the service lets A's lock go (memcached: whole seconds) */
-    int st = 0;
-    until = h_now_ms() + 15000;
-    while (h_now_ms() < until) {
-        st = h_order(pb, sku, 1, NULL, NULL);
-        if (st != 503)
-            break;
-        h_sleep_ms(50);
-    }
+    int st = order_once_free(pb, sku, 1);
     long long sold_after = h_now_ms() - paused;
     assert_int_equal(h_svc_resume(a), 0);
     pthread_join(t, NULL);
-    json_t *j = h_get_sku(pb, NULL, sku);
-    assert_non_null(j);
-    *sold = h_jint(j, "sold");
-    *remaining = h_jint(j, "remaining");
-    json_decref(j);
+    sold_remaining(pb, sku, sold, remaining);
     /* the figures of docs/BENCHMARKS.md's safety table: oversold = sold - 1 (the
      * stock was 1), fenced = A's fenced_rejections during the test */
     fprintf(stderr,

@@ -17,6 +17,7 @@
 #include "segments/redis/keys.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
+#include "tests/engine_sync.h"
 #include "tests/harness.h"
 
 #define TTL_MS 300
@@ -70,42 +71,6 @@ static void put(struct fixture *f, const char *sku, long long stock, int n, sku_
     assert_int_equal(sku_put(f->c, sku, &cfg, SKU_REPLACE_ANY, NULL, NULL, NULL), INV_OK);
 }
 
-/* Outcomes of a batch of orders. */
-struct tally {
-    int done, by[INV_REQUEST_CONFLICT + 1];
-    char last_record[512];
-};
-
-static void on_done(void *arg, struct order_result *res)
-{
-    struct tally *t = arg;
-    t->done++;
-    t->by[res->status]++;
-    if (res->record != NULL)
-        snprintf(t->last_record, sizeof t->last_record, "%s", res->record);
-    order_result_clear(res);
-}
-
-/* Place `n` orders of `qty` at once (ids "<prefix>-k", or none when prefix is NULL)
- * and turn the loop until every one is answered. */
-static void place(struct fixture *f, const char *sku, long long qty, int n,
-                  const char *prefix, struct tally *t)
-{
-    memset(t, 0, sizeof *t);
-    char id[64];
-    for (int k = 0; k < n; k++) {
-        snprintf(id, sizeof id, "%s-%d", prefix ? prefix : "", k);
-        struct order_request req = {sku, qty, prefix ? id : NULL};
-        engine_order(f->e, &req, on_done, t);
-    }
-    assert_int_equal(t->done, 0); /* never answered from inside the call */
-    long long end = h_now_ms() + 30000;
-    while (t->done < n && h_now_ms() < end)
-        event_base_loop(f->base, EVLOOP_ONCE);
-    assert_int_equal(t->done, n);
-    assert_int_equal(engine_in_flight(f->e), 0);
-}
-
 static void audit(struct fixture *f, const char *sku, long long initial, long long sold)
 {
     struct sku_status *st = calloc(1, sizeof *st);
@@ -130,8 +95,8 @@ static void exact_sell_out(void **state)
 {
     struct fixture *f = *state;
     put(f, "hot", 1000, 20, SKU_MODE_LOCK, 0);
-    struct tally t;
-    place(f, "hot", 1, 1500, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "hot", 1, 1500, NULL, &t);
     assert_int_equal(t.by[INV_OK], 1000);
     assert_int_equal(t.by[INV_SOLD_OUT], 500);
     audit(f, "hot", 1000, 1000);
@@ -146,8 +111,8 @@ static void hold_hands_claims_over_fifo(void **state)
     struct fixture *f = *state;
     put(f, "one", 100, 1, SKU_MODE_LOCK, 20);
     long long waits = stat(f, STAT_LOCK_WAITS);
-    struct tally t;
-    place(f, "one", 1, 20, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "one", 1, 20, NULL, &t);
     assert_int_equal(t.by[INV_OK], 20);
     assert_true(stat(f, STAT_LOCK_WAITS) > waits);
     audit(f, "one", 100, 20);
@@ -163,8 +128,8 @@ static void hold_passes_the_lock_on(void **state)
     struct fixture *f = *state;
     put(f, "kept", 100, 1, SKU_MODE_LOCK, 20);
     long long attempts = stat(f, STAT_LOCK_ATTEMPTS);
-    struct tally t;
-    place(f, "kept", 1, 20, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "kept", 1, 20, NULL, &t);
     assert_int_equal(t.by[INV_OK], 20);
     long long acquires = stat(f, STAT_LOCK_ATTEMPTS) - attempts;
     fprintf(stderr, "20 orders, %lld ACQUIREs\n", acquires);
@@ -175,7 +140,7 @@ static void hold_passes_the_lock_on(void **state)
     memset(&t, 0, sizeof t);
     for (int k = 0; k < 20; k++) {
         struct order_request req = {"kept", 1, NULL};
-        engine_order(f->e, &req, on_done, &t);
+        engine_order(f->e, &req, es_on_done, &t);
     }
     long long steal = h_now_ms() + 50, end = h_now_ms() + 30000;
     while (h_now_ms() < steal)
@@ -200,8 +165,8 @@ static void lease_renewed_past_the_ttl(void **state)
     struct fixture *f = *state;
     put(f, "slow", 5, 1, SKU_MODE_LOCK, 3 * TTL_MS);
     long long renewals = stat(f, STAT_LEASE_RENEWALS);
-    struct tally t;
-    place(f, "slow", 1, 1, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "slow", 1, 1, NULL, &t);
     assert_int_equal(t.by[INV_OK], 1);
     assert_true(stat(f, STAT_LEASE_RENEWALS) >= renewals + 2);
     audit(f, "slow", 5, 1);
@@ -211,8 +176,8 @@ static void falls_through_to_every_unit(void **state)
 {
     struct fixture *f = *state;
     put(f, "few", 3, 20, SKU_MODE_LOCK, 0);
-    struct tally t;
-    place(f, "few", 1, 5, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "few", 1, 5, NULL, &t);
     assert_int_equal(t.by[INV_OK], 3);
     assert_int_equal(t.by[INV_SOLD_OUT], 2);
     audit(f, "few", 3, 3);
@@ -222,18 +187,19 @@ static void replay_conflict_and_multi_segment(void **state)
 {
     struct fixture *f = *state;
     put(f, "ids", 20, 20, SKU_MODE_LOCK, 0);
-    struct tally t;
-    place(f, "ids", 5, 1, "x", &t); /* no segment holds 5: several */
+    struct es_tally t;
+    es_run(f->e, f->base, "ids", 5, 1, "x", &t); /* no segment holds 5: several */
     assert_int_equal(t.by[INV_OK], 1);
     assert_non_null(strstr(t.last_record, "\"segments\":[{"));
     assert_int_equal(stat(f, STAT_MULTI_SEGMENT) >= 1, 1);
-    place(f, "ids", 5, 1, "x", &t);
+    es_run(f->e, f->base, "ids", 5, 1, "x", &t);
     assert_int_equal(t.by[INV_REPLAYED], 1);
-    place(f, "ids", 2, 1, "x", &t);
+    es_run(f->e, f->base, "ids", 2, 1, "x", &t);
     assert_int_equal(t.by[INV_CONFLICT], 1);
-    place(f, "ids", 1, 30, NULL, &t); /* sell the rest out */
+    es_run(f->e, f->base, "ids", 1, 30, NULL, &t); /* sell the rest out */
     assert_int_equal(t.by[INV_OK], 15);
-    place(f, "ids", 5, 1, "x", &t); /* sold out, but a confirmed id gets its record */
+    /* sold out, but a confirmed id gets its record */
+    es_run(f->e, f->base, "ids", 5, 1, "x", &t);
     assert_int_equal(t.by[INV_REPLAYED], 1);
     audit(f, "ids", 20, 20);
 }
@@ -242,8 +208,8 @@ static void atomic_mode(void **state)
 {
     struct fixture *f = *state;
     put(f, "atom", 100, 20, SKU_MODE_ATOMIC, 0);
-    struct tally t;
-    place(f, "atom", 1, 150, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "atom", 1, 150, NULL, &t);
     assert_int_equal(t.by[INV_OK], 100);
     assert_int_equal(t.by[INV_SOLD_OUT], 50);
     audit(f, "atom", 100, 100);
@@ -253,10 +219,10 @@ static void reset_under_a_cached_view(void **state)
 {
     struct fixture *f = *state;
     put(f, "shift", 40, 20, SKU_MODE_LOCK, 0);
-    struct tally t;
-    place(f, "shift", 1, 10, NULL, &t); /* the loop caches 20 segments */
+    struct es_tally t;
+    es_run(f->e, f->base, "shift", 1, 10, NULL, &t); /* the loop caches 20 segments */
     put(f, "shift", 8, 4, SKU_MODE_LOCK, 0);
-    place(f, "shift", 1, 12, NULL, &t);
+    es_run(f->e, f->base, "shift", 1, 12, NULL, &t);
     assert_int_equal(t.by[INV_OK], 8);
     assert_int_equal(t.by[INV_SOLD_OUT], 4);
     audit(f, "shift", 8, 8);
@@ -265,20 +231,20 @@ static void reset_under_a_cached_view(void **state)
 static void unknown_sku_and_hung_redis(void **state)
 {
     struct fixture *f = *state;
-    struct tally t;
-    place(f, "nope", 1, 1, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "nope", 1, 1, NULL, &t);
     assert_int_equal(t.by[INV_UNKNOWN_SKU], 1);
 
     put(f, "hang", 10, 2, SKU_MODE_LOCK, 0);
-    place(f, "hang", 1, 1, NULL, &t);
+    es_run(f->e, f->base, "hang", 1, 1, NULL, &t);
     assert_int_equal(t.by[INV_OK], 1);
     assert_int_equal(h_redis_pause(f->redis), 0);
-    place(f, "hang", 1, 3, "h", &t);
+    es_run(f->e, f->base, "hang", 1, 3, "h", &t);
     assert_int_equal(t.by[INV_UNAVAILABLE], 3);
     assert_int_equal(h_redis_resume(f->redis), 0);
     int ok = 0;
     for (int tries = 0; tries < 100 && ok == 0; tries++) {
-        place(f, "hang", 1, 1, "after", &t);
+        es_run(f->e, f->base, "hang", 1, 1, "after", &t);
         ok = t.by[INV_OK] + t.by[INV_REPLAYED];
         if (ok == 0)
             h_sleep_ms(50);

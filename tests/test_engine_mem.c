@@ -14,6 +14,7 @@
 
 #include "segments/engine.h"
 #include "segments/stats.h"
+#include "tests/engine_sync.h"
 #include "tests/harness.h"
 #include "tests/memstore.h"
 
@@ -78,50 +79,6 @@ static void put(struct fixture *f, const char *sku, long long stock, int n,
     engine_invalidate(f->e, sku); /* as an admin write does */
 }
 
-struct tally {
-    int done, by[INV_REQUEST_CONFLICT + 1];
-    char last_record[512];
-};
-
-static void on_done(void *arg, struct order_result *res)
-{
-    struct tally *t = arg;
-    t->done++;
-    t->by[res->status]++;
-    if (res->record != NULL)
-        snprintf(t->last_record, sizeof t->last_record, "%s", res->record);
-    order_result_clear(res);
-}
-
-static void start(struct fixture *f, const char *sku, long long qty, int n,
-                  const char *prefix, struct tally *t)
-{
-    memset(t, 0, sizeof *t);
-    char id[64];
-    for (int k = 0; k < n; k++) {
-        snprintf(id, sizeof id, "%s-%d", prefix ? prefix : "", k);
-        struct order_request req = {sku, qty, prefix ? id : NULL};
-        engine_order(f->e, &req, on_done, t);
-    }
-    assert_int_equal(t->done, 0); /* never answered from inside the call */
-}
-
-static void finish(struct fixture *f, int n, struct tally *t)
-{
-    long long end = h_now_ms() + 30000;
-    while (t->done < n && h_now_ms() < end)
-        event_base_loop(f->base, EVLOOP_ONCE);
-    assert_int_equal(t->done, n);
-    assert_int_equal(engine_in_flight(f->e), 0);
-}
-
-static void place(struct fixture *f, const char *sku, long long qty, int n,
-                  const char *prefix, struct tally *t)
-{
-    start(f, sku, qty, n, prefix, t);
-    finish(f, n, t);
-}
-
 static void audit(struct fixture *f, const char *sku, long long initial, int n,
                   long long sold)
 {
@@ -146,8 +103,8 @@ static void exact_sell_out(void **state)
 {
     struct fixture *f = *state;
     put(f, "hot", 1000, 20, "lock", 0);
-    struct tally t;
-    place(f, "hot", 1, 1500, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "hot", 1, 1500, NULL, &t);
     assert_int_equal(t.by[INV_OK], 1000);
     assert_int_equal(t.by[INV_SOLD_OUT], 500);
     audit(f, "hot", 1000, 20, 1000);
@@ -158,8 +115,8 @@ static void hold_hands_claims_over_fifo(void **state)
     struct fixture *f = *state;
     put(f, "one", 100, 1, "lock", 20);
     long long waits = stat(f, STAT_LOCK_WAITS);
-    struct tally t;
-    place(f, "one", 1, 20, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "one", 1, 20, NULL, &t);
     assert_int_equal(t.by[INV_OK], 20);
     assert_true(stat(f, STAT_LOCK_WAITS) > waits);
     audit(f, "one", 100, 1, 20);
@@ -173,8 +130,8 @@ static void hold_passes_the_lock_on_where_the_store_keeps(void **state)
     struct fixture *f = *state;
     put(f, "kept", 100, 1, "lock", 20);
     long long acquires = mem_count(f->st, MEM_ACQUIRES);
-    struct tally t;
-    place(f, "kept", 1, 20, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "kept", 1, 20, NULL, &t);
     assert_int_equal(t.by[INV_OK], 20);
     acquires = mem_count(f->st, MEM_ACQUIRES) - acquires;
     fprintf(stderr, "keep: 20 orders, %lld ACQUIREs\n", acquires);
@@ -183,7 +140,7 @@ static void hold_passes_the_lock_on_where_the_store_keeps(void **state)
 
     struct fixture *g = make(0);
     put(g, "kept", 100, 1, "lock", 20);
-    place(g, "kept", 1, 20, NULL, &t);
+    es_run(g->e, g->base, "kept", 1, 20, NULL, &t);
     assert_int_equal(t.by[INV_OK], 20);
     fprintf(stderr, "no keep: 20 orders, %lld ACQUIREs\n",
             mem_count(g->st, MEM_ACQUIRES));
@@ -197,8 +154,8 @@ static void lease_renewed_past_the_ttl(void **state)
     struct fixture *f = *state;
     put(f, "slow", 5, 1, "lock", 3 * TTL_MS);
     long long renewals = stat(f, STAT_LEASE_RENEWALS);
-    struct tally t;
-    place(f, "slow", 1, 1, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "slow", 1, 1, NULL, &t);
     assert_int_equal(t.by[INV_OK], 1);
     assert_true(stat(f, STAT_LEASE_RENEWALS) >= renewals + 2);
     audit(f, "slow", 5, 1, 1);
@@ -214,14 +171,14 @@ static void fenced_deduct_after_a_lost_lease(void **state)
     put(f, "lost", 10, 1, "lock", TTL_MS / 6);
     long long fenced = mem_count(f->st, MEM_FENCED);
     long long rejections = stat(f, STAT_FENCED_REJECTIONS);
-    struct tally t;
-    start(f, "lost", 1, 1, NULL, &t);
+    struct es_tally t;
+    es_start(f->e, "lost", 1, 1, NULL, &t);
     while (mem_locks_held(f->st, "lost") == 0) /* the order holds it now */
         event_base_loop(f->base, EVLOOP_ONCE);
     mem_advance(f->st, TTL_MS + 1);
     assert_int_equal(mem_locks_held(f->st, "lost"), 0); /* the lease ran out */
     mem_take_lock(f->st, "lost", 0, "intruder", TTL_MS / 2);
-    finish(f, 1, &t);
+    es_finish(f->e, f->base, 1, &t);
     assert_int_equal(t.by[INV_OK], 1);
     assert_true(mem_count(f->st, MEM_FENCED) > fenced);
     assert_true(stat(f, STAT_FENCED_REJECTIONS) > rejections);
@@ -239,8 +196,8 @@ static void busy_segment_falls_through(void **state)
     put(f, "busy", 20, 2, "lock", 0);
     mem_take_lock(f->st, "busy", 0, "elsewhere", 60000);
     long long skips = stat(f, STAT_BUSY_SKIPS);
-    struct tally t;
-    place(f, "busy", 1, 12, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "busy", 1, 12, NULL, &t);
     assert_int_equal(t.by[INV_OK], 10);
     assert_int_equal(t.by[INV_BUSY], 2);
     assert_true(stat(f, STAT_BUSY_SKIPS) >= skips + 2);
@@ -282,8 +239,8 @@ static void falls_through_to_every_unit(void **state)
 {
     struct fixture *f = *state;
     put(f, "few", 3, 20, "lock", 0);
-    struct tally t;
-    place(f, "few", 1, 5, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "few", 1, 5, NULL, &t);
     assert_int_equal(t.by[INV_OK], 3);
     assert_int_equal(t.by[INV_SOLD_OUT], 2);
     audit(f, "few", 3, 20, 3);
@@ -293,18 +250,19 @@ static void replay_conflict_and_multi_segment(void **state)
 {
     struct fixture *f = *state;
     put(f, "ids", 20, 20, "lock", 0);
-    struct tally t;
-    place(f, "ids", 5, 1, "x", &t); /* no segment holds 5: several */
+    struct es_tally t;
+    es_run(f->e, f->base, "ids", 5, 1, "x", &t); /* no segment holds 5: several */
     assert_int_equal(t.by[INV_OK], 1);
     assert_non_null(strstr(t.last_record, "\"segments\":[{"));
     assert_int_equal(stat(f, STAT_MULTI_SEGMENT) >= 1, 1);
-    place(f, "ids", 5, 1, "x", &t);
+    es_run(f->e, f->base, "ids", 5, 1, "x", &t);
     assert_int_equal(t.by[INV_REPLAYED], 1);
-    place(f, "ids", 2, 1, "x", &t);
+    es_run(f->e, f->base, "ids", 2, 1, "x", &t);
     assert_int_equal(t.by[INV_CONFLICT], 1);
-    place(f, "ids", 1, 30, NULL, &t); /* sell the rest out */
+    es_run(f->e, f->base, "ids", 1, 30, NULL, &t); /* sell the rest out */
     assert_int_equal(t.by[INV_OK], 15);
-    place(f, "ids", 5, 1, "x", &t); /* sold out, but a confirmed id gets its record */
+    /* sold out, but a confirmed id gets its record */
+    es_run(f->e, f->base, "ids", 5, 1, "x", &t);
     assert_int_equal(t.by[INV_REPLAYED], 1);
     audit(f, "ids", 20, 20, 20);
 }
@@ -313,8 +271,8 @@ static void atomic_mode(void **state)
 {
     struct fixture *f = *state;
     put(f, "atom", 100, 20, "atomic", 0);
-    struct tally t;
-    place(f, "atom", 1, 150, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "atom", 1, 150, NULL, &t);
     assert_int_equal(t.by[INV_OK], 100);
     assert_int_equal(t.by[INV_SOLD_OUT], 50);
     audit(f, "atom", 100, 20, 100);
@@ -326,10 +284,10 @@ static void reset_under_a_cached_view(void **state)
 {
     struct fixture *f = *state;
     put(f, "shift", 40, 20, "lock", 0);
-    struct tally t;
-    place(f, "shift", 1, 10, NULL, &t); /* the loop caches 20 segments */
+    struct es_tally t;
+    es_run(f->e, f->base, "shift", 1, 10, NULL, &t); /* the loop caches 20 segments */
     mem_put(f->st, "shift", 8, 4, "lock", 0, false);
-    place(f, "shift", 1, 12, NULL, &t);
+    es_run(f->e, f->base, "shift", 1, 12, NULL, &t);
     assert_int_equal(t.by[INV_OK], 8);
     assert_int_equal(t.by[INV_SOLD_OUT], 4);
     audit(f, "shift", 8, 4, 8);
@@ -338,19 +296,19 @@ static void reset_under_a_cached_view(void **state)
 static void unknown_sku_and_a_store_that_fails(void **state)
 {
     struct fixture *f = *state;
-    struct tally t;
-    place(f, "nope", 1, 1, NULL, &t);
+    struct es_tally t;
+    es_run(f->e, f->base, "nope", 1, 1, NULL, &t);
     assert_int_equal(t.by[INV_UNKNOWN_SKU], 1);
 
     put(f, "down", 10, 2, "lock", 0);
-    place(f, "down", 1, 1, NULL, &t);
+    es_run(f->e, f->base, "down", 1, 1, NULL, &t);
     assert_int_equal(t.by[INV_OK], 1);
     mem_fail(f->st, 1000);
     engine_invalidate(f->e, "down");
-    place(f, "down", 1, 3, "h", &t);
+    es_run(f->e, f->base, "down", 1, 3, "h", &t);
     assert_int_equal(t.by[INV_UNAVAILABLE], 3);
     mem_fail(f->st, 0);
-    place(f, "down", 1, 1, "after", &t);
+    es_run(f->e, f->base, "down", 1, 1, "after", &t);
     assert_int_equal(t.by[INV_OK], 1);
     audit(f, "down", 10, 2, 2);
 }
@@ -367,8 +325,8 @@ static void waiter_not_stranded_by_a_dropped_view(void **state)
     (void)state;
     struct fixture *f = make_waiting(STORE_CAP_KEEP | STORE_CAP_FENCE, 20000);
     put(f, "strand", 30, 2, "lock", 50);
-    struct tally t;
-    start(f, "strand", 1, 3, NULL, &t);
+    struct es_tally t;
+    es_start(f->e, "strand", 1, 3, NULL, &t);
     while (mem_locks_held(f->st, "strand") < 2) /* two hold, the third waits */
         event_base_loop(f->base, EVLOOP_ONCE);
     assert_int_equal(t.done, 0);

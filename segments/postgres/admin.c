@@ -91,6 +91,18 @@ static bool ok(const PGresult *r)
     return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
 }
 
+/* A statement outside a transaction whose failure is the caller's -1: its result when
+ * it succeeded (PQclear it), else NULL (the result, if any, cleared). */
+static PGresult *query(struct pg_admin *a, const char *sql, int n, const char *const *p)
+{
+    PGresult *r = run(a, sql, n, p);
+    if (r != NULL && !ok(r)) {
+        PQclear(r);
+        r = NULL;
+    }
+    return r;
+}
+
 /* A statement whose failure is the store's: 0 with *out (or NULL), -1 (rolled back). */
 static int step(struct pg_admin *a, const char *sql, int n, const char *const *p,
                 PGresult **out)
@@ -162,11 +174,11 @@ static const char *error(const admin *a)
 
 static int ping(admin *a)
 {
-    PGresult *r = run(self(a), "SELECT 1", 0, NULL);
-    int rc = r != NULL && ok(r) ? 0 : -1;
-    if (r != NULL)
-        PQclear(r);
-    return rc;
+    PGresult *r = query(self(a), "SELECT 1", 0, NULL);
+    if (r == NULL)
+        return -1;
+    PQclear(r);
+    return 0;
 }
 
 /* The settings columns a read selects (in meta_row's order), of table skus. */
@@ -198,12 +210,9 @@ static void meta_row(const PGresult *r, int row, int col0, struct store_meta *m,
 static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[16])
 {
     const char *p[] = {sku};
-    PGresult *r = run(self(a), "SELECT " META_COLS " FROM skus WHERE sku = $1", 1, p);
-    if (r == NULL || !ok(r)) {
-        if (r != NULL)
-            PQclear(r);
+    PGresult *r = query(self(a), "SELECT " META_COLS " FROM skus WHERE sku = $1", 1, p);
+    if (r == NULL)
         return -1;
-    }
     int found = PQntuples(r) == 1;
     if (found)
         meta_row(r, 0, 0, m, lock);
@@ -214,12 +223,9 @@ static int meta_read(admin *a, const char *sku, struct store_meta *m, char lock[
 static int record_read(admin *a, const char *id, char **record)
 {
     const char *p[] = {id};
-    PGresult *r = run(self(a), "SELECT record FROM orders WHERE order_id = $1", 1, p);
-    if (r == NULL || !ok(r)) {
-        if (r != NULL)
-            PQclear(r);
+    PGresult *r = query(self(a), "SELECT record FROM orders WHERE order_id = $1", 1, p);
+    if (r == NULL)
         return -1;
-    }
     int found = PQntuples(r) == 1;
     if (found)
         *record = seg_strdup(PQgetvalue(r, 0, 0));
@@ -243,31 +249,32 @@ static int segments_read(admin *a, const char *sku, const char *placed, int n,
     snprintf(nbuf, sizeof nbuf, "%d", n);
     snprintf(ebuf, sizeof ebuf, "%lld", epoch);
     const char *p[] = {placed, nbuf, ebuf, sku};
-    PGresult *r =
-        run(self(a),
-            "WITH segs AS (SELECT seg, stock, coalesce(lease_token IS NOT NULL AND"
-            " lease_until > now(), false) AS locked FROM segments WHERE sku = $1),"
-            " live AS (SELECT seg, record::jsonb AS rec FROM orders WHERE sku = $1"
-            " AND record NOT LIKE '%\"status\":\"cancelled\"%'),"
-            " parts AS (SELECT (p->>'segment')::int AS seg, sum((p->>'qty')::bigint) AS"
-            " units FROM live, jsonb_array_elements(live.rec->'segments') p GROUP BY 1),"
-            " firsts AS (SELECT seg, count(*) AS n FROM live GROUP BY seg),"
-            " held AS (SELECT p.seg, sum(p.q) AS q FROM holds h,"
-            " unnest(coalesce(h.part_segs, ARRAY[h.seg]), coalesce(h.part_qtys,"
-            " ARRAY[h.qty])) AS p(seg, q) WHERE h.sku = $1 AND h.epoch = $3::bigint AND"
-            " h.state = 'held' GROUP BY p.seg),"
-            " meta AS (SELECT " META_COLS " FROM skus WHERE sku = $4)"
-            " SELECT i.seg, coalesce(segs.stock, 0), coalesce(segs.locked, false),"
-            " coalesce(parts.units, 0), coalesce(firsts.n, 0), coalesce(held.q, 0),"
-            " meta.*"
-            " FROM generate_series(0, $2::int - 1) AS i(seg)"
-            " LEFT JOIN segs ON segs.seg = i.seg LEFT JOIN parts ON parts.seg = i.seg"
-            " LEFT JOIN firsts ON firsts.seg = i.seg LEFT JOIN held ON held.seg = i.seg"
-            " LEFT JOIN meta ON true",
-            4, p);
-    if (r == NULL || !ok(r) || PQntuples(r) != n || PQnfields(r) != 17) {
-        if (r != NULL)
-            PQclear(r);
+    PGresult *r = query(
+        self(a),
+        "WITH segs AS (SELECT seg, stock, coalesce(lease_token IS NOT NULL AND"
+        " lease_until > now(), false) AS locked FROM segments WHERE sku = $1),"
+        " live AS (SELECT seg, record::jsonb AS rec FROM orders WHERE sku = $1"
+        " AND record NOT LIKE '%\"status\":\"cancelled\"%'),"
+        " parts AS (SELECT (p->>'segment')::int AS seg, sum((p->>'qty')::bigint) AS"
+        " units FROM live, jsonb_array_elements(live.rec->'segments') p GROUP BY 1),"
+        " firsts AS (SELECT seg, count(*) AS n FROM live GROUP BY seg),"
+        " held AS (SELECT p.seg, sum(p.q) AS q FROM holds h,"
+        " unnest(coalesce(h.part_segs, ARRAY[h.seg]), coalesce(h.part_qtys,"
+        " ARRAY[h.qty])) AS p(seg, q) WHERE h.sku = $1 AND h.epoch = $3::bigint AND"
+        " h.state = 'held' GROUP BY p.seg),"
+        " meta AS (SELECT " META_COLS " FROM skus WHERE sku = $4)"
+        " SELECT i.seg, coalesce(segs.stock, 0), coalesce(segs.locked, false),"
+        " coalesce(parts.units, 0), coalesce(firsts.n, 0), coalesce(held.q, 0),"
+        " meta.*"
+        " FROM generate_series(0, $2::int - 1) AS i(seg)"
+        " LEFT JOIN segs ON segs.seg = i.seg LEFT JOIN parts ON parts.seg = i.seg"
+        " LEFT JOIN firsts ON firsts.seg = i.seg LEFT JOIN held ON held.seg = i.seg"
+        " LEFT JOIN meta ON true",
+        4, p);
+    if (r == NULL)
+        return -1;
+    if (PQntuples(r) != n || PQnfields(r) != 17) {
+        PQclear(r);
         return -1;
     }
     for (int k = 0; k < n; k++) {
@@ -306,12 +313,9 @@ static int segment_place(admin *a, const char *placed, int i, int *slot, char *n
 
 static int skus_list(admin *a, char ***names, size_t *n)
 {
-    PGresult *r = run(self(a), "SELECT sku FROM skus ORDER BY sku", 0, NULL);
-    if (r == NULL || !ok(r)) {
-        if (r != NULL)
-            PQclear(r);
+    PGresult *r = query(self(a), "SELECT sku FROM skus ORDER BY sku", 0, NULL);
+    if (r == NULL)
         return -1;
-    }
     *n = (size_t)PQntuples(r);
     *names = seg_calloc(*n + 1, sizeof **names);
     for (size_t i = 0; i < *n; i++)
@@ -327,15 +331,16 @@ static int lock(admin *a, const char *sku, int i, const char *token, int ttl_ms)
     snprintf(s, sizeof s, "%d", i);
     snprintf(t, sizeof t, "%d", ttl_ms);
     const char *p[] = {sku, s, token, t};
-    PGresult *r = run(self(a),
-                      "UPDATE segments SET lease_token = $3, lease_until = now() +"
-                      " $4::int * interval '1 millisecond', fence = fence + 1"
-                      " WHERE sku = $1 AND seg = $2::int AND (lease_token IS NULL OR"
-                      " lease_until <= now() OR lease_token = $3)",
-                      4, p);
-    int rc = r == NULL || !ok(r) ? -1 : atoi(PQcmdTuples(r)) == 1;
-    if (r != NULL)
-        PQclear(r);
+    PGresult *r = query(self(a),
+                        "UPDATE segments SET lease_token = $3, lease_until = now() +"
+                        " $4::int * interval '1 millisecond', fence = fence + 1"
+                        " WHERE sku = $1 AND seg = $2::int AND (lease_token IS NULL OR"
+                        " lease_until <= now() OR lease_token = $3)",
+                        4, p);
+    if (r == NULL)
+        return -1;
+    int rc = atoi(PQcmdTuples(r)) == 1;
+    PQclear(r);
     return rc;
 }
 
@@ -344,13 +349,14 @@ static int release(admin *a, const char *sku, int i, const char *token)
     char s[16];
     snprintf(s, sizeof s, "%d", i);
     const char *p[] = {sku, s, token};
-    PGresult *r = run(self(a),
-                      "UPDATE segments SET lease_token = NULL, lease_until = NULL"
-                      " WHERE sku = $1 AND seg = $2::int AND lease_token = $3",
-                      3, p);
-    int rc = r == NULL || !ok(r) ? -1 : atoi(PQcmdTuples(r)) == 1;
-    if (r != NULL)
-        PQclear(r);
+    PGresult *r = query(self(a),
+                        "UPDATE segments SET lease_token = NULL, lease_until = NULL"
+                        " WHERE sku = $1 AND seg = $2::int AND lease_token = $3",
+                        3, p);
+    if (r == NULL)
+        return -1;
+    int rc = atoi(PQcmdTuples(r)) == 1;
+    PQclear(r);
     return rc;
 }
 
@@ -390,6 +396,26 @@ static int answer(struct pg_admin *a, int code, long long value, struct store_re
     return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
 }
 
+/* Open an admin write's transaction and record its request id: false to go on;
+ * true when the write is over (a replay or conflict answered, or a failure), *rc
+ * then its result. */
+static bool write_open(struct pg_admin *a, const char *rid, const char *sig,
+                       struct store_reply *out, int *rc)
+{
+    *out = (struct store_reply){0};
+    *rc = -1;
+    if (begin(a) != 0)
+        return true;
+    int req = request(a, rid, sig);
+    if (req < 0)
+        return true;
+    if (req > 0) {
+        *rc = answer(a, req, 0, out);
+        return true;
+    }
+    return false;
+}
+
 /* Rebalance (spread: only when that leaves more segments with stock), the rows locked:
  * the rule of spread.h, the statement the loop's adjust runs, holding no lease. */
 static int even_out(struct pg_admin *a, const char *const *k, int segments, bool spread,
@@ -418,14 +444,9 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
     (void)tok;
     (void)wait_ms;
     struct pg_admin *a = self(adm);
-    *out = (struct store_reply){0};
-    if (begin(a) != 0)
-        return -1;
-    int req = request(a, rid, sig);
-    if (req < 0)
-        return -1;
-    if (req > 0)
-        return answer(a, req, 0, out);
+    int rc;
+    if (write_open(a, rid, sig, out, &rc))
+        return rc;
     char e[24], ns[16];
     snprintf(e, sizeof e, "%lld", epoch);
     snprintf(ns, sizeof ns, "%d", segments);
@@ -459,7 +480,7 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
     for (int i = 0; i < segments; i++) /* the first add % n segments one more */
         stock[i] = cell(r, i, 1) + add / segments + (i < add % segments ? 1 : 0);
     PQclear(r);
-    int rc = 0;
+    rc = 0;
     for (int i = 0; i < segments && rc == 0; i++) {
         char s[16], v[24];
         snprintf(s, sizeof s, "%d", i);
@@ -499,14 +520,9 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
 {
     (void)old_segments;
     struct pg_admin *a = self(adm);
-    *out = (struct store_reply){0};
-    if (begin(a) != 0)
-        return -1;
-    int req = request(a, rid, sig);
-    if (req < 0)
-        return -1;
-    if (req > 0)
-        return answer(a, req, 0, out);
+    int rc;
+    if (write_open(a, rid, sig, out, &rc))
+        return rc;
     const char *k[] = {sku};
     PGresult *r;
     if (step(a, "SELECT epoch, gen FROM skus WHERE sku = $1 FOR UPDATE", 1, k, &r) != 0)

@@ -1,6 +1,7 @@
 /* holds_parts_sql.c -- migration 5: reservations that span segments on PostgreSQL (the
  * holds table's parts and the functions of holds_sql.c that now take them). */
 #include "segments/postgres/holds.h"
+#include "segments/postgres/holds_sql.h"
 
 /* A hold of one segment keeps part_segs/part_qtys NULL (its seg and qty say it all);
  * one of several lists its parts by segment there, seg = the first part's and qty =
@@ -8,6 +9,8 @@
  * transaction, all sold, returned or settled in one step's. Lock order as migration
  * 3's, the parts' segment rows in segment order (or without waiting: SKIP LOCKED, and a
  * hold whose part a holder locks is left for a later look). */
+/* Each function reads as its fragments (holds_sql.h) and its own lines, one a line. */
+/* clang-format off */
 const char *const pgh_schema_parts[] = {
     "ALTER TABLE holds ADD COLUMN part_segs int[], ADD COLUMN part_qtys bigint[]",
 
@@ -52,61 +55,18 @@ const char *const pgh_schema_parts[] = {
      * do, parts from them in the walk's order, all in this transaction. o_parts: the
      * parts ('' for one segment). */
     "DROP FUNCTION inv_hold_place(text, text, bigint, int, int, text)",
-    "CREATE FUNCTION inv_hold_place(p_sku text, p_id text, p_qty bigint, p_ttl int,"
-    " p_start int, p_attempt text, OUT o_code int, OUT o_state text, OUT o_qty bigint,"
-    " OUT o_expires bigint, OUT o_record text, OUT o_settled int, OUT o_sku text,"
-    " OUT o_seg int, OUT o_epoch bigint, OUT o_stock bigint, OUT o_replicated boolean,"
-    " OUT o_parts text) LANGUAGE plpgsql AS $$\n"
-    "DECLARE k record; h record; i int; n int; st bigint; tok text; til timestamptz;\n"
-    "  total bigint := 0; busy boolean := false; waits boolean; x timestamptz;\n"
+    PGH_SQL_PLACE_SIG ", OUT o_parts text) LANGUAGE plpgsql AS $$\n"
+    PGH_SQL_PLACE_DECLARE
     "  av_seg int[] := '{}'; av_st bigint[] := '{}'; avail bigint := 0;\n"
     "  want bigint; take bigint; ps int[] := '{}'; pq bigint[] := '{}';\n"
     "BEGIN\n"
-    "  o_state := ''; o_qty := 0; o_expires := 0; o_record := ''; o_settled := 0;\n"
-    "  o_sku := p_sku; o_seg := -1; o_epoch := 0; o_stock := 0; o_replicated := false;\n"
+    PGH_SQL_OUT_INIT("p_sku")
     "  o_parts := '';\n"
-    "  PERFORM pg_advisory_xact_lock(7236012, hashtext(p_id));\n"
-    "  SELECT epoch, segments, mode, lock, replicated INTO k FROM skus\n"
-    "    WHERE sku = p_sku FOR KEY SHARE;\n"
-    "  IF NOT FOUND THEN o_code := 4; RETURN; END IF;\n"
-    "  o_epoch := k.epoch; o_replicated := k.replicated;\n"
-    "  SELECT * INTO h FROM holds WHERE hold_id = p_id;\n"
-    "  IF FOUND AND h.state <> 'void' AND (h.sku <> p_sku OR h.epoch = k.epoch) THEN\n"
-    "    o_sku := h.sku; o_seg := h.seg; o_epoch := h.epoch; o_qty := h.qty;\n"
-    "    o_expires := inv_ms(h.expires_at);\n"
-    "    IF h.attempt = p_attempt THEN\n"
-    "      o_code := 0; o_state := h.state;\n"
+    PGH_SQL_PLACE_FIND
     "      o_parts := inv_hold_parts(h.part_segs, h.part_qtys);\n"
-    "      SELECT stock INTO o_stock FROM segments WHERE sku = h.sku AND seg = h.seg;\n"
-    "    ELSE\n"
-    "      o_code := 3;\n"
-    "    END IF;\n"
-    "    RETURN;\n"
-    "  END IF;\n"
-    "  IF EXISTS (SELECT 1 FROM orders WHERE order_id = p_id) THEN\n"
-    "    o_code := 7; RETURN;\n"
-    "  END IF;\n"
-    "  waits := k.mode = 'atomic' OR k.lock = 'optimistic';\n"
+    PGH_SQL_PLACE_FOUND_END
     "  x := date_trunc('milliseconds', now()) + p_ttl * interval '1 millisecond';\n"
-    "  FOR j IN 0 .. k.segments - 1 LOOP\n"
-    "    i := (p_start + j) % k.segments;\n"
-    "    IF waits THEN\n"
-    "      SELECT stock, lease_token, lease_until INTO st, tok, til FROM segments\n"
-    "        WHERE sku = p_sku AND seg = i FOR UPDATE;\n"
-    "      CONTINUE WHEN NOT FOUND;\n"
-    "    ELSE\n"
-    "      SELECT stock, lease_token, lease_until INTO st, tok, til FROM segments\n"
-    "        WHERE sku = p_sku AND seg = i FOR UPDATE SKIP LOCKED;\n"
-    "      IF NOT FOUND THEN busy := true; CONTINUE; END IF;\n"
-    "      IF k.lock = 'lease' AND tok IS NOT NULL AND til > now() THEN\n"
-    "        busy := true; total := total + st; CONTINUE;\n"
-    "      END IF;\n"
-    "    END IF;\n"
-    "    n := inv_hold_settle(p_sku, i, k.epoch, 16);\n"
-    "    IF n > 0 THEN\n"
-    "      o_settled := o_settled + n;\n"
-    "      SELECT stock INTO st FROM segments WHERE sku = p_sku AND seg = i;\n"
-    "    END IF;\n"
+    PGH_SQL_PLACE_WALK
     "    IF st < p_qty THEN\n"
     "      total := total + st;\n"
     "      IF st > 0 THEN\n"
@@ -114,8 +74,7 @@ const char *const pgh_schema_parts[] = {
     "      END IF;\n"
     "      CONTINUE;\n"
     "    END IF;\n"
-    "    UPDATE segments SET stock = stock - p_qty, version = version + 1\n"
-    "      WHERE sku = p_sku AND seg = i RETURNING stock INTO o_stock;\n"
+    PGH_SQL_PLACE_TAKE
     "    ps := ARRAY[i]; pq := ARRAY[p_qty];\n"
     "    EXIT;\n"
     "  END LOOP;\n"
@@ -141,49 +100,32 @@ const char *const pgh_schema_parts[] = {
     "      VALUES (p_id, p_sku, ps[1], k.epoch, p_qty, x, 'held', p_attempt,\n"
     "      CASE WHEN cardinality(ps) > 1 THEN ps END,\n"
     "      CASE WHEN cardinality(ps) > 1 THEN pq END)\n"
-    "      ON CONFLICT (hold_id) DO UPDATE SET sku = excluded.sku, seg = excluded.seg,\n"
-    "      epoch = excluded.epoch, qty = excluded.qty, expires_at = "
-    "excluded.expires_at,\n"
-    "      state = 'held', attempt = excluded.attempt, confirmed_by = NULL,\n"
-    "      created_at = now(), part_segs = excluded.part_segs,\n"
+    PGH_SQL_PLACE_UPSERT
+    ", part_segs = excluded.part_segs,\n"
     "      part_qtys = excluded.part_qtys;\n"
     "    o_code := 0; o_state := 'held'; o_seg := ps[1]; o_qty := p_qty;\n"
     "    o_expires := inv_ms(x);\n"
     "  ELSE\n"
     "    o_stock := total; o_code := CASE WHEN busy THEN 1 ELSE 2 END;\n"
     "  END IF;\n"
-    "  IF o_settled > 0 THEN UPDATE skus SET gen = gen + 1 WHERE sku = p_sku; END IF;\n"
-    "END $$",
+    PGH_SQL_PLACE_END,
 
     /* A step by id, as migration 3's, on every part: a release waits for the parts'
      * rows (in segment order); a confirm or read takes them without waiting, and an
      * expired hold whose rows it did not get answers 'expired' all the same (the
      * sweep gives the units back). */
     "DROP FUNCTION inv_hold_step(text, text, text)",
-    "CREATE FUNCTION inv_hold_step(p_id text, p_act text, p_attempt text,"
-    " OUT o_code int, OUT o_state text, OUT o_qty bigint, OUT o_expires bigint,"
-    " OUT o_record text, OUT o_settled int, OUT o_sku text, OUT o_seg int,"
-    " OUT o_epoch bigint, OUT o_stock bigint, OUT o_replicated boolean,"
-    " OUT o_parts text) LANGUAGE plpgsql AS $$\n"
-    "DECLARE h record; k record; got boolean; back boolean := false; rec text;\n"
+    PGH_SQL_STEP_SIG ", OUT o_parts text) LANGUAGE plpgsql AS $$\n"
+    PGH_SQL_STEP_DECLARE
     "  segs int[]; qs bigint[];\n"
     "BEGIN\n"
-    "  o_state := ''; o_qty := 0; o_expires := 0; o_record := ''; o_settled := 0;\n"
-    "  o_sku := ''; o_seg := -1; o_epoch := 0; o_stock := 0; o_replicated := false;\n"
+    PGH_SQL_OUT_INIT("''")
     "  o_parts := '';\n"
-    "  SELECT * INTO h FROM holds WHERE hold_id = p_id FOR UPDATE;\n"
-    "  IF NOT FOUND THEN o_code := 4; RETURN; END IF;\n"
-    "  o_sku := h.sku; o_seg := h.seg; o_epoch := h.epoch; o_qty := h.qty;\n"
-    "  o_expires := inv_ms(h.expires_at); o_state := h.state;\n"
+    PGH_SQL_STEP_FIND
     "  o_parts := inv_hold_parts(h.part_segs, h.part_qtys);\n"
     "  segs := coalesce(h.part_segs, ARRAY[h.seg]);\n"
     "  qs := coalesce(h.part_qtys, ARRAY[h.qty]);\n"
-    "  SELECT epoch, replicated INTO k FROM skus WHERE sku = h.sku FOR KEY SHARE;\n"
-    "  IF NOT FOUND OR k.epoch <> h.epoch OR h.state = 'void' THEN\n"
-    "    o_code := 6; RETURN;\n"
-    "  END IF;\n"
-    "  o_replicated := k.replicated;\n"
-    "  IF p_act = 'release' THEN\n"
+    PGH_SQL_STEP_EPOCH
     "    PERFORM 1 FROM segments WHERE sku = h.sku AND seg = ANY (segs) ORDER BY seg\n"
     "      FOR UPDATE;\n"
     "    got := FOUND;\n"
@@ -192,55 +134,20 @@ const char *const pgh_schema_parts[] = {
     "      WHERE sku = h.sku AND seg = ANY (segs) ORDER BY seg FOR UPDATE SKIP LOCKED) "
     "l;\n"
     "  END IF;\n"
-    "  IF h.state = 'held' AND now() >= h.expires_at THEN\n"
-    "    o_state := 'expired';\n"
-    "    IF got THEN\n"
+    PGH_SQL_STEP_EXPIRED
     "      UPDATE segments s SET stock = s.stock + p.u_q, version = s.version + 1\n"
     "        FROM unnest(segs, qs) AS p(u_seg, u_q)\n"
     "        WHERE s.sku = h.sku AND s.seg = p.u_seg;\n"
-    "      UPDATE holds SET state = 'expired' WHERE hold_id = p_id;\n"
-    "      o_settled := 1;\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "  IF got THEN\n"
-    "    o_settled := o_settled + inv_hold_settle(h.sku, h.seg, h.epoch, 16);\n"
-    "  END IF;\n"
-    "  IF p_act = 'read' THEN\n"
-    "    o_code := 0;\n"
-    "  ELSIF p_act = 'release' THEN\n"
-    "    IF o_state = 'held' THEN\n"
+    PGH_SQL_STEP_SETTLED
     "      UPDATE segments s SET stock = s.stock + p.u_q, version = s.version + 1\n"
     "        FROM unnest(segs, qs) AS p(u_seg, u_q)\n"
     "        WHERE s.sku = h.sku AND s.seg = p.u_seg;\n"
-    "      UPDATE holds SET state = 'released' WHERE hold_id = p_id;\n"
-    "      o_state := 'released'; back := true;\n"
-    "    END IF;\n"
-    "    o_code := CASE WHEN o_state = 'confirmed' THEN 7 ELSE 0 END;\n"
-    "  ELSIF o_state = 'confirmed' THEN\n"
-    "    SELECT record INTO rec FROM orders WHERE order_id = p_id;\n"
-    "    o_record := coalesce(rec, '');\n"
-    "    o_code := CASE WHEN h.confirmed_by = p_attempt THEN 0 ELSE 3 END;\n"
-    "  ELSIF o_state <> 'held' THEN\n"
-    "    o_code := 7;\n"
-    "  ELSE\n"
+    PGH_SQL_STEP_RELEASED
     "    rec := format('{\"order_id\":\"%s\",\"sku\":\"%s\",\"qty\":%s,\"segment\":%s,'\n"
     "      '\"segments\":[%s],\"status\":\"confirmed\"}', p_id, h.sku, h.qty, segs[1],\n"
     "      (SELECT string_agg(format('{\"segment\":%s,\"qty\":%s}', u_seg, u_q), ','\n"
     "      ORDER BY u_seg) FROM unnest(segs, qs) AS p(u_seg, u_q)));\n"
-    "    INSERT INTO orders (order_id, sku, seg, qty, record)\n"
-    "      VALUES (p_id, h.sku, segs[1], h.qty, rec) ON CONFLICT (order_id) DO NOTHING;\n"
-    "    IF NOT FOUND THEN\n"
-    "      o_code := 7; o_state := 'order';\n"
-    "    ELSE\n"
-    "      UPDATE holds SET state = 'confirmed', confirmed_by = p_attempt\n"
-    "        WHERE hold_id = p_id;\n"
-    "      o_code := 0; o_state := 'confirmed'; o_record := rec;\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "  IF o_settled > 0 OR back THEN\n"
-    "    UPDATE skus SET gen = gen + 1 WHERE sku = h.sku;\n"
-    "  END IF;\n"
-    "END $$",
+    PGH_SQL_STEP_CONFIRM("segs[1]"),
 
     /* The sweep, as migration 3's, every part of a hold given back at once. */
     "CREATE OR REPLACE FUNCTION inv_holds_sweep(p_limit int) RETURNS int"
@@ -251,11 +158,7 @@ const char *const pgh_schema_parts[] = {
     "  FOR h IN SELECT hold_id, sku, seg, epoch, qty, part_segs, part_qtys FROM holds\n"
     "      WHERE state = 'held' AND expires_at <= now() ORDER BY expires_at\n"
     "      LIMIT p_limit FOR UPDATE SKIP LOCKED LOOP\n"
-    "    SELECT epoch INTO e FROM skus WHERE sku = h.sku FOR KEY SHARE;\n"
-    "    IF NOT FOUND OR e <> h.epoch THEN\n"
-    "      UPDATE holds SET state = 'void' WHERE hold_id = h.hold_id;\n"
-    "      CONTINUE;\n"
-    "    END IF;\n"
+    PGH_SQL_SWEEP_EPOCH
     "    segs := coalesce(h.part_segs, ARRAY[h.seg]);\n"
     "    qs := coalesce(h.part_qtys, ARRAY[h.qty]);\n"
     "    SELECT count(*) INTO m FROM (SELECT 1 FROM segments WHERE sku = h.sku\n"
@@ -264,17 +167,7 @@ const char *const pgh_schema_parts[] = {
     "    UPDATE segments g SET stock = g.stock + p.u_q, version = g.version + 1\n"
     "      FROM unnest(segs, qs) AS p(u_seg, u_q) WHERE g.sku = h.sku AND g.seg = "
     "p.u_seg;\n"
-    "    UPDATE holds SET state = 'expired' WHERE hold_id = h.hold_id;\n"
-    "    n := n + 1;\n"
-    "    IF NOT h.sku = ANY (bumped) THEN bumped := bumped || h.sku; END IF;\n"
-    "  END LOOP;\n"
-    "  FOR s IN SELECT unnest(bumped) ORDER BY 1 LOOP\n"
-    "    UPDATE skus SET gen = gen + 1 WHERE sku = s;\n"
-    "  END LOOP;\n"
-    "  DELETE FROM holds WHERE hold_id IN (SELECT hold_id FROM holds\n"
-    "    WHERE state <> 'held' AND expires_at < now() - interval '1 day'\n"
-    "    LIMIT p_limit FOR UPDATE SKIP LOCKED);\n"
-    "  RETURN n;\n"
-    "END $$",
+    PGH_SQL_SWEEP_END,
     NULL,
 };
+/* clang-format on */

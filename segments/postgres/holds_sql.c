@@ -1,6 +1,7 @@
 /* holds_sql.c -- the reservations' schema on PostgreSQL (migration 3): the holds table
  * and the PL/pgSQL functions each step of a reservation is, one statement each. */
 #include "segments/postgres/holds.h"
+#include "segments/postgres/holds_sql.h"
 
 /* The table: one row per reservation id (a reset's old ones stay, void by their epoch,
  * until purged a day after their expiry). `attempt`: the place that wrote the row;
@@ -12,6 +13,8 @@
  * it FOR UPDATE: they wait for each other, never interleave), the segment row, other
  * holds' rows (SKIP LOCKED), the SKU's gen last. The sweep bumps the gens of the SKUs
  * it settled in name order. */
+/* Each function reads as its fragments (holds_sql.h) and its own lines, one a line. */
+/* clang-format off */
 const char *const pgh_schema[] = {
     "CREATE TABLE holds ("
     " hold_id text PRIMARY KEY,"
@@ -57,67 +60,19 @@ const char *const pgh_schema[] = {
      * whose lock is held (row: its row locked by a holder's transaction; lease: an
      * unexpired lease) is BUSY and passed; mode atomic and optimistic wait for the
      * row (a statement's lock); the first that holds p_qty takes the hold. */
-    "CREATE FUNCTION inv_hold_place(p_sku text, p_id text, p_qty bigint, p_ttl int,"
-    " p_start int, p_attempt text, OUT o_code int, OUT o_state text, OUT o_qty bigint,"
-    " OUT o_expires bigint, OUT o_record text, OUT o_settled int, OUT o_sku text,"
-    " OUT o_seg int, OUT o_epoch bigint, OUT o_stock bigint, OUT o_replicated boolean)"
-    " LANGUAGE plpgsql AS $$\n"
-    "DECLARE k record; h record; i int; n int; st bigint; tok text; til timestamptz;\n"
-    "  total bigint := 0; busy boolean := false; waits boolean; x timestamptz;\n"
+    PGH_SQL_PLACE_SIG ") LANGUAGE plpgsql AS $$\n"
+    PGH_SQL_PLACE_DECLARE
     "BEGIN\n"
-    "  o_state := ''; o_qty := 0; o_expires := 0; o_record := ''; o_settled := 0;\n"
-    "  o_sku := p_sku; o_seg := -1; o_epoch := 0; o_stock := 0; o_replicated := false;\n"
-    "  PERFORM pg_advisory_xact_lock(7236012, hashtext(p_id));\n"
-    "  SELECT epoch, segments, mode, lock, replicated INTO k FROM skus\n"
-    "    WHERE sku = p_sku FOR KEY SHARE;\n"
-    "  IF NOT FOUND THEN o_code := 4; RETURN; END IF;\n"
-    "  o_epoch := k.epoch; o_replicated := k.replicated;\n"
-    "  SELECT * INTO h FROM holds WHERE hold_id = p_id;\n"
-    "  IF FOUND AND h.state <> 'void' AND (h.sku <> p_sku OR h.epoch = k.epoch) THEN\n"
-    "    o_sku := h.sku; o_seg := h.seg; o_epoch := h.epoch; o_qty := h.qty;\n"
-    "    o_expires := inv_ms(h.expires_at);\n"
-    "    IF h.attempt = p_attempt THEN\n" /* this attempt's earlier run */
-    "      o_code := 0; o_state := h.state;\n"
-    "      SELECT stock INTO o_stock FROM segments WHERE sku = h.sku AND seg = h.seg;\n"
-    "    ELSE\n"
-    "      o_code := 3;\n"
-    "    END IF;\n"
-    "    RETURN;\n"
-    "  END IF;\n"
-    "  IF EXISTS (SELECT 1 FROM orders WHERE order_id = p_id) THEN\n"
-    "    o_code := 7; RETURN;\n"
-    "  END IF;\n"
-    "  waits := k.mode = 'atomic' OR k.lock = 'optimistic';\n"
-    "  FOR j IN 0 .. k.segments - 1 LOOP\n"
-    "    i := (p_start + j) % k.segments;\n"
-    "    IF waits THEN\n"
-    "      SELECT stock, lease_token, lease_until INTO st, tok, til FROM segments\n"
-    "        WHERE sku = p_sku AND seg = i FOR UPDATE;\n"
-    "      CONTINUE WHEN NOT FOUND;\n"
-    "    ELSE\n"
-    "      SELECT stock, lease_token, lease_until INTO st, tok, til FROM segments\n"
-    "        WHERE sku = p_sku AND seg = i FOR UPDATE SKIP LOCKED;\n"
-    "      IF NOT FOUND THEN busy := true; CONTINUE; END IF;\n"
-    "      IF k.lock = 'lease' AND tok IS NOT NULL AND til > now() THEN\n"
-    "        busy := true; total := total + st; CONTINUE;\n"
-    "      END IF;\n"
-    "    END IF;\n"
-    "    n := inv_hold_settle(p_sku, i, k.epoch, 16);\n"
-    "    IF n > 0 THEN\n"
-    "      o_settled := o_settled + n;\n"
-    "      SELECT stock INTO st FROM segments WHERE sku = p_sku AND seg = i;\n"
-    "    END IF;\n"
+    PGH_SQL_OUT_INIT("p_sku")
+    PGH_SQL_PLACE_FIND
+    PGH_SQL_PLACE_FOUND_END
+    PGH_SQL_PLACE_WALK
     "    IF st < p_qty THEN total := total + st; CONTINUE; END IF;\n"
     "    x := date_trunc('milliseconds', now()) + p_ttl * interval '1 millisecond';\n"
-    "    UPDATE segments SET stock = stock - p_qty, version = version + 1\n"
-    "      WHERE sku = p_sku AND seg = i RETURNING stock INTO o_stock;\n"
+    PGH_SQL_PLACE_TAKE
     "    INSERT INTO holds (hold_id, sku, seg, epoch, qty, expires_at, state, attempt)\n"
     "      VALUES (p_id, p_sku, i, k.epoch, p_qty, x, 'held', p_attempt)\n"
-    "      ON CONFLICT (hold_id) DO UPDATE SET sku = excluded.sku, seg = excluded.seg,\n"
-    "      epoch = excluded.epoch, qty = excluded.qty, expires_at = "
-    "excluded.expires_at,\n"
-    "      state = 'held', attempt = excluded.attempt, confirmed_by = NULL,\n"
-    "      created_at = now();\n"
+    PGH_SQL_PLACE_UPSERT ";\n"
     "    o_code := 0; o_state := 'held'; o_seg := i; o_qty := p_qty;\n"
     "    o_expires := inv_ms(x);\n"
     "    EXIT;\n"
@@ -125,83 +80,34 @@ const char *const pgh_schema[] = {
     "  IF o_seg < 0 THEN\n"
     "    o_stock := total; o_code := CASE WHEN busy THEN 1 ELSE 2 END;\n"
     "  END IF;\n"
-    "  IF o_settled > 0 THEN UPDATE skus SET gen = gen + 1 WHERE sku = p_sku; END IF;\n"
-    "END $$",
+    PGH_SQL_PLACE_END,
 
     /* A step by id: 'confirm', 'release' or 'read'. An expired hold is settled first
      * (a release waits for its segment's row; a confirm or read passes a locked row
      * by and answers 'expired' all the same, the sweep giving the units back). */
-    "CREATE FUNCTION inv_hold_step(p_id text, p_act text, p_attempt text,"
-    " OUT o_code int, OUT o_state text, OUT o_qty bigint, OUT o_expires bigint,"
-    " OUT o_record text, OUT o_settled int, OUT o_sku text, OUT o_seg int,"
-    " OUT o_epoch bigint, OUT o_stock bigint, OUT o_replicated boolean)"
-    " LANGUAGE plpgsql AS $$\n"
-    "DECLARE h record; k record; got boolean; back boolean := false; rec text;\n"
+    PGH_SQL_STEP_SIG ") LANGUAGE plpgsql AS $$\n"
+    PGH_SQL_STEP_DECLARE
     "BEGIN\n"
-    "  o_state := ''; o_qty := 0; o_expires := 0; o_record := ''; o_settled := 0;\n"
-    "  o_sku := ''; o_seg := -1; o_epoch := 0; o_stock := 0; o_replicated := false;\n"
-    "  SELECT * INTO h FROM holds WHERE hold_id = p_id FOR UPDATE;\n"
-    "  IF NOT FOUND THEN o_code := 4; RETURN; END IF;\n"
-    "  o_sku := h.sku; o_seg := h.seg; o_epoch := h.epoch; o_qty := h.qty;\n"
-    "  o_expires := inv_ms(h.expires_at); o_state := h.state;\n"
-    "  SELECT epoch, replicated INTO k FROM skus WHERE sku = h.sku FOR KEY SHARE;\n"
-    "  IF NOT FOUND OR k.epoch <> h.epoch OR h.state = 'void' THEN\n"
-    "    o_code := 6; RETURN;\n"
-    "  END IF;\n"
-    "  o_replicated := k.replicated;\n"
-    "  IF p_act = 'release' THEN\n"
+    PGH_SQL_OUT_INIT("''")
+    PGH_SQL_STEP_FIND
+    PGH_SQL_STEP_EPOCH
     "    PERFORM 1 FROM segments WHERE sku = h.sku AND seg = h.seg FOR UPDATE;\n"
     "  ELSE\n"
     "    PERFORM 1 FROM segments WHERE sku = h.sku AND seg = h.seg\n"
     "      FOR UPDATE SKIP LOCKED;\n"
     "  END IF;\n"
     "  got := FOUND;\n"
-    "  IF h.state = 'held' AND now() >= h.expires_at THEN\n"
-    "    o_state := 'expired';\n"
-    "    IF got THEN\n"
+    PGH_SQL_STEP_EXPIRED
     "      UPDATE segments SET stock = stock + h.qty, version = version + 1\n"
     "        WHERE sku = h.sku AND seg = h.seg;\n"
-    "      UPDATE holds SET state = 'expired' WHERE hold_id = p_id;\n"
-    "      o_settled := 1;\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "  IF got THEN\n"
-    "    o_settled := o_settled + inv_hold_settle(h.sku, h.seg, h.epoch, 16);\n"
-    "  END IF;\n"
-    "  IF p_act = 'read' THEN\n"
-    "    o_code := 0;\n"
-    "  ELSIF p_act = 'release' THEN\n"
-    "    IF o_state = 'held' THEN\n"
+    PGH_SQL_STEP_SETTLED
     "      UPDATE segments SET stock = stock + h.qty, version = version + 1\n"
     "        WHERE sku = h.sku AND seg = h.seg;\n"
-    "      UPDATE holds SET state = 'released' WHERE hold_id = p_id;\n"
-    "      o_state := 'released'; back := true;\n"
-    "    END IF;\n"
-    "    o_code := CASE WHEN o_state = 'confirmed' THEN 7 ELSE 0 END;\n"
-    "  ELSIF o_state = 'confirmed' THEN\n"
-    "    SELECT record INTO rec FROM orders WHERE order_id = p_id;\n"
-    "    o_record := coalesce(rec, '');\n"
-    "    o_code := CASE WHEN h.confirmed_by = p_attempt THEN 0 ELSE 3 END;\n"
-    "  ELSIF o_state <> 'held' THEN\n"
-    "    o_code := 7;\n"
-    "  ELSE\n"
+    PGH_SQL_STEP_RELEASED
     "    rec := format('{\"order_id\":\"%s\",\"sku\":\"%s\",\"qty\":%s,\"segment\":%s,'\n"
     "      '\"segments\":[{\"segment\":%s,\"qty\":%s}],\"status\":\"confirmed\"}',\n"
     "      p_id, h.sku, h.qty, h.seg, h.seg, h.qty);\n"
-    "    INSERT INTO orders (order_id, sku, seg, qty, record)\n"
-    "      VALUES (p_id, h.sku, h.seg, h.qty, rec) ON CONFLICT (order_id) DO NOTHING;\n"
-    "    IF NOT FOUND THEN\n"
-    "      o_code := 7; o_state := 'order';\n"
-    "    ELSE\n"
-    "      UPDATE holds SET state = 'confirmed', confirmed_by = p_attempt\n"
-    "        WHERE hold_id = p_id;\n"
-    "      o_code := 0; o_state := 'confirmed'; o_record := rec;\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "  IF o_settled > 0 OR back THEN\n"
-    "    UPDATE skus SET gen = gen + 1 WHERE sku = h.sku;\n"
-    "  END IF;\n"
-    "END $$",
+    PGH_SQL_STEP_CONFIRM("h.seg"),
 
     /* The sweep: up to p_limit due holds settled (a locked segment waits for the next
      * look; a reset's old holds go void), then the rows finished a day ago purged. */
@@ -211,27 +117,13 @@ const char *const pgh_schema[] = {
     "  FOR h IN SELECT hold_id, sku, seg, epoch, qty FROM holds WHERE state = 'held'\n"
     "      AND expires_at <= now() ORDER BY expires_at LIMIT p_limit\n"
     "      FOR UPDATE SKIP LOCKED LOOP\n"
-    "    SELECT epoch INTO e FROM skus WHERE sku = h.sku FOR KEY SHARE;\n"
-    "    IF NOT FOUND OR e <> h.epoch THEN\n"
-    "      UPDATE holds SET state = 'void' WHERE hold_id = h.hold_id;\n"
-    "      CONTINUE;\n"
-    "    END IF;\n"
+    PGH_SQL_SWEEP_EPOCH
     "    PERFORM 1 FROM segments WHERE sku = h.sku AND seg = h.seg\n"
     "      FOR UPDATE SKIP LOCKED;\n"
     "    CONTINUE WHEN NOT FOUND;\n"
     "    UPDATE segments SET stock = stock + h.qty, version = version + 1\n"
     "      WHERE sku = h.sku AND seg = h.seg;\n"
-    "    UPDATE holds SET state = 'expired' WHERE hold_id = h.hold_id;\n"
-    "    n := n + 1;\n"
-    "    IF NOT h.sku = ANY (bumped) THEN bumped := bumped || h.sku; END IF;\n"
-    "  END LOOP;\n"
-    "  FOR s IN SELECT unnest(bumped) ORDER BY 1 LOOP\n"
-    "    UPDATE skus SET gen = gen + 1 WHERE sku = s;\n"
-    "  END LOOP;\n"
-    "  DELETE FROM holds WHERE hold_id IN (SELECT hold_id FROM holds\n"
-    "    WHERE state <> 'held' AND expires_at < now() - interval '1 day'\n"
-    "    LIMIT p_limit FOR UPDATE SKIP LOCKED);\n"
-    "  RETURN n;\n"
-    "END $$",
+    PGH_SQL_SWEEP_END,
     NULL,
 };
+/* clang-format on */

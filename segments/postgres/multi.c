@@ -134,6 +134,24 @@ static void on_multi(void *arg, int rc, PGresult *const *res, int n)
     free(toks);
 }
 
+/* The deduction of parts p(seg, q, tok) ($2..$4) of SKU $1 at epoch $8, all $6 or
+ * none, the order $5 (record $7) written when all were: `lock` a CTE the parts'
+ * rows are taken by, `set` more columns the UPDATE sets, `cond` more conditions a
+ * part's row must meet. Its rows: each part's segment and stock left; a division
+ * by zero (the transaction fails) when not every part was taken. */
+#define MULTI_SQL(lock, set, cond)                                                       \
+    "WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::text[])"               \
+    " AS p(seg, q, tok))," lock                                                          \
+    " d AS (UPDATE segments s SET stock = s.stock - p.q, version = s.version + 1" set    \
+    " FROM p WHERE s.sku = $1 AND s.seg = p.seg AND s.stock >= p.q" cond                 \
+    " AND (SELECT epoch FROM skus WHERE sku = $1) = $8::bigint RETURNING s.seg, "        \
+    "s.stock),"                                                                          \
+    " o AS (INSERT INTO orders (order_id, sku, seg, qty, record) SELECT $5, $1,"         \
+    " (SELECT min(seg) FROM p), (SELECT sum(q) FROM p), $7"                              \
+    " WHERE (SELECT count(*) FROM d) = $6::int RETURNING 1)"                             \
+    " SELECT seg, stock, 1 / CASE WHEN (SELECT count(*) FROM d) = $6::int"               \
+    " THEN 1 ELSE 0 END FROM d ORDER BY seg"
+
 /* One statement, all or nothing: every part's conditional UPDATE (by the SKU's scheme:
  * row locks taken NOWAIT first; lease: each part's lease ours, released with it;
  * optimistic and atomic: the stock checked and the version bumped in the statement),
@@ -171,47 +189,14 @@ void pgb_deduct_multi(store *st, const char *sku, long long epoch, const char *i
     snprintf(n, sizeof n, "%d", p->n);
     snprintf(ep, sizeof ep, "%lld", epoch);
     const char *q[] = {sku, segs, parts, toks, id, n, record, ep};
-    static const char row[] =
-        "WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::text[])"
-        " AS p(seg, q, tok)),"
+    static const char row[] = MULTI_SQL(
         " l AS MATERIALIZED (SELECT s.seg FROM segments s WHERE s.sku = $1 AND s.seg IN"
-        " (SELECT seg FROM p) ORDER BY s.seg FOR UPDATE NOWAIT),"
-        " d AS (UPDATE segments s SET stock = s.stock - p.q, version = s.version + 1"
-        " FROM p WHERE s.sku = $1 AND s.seg = p.seg AND s.stock >= p.q"
-        " AND (SELECT count(*) FROM l) = $6::int"
-        " AND (SELECT epoch FROM skus WHERE sku = $1) = $8::bigint RETURNING s.seg, "
-        "s.stock),"
-        " o AS (INSERT INTO orders (order_id, sku, seg, qty, record) SELECT $5, $1,"
-        " (SELECT min(seg) FROM p), (SELECT sum(q) FROM p), $7"
-        " WHERE (SELECT count(*) FROM d) = $6::int RETURNING 1)"
-        " SELECT seg, stock, 1 / CASE WHEN (SELECT count(*) FROM d) = $6::int"
-        " THEN 1 ELSE 0 END FROM d ORDER BY seg";
+        " (SELECT seg FROM p) ORDER BY s.seg FOR UPDATE NOWAIT),",
+        "", " AND (SELECT count(*) FROM l) = $6::int");
     static const char lease[] =
-        "WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::text[])"
-        " AS p(seg, q, tok)),"
-        " d AS (UPDATE segments s SET stock = s.stock - p.q, version = s.version + 1,"
-        " lease_token = NULL, lease_until = NULL"
-        " FROM p WHERE s.sku = $1 AND s.seg = p.seg AND s.stock >= p.q"
-        " AND s.lease_token = p.tok AND s.lease_until > now()"
-        " AND (SELECT epoch FROM skus WHERE sku = $1) = $8::bigint RETURNING s.seg, "
-        "s.stock),"
-        " o AS (INSERT INTO orders (order_id, sku, seg, qty, record) SELECT $5, $1,"
-        " (SELECT min(seg) FROM p), (SELECT sum(q) FROM p), $7"
-        " WHERE (SELECT count(*) FROM d) = $6::int RETURNING 1)"
-        " SELECT seg, stock, 1 / CASE WHEN (SELECT count(*) FROM d) = $6::int"
-        " THEN 1 ELSE 0 END FROM d ORDER BY seg";
-    static const char plain[] =
-        "WITH p AS (SELECT * FROM unnest($2::int[], $3::bigint[], $4::text[])"
-        " AS p(seg, q, tok)),"
-        " d AS (UPDATE segments s SET stock = s.stock - p.q, version = s.version + 1"
-        " FROM p WHERE s.sku = $1 AND s.seg = p.seg AND s.stock >= p.q"
-        " AND (SELECT epoch FROM skus WHERE sku = $1) = $8::bigint RETURNING s.seg, "
-        "s.stock),"
-        " o AS (INSERT INTO orders (order_id, sku, seg, qty, record) SELECT $5, $1,"
-        " (SELECT min(seg) FROM p), (SELECT sum(q) FROM p), $7"
-        " WHERE (SELECT count(*) FROM d) = $6::int RETURNING 1)"
-        " SELECT seg, stock, 1 / CASE WHEN (SELECT count(*) FROM d) = $6::int"
-        " THEN 1 ELSE 0 END FROM d ORDER BY seg";
+        MULTI_SQL("", ", lease_token = NULL, lease_until = NULL",
+                  " AND s.lease_token = p.tok AND s.lease_until > now()");
+    static const char plain[] = MULTI_SQL("", "", "");
     const struct pgc_stmt stmt = {k->scheme == SCHEME_ROW     ? row
                                   : k->scheme == SCHEME_LEASE ? lease
                                                               : plain,

@@ -386,58 +386,54 @@ static void on_lease(void *arg, int rc, PGresult *const *res, int n)
     reply(o, 0, &r);
 }
 
-void pgs_lease_take(pgc_conn *c, const char *sku, int seg, const char *token, int ttl_ms,
-                    pgs_fn fn, void *arg)
+/* Run a lease statement on (sku $1, seg $2, token $3[, ttl_ms $4 when `timed`]): its
+ * row is OK, no row answers `none`. */
+static void lease_call(pgc_conn *c, const char *sql, const char *sku, int seg,
+                       const char *token, bool timed, int ttl_ms, int none, pgs_fn fn,
+                       void *arg)
 {
     struct op *o = op_new(c, fn, arg);
     o->seg = seg;
-    o->version = PGS_BUSY;
+    o->version = none;
     char s[16], t[16];
     snprintf(s, sizeof s, "%d", seg);
     snprintf(t, sizeof t, "%d", ttl_ms);
     const char *p[] = {sku, s, token, t};
-    const struct pgc_stmt st = {
+    const struct pgc_stmt st = {sql, timed ? 4 : 3, p};
+    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_lease, o);
+}
+
+void pgs_lease_take(pgc_conn *c, const char *sku, int seg, const char *token, int ttl_ms,
+                    pgs_fn fn, void *arg)
+{
+    lease_call(
+        c,
         "UPDATE segments SET lease_token = $3,"
         " lease_until = now() + $4::int * interval '1 millisecond', fence = fence + 1"
         " WHERE sku = $1 AND seg = $2::int AND (lease_token IS NULL"
         " OR lease_until <= now() OR lease_token = $3) RETURNING stock, fence",
-        4, p};
-    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_lease, o);
+        sku, seg, token, true, ttl_ms, PGS_BUSY, fn, arg);
 }
 
 void pgs_lease_renew(pgc_conn *c, const char *sku, int seg, const char *token, int ttl_ms,
                      pgs_fn fn, void *arg)
 {
-    struct op *o = op_new(c, fn, arg);
-    o->seg = seg;
-    o->version = PGS_FENCED;
-    char s[16], t[16];
-    snprintf(s, sizeof s, "%d", seg);
-    snprintf(t, sizeof t, "%d", ttl_ms);
-    const char *p[] = {sku, s, token, t};
-    const struct pgc_stmt st = {
+    lease_call(
+        c,
         "UPDATE segments SET lease_until = now() + $4::int * interval '1 millisecond'"
         " WHERE sku = $1 AND seg = $2::int AND lease_token = $3 AND lease_until > now()"
         " RETURNING stock, fence",
-        4, p};
-    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_lease, o);
+        sku, seg, token, true, ttl_ms, PGS_FENCED, fn, arg);
 }
 
 void pgs_lease_release(pgc_conn *c, const char *sku, int seg, const char *token,
                        pgs_fn fn, void *arg)
 {
-    struct op *o = op_new(c, fn, arg);
-    o->seg = seg;
-    o->version = PGS_FENCED;
-    char s[16];
-    snprintf(s, sizeof s, "%d", seg);
-    const char *p[] = {sku, s, token};
-    const struct pgc_stmt st = {
-        "UPDATE segments SET lease_token = NULL, lease_until = NULL"
-        " WHERE sku = $1 AND seg = $2::int AND lease_token = $3"
-        " RETURNING stock, fence",
-        3, p};
-    pgc_call(c, 0, PGC_PREPARE, &st, 1, on_lease, o);
+    lease_call(c,
+               "UPDATE segments SET lease_token = NULL, lease_until = NULL"
+               " WHERE sku = $1 AND seg = $2::int AND lease_token = $3"
+               " RETURNING stock, fence",
+               sku, seg, token, false, 0, PGS_FENCED, fn, arg);
 }
 
 /* The deductions below are one statement: a data-modifying CTE `d` (the conditional

@@ -131,7 +131,7 @@ static void map_done(struct lreq *lq, redisReply *r)
     rda_conn *c = m->c;
     bool slots = m->slots;
     char host[RD_HOST_MAX];
-    snprintf(host, sizeof host, "%s", lq->l != NULL ? link_host(lq->l) : c->host);
+    snprintf(host, sizeof host, "%s", lq->l != NULL ? link_host(lq->l) : c->text.host);
     cmd_free(&lq->cmd);
     free(m);
     c->refreshing = false;
@@ -294,15 +294,7 @@ rda_conn *rda_create(struct event_base *base, const struct rd_target *to,
 {
     rda_conn *c = seg_calloc(1, sizeof *c);
     c->base = base;
-    c->to = *to;
-    snprintf(c->host, sizeof c->host, "%s", to->host ? to->host : "127.0.0.1");
-    snprintf(c->unix_path, sizeof c->unix_path, "%s", to->unix_path ? to->unix_path : "");
-    snprintf(c->user, sizeof c->user, "%s", to->user ? to->user : "");
-    snprintf(c->password, sizeof c->password, "%s", to->password ? to->password : "");
-    c->to.host = c->host;
-    c->to.unix_path = c->unix_path;
-    c->to.user = c->user;
-    c->to.password = c->password;
+    rd_target_copy(&c->to, &c->text, to);
     c->mode = to->map;
     c->to.map = NULL;
     if (counts != NULL)

@@ -19,6 +19,7 @@
 #include "segments/redis/link.h"
 #include "segments/redis/slots.h"
 #include "segments/redis/smap.h"
+#include "segments/redis/target.h"
 #include "segments/redis/waits.h"
 
 enum kind {
@@ -76,8 +77,8 @@ struct fan {
 
 struct rda_conn {
     struct event_base *base;
-    struct rd_target to; /* host and port: the seed */
-    char host[256], unix_path[1024], user[256], password[256];
+    struct rd_target to;        /* host and port: the seed */
+    struct rd_target_text text; /* to's strings */
     struct link_owner own;
     rd_smap *mode;        /* the process's mode (calls.h), or NULL: as `to` says */
     struct link **links;  /* links[0]: the seed (standalone: the only link) */

@@ -11,12 +11,13 @@
 #include "base/clock.h"
 #include "base/xalloc.h"
 #include "segments/redis/sentinel.h"
+#include "segments/redis/target.h"
 #include "segments/redis/store.h"
 
 struct link {
     struct event_base *base;
     struct rd_target to;
-    char host[256], unix_path[1024], user[256], password[256];
+    struct rd_target_text text; /* to's strings */
     struct link_owner *own;
     redisAsyncContext *ac;     /* NULL while down */
     void (*del_write)(void *); /* the adapter's, wrapped to count writes */
@@ -261,7 +262,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
     struct link *l = ac->data;
     if (status == REDIS_OK) {
         if (l->failed)
-            rd_log(false, "connect", l->unix_path[0] != '\0' ? l->unix_path : l->host);
+            rd_log(false, "connect",
+                   l->text.unix_path[0] != '\0' ? l->text.unix_path : l->text.host);
         l->failed = false;
         l->backoff_ms = 0;
         return;
@@ -319,8 +321,8 @@ static void connect_now(struct link *l)
 {
     l->attempt_ms = base_now_ms();
     if (l->to.sentinel != NULL) {
-        long long gen =
-            rd_sentinel_master(l->to.sentinel, l->host, sizeof l->host, &l->to.port);
+        long long gen = rd_sentinel_master(l->to.sentinel, l->text.host,
+                                           sizeof l->text.host, &l->to.port);
         if (gen == 0) {
             char why[200];
             connect_failed(l, rd_sentinel_error(l->to.sentinel, why, sizeof why));
@@ -328,9 +330,9 @@ static void connect_now(struct link *l)
         }
         l->sgen = gen;
     }
-    redisAsyncContext *ac = l->unix_path[0] != '\0'
-                                ? redisAsyncConnectUnix(l->unix_path)
-                                : redisAsyncConnect(l->host, l->to.port);
+    redisAsyncContext *ac = l->text.unix_path[0] != '\0'
+                                ? redisAsyncConnectUnix(l->text.unix_path)
+                                : redisAsyncConnect(l->text.host, l->to.port);
     if (ac == NULL || ac->err) {
         connect_failed(l, ac != NULL ? ac->errstr : "out of memory");
         if (ac != NULL)
@@ -352,12 +354,12 @@ static void connect_now(struct link *l)
     l->ac = ac;
     l->reconnecting = false;
     l->own->stats.connects++;
-    if (l->password[0] != '\0') {
+    if (l->text.password[0] != '\0') {
         struct setup *s = new_setup("AUTH", -1);
         cmd_plain(&s->q.cmd, "AUTH");
-        if (l->user[0] != '\0')
-            cmd_arg(&s->q.cmd, l->user);
-        cmd_arg(&s->q.cmd, l->password);
+        if (l->text.user[0] != '\0')
+            cmd_arg(&s->q.cmd, l->text.user);
+        cmd_arg(&s->q.cmd, l->text.password);
         link_send(l, &s->q);
     }
     if (l->to.sentinel != NULL) {
@@ -415,16 +417,8 @@ struct link *link_create(struct event_base *base, const struct rd_target *to,
 {
     struct link *l = seg_calloc(1, sizeof *l);
     l->base = base;
-    l->to = *to;
+    rd_target_copy(&l->to, &l->text, to);
     l->own = owner;
-    snprintf(l->host, sizeof l->host, "%s", to->host ? to->host : "127.0.0.1");
-    snprintf(l->unix_path, sizeof l->unix_path, "%s", to->unix_path ? to->unix_path : "");
-    snprintf(l->user, sizeof l->user, "%s", to->user ? to->user : "");
-    snprintf(l->password, sizeof l->password, "%s", to->password ? to->password : "");
-    l->to.host = l->host;
-    l->to.unix_path = l->unix_path;
-    l->to.user = l->user;
-    l->to.password = l->password;
     l->head.prev = l->head.next = &l->head;
     l->resend.prev = l->resend.next = &l->resend;
     l->retry = evtimer_new(base, on_retry, l);
@@ -459,7 +453,7 @@ void link_free(struct link *l)
 
 const char *link_host(const struct link *l)
 {
-    return l->host;
+    return l->text.host;
 }
 
 int link_port(const struct link *l)

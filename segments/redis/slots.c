@@ -491,17 +491,25 @@ static void build_start(struct build *b, struct rd_slot_map *out, const char *sa
     rd_slot_map_init(out);
 }
 
+/* Each entry of `command`'s array reply `r` into the map: 0, or -1 with the error set
+ * (a reply that is no array, or the first entry that does not parse). */
+static int build_each(struct build *b, const redisReply *r, const char *command,
+                      int (*entry)(struct build *, const redisReply *))
+{
+    if (!is_array(r))
+        return fail(b, "%s did not answer an array", command);
+    for (size_t i = 0; i < r->elements; i++)
+        if (entry(b, r->element[i]) != 0)
+            return -1;
+    return 0;
+}
+
 int rd_slot_map_from_shards(const struct redisReply *r, const char *same_host,
                             struct rd_slot_map *out, char *err, size_t errlen)
 {
     struct build b;
     build_start(&b, out, same_host, err, errlen);
-    if (!is_array(r))
-        return fail(&b, "CLUSTER SHARDS did not answer an array");
-    for (size_t i = 0; i < r->elements; i++)
-        if (shards_entry(&b, r->element[i]) != 0)
-            return -1;
-    return 0;
+    return build_each(&b, r, "CLUSTER SHARDS", shards_entry);
 }
 
 /* ---- CLUSTER SLOTS ----
@@ -545,12 +553,7 @@ int rd_slot_map_from_slots(const struct redisReply *r, const char *same_host,
 {
     struct build b;
     build_start(&b, out, same_host, err, errlen);
-    if (!is_array(r))
-        return fail(&b, "CLUSTER SLOTS did not answer an array");
-    for (size_t i = 0; i < r->elements; i++)
-        if (slots_entry(&b, r->element[i]) != 0)
-            return -1;
-    return 0;
+    return build_each(&b, r, "CLUSTER SLOTS", slots_entry);
 }
 
 /* ---- fetching from a seed ------------------------------------------------------- */

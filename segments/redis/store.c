@@ -15,6 +15,7 @@
 
 #include "segments/redis/proto.h"
 #include "segments/redis/sentinel.h"
+#include "segments/redis/target.h"
 #include "segments/redis/slots.h"
 #include "segments/redis/smap.h"
 
@@ -28,11 +29,11 @@ struct node {
 };
 
 struct rd_conn {
-    struct rd_target to; /* host and port: the node, or a cluster's seed */
-    char host[256], unix_path[1024], user[256], password[256];
-    bool failed;               /* the last attempt failed: log the next success */
-    _Atomic long long *errors; /* counts every failure; may be NULL */
-    struct node *nodes;        /* nodes[0]: `to` (standalone: the only node) */
+    struct rd_target to;        /* host and port: the node, or a cluster's seed */
+    struct rd_target_text text; /* to's strings */
+    bool failed;                /* the last attempt failed: log the next success */
+    _Atomic long long *errors;  /* counts every failure; may be NULL */
+    struct node *nodes;         /* nodes[0]: `to` (standalone: the only node) */
     int nnodes;
     /* A cluster (or standalone, `map` for the process's mode only): */
     rd_smap *map;            /* the slot map: the process's (to.map), or own_map */
@@ -64,19 +65,11 @@ static int node_index(rd_conn *c, const char *host, int port)
 rd_conn *rd_conn_create(const struct rd_target *to, _Atomic long long *errors)
 {
     rd_conn *c = seg_calloc(1, sizeof *c);
-    c->to = *to;
-    snprintf(c->host, sizeof c->host, "%s", to->host ? to->host : "127.0.0.1");
-    snprintf(c->unix_path, sizeof c->unix_path, "%s", to->unix_path ? to->unix_path : "");
-    snprintf(c->user, sizeof c->user, "%s", to->user ? to->user : "");
-    snprintf(c->password, sizeof c->password, "%s", to->password ? to->password : "");
-    c->to.host = c->host;
-    c->to.unix_path = c->unix_path;
-    c->to.user = c->user;
-    c->to.password = c->password;
+    rd_target_copy(&c->to, &c->text, to);
     c->errors = errors;
     for (int s = 0; s < RD_SLOTS; s++)
         c->route[s] = -1;
-    node_index(c, c->host, to->port);
+    node_index(c, c->text.host, to->port);
     c->map = to->map; /* standalone: for the mode, which may become a cluster */
     if (to->cluster && c->map == NULL)
         c->map = c->own_map = rd_smap_create(&c->to);
@@ -175,12 +168,12 @@ static int setup(rd_conn *c, struct node *n, const char *what, int argc,
 /* AUTH (with the ACL user when one is set) and SELECT, as configured. */
 static int authenticate(rd_conn *c, struct node *n)
 {
-    if (c->password[0] != '\0') {
+    if (c->text.password[0] != '\0') {
         const char *auth[3] = {"AUTH"};
         int argc = 1;
-        if (c->user[0] != '\0')
-            auth[argc++] = c->user;
-        auth[argc++] = c->password;
+        if (c->text.user[0] != '\0')
+            auth[argc++] = c->text.user;
+        auth[argc++] = c->text.password;
         if (setup(c, n, "AUTH", argc, auth) != 0)
             return -1;
     }
@@ -239,8 +232,8 @@ static int connect_node(rd_conn *c, struct node *n)
         return -1;
     int ms = c->to.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    bool local = n == &c->nodes[0] && c->unix_path[0] != '\0';
-    n->rc = local ? redisConnectUnixWithTimeout(c->unix_path, tv)
+    bool local = n == &c->nodes[0] && c->text.unix_path[0] != '\0';
+    n->rc = local ? redisConnectUnixWithTimeout(c->text.unix_path, tv)
                   : redisConnectWithTimeout(n->host, n->port, tv);
     if (n->rc == NULL) {
         set_error(c, "connect", "out of memory");
@@ -261,7 +254,7 @@ static int connect_node(rd_conn *c, struct node *n)
         return -1;
     }
     if (c->failed)
-        rd_log(false, "connect", local ? c->unix_path : n->host);
+        rd_log(false, "connect", local ? c->text.unix_path : n->host);
     c->failed = false;
     return 0;
 }
