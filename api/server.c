@@ -116,6 +116,30 @@ struct api_server {
 
 /* One request's state, in *con_cls from the request line (on_request_line) to the
  * completed callback (on_completed), which frees it. */
+/* The headers the handlers read, taken in scan_head()'s one pass over the request's
+ * headers rather than a walk of them each. */
+enum head_field {
+    HF_REQUEST_ID,
+    HF_CONTENT_TYPE,
+    HF_AUTHORIZATION,
+    HF_IDEMPOTENCY_KEY,
+    HF_IF_MATCH,
+    HF_IF_NONE_MATCH,
+    HF__COUNT
+};
+
+/* What scan_head() finds in one pass over the headers: what check_head() judges, and
+ * the first value of each head_field (as a lookup by name would give it). */
+struct head_scan {
+    int fields;
+    int hosts;
+    const char *length; /* the first Content-Length value */
+    size_t length_len;
+    bool lengths_differ;
+    const char *value[HF__COUNT]; /* NULL: absent */
+    bool nul[HF__COUNT];          /* the value holds a NUL byte */
+};
+
 struct request {
     struct api_server *srv;
     struct api_loop *loop; /* the loop whose daemon owns the connection */
@@ -131,6 +155,7 @@ struct request {
     bool replied;     /* a response was queued already */
     atomic_bool done; /* the worker or the loop stored the reply (release/acquire) */
     const struct api_route *route;
+    struct head_scan hs; /* the headers, scanned once they are in */
     struct api_request req;
     struct api_reply rep;
 };
@@ -318,18 +343,20 @@ static const char *client_request_id(struct MHD_Connection *conn)
     return id;
 }
 
-/* What check_head() counts in one pass over the headers. */
-struct head_scan {
-    int fields;
-    int hosts;
-    const char *length; /* the first Content-Length value */
-    size_t length_len;
-    bool lengths_differ;
-};
-
 static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                    size_t key_len, const char *value, size_t value_len)
 {
+    static const struct {
+        const char *name;
+        size_t len;
+    } wanted[HF__COUNT] = {
+        [HF_REQUEST_ID] = {"X-Request-Id", 12},
+        [HF_CONTENT_TYPE] = {MHD_HTTP_HEADER_CONTENT_TYPE, 12},
+        [HF_AUTHORIZATION] = {MHD_HTTP_HEADER_AUTHORIZATION, 13},
+        [HF_IDEMPOTENCY_KEY] = {"Idempotency-Key", 15},
+        [HF_IF_MATCH] = {MHD_HTTP_HEADER_IF_MATCH, 8},
+        [HF_IF_NONE_MATCH] = {MHD_HTTP_HEADER_IF_NONE_MATCH, 13},
+    };
     struct head_scan *sc = cls;
     (void)kind;
     sc->fields++;
@@ -342,6 +369,14 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
         } else if (value_len != sc->length_len || memcmp(value, sc->length, value_len)) {
             sc->lengths_differ = true;
         }
+    } else {
+        for (int f = 0; f < HF__COUNT; f++)
+            if (key_len == wanted[f].len && sc->value[f] == NULL &&
+                strncasecmp(key, wanted[f].name, key_len) == 0) {
+                sc->value[f] = value != NULL ? value : "";
+                sc->nul[f] = value != NULL && strlen(value) != value_len;
+                break;
+            }
     }
     return MHD_YES;
 }
@@ -358,8 +393,7 @@ static int check_head(struct request *r, const char *version)
                         HEAD_PATH_MAX);
         return -1;
     }
-    struct head_scan sc = {0};
-    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, scan_header, &sc);
+    const struct head_scan sc = r->hs;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
     if ((ci != NULL && ci->header_size > HEAD_BYTES_MAX) || sc.fields > HEAD_FIELDS_MAX) {
@@ -422,15 +456,15 @@ static enum MHD_Result on_headers(struct request *r, const char *url, const char
     r->req.method = method;
     r->req.path = url;
     r->head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-    const char *id = client_request_id(r->conn);
-    if (id != NULL)
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, scan_header, &r->hs);
+    const char *id = r->hs.value[HF_REQUEST_ID];
+    if (id != NULL && !r->hs.nul[HF_REQUEST_ID] && seg_valid_name(id))
         snprintf(r->req.x_request_id, sizeof(r->req.x_request_id), "%s", id);
     else
         new_request_id(r->req.x_request_id);
     if (check_head(r, version) != 0)
         return send_reply(r);
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl = r->hs.length;
     if (cl != NULL &&
         strtoull(cl, NULL, 10) > (unsigned long long)r->srv->opt.max_body_bytes) {
         r->too_large = true;
@@ -504,14 +538,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return reply_too_large(r);
 
     struct api_request *req = &r->req;
-    if (header(conn, MHD_HTTP_HEADER_CONTENT_TYPE, &req->content_type) != 0 ||
-        header(conn, MHD_HTTP_HEADER_AUTHORIZATION, &req->authorization) != 0 ||
-        header(conn, "Idempotency-Key", &req->idempotency_key) != 0 ||
-        header(conn, MHD_HTTP_HEADER_IF_MATCH, &req->if_match) != 0 ||
-        header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH, &req->if_none_match) != 0) {
-        api_reply_error(&r->rep, 400, "bad_header", "a header value holds a NUL byte");
-        return send_reply(r);
-    }
+    for (int f = HF_REQUEST_ID + 1; f < HF__COUNT; f++)
+        if (r->hs.nul[f]) {
+            api_reply_error(&r->rep, 400, "bad_header",
+                            "a header value holds a NUL byte");
+            return send_reply(r);
+        }
+    req->content_type = r->hs.value[HF_CONTENT_TYPE];
+    req->authorization = r->hs.value[HF_AUTHORIZATION];
+    req->idempotency_key = r->hs.value[HF_IDEMPOTENCY_KEY];
+    req->if_match = r->hs.value[HF_IF_MATCH];
+    req->if_none_match = r->hs.value[HF_IF_NONE_MATCH];
     if (query_arg(conn, "limit", &req->limit) != 0 ||
         query_arg(conn, "cursor", &req->cursor) != 0 ||
         query_arg(conn, "reset", &req->reset) != 0) {
