@@ -334,7 +334,9 @@ static void test_frozen_batch_sells_nothing(void **state)
  * segment. An order that instead locked the other loop's home segment (free a moment
  * earlier) would hold it alone -- a batch gathers the waiters of its own loop at home
  * only -- and the other loop's orders, finding both segments taken, back off until
- * it is done and pay a hold of their own: a third lock in that wave. */
+ * it is done and pay a hold of their own: a third lock in that wave (before the fix:
+ * 3-4 a wave). One lock more in all is let pass: an order of a wave that a slow
+ * machine (a sanitizer) starts after its loop's hold ended takes a lock of its own. */
 static void test_batch_two_loops_one_lock_per_segment(void **state)
 {
     struct h_env *e = *state;
@@ -358,7 +360,7 @@ static void test_batch_two_loops_one_lock_per_segment(void **state)
             locks, WAVES);
     assert_int_equal(c.created, WAVES * ORDERS);
     assert_int_equal(c.other, 0);
-    assert_in_range(locks, 1, 2 * WAVES);
+    assert_in_range(locks, 1, 2 * WAVES + 1);
     assert_int_equal(h_audit(port, NULL, "b-loops", 1000000, true), 0);
     assert_int_equal(h_svc_stop_clean(svc), 0);
     h_svc_free(svc);
