@@ -1171,6 +1171,36 @@ def batch_summary(rows):
     return "\n".join(lines)
 
 
+BATCH20_WIDE_CONNS = 1000  # the batch20 group's second connection count (drive.py)
+
+
+def batch20_summary(rows):
+    """The batch20 group: batch 64 / batch 1 at each connection count, and the p99.
+    Batch 1 is capped at segments / hold (20 / 0.020 s = 1000 orders/s); each
+    connection waits for its answer, so orders/s = connections / mean answer time
+    (Little's law), and 10x batch 1 needs a mean answer of connections / (10 x batch
+    1's orders/s): 10 ms at 100 connections, half the hold. An order queued during
+    a hold waits only what is left of it, so this is not out of reach by itself."""
+    lines = ["batch20: hold 20 ms, 20 segments, one run"]
+    conns = sorted({int(n.rsplit("-c", 1)[1]) for n in rows})
+
+    def num(x):
+        return "n/a" if x is None else f"{x:.1f}"
+    for c in conns:
+        one = (rows.get(f"batch1-h20-s20-c{c}") or {}).get("orders_s")
+        big = rows.get(f"batch64-h20-s20-c{c}") or {}
+        r = big.get("orders_s") / one if one and big.get("orders_s") else None
+        need = c * 1000 / (10 * one) if one else None
+        mean = c * 1000 / big["orders_s"] if big.get("orders_s") else None
+        lines.append(f"  {c} connections: batch 64 {num(big.get('orders_s'))} / batch 1 "
+                     f"{num(one)} orders/s = {num(r)}x (target >= 10: "
+                     f"{'met' if r and r >= 10 else 'NOT met'}; 10x needs a mean answer "
+                     f"<= {num(need)} ms, batch 64 had {num(mean)} ms); batch 64 p50 "
+                     f"{num(big.get('p50_ms'))} ms, p99 {num(big.get('p99_ms'))} ms "
+                     f"(target <= 50: {'met' if (big.get('p99_ms') or 1e9) <= 50 else 'NOT met'})")
+    return "\n".join(lines)
+
+
 def plot_batch(res, png, tmp, term):
     """orders/s against segments at hold 20 ms, one line per batch size."""
     plots, i = [], 0

@@ -124,6 +124,12 @@ void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each)
     }
 }
 
+bool batch_gathers(const struct ord *o)
+{
+    return o->view.cfg.batch > 1 && !o->claim_ok && o->view.cfg.lock == SKU_LOCK_STORE &&
+           (store_caps(o->e->st) & STORE_CAP_BATCH);
+}
+
 bool batch_join(struct ord *o)
 {
     engine *e = o->e;

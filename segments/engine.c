@@ -455,6 +455,17 @@ static void on_handed(struct lwait *w, int seg)
     ord_arm(o, 0, on_round_timer);
 }
 
+/* Group commit: segment i is away from home and a hold of this loop at home (passed
+ * by already this round) will take o into its batch when it ends. A lock taken away
+ * from home would cost a whole hold of its own, gather nobody (batches gather at
+ * home: ltab_next_holder) and keep the other loop's orders from their home segment:
+ * o passes it by and waits. */
+static bool waits_for_batch(const struct ord *o, int i)
+{
+    const engine *e = o->e;
+    return o->claimed > 0 && !ring_home(i, o->n, e->home, e->homes) && batch_gathers(o);
+}
+
 static void round_end(struct ord *o)
 {
     engine *e = o->e;
@@ -493,7 +504,8 @@ static void round_end(struct ord *o)
         long long h = ltab_hint(o->s, i);
         bool may_fill = h < 0 || h >= o->qty;
         hopeless &= !may_fill;
-        if (may_fill && !ltab_claimed(o->s, i) && !ltab_claimed_elsewhere(o->s, i)) {
+        if (may_fill && !ltab_claimed(o->s, i) && !ltab_claimed_elsewhere(o->s, i) &&
+            !waits_for_batch(o, i)) {
             ord_arm(o, 0, on_round_timer);
             return;
         }
@@ -546,6 +558,10 @@ static void visit_next(struct ord *o)
             if (!batch_join(o)) /* alone, or with its turn's group (batch.c) */
                 send_piped(o);
             return;
+        }
+        if (!mine && waits_for_batch(o, i)) {
+            o->away++;
+            continue;
         }
         if (!mine && (ltab_claimed_elsewhere(o->s, i) || !ltab_claim(o->s, i))) {
             stat_add(e->v, STAT_BUSY_SKIPS, 1);

@@ -310,6 +310,10 @@ int batch_gather(struct ord *o, void (*handed)(struct lwait *, int), struct ord 
 /* One DEDUCT_BATCH for o and m[0..n-1] (m freed), fenced by o's token; each order's
  * answer goes to `each` as its own DEDUCT's would (DEDUCT state). */
 void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each);
+/* A hold of this loop at o's SKU's home segments may take o into its batch (the SKU's
+ * batch > 1 under the store's own lock, a store that batches, no claim of o's): o
+ * then waits for one (engine.c visit_next) rather than lock a segment away from home. */
+bool batch_gathers(const struct ord *o);
 
 /* Hold 0 (mode atomic, or lock with no work under it) and a batch: o, about to
  * deduct from segment o->seg, joins the group of this turn of the loop for that

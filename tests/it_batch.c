@@ -277,6 +277,44 @@ static void test_frozen_batch_sells_nothing(void **state)
     h_svc_free(b);
 }
 
+/* Two event loops, two segments (one at home on each loop), hold 300 ms, batch 64:
+ * waves of 40 orders at once. Each loop's first order locks its home segment and its
+ * loop's later orders queue for that hold's batch, so a wave takes one lock per
+ * segment. An order that instead locked the other loop's home segment (free a moment
+ * earlier) would hold it alone -- a batch gathers the waiters of its own loop at home
+ * only -- and the other loop's orders, finding both segments taken, back off until
+ * it is done and pay a hold of their own: a third lock in that wave (before the fix:
+ * 3-4 a wave). One lock more in all is let pass: an order of a wave that a slow
+ * machine (a sanitizer) starts after its loop's hold ended takes a lock of its own. */
+static void test_batch_two_loops_one_lock_per_segment(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(90);
+    const char *args[] = {"--threads", "2", "--lock-wait-ms", "8000", NULL};
+    h_svc *svc = h_svc_start_args(e->redis, args);
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(put_batch(port, "b-loops", 1000000, 2, 300, 64), 0);
+    enum { WAVES = 6, ORDERS = 40 };
+    long long locks0 = h_stat(port, NULL, "lock_acquired");
+    struct crowd c = {.port = port, .sku = "b-loops"};
+    for (int w = 0; w < WAVES; w++) {
+        long long before = h_stat(port, NULL, "lock_acquired");
+        crowd_run(&c, ORDERS);
+        fprintf(stderr, "wave %d: %lld locks\n", w,
+                h_stat(port, NULL, "lock_acquired") - before);
+    }
+    long long locks = h_stat(port, NULL, "lock_acquired") - locks0;
+    fprintf(stderr, "201 %d, other %d; %lld locks for %d waves\n", c.created, c.other,
+            locks, WAVES);
+    assert_int_equal(c.created, WAVES * ORDERS);
+    assert_int_equal(c.other, 0);
+    assert_in_range(locks, 1, 2 * WAVES + 1);
+    assert_int_equal(h_audit(port, NULL, "b-loops", 1000000, true), 0);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_batch_beside_multi_segment_orders),
         cmocka_unit_test(test_batch_hold0),
         cmocka_unit_test(test_frozen_batch_sells_nothing),
+        cmocka_unit_test(test_batch_two_loops_one_lock_per_segment),
     };
     return h_exit_status(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
