@@ -5,12 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "segments/clock.h"
 #include "segments/engine.h"
 #include "segments/internal.h"
 #include "segments/rand.h"
 #include "segments/reserve.h"
-#include "segments/ring.h"
 #include "segments/skuadjust.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
@@ -208,7 +206,10 @@ static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long lon
 static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
                          const char *rid)
 {
-    if (ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS) {
+    /* (Both asked: a standalone Redis that became a cluster is followed by the loop's
+     * handle at once, by the admin table at its next command.) */
+    if ((ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS) &&
+        (store_caps(inv_conn_store(c)) & STORE_CAP_MULTI_ONE)) {
         struct sku_view view;
         inv_status st;
         int code = adjust_on_loop(c, sku, op, add, rid, &view, &st);
