@@ -119,14 +119,14 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
  * take the remainder) under every segment's lock, raising the initial stock by as
  * much; safe while orders run. With the store's segment locks (a standalone Redis)
  * on the order engine's code, on the connection's own loop (engine.h engine_adjust);
- * elsewhere on the blocking admin table (skuadjust.h). On a Redis Cluster without segment locks, as an intent
- * and per-slot steps (segments/redis/calls.h rd_adjust): one adjust of a SKU at a
- * time, and one whose process died is finished by the next. INV_OK, INV_UNKNOWN_SKU,
- * INV_INVALID (also when the initial stock would pass SKU_STOCK_MAX: checked in the
- * script, exactly), INV_REQUEST_CONFLICT, INV_BUSY (the locks, or on a cluster the
- * SKU's turn, were not had within lock_wait_ms), INV_UNAVAILABLE, INV_NOT_REPLICATED
- * (durability replicated: no replica confirmed it, or on a cluster one of its steps;
- * the retry under the same request id finishes it exactly once). */
+ * elsewhere on the blocking admin table (skuadjust.h). On a Redis Cluster without segment
+ * locks, as an intent and per-slot steps (segments/redis/calls.h rd_adjust): one adjust
+ * of a SKU at a time, and one whose process died is finished by the next. INV_OK,
+ * INV_UNKNOWN_SKU, INV_INVALID (also when the initial stock would pass SKU_STOCK_MAX:
+ * checked in the script, exactly), INV_REQUEST_CONFLICT, INV_BUSY (the locks, or on a
+ * cluster the SKU's turn, were not had within lock_wait_ms), INV_UNAVAILABLE,
+ * INV_NOT_REPLICATED (durability replicated: no replica confirmed it, or on a cluster one
+ * of its steps; the retry under the same request id finishes it exactly once). */
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid);
 
 /* Even the remaining stock out over the segments, under every segment's lock taken
