@@ -35,8 +35,9 @@
 
 /* Capabilities (admin_ops.caps). */
 /* adjust (and store.h's cancel) want the caller to hold every segment lock they
- * touch (lockset.h) and pass the tokens; without it the store serializes them
- * itself. */
+ * touch and pass the tokens (a restock or rebalance: the engine's locks, on the
+ * loop's store, engine.h engine_adjust; a cancel: lockset.h); without it the store
+ * serializes them itself. */
 #define ADMIN_CAP_LOCKS 0x1u
 /* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
 #define ADMIN_CAP_CLUSTER 0x2u

@@ -93,6 +93,10 @@ static void view(struct ord *o)
 static void proceed(struct ord *o)
 {
     store_sku_placed(o->placed, o->sku, o->view.salt);
+    if (o->adj != NULL) { /* an admin adjust (spread.c) */
+        adjust_begin(o);
+        return;
+    }
     if ((store_caps(o->e->st) & STORE_CAP_RECORD_APART) && o->has_id && !o->claim_ok) {
         claims_claim(o);
         return;
@@ -648,23 +652,7 @@ static void on_start(evutil_socket_t fd, short what, void *arg)
 void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
                   void *arg)
 {
-    struct ord *o = seg_calloc(1, sizeof *o);
-    o->e = e;
-    o->fn = fn;
-    o->arg = arg;
-    o->handed = -1;
-    o->res.segment = -1;
-    o->found_seg = -1;
-    o->started_ms = inv_now_ms();
-    o->deadline_ms = o->started_ms + e->v->opt.lock_wait_ms;
-    ord_token(e, o->attempt);
-    o->timer = evtimer_new(e->base, on_start, o);
-    o->renew = event_new(e->base, -1, EV_PERSIST, lease_on_tick, o);
-    if (o->timer == NULL || o->renew == NULL) {
-        fputs("inventoryd: out of memory\n", stderr);
-        abort();
-    }
-    e->in_flight++;
+    struct ord *o = ord_new(e, fn, arg, on_start);
     o->has_id = req->order_id != NULL && req->order_id[0] != '\0';
     if (!seg_valid_name(req->sku) || req->qty < 1 || req->qty > ORDER_QTY_MAX ||
         (o->has_id && !seg_valid_name(req->order_id))) {
@@ -677,8 +665,6 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
         else
             inv_random_hex(o->res.order_id);
     }
-    struct timeval now = {0, 0};
-    evtimer_add(o->timer, &now);
 }
 
 /* The steps that enter a state, for the files below this one (ord_enter). */
@@ -694,7 +680,9 @@ engine *engine_create(inv *v, struct event_base *base, int home, int homes)
     return engine_create_on(v, base, home, homes, inv_store_create(v, base));
 }
 
-engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, store *st)
+/* engine_create_on's, and with `for_admin` engine_create_admin's. */
+static engine *create(inv *v, struct event_base *base, int home, int homes, store *st,
+                      bool for_admin)
 {
     engine *e = seg_calloc(1, sizeof *e);
     e->v = v;
@@ -715,10 +703,21 @@ engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, s
         fputs("inventoryd: out of memory\n", stderr);
         abort();
     }
-    for (int l = SKU_LOCK_STORE + 1; l < SKU_LOCK__COUNT; l++)
+    e->borrowed = for_admin;
+    for (int l = SKU_LOCK_STORE + 1; l < SKU_LOCK__COUNT && !for_admin; l++)
         e->lks[l] = inv_lock_create(v, base, l, &e->lks_ops[l]);
     e->changes = atomic_load_explicit(&v->changes, memory_order_acquire);
     return e;
+}
+
+engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, store *st)
+{
+    return create(v, base, home, homes, st, false);
+}
+
+engine *engine_create_admin(inv *v, struct event_base *base, store *st)
+{
+    return create(v, base, 0, 1, st, true);
 }
 
 void engine_free(engine *e)
@@ -730,7 +729,8 @@ void engine_free(engine *e)
     for (int l = 0; l < SKU_LOCK__COUNT; l++)
         if (e->lks[l] != NULL)
             e->lks_ops[l]->free(e->lks[l]);
-    e->st->ops->free(e->st);
+    if (!e->borrowed)
+        e->st->ops->free(e->st);
     ltab_free(e->tab);
     free(e);
 }

@@ -30,6 +30,10 @@ engine *engine_create(inv *v, struct event_base *base, int home, int homes);
  * engine_create's is the store inv_store_create picks (Redis), a test's may be
  * another (tests/memstore.h). */
 engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, store *st);
+/* An engine for admin adjusts (engine_adjust) on `base` over store `st`, borrowed
+ * (the caller frees it after engine_free): a worker's private loop (inv_conn_store).
+ * It opens no lock service's connection. */
+engine *engine_create_admin(inv *v, struct event_base *base, store *st);
 /* Free; no order may be in flight (engine_in_flight). NULL is fine. */
 void engine_free(engine *e);
 
@@ -41,6 +45,29 @@ typedef void (*engine_done_fn)(void *arg, struct order_result *res);
  * from inside this call. */
 void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
                   void *arg);
+
+/* An admin restock or rebalance of `sku` (a valid name) on the order path's own code
+ * (spread.c): the settings read (VIEW), every segment's store lock taken in index order
+ * by multi.c's routine (claimed on this loop, waited for until lock_wait_ms, renewed
+ * by lease.c while held), then the store's ADJUST `op` with `add`, `limit`, `rid` and
+ * `sig` (store.h), which releases them; a STALE answer reads the settings again (503
+ * busy after 4). A lock service's SKU takes the store's locks too, as the blocking
+ * path always did (the ADJUST is fenced by their tokens). `fn` gets res->status
+ * INV_OK once the store answered (a->code, a->gen, a->view filled), else why not
+ * (INV_BUSY: the locks not had in time; INV_UNKNOWN_SKU; INV_UNAVAILABLE: no answer,
+ * a->code -1 when the ADJUST itself went unanswered). `a` is the caller's, read and
+ * written until fn; not counted as an order. */
+struct sku_view;
+struct engine_adjust {
+    const char *op; /* "restock", "rebalance" */
+    long long add, limit;
+    const char *rid, *sig;
+    int code;      /* out: the store's code (STORE_*, admin.h ADMIN_*); -2 unsent */
+    long long gen; /* out: OK, the new generation */
+    struct sku_view *view; /* out: the settings the ADJUST ran under (skutab.h) */
+};
+void engine_adjust(engine *e, const char *sku, struct engine_adjust *a, engine_done_fn fn,
+                   void *arg);
 
 /* The last failure of the engine's Redis connection, for error details. */
 const char *engine_error(const engine *e);

@@ -8,7 +8,8 @@
  *
  *   engine.c   the order path: settings, rounds of the ring, one segment's ACQUIRE,
  *              hold and DEDUCT; the engine's API and its table of steps
- *   spread.c   the automatic rebalance          multi.c   several segments at once
+ *   spread.c   the automatic rebalance, and an admin restock or rebalance (ADJUST)
+ *   multi.c    several segments at once
  *   claims.c   a cluster: the order id's claim  verdict.c sold out, from fresh counts
  *   handover.c a lock kept from one order to the next    lease.c  lease renewal
  *   batch.c    group commit: the orders queued for a segment ride on one hold
@@ -56,6 +57,7 @@ struct engine {
      * together on the next (batch.c) */
     struct bgroup *groups;
     struct event *flush;
+    bool borrowed; /* st is the caller's (engine_create_admin): not freed here */
 };
 
 /* The states of an order. Each is set by ord_set() alone, which checks it against
@@ -76,6 +78,8 @@ enum ord_state {
     ORD_MULTI,   /* several segments: the plan's intent, its locks in ascending order,
                     DEDUCT_MULTI or one DEDUCT per part, an undo */
     ORD_SPREAD,  /* the automatic rebalance: every segment locked, ADJUST "spread" */
+    ORD_ADJUST,  /* an admin restock or rebalance (engine_adjust): every segment's
+                    store lock taken in index order, renewed, then its ADJUST */
     ORD_VERDICT, /* fresh counts: every segment's stock, then the meta */
     ORD_PLACED,  /* sold: the record's CONFIRM (a cluster), the replicas' WAIT */
     ORD_RECORD,  /* sold out or insufficient with a client id: its record read first */
@@ -97,6 +101,7 @@ struct ord {
     struct order_result res;
     engine_done_fn fn;
     void *arg;
+    struct engine_adjust *adj; /* an admin adjust's (engine_adjust), else NULL */
 
     lsku *s;
     struct sku_view view;
@@ -170,7 +175,8 @@ struct ord {
     int mwaits, mreplicas; /* durability "replicated": WAITs owed, the fewest replicas */
 
     struct event *timer; /* the state's timer (hold, backoff, wait, next turn) */
-    struct event *renew; /* the lease's renewal, every lock_ttl_ms / 3 (lease.c) */
+    struct event *renew; /* the lease's renewal, every lock_ttl_ms / 3 (lease.c; made
+                            by the first lease_start) */
     struct lwait wait;
     bool waiting; /* `wait` is in a queue of the SKU's table (ltab_wait) */
 };
@@ -188,6 +194,10 @@ struct part {
 #define CLAIM_SLACK_MS 3000
 #define CLAIM_MARGIN_MS 1000
 
+/* A new order of e (in_flight counted, its timers made) answering to fn, its first
+ * step `start` armed for the next turn of the loop. */
+struct ord *ord_new(engine *e, engine_done_fn fn, void *arg,
+                    void (*start)(evutil_socket_t, short, void *));
 /* The name of a state, for logs and failures ("?" when out of range). */
 const char *ord_state_name(enum ord_state st);
 /* The one writer of o->state: a transition not in the table aborts, naming both. */
@@ -256,8 +266,6 @@ static inline void ord_unclaim(struct ord *o, int i)
 /* The lock of `seg` is ours (in MULTI under a lock service: the holds mlh[0..mk) as
  * they are won): renewed every lock_ttl_ms / 3 until lease_stop. */
 void lease_start(struct ord *o);
-/* The renewal timer (o->renew's callback, EV_PERSIST). */
-void lease_on_tick(evutil_socket_t fd, short what, void *arg);
 /* A lock service granted `h` for o->seg: renewed by lease_start's timer, its loss
  * (lost callback, renew LOST) sets lease_lost. */
 void lease_svc_hold(struct ord *o, lks_hold *h);
@@ -279,7 +287,8 @@ void lease_svc_give(struct ord *o, lks_hold *h, int i);
 static inline void lease_stop(struct ord *o)
 {
     o->holding = false;
-    event_del(o->renew);
+    if (o->renew != NULL)
+        event_del(o->renew);
 }
 
 /* ---- handover.c: a lock kept from one order of this loop to the next ------------- */
@@ -362,5 +371,7 @@ void multi_go(struct ord *o);
 
 /* A spread due and begun by this order (SPREAD)? false: the order goes on. */
 bool spread_begin(struct ord *o);
+/* An admin adjust's settings read: its locks, then its ADJUST (ADJUST). */
+void adjust_begin(struct ord *o);
 
 #endif

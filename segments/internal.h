@@ -64,6 +64,11 @@ struct inv_conn {
      * (inv_conn_store). NULL until then. */
     struct event_base *base;
     store *st;
+    /* An engine on that loop over st, for admin adjusts (sku.c, engine.h
+     * engine_adjust), made on first use by its user, who sets eng_free (so that this
+     * file calls no engine file: the engine calls it); NULL until then. */
+    struct engine *eng;
+    void (*eng_free)(struct engine *e);
 };
 
 /* c's own loop and its store (made on first use, connecting then). */

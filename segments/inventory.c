@@ -171,7 +171,9 @@ void inv_conn_free(inv_conn *c)
         return;
     c->adm->ops->free(c->adm);
     if (c->st != NULL) {
-        c->st->ops->free(c->st);
+        c->st->ops->free(c->st); /* answers what the engine's orders are owed first */
+        if (c->eng != NULL)
+            c->eng_free(c->eng);
         event_base_free(c->base);
     }
     free(c);

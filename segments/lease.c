@@ -1,4 +1,5 @@
-/* lease.c -- lease renewal of the segment lock an order holds (every lock_ttl_ms / 3). */
+/* lease.c -- lease renewal of the segment lock(s) an order holds (every lock_ttl_ms / 3).
+ */
 #include "segments/engine_internal.h"
 
 #include <stdio.h>
@@ -113,13 +114,22 @@ void lease_svc_release(struct ord *o, bool unclaim)
     lease_svc_give(o, h, unclaim ? o->seg : -1);
 }
 
-void lease_on_tick(evutil_socket_t fd, short what, void *arg)
+/* The renewal timer (o->renew's callback, EV_PERSIST). */
+static void lease_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct ord *o = arg;
     if (!o->holding || o->lease_lost)
         return;
+    if (o->state == ORD_ADJUST) { /* an admin adjust's set of the store's locks */
+        for (int k = 0; k < o->mk; k++) {
+            o->pending++;
+            STORE_CALL(o->e->st, renew, o->placed, o->mseg[k], o->mtok[k],
+                       o->e->v->opt.lock_ttl_ms, on_renewed, o);
+        }
+        return;
+    }
     if (o->lh == NULL && (o->state == ORD_MULTI || o->state == ORD_SPREAD)) {
         /* a lock service's set (multi.c, spread.c) */
         engine *e = o->e;
@@ -145,6 +155,13 @@ void lease_on_tick(evutil_socket_t fd, short what, void *arg)
 
 void lease_start(struct ord *o)
 {
+    if (o->renew == NULL) {
+        o->renew = event_new(o->e->base, -1, EV_PERSIST, lease_on_tick, o);
+        if (o->renew == NULL) {
+            fputs("inventoryd: out of memory\n", stderr);
+            abort();
+        }
+    }
     o->holding = true;
     if (o->lh == NULL) /* a service's hold was marked from its grant on */
         o->lease_lost = false;

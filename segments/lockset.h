@@ -1,10 +1,11 @@
 /* lockset.h -- several segment locks held together, taken in ascending index order.
  *
- * Everything that spans segments uses it: multi-segment orders, cancel, restock and
- * rebalance. Locks are always taken in ascending segment index, and single-segment
- * orders hold at most one lock at a time, so no cycle of waiters can form: no
- * deadlock. Each lock is claimed locally first (skutab), then set in Redis with a
- * fresh token (SET NX PX), and its lease is renewed by the watchdog while held.
+ * A blocking worker's cancel uses it (segments/order.c); the engine's sets (multi-
+ * segment orders, the spread, an admin restock or rebalance) are multi.c's. Locks are
+ * always taken in ascending segment index, and single-segment orders hold at most one
+ * lock at a time, so no cycle of waiters can form: no deadlock. Each lock is claimed
+ * locally first (skutab), then set in Redis with a fresh token (SET NX PX), and its lease
+ * is renewed by the watchdog while held.
  */
 #ifndef SEG_LOCKSET_H
 #define SEG_LOCKSET_H

@@ -7,6 +7,7 @@
 #include "segments/record.h"
 #include "segments/skutab.h"
 #include "base/text.h"
+#include "base/xalloc.h"
 
 /* ---- the transitions ------------------------------------------------------------- */
 
@@ -50,6 +51,9 @@
  *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new
  *             generation); locks not had in time             -> ROUND. (On a cluster
  *             the sweeper thread runs it, sweeper.h, and the order stays in ROUND.)
+ *   ADJUST    (engine_adjust: an admin restock or rebalance, from VIEW) every
+ *             segment's store lock taken in index order (multi.c), renewed (lease.c),
+ *             then ADJUST -> DONE; STALE -> VIEW; locks not had in time -> DONE busy
  *   ACQUIRE   reply OK                                       -> HOLD (timer hold_ms;
  *             lease renewed by a timer every ttl/3)          -> DEDUCT (with keep when
  *             an order of this loop waits for the segment: the lock goes on to it;
@@ -96,7 +100,7 @@
 /* The states each state may go to, besides itself, RECORD and DONE. */
 static const unsigned ord_next[ORD__COUNT] = {
     [ORD_START] = TO(ORD_VIEW),
-    [ORD_VIEW] = TO(ORD_CLAIM) | TO(ORD_ROUND),
+    [ORD_VIEW] = TO(ORD_CLAIM) | TO(ORD_ROUND) | TO(ORD_ADJUST),
     [ORD_CLAIM] = TO(ORD_ROUND) | TO(ORD_MULTI) | TO(ORD_VIEW),
     [ORD_ROUND] = TO(ORD_VIEW) | TO(ORD_BACKOFF) | TO(ORD_WAIT) | TO(ORD_ACQUIRE) |
                   TO(ORD_DEDUCT) | TO(ORD_MULTI) | TO(ORD_SPREAD) | TO(ORD_VERDICT),
@@ -107,12 +111,37 @@ static const unsigned ord_next[ORD__COUNT] = {
     [ORD_DEDUCT] = TO(ORD_PLACED) | TO(ORD_ROUND) | TO(ORD_VIEW),
     [ORD_MULTI] = TO(ORD_CLAIM) | TO(ORD_VIEW) | TO(ORD_VERDICT) | TO(ORD_PLACED),
     [ORD_SPREAD] = TO(ORD_ROUND) | TO(ORD_VIEW),
+    [ORD_ADJUST] = TO(ORD_VIEW),
     [ORD_VERDICT] = TO(ORD_ROUND) | TO(ORD_VIEW),
     [ORD_PLACED] = 0,
     [ORD_RECORD] = 0,
     [ORD_DONE] = 0,
 };
 #undef TO
+
+struct ord *ord_new(engine *e, engine_done_fn fn, void *arg,
+                    void (*start)(evutil_socket_t, short, void *))
+{
+    struct ord *o = seg_calloc(1, sizeof *o);
+    o->e = e;
+    o->fn = fn;
+    o->arg = arg;
+    o->handed = -1;
+    o->res.segment = -1;
+    o->found_seg = -1;
+    o->started_ms = inv_now_ms();
+    o->deadline_ms = o->started_ms + e->v->opt.lock_wait_ms;
+    ord_token(e, o->attempt);
+    o->timer = evtimer_new(e->base, start, o);
+    if (o->timer == NULL) {
+        fputs("inventoryd: out of memory\n", stderr);
+        abort();
+    }
+    e->in_flight++;
+    struct timeval now = {0, 0};
+    evtimer_add(o->timer, &now);
+    return o;
+}
 
 /* The name of a state, for logs and failures. */
 const char *ord_state_name(enum ord_state st)
@@ -122,7 +151,8 @@ const char *ord_state_name(enum ord_state st)
         [ORD_ROUND] = "round",     [ORD_BACKOFF] = "backoff", [ORD_WAIT] = "wait",
         [ORD_ACQUIRE] = "acquire", [ORD_HOLD] = "hold",       [ORD_DEDUCT] = "deduct",
         [ORD_MULTI] = "multi",     [ORD_SPREAD] = "spread",   [ORD_VERDICT] = "verdict",
-        [ORD_PLACED] = "placed",   [ORD_RECORD] = "record",   [ORD_DONE] = "done",
+        [ORD_ADJUST] = "adjust",   [ORD_PLACED] = "placed",   [ORD_RECORD] = "record",
+        [ORD_DONE] = "done",
     };
     return (unsigned)st < ORD__COUNT ? names[st] : "?";
 }
@@ -246,10 +276,12 @@ void ord_answer_and_free(struct ord *o)
             free(o->res.record);
             o->res.record = NULL;
         }
-        stat_add(e->v, order_outcome_stat(st), 1);
-        if (st != INV_UNKNOWN_SKU && o->s != NULL && ltab_shared(o->s) != NULL)
-            skutab_count(ltab_shared(o->s), order_outcome_stat(st));
-        stat_observe(e->v, HIST_ORDER, (inv_now_ms() - o->started_ms) * 1000);
+        if (o->adj == NULL) { /* an order, not an admin adjust */
+            stat_add(e->v, order_outcome_stat(st), 1);
+            if (st != INV_UNKNOWN_SKU && o->s != NULL && ltab_shared(o->s) != NULL)
+                skutab_count(ltab_shared(o->s), order_outcome_stat(st));
+            stat_observe(e->v, HIST_ORDER, (inv_now_ms() - o->started_ms) * 1000);
+        }
         if (--e->in_flight == 0)
             ord_mode_followed(e);
         o->fn(o->arg, &o->res);
@@ -259,7 +291,8 @@ void ord_answer_and_free(struct ord *o)
         return; /* freed when the last renewal is answered */
     ltab_release(e->tab, o->s);
     event_free(o->timer);
-    event_free(o->renew);
+    if (o->renew != NULL)
+        event_free(o->renew);
     free(o->seen);
     free(o->record);
     free(o->dead);

@@ -5,28 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "segments/clock.h"
+#include "segments/engine.h"
 #include "segments/internal.h"
-#include "segments/lockset.h"
 #include "segments/rand.h"
 #include "segments/reserve.h"
-#include "segments/ring.h"
+#include "segments/skuadjust.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
-
-/* What an admin write is, for its request id: a retry under the same id must be the
- * same write. */
-static void signature(char *buf, size_t len, const char *op, long long n,
-                      const struct sku_config *cfg)
-{
-    if (cfg != NULL)
-        snprintf(buf, len, "%s:%lld:%d:%s:%d:%d:%d:%s:%d:%d", op, cfg->stock,
-                 cfg->segments, sku_mode_name(cfg->mode), cfg->hold_ms, cfg->rebalance,
-                 cfg->replicated, sku_lock_name(cfg->lock), cfg->unfenced,
-                 cfg->batch > 1 ? cfg->batch : 1);
-    else
-        snprintf(buf, len, "%s:%lld", op, n);
-}
 
 /* The request id to record a write under: the caller's, or a fresh one, so that a
  * script sent again after a lost reply still finds its own earlier run. */
@@ -36,34 +21,6 @@ static const char *request_id(const char *given, char fresh[33])
         return given;
     inv_random_hex(fresh);
     return fresh;
-}
-
-/* Map what RESET or ADJUST answered to a status. */
-static int admin_status(int code)
-{
-    switch (code) {
-    case STORE_OK:
-    case ADMIN_REPLAYED:
-        return INV_OK;
-    case ADMIN_CONFLICT:
-        return INV_REQUEST_CONFLICT;
-    case STORE_EXISTS:
-        return INV_SKU_EXISTS;
-    case ADMIN_MISMATCH:
-        return INV_PRECONDITION;
-    case STORE_MISSING:
-        return INV_UNKNOWN_SKU;
-    case STORE_FENCED:
-        return INV_BUSY;
-    case ADMIN_LIMIT:
-        return INV_INVALID;
-    case ADMIN_NOT_REPLICATED:
-        return INV_NOT_REPLICATED;
-    case STORE_STALE:
-        return -1; /* look again */
-    default:
-        return INV_UNAVAILABLE;
-    }
 }
 
 /* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
@@ -76,7 +33,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                  const char *rid, bool retake, bool *created)
 {
     char sig[128 + SKU_LOCK_MAX];
-    signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
+    skuadj_signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
     if (lock[0] != '\0') /* a retry naming another scheme is another write */
         snprintf(sig + strlen(sig), sizeof sig - strlen(sig), ":%s", lock);
     const struct admin_reset to = {
@@ -128,7 +85,7 @@ static inv_status reset_current(inv_conn *c, const char *sku,
          * case: that attempt answered 503 and died half way); a later look does not,
          * or two attempts sent at once would take each other over in turn. */
         int got =
-            admin_status(reset(c, sku, &old, cfg, lock, expect, rid, try == 0, created));
+            skuadj_status(reset(c, sku, &old, cfg, lock, expect, rid, try == 0, created));
         if (cfg == NULL && (got == INV_OK || got == INV_UNKNOWN_SKU))
             skutab_drop(c->v, sku); /* gone: nothing of it stays in the process */
         if (got >= 0)
@@ -189,102 +146,79 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
     return reset_current(c, sku, NULL, "", "", rid, &made);
 }
 
-/* One ADJUST (scripts.c) of `sku` as `view` has it: under locks of every segment on
- * a standalone Redis; on a Redis Cluster without them, in the seam's per-slot steps
- * (calls.h rd_adjust), each on a replica before the next for a `replicated` SKU. The
- * script's code (ADMIN_NOT_REPLICATED: a step reached no replica), -1 without an answer,
- * or -2 with *st set when the locks were not had. */
-static int adjust_once(inv_conn *c, const char *sku, sku_local *e,
-                       const struct sku_view *view, const char *op, long long add,
-                       const char *rid, inv_status *st)
+/* c's engine for admin adjusts, on its own loop (internal.h inv_conn.eng). */
+static engine *conn_engine(inv_conn *c)
 {
-    const int n = view->cfg.segments;
-    struct lockset *set = NULL;
-    const char **tok = NULL;
-    if (ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS) {
-        int seg[SEG_MAX_SEGMENTS];
-        for (int i = 0; i < n; i++)
-            seg[i] = i;
-        set = lockset_take(c, e, sku, seg, n, inv_now_ms() + c->v->opt.lock_wait_ms, st);
-        if (set == NULL)
-            return -2;
-        tok = seg_malloc(sizeof *tok * (size_t)n);
-        for (int i = 0; i < n; i++)
-            tok[i] = lockset_token(set, i);
+    store *st = inv_conn_store(c);
+    if (c->eng == NULL) {
+        c->eng = engine_create_admin(c->v, c->base, st);
+        c->eng_free = engine_free;
     }
-    char sig[128] = "";
-    if (rid != NULL)
-        signature(sig, sizeof sig, op, add, NULL);
-    struct store_reply r = {0};
-    int wait_ms = view->cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
-    int code = ADMIN_CALL(c->adm, adjust, sku, view->epoch, n, tok, op, add,
-                          SKU_STOCK_MAX - add, rid, sig, wait_ms, &r) < 0
-                   ? -1
-                   : r.code;
-    long long gen = code == STORE_OK ? r.value : 0;
-    admin_reply_clear(&r);
-    free(tok);
-    if (set != NULL)
-        lockset_drop(c, set, code < 0);
-    if (gen > 0) {
-        stat_add(c->v, add > 0 ? STAT_RESTOCKS : STAT_REBALANCES, 1);
-        skutab_invalidate(c->v, sku);
-    } else if (code == ADMIN_NOT_REPLICATED) { /* it may have committed: look again */
-        skutab_invalidate(c->v, sku);
-    }
-    return code;
+    return c->eng;
 }
 
-/* Durability "replicated" on a standalone Redis: a restock or rebalance is 200 once a
- * replica has it too; else 503 not_replicated, and its retry under the same request id
- * answers 200 (replayed). (On a cluster the seam WAITs after every step.) */
-static inv_status replicated(inv_conn *c, const char *sku, const struct sku_view *view)
+struct answer {
+    bool done;
+    inv_status st;
+};
+
+static void answered(void *arg, struct order_result *res)
 {
-    char placed[STORE_SKU_PLACED_MAX];
-    store_sku_placed(placed, sku, view->salt);
-    int replicas = ADMIN_CALL(c->adm, wait, placed, view->cfg.segments, NULL, NULL, sku,
-                              c->v->opt.redis_timeout_ms / 2);
-    return replicas < 0 ? INV_UNAVAILABLE : replicas < 1 ? INV_NOT_REPLICATED : INV_OK;
+    struct answer *a = arg;
+    a->done = true;
+    a->st = res->status;
+}
+
+/* One ADJUST of `sku` with the store's segment locks (a standalone Redis) on the
+ * engine's code (engine.h engine_adjust), on c's own loop: the code as adjust_once's,
+ * or -2 with *st set when it was not answered (*view: the settings it ran under). */
+static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long long add,
+                          const char *rid, struct sku_view *view, inv_status *st)
+{
+    char sig[128] = "";
+    if (rid != NULL)
+        skuadj_signature(sig, sizeof sig, op, add, NULL);
+    struct engine_adjust a = {
+        .op = op,
+        .add = add,
+        .limit = SKU_STOCK_MAX - add,
+        .rid = rid,
+        .sig = sig,
+        .view = view,
+    };
+    struct answer done = {0};
+    engine_adjust(conn_engine(c), sku, &a, answered, &done);
+    inv_conn_wait(c, &done.done);
+    if (done.st != INV_OK) {
+        *st = done.st;
+        return -2;
+    }
+    skuadj_adjusted(c, sku, a.code, a.gen, add);
+    return a.code;
 }
 
 /* Restock (`add` units) or rebalance (add 0) every segment of `sku`, with the view of
- * the SKU re-read whenever the script finds it stale. On a cluster, another adjust (or
- * a reset) of the SKU under way answers BUSY: tried again within lock_wait_ms, as a
- * standalone Redis waits for the locks. `rid` NULL: no request id (the automatic
- * rebalance). */
+ * the SKU re-read whenever the script finds it stale. With the store's segment locks
+ * (a standalone Redis) on the engine's code, on c's loop (adjust_on_loop). On a
+ * cluster, another adjust (or a reset) of the SKU under way answers BUSY: tried again
+ * within lock_wait_ms, as a standalone Redis waits for the locks. `rid` NULL: no
+ * request id (the automatic rebalance). */
 static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
                          const char *rid)
 {
-    int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
-    for (int try = 0, round = 0; try < 4;) {
-        sku_local *e;
+    /* (Both asked: a standalone Redis that became a cluster is followed by the loop's
+     * handle at once, by the admin table at its next command.) */
+    if ((ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS) &&
+        (store_caps(inv_conn_store(c)) & STORE_CAP_MULTI_ONE)) {
         struct sku_view view;
-        inv_status st = skutab_get(c, sku, &e, &view);
-        if (st != INV_OK)
-            return st;
-        int code = adjust_once(c, sku, e, &view, op, add, rid, &st);
-        skutab_release(c->v->tab, e);
+        inv_status st;
+        int code = adjust_on_loop(c, sku, op, add, rid, &view, &st);
         if (code == -2)
             return st;
-        if (code == STORE_BUSY) {
-            int left = (int)(deadline - inv_now_ms());
-            if (left <= 0)
-                return INV_BUSY;
-            inv_sleep_ms(ring_backoff_ms(round++, inv_rand(c, UINT32_MAX), left));
-            continue;
-        }
-        if (code == ADMIN_NOT_REPLICATED)
-            return INV_NOT_REPLICATED;
-        int got = admin_status(code);
-        if (got == INV_OK && view.cfg.replicated && rid != NULL &&
-            !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_CLUSTER))
-            return replicated(c, sku, &view);
-        if (got >= 0)
-            return (inv_status)got;
-        skutab_invalidate(c->v, sku);
-        try++;
+        int got = skuadj_settle(c, sku, code, &view, rid);
+        return got >= 0 ? (inv_status)got : INV_BUSY; /* STALE: the engine's retries */
     }
-    return INV_BUSY;
+    return skuadj_blocking(c, sku, op, add, rid);
 }
 
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid)
@@ -302,13 +236,6 @@ inv_status sku_rebalance(inv_conn *c, const char *sku, const char *rid)
         return INV_INVALID;
     char fresh[33];
     return adjust(c, sku, "rebalance", 0, request_id(rid, fresh));
-}
-
-inv_status sku_spread(inv_conn *c, const char *sku)
-{
-    if (!seg_valid_name(sku))
-        return INV_INVALID;
-    return adjust(c, sku, "spread", 0, NULL);
 }
 
 inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st)

@@ -1,5 +1,6 @@
-/* spread.c -- the automatic rebalance: every segment of a SKU locked (the store's
- * locks, or a lock service's holds), then ADJUST "spread". */
+/* spread.c -- the automatic rebalance, and an admin restock or rebalance: every
+ * segment of a SKU locked (the store's locks, or a lock service's holds), then ADJUST. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "segments/engine_internal.h"
@@ -89,4 +90,77 @@ bool spread_begin(struct ord *o)
         lease_start(o); /* renews the holds as they are won; lease_lost from now */
     multi_lock_next(o);
     return true;
+}
+
+/* ---- an admin restock or rebalance (engine_adjust) -------------------------------- */
+
+/* The ADJUST answered: the store released the locks whatever it said (no answer: they
+ * are given back here). STALE: the settings again. */
+static void on_adjusted(void *arg, int rc, struct store_reply *r)
+{
+    struct ord *o = arg;
+    struct engine_adjust *a = o->adj;
+    lease_stop(o);
+    if (rc < 0) {
+        a->code = -1;
+        multi_give_up(o, INV_UNAVAILABLE);
+        return;
+    }
+    for (int k = 0; k < o->mk; k++)
+        ltab_unclaim(o->s, o->mseg[k]);
+    o->mk = 0;
+    if (r->code == STORE_STALE) {
+        ord_stale(o);
+        return;
+    }
+    a->code = r->code;
+    a->gen = r->code == STORE_OK ? r->value : 0;
+    *a->view = o->view;
+    ord_finish(o, INV_OK);
+}
+
+/* Every lock held: ADJUST, fenced by their tokens. */
+static void adjust_apply(struct ord *o)
+{
+    struct engine_adjust *a = o->adj;
+    const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
+    for (int k = 0; k < o->mn; k++)
+        tok[k] = o->mtok[k];
+    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->mn, tok, NULL, a->op,
+               a->add, a->limit, a->rid, a->sig, on_adjusted, o);
+    free(tok);
+}
+
+void adjust_begin(struct ord *o)
+{
+    const int n = o->view.cfg.segments;
+    o->n = n;
+    multi_alloc(o);
+    for (int i = 0; i < n; i++)
+        o->mseg[i] = i;
+    o->mn = n;
+    ord_set(o, ORD_ADJUST);
+    o->mlocked = adjust_apply;
+    lease_start(o); /* renews the locks of the set as they are taken */
+    multi_lock_next(o);
+}
+
+static void on_adjust_start(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ord *o = arg;
+    if (!ord_mode_followed(o->e))
+        ord_finish(o, INV_UNAVAILABLE);
+    else
+        ord_enter(o, ORD_VIEW);
+}
+
+void engine_adjust(engine *e, const char *sku, struct engine_adjust *a, engine_done_fn fn,
+                   void *arg)
+{
+    struct ord *o = ord_new(e, fn, arg, on_adjust_start);
+    snprintf(o->sku, sizeof o->sku, "%s", sku);
+    a->code = -2;
+    o->adj = a;
 }

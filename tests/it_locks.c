@@ -111,6 +111,37 @@ static void test_watchdog_renews_long_hold(void **state)
     h_svc_free(s);
 }
 
+/* A restock waits past the lease for a segment held elsewhere (a lock planted for
+ * 1.2 s, ttl 300 ms): the locks it took before keep being renewed on the worker's
+ * loop (lease.c), so its ADJUST passes their fence: 200, the units all there. Without
+ * the renewal segment 0's lock would lapse meanwhile and the ADJUST answer FENCED
+ * (503 busy). */
+static void test_restock_renews_its_locks_while_waiting(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(120);
+    const char *args[] = {"--lock-ttl-ms", "300", "--lock-wait-ms", "5000", NULL};
+    h_svc *s = h_svc_start_args(e->redis, args);
+    assert_non_null(s);
+    int port = h_svc_port(s);
+    assert_int_equal(h_put_sku(port, NULL, "waits", 4, 2, "lock", 0), 0);
+    char key[160];
+    assert_int_equal(
+        h_redis_set_px(e->redis, h_key_lock(key, "waits", 1), "other", 1200, true), 0);
+    long long before = h_stat(port, NULL, "lease_renewals");
+    assert_true(before >= 0);
+    struct h_resp r;
+    assert_int_equal(
+        h_req(port, "POST", "/admin/skus/waits/restock", NULL, "{\"qty\": 6}", &r), 200);
+    h_resp_free(&r);
+    long long renewals = h_stat(port, NULL, "lease_renewals");
+    fprintf(stderr, "lease_renewals %lld -> %lld\n", before, renewals);
+    assert_true(renewals > before);
+    assert_int_equal(h_audit(port, NULL, "waits", 10, true), 0);
+    assert_true(h_svc_alive(s));
+    h_svc_free(s);
+}
+
 struct slow_order {
     int port;
     struct h_resp resp;
@@ -221,6 +252,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dead_holder_taken_over_after_ttl),
         cmocka_unit_test(test_watchdog_renews_long_hold),
+        cmocka_unit_test(test_restock_renews_its_locks_while_waiting),
         cmocka_unit_test(test_stalled_holder_is_fenced),
     };
     return cmocka_run_group_tests_name("locks", tests, group_setup, group_teardown);

@@ -30,8 +30,8 @@ void proto_adjust(struct rd_cmd *c, const char *sku, long long epoch, int segmen
     cmd_argll(c, segments);
     cmd_argll(c, limit);
     cmd_arg(c, rid != NULL ? sig : "");
-    for (int i = 0; i < segments; i++)
-        cmd_arg(c, tok[i]);
+    for (int i = 0; i < segments; i++) /* no tokens: no lock of ours (FENCED) */
+        cmd_arg(c, tok != NULL ? tok[i] : "");
     for (int i = 0; fence != NULL && i < segments; i++)
         cmd_argll(c, fence[i]);
 }
