@@ -9,8 +9,8 @@ Contract
             hold 20 ms on 1 and on 20 segments. `pg`: a PostgreSQL 15 of its own
             (initdb in a temp dir, as the postgres user when root, fsync=off like the
             tests' harness: no durability, as the Redis here has none), a service with
-            --store postgres://... and --threads PG_THREADS (the `row` scheme holds a
-            pooled connection per hold: 4 per event loop); for each of PG_LOCKS the
+            --store postgres://... --threads PG_THREADS --pg-pool PG_POOL (the `row`
+            scheme holds a pooled connection per hold); for each of PG_LOCKS the
             same three points, then `"mode": "atomic"` at hold 0 ms on 20 segments,
             at batch 1 and 64, and hold 20 ms on 1 segment at batch 64 for row and
             lease (PG_EXTRA: group commit), then pgbench running atomic's
@@ -38,7 +38,12 @@ import subprocess
 
 LOCKS = ("redis", "redlock", "memcached", "zookeeper")
 PG_LOCKS = ("row", "lease", "optimistic")
-PG_THREADS = 6  # event loops of the PostgreSQL service: 6 x 4 pooled row holds >= 20
+PG_THREADS = 6  # event loops of the PostgreSQL service
+# Each loop's pool for `row` holds. 20 segments on 6 loops: 3-4 at home on each, and
+# a lock is kept from order to order only while 2 more of the loop's connections are
+# free (DESIGN, PostgreSQL store): 4 per loop (6 x 4 = 24 >= 20 by count) held ~10 of
+# the 20 row locks at a time (pg_stat_activity), the rest taken again per order.
+PG_POOL = 8
 PG_BIN = os.environ.get("PG_BINDIR", "/usr/lib/postgresql/15/bin")
 WAIT_S = 30  # the longest any server of the groups may take to answer
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -201,7 +206,7 @@ class Group:
                                                     str(p)], timeout=10).returncode == 0,
                           "PostgreSQL 15 (fsync=off)", grace=10)
         return ["--store", f"postgres://postgres@127.0.0.1:{port}/postgres",
-                "--threads", str(PG_THREADS)]
+                "--threads", str(PG_THREADS), "--pg-pool", str(PG_POOL)]
 
     def start_service(self, extra):
         """A service of the group's own: the run's config file, `extra` flags."""
