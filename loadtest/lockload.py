@@ -15,6 +15,7 @@ Contract
             at batch 1 and 64, and hold 20 ms on 1 segment at batch 64 for row and
             lease (PG_EXTRA: group commit), then pgbench running atomic's
             conditional UPDATE alone (run_pgbench).
+            PG_THREADS and PG_POOL: 6 and 8, or LOADTEST_PG_THREADS / LOADTEST_PG_POOL.
             `pg-h20` (only with --only): the pg group's hold-20 ms points of `row`
             and `lease` alone (rows named as in `pg`), for the 20 / 1 ratio.
             Every run is a drive.py orders_row: a fresh SKU, wrk, the usual audit.
@@ -38,12 +39,12 @@ import subprocess
 
 LOCKS = ("redis", "redlock", "memcached", "zookeeper")
 PG_LOCKS = ("row", "lease", "optimistic")
-PG_THREADS = 6  # event loops of the PostgreSQL service
+PG_THREADS = int(os.environ.get("LOADTEST_PG_THREADS", "6"))  # the service's event loops
 # Each loop's pool for `row` holds. 20 segments on 6 loops: 3-4 at home on each, and
 # a lock is kept from order to order only while 2 more of the loop's connections are
 # free (DESIGN, PostgreSQL store): 4 per loop (6 x 4 = 24 >= 20 by count) held ~10 of
 # the 20 row locks at a time (pg_stat_activity), the rest taken again per order.
-PG_POOL = 8
+PG_POOL = int(os.environ.get("LOADTEST_PG_POOL", "8"))
 PG_BIN = os.environ.get("PG_BINDIR", "/usr/lib/postgresql/15/bin")
 WAIT_S = 30  # the longest any server of the groups may take to answer
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
