@@ -9,12 +9,15 @@ Contract
             hold 20 ms on 1 and on 20 segments. `pg`: a PostgreSQL 15 of its own
             (initdb in a temp dir, as the postgres user when root, fsync=off like the
             tests' harness: no durability, as the Redis here has none), a service with
-            --store postgres://... and --threads PG_THREADS (the `row` scheme holds a
-            pooled connection per hold: 4 per event loop); for each of PG_LOCKS the
+            --store postgres://... --threads PG_THREADS --pg-pool PG_POOL (the `row`
+            scheme holds a pooled connection per hold); for each of PG_LOCKS the
             same three points, then `"mode": "atomic"` at hold 0 ms on 20 segments,
             at batch 1 and 64, and hold 20 ms on 1 segment at batch 64 for row and
             lease (PG_EXTRA: group commit), then pgbench running atomic's
             conditional UPDATE alone (run_pgbench).
+            PG_THREADS and PG_POOL: 6 and 8, or LOADTEST_PG_THREADS / LOADTEST_PG_POOL.
+            `pg-h20` (only with --only): the pg group's hold-20 ms points of `row`
+            and `lease` alone (rows named as in `pg`), for the 20 / 1 ratio.
             Every run is a drive.py orders_row: a fresh SKU, wrk, the usual audit.
   Processes started through drive.py's Children (stopped by pid, last first), on
             127.0.0.1 and free ports, each waited for at most WAIT_S; the group's
@@ -36,12 +39,19 @@ import subprocess
 
 LOCKS = ("redis", "redlock", "memcached", "zookeeper")
 PG_LOCKS = ("row", "lease", "optimistic")
-PG_THREADS = 6  # event loops of the PostgreSQL service: 6 x 4 pooled row holds >= 20
+PG_THREADS = int(os.environ.get("LOADTEST_PG_THREADS", "6"))  # the service's event loops
+# Each loop's pool for `row` holds. 20 segments on 6 loops: 3-4 at home on each, and
+# a lock is kept from order to order only while 2 more of the loop's connections are
+# free (DESIGN, PostgreSQL store): 4 per loop (6 x 4 = 24 >= 20 by count) held ~10 of
+# the 20 row locks at a time (pg_stat_activity), the rest taken again per order.
+PG_POOL = int(os.environ.get("LOADTEST_PG_POOL", "8"))
 PG_BIN = os.environ.get("PG_BINDIR", "/usr/lib/postgresql/15/bin")
 WAIT_S = 30  # the longest any server of the groups may take to answer
 ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 BIG_STOCK = 100000000
 TARGET = 19  # 20 / 1 segments at hold 20 ms
+PG_H20 = "pg-h20"  # --only pg-h20: the pg group's hold-20 ms points of row and lease
+PG_H20_LOCKS = ("row", "lease")
 # The pg group's rows after the schemes' three points: (name, strategy, mode,
 # segments, hold_ms, settings); group commit (postgres/batch.c) at batch 64.
 PG_EXTRA = (
@@ -76,7 +86,8 @@ def _field(text, pattern, kind=int):
 def missing(group):
     """Why `group` cannot run on this machine, or None."""
     need = {"locks": ["redis-server", "memcached", "java"],
-            "pg": [os.path.join(PG_BIN, "postgres"), os.path.join(PG_BIN, "initdb")]}[group]
+            "pg": [os.path.join(PG_BIN, "postgres"), os.path.join(PG_BIN, "initdb")]}[
+                "pg" if group == PG_H20 else group]
     gone = [t for t in need if shutil.which(t) is None]
     if group == "locks" and not zk_classpath():
         gone.append("/etc/zookeeper/conf/environment (the zookeeper package)")
@@ -196,7 +207,7 @@ class Group:
                                                     str(p)], timeout=10).returncode == 0,
                           "PostgreSQL 15 (fsync=off)", grace=10)
         return ["--store", f"postgres://postgres@127.0.0.1:{port}/postgres",
-                "--threads", str(PG_THREADS)]
+                "--threads", str(PG_THREADS), "--pg-pool", str(PG_POOL)]
 
     def start_service(self, extra):
         """A service of the group's own: the run's config file, `extra` flags."""
@@ -285,9 +296,9 @@ class Group:
                "audit": "FAILED" if fails else "ok", "failures": fails}
         run.finish(row, f"{'-' if tps is None else round(tps)} UPDATEs/s, {n} in all")
 
-    def scenarios(self, locks, extra_rows):
-        """The three points of each lock, then `extra_rows` (name, strategy, mode,
-        segments, hold_ms, settings)."""
+    def scenarios(self, locks, extra_rows, hold0=True):
+        """The three points of each lock (without hold 0 when not `hold0`), then
+        `extra_rows` (name, strategy, mode, segments, hold_ms, settings)."""
         run, dur = self.run, self.run.o.duration
         for lock in locks:
             s = {"lock": lock}
@@ -295,7 +306,7 @@ class Group:
                 s["rebalance"] = False  # refused with a lock service
             what = f"{self.name}: lock {lock}"
             for suffix, segs, hold in (("h0", 20, 0), ("h20-1", 1, 20),
-                                       ("h20-20", 20, 20)):
+                                       ("h20-20", 20, 20))[0 if hold0 else 1:]:
                 row, text = run.orders_row(f"{self.name}-{lock}-{suffix}", what, "lock",
                                            segs, hold, BIG_STOCK, "active", dur,
                                            settings=s)
@@ -318,7 +329,7 @@ def run_group(d, run, name):
         return
     run.header(name, "lock services beside the Redis store" if name == "locks" else
                "the PostgreSQL store's schemes")
-    g = Group(d, run, name)
+    g = Group(d, run, "pg" if name == PG_H20 else name)
     before = len(run.children.live)
     saved = (run.svc, run.url, run.api, run.redis)
     try:
@@ -333,6 +344,8 @@ def run_group(d, run, name):
         run.api = d.an.Api(run.url, run.o.admin_token)
         if name == "locks":
             g.scenarios(LOCKS, [])
+        elif name == PG_H20:
+            g.scenarios(PG_H20_LOCKS, [], hold0=False)
         else:
             g.scenarios(PG_LOCKS, PG_EXTRA)
             g.run_pgbench(pg_port)

@@ -1,6 +1,7 @@
 /* it_pg_ops.c -- inventoryd on a real PostgreSQL 15, its operations side: the loops'
  * connection pool sized by `pg_pool` (bad values refused, the count seen in
- * pg_stat_activity, a pool of 1 still sells exactly), `pg_prepare off` (nothing
+ * pg_stat_activity, a pool of 1 still sells exactly, a `row` lock handed on without
+ * being kept opens on its holder's connection: no BUSY), `pg_prepare off` (nothing
  * prepared, as the server's statement log shows) and the automatic rebalance of
  * every lock scheme (a SKU drained unevenly is spread by the order that finds it due,
  * stock conserved, nothing oversold); and /metrics' help texts store-neutral.
@@ -164,6 +165,50 @@ static void test_pool_of_one_sells_exactly(void **state)
     assert_int_equal(pool_sessions(2), 2);
     assert_int_equal(put_sku(port, "pool1", 90, 4, "row", 3), 0);
     sell_out(port, "pool1", 90);
+    assert_int_equal(h_svc_stop_clean(svc), 0);
+    h_svc_free(svc);
+}
+
+struct handed {
+    int port;
+    _Atomic long long sold, other;
+};
+
+static void handed_buyer(int idx, void *arg)
+{
+    (void)idx;
+    struct handed *h = arg;
+    for (int i = 0; i < 20; i++) {
+        int st = h_order(h->port, "handed", 1, NULL, NULL);
+        atomic_fetch_add(st == 201 ? &h->sold : &h->other, 1);
+    }
+}
+
+/* One loop, a pool of 2 (so a row lock is never kept: kept only while 2 other
+ * connections are free), 4 buyers of 20 orders on one segment, hold 20 ms: a DEDUCT
+ * that ends its transaction and its chain of orders (16 at most are passed the lock,
+ * handover.c) hands the segment's claim to the next order of the loop at once.
+ * That order's ACQUIRE must open on the holder's connection, behind its COMMIT: on
+ * the other connection its NOWAIT met the row still locked (BUSY, a backoff, the
+ * segment idle meanwhile: 20 / 1 segments at hold 20 ms sold 13.6-18.4x). Every
+ * ACQUIRE takes the lock. */
+static void test_row_handed_on_no_busy(void **state)
+{
+    (void)state;
+    h_svc *svc = start_svc("1", "2");
+    assert_non_null(svc);
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "handed", 1000, 1, "row", 20), 0);
+    struct handed h = {.port = port};
+    assert_int_equal(h_parallel(4, handed_buyer, &h), 0);
+    long long attempts = h_stat(port, TOKEN, "lock_attempts");
+    long long acquired = h_stat(port, TOKEN, "lock_acquired");
+    fprintf(stderr, "handed: %lld sold, %lld other, %lld lock attempts, %lld acquired\n",
+            (long long)atomic_load(&h.sold), (long long)atomic_load(&h.other), attempts,
+            acquired);
+    assert_int_equal(atomic_load(&h.sold), 80);
+    assert_int_equal(attempts - acquired, 0);
+    assert_int_equal(units_sold("handed"), 80);
     assert_int_equal(h_svc_stop_clean(svc), 0);
     h_svc_free(svc);
 }
@@ -421,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_pool_bad_values),
         cmocka_unit_test(test_pool_size_configured),
         cmocka_unit_test(test_pool_of_one_sells_exactly),
+        cmocka_unit_test(test_row_handed_on_no_busy),
         cmocka_unit_test(test_prepare_bad_values),
         cmocka_unit_test(test_prepare_off_sells_unprepared),
         cmocka_unit_test(test_auto_rebalance_row),

@@ -319,6 +319,48 @@ static void on_row_taken(void *arg, int rc, const struct pgs_res *r)
     }
 }
 
+/* A row deduction that ends its transaction (or takes the row lock in its own
+ * statement) and is not answered yet, for (sku, seg); NULL when none. */
+static struct call *ending_find(struct pg_store *s, const char *sku, int seg)
+{
+    for (struct call *k = s->ending; k != NULL; k = k->end_next)
+        if (k->seg == seg && strcmp(k->sku, sku) == 0)
+            return k;
+    return NULL;
+}
+
+static void ending_add(struct pg_store *s, struct call *k)
+{
+    k->end_next = s->ending;
+    s->ending = k;
+}
+
+static void ending_drop(struct pg_store *s, struct call *k)
+{
+    for (struct call **p = &s->ending; *p != NULL; p = &(*p)->end_next)
+        if (*p == k) {
+            *p = k->end_next;
+            return;
+        }
+}
+
+/* A new row hold (its call `k`): the engine hands a segment's claim on as the
+ * DEDUCT goes out, so the row may still be locked by that deduction, and a NOWAIT on
+ * another connection would find it so (BUSY: the order backs off and the segment
+ * idles). Its BEGIN goes on the ending transaction's connection, behind the COMMIT;
+ * behind a deduction on the loop's plain connection (no transaction of ours to queue
+ * behind) it waits for that answer. Else on the pool's pick. */
+static void row_open(struct pg_store *s, struct call *k)
+{
+    struct call *e = ending_find(s, k->sku, k->seg);
+    if (e != NULL && e->c == s->plain && e->then == NULL) {
+        e->then = k;
+        return;
+    }
+    k->c = e != NULL && e->c != s->plain ? e->c : pgp_pick(s->pool);
+    pgs_row_take(k->c, k->sku, k->seg, k->qty, on_row_taken, k);
+}
+
 static void acquire(store *st, const char *sku, long long epoch, int i, const char *id,
                     long long qty, const char *token, int ttl_ms, store_reply_fn fn,
                     void *arg)
@@ -335,8 +377,7 @@ static void acquire(store *st, const char *sku, long long epoch, int i, const ch
     if (k->scheme == SCHEME_ROW) {
         /* The transaction is the lock: it stays open on its connection across the
          * hold (an order id recorded already is found by the deduction's INSERT). */
-        k->c = pgp_pick(s->pool);
-        pgs_row_take(k->c, sku, i, qty, on_row_taken, k);
+        row_open(s, k);
         return;
     }
     char seg[16], q[24], ttl[16], ep[24];
@@ -452,6 +493,9 @@ static void release(store *st, const char *sku, int i, const char *token, store_
 static void on_deducted(void *arg, int rc, const struct pgs_res *r)
 {
     struct call *k = arg;
+    ending_drop(k->s, k);
+    if (k->then != NULL)
+        row_open(k->s, k->then);
     if (k->scheme == SCHEME_LEASE && (rc != 0 || r->code != PGS_OK) && k->token[0])
         pgs_lease_release(k->s->plain, k->sku, k->seg, k->token, NULL, NULL);
     if (k->scheme == SCHEME_OPT && rc == 0 && r->code == PGS_OK && k->keep)
@@ -521,9 +565,15 @@ static bool deduct(store *st, const char *sku, long long epoch, int i, const cha
          * the row lock: keeping at any cost held every connection of a loop at 20
          * segments, its other ACQUIREs waiting behind the kept transactions) */
         k->c = h->c;
-        (keep && pool_spare(s, h->c) > 1 ? pgs_row_deduct_keep : pgs_row_deduct)(
-            h->c, h->txn, sku, i, id, qty, record, on_deducted, k);
+        if (keep && pool_spare(s, h->c) > 1) {
+            pgs_row_deduct_keep(h->c, h->txn, sku, i, id, qty, record, on_deducted, k);
+        } else {
+            ending_add(s, k);
+            pgs_row_deduct(h->c, h->txn, sku, i, id, qty, record, on_deducted, k);
+        }
     } else if (k->scheme == SCHEME_ROW) {
+        k->c = s->plain;
+        ending_add(s, k);
         pgs_row_deduct_now(s->plain, sku, i, id, qty, record, on_deducted, k);
     } else if (h != NULL && h->scheme == SCHEME_OPT) {
         pgs_opt_deduct(s->plain, sku, i, h->version, id, qty, record, on_deducted, k);

@@ -42,6 +42,7 @@ struct pg_store {
     pgp_pool *pool;  /* the transactions of `row` holds */
     struct known *known;
     struct held *held;
+    struct call *ending; /* row deductions that end their transaction, unanswered */
     int ttl_ms;
 };
 
@@ -61,7 +62,9 @@ struct call { /* what a statement's answer is for */
     char id[SEG_NAME_MAX + 1];
     char token[48];
     char *record;
-    pgc_conn *c; /* row: the connection of the transaction being opened */
+    pgc_conn *c;           /* row: the connection of the transaction being opened */
+    struct call *end_next; /* in pg_store.ending */
+    struct call *then;     /* a row hold of the same row, opened once this is answered */
     int seg, n;
     long long qty, epoch;
     bool keep;
