@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
