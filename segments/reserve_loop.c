@@ -94,6 +94,18 @@ static void on_replay(void *arg, int rc, const struct store_reply *r,
         return;
     }
     settled_on_the_way(q, h);
+    if (r->code == STORE_STALE || r->code == STORE_MISSING) {
+        /* The hold the place found went between the two calls: a reset or a delete
+         * made it void, and its id is free in the new sale (or there is none). Not
+         * another's: place again, as after a STALE place. */
+        if (++q->stale >= 4) {
+            finish(q, RESV_BUSY);
+            return;
+        }
+        q->state = RL_PLACE;
+        send_place(q);
+        return;
+    }
     keep(q, h);
     bool same = r->code == STORE_OK && strcmp(h->sku, q->sku) == 0 && h->qty == q->qty;
     finish(q, same ? RESV_REPLAYED : RESV_CONFLICT);
