@@ -80,7 +80,7 @@ HARNESS   := $(BUILD)/tests/harness.o $(BUILD)/tests/proxy.o $(BUILD)/tests/harn
              $(BUILD)/tests/harness_lock.o
 HARNESS   += $(BUILD)/tests/harness_zk.o
 HARNESS   += $(BUILD)/tests/harness_view.o
-HARNESS   += $(BUILD)/tests/harness_sale.o $(BUILD)/tests/harness_net.o
+HARNESS   += $(BUILD)/tests/harness_sale.o $(BUILD)/tests/harness_net.o $(BUILD)/tests/harness_ledger.o
 
 .SECONDARY:
 .PHONY: all deps deps-run run test unit integration loadtest loadtest-quick fuzz format format-check layers clean \

@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "tests/harness.h"
+#include "tests/harness_ledger.h"
 #include "tests/harness_pg.h"
 
 struct env {
@@ -82,27 +83,6 @@ static long long scalar(struct env *e, const char *fmt, const char *sku)
     return h_pg_scalar(e->pg, sql);
 }
 
-/* GET /admin/skus/SKU/reconcile until its drift is 0 (within ms): the last drift. */
-static long long wait_drift(int port, const char *sku, int ms)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/admin/skus/%s/reconcile", sku);
-    long long drift = -1;
-    for (int waited = 0; waited <= ms; waited += 100) {
-        struct h_resp r;
-        if (h_req(port, "GET", path, NULL, NULL, &r) == 200) {
-            json_t *o = h_resp_json(&r);
-            drift = h_jint(o, "drift");
-            json_decref(o);
-        }
-        h_resp_free(&r);
-        if (drift == 0)
-            return 0;
-        usleep(100 * 1000);
-    }
-    return drift;
-}
-
 /* The ledger holds each of `sales` sales of `sku` once, and nothing else sold. */
 static void assert_once(struct env *e, const char *sku, long long sales)
 {
@@ -120,13 +100,6 @@ static void assert_once(struct env *e, const char *sku, long long sales)
         scalar(e, "SELECT count(*) FROM ledger.orders WHERE sku = '%s'", sku), sales);
 }
 
-static void order_ok(int port, const char *sku, const char *id)
-{
-    int st = h_order(port, sku, 1, id, NULL);
-    if (st != 201)
-        fail_msg("order %s: %d", id, st);
-}
-
 /* Sales, cancels, a restock and a rebalance: each an event, copied once; the
  * ledger's counts meet the store's (drift 0). */
 static void test_events_and_reconcile(void **state)
@@ -137,7 +110,7 @@ static void test_events_and_reconcile(void **state)
     char id[64], path[96];
     for (int i = 0; i < 60; i++) {
         snprintf(id, sizeof id, "le1-o%d", i);
-        order_ok(port, "le1", id);
+        h_order_ok(port, "le1", id);
     }
     for (int i = 0; i < 6; i++) {
         struct h_resp r;
@@ -152,7 +125,7 @@ static void test_events_and_reconcile(void **state)
     assert_int_equal(h_req(port, "POST", "/admin/skus/le1/rebalance", NULL, NULL, &r),
                      200);
     h_resp_free(&r);
-    assert_int_equal(wait_drift(port, "le1", 10000), 0);
+    assert_int_equal(h_wait_drift(port, "le1", 10000), 0);
     assert_once(e, "le1", 60);
     assert_int_equal(scalar(e,
                             "SELECT count(*) FROM ledger.order_events"
@@ -199,9 +172,9 @@ static void test_two_sinks(void **state)
     char id[64];
     for (int i = 0; i < 300; i++) {
         snprintf(id, sizeof id, "le2-o%d", i);
-        order_ok(i % 2 ? pb : pa, "le2", id);
+        h_order_ok(i % 2 ? pb : pa, "le2", id);
     }
-    assert_int_equal(wait_drift(pb, "le2", 10000), 0);
+    assert_int_equal(h_wait_drift(pb, "le2", 10000), 0);
     assert_once(e, "le2", 300);
     /* What was copied leaves the streams: Redis does not keep the events. */
     redisContext *rc = h_redis_connect(e->redis);
@@ -252,7 +225,7 @@ static void test_retention(void **state)
     json_t *sku = h_get_sku(port, NULL, "le5");
     assert_int_equal(h_jint(sku, "remaining"), 10);
     json_decref(sku);
-    assert_int_equal(wait_drift(port, "le5", 10000), 0);
+    assert_int_equal(h_wait_drift(port, "le5", 10000), 0);
     assert_int_equal(scalar(e,
                             "SELECT count(*) FROM ledger.orders WHERE sku = '%s'"
                             " AND status = 'cancelled' AND qty = 0",
@@ -300,7 +273,7 @@ static void test_retention_forgets_segment_fields(void **state)
     char id[32];
     for (int i = 0; i < 20; i++) {
         snprintf(id, sizeof id, "le9-o%d", i);
-        order_ok(port, "le9", id);
+        h_order_ok(port, "le9", id);
     }
     assert_int_equal(h_order(port, "le9", 3, "le9-three", NULL), 201);
     struct h_resp r;
@@ -326,7 +299,7 @@ static void test_retention_forgets_segment_fields(void **state)
         assert_int_equal(h_jint(sku, "remaining"), 1000 - 19);
         json_decref(sku);
     }
-    assert_int_equal(wait_drift(port, "le9", 10000), 0);
+    assert_int_equal(h_wait_drift(port, "le9", 10000), 0);
 }
 
 /* A reset forgets the SKU's orders (README): once the ledger has them, too. A sale
@@ -338,12 +311,12 @@ static void test_reset_forgets_ledger_orders(void **state)
     struct env *e = *state;
     int port = h_svc_port(e->a);
     assert_int_equal(h_put_sku(port, NULL, "le7", 100, 2, "lock", 0), 0);
-    order_ok(port, "le7", "le7-sold");
-    order_ok(port, "le7", "le7-gone");
+    h_order_ok(port, "le7", "le7-sold");
+    h_order_ok(port, "le7", "le7-gone");
     struct h_resp r;
     assert_int_equal(h_req(port, "DELETE", "/orders/le7-gone", NULL, NULL, &r), 200);
     h_resp_free(&r);
-    assert_int_equal(wait_drift(port, "le7", 10000), 0); /* both in the ledger */
+    assert_int_equal(h_wait_drift(port, "le7", 10000), 0); /* both in the ledger */
     assert_int_equal(
         scalar(e, "SELECT count(*) FROM ledger.orders WHERE sku = '%s'", "le7"), 2);
     assert_int_equal(h_put_sku(port, NULL, "le7", 100, 2, "lock", 0), 0); /* reset */
@@ -443,7 +416,7 @@ static void test_gone_segment_leaves_no_keys(void **state)
         assert_int_equal(h_order(port, "lg", 1, NULL, NULL), 201);
     assert_int_equal(count_keys(e, "inv:{lg:1}:ledger"), 1);
     /* The sinks follow both segments (a SKU they never listed with 2 is not). */
-    assert_int_equal(wait_drift(port, "lg", 10000), 0);
+    assert_int_equal(h_wait_drift(port, "lg", 10000), 0);
     assert_int_equal(h_put_sku(port, NULL, "lg", 100, 1, "lock", 0), 0); /* shrink */
     assert_int_equal(wait_keys_gone(e, "inv:{lg:1}*", 10000), 0);
     assert_int_equal(count_keys(e, "inv:{lg:0}:ledger"), 1); /* it stays: kept */
@@ -564,7 +537,7 @@ static void test_unregistered_segments_adopted(void **state)
     e->b = start_svc(e, "1");
     assert_non_null(e->b);
     assert_int_equal(wait_sales(e, "lmig", 3, 10000), 3);
-    assert_int_equal(wait_drift(port, "lmig", 10000), 0);
+    assert_int_equal(h_wait_drift(port, "lmig", 10000), 0);
 }
 
 /* PostgreSQL stopped under load, then back: every sale copied once. */
@@ -577,7 +550,7 @@ static void test_postgres_down_and_back(void **state)
     char id[64];
     for (int i = 0; i < 200; i++) {
         snprintf(id, sizeof id, "le3-o%d", i);
-        order_ok(port, "le3", id);
+        h_order_ok(port, "le3", id);
     }
     usleep(1500 * 1000); /* the sinks read batches, fail them, and keep them pending */
     double failures = 0;
@@ -590,7 +563,7 @@ static void test_postgres_down_and_back(void **state)
     }
     assert_int_equal(h_pg_restart(e->pg), 0);
     assert_true(failures > 0);
-    assert_int_equal(wait_drift(port, "le3", 15000), 0);
+    assert_int_equal(h_wait_drift(port, "le3", 15000), 0);
     assert_once(e, "le3", 200);
 }
 
@@ -660,7 +633,7 @@ static void test_postgres_down_under_load(void **state)
     }
     long long load_end = h_now_ms();
     assert_int_equal(other, 0); /* every order acknowledged, PostgreSQL or not */
-    assert_int_equal(wait_drift(pa, "le6", 30000), 0);
+    assert_int_equal(h_wait_drift(pa, "le6", 30000), 0);
     long long caught_up = h_now_ms();
     assert_once(e, "le6", acked);
     json_t *sku = h_get_sku(pa, NULL, "le6");
@@ -688,12 +661,12 @@ static void test_sinks_killed_mid_batch(void **state)
     char id[64];
     for (int i = 0; i < 40; i++) { /* some copied before the stop */
         snprintf(id, sizeof id, "le4-o%d", i);
-        order_ok(port, "le4", id);
+        h_order_ok(port, "le4", id);
     }
     assert_int_equal(h_pg_stop(e->pg) >= 0, 1);
     for (int i = 40; i < 160; i++) {
         snprintf(id, sizeof id, "le4-o%d", i);
-        order_ok(i % 2 ? h_svc_port(e->b) : port, "le4", id);
+        h_order_ok(i % 2 ? h_svc_port(e->b) : port, "le4", id);
     }
     /* Wait until the sinks have read batches they cannot copy: pending with them. */
     redisContext *rc = h_redis_connect(e->redis);
@@ -719,7 +692,7 @@ static void test_sinks_killed_mid_batch(void **state)
     assert_int_equal(h_pg_restart(e->pg), 0);
     e->a = start_svc(e, "3600");
     assert_non_null(e->a);
-    assert_int_equal(wait_drift(h_svc_port(e->a), "le4", 20000), 0);
+    assert_int_equal(h_wait_drift(h_svc_port(e->a), "le4", 20000), 0);
     assert_once(e, "le4", 160);
 }
 

@@ -22,35 +22,8 @@
 #include <jansson.h>
 
 #include "tests/harness.h"
+#include "tests/harness_ledger.h"
 #include "tests/harness_pg.h"
-
-/* GET /admin/skus/SKU/reconcile until its drift is 0 (within ms): the last drift. */
-static long long wait_drift(int port, const char *sku, int ms)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/admin/skus/%s/reconcile", sku);
-    long long drift = -1;
-    for (int waited = 0; waited <= ms; waited += 100) {
-        struct h_resp r;
-        if (h_req(port, "GET", path, NULL, NULL, &r) == 200) {
-            json_t *o = h_resp_json(&r);
-            drift = h_jint(o, "drift");
-            json_decref(o);
-        }
-        h_resp_free(&r);
-        if (drift == 0)
-            return 0;
-        usleep(100 * 1000);
-    }
-    return drift;
-}
-
-static void order_ok(int port, const char *sku, const char *id)
-{
-    int st = h_order(port, sku, 1, id, NULL);
-    if (st != 201)
-        fail_msg("order %s: %d", id, st);
-}
 
 struct cenv {
     h_cluster *cluster;
@@ -131,9 +104,9 @@ static void test_failover_copies_only_replicated(void **state)
     char id[64];
     for (int i = 0; i < 20; i++) {
         snprintf(id, sizeof id, "lc-o%d", i);
-        order_ok(port, "lc", id);
+        h_order_ok(port, "lc", id);
     }
-    assert_int_equal(wait_drift(port, "lc", 10000), 0);
+    assert_int_equal(h_wait_drift(port, "lc", 10000), 0);
     assert_int_equal(ledger_sold(e, "lc"), 20);
 
     int master = h_cluster_master_of(e->cluster, key);
@@ -160,7 +133,7 @@ static void test_failover_copies_only_replicated(void **state)
     while (h_cluster_master_of(e->cluster, key) != replica && h_now_ms() < until)
         h_sleep_ms(100);
     assert_int_equal(h_cluster_master_of(e->cluster, key), replica);
-    assert_int_equal(wait_drift(port, "lc", 20000),
+    assert_int_equal(h_wait_drift(port, "lc", 20000),
                      0); /* Redis lost the 5: so has the ledger */
     assert_int_equal(ledger_sold(e, "lc"), 20);
     j = h_get_sku(port, NULL, "lc");
