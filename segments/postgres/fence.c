@@ -78,19 +78,6 @@ void pgf_deduct(struct pg_store *s, const char *sku, long long epoch, int i,
     pgc_call(s->plain, 0, PGC_PREPARE, &stmt, 1, on_reply, k);
 }
 
-/* An array as a PostgreSQL text literal, {1,2,3}: v, or iv when v is NULL. */
-static char *array_of(const long long *v, const int *iv, int n)
-{
-    size_t cap = (size_t)n * 24 + 3, len = 0;
-    char *a = seg_malloc(cap);
-    a[len++] = '{';
-    for (int j = 0; j < n; j++)
-        len += (size_t)snprintf(a + len, cap - len, "%s%lld", j ? "," : "",
-                                v != NULL ? v[j] : (long long)iv[j]);
-    snprintf(a + len, cap - len, "}");
-    return a;
-}
-
 /* o_code, o_stocks ({1,2,3}: one per part, in the parts' order), o_record. */
 static void on_multi(void *arg, int rc, PGresult *const *res, int n)
 {
@@ -126,9 +113,9 @@ void pgf_deduct_multi(struct pg_store *s, const char *sku, long long epoch,
     struct call *k = pgb_call_new(s, arg, sku);
     k->fn.multi = fn;
     k->n = p->n;
-    char *segs = array_of(NULL, p->seg, p->n);
-    char *parts = array_of(p->part, NULL, p->n);
-    char *fences = array_of(p->fence, NULL, p->n);
+    char *segs = pgb_array_ll(NULL, p->seg, p->n);
+    char *parts = pgb_array_ll(p->part, NULL, p->n);
+    char *fences = pgb_array_ll(p->fence, NULL, p->n);
     char ep[24];
     snprintf(ep, sizeof ep, "%lld", epoch);
     const char *q[] = {sku, segs, parts, fences, ep, id, record};

@@ -92,6 +92,18 @@ struct held *pgb_held_add(struct pg_store *s, const char *token, enum scheme sc)
     return h;
 }
 
+char *pgb_array_ll(const long long *v, const int *iv, int n)
+{
+    size_t cap = (size_t)n * 24 + 3, len = 0;
+    char *a = seg_malloc(cap);
+    a[len++] = '{';
+    for (int j = 0; j < n; j++)
+        len += (size_t)snprintf(a + len, cap - len, "%s%lld", j ? "," : "",
+                                v != NULL ? v[j] : (long long)iv[j]);
+    snprintf(a + len, cap - len, "}");
+    return a;
+}
+
 long long pgb_cell(const PGresult *r, int row, int col)
 {
     return PQgetisnull(r, row, col) ? -1 : strtoll(PQgetvalue(r, row, col), NULL, 10);

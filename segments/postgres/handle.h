@@ -88,6 +88,9 @@ struct call *pgb_call_new(struct pg_store *s, void *arg, const char *sku);
 void pgb_call_free(struct call *k);
 /* A cell as a number (NULL: -1); every result of a call OK. */
 long long pgb_cell(const PGresult *r, int row, int col);
+/* The bigint[] literal {1,2,3} of v[0..n-1], or of iv[0..n-1] when v is NULL.
+ * Malloc'd; the caller frees it. */
+char *pgb_array_ll(const long long *v, const int *iv, int n);
 bool pgb_results_ok(int rc, PGresult *const *res, int n);
 
 /* store_ops.adjust: "spread" and "rebalance" on the loop (spread.c). */

@@ -55,19 +55,7 @@ static void on_multi_why(void *arg, int rc, PGresult *const *res, int n)
     free(stocks);
 }
 
-/* Arrays as PostgreSQL text literals: {1,2,3}, {"a","b"}. */
-static char *array_ll(const long long *v, const int *iv, int n)
-{
-    size_t cap = (size_t)n * 24 + 3, len = 0;
-    char *a = seg_malloc(cap);
-    a[len++] = '{';
-    for (int j = 0; j < n; j++)
-        len += (size_t)snprintf(a + len, cap - len, "%s%lld", j ? "," : "",
-                                v != NULL ? v[j] : (long long)iv[j]);
-    snprintf(a + len, cap - len, "}");
-    return a;
-}
-
+/* A text[] literal: {"a","b"}. */
 static char *array_text(char *const *v, int n)
 {
     size_t cap = 3, len = 0;
@@ -118,7 +106,7 @@ static void on_multi(void *arg, int rc, PGresult *const *res, int n)
     int *seg = seg_calloc((size_t)k->n, sizeof *seg);
     for (int j = 0; j < k->n; j++)
         seg[j] = (int)k->part[k->n + j];
-    char *segs = array_ll(NULL, seg, k->n);
+    char *segs = pgb_array_ll(NULL, seg, k->n);
     char *toks = array_text(k->tok, k->n);
     free(seg);
     const char *p[] = {k->sku, segs, toks, k->id};
@@ -182,8 +170,8 @@ void pgb_deduct_multi(store *st, const char *sku, long long epoch, const char *i
     }
     bool atomic = p->tok == NULL || p->tok[0][0] == '\0';
     k->scheme = atomic ? SCHEME_OPT : pgb_scheme_of(s, sku);
-    char *segs = array_ll(NULL, p->seg, p->n);
-    char *parts = array_ll(p->part, NULL, p->n);
+    char *segs = pgb_array_ll(NULL, p->seg, p->n);
+    char *parts = pgb_array_ll(p->part, NULL, p->n);
     char *toks = array_text(k->tok, p->n);
     char n[16], ep[24];
     snprintf(n, sizeof n, "%d", p->n);

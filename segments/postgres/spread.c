@@ -53,18 +53,6 @@ char *pgsp_tokens(const char *const *tok, int n)
     return toks;
 }
 
-char *pgsp_fences(const long long *fence, int n)
-{
-    size_t cap = 3 + (size_t)n * 22;
-    char *out = seg_malloc(cap);
-    size_t len = 0;
-    out[len++] = '{';
-    for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(out + len, cap - len, "%s%lld", i ? "," : "", fence[i]);
-    snprintf(out + len, cap - len, "}");
-    return out;
-}
-
 static void done(struct call *k, int rc, int code, long long value)
 {
     struct store_reply r = {.code = code, .value = value};
@@ -139,7 +127,7 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
         return;
     }
     char *toks = pgsp_tokens(tok, segments);
-    char *fences = fence != NULL ? pgsp_fences(fence, segments) : NULL;
+    char *fences = fence != NULL ? pgb_array_ll(fence, NULL, segments) : NULL;
     char set[64], ep[24], ns[16];
     snprintf(set, sizeof set, "SET LOCAL lock_timeout = %d",
              s->ttl_ms / 4 > 0 ? s->ttl_ms / 4 : 1);

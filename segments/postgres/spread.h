@@ -8,7 +8,7 @@
  * the caller saw; $5 "lease" (true: write only when every segment's lease is the
  * caller's token); $6 "spread" (true: only when evening out leaves more segments with
  * stock; false: even out always); $7 a lock service's fences, one per segment, as a
- * bigint[] literal (pgsp_fences), or NULL: none (write only when each is -1, 0 or no
+ * bigint[] literal (pgb_array_ll), or NULL: none (write only when each is -1, 0 or no
  * lower than its segment's svc_fence, fence.h). It locks the segment rows in index order,
  * reads their stock as locked and, when the epoch, the segment count and those conditions
  * hold, writes total / n to each (the first total % n one more) with version + 1 and
@@ -27,7 +27,5 @@ extern const char pgsp_sql[];
 /* The text[] literal of tok[0..n-1] (hex tokens: no quoting needed), or of n empty
  * tokens (which match no lease) when tok is NULL. Malloc'd; the caller frees it. */
 char *pgsp_tokens(const char *const *tok, int n);
-/* The bigint[] literal of fence[0..n-1]. Malloc'd; the caller frees it. */
-char *pgsp_fences(const long long *fence, int n);
 
 #endif
