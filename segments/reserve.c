@@ -54,6 +54,8 @@ resv_status resv_step_status(const struct store_hold *h, int code)
         return RESV_OK;
     case STORE_EXISTS:
         return RESV_REPLAYED;
+    case STORE_BUSY: /* a release's wait for its segment ran out: nothing done */
+        return RESV_BUSY;
     case STORE_MISSING:
         return RESV_NOT_FOUND;
     case STORE_STALE:
