@@ -1,0 +1,254 @@
+/* it_cluster_reservations.c -- reservations on a real Redis Cluster (3 masters with a
+ * replica each): place, replay, confirm, release, expiry by Redis's clock and the
+ * sweeper, confirms racing expiry, restock with holds; every step audited as
+ * remaining + reserved + sold = initial, per SKU and per segment. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "tests/resv_env.h"
+
+static long long jint(json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Place, replay, conflict, confirm, replay, cancel, release, and the ids of orders
+ * and reservations kept apart, each across the slots of a cluster. */
+static void test_hold_confirm_replay(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-life", 10, 4, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(rve_reserve(a, "cr-life", 3, 60, "clife-1", &r), 201);
+    json_t *j = h_resp_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
+    assert_int_equal(jint(j, "qty"), 3);
+    long long x = jint(j, "expires_at_ms");
+    assert_true(x > wall_ms() + 50000 && x <= wall_ms() + 61000);
+    json_decref(j);
+    h_resp_free(&r);
+    /* the same id again: the same hold; another qty: 409 */
+    assert_int_equal(rve_reserve(a, "cr-life", 3, 60, "clife-1", &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "expires_at_ms"), x);
+    json_decref(j);
+    h_resp_free(&r);
+    assert_int_equal(rve_reserve(a, "cr-life", 4, 60, "clife-1", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "GET", "clife-1", "", NULL), 200);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(n.remaining, 7);
+
+    /* confirm: 201 the order, again 200; the order readable, cancelled as one */
+    assert_int_equal(rve_on_resv(a, "POST", "clife-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "POST", "clife-1", "/confirm", NULL), 200);
+    assert_int_equal(h_http(a, "GET", "/orders/clife-1", NULL, NULL, 0, &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "qty"), 3);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "confirmed");
+    json_decref(j);
+    h_resp_free(&r);
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 3);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "DELETE", "clife-1", "", code), 409);
+    assert_string_equal(code, "reservation_confirmed");
+    assert_int_equal(h_http(a, "DELETE", "/orders/clife-1", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.remaining, 10);
+
+    /* release: the units back, idempotent; a confirm after it is 409 */
+    assert_int_equal(rve_reserve(a, "cr-life", 2, 60, "clife-2", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-life").reserved, 2);
+    assert_int_equal(rve_on_resv(a, "DELETE", "clife-2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(a, "DELETE", "clife-2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(a, "POST", "clife-2", "/confirm", code), 409);
+    assert_string_equal(code, "reservation_released");
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 10);
+
+    /* an order's id is not a reservation's; an unknown id is 404 */
+    assert_int_equal(h_order(a, "cr-life", 1, "clife-o", NULL), 201);
+    assert_int_equal(rve_reserve(a, "cr-life", 1, 60, "clife-o", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "GET", "clife-none", "", NULL), 404);
+    assert_int_equal(rve_on_resv(a, "POST", "clife-none", "/confirm", NULL), 404);
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.sold, 1);
+    assert_int_equal(n.remaining, 9);
+}
+
+/* A hold nobody touches comes back by itself: the sweeper (which walks the SKUs'
+ * segments on a cluster) settles it after its expiry, and a confirm then is 410 with
+ * nothing sold. */
+static void test_expiry_returns_units(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-exp", 6, 3, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-exp", 2, 1, "cexp-1", NULL), 201);
+    assert_int_equal(rve_reserve(a, "cr-exp", 2, 1, "cexp-2", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-exp").reserved, 4);
+    struct rve_nums n = {0};
+    for (int k = 0; k < 40; k++) { /* 1 s holds, a 250 ms sweeper: 2 s is plenty */
+        usleep(100 * 1000);
+        n = rve_sku_nums(a, NULL, "cr-exp");
+        if (n.reserved == 0)
+            break;
+    }
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 6);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "POST", "cexp-1", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_expired");
+    assert_int_equal(rve_on_resv(a, "DELETE", "cexp-2", "", NULL), 200); /* expired */
+    n = rve_sku_nums(a, NULL, "cr-exp");
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.remaining, 6);
+    assert_int_equal(h_order(a, "cr-exp", 6, NULL, NULL), 201);
+}
+
+/* Confirms racing expiry: two confirms of each hold, 1 ms before and 1 ms after its
+ * expiry (this host's clock is the cluster's). For each hold the answers agree: sold
+ * (one 201, one 200, an order record) or expired (410 both, no record). */
+struct racer {
+    int port;
+    const char *id;
+    long long at;
+    int status;
+};
+
+static void *race_one(void *arg)
+{
+    struct racer *r = arg;
+    long long wait = r->at - wall_ms();
+    if (wait > 0)
+        usleep((useconds_t)(wait * 1000));
+    r->status = rve_on_resv(r->port, "POST", r->id, "/confirm", NULL);
+    return NULL;
+}
+
+#define RACES 12
+
+static void test_confirm_races_expiry(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-race", 1000, 4, "lock", 0), 0);
+    char ids[RACES][32];
+    long long exp[RACES];
+    for (int k = 0; k < RACES; k++) {
+        snprintf(ids[k], sizeof ids[k], "crace-%d", k);
+        struct h_resp r;
+        assert_int_equal(rve_reserve(a, "cr-race", 2, 1, ids[k], &r), 201);
+        json_t *j = h_resp_json(&r);
+        exp[k] = jint(j, "expires_at_ms");
+        json_decref(j);
+        h_resp_free(&r);
+    }
+    struct racer rc[RACES][2];
+    pthread_t th[RACES][2];
+    for (int k = 0; k < RACES; k++) {
+        long long at = exp[k] + (k % 3) - 1; /* -1, 0, +1 ms */
+        rc[k][0] = (struct racer){a, ids[k], at - 1, 0};
+        rc[k][1] = (struct racer){a, ids[k], at + 1, 0};
+        for (int s = 0; s < 2; s++)
+            assert_int_equal(pthread_create(&th[k][s], NULL, race_one, &rc[k][s]), 0);
+    }
+    int sold = 0;
+    for (int k = 0; k < RACES; k++) {
+        for (int s = 0; s < 2; s++)
+            pthread_join(th[k][s], NULL);
+        int s0 = rc[k][0].status, s1 = rc[k][1].status;
+        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
+        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
+            fail_msg("%s: %d, %d (one sale, or expired for both)", ids[k], s0, s1);
+        char path[64];
+        snprintf(path, sizeof path, "/orders/%.31s", ids[k]);
+        struct h_resp r;
+        assert_int_equal(h_http(a, "GET", path, NULL, NULL, 0, &r), ok0 ? 200 : 404);
+        h_resp_free(&r);
+        sold += ok0;
+    }
+    print_message("confirm vs expiry: %d sold of %d\n", sold, RACES);
+    struct rve_nums n = {0};
+    for (int k = 0; k < 40; k++) { /* the expired ones settled by the sweeper */
+        n = rve_sku_nums(a, NULL, "cr-race");
+        if (n.reserved == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 2 * sold);
+    assert_int_equal(n.remaining, 1000 - 2 * sold);
+}
+
+/* Restock and rebalance (per-slot steps on a cluster) leave the holds where they
+ * are; the holds then confirm and release as before. */
+static void test_restock_with_holds(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-adm", 10, 2, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-adm", 5, 60, "cadm-1", NULL), 201);
+    assert_int_equal(rve_reserve(a, "cr-adm", 3, 60, "cadm-2", NULL), 201);
+    struct h_resp r;
+    assert_int_equal(
+        h_req(a, "POST", "/admin/skus/cr-adm/restock", NULL, "{\"qty\":10}", &r), 200);
+    h_resp_free(&r);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-adm");
+    assert_int_equal(n.initial, 20);
+    assert_int_equal(n.reserved, 8);
+    assert_int_equal(h_req(a, "POST", "/admin/skus/cr-adm/rebalance", NULL, NULL, &r),
+                     200);
+    h_resp_free(&r);
+    n = rve_sku_nums(a, NULL, "cr-adm");
+    assert_int_equal(n.reserved, 8);
+    assert_int_equal(n.remaining, 12);
+    assert_int_equal(rve_on_resv(a, "POST", "cadm-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "DELETE", "cadm-2", "", NULL), 200);
+    n = rve_sku_nums(a, NULL, "cr-adm");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 5);
+    assert_int_equal(n.remaining, 15);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hold_confirm_replay),
+        cmocka_unit_test(test_expiry_returns_units),
+        cmocka_unit_test(test_confirm_races_expiry),
+        cmocka_unit_test(test_restock_with_holds),
+    };
+    int failed = cmocka_run_group_tests_name(
+        "cluster_reservations", tests, h_cluster_group_setup, h_cluster_group_teardown);
+    return h_exit_status(failed);
+}
