@@ -1,6 +1,7 @@
 /* it_cluster_reservations.c -- reservations on a real Redis Cluster (3 masters with a
  * replica each): place, replay, confirm, release, expiry by Redis's clock and the
- * sweeper, confirms racing expiry, restock with holds; every step audited as
+ * sweeper, confirms racing expiry, restock, rebalance, reset and delete with holds,
+ * a concurrent mix; every step audited as
  * remaining + reserved + sold = initial, per SKU and per segment. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -244,6 +245,31 @@ static void test_restock_with_holds(void **state)
     assert_int_equal(n.remaining, 15);
 }
 
+/* A reset starts a new sale: the old one's holds are void (410), their id free again;
+ * a delete voids them too. */
+static void test_reset_and_delete_void_holds(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-reset", 10, 2, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-reset", 4, 1, "creset-1", NULL), 201);
+    assert_int_equal(h_put_sku(a, NULL, "cr-reset", 10, 2, "lock", 0), 0);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-reset");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 10);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "POST", "creset-1", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_void");
+    assert_int_equal(rve_on_resv(a, "GET", "creset-1", "", NULL), 410);
+    assert_int_equal(rve_reserve(a, "cr-reset", 1, 1, "creset-1", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-reset").reserved, 1);
+    struct h_resp r;
+    assert_int_equal(h_http(a, "DELETE", "/admin/skus/cr-reset", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "DELETE", "creset-1", "", NULL), 410);
+    assert_int_equal(h_order(a, "cr-reset", 1, NULL, NULL), 404);
+}
+
 /* Holds, confirms, releases, 1 s holds left to expire, and orders, all at once from
  * 4 clients: every answer is one the client can act on (a place or an order may be
  * 409 or 503 busy), and once the sweeper has returned the expired holds, sold is
@@ -322,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_expiry_returns_units),
         cmocka_unit_test(test_confirm_races_expiry),
         cmocka_unit_test(test_restock_with_holds),
+        cmocka_unit_test(test_reset_and_delete_void_holds),
         cmocka_unit_test(test_concurrent_mix_audited),
     };
     int failed = cmocka_run_group_tests_name(
