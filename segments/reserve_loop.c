@@ -144,7 +144,7 @@ static void on_place(void *arg, int rc, const struct store_reply *r, struct stor
     case STORE_OK:
         keep(q, h);
         stat_add(q->e->v, STAT_HOLDS_PLACED, 1);
-        settle(q, RESV_OK, NULL);
+        settle(q, RESV_OK, q->id); /* the id: the index's node too, where apart */
         return;
     case STORE_EXISTS: /* the id is a hold already: the same request, or another's */
         q->state = RL_REPLAY;

@@ -34,16 +34,16 @@ struct where {
     bool replicated;
 };
 
-/* hold.lua in slot mode on segment w->seg: every key in its slot (7, 9, 12 stand in
- * for the meta, the index and the order record, which it leaves alone). */
+/* hold.lua in slot mode on segment w->seg: every key in its slot (7, 8, 9, 12 stand in
+ * for the meta, the sweeper's list, the index and the order record, which it leaves
+ * alone). */
 static void slot_cmd(struct rd_cmd *cmd, const char *act, const struct where *w,
                      const char *id, int ttl_ms, const char *attempt, const char *record,
                      long long until)
 {
-    char k[SEG_KEY_MAX], hk[SEG_KEY_MAX], rk[SEG_KEY_MAX], m[STORE_SKU_PLACED_MAX + 48];
+    char k[SEG_KEY_MAX], rk[SEG_KEY_MAX], m[STORE_SKU_PLACED_MAX + 48];
     const char *placed = w->placed;
     int i = w->seg;
-    seg_key_holding_segment(hk, placed, i);
     seg_key_hold(rk, placed, i, id);
     cmd_script(cmd, SCRIPT_HOLD);
     cmd_key(cmd, seg_key_stock(k, placed, i));
@@ -52,8 +52,8 @@ static void slot_cmd(struct rd_cmd *cmd, const char *act, const struct where *w,
     cmd_key(cmd, seg_key_holds(k, placed, i, w->epoch));
     cmd_key(cmd, seg_key_epoch(k, placed, i));
     cmd_key(cmd, seg_key_lock(k, placed, i));
-    cmd_key(cmd, hk);
-    cmd_key(cmd, hk);
+    cmd_key(cmd, rk);
+    cmd_key(cmd, rk);
     cmd_key(cmd, rk);
     cmd_key(cmd, rk);
     cmd_key(cmd, seg_key_orders(k, placed, i));

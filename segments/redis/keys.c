@@ -202,11 +202,6 @@ char *seg_key_hold_index(char *buf, const char *id)
     return buf;
 }
 
-char *seg_key_holding_segment(char *buf, const char *sku, int i)
-{
-    return segment_key(buf, sku, i, "holding");
-}
-
 const char *seg_key_holding(void)
 {
     return "inv:holding";

@@ -107,8 +107,8 @@
  *                             c, u (a place's claim) and o (the confirm that wrote
  *                             the order record), lua/hold_id.lua
  *   inv:holding               sorted set: "placed i E" per segment with holds, scored
- *                             by its first expiry: the hold sweeper's work list
- *   inv:{sku:i}:holding       the same for segment i alone, on a Redis Cluster
+ *                             by its first expiry: the hold sweeper's work list (on a
+ *                             cluster kept by lua/holding.lua, apart from the steps)
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
  * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose
@@ -171,9 +171,6 @@ char *seg_key_holds(char *buf, const char *sku, int i, long long epoch);
 char *seg_key_hold(char *buf, const char *sku, int i, const char *id);
 char *seg_key_hold_index(char *buf, const char *id);
 const char *seg_key_holding(void);
-/* On a Redis Cluster, segment i's own holding list (its one member, scored by its
- * first expiry), in its slot: the cluster sweeper's, walked SKU by SKU. */
-char *seg_key_holding_segment(char *buf, const char *sku, int i);
 
 /* The name the segments of `sku` are keyed under: `sku`, or "sku/salt" when salt > 0
  * (buf: SEG_NAME_MAX + 16 bytes). calls.h rd_sku_placed is this, and both are

@@ -36,11 +36,10 @@
 -- After the epoch check, every reply ends with one more element: the expired holds
 -- this run settled (an expired one a step meets counts).
 -- On a Redis Cluster (ARGV[16], the end of the id's claim in ms, present: "slot"
--- mode) a step touches its segment's slot alone: KEYS 7, 9 and 12 are placeholders in
--- the slot, never touched, KEYS 8 the segment's own holding key (`inv:{sku:i}:holding`);
--- the index, the order record, the sweeper's list and the SKU's gen are the caller's
--- steps in their own slots (lua/hold_id.lua, lua/holding.lua); a sweep answers {OK,
--- settled, the first expiry left or ''}. A place
+-- mode) a step touches its segment's slot alone: KEYS 7, 8, 9 and 12 are placeholders
+-- in the slot, never touched; the index, the order record, the sweeper's list and the
+-- SKU's gen are the caller's steps in their own slots (lua/hold_id.lua,
+-- lua/holding.lua); a sweep answers {OK, settled, the first expiry left or ''}. A place
 -- after the claim's end is STALE (an attempt taken for dead places nothing), and one
 -- that finds the id held in this segment already (its own earlier run, or a dead
 -- attempt's of the same qty) takes that hold as its own.
@@ -109,9 +108,9 @@ end
 local function finish()
   local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
   if first[1] then
-    redis.call('ZADD', K[8], first[2], A[5])
+    if not SLOT then redis.call('ZADD', K[8], first[2], A[5]) end
   else
-    redis.call('ZREM', K[8], A[5])
+    if not SLOT then redis.call('ZREM', K[8], A[5]) end
     if redis.call('GET', K[3]) == '0' then redis.call('DEL', K[3]) end
   end
   if settled > 0 and not SLOT and redis.call('EXISTS', K[7]) == 1 then
@@ -154,7 +153,7 @@ local function run()
   if v[1] ~= epoch then
     if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
       redis.call('UNLINK', K[3], K[4])
-      redis.call('ZREM', K[8], A[5])
+      if not SLOT then redis.call('ZREM', K[8], A[5]) end
       return {OK, 0}
     end
     return {STALE}
@@ -221,7 +220,7 @@ local function run()
     LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
     if settled > 0 then
       finish()
-    else -- the first expiry is the earlier of the one listed and this hold's
+    elseif not SLOT then -- the first expiry: the earlier of the listed and this hold's
       redis.call('ZADD', K[8], 'LT', xs, A[5])
     end
     return ret({OK, s - q, x})
