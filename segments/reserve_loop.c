@@ -1,6 +1,6 @@
 /* reserve_loop.c -- reservations placed and confirmed on an event loop (reserve.h): one
- * call of the loop's store each (a standalone Redis, PostgreSQL), pipelined with the
- * loop's orders; a busy walk is tried again from a timer. */
+ * call of the loop's store each (Redis, standalone or a cluster; PostgreSQL),
+ * pipelined with the loop's orders; a busy walk is tried again from a timer. */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
