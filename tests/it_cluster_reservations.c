@@ -270,6 +270,40 @@ static void test_reset_and_delete_void_holds(void **state)
     assert_int_equal(h_order(a, "cr-reset", 1, NULL, NULL), 404);
 }
 
+/* A place whose process died between its segment's step and its index (made here by
+ * turning a placed hold's index back into a claim run out): the next place of that id
+ * takes the claim over and takes the hold it finds in the segment as its own, rather
+ * than holding the units twice; with another qty, 409. */
+static void test_dead_place_taken_over(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-dead", 10, 1, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-dead", 3, 60, "cdead-1", NULL), 201);
+    const char *ix = "inv:hold:{cdead-1}";
+    int node = h_cluster_master_of(f->cluster, ix);
+    assert_true(node >= 0);
+    redisReply *r =
+        h_port_command(h_cluster_port(f->cluster, node), "HDEL %s k p i e q x t d", ix);
+    assert_non_null(r);
+    assert_int_equal(r->integer, 8);
+    freeReplyObject(r);
+    r = h_port_command(h_cluster_port(f->cluster, node), "HSET %s c dead u 1", ix);
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(rve_on_resv(a, "GET", "cdead-1", "", NULL), 404); /* no index */
+    assert_int_equal(rve_reserve(a, "cr-dead", 4, 60, "cdead-1", NULL), 409);
+    assert_int_equal(rve_reserve(a, "cr-dead", 3, 60, "cdead-1", NULL), 201);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-dead");
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(n.remaining, 7);
+    assert_int_equal(rve_on_resv(a, "POST", "cdead-1", "/confirm", NULL), 201);
+    n = rve_sku_nums(a, NULL, "cr-dead");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 3);
+    assert_int_equal(n.remaining, 7);
+}
+
 /* Holds, confirms, releases, 1 s holds left to expire, and orders, all at once from
  * 4 clients: every answer is one the client can act on (a place or an order may be
  * 409 or 503 busy), and once the sweeper has returned the expired holds, sold is
@@ -349,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_confirm_races_expiry),
         cmocka_unit_test(test_restock_with_holds),
         cmocka_unit_test(test_reset_and_delete_void_holds),
+        cmocka_unit_test(test_dead_place_taken_over),
         cmocka_unit_test(test_concurrent_mix_audited),
     };
     int failed = cmocka_run_group_tests_name(
