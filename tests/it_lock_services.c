@@ -123,13 +123,21 @@ static void test_handed_on(void **state)
 
 /* A hold handed on from order to order for longer than its lease: renewed every
  * ttl/3 all along (one schedule per hold, kept across the hand-ons), never lost, so
- * every write under it passes its fence. 4 clients, 1 segment, hold 300 ms: a chain
- * of up to 16 orders outlives the 2 s lease. */
+ * every write under it passes its fence. 4 clients, 1 segment, hold 300 ms, on an
+ * instance of one loop (every order waits on the holder's loop): a chain of 12
+ * orders outlives the 2 s lease. */
 static void test_handed_on_renewed_redlock(void **state)
 {
     struct lse_env *e = *state;
     h_deadline(60);
-    int pa = h_svc_port(e->a);
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", TTL_MS);
+    h_svc *c = h_svc_start_args(
+        e->store,
+        (const char *const[]){"--redlock", e->redlock, "--threads", "1", "--lock-ttl-ms",
+                              ttl, "--lock-wait-ms", "3000", NULL});
+    assert_non_null(c);
+    int pa = h_svc_port(c);
     assert_int_equal(lse_put_sku(pa, "lh-renewed",
                                  "{\"stock\": 12, \"segments\": 1, \"hold_ms\": 300, "
                                  "\"lock\": \"redlock\"}"),
@@ -154,6 +162,8 @@ static void test_handed_on_renewed_redlock(void **state)
     assert_true(after[0] >= 2); /* renewed across the hand-ons */
     assert_int_equal(after[1], 0);
     assert_int_equal(after[2], 0);
+    assert_int_equal(h_svc_stop_clean(c), 0);
+    h_svc_free(c);
 }
 
 /* ---- fence keys ------------------------------------------------------------------- */
