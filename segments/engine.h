@@ -69,6 +69,35 @@ struct engine_adjust {
 void engine_adjust(engine *e, const char *sku, struct engine_adjust *a, engine_done_fn fn,
                    void *arg);
 
+/* The cancel of order `id` (a valid name) on the order path's own code (spread.c):
+ * the settings of `sku` read (VIEW), the store's lock of each of the record's
+ * segments seg[0..n-1] (ascending, distinct) taken in that order by multi.c's routine
+ * whatever the SKU's mode and lock scheme, as the blocking path always took them
+ * (claimed on this loop, waited for until lock_wait_ms, renewed by lease.c while
+ * held), then the store's CANCEL of `expected` into `cancelled` with those tokens
+ * (store.h cancel; durability "replicated": waiting half the Redis timeout), which
+ * releases them. `fn` gets res->status INV_OK once the store answered (x->code,
+ * x->applied, x->record filled; a STALE is the caller's to read again), else why not
+ * (INV_BUSY: the locks not had in time; INV_UNKNOWN_SKU; INV_UNAVAILABLE: no answer,
+ * x->code -1 when the CANCEL itself went unanswered). `x` is the caller's, read and
+ * written until fn; not counted as an order. */
+struct engine_cancel {
+    const char *id, *expected, *cancelled;
+    int n; /* the record's parts: segments seg[], units part[] */
+    const int *seg;
+    const long long *part;
+    int code;     /* out: the store's code (STORE_*); -1 no answer, -2 unsent */
+    bool applied; /* out: OK, or NOT_REPLICATED after this call cancelled it */
+    char *record; /* out: EXISTS, the record cancelled already (malloc'd: the caller's) */
+};
+void engine_cancel(engine *e, const char *sku, struct engine_cancel *x, engine_done_fn fn,
+                   void *arg);
+
+/* The engine of worker connection `c` for its admin writes (engine_adjust,
+ * engine_cancel): an engine_create_admin on c's own loop over its store, made on
+ * first use, freed with c (internal.h inv_conn.eng). */
+engine *engine_of_conn(inv_conn *c);
+
 /* The last failure of the engine's Redis connection, for error details. */
 const char *engine_error(const engine *e);
 

@@ -19,7 +19,6 @@
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
 #include "segments/holdsweep.h"
-#include "segments/watchdog.h"
 #include "base/xalloc.h"
 
 /* Which seed answers, and whether it is a cluster node (rd_pick_seed). When none
@@ -91,8 +90,7 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     v->opt.redis_host = v->host;
     v->postgres = inv_store_is_postgres(opt->store);
     if (v->postgres) {
-        /* PostgreSQL: its schema now; no Redis is asked anything (the watchdog's
-         * connection is made on first use, and no admin lock is taken here). */
+        /* PostgreSQL: its schema now; no Redis is asked anything. */
         int version = 0;
         if (inv_migrate(opt->store, opt->redis_timeout_ms, &version, err, errlen) != 0) {
             free(v->host);
@@ -129,12 +127,11 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     if (!v->cluster && v->probe_failed)
         rd_smap_unsure(v->map); /* asked again every 5 s until it answers */
     const struct rd_target to = inv_redis_target(v);
-    v->wd = watchdog_create(v, &to, err, errlen);
-    if (v->wd != NULL && v->map != NULL)
+    if (v->map != NULL)
         v->sw = sweeper_create(v, &to, inv_store_create, err, errlen);
-    if (v->wd != NULL && (v->map == NULL || v->sw != NULL))
+    if (v->map == NULL || v->sw != NULL)
         v->holds = holdsweep_create(v, admin_create(v), err, errlen);
-    if (v->wd == NULL || (v->map != NULL && v->sw == NULL) || v->holds == NULL) {
+    if ((v->map != NULL && v->sw == NULL) || v->holds == NULL) {
         inv_free(v);
         return NULL;
     }
@@ -147,7 +144,6 @@ void inv_free(inv *v)
         return;
     holdsweep_free(v->holds);
     sweeper_free(v->sw);
-    watchdog_free(v->wd);
     rd_smap_free(v->map); /* after every connection that routes by it */
     rd_sentinel_free(v->sentinel);
     skutab_free(v->tab);
@@ -289,11 +285,6 @@ void inv_conn_wait(inv_conn *c, const bool *done)
 {
     while (!*done)
         event_base_loop(c->base, EVLOOP_ONCE);
-}
-
-watchdog *inv_watchdog(inv *v)
-{
-    return v->wd;
 }
 
 /* The target of lock service `lock` in `opt`, NULL when none is configured. */

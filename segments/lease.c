@@ -122,7 +122,7 @@ static void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     struct ord *o = arg;
     if (!o->holding || o->lease_lost)
         return;
-    if (o->state == ORD_ADJUST) { /* an admin adjust's set of the store's locks */
+    if (ord_admin_locks(o)) { /* an admin write's set of the store's locks */
         for (int k = 0; k < o->mk; k++) {
             o->pending++;
             STORE_CALL(o->e->st, renew, o->placed, o->mseg[k], o->mtok[k],

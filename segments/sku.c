@@ -146,17 +146,6 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
     return reset_current(c, sku, NULL, "", "", rid, &made);
 }
 
-/* c's engine for admin adjusts, on its own loop (internal.h inv_conn.eng). */
-static engine *conn_engine(inv_conn *c)
-{
-    store *st = inv_conn_store(c);
-    if (c->eng == NULL) {
-        c->eng = engine_create_admin(c->v, c->base, st);
-        c->eng_free = engine_free;
-    }
-    return c->eng;
-}
-
 struct answer {
     bool done;
     inv_status st;
@@ -187,7 +176,7 @@ static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long lon
         .view = view,
     };
     struct answer done = {0};
-    engine_adjust(conn_engine(c), sku, &a, answered, &done);
+    engine_adjust(engine_of_conn(c), sku, &a, answered, &done);
     inv_conn_wait(c, &done.done);
     if (done.st != INV_OK) {
         *st = done.st;

@@ -320,9 +320,9 @@ static void test_segment_sold_by_part(void **state)
     h_svc_free(svc);
 }
 
-/* A cancel gives back the segment leases it took (lockset.h: the store's cancel
- * releases the locks its tokens own). They were left until lock_ttl_ms, so the next
- * cancel of that segment, and a `lease` order, waited on them (it_history_pg saw
+/* A cancel gives back the segment leases it took (engine.h engine_cancel: the store's
+ * cancel releases the locks its tokens own). They were left until lock_ttl_ms, so the
+ * next cancel of that segment, and a `lease` order, waited on them (it_history_pg saw
  * cancels answer 503 busy after lock_wait_ms, and an atomic SKU with locks held). */
 static void test_cancel_releases_leases(void **state)
 {

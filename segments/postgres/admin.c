@@ -324,42 +324,6 @@ static int skus_list(admin *a, char ***names, size_t *n)
     return 0;
 }
 
-/* The lease of segment i (the `lease` scheme's columns), for a caller that wants it. */
-static int lock(admin *a, const char *sku, int i, const char *token, int ttl_ms)
-{
-    char s[16], t[16];
-    snprintf(s, sizeof s, "%d", i);
-    snprintf(t, sizeof t, "%d", ttl_ms);
-    const char *p[] = {sku, s, token, t};
-    PGresult *r = query(self(a),
-                        "UPDATE segments SET lease_token = $3, lease_until = now() +"
-                        " $4::int * interval '1 millisecond', fence = fence + 1"
-                        " WHERE sku = $1 AND seg = $2::int AND (lease_token IS NULL OR"
-                        " lease_until <= now() OR lease_token = $3)",
-                        4, p);
-    if (r == NULL)
-        return -1;
-    int rc = atoi(PQcmdTuples(r)) == 1;
-    PQclear(r);
-    return rc;
-}
-
-static int release(admin *a, const char *sku, int i, const char *token)
-{
-    char s[16];
-    snprintf(s, sizeof s, "%d", i);
-    const char *p[] = {sku, s, token};
-    PGresult *r = query(self(a),
-                        "UPDATE segments SET lease_token = NULL, lease_until = NULL"
-                        " WHERE sku = $1 AND seg = $2::int AND lease_token = $3",
-                        3, p);
-    if (r == NULL)
-        return -1;
-    int rc = atoi(PQcmdTuples(r)) == 1;
-    PQclear(r);
-    return rc;
-}
-
 /* A request id inside the open transaction: 0 new (recorded), ADMIN_REPLAYED (the
  * same write), ADMIN_CONFLICT (another), -1. The id's row is read by a statement of
  * its own: when the INSERT met the row of a transaction that committed while it
@@ -644,8 +608,6 @@ static const struct admin_ops pg_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .lock = lock,
-    .release = release,
     .adjust = adjust,
     .reset = reset,
     .wait = wait_durable,
