@@ -1,9 +1,9 @@
 /* admin.h -- the blocking admin seam: one table of blocking operations per worker
  * connection (`struct admin_ops`), for the calls that do not run on an event loop:
- * SKU create/reset/delete, restock and rebalance on a store that serializes them
- * itself, GET sku with its segment arrays, the list of SKUs, order lookup. (A cancel,
- * and a restock or rebalance under the store's locks, run on the engine's code on the
- * connection's own loop: engine.h engine_cancel, engine_adjust.)
+ * SKU create/reset/delete, restock and rebalance on a Redis Cluster, GET sku with
+ * its segment arrays, the list of SKUs, order lookup. (A cancel, and a restock or
+ * rebalance elsewhere, run on the engine's code on the connection's own loop: engine.h
+ * engine_cancel, engine_adjust.)
  *
  * A step, not the end (docs/DESIGN.md "Admin operations"): issue 22 wants these on
  * the asynchronous table of store.h; until then each store fills this table too
@@ -36,10 +36,12 @@
 
 /* Capabilities (admin_ops.caps). */
 /* A restock or rebalance wants the caller to hold every segment's store lock and
- * pass the tokens: it runs on the engine, on the connection's own loop (engine.h
- * engine_adjust); without it the store serializes it itself (this table's adjust).
- * (A cancel always takes the store's locks of its segments: engine.h
- * engine_cancel.) */
+ * pass the tokens (a standalone Redis); without it the store serializes it itself
+ * (PostgreSQL: its loop's adjust without tokens; a Redis Cluster: this table's
+ * adjust). Either way, where the loop's store adjusts every segment in one call
+ * (store.h STORE_CAP_MULTI_ONE) it runs on the engine, on the connection's own loop
+ * (engine.h engine_adjust). (A cancel always takes the store's locks of its
+ * segments: engine.h engine_cancel.) */
 #define ADMIN_CAP_LOCKS 0x1u
 /* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
 #define ADMIN_CAP_CLUSTER 0x2u
@@ -102,7 +104,8 @@ struct admin_ops {
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);
     int (*skus_list)(admin *a, char ***names, size_t *n);
-    /* calls.h rd_adjust, rd_reset, rd_wait: the same contracts. */
+    /* calls.h rd_adjust, rd_reset, rd_wait: the same contracts. adjust NULL: every
+     * restock or rebalance of the store runs on the engine (PostgreSQL). */
     int (*adjust)(admin *a, const char *sku, long long epoch, int segments,
                   const char *const *tok, const char *op, long long add, long long limit,
                   const char *rid, const char *sig, int wait_ms, struct store_reply *out);

@@ -52,7 +52,9 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
  * by lease.c while held), then the store's ADJUST `op` with `add`, `limit`, `rid` and
  * `sig` (store.h), which releases them; a STALE answer reads the settings again (503
  * busy after 4). A lock service's SKU takes the store's locks too, as the blocking
- * path always did (the ADJUST is fenced by their tokens). `fn` gets res->status
+ * path always did (the ADJUST is fenced by their tokens). `unlocked` (a store whose
+ * admin table serializes an adjust itself, admin.h without ADMIN_CAP_LOCKS:
+ * PostgreSQL): no lock is taken, the ADJUST goes without tokens. `fn` gets res->status
  * INV_OK once the store answered (a->code, a->gen, a->view filled), else why not
  * (INV_BUSY: the locks not had in time; INV_UNKNOWN_SKU; INV_UNAVAILABLE: no answer,
  * a->code -1 when the ADJUST itself went unanswered). `a` is the caller's, read and
@@ -62,6 +64,7 @@ struct engine_adjust {
     const char *op; /* "restock", "rebalance" */
     long long add, limit;
     const char *rid, *sig;
+    bool unlocked;
     int code;      /* out: the store's code (STORE_*, admin.h ADMIN_*); -2 unsent */
     long long gen; /* out: OK, the new generation */
     struct sku_view *view; /* out: the settings the ADJUST ran under (skutab.h) */

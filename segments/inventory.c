@@ -241,7 +241,8 @@ struct rd_target inv_redis_target(const inv *v)
     };
 }
 
-/* v's store on `base`; PostgreSQL: with `pool` connections for transactions. */
+/* v's store on `base`; PostgreSQL: with `pool` connections for transactions (-1: one
+ * connection for everything, a worker's). */
 static store *store_make(inv *v, struct event_base *base, int pool)
 {
     if (v->postgres) {
@@ -251,6 +252,7 @@ static store *store_make(inv *v, struct event_base *base, int pool)
             .timeout_ms = v->opt.redis_timeout_ms,
             .pool = pool,
             .no_prepare = v->opt.pg_no_prepare,
+            .shared = pool < 0,
         };
         return pgb_store_create(base, &o);
     }
@@ -274,7 +276,7 @@ store *inv_conn_store(inv_conn *c)
             fputs("inventoryd: event_base_new failed\n", stderr);
             abort();
         }
-        c->st = store_make(c->v, c->base, 1); /* one call at a time: one transaction */
+        c->st = store_make(c->v, c->base, -1); /* one operation at a time: one conn */
     }
     if (store_mode_behind(c->st)) /* nothing under way between blocking calls */
         c->st->ops->mode_follow(c->st);

@@ -120,15 +120,15 @@ static void on_adjusted(void *arg, int rc, struct store_reply *r)
     ord_finish(o, INV_OK);
 }
 
-/* Every lock held: ADJUST, fenced by their tokens. */
+/* Every lock held: ADJUST, fenced by their tokens (unlocked: none). */
 static void adjust_apply(struct ord *o)
 {
     struct engine_adjust *a = o->adj;
-    const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
+    const char **tok = seg_malloc(sizeof *tok * (size_t)o->n);
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->mtok[k];
-    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->mn, tok, NULL, a->op,
-               a->add, a->limit, a->rid, a->sig, on_adjusted, o);
+    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->n, a->unlocked ? NULL : tok,
+               NULL, a->op, a->add, a->limit, a->rid, a->sig, on_adjusted, o);
     free(tok);
 }
 
@@ -139,7 +139,7 @@ void adjust_begin(struct ord *o)
     multi_alloc(o);
     for (int i = 0; i < n; i++)
         o->mseg[i] = i;
-    o->mn = n;
+    o->mn = o->adj->unlocked ? 0 : n;
     ord_set(o, ORD_ADJUST);
     o->mlocked = adjust_apply;
     lease_start(o); /* renews the locks of the set as they are taken */
