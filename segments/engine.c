@@ -97,6 +97,10 @@ static void proceed(struct ord *o)
         adjust_begin(o);
         return;
     }
+    if (o->cx != NULL) { /* an order's cancel (spread.c) */
+        cancel_begin(o);
+        return;
+    }
     if ((store_caps(o->e->st) & STORE_CAP_RECORD_APART) && o->has_id && !o->claim_ok) {
         claims_claim(o);
         return;
@@ -730,6 +734,16 @@ engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, s
 engine *engine_create_admin(inv *v, struct event_base *base, store *st)
 {
     return create(v, base, 0, 1, st, true);
+}
+
+engine *engine_of_conn(inv_conn *c)
+{
+    store *st = inv_conn_store(c); /* first: it makes c's loop */
+    if (c->eng == NULL) {
+        c->eng = engine_create_admin(c->v, c->base, st);
+        c->eng_free = engine_free;
+    }
+    return c->eng;
 }
 
 void engine_free(engine *e)

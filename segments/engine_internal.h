@@ -8,7 +8,8 @@
  *
  *   engine.c   the order path: settings, rounds of the ring, one segment's ACQUIRE,
  *              hold and DEDUCT; the engine's API and its table of steps
- *   spread.c   the automatic rebalance, and an admin restock or rebalance (ADJUST)
+ *   spread.c   the automatic rebalance; an admin restock or rebalance (ADJUST) and
+ *              an order's cancel (CANCEL), under the store's locks
  *   multi.c    several segments at once
  *   claims.c   a cluster: the order id's claim  verdict.c sold out, from fresh counts
  *   handover.c a lock kept from one order to the next (the store's, or a lock
@@ -81,6 +82,8 @@ enum ord_state {
     ORD_SPREAD,  /* the automatic rebalance: every segment locked, ADJUST "spread" */
     ORD_ADJUST,  /* an admin restock or rebalance (engine_adjust): every segment's
                     store lock taken in index order, renewed, then its ADJUST */
+    ORD_CANCEL,  /* an order's cancel (engine_cancel): its record's segments' store
+                    locks taken in index order, renewed, then the store's CANCEL */
     ORD_VERDICT, /* fresh counts: every segment's stock, then the meta */
     ORD_PLACED,  /* sold: the record's CONFIRM (a cluster), the replicas' WAIT */
     ORD_RECORD,  /* sold out or insufficient with a client id: its record read first */
@@ -103,6 +106,7 @@ struct ord {
     engine_done_fn fn;
     void *arg;
     struct engine_adjust *adj; /* an admin adjust's (engine_adjust), else NULL */
+    struct engine_cancel *cx;  /* an order's cancel (engine_cancel), else NULL */
 
     lsku *s;
     struct sku_view view;
@@ -392,5 +396,14 @@ void multi_go(struct ord *o);
 bool spread_begin(struct ord *o);
 /* An admin adjust's settings read: its locks, then its ADJUST (ADJUST). */
 void adjust_begin(struct ord *o);
+/* A cancel's settings read: its record's segments' locks, then its CANCEL (CANCEL). */
+void cancel_begin(struct ord *o);
+
+/* An admin write (ADJUST, CANCEL): every lock it takes is the store's, whatever the
+ * SKU's scheme, renewed by lease.c; not counted as an order. */
+static inline bool ord_admin_locks(const struct ord *o)
+{
+    return o->state == ORD_ADJUST || o->state == ORD_CANCEL;
+}
 
 #endif

@@ -153,7 +153,7 @@ static void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     lease_arm(o, o->e->v->opt.lock_ttl_ms / 3);
     if (!o->holding || o->lease_lost)
         return;
-    if (o->state == ORD_ADJUST) { /* an admin adjust's set of the store's locks */
+    if (ord_admin_locks(o)) { /* an admin write's set of the store's locks */
         for (int k = 0; k < o->mk; k++) {
             o->pending++;
             STORE_CALL(o->e->st, renew, o->placed, o->mseg[k], o->mtok[k],

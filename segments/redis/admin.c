@@ -116,16 +116,6 @@ static int skus_list(admin *a, char ***names, size_t *n)
     return rd_skus_list(conn(a), names, n);
 }
 
-static int lock(admin *a, const char *sku, int i, const char *token, int ttl_ms)
-{
-    return rd_lock(conn(a), sku, i, token, ttl_ms);
-}
-
-static int release(admin *a, const char *sku, int i, const char *token)
-{
-    return rd_release(conn(a), sku, i, token);
-}
-
 static int adjust(admin *a, const char *sku, long long epoch, int segments,
                   const char *const *tok, const char *op, long long add, long long limit,
                   const char *rid, const char *sig, int wait_ms, struct store_reply *out)
@@ -205,8 +195,6 @@ static const struct admin_ops redis_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .lock = lock,
-    .release = release,
     .adjust = adjust,
     .reset = reset,
     .wait = wait_replicas,
