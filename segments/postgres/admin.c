@@ -463,6 +463,10 @@ static int adjust(admin *adm, const char *sku, long long epoch, int segments,
     }
     long long initial = cell(r, 0, 0);
     PQclear(r);
+    /* The kind of the stock events this transaction writes (events.h). */
+    const char *kind[] = {op};
+    if (step(a, "SELECT set_config('inv.event', $1, true)", 1, kind, NULL) != 0)
+        return -1;
     if (add > 0 && initial > limit)
         return answer(a, ADMIN_LIMIT, 0, out);
     if (step(a, "SELECT seg, stock FROM segments WHERE sku = $1 ORDER BY seg FOR UPDATE",
@@ -568,29 +572,30 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
                         to->rebalance ? "true" : "false",
                         to->replicated ? "true" : "false",
                         batch,
-                        to->unfenced ? "true" : "false"};
-    const char *split[] = {sku, stock, segs};
+                        to->unfenced ? "true" : "false",
+                        to->ledger ? "true" : "false"};
+    const char *split[] = {sku, stock, segs, up[11]};
     if (step(
             a,
             "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
-            " rebalance, replicated, batch, unfenced) VALUES ($1, $2::int, $3::bigint, "
-            "$4,"
-            " $5, $6::int, $7::bigint, $7::bigint, $8::boolean, $9::boolean, $10::int,"
-            " $11::boolean)"
+            " rebalance, replicated, batch, unfenced, ledger) VALUES ($1, $2::int,"
+            " $3::bigint, $4, $5, $6::int, $7::bigint, $7::bigint, $8::boolean,"
+            " $9::boolean, $10::int, $11::boolean, $12::boolean)"
             " ON CONFLICT (sku) DO UPDATE SET"
             " segments = excluded.segments, initial = excluded.initial,"
             " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
             " epoch = excluded.epoch, gen = excluded.gen, rebalance = excluded.rebalance,"
             " replicated = excluded.replicated, batch = excluded.batch,"
-            " unfenced = excluded.unfenced",
-            11, up, NULL) != 0 ||
+            " unfenced = excluded.unfenced, ledger = excluded.ledger",
+            12, up, NULL) != 0 ||
         step(a, "DELETE FROM segments WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
-        step(a,
-             "INSERT INTO segments (sku, seg, stock) SELECT $1, g, $2::bigint / $3::int"
-             " + CASE WHEN g < $2::bigint % $3::int THEN 1 ELSE 0 END"
-             " FROM generate_series(0, $3::int - 1) g",
-             3, split, NULL) != 0)
+        step(
+            a,
+            "INSERT INTO segments (sku, seg, stock, ledger) SELECT $1, g, $2::bigint /"
+            " $3::int + CASE WHEN g < $2::bigint % $3::int THEN 1 ELSE 0 END, $4::boolean"
+            " FROM generate_series(0, $3::int - 1) g",
+            4, split, NULL) != 0)
         return -1;
     return answer(a, STORE_OK, there ? 0 : 1, out);
 }
