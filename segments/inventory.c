@@ -79,7 +79,7 @@ int inv_migrate(const char *where, int timeout_ms, int *version, char *err, size
 static admin *admin_create(inv *v)
 {
     const struct rd_target to = inv_redis_target(v);
-    return v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms)
+    return v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms, v->opt.ledger)
                        : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
 }
 
@@ -255,6 +255,7 @@ static store *store_make(inv *v, struct event_base *base, int pool)
             .timeout_ms = v->opt.redis_timeout_ms,
             .pool = pool,
             .no_prepare = v->opt.pg_no_prepare,
+            .ledger = v->opt.ledger,
         };
         return pgb_store_create(base, &o);
     }

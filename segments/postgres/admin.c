@@ -20,6 +20,7 @@ struct pg_admin {
     int timeout_ms;
     PGconn *pg;
     bool in_txn; /* a transaction of ours is open on pg */
+    bool ledger; /* its sessions write the order rows' events (events.h) */
     char errstr[200];
 };
 
@@ -42,9 +43,9 @@ static PGconn *connect_now(struct pg_admin *a)
         return a->pg;
     if (a->pg != NULL)
         PQfinish(a->pg);
-    char options[96], timeout[16];
-    snprintf(options, sizeof options, "-c statement_timeout=%d -c lock_timeout=%d",
-             a->timeout_ms, a->timeout_ms);
+    char options[128], timeout[16];
+    snprintf(options, sizeof options, "-c statement_timeout=%d -c lock_timeout=%d%s",
+             a->timeout_ms, a->timeout_ms, a->ledger ? " -c inv.ledger=on" : "");
     snprintf(timeout, sizeof timeout, "%d", (a->timeout_ms + 999) / 1000);
     const char *keys[] = {"dbname", "options", "connect_timeout", NULL};
     const char *vals[] = {a->conninfo, options, timeout, NULL};
@@ -658,9 +659,10 @@ static const struct admin_ops pg_admin_ops = {
     .holds_sweep = holds_sweep,
 };
 
-admin *pga_create(const char *conninfo, int timeout_ms)
+admin *pga_create(const char *conninfo, int timeout_ms, bool ledger)
 {
     struct pg_admin *a = seg_calloc(1, sizeof *a);
+    a->ledger = ledger;
     a->base.ops = &pg_admin_ops;
     a->conninfo = seg_strdup(conninfo);
     a->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;

@@ -18,7 +18,10 @@
  *   orders    INSERT: "sale", the order id, d_sold = qty, its record; UPDATE of the
  *             record to cancelled: "cancel", d_sold = -qty, the new record
  * Deletes (a reset, a delete) write none: the epoch moves, and the ledger's counts
- * are per epoch. Events are written only while the SKU's flag is set.
+ * are per epoch. Events are written only while the SKU's flag is set; an order row's
+ * trigger runs only in a session of a service with a ledger (`-c inv.ledger=on` at
+ * connect, conn.h pgc_opts.ledger, admin.h pga_create), so every instance on one
+ * store should agree on `ledger`, as on Redis.
  *
  * The sink (segments/ledger.c) takes a batch in a transaction (FOR UPDATE SKIP
  * LOCKED: several sinks take disjoint batches), copies it into the ledger
