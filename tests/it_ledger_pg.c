@@ -169,6 +169,16 @@ static void test_events_and_reconcile(void **state)
         scalar(e, "SELECT stock FROM ledger.movements WHERE sku = '%s'", "lp1"),
         1000 - 54 + 40);
     assert_int_equal(left_in_store(e, "lp1"), 0); /* copied, then deleted */
+    /* The command line form says the same, and exits 0. */
+    const char *bin = getenv("INVENTORYD") ? getenv("INVENTORYD") : "build/inventoryd";
+    const char *argv[] = {
+        bin,        "--reconcile",        "lp1",         "--store", h_pg_conninfo(e->pg),
+        "--ledger", h_pg_conninfo(e->pg), "--log-level", "error",   NULL};
+    char *out = NULL;
+    assert_int_equal(h_run_cmd(argv, NULL, 20000, &out, NULL), 0);
+    assert_non_null(strstr(out, "\"sold\":54,\"events\""));
+    assert_non_null(strstr(out, "\"drift\":0}"));
+    free(out);
     /* A reset: its event starts the new epoch at its stock; sales go on from there. */
     assert_int_equal(h_put_sku(pa, NULL, "lp1", 500, 2, "lock", 0), 0);
     for (int i = 0; i < 5; i++) {
