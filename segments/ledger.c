@@ -25,8 +25,9 @@
  * soon as it had copied anything copied a few events per batch, and its reads,
  * acknowledgements and TTLs cost Redis more per order than the order itself. */
 #define PERIOD_MS 200
-#define LIST_MS 1000    /* the registry read this often */
-#define KNOWN_MAX 65536 /* segments followed at most */
+#define LIST_MS 1000              /* the registry read this often */
+#define KNOWN_MAX 65536           /* segments followed at most */
+#define BACKLOG_COUNT_MAX 1000000 /* the store's events counted at most (PostgreSQL) */
 
 struct ledger {
     inv *v;
@@ -226,7 +227,15 @@ static bool pass_pg(ledger *l)
     long long oldest = 0;
     for (int k = 0; k < n; k++)
         oldest = oldest == 0 || rows[k].at_ms < oldest ? rows[k].at_ms : oldest;
-    atomic_store(&l->backlog, n); /* at least: a batch, not the table, is read */
+    /* A full batch: how many wait behind it (counted up to a bound: a backlog of
+     * millions is not read at every pass). */
+    long long backlog = n >= BATCH ? pgev_count(l->store, BACKLOG_COUNT_MAX) : n;
+    if (backlog < 0) {
+        copy_failed(l, "the store's events", pgev_error(l->store));
+        pgev_rows_free(rows, n);
+        return false;
+    }
+    atomic_store(&l->backlog, backlog);
     atomic_store(&l->lag_ms, oldest > 0 ? base_wall_ms() - oldest : 0);
     if (n == 0) {
         pgev_rows_free(rows, n);
@@ -243,8 +252,9 @@ static bool pass_pg(ledger *l)
         l->failing = false;
         atomic_fetch_add(&l->copied, n);
         atomic_fetch_add(&l->batches, 1);
-        atomic_store(&l->backlog, 0);
-        atomic_store(&l->lag_ms, 0);
+        atomic_store(&l->backlog, backlog - n);
+        if (backlog <= n)
+            atomic_store(&l->lag_ms, 0);
         rc = n >= BATCH ? 1 : 0;
     }
     pgev_rows_free(rows, n);

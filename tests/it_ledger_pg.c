@@ -239,6 +239,15 @@ static void test_two_sinks(void **state)
     assert_int_equal(h_wait_drift(pb, "lp2", 10000), 0);
     assert_once(e, "lp2", 600);
     assert_int_equal(left_in_store(e, "lp2"), 0);
+    /* Both sinks' counters: a sale is two events (its units, its sale). */
+    double copied = 0;
+    for (int i = 0; i < 2; i++) {
+        struct h_resp m;
+        assert_int_equal(h_req(i ? pb : pa, "GET", "/metrics", NULL, NULL, &m), 200);
+        copied += h_metric(m.body, "inventory_ledger_events_copied_total");
+        h_resp_free(&m);
+    }
+    assert_true(copied >= 1200);
 }
 
 /* A service with no ledger: its SKUs write no events, and it answers no reconcile. */

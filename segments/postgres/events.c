@@ -172,6 +172,25 @@ int pgev_take(pgev *p, int max, struct pgev_row **out, int *n)
     return 0;
 }
 
+long long pgev_count(pgev *p, long long cap)
+{
+    if (p->conn == NULL)
+        return -1;
+    char c[24];
+    snprintf(c, sizeof c, "%lld", cap);
+    const char *params[1] = {c};
+    PGresult *r = PQexecParams(
+        p->conn, "SELECT count(*) FROM (SELECT 1 FROM events LIMIT $1::bigint) t", 1,
+        NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        PQclear(r);
+        return fail(p, "count");
+    }
+    long long n = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return n;
+}
+
 int pgev_done(pgev *p, const struct pgev_row *rows, int n)
 {
     if (p->conn == NULL)

@@ -66,6 +66,9 @@ const char *pgev_error(const pgev *p);
  * malloc'd, NULL when none; grouped by sku and seg, each group in id order) or -1.
  * With n == 0 the transaction is over. */
 int pgev_take(pgev *p, int max, struct pgev_row **out, int *n);
+/* The events in the table, counted up to `cap` (a bound on the read), in the taken
+ * batch's transaction: the count, or -1 (the transaction lost: rows stay). */
+long long pgev_count(pgev *p, long long cap);
 /* Delete the rows taken and commit: 0 or -1 (then they stay, for the next take). */
 int pgev_done(pgev *p, const struct pgev_row *rows, int n);
 /* Roll the taken rows back (they stay, unlocked). */
