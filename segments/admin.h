@@ -120,8 +120,9 @@ struct admin_ops {
      * index. out->code OK (h->state after; confirm: h->record), EXISTS (confirm:
      * confirmed earlier, h->record), ADMIN_CONFLICT (h->state says why: confirm of a
      * released or expired hold, "order" when another order has the id; release of a
-     * confirmed one), MISSING, STALE (the SKU was reset or deleted: the hold is void).
-     * The place is on the event loops only (store.h's hold_place_any). */
+     * confirmed one), MISSING, STALE (the SKU was reset or deleted: the hold is void),
+     * BUSY (a release whose wait for its segment ran out: nothing done). The place is on
+     * the event loops only (store.h's hold_place_any). */
     int (*hold_by_id)(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h);
     /* Settle the expired holds of up to `limit` segments whose first hold is due:

@@ -79,7 +79,8 @@ int inv_migrate(const char *where, int timeout_ms, int *version, char *err, size
 static admin *admin_create(inv *v)
 {
     const struct rd_target to = inv_redis_target(v);
-    return v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms, v->opt.ledger)
+    return v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms,
+                                    v->opt.lock_wait_ms, v->opt.ledger)
                        : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
 }
 

@@ -45,7 +45,8 @@
  *                        busy in Redis                       -> BACKOFF (timer)
  *                        held on this loop, at home here     -> WAIT (FIFO, timer):
  *             handed the claim -> ROUND from it; handed the lock itself (a
- *             standalone Redis, the holder's DEDUCT keeps it) -> HOLD at once;
+ *             standalone Redis, the holder's DEDUCT keeps it; a lock service's hold,
+ *             its fence standing) -> HOLD at once;
  *             taken into the holder's batch (group commit, batch.c) -> DEDUCT
  *                        held by another loop only           -> BACKOFF (timer)
  *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new

@@ -18,6 +18,7 @@ struct pg_admin {
     struct admin base; /* first */
     char *conninfo;
     int timeout_ms;
+    int wait_ms; /* a release's wait for its segment's row */
     PGconn *pg;
     bool in_txn; /* a transaction of ours is open on pg */
     bool ledger; /* its sessions write the order rows' events (events.h) */
@@ -610,11 +611,48 @@ static int wait_durable(admin *a, const char *placed, int n, const int *seg,
 
 /* ---- reservations: holds.h's statements on this connection -------------------- */
 
+/* A release waits for its segment's row (FOR UPDATE: the units go back to its stock),
+ * which a `row` holder's transaction keeps for as long as its orders hold it -- one
+ * order's hold_ms, a chain handed on within lock_ttl_ms / 3 -- past timeout_ms, this
+ * connection's lock and statement bound. So it waits as an order waits for a segment,
+ * up to wait_ms (lock_timeout and statement_timeout raised for its own transaction
+ * alone), and a wait run out is BUSY, nothing done, not an unknown outcome. */
+static int release_step(struct pg_admin *a, const struct pgh_stmt *q,
+                        struct store_reply *out, struct store_hold *h)
+{
+    char set[160];
+    snprintf(set, sizeof set,
+             "SELECT set_config('lock_timeout', '%d', true),"
+             " set_config('statement_timeout', '%d', true)",
+             a->wait_ms, a->wait_ms + a->timeout_ms);
+    if (begin(a) != 0 || step(a, set, 0, NULL, NULL) != 0)
+        return -1;
+    PGresult *r = run(a, q->st.sql, q->st.nparams, q->st.params);
+    if (r == NULL)
+        return -1; /* the connection went, and the transaction with it */
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    bool busy = state != NULL && strcmp(state, "55P03") == 0; /* lock_not_available */
+    int rc = busy ? 0 : pgh_decode(r, out, h);
+    PQclear(r);
+    if (busy) {
+        memset(out, 0, sizeof *out);
+        memset(h, 0, sizeof *h);
+        out->code = STORE_BUSY;
+    }
+    if (rc != 0 || busy) {
+        finish(a, false);
+        return rc;
+    }
+    return finish(a, true);
+}
+
 static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h)
 {
     struct pgh_stmt q;
     pgh_step_stmt(&q, id, act, attempt);
+    if (act == STORE_HOLD_RELEASE)
+        return release_step(self(a), &q, out, h);
     PGresult *r = run(self(a), q.st.sql, q.st.nparams, q.st.params);
     int rc = pgh_decode(r, out, h);
     if (r != NULL)
@@ -659,13 +697,14 @@ static const struct admin_ops pg_admin_ops = {
     .holds_sweep = holds_sweep,
 };
 
-admin *pga_create(const char *conninfo, int timeout_ms, bool ledger)
+admin *pga_create(const char *conninfo, int timeout_ms, int wait_ms, bool ledger)
 {
     struct pg_admin *a = seg_calloc(1, sizeof *a);
     a->ledger = ledger;
     a->base.ops = &pg_admin_ops;
     a->conninfo = seg_strdup(conninfo);
     a->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
+    a->wait_ms = wait_ms > a->timeout_ms ? wait_ms : a->timeout_ms;
     return &a->base;
 }
 

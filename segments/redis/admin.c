@@ -181,11 +181,15 @@ const char *const *rd_admin_locks(void)
 static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h)
 {
+    if (rd_conn_cluster(conn(a)))
+        return rd_hold_slot_by_id_sync(conn(a), id, act, attempt, out, h);
     return rd_hold_by_id(conn(a), id, act, attempt, out, h);
 }
 
 static int holds_sweep(admin *a, int limit, int *settled)
 {
+    if (rd_conn_cluster(conn(a)))
+        return rd_holds_sweep_slots(conn(a), limit, settled);
     return rd_holds_sweep(conn(a), limit, settled);
 }
 
