@@ -78,9 +78,9 @@ int inv_migrate(const char *where, int timeout_ms, int *version, char *err, size
 static admin *admin_create(inv *v)
 {
     const struct rd_target to = inv_redis_target(v);
-    return v->postgres
-               ? pga_create(v->opt.store, v->opt.redis_timeout_ms, v->opt.lock_wait_ms)
-               : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
+    return v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms,
+                                    v->opt.lock_wait_ms, v->opt.ledger)
+                       : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
 }
 
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
@@ -254,6 +254,7 @@ static store *store_make(inv *v, struct event_base *base, int pool)
             .pool = pool,
             .no_prepare = v->opt.pg_no_prepare,
             .shared = pool < 0,
+            .ledger = v->opt.ledger,
         };
         return pgb_store_create(base, &o);
     }

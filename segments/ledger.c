@@ -14,6 +14,7 @@
 #include "base/periodic.h"
 #include "base/xalloc.h"
 #include "segments/internal.h"
+#include "segments/postgres/events.h"
 #include "segments/postgres/ledger.h"
 #include "segments/redis/calls.h"
 #include "segments/redis/evstream.h"
@@ -24,14 +25,16 @@
  * soon as it had copied anything copied a few events per batch, and its reads,
  * acknowledgements and TTLs cost Redis more per order than the order itself. */
 #define PERIOD_MS 200
-#define LIST_MS 1000    /* the registry read this often */
-#define KNOWN_MAX 65536 /* segments followed at most */
+#define LIST_MS 1000              /* the registry read this often */
+#define KNOWN_MAX 65536           /* segments followed at most */
+#define BACKLOG_COUNT_MAX 1000000 /* the store's events counted at most (PostgreSQL) */
 
 struct ledger {
     inv *v;
     int retention_s;
     periodic *thread; /* the sink; NULL when reads_only */
-    inv_conn *c;      /* the thread's, made on its first pass */
+    inv_conn *c;      /* the thread's, made on its first pass (Redis) */
+    pgev *store;      /* the thread's: the store's events (PostgreSQL) */
     pgl *pg;          /* the thread's, made on its first pass */
     long long listed; /* the thread's: when it last read the registry */
     bool adopted;     /* the thread's: every SKU's flagged segments named (adopt) */
@@ -177,17 +180,103 @@ static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
     return more;
 }
 
+/* A copy failed (logged once per outage, not once per batch and pass). */
+static void copy_failed(ledger *l, const char *what, const char *why)
+{
+    if (!l->failing)
+        log_warn("ledger: copy of %s failed: %s (retried until it works)", what, why);
+    l->failing = true;
+    atomic_fetch_add(&l->failures, 1);
+}
+
+/* Copy rows[0..n-1] (grouped by segment, as pgev_take gives them) into the ledger, a
+ * segment's events per call: 0, or -1 (those copied stay copied: the ledger's key
+ * makes the next copy of them a no-op). */
+static int copy_rows(ledger *l, const struct pgev_row *rows, int n)
+{
+    struct pgl_event *pe = seg_calloc((size_t)n, sizeof *pe);
+    int rc = 0;
+    for (int from = 0, to; from < n && rc == 0; from = to) {
+        for (to = from; to < n && rows[to].seg == rows[from].seg &&
+                        strcmp(rows[to].sku, rows[from].sku) == 0;
+             to++) {
+            const struct pgev_row *r = &rows[to];
+            pe[to - from] = (struct pgl_event){r->entry,   r->kind,   r->epoch, r->order,
+                                               r->d_stock, r->d_sold, r->record};
+        }
+        char stream[RD_EV_NAME_MAX];
+        snprintf(stream, sizeof stream, "pg:%s:%d", rows[from].sku, rows[from].seg);
+        rc = pgl_copy(l->pg, stream, rows[from].sku, rows[from].seg, pe, to - from);
+        if (rc != 0)
+            copy_failed(l, stream, pgl_error(l->pg));
+    }
+    free(pe);
+    return rc;
+}
+
+/* One batch of the PostgreSQL store's events (postgres/events.h): taken (locked),
+ * copied into the ledger, then deleted: true when more may be waiting. */
+static bool pass_pg(ledger *l)
+{
+    struct pgev_row *rows;
+    int n;
+    if (pgev_take(l->store, BATCH, &rows, &n) != 0) {
+        copy_failed(l, "the store's events", pgev_error(l->store));
+        return false;
+    }
+    long long oldest = 0;
+    for (int k = 0; k < n; k++)
+        oldest = oldest == 0 || rows[k].at_ms < oldest ? rows[k].at_ms : oldest;
+    /* A full batch: how many wait behind it (counted up to a bound: a backlog of
+     * millions is not read at every pass). */
+    long long backlog = n >= BATCH ? pgev_count(l->store, BACKLOG_COUNT_MAX) : n;
+    if (backlog < 0) {
+        copy_failed(l, "the store's events", pgev_error(l->store));
+        pgev_rows_free(rows, n);
+        return false;
+    }
+    atomic_store(&l->backlog, backlog);
+    atomic_store(&l->lag_ms, oldest > 0 ? base_wall_ms() - oldest : 0);
+    if (n == 0) {
+        pgev_rows_free(rows, n);
+        return false;
+    }
+    int rc = copy_rows(l, rows, n);
+    if (rc != 0)
+        pgev_abandon(l->store);
+    else if (pgev_done(l->store, rows, n) != 0)
+        copy_failed(l, "the store's events", pgev_error(l->store));
+    else {
+        if (l->failing)
+            log_info("ledger: copying again");
+        l->failing = false;
+        atomic_fetch_add(&l->copied, n);
+        atomic_fetch_add(&l->batches, 1);
+        atomic_store(&l->backlog, backlog - n);
+        if (backlog <= n)
+            atomic_store(&l->lag_ms, 0);
+        rc = n >= BATCH ? 1 : 0;
+    }
+    pgev_rows_free(rows, n);
+    return rc > 0;
+}
+
 /* The sink's round (periodic.h): one pass, then another at once while there is more,
  * else one after PERIOD_MS. */
 static int sink(periodic *p, void *arg)
 {
     (void)p;
     ledger *l = arg;
-    if (l->c == NULL) {
-        l->c = inv_conn_create(l->v);
+    if (l->pg == NULL) {
+        if (l->v->postgres)
+            l->store = pgev_create(l->v->opt.store);
+        else
+            l->c = inv_conn_create(l->v);
         l->pg = pgl_create(l->conninfo);
         l->listed = -LIST_MS;
     }
+    if (l->v->postgres)
+        return pass_pg(l) ? 0 : PERIOD_MS;
     return pass(l, l->c->rd, l->pg, &l->listed) ? 0 : PERIOD_MS;
 }
 
@@ -223,6 +312,7 @@ void ledger_free(ledger *l)
         return;
     periodic_stop(l->thread);
     pgl_free(l->pg);
+    pgev_free(l->store);
     inv_conn_free(l->c);
     l->v->ledger = NULL;
     pgl_free(l->reads);
@@ -279,7 +369,7 @@ static int current_row(inv_conn *c, const char *id, char **record, char *sku,
 inv_status ledger_order(inv_conn *c, const char *id, char **record)
 {
     *record = NULL;
-    if (c->v->ledger == NULL)
+    if (c->v->ledger == NULL || c->v->postgres) /* PostgreSQL keeps every order row */
         return INV_NOT_FOUND;
     char sku[SEG_NAME_MAX + 1];
     struct rd_meta m;
@@ -291,7 +381,7 @@ inv_status ledger_order(inv_conn *c, const char *id, char **record)
 int ledger_restore(inv_conn *c, const char *id, char **record)
 {
     *record = NULL;
-    if (c->v->ledger == NULL)
+    if (c->v->ledger == NULL || c->v->postgres) /* PostgreSQL keeps every order row */
         return INV_NOT_FOUND;
     char sku[SEG_NAME_MAX + 1];
     struct rd_meta m;
@@ -314,23 +404,25 @@ static long long absll(long long x)
     return x < 0 ? -x : x;
 }
 
-/* The store's stock and sold of SKU `sku` as *m names it, into out: 0; 1 when a
- * reset moved the epoch, salt or segments since *m; 2 no such SKU now; -1. */
-static int store_counts(inv_conn *c, const char *sku, const struct rd_meta *m,
+/* The store's stock and sold of SKU `sku` as *m names it, into out, through the
+ * store's admin seam (admin.h segments_read: one read, the settings with it where the
+ * store can): 0; 1 when a reset moved the epoch, salt or segments since *m; 2 no such
+ * SKU now; -1. */
+static int store_counts(inv_conn *c, const char *sku, const struct store_meta *m,
                         struct ledger_recon *out)
 {
-    char placed[RD_SKU_PLACED_MAX];
-    rd_sku_placed(placed, sku, m->salt);
+    char placed[STORE_SKU_PLACED_MAX];
+    store_sku_placed(placed, sku, m->salt);
     int n = m->segments;
     long long *stock = seg_calloc((size_t)n, sizeof *stock);
     long long *sold = seg_calloc((size_t)n, sizeof *sold);
     long long *orders = seg_calloc((size_t)n, sizeof *orders);
     long long *reserved = seg_calloc((size_t)n, sizeof *reserved);
     bool *locked = seg_calloc((size_t)n, sizeof *locked);
-    struct rd_meta now;
-    int rc = rd_segments_view(c->rd, sku, placed, n, m->epoch, stock, sold, orders,
-                              locked, reserved, &now);
-    if (rc == 1) /* the settings of the VIEW's instant: still the keys read? */
+    struct store_meta now;
+    int rc = ADMIN_CALL(c->adm, segments_read, sku, placed, n, m->epoch, stock, sold,
+                        orders, locked, reserved, &now);
+    if (rc == 1) /* the settings of the read's instant: still the keys read? */
         rc = now.epoch == m->epoch && now.salt == m->salt && now.segments == m->segments
                  ? 0
                  : 1;
@@ -353,13 +445,13 @@ inv_status ledger_reconcile(inv_conn *c, const char *sku, struct ledger_recon *o
     ledger *l = c->v->ledger;
     if (l == NULL)
         return INV_INVALID;
-    /* The store's counts from the SKU view's one-step read (rd_segments_view: one
-     * VIEW with the settings on a standalone Redis), read again when a reset moved
-     * the keys between the settings read and the VIEW. */
-    struct rd_meta m;
+    /* The store's counts from the SKU view's one-step read, read again when a reset
+     * moved the keys between the settings read and the view's. */
+    struct store_meta m;
     int rc = -1;
     for (int try = 0; try < 4 && rc != 0; try++) {
-        int found = rd_meta_read(c->rd, sku, &m);
+        char lock[16];
+        int found = ADMIN_CALL(c->adm, meta_read, sku, &m, lock);
         if (found <= 0)
             return found < 0 ? INV_UNAVAILABLE : INV_UNKNOWN_SKU;
         rc = store_counts(c, sku, &m, out);

@@ -25,9 +25,16 @@
  * (record_retention_s). A batch that fails
  * stays pending with this reader and is read again next time.
  *
- * Reads. ledger_order answers an order record Redis no longer has; ledger_reconcile
- * compares a SKU's counts in Redis with the ledger's. Both are blocking (a worker's),
- * thread-safe (one PostgreSQL connection under a mutex, apart from the thread's).
+ * On the PostgreSQL store (inv with `store`) the events are rows of the store's
+ * `events` table, appended by triggers in the statement that makes each change
+ * (postgres/events.h): the thread takes a batch (FOR UPDATE SKIP LOCKED), copies it
+ * with the same pgl_copy, then deletes it and commits; no Redis is used.
+ *
+ * Reads. ledger_order answers an order record Redis no longer has (never on
+ * PostgreSQL, which keeps every order row); ledger_reconcile compares a SKU's counts
+ * in the store (through admin.h, either store) with the ledger's. Both are blocking (a
+ * worker's), thread-safe (one PostgreSQL connection under a mutex, apart from the
+ * thread's).
  */
 #ifndef SEG_LEDGER_H
 #define SEG_LEDGER_H

@@ -182,10 +182,11 @@ static void reload(int argc, char **argv, const struct cfg *running,
     log_configuration(LOG_DEBUG, "configuration read on SIGHUP", &next);
 }
 
-/* --reconcile SKU: the SKU's counts in Redis and in the ledger, as GET
+/* --reconcile SKU: the SKU's counts in the store (`store`: its connection string,
+ * with its password) and in the ledger, as GET
  * /admin/skus/{sku}/reconcile answers them, on stdout; 0 when they agree, 1 when they
  * do not, 2 when it cannot tell (no ledger, no such SKU, a store down). */
-static int reconcile(const struct cfg *c)
+static int reconcile(const struct cfg *c, const char *store)
 {
     if (c->ledger[0] == '\0') {
         fprintf(stderr, "inventoryd: --reconcile needs ledger (--ledger)\n");
@@ -211,6 +212,7 @@ static int reconcile(const struct cfg *c)
         .lock_ttl_ms = c->lock_ttl_ms,
         .lock_wait_ms = c->lock_wait_ms,
         .meta_cache_ms = c->meta_cache_ms,
+        .store = inv_store_is_postgres(c->store) ? store : NULL,
         .ledger = true,
     };
     char err[256];
@@ -299,7 +301,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (cfg.reconcile[0] != '\0')
-        return reconcile(&cfg);
+        return reconcile(&cfg, store);
     if (cfg.check) {
         /* Like `nginx -t`: everything was validated by cfg_load(); say what would run. */
         if (cfg.log_file[0] != '\0' && check_log_file(cfg.log_file, err, sizeof(err))) {

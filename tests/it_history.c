@@ -65,7 +65,8 @@
  * with HISTORY_LOCKS: SKUs whose locks live in ZooKeeper, RedLock and memcached, each
  * service faulted during the run.
  *
- * The ledger (standalone only; HISTORY_LEDGER=0 turns it off): every instance runs
+ * The ledger (standalone and PostgreSQL, there in the store's database;
+ * HISTORY_LEDGER=0 turns it off): every instance runs
  * with `--ledger` to a PostgreSQL the fixture starts (~2 s of a 22 s run), so every SKU
  * is followed, and check 6 audits the order ledger (docs/DESIGN.md "The order ledger")
  * once the clients have stopped: each SKU's reconcile reaches drift 0 (bounded), and
@@ -2455,6 +2456,8 @@ static int group_teardown(void **state)
     h_redis_free(f->redis);
     h_cluster_free(f->cluster);
 #ifdef HISTORY_PG
+    if (f->ledger == f->pg) /* the ledger in the store's database: one server */
+        f->ledger = NULL;
     h_pg_free(f->pg);
 #endif
 #ifdef HISTORY_LOCKS

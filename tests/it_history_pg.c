@@ -34,6 +34,11 @@
  * never cancelled has its live row (one per sale: order_id is the key); a deleted SKU
  * has no rows left, and no order row outlives its SKU.
  *
+ * The instances run with `--ledger` to the store's own database (HISTORY_LEDGER=0: not),
+ * and check 6 audits the ledger as on Redis: with backends terminated (the sinks' too,
+ * mid-batch) and the restart, each SKU reconciles to drift 0 and its ledger rows of
+ * the epoch are its order records.
+ *
  * `make soak PG=1` runs it round after round (tests/soak.sh --pg).
  */
 #include <libpq-fe.h>
@@ -52,7 +57,7 @@
 
 /* The instances' arguments: it_history's (lock waits and TTLs differ) with fewer
  * event loops, each with its own connections, and the store. */
-static h_svc *start_instance(const h_pg *pg, int i)
+static h_svc *start_instance(const h_pg *pg, bool ledger, int i)
 {
     const char *args[16];
     int n = 0;
@@ -60,6 +65,10 @@ static h_svc *start_instance(const h_pg *pg, int i)
         args[n] = strcmp(svc_args[i][n], "16") == 0 ? "2" : svc_args[i][n];
     args[n++] = "--store";
     args[n++] = h_pg_conninfo(pg);
+    if (ledger) { /* the ledger in the store's database (check 6) */
+        args[n++] = "--ledger";
+        args[n++] = h_pg_conninfo(pg);
+    }
     args[n] = NULL;
     struct h_svc_opts o = {.args = args, .no_redis_flag = true};
     return h_svc_start(NULL, &o);
@@ -69,14 +78,17 @@ static int group_setup(void **state)
 {
     h_deadline(120);
     struct fixture *f = xmalloc(sizeof *f);
+    memset(f, 0, sizeof *f);
     *state = f;
     if ((f->pg = h_pg_start()) == NULL)
         return -1;
     h_pg_set_max_connections(f->pg, PG_MAX_CONNECTIONS);
     if (h_pg_restart(f->pg) != 0)
         return -1;
+    const char *ledger = getenv("HISTORY_LEDGER");
+    f->ledger = ledger == NULL || strcmp(ledger, "0") != 0 ? f->pg : NULL;
     for (int i = 0; i < N_INST; i++)
-        if ((f->svc[i] = start_instance(f->pg, i)) == NULL)
+        if ((f->svc[i] = start_instance(f->pg, f->ledger != NULL, i)) == NULL)
             return -1;
     return 0;
 }

@@ -72,10 +72,10 @@ static void test_migrate_command(void **state)
     for (int k = 0; k < 2; k++) {
         char *out = NULL;
         assert_int_equal(h_run_cmd(argv, NULL, 20000, &out, NULL), 0);
-        assert_non_null(strstr(out, "schema at version 6"));
+        assert_non_null(strstr(out, "schema at version 7"));
         free(out);
     }
-    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 6);
+    assert_int_equal(h_pg_scalar(pg, "SELECT max(version) FROM schema_version"), 7);
     const char *redis[] = {bin, "--migrate", NULL};
     assert_int_equal(h_run_cmd(redis, NULL, 20000, NULL, NULL), 2);
     const char *bad[] = {bin, "--store", "mysql://x", "--check-config", NULL};

@@ -27,6 +27,7 @@ struct adj {
     char sku[STORE_SKU_PLACED_MAX];
     char *rid, *sig;
     bool restock;
+    char op[16]; /* the kind of the stock events it writes (events.h) */
     long long epoch, add, limit;
     int n;
     int code; /* the answer, sent once AJ_END is answered */
@@ -83,16 +84,20 @@ static void lock_rows(struct adj *a)
 
 /* The rows locked: a restock adds add / n to each segment (the first add % n one
  * more) and to the SKU's initial; a rebalance evens the stock out (spread.h, no
- * lease or fence checked: the rows are locked). Both bump the gen. */
+ * lease or fence checked: the rows are locked). Both bump the gen. The first call
+ * names the kind of the stock events the writes make (events.h). */
 static void write_rows(struct adj *a)
 {
     char add[24], ns[16], e[24];
     snprintf(add, sizeof add, "%lld", a->add);
     snprintf(ns, sizeof ns, "%d", a->n);
     snprintf(e, sizeof e, "%lld", a->epoch);
+    const char *kind[] = {a->op};
+    const struct pgc_stmt label = {"SELECT set_config('inv.event', $1, true)", 1, kind};
     if (a->restock) {
         const char *p[] = {a->sku, add, ns};
         const struct pgc_stmt q[] = {
+            label,
             {"UPDATE segments SET stock = stock + $2::bigint / $3::int + CASE WHEN seg <"
              " $2::bigint % $3::int THEN 1 ELSE 0 END, version = version + 1"
              " WHERE sku = $1",
@@ -101,13 +106,13 @@ static void write_rows(struct adj *a)
              " WHERE sku = $1 RETURNING gen",
              2, p},
         };
-        step_send(a, AJ_WRITE, 0, q, 2);
+        step_send(a, AJ_WRITE, 0, q, 3);
         return;
     }
     char *toks = pgsp_tokens(NULL, a->n);
     const char *p[] = {a->sku, toks, e, ns, "false", "false", NULL};
-    const struct pgc_stmt q = {pgsp_sql, PGSP_NPARAMS, p};
-    step_send(a, AJ_WRITE, 0, &q, 1);
+    const struct pgc_stmt q[] = {label, {pgsp_sql, PGSP_NPARAMS, p}};
+    step_send(a, AJ_WRITE, 0, q, 2);
     free(toks);
 }
 
@@ -141,9 +146,9 @@ static void on_step(void *arg, int rc, PGresult *const *res, int n)
         return;
     case AJ_WRITE:
         if (a->restock) {
-            end(a, STORE_OK, pgb_cell(res[1], 0, 0));
+            end(a, STORE_OK, pgb_cell(res[2], 0, 0));
         } else {
-            const PGresult *r = res[0];
+            const PGresult *r = res[1];
             bool wrote = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
             bool whole = PQntuples(r) == 1 && pgb_cell(r, 0, 3) == a->n;
             if (!wrote && !whole)
@@ -178,6 +183,7 @@ void pgb_admin_adjust(store *st, const char *sku, long long epoch, int segments,
                       .limit = limit,
                       .n = segments};
     snprintf(a->sku, sizeof a->sku, "%s", sku);
+    snprintf(a->op, sizeof a->op, "%s", op);
     if (rid == NULL || rid[0] == '\0') {
         lock_rows(a);
         return;

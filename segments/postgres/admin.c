@@ -20,6 +20,7 @@ struct pg_admin {
     int wait_ms; /* a release's wait for its segment's row */
     PGconn *pg;
     bool in_txn; /* a transaction of ours is open on pg */
+    bool ledger; /* its sessions write the order rows' events (events.h) */
     char errstr[200];
 };
 
@@ -42,9 +43,9 @@ static PGconn *connect_now(struct pg_admin *a)
         return a->pg;
     if (a->pg != NULL)
         PQfinish(a->pg);
-    char options[96], timeout[16];
-    snprintf(options, sizeof options, "-c statement_timeout=%d -c lock_timeout=%d",
-             a->timeout_ms, a->timeout_ms);
+    char options[128], timeout[16];
+    snprintf(options, sizeof options, "-c statement_timeout=%d -c lock_timeout=%d%s",
+             a->timeout_ms, a->timeout_ms, a->ledger ? " -c inv.ledger=on" : "");
     snprintf(timeout, sizeof timeout, "%d", (a->timeout_ms + 999) / 1000);
     const char *keys[] = {"dbname", "options", "connect_timeout", NULL};
     const char *vals[] = {a->conninfo, options, timeout, NULL};
@@ -443,29 +444,30 @@ static int reset(admin *adm, const char *sku, long long old_epoch, int old_segme
                         to->rebalance ? "true" : "false",
                         to->replicated ? "true" : "false",
                         batch,
-                        to->unfenced ? "true" : "false"};
-    const char *split[] = {sku, stock, segs};
+                        to->unfenced ? "true" : "false",
+                        to->ledger ? "true" : "false"};
+    const char *split[] = {sku, stock, segs, up[11]};
     if (step(
             a,
             "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
-            " rebalance, replicated, batch, unfenced) VALUES ($1, $2::int, $3::bigint, "
-            "$4,"
-            " $5, $6::int, $7::bigint, $7::bigint, $8::boolean, $9::boolean, $10::int,"
-            " $11::boolean)"
+            " rebalance, replicated, batch, unfenced, ledger) VALUES ($1, $2::int,"
+            " $3::bigint, $4, $5, $6::int, $7::bigint, $7::bigint, $8::boolean,"
+            " $9::boolean, $10::int, $11::boolean, $12::boolean)"
             " ON CONFLICT (sku) DO UPDATE SET"
             " segments = excluded.segments, initial = excluded.initial,"
             " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
             " epoch = excluded.epoch, gen = excluded.gen, rebalance = excluded.rebalance,"
             " replicated = excluded.replicated, batch = excluded.batch,"
-            " unfenced = excluded.unfenced",
-            11, up, NULL) != 0 ||
+            " unfenced = excluded.unfenced, ledger = excluded.ledger",
+            12, up, NULL) != 0 ||
         step(a, "DELETE FROM segments WHERE sku = $1", 1, k, NULL) != 0 ||
         step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
-        step(a,
-             "INSERT INTO segments (sku, seg, stock) SELECT $1, g, $2::bigint / $3::int"
-             " + CASE WHEN g < $2::bigint % $3::int THEN 1 ELSE 0 END"
-             " FROM generate_series(0, $3::int - 1) g",
-             3, split, NULL) != 0)
+        step(
+            a,
+            "INSERT INTO segments (sku, seg, stock, ledger) SELECT $1, g, $2::bigint /"
+            " $3::int + CASE WHEN g < $2::bigint % $3::int THEN 1 ELSE 0 END, $4::boolean"
+            " FROM generate_series(0, $3::int - 1) g",
+            4, split, NULL) != 0)
         return -1;
     return answer(a, STORE_OK, there ? 0 : 1, out);
 }
@@ -563,9 +565,10 @@ static const struct admin_ops pg_admin_ops = {
     .holds_sweep = holds_sweep,
 };
 
-admin *pga_create(const char *conninfo, int timeout_ms, int wait_ms)
+admin *pga_create(const char *conninfo, int timeout_ms, int wait_ms, bool ledger)
 {
     struct pg_admin *a = seg_calloc(1, sizeof *a);
+    a->ledger = ledger;
     a->base.ops = &pg_admin_ops;
     a->conninfo = seg_strdup(conninfo);
     a->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;

@@ -26,8 +26,9 @@
 
 /* A handle on `conninfo` (copied), connecting on first use and again after a failure;
  * each statement bounded by timeout_ms, a release's wait for a row by wait_ms (the
- * service's lock_wait_ms). */
-admin *pga_create(const char *conninfo, int timeout_ms, int wait_ms);
+ * service's lock_wait_ms); `ledger`: the session writes the ledger's events of its
+ * order rows (events.h). */
+admin *pga_create(const char *conninfo, int timeout_ms, int wait_ms, bool ledger);
 /* The table's lock schemes (admin_ops.locks), without a handle. */
 const char *const *pga_locks(void);
 /* Create or upgrade the schema (schema.c) and wait for it: 0 (with the version in

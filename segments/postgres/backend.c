@@ -654,6 +654,7 @@ store *pgb_store_create(struct event_base *base, const struct pgb_opts *o)
         .call_timeout_ms = o->timeout_ms,
         .app_name = "inventoryd loop",
         .no_prepare = o->no_prepare,
+        .ledger = o->ledger,
     };
     s->shared = o->shared;
     if (!s->shared)

@@ -45,6 +45,7 @@ struct pgb_opts {
     bool no_prepare; /* nothing prepared (pgc_opts.no_prepare) */
     bool shared;     /* one connection for every call and transaction (a worker's
                         store: one operation at a time, no row holds): the pool's one */
+    bool ledger;     /* the ledger's events written (pgc_opts.ledger) */
 };
 
 store *pgb_store_create(struct event_base *base, const struct pgb_opts *o);

@@ -71,6 +71,8 @@ struct pgc_opts {
     const char *app_name;     /* pg_stat_activity's application_name unless the
                                  connection string names one; NULL: "inventoryd" */
     bool no_prepare;          /* PGC_PREPARE ignored: every statement unprepared */
+    bool ledger;              /* the session's inv.ledger on: its order rows' events
+                                 are written (postgres/events.h) */
 };
 
 struct pgc_stmt {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "base/xalloc.h"
+#include "segments/postgres/events.h"
 #include "segments/postgres/fence.h"
 #include "segments/postgres/holds.h"
 
@@ -62,8 +63,9 @@ static const char *const m4[] = {
 
 /* 5: holds over several segments (holds_parts_sql.c). */
 /* 6: the lock services' fences (fence_sql.c). */
+/* 7: the ledger's events (events.c). */
 static const char *const *const migrations[] = {
-    m1, m2, pgh_schema, m4, pgh_schema_parts, pgf_schema};
+    m1, m2, pgh_schema, m4, pgh_schema_parts, pgf_schema, pgev_schema};
 #define LATEST ((int)(sizeof migrations / sizeof migrations[0]))
 
 /* Serializes migrations of several instances on one database. */

@@ -60,8 +60,8 @@ static void done(struct call *k, int rc, int code, long long value)
     pgb_call_free(k);
 }
 
-/* Results: SET, the SKU's row, the spread's one row, COMMIT. The spread's row: the
- * new gen (NULL: nothing written), the SKU's epoch and segment count, the segments
+/* Results: the settings, the SKU's row, the spread's one row, COMMIT. The spread's row:
+ * the new gen (NULL: nothing written), the SKU's epoch and segment count, the segments
  * found, whether every lease was the caller's, the rows updated, and whether every
  * fence given was no lower than its segment's highest. */
 static void on_spread(void *arg, int rc, PGresult *const *res, int n)
@@ -129,8 +129,11 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
     }
     char *toks = pgsp_tokens(tok, segments);
     char *fences = fence != NULL ? pgb_array_ll(fence, NULL, segments) : NULL;
-    char set[64], ep[24], ns[16];
-    snprintf(set, sizeof set, "SET LOCAL lock_timeout = %d",
+    char set[128], ep[24], ns[16];
+    /* The lock wait, and the kind of the stock events it writes (events.h). */
+    snprintf(set, sizeof set,
+             "SELECT set_config('lock_timeout', '%d', true),"
+             " set_config('inv.event', 'spread', true)",
              s->ttl_ms / 4 > 0 ? s->ttl_ms / 4 : 1);
     snprintf(ep, sizeof ep, "%lld", epoch);
     snprintf(ns, sizeof ns, "%d", segments);
