@@ -15,6 +15,9 @@
  * order that comes meanwhile, and one segment per group (batch_join) lets it hold
  * them all; the loop parses requests while it waits, so nothing waits on it. */
 #define BATCH_FLIGHT 1
+/* ... but a group waits at most this long (ms): a slow answer (a loaded Redis, or one
+ * that never comes before the store's timeout) does not hold the next ones back. */
+#define BATCH_WAIT_MS 2
 
 /* The unsent orders of a loop for one segment (hold 0). */
 struct bgroup {
@@ -23,7 +26,8 @@ struct bgroup {
     int seg;
     long long epoch;
     int n;
-    long long qty; /* the orders' units */
+    long long qty;   /* the orders' units */
+    int64_t born_ms; /* when its first order joined */
     struct ord *m[];
 };
 
@@ -186,7 +190,7 @@ bool batch_join(struct ord *o)
         if (e->groups == NULL)
             event_active(e->flush, EV_TIMEOUT, 1);
         g = seg_malloc(sizeof *g + sizeof *g->m * (size_t)max);
-        *g = (struct bgroup){e->groups, o->s, o->seg, o->view.epoch, 0, 0};
+        *g = (struct bgroup){e->groups, o->s, o->seg, o->view.epoch, 0, 0, inv_now_ms()};
         e->groups = g;
     }
     ord_set(o, ORD_DEDUCT);
@@ -242,12 +246,13 @@ void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
                  store_int_fn piped)
 {
     bool all = e->batch_out < BATCH_FLIGHT;
+    int64_t now = inv_now_ms();
     struct bgroup *g = e->groups, **keep = &e->groups;
     e->groups = NULL;
     while (g != NULL) {
         struct bgroup *next = g->next;
-        if (!all && g->n < g->m[0]->view.cfg.batch) { /* waits for one out to answer */
-            *keep = g;
+        if (!all && g->n < g->m[0]->view.cfg.batch && now - g->born_ms < BATCH_WAIT_MS) {
+            *keep = g; /* waits for one out to answer, or its time */
             keep = &g->next;
         } else {
             if (g->n == 1)
@@ -259,6 +264,10 @@ void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
         g = next;
     }
     *keep = NULL;
+    if (e->groups != NULL) {
+        struct timeval wait = {0, BATCH_WAIT_MS * 1000};
+        evtimer_add(e->flush, &wait);
+    }
 }
 
 void batch_drop(engine *e)

@@ -55,7 +55,8 @@ struct engine {
     void *lks[SKU_LOCK__COUNT];
     /* hold 0 with a batch: the orders of this loop for one segment, sent together
      * once this turn's callbacks ran, or, while BATCH_FLIGHT groups of this loop are
-     * out already, when one of them answers (batch.c); batch_out: those out */
+     * out already, when one of them answers or at most BATCH_WAIT_MS later
+     * (batch.c); batch_out: those out */
     struct bgroup *groups;
     struct event *flush;
     int batch_out;
@@ -334,8 +335,9 @@ bool batch_gathers(const struct ord *o);
  * batch_flush. false: it may not (batch 1, a claim on a cluster): it goes alone. */
 bool batch_join(struct ord *o);
 /* Send the groups (e->flush's callback calls it): every one while fewer than
- * BATCH_FLIGHT of this loop's are out, else the full ones only (the others grow
- * until one out answers, which runs the flush again). One alone goes by `alone`;
+ * BATCH_FLIGHT of this loop's are out, else the full ones and those BATCH_WAIT_MS
+ * old only (the others grow until one out answers, which runs the flush again, or
+ * the flush's timer). One alone goes by `alone`;
  * more as one DEDUCT_BATCH (mode lock: behind one SET NX PX of a fresh token, its
  * answer to `piped` with the group's first order, which owes it: pending), each
  * answer to `each`. */
