@@ -125,6 +125,8 @@ Scenarios, in run order (--only picks groups)
             lease, 1 and 20 segments; 20 / 1 >= 19), ~4 x --duration
   batch-h0  not in the default list: the batch group's hold-0 rows alone (lock and
             atomic, batch 1 and 64), ~4 x --duration
+  pg-h0     not in the default list: PostgreSQL at hold 0 on 20 segments, row, lease
+            and atomic, each at batch 1 then 64 (lockload.py), ~6 x --duration
   retention not in the default list (several minutes): loadtest/retention.py, the
             ledger's long run (issue 24) with its own Redis, PostgreSQL and service:
             Redis memory, keys, segment hash fields and CPU per order every 250,000
@@ -191,7 +193,7 @@ BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
 REDIS_BENCH_STOCK = 1000000000
 EXTRA_GROUPS += ("pg-h20",)  # only with --only: the pg group's hold-20 ms rows
-EXTRA_GROUPS += ("batch-h0",)  # only with --only: the batch group's hold-0 rows alone
+EXTRA_GROUPS += ("batch-h0", "pg-h0")  # only with --only: group commit at hold 0 alone
 
 # The Redis ceiling: the same check-and-deduct Lua, straight from redis-benchmark.
 DEDUCT_LUA = ("local s=tonumber(redis.call('GET',KEYS[1]) or '0') if s>=1 then "
@@ -942,7 +944,7 @@ class Run:
                 say("[cluster] skipped: the service under test was not started here")
             else:
                 self.run_cluster()
-        for group in ("locks", "pg", "pg-h20"):  # each starts its own servers, service
+        for group in ("locks", "pg", "pg-h20", "pg-h0"):  # each starts its own servers, service
             if wants(group):
                 lockload.run_group(sys.modules[__name__], self, group)
         if wants("retention"):  # its own servers and service, its own tables and JSON

@@ -16,6 +16,8 @@ Contract
             lease (PG_EXTRA: group commit), then pgbench running atomic's
             conditional UPDATE alone (run_pgbench).
             PG_THREADS and PG_POOL: 6 and 8, or LOADTEST_PG_THREADS / LOADTEST_PG_POOL.
+            `pg-h0` (only with --only): hold 0 ms on 20 segments, `row`, `lease` and
+            `"mode": "atomic"`, each at batch 1 then 64 (group commit at hold 0).
             `pg-h20` (only with --only): the pg group's hold-20 ms points of `row`
             and `lease` alone (rows named as in `pg`), for the 20 / 1 ratio.
             Every run is a drive.py orders_row: a fresh SKU, wrk, the usual audit.
@@ -52,6 +54,11 @@ BIG_STOCK = 100000000
 TARGET = 19  # 20 / 1 segments at hold 20 ms
 PG_H20 = "pg-h20"  # --only pg-h20: the pg group's hold-20 ms points of row and lease
 PG_H20_LOCKS = ("row", "lease")
+PG_H0 = "pg-h0"  # --only pg-h0: group commit at hold 0, batch 1 and 64 side by side
+PG_H0_ROWS = tuple((f"pg-{lock}-h0-b{b}", f"pg: {lock}, batch {b}",
+                    "atomic" if lock == "atomic" else "lock", 20, 0,
+                    {"batch": b, **({} if lock == "atomic" else {"lock": lock})})
+                   for lock in ("row", "lease", "atomic") for b in (1, 64))
 # The pg group's rows after the schemes' three points: (name, strategy, mode,
 # segments, hold_ms, settings); group commit (postgres/batch.c) at batch 64.
 PG_EXTRA = (
@@ -87,7 +94,7 @@ def missing(group):
     """Why `group` cannot run on this machine, or None."""
     need = {"locks": ["redis-server", "memcached", "java"],
             "pg": [os.path.join(PG_BIN, "postgres"), os.path.join(PG_BIN, "initdb")]}[
-                "pg" if group == PG_H20 else group]
+                "pg" if group in (PG_H20, PG_H0) else group]
     gone = [t for t in need if shutil.which(t) is None]
     if group == "locks" and not zk_classpath():
         gone.append("/etc/zookeeper/conf/environment (the zookeeper package)")
@@ -329,7 +336,7 @@ def run_group(d, run, name):
         return
     run.header(name, "lock services beside the Redis store" if name == "locks" else
                "the PostgreSQL store's schemes")
-    g = Group(d, run, "pg" if name == PG_H20 else name)
+    g = Group(d, run, "pg" if name in (PG_H20, PG_H0) else name)
     before = len(run.children.live)
     saved = (run.svc, run.url, run.api, run.redis)
     try:
@@ -346,6 +353,8 @@ def run_group(d, run, name):
             g.scenarios(LOCKS, [])
         elif name == PG_H20:
             g.scenarios(PG_H20_LOCKS, [], hold0=False)
+        elif name == PG_H0:
+            g.scenarios((), PG_H0_ROWS)
         else:
             g.scenarios(PG_LOCKS, PG_EXTRA)
             g.run_pgbench(pg_port)
