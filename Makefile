@@ -119,7 +119,8 @@ $(BUILD)/tests/test_lock $(BUILD)/tests/test_order $(BUILD)/tests/test_engine \
 # The engine over the in-memory store of tests/memstore.h (no Redis).
 $(BUILD)/tests/test_engine_mem: $(BUILD)/tests/memstore.o
 # The reservation suites' shared calls and view check (tests/resv_env.h).
-$(BUILD)/tests/it_reservations $(BUILD)/tests/it_pg_reservations: $(BUILD)/tests/resv_env.o
+$(BUILD)/tests/it_reservations $(BUILD)/tests/it_pg_reservations \
+    $(BUILD)/tests/it_cluster_reservations: $(BUILD)/tests/resv_env.o
 
 $(BUILD)/tests/it_%: $(BUILD)/tests/it_%.o $(HARNESS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)

@@ -14,7 +14,7 @@
 int api_resv_parse(struct api_request *req, struct api_parse_error *err);
 /* The place and the confirm run on the request's event loop (segments/reserve.h
  * resv_place_start); `fast` answers 409 reservations_unsupported inline where the
- * loop's store has no reservations (a cluster, PostgreSQL). */
+ * loop's store has no reservations (every store here has them). */
 bool api_resv_fast(const struct api_ctx *ctx, struct api_request *req,
                    struct api_reply *rep);
 void api_resv_start_place(const struct api_ctx *ctx, struct api_request *req,

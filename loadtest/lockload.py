@@ -20,6 +20,8 @@ Contract
             `"mode": "atomic"`, each at batch 1 then 64 (group commit at hold 0).
             `pg-h20` (only with --only): the pg group's hold-20 ms points of `row`
             and `lease` alone (rows named as in `pg`), for the 20 / 1 ratio.
+            `locks-h20` (only with --only): the locks group's hold-20 ms points of
+            the lock services (LOCKS_H20) alone, rows named as in `locks`.
             Every run is a drive.py orders_row: a fresh SKU, wrk, the usual audit.
   Processes started through drive.py's Children (stopped by pid, last first), on
             127.0.0.1 and free ports, each waited for at most WAIT_S; the group's
@@ -59,6 +61,8 @@ PG_H0_ROWS = tuple((f"pg-{lock}-h0-b{b}", f"pg: {lock}, batch {b}",
                     "atomic" if lock == "atomic" else "lock", 20, 0,
                     {"batch": b, **({} if lock == "atomic" else {"lock": lock})})
                    for lock in ("row", "lease", "atomic") for b in (1, 64))
+LOCKS_H20 = "locks-h20"  # --only locks-h20: the lock services' hold-20 ms points
+LOCKS_H20_LOCKS = ("redlock", "memcached", "zookeeper")
 # The pg group's rows after the schemes' three points: (name, strategy, mode,
 # segments, hold_ms, settings); group commit (postgres/batch.c) at batch 64.
 PG_EXTRA = (
@@ -90,13 +94,18 @@ def _field(text, pattern, kind=int):
     return kind(m.group(1)) if m else None
 
 
+def _base(group):
+    """The group whose servers and rows `group` has ("pg-h20": "pg")."""
+    return {PG_H20: "pg", PG_H0: "pg", LOCKS_H20: "locks"}.get(group, group)
+
+
 def missing(group):
     """Why `group` cannot run on this machine, or None."""
     need = {"locks": ["redis-server", "memcached", "java"],
             "pg": [os.path.join(PG_BIN, "postgres"), os.path.join(PG_BIN, "initdb")]}[
-                "pg" if group in (PG_H20, PG_H0) else group]
+                _base(group)]
     gone = [t for t in need if shutil.which(t) is None]
-    if group == "locks" and not zk_classpath():
+    if _base(group) == "locks" and not zk_classpath():
         gone.append("/etc/zookeeper/conf/environment (the zookeeper package)")
     return ", ".join(gone) or None
 
@@ -334,13 +343,14 @@ def run_group(d, run, name):
     if why:
         d.say(f"[{name}] skipped: not installed: {why}")
         return
-    run.header(name, "lock services beside the Redis store" if name == "locks" else
+    locks = _base(name) == "locks"
+    run.header(name, "lock services beside the Redis store" if locks else
                "the PostgreSQL store's schemes")
-    g = Group(d, run, "pg" if name in (PG_H20, PG_H0) else name)
+    g = Group(d, run, _base(name))
     before = len(run.children.live)
     saved = (run.svc, run.url, run.api, run.redis)
     try:
-        if name == "locks":
+        if g.name == "locks":
             extra = ["--redis", run.redis] + g.start_redlock() + g.start_memcached() + \
                 g.start_zookeeper()
         else:
@@ -351,6 +361,8 @@ def run_group(d, run, name):
         run.api = d.an.Api(run.url, run.o.admin_token)
         if name == "locks":
             g.scenarios(LOCKS, [])
+        elif name == LOCKS_H20:
+            g.scenarios(LOCKS_H20_LOCKS, [], hold0=False)
         elif name == PG_H20:
             g.scenarios(PG_H20_LOCKS, [], hold0=False)
         elif name == PG_H0:

@@ -1,15 +1,16 @@
 /* admin.h -- the blocking admin seam: one table of blocking operations per worker
  * connection (`struct admin_ops`), for the calls that do not run on an event loop:
- * SKU create/reset/delete, restock and rebalance, GET sku with its segment arrays,
- * the list of SKUs, order lookup, and the locks those calls and a cancel take. (The
- * cancel itself is store.h's, on the connection's own loop: inv_conn_store.)
+ * SKU create/reset/delete, restock and rebalance on a Redis Cluster, GET sku with
+ * its segment arrays, the list of SKUs, order lookup. (A cancel, and a restock or
+ * rebalance elsewhere, run on the engine's code on the connection's own loop: engine.h
+ * engine_cancel, engine_adjust.)
  *
  * A step, not the end (docs/DESIGN.md "Admin operations"): issue 22 wants these on
  * the asynchronous table of store.h; until then each store fills this table too
  * (Redis: segments/redis/admin.c over today's rd_* calls, unchanged; PostgreSQL:
  * segments/postgres/admin.c, blocking libpq). The table is chosen at one place
- * (segments/inventory.c inv_conn_create) and the callers (sku.c, order.c, skutab.c,
- * lockset.c) know no store.
+ * (segments/inventory.c inv_conn_create) and the callers (sku.c, skuadjust.c,
+ * order.c, skutab.c) know no store.
  *
  * Results. Every call returns -1 when the store gave no usable answer (`error` says
  * why), otherwise what it documents; writes fill a `struct store_reply` whose code is
@@ -34,10 +35,13 @@
 #define ADMIN_MISMATCH 11       /* a reset: the SKU is not the version named */
 
 /* Capabilities (admin_ops.caps). */
-/* adjust (and store.h's cancel) want the caller to hold every segment lock they
- * touch and pass the tokens (a restock or rebalance: the engine's locks, on the
- * loop's store, engine.h engine_adjust; a cancel: lockset.h); without it the store
- * serializes them itself. */
+/* A restock or rebalance wants the caller to hold every segment's store lock and
+ * pass the tokens (a standalone Redis); without it the store serializes it itself
+ * (PostgreSQL: its loop's adjust without tokens; a Redis Cluster: this table's
+ * adjust). Either way, where the loop's store adjusts every segment in one call
+ * (store.h STORE_CAP_MULTI_ONE) it runs on the engine, on the connection's own loop
+ * (engine.h engine_adjust). (A cancel always takes the store's locks of its
+ * segments: engine.h engine_cancel.) */
 #define ADMIN_CAP_LOCKS 0x1u
 /* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
 #define ADMIN_CAP_CLUSTER 0x2u
@@ -100,10 +104,8 @@ struct admin_ops {
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);
     int (*skus_list)(admin *a, char ***names, size_t *n);
-    /* A segment lock: 1 taken (released), 0 held by another (not ours), -1. */
-    int (*lock)(admin *a, const char *sku, int i, const char *token, int ttl_ms);
-    int (*release)(admin *a, const char *sku, int i, const char *token);
-    /* calls.h rd_adjust, rd_reset, rd_wait: the same contracts. */
+    /* calls.h rd_adjust, rd_reset, rd_wait: the same contracts. adjust NULL: every
+     * restock or rebalance of the store runs on the engine (PostgreSQL). */
     int (*adjust)(admin *a, const char *sku, long long epoch, int segments,
                   const char *const *tok, const char *op, long long add, long long limit,
                   const char *rid, const char *sig, int wait_ms, struct store_reply *out);
@@ -120,8 +122,9 @@ struct admin_ops {
      * index. out->code OK (h->state after; confirm: h->record), EXISTS (confirm:
      * confirmed earlier, h->record), ADMIN_CONFLICT (h->state says why: confirm of a
      * released or expired hold, "order" when another order has the id; release of a
-     * confirmed one), MISSING, STALE (the SKU was reset or deleted: the hold is void).
-     * The place is on the event loops only (store.h's hold_place_any). */
+     * confirmed one), MISSING, STALE (the SKU was reset or deleted: the hold is void),
+     * BUSY (a release whose wait for its segment ran out: nothing done). The place is on
+     * the event loops only (store.h's hold_place_any). */
     int (*hold_by_id)(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h);
     /* Settle the expired holds of up to `limit` segments whose first hold is due:

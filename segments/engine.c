@@ -97,6 +97,10 @@ static void proceed(struct ord *o)
         adjust_begin(o);
         return;
     }
+    if (o->cx != NULL) { /* an order's cancel (spread.c) */
+        cancel_begin(o);
+        return;
+    }
     if ((store_caps(o->e->st) & STORE_CAP_RECORD_APART) && o->has_id && !o->claim_ok) {
         claims_claim(o);
         return;
@@ -282,7 +286,8 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct ord *o = arg;
-    if (o->pred != NULL) { /* the lock's last DEDUCT has not answered: wait for it */
+    if (o->pred != NULL && o->lh == NULL) {
+        /* the store's lock: its last DEDUCT has not answered, wait for it */
         o->hold_over = true;
         return;
     }
@@ -302,8 +307,19 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
      * behind it on the same connection, instead of a round trip later. (Should it get
      * there first after all, a redirect on a cluster, it is BUSY and looks
      * elsewhere.) */
-    if (o->lh != NULL) { /* its claim goes back once the service let the lock go */
+    if (o->lh != NULL) {
+        /* A lock service's hold goes on to the next order of this loop waiting for
+         * the segment while it is surely still ours (handover_svc_may_keep): that
+         * order skips the service's ACQUIRE and the store's HOLD, the fence
+         * registered at the grant standing for both; its DEDUCT names that fence.
+         * Otherwise the claim goes back once the service let the lock go. */
+        struct lwait *w = ltab_next_holder(o->s, o->seg);
+        struct ord *next = w != NULL && w->handed == on_handed ? ord_of_wait(w) : NULL;
         send_deduct(o, "", false);
+        if (next != NULL && handover_svc_may_keep(o, next))
+            handover_svc_pass(o, next, on_hold_done);
+        else if (w != NULL) /* back in line first: the claim finds it on release */
+            ltab_wait_front(o->s, w);
         return;
     }
     struct lwait *w = NULL;
@@ -718,6 +734,16 @@ engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, s
 engine *engine_create_admin(inv *v, struct event_base *base, store *st)
 {
     return create(v, base, 0, 1, st, true);
+}
+
+engine *engine_of_conn(inv_conn *c)
+{
+    store *st = inv_conn_store(c); /* first: it makes c's loop */
+    if (c->eng == NULL) {
+        c->eng = engine_create_admin(c->v, c->base, st);
+        c->eng_free = engine_free;
+    }
+    return c->eng;
 }
 
 void engine_free(engine *e)

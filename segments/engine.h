@@ -52,7 +52,9 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
  * by lease.c while held), then the store's ADJUST `op` with `add`, `limit`, `rid` and
  * `sig` (store.h), which releases them; a STALE answer reads the settings again (503
  * busy after 4). A lock service's SKU takes the store's locks too, as the blocking
- * path always did (the ADJUST is fenced by their tokens). `fn` gets res->status
+ * path always did (the ADJUST is fenced by their tokens). `unlocked` (a store whose
+ * admin table serializes an adjust itself, admin.h without ADMIN_CAP_LOCKS:
+ * PostgreSQL): no lock is taken, the ADJUST goes without tokens. `fn` gets res->status
  * INV_OK once the store answered (a->code, a->gen, a->view filled), else why not
  * (INV_BUSY: the locks not had in time; INV_UNKNOWN_SKU; INV_UNAVAILABLE: no answer,
  * a->code -1 when the ADJUST itself went unanswered). `a` is the caller's, read and
@@ -62,12 +64,42 @@ struct engine_adjust {
     const char *op; /* "restock", "rebalance" */
     long long add, limit;
     const char *rid, *sig;
+    bool unlocked;
     int code;      /* out: the store's code (STORE_*, admin.h ADMIN_*); -2 unsent */
     long long gen; /* out: OK, the new generation */
     struct sku_view *view; /* out: the settings the ADJUST ran under (skutab.h) */
 };
 void engine_adjust(engine *e, const char *sku, struct engine_adjust *a, engine_done_fn fn,
                    void *arg);
+
+/* The cancel of order `id` (a valid name) on the order path's own code (spread.c):
+ * the settings of `sku` read (VIEW), the store's lock of each of the record's
+ * segments seg[0..n-1] (ascending, distinct) taken in that order by multi.c's routine
+ * whatever the SKU's mode and lock scheme, as the blocking path always took them
+ * (claimed on this loop, waited for until lock_wait_ms, renewed by lease.c while
+ * held), then the store's CANCEL of `expected` into `cancelled` with those tokens
+ * (store.h cancel; durability "replicated": waiting half the Redis timeout), which
+ * releases them. `fn` gets res->status INV_OK once the store answered (x->code,
+ * x->applied, x->record filled; a STALE is the caller's to read again), else why not
+ * (INV_BUSY: the locks not had in time; INV_UNKNOWN_SKU; INV_UNAVAILABLE: no answer,
+ * x->code -1 when the CANCEL itself went unanswered). `x` is the caller's, read and
+ * written until fn; not counted as an order. */
+struct engine_cancel {
+    const char *id, *expected, *cancelled;
+    int n; /* the record's parts: segments seg[], units part[] */
+    const int *seg;
+    const long long *part;
+    int code;     /* out: the store's code (STORE_*); -1 no answer, -2 unsent */
+    bool applied; /* out: OK, or NOT_REPLICATED after this call cancelled it */
+    char *record; /* out: EXISTS, the record cancelled already (malloc'd: the caller's) */
+};
+void engine_cancel(engine *e, const char *sku, struct engine_cancel *x, engine_done_fn fn,
+                   void *arg);
+
+/* The engine of worker connection `c` for its admin writes (engine_adjust,
+ * engine_cancel): an engine_create_admin on c's own loop over its store, made on
+ * first use, freed with c (internal.h inv_conn.eng). */
+engine *engine_of_conn(inv_conn *c);
 
 /* The last failure of the engine's Redis connection, for error details. */
 const char *engine_error(const engine *e);

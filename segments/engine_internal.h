@@ -8,10 +8,12 @@
  *
  *   engine.c   the order path: settings, rounds of the ring, one segment's ACQUIRE,
  *              hold and DEDUCT; the engine's API and its table of steps
- *   spread.c   the automatic rebalance, and an admin restock or rebalance (ADJUST)
+ *   spread.c   the automatic rebalance; an admin restock or rebalance (ADJUST) and
+ *              an order's cancel (CANCEL), under the store's locks
  *   multi.c    several segments at once
  *   claims.c   a cluster: the order id's claim  verdict.c sold out, from fresh counts
- *   handover.c a lock kept from one order to the next    lease.c  lease renewal
+ *   handover.c a lock kept from one order to the next (the store's, or a lock
+ *              service's hold)                         lease.c  lease renewal
  *   batch.c    group commit: the orders queued for a segment ride on one hold
  *   ord.c      the order itself: its state and transitions, its answer and its end
  *
@@ -83,6 +85,8 @@ enum ord_state {
     ORD_SPREAD,  /* the automatic rebalance: every segment locked, ADJUST "spread" */
     ORD_ADJUST,  /* an admin restock or rebalance (engine_adjust): every segment's
                     store lock taken in index order, renewed, then its ADJUST */
+    ORD_CANCEL,  /* an order's cancel (engine_cancel): its record's segments' store
+                    locks taken in index order, renewed, then the store's CANCEL */
     ORD_VERDICT, /* fresh counts: every segment's stock, then the meta */
     ORD_PLACED,  /* sold: the record's CONFIRM (a cluster), the replicas' WAIT */
     ORD_RECORD,  /* sold out or insufficient with a client id: its record read first */
@@ -105,6 +109,7 @@ struct ord {
     engine_done_fn fn;
     void *arg;
     struct engine_adjust *adj; /* an admin adjust's (engine_adjust), else NULL */
+    struct engine_cancel *cx;  /* an order's cancel (engine_cancel), else NULL */
 
     lsku *s;
     struct sku_view view;
@@ -138,11 +143,14 @@ struct ord {
     int seg;
     char token[33];
     char *record;
-    bool holding;    /* a lock of ours (lease renewed) */
-    bool pipelined;  /* hold_ms 0: the lock went out with the DEDUCT, in one write */
-    bool confirm;    /* a cluster: the DEDUCT wrote no record, CONFIRM writes it */
-    bool seg_waited; /* replicated: a replica had the DEDUCT before the CONFIRM went */
-    bool lease_lost; /* a renewal found it gone (or the lock service said so) */
+    bool holding;      /* a lock of ours (lease renewed) */
+    bool pipelined;    /* hold_ms 0: the lock went out with the DEDUCT, in one write */
+    bool confirm;      /* a cluster: the DEDUCT wrote no record, CONFIRM writes it */
+    bool seg_waited;   /* replicated: a replica had the DEDUCT before the CONFIRM went */
+    bool lease_lost;   /* a renewal found it gone (or the lock service said so) */
+    bool renew_failed; /* a lock service's renewal of `lh` went unanswered */
+    int renewing;      /* renewals of `lh` out (their answers come to this order) */
+    int64_t renew_due_ms; /* when the lease's next renewal is sent (lease.c) */
     /* a lock service's hold of `seg` (SKU "lock" not the store's): from its grant
      * until its release is sent; the fence registered with the store for it (or
      * STORE_UNFENCED: the lab's "fencing": false) */
@@ -155,8 +163,9 @@ struct ord {
     int64_t lock_ms;  /* when the lock held was taken (its ACQUIRE sent) */
     int keeps;        /* the orders it served before this one */
     struct ord *succ; /* ours went on to it, until our DEDUCT (keep) answers */
-    struct ord *pred; /* the order whose DEDUCT keeps it for us, until that answers */
-    bool hold_over;   /* our hold ended before pred's answer came */
+    struct ord *pred; /* the order whose DEDUCT keeps it for us, until that answers
+                         (a lock service's hold: whose DEDUCT went before ours) */
+    bool hold_over;   /* our hold ended before pred's answer came (the store's) */
 
     /* several segments (an order's parts, or every segment for a spread) */
     int mn, mk, mround;
@@ -283,6 +292,10 @@ bool lease_svc_ready(struct ord *o);
 void lease_svc_acquire(struct ord *o, int i, lks_acquire_fn fn);
 /* Hold h (of segment i) marks o's lease_lost when the service loses it. */
 void lease_svc_watch(struct ord *o, lks_hold *h);
+/* o's hold (lh, its fence, its lost callback) goes on to w, which renews it from
+ * now on when o would have (one renewal schedule per hold, not per order); o
+ * renews nothing more. */
+void lease_svc_pass(struct ord *o, struct ord *w);
 /* Give hold h up; i >= 0: segment i's claim on this loop goes back once the service
  * answered (as lease_svc_release), i < 0: nobody waits for the answer. */
 void lease_svc_give(struct ord *o, lks_hold *h, int i);
@@ -302,9 +315,19 @@ bool handover_may_keep(const struct ord *o, const struct ord *w);
  * timer armed with `on_hold_done`. */
 void handover_pass(struct ord *o, struct ord *w,
                    void (*on_hold_done)(evutil_socket_t, short, void *));
+/* May o's lock service's hold go on to `w` (not lost, its renewals answered OK,
+ * valid past w's hold with a margin, at most KEEP_MAX orders in a row)? */
+bool handover_svc_may_keep(const struct ord *o, const struct ord *w);
+/* o's hold goes on to `w` (taken out of the queue), o's DEDUCT sent already: w holds
+ * it (HOLD, lease_svc_pass), its hold timer armed with `on_hold_done`; its DEDUCT
+ * is fenced by the same fence and does not wait for o's. */
+void handover_svc_pass(struct ord *o, struct ord *w,
+                       void (*on_hold_done)(evutil_socket_t, short, void *));
 /* o's DEDUCT (keep) answered (rc, r): its successor goes on holding (`on_hold_done`
  * now if its hold is over) when it was OK, or takes the segment again from a new
- * round (`on_round_timer`, next turn) when not. */
+ * round (`on_round_timer`, next turn) when not. A lock service's hold: its holder
+ * goes on whatever o's answer, but FENCED marks it lost (a higher fence is
+ * registered: the service granted the lock again). */
 void handover_settle(struct ord *o, int rc, const struct store_reply *r,
                      void (*on_hold_done)(evutil_socket_t, short, void *),
                      void (*on_round_timer)(evutil_socket_t, short, void *));
@@ -381,5 +404,14 @@ void multi_go(struct ord *o);
 bool spread_begin(struct ord *o);
 /* An admin adjust's settings read: its locks, then its ADJUST (ADJUST). */
 void adjust_begin(struct ord *o);
+/* A cancel's settings read: its record's segments' locks, then its CANCEL (CANCEL). */
+void cancel_begin(struct ord *o);
+
+/* An admin write (ADJUST, CANCEL): every lock it takes is the store's, whatever the
+ * SKU's scheme, renewed by lease.c; not counted as an order. */
+static inline bool ord_admin_locks(const struct ord *o)
+{
+    return o->state == ORD_ADJUST || o->state == ORD_CANCEL;
+}
 
 #endif

@@ -26,7 +26,6 @@ struct rd_conn;
 struct rd_target;
 
 typedef struct skutab skutab;
-typedef struct watchdog watchdog;
 typedef struct sweeper sweeper;
 
 struct inv {
@@ -43,7 +42,6 @@ struct inv {
     _Atomic long long hist[HIST__COUNT][HIST_BUCKETS + 1];
     _Atomic long long hist_sum_us[HIST__COUNT];
     skutab *tab;               /* in-process state per SKU (skutab.h) */
-    watchdog *wd;              /* renews the leases of held locks (watchdog.h) */
     sweeper *sw;               /* with a map: undoes dead multi-segment intents */
     struct holdsweep *holds;   /* gives expired reservations back (holdsweep.h) */
     _Atomic long long changes; /* SKU changes made by this process (skutab_invalidate) */
@@ -76,9 +74,6 @@ store *inv_conn_store(inv_conn *c);
 /* Turn c's loop until *done (set by the callback of an operation of its store:
  * every one answers, within its deadline). */
 void inv_conn_wait(inv_conn *c, const bool *done);
-
-/* The handle's lease watchdog (for tests that drive leases by hand). */
-watchdog *inv_watchdog(inv *v);
 
 /* Where v's Redis is (the options as the seam takes them; calls.h). */
 struct rd_target inv_redis_target(const inv *v);

@@ -19,7 +19,6 @@
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
 #include "segments/holdsweep.h"
-#include "segments/watchdog.h"
 #include "base/xalloc.h"
 
 /* Which seed answers, and whether it is a cluster node (rd_pick_seed). When none
@@ -79,8 +78,9 @@ int inv_migrate(const char *where, int timeout_ms, int *version, char *err, size
 static admin *admin_create(inv *v)
 {
     const struct rd_target to = inv_redis_target(v);
-    return v->postgres ? pga_create(v->opt.store, v->opt.redis_timeout_ms)
-                       : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
+    return v->postgres
+               ? pga_create(v->opt.store, v->opt.redis_timeout_ms, v->opt.lock_wait_ms)
+               : rd_admin_create(&to, &v->stats[STAT_REDIS_ERRORS]);
 }
 
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
@@ -91,8 +91,7 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     v->opt.redis_host = v->host;
     v->postgres = inv_store_is_postgres(opt->store);
     if (v->postgres) {
-        /* PostgreSQL: its schema now; no Redis is asked anything (the watchdog's
-         * connection is made on first use, and no admin lock is taken here). */
+        /* PostgreSQL: its schema now; no Redis is asked anything. */
         int version = 0;
         if (inv_migrate(opt->store, opt->redis_timeout_ms, &version, err, errlen) != 0) {
             free(v->host);
@@ -129,12 +128,11 @@ inv *inv_create(const struct inv_options *opt, char *err, size_t errlen)
     if (!v->cluster && v->probe_failed)
         rd_smap_unsure(v->map); /* asked again every 5 s until it answers */
     const struct rd_target to = inv_redis_target(v);
-    v->wd = watchdog_create(v, &to, err, errlen);
-    if (v->wd != NULL && v->map != NULL)
+    if (v->map != NULL)
         v->sw = sweeper_create(v, &to, inv_store_create, err, errlen);
-    if (v->wd != NULL && (v->map == NULL || v->sw != NULL))
+    if (v->map == NULL || v->sw != NULL)
         v->holds = holdsweep_create(v, admin_create(v), err, errlen);
-    if (v->wd == NULL || (v->map != NULL && v->sw == NULL) || v->holds == NULL) {
+    if ((v->map != NULL && v->sw == NULL) || v->holds == NULL) {
         inv_free(v);
         return NULL;
     }
@@ -147,7 +145,6 @@ void inv_free(inv *v)
         return;
     holdsweep_free(v->holds);
     sweeper_free(v->sw);
-    watchdog_free(v->wd);
     rd_smap_free(v->map); /* after every connection that routes by it */
     rd_sentinel_free(v->sentinel);
     skutab_free(v->tab);
@@ -245,7 +242,8 @@ struct rd_target inv_redis_target(const inv *v)
     };
 }
 
-/* v's store on `base`; PostgreSQL: with `pool` connections for transactions. */
+/* v's store on `base`; PostgreSQL: with `pool` connections for transactions (-1: one
+ * connection for everything, a worker's). */
 static store *store_make(inv *v, struct event_base *base, int pool)
 {
     if (v->postgres) {
@@ -255,6 +253,7 @@ static store *store_make(inv *v, struct event_base *base, int pool)
             .timeout_ms = v->opt.redis_timeout_ms,
             .pool = pool,
             .no_prepare = v->opt.pg_no_prepare,
+            .shared = pool < 0,
         };
         return pgb_store_create(base, &o);
     }
@@ -278,7 +277,7 @@ store *inv_conn_store(inv_conn *c)
             fputs("inventoryd: event_base_new failed\n", stderr);
             abort();
         }
-        c->st = store_make(c->v, c->base, 1); /* one call at a time: one transaction */
+        c->st = store_make(c->v, c->base, -1); /* one operation at a time: one conn */
     }
     if (store_mode_behind(c->st)) /* nothing under way between blocking calls */
         c->st->ops->mode_follow(c->st);
@@ -289,11 +288,6 @@ void inv_conn_wait(inv_conn *c, const bool *done)
 {
     while (!*done)
         event_base_loop(c->base, EVLOOP_ONCE);
-}
-
-watchdog *inv_watchdog(inv *v)
-{
-    return v->wd;
 }
 
 /* The target of lock service `lock` in `opt`, NULL when none is configured. */

@@ -1,8 +1,8 @@
 /* inventory.h -- the domain handle: one per process, shared by every worker.
  *
  * An `inv` owns what the whole process shares: the options, the counters
- * (stats.h), the in-process table of SKUs (skutab.h) and the lease watchdog
- * (watchdog.h). An `inv_conn` is one worker's Redis connection; it belongs to
+ * (stats.h), the in-process table of SKUs (skutab.h) and the background threads
+ * (the sweepers). An `inv_conn` is one worker's Redis connection; it belongs to
  * exactly one thread at a time and is never shared. Every domain call (order.h,
  * sku.h) takes an `inv_conn`.
  *
@@ -90,7 +90,7 @@ bool inv_store_is_postgres(const char *where);
 int inv_migrate(const char *where, int timeout_ms, int *version, char *err,
                 size_t errlen);
 
-/* Create the process-wide handle and start the lease watchdog thread.
+/* Create the process-wide handle and start its background threads (the sweepers).
  * Returns NULL and fills `err` when a thread cannot be started. Redis need not
  * be up: connections are made lazily and retried. Free with inv_free(). */
 inv *inv_create(const struct inv_options *opt, char *err, size_t errlen);

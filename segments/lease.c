@@ -35,6 +35,17 @@ static void on_svc_renewed(void *arg, int rc)
         ord_finish(o, o->res.status); /* frees it */
 }
 
+/* The renewal of the order's own hold (lh): only an OK keeps it fit to go on to
+ * the loop's next order (handover_svc_may_keep). */
+static void on_lh_renewed(void *arg, int rc)
+{
+    struct ord *o = arg;
+    o->renewing--;
+    if (rc != LKS_OK)
+        o->renew_failed = true;
+    on_svc_renewed(arg, rc);
+}
+
 static void on_svc_lost(void *arg, lks_hold *h)
 {
     (void)h;
@@ -53,6 +64,7 @@ void lease_svc_hold(struct ord *o, lks_hold *h)
 {
     o->lh = h;
     o->lease_lost = false; /* from the grant: a loss before lease_start counts */
+    o->renew_failed = false;
     lease_svc_watch(o, h);
 }
 
@@ -114,15 +126,34 @@ void lease_svc_release(struct ord *o, bool unclaim)
     lease_svc_give(o, h, unclaim ? o->seg : -1);
 }
 
-/* The renewal timer (o->renew's callback, EV_PERSIST). */
+static void lease_on_tick(evutil_socket_t fd, short what, void *arg);
+
+/* The renewal timer armed `ms` from now, then every lock_ttl_ms / 3 (re-armed by each
+ * tick, so a hold gone on to another order keeps its schedule: lease_svc_pass). */
+static void lease_arm(struct ord *o, int ms)
+{
+    if (o->renew == NULL) {
+        o->renew = event_new(o->e->base, -1, 0, lease_on_tick, o);
+        if (o->renew == NULL) {
+            fputs("inventoryd: out of memory\n", stderr);
+            abort();
+        }
+    }
+    o->renew_due_ms = inv_now_ms() + ms;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(o->renew, &tv);
+}
+
+/* The renewal timer (o->renew's callback). */
 static void lease_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct ord *o = arg;
+    lease_arm(o, o->e->v->opt.lock_ttl_ms / 3);
     if (!o->holding || o->lease_lost)
         return;
-    if (o->state == ORD_ADJUST) { /* an admin adjust's set of the store's locks */
+    if (ord_admin_locks(o)) { /* an admin write's set of the store's locks */
         for (int k = 0; k < o->mk; k++) {
             o->pending++;
             STORE_CALL(o->e->st, renew, o->placed, o->mseg[k], o->mtok[k],
@@ -145,8 +176,9 @@ static void lease_on_tick(evutil_socket_t fd, short what, void *arg)
     o->pending++;
     if (o->lh != NULL) {
         engine *e = o->e;
+        o->renewing++;
         e->lks_ops[o->lk]->renew(e->lks[o->lk], o->lh, e->v->opt.lock_ttl_ms,
-                                 on_svc_renewed, o);
+                                 on_lh_renewed, o);
         return;
     }
     STORE_CALL(o->e->st, renew, o->placed, o->seg, o->token, o->e->v->opt.lock_ttl_ms,
@@ -155,17 +187,24 @@ static void lease_on_tick(evutil_socket_t fd, short what, void *arg)
 
 void lease_start(struct ord *o)
 {
-    if (o->renew == NULL) {
-        o->renew = event_new(o->e->base, -1, EV_PERSIST, lease_on_tick, o);
-        if (o->renew == NULL) {
-            fputs("inventoryd: out of memory\n", stderr);
-            abort();
-        }
-    }
     o->holding = true;
     if (o->lh == NULL) /* a service's hold was marked from its grant on */
         o->lease_lost = false;
-    int every = o->e->v->opt.lock_ttl_ms / 3;
-    struct timeval tv = {every / 1000, (every % 1000) * 1000};
-    evtimer_add(o->renew, &tv);
+    lease_arm(o, o->e->v->opt.lock_ttl_ms / 3);
+}
+
+void lease_svc_pass(struct ord *o, struct ord *w)
+{
+    lks_hold *h = o->lh;
+    o->lh = NULL;
+    w->lh = h;
+    w->lk = o->lk;
+    w->fence = o->fence;
+    w->lease_lost = false; /* o's was not (handover_svc_may_keep) */
+    w->renew_failed = false;
+    lease_svc_watch(w, h); /* its loss marks w from now on */
+    int64_t due = o->renew_due_ms - inv_now_ms();
+    lease_stop(o);
+    w->holding = true;
+    lease_arm(w, due > 0 ? (int)due : 0);
 }

@@ -336,6 +336,15 @@ void ltab_wait(lsku *s, struct lwait *w)
     s->last = w;
 }
 
+void ltab_wait_front(lsku *s, struct lwait *w)
+{
+    w->next = s->first;
+    s->one_seg_waiters += w->seg >= 0;
+    s->first = w;
+    if (s->last == NULL)
+        s->last = w;
+}
+
 bool ltab_unwait(lsku *s, struct lwait *w)
 {
     struct lwait **p = &s->first, *prev = NULL;

@@ -101,6 +101,8 @@ int ltab_empty_count(const lsku *s, long long gen);
 /* Queue `w` for a handed claim; ltab_unwait takes it out (true when it was queued). */
 void ltab_wait(lsku *s, struct lwait *w);
 bool ltab_unwait(lsku *s, struct lwait *w);
+/* Put `w`, just taken out by ltab_next_holder, back first in line. */
+void ltab_wait_front(lsku *s, struct lwait *w);
 
 /* The process-wide entry of the SKU (skutab.h: its outcome counters), NULL until
  * set; set with a hold of it (skutab_entry) that the entry gives back when it goes

@@ -9,9 +9,9 @@
 
 bool multi_svc(const struct ord *o)
 {
-    /* An admin adjust takes the store's locks whatever the SKU's (spread.c). */
+    /* An admin write takes the store's locks whatever the SKU's (spread.c). */
     return o->view.cfg.mode == SKU_MODE_LOCK && o->view.cfg.lock != SKU_LOCK_STORE &&
-           o->state != ORD_ADJUST;
+           !ord_admin_locks(o);
 }
 
 /* The service's holds of mseg[0..mk) given back, each segment's claim on this loop

@@ -46,7 +46,8 @@
  *                        busy in Redis                       -> BACKOFF (timer)
  *                        held on this loop, at home here     -> WAIT (FIFO, timer):
  *             handed the claim -> ROUND from it; handed the lock itself (a
- *             standalone Redis, the holder's DEDUCT keeps it) -> HOLD at once;
+ *             standalone Redis, the holder's DEDUCT keeps it; a lock service's hold,
+ *             its fence standing) -> HOLD at once;
  *             taken into the holder's batch (group commit, batch.c) -> DEDUCT
  *                        held by another loop only           -> BACKOFF (timer)
  *   SPREAD    every segment locked in index order, ADJUST "spread" -> VIEW (new
@@ -55,6 +56,10 @@
  *   ADJUST    (engine_adjust: an admin restock or rebalance, from VIEW) every
  *             segment's store lock taken in index order (multi.c), renewed (lease.c),
  *             then ADJUST -> DONE; STALE -> VIEW; locks not had in time -> DONE busy
+ *   CANCEL    (engine_cancel: an order's cancel, from VIEW) the store's lock of each
+ *             of its record's segments taken in index order (multi.c), renewed
+ *             (lease.c), then CANCEL -> DONE (the store's code, STALE included: the
+ *             caller reads the record again); locks not had in time -> DONE busy
  *   ACQUIRE   reply OK                                       -> HOLD (timer hold_ms;
  *             lease renewed by a timer every ttl/3)          -> DEDUCT (with keep when
  *             an order of this loop waits for the segment: the lock goes on to it;
@@ -101,7 +106,7 @@
 /* The states each state may go to, besides itself, RECORD and DONE. */
 static const unsigned ord_next[ORD__COUNT] = {
     [ORD_START] = TO(ORD_VIEW),
-    [ORD_VIEW] = TO(ORD_CLAIM) | TO(ORD_ROUND) | TO(ORD_ADJUST),
+    [ORD_VIEW] = TO(ORD_CLAIM) | TO(ORD_ROUND) | TO(ORD_ADJUST) | TO(ORD_CANCEL),
     [ORD_CLAIM] = TO(ORD_ROUND) | TO(ORD_MULTI) | TO(ORD_VIEW),
     [ORD_ROUND] = TO(ORD_VIEW) | TO(ORD_BACKOFF) | TO(ORD_WAIT) | TO(ORD_ACQUIRE) |
                   TO(ORD_DEDUCT) | TO(ORD_MULTI) | TO(ORD_SPREAD) | TO(ORD_VERDICT),
@@ -113,6 +118,7 @@ static const unsigned ord_next[ORD__COUNT] = {
     [ORD_MULTI] = TO(ORD_CLAIM) | TO(ORD_VIEW) | TO(ORD_VERDICT) | TO(ORD_PLACED),
     [ORD_SPREAD] = TO(ORD_ROUND) | TO(ORD_VIEW),
     [ORD_ADJUST] = TO(ORD_VIEW),
+    [ORD_CANCEL] = 0,
     [ORD_VERDICT] = TO(ORD_ROUND) | TO(ORD_VIEW),
     [ORD_PLACED] = 0,
     [ORD_RECORD] = 0,
@@ -152,8 +158,8 @@ const char *ord_state_name(enum ord_state st)
         [ORD_ROUND] = "round",     [ORD_BACKOFF] = "backoff", [ORD_WAIT] = "wait",
         [ORD_ACQUIRE] = "acquire", [ORD_HOLD] = "hold",       [ORD_DEDUCT] = "deduct",
         [ORD_MULTI] = "multi",     [ORD_SPREAD] = "spread",   [ORD_VERDICT] = "verdict",
-        [ORD_ADJUST] = "adjust",   [ORD_PLACED] = "placed",   [ORD_RECORD] = "record",
-        [ORD_DONE] = "done",
+        [ORD_ADJUST] = "adjust",   [ORD_CANCEL] = "cancel",   [ORD_PLACED] = "placed",
+        [ORD_RECORD] = "record",   [ORD_DONE] = "done",
     };
     return (unsigned)st < ORD__COUNT ? names[st] : "?";
 }
@@ -203,6 +209,29 @@ void ord_arm(struct ord *o, int ms, void (*cb)(evutil_socket_t, short, void *))
     event_assign(o->timer, o->e->base, -1, 0, cb, o);
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(o->timer, &tv);
+}
+
+/* (order.h) Here, beside its one caller: order.c calls the engine. */
+enum stat_id order_outcome_stat(inv_status s)
+{
+    switch (s) {
+    case INV_OK:
+        return STAT_ORDERS_CONFIRMED;
+    case INV_REPLAYED:
+        return STAT_ORDERS_REPLAYED;
+    case INV_SOLD_OUT:
+        return STAT_ORDERS_SOLD_OUT;
+    case INV_INSUFFICIENT:
+        return STAT_ORDERS_INSUFFICIENT;
+    case INV_UNKNOWN_SKU:
+        return STAT_ORDERS_UNKNOWN_SKU;
+    case INV_CONFLICT:
+        return STAT_ORDERS_CONFLICT;
+    case INV_BUSY:
+        return STAT_ORDERS_BUSY;
+    default:
+        return STAT_ORDERS_UNAVAILABLE;
+    }
 }
 
 /* ---- answers --------------------------------------------------------------------- */
@@ -277,7 +306,7 @@ void ord_answer_and_free(struct ord *o)
             free(o->res.record);
             o->res.record = NULL;
         }
-        if (o->adj == NULL) { /* an order, not an admin adjust */
+        if (o->adj == NULL && o->cx == NULL) { /* an order, not an admin write */
             stat_add(e->v, order_outcome_stat(st), 1);
             if (st != INV_UNKNOWN_SKU && o->s != NULL && ltab_shared(o->s) != NULL)
                 skutab_count(ltab_shared(o->s), order_outcome_stat(st));

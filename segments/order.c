@@ -1,4 +1,4 @@
-/* order.c -- order lookups and cancels on a blocking connection (see order.h). */
+/* order.c -- order lookups and cancels for a worker's connection (see order.h). */
 #include "segments/order.h"
 
 #include <jansson.h>
@@ -9,7 +9,7 @@
 #include "segments/clock.h"
 #include "segments/internal.h"
 #include "segments/ledger.h"
-#include "segments/lockset.h"
+#include "segments/engine.h"
 #include "segments/record.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
@@ -25,28 +25,6 @@ static inv_status read_record(inv_conn *c, const char *id, char **record)
 {
     int found = ADMIN_CALL(c->adm, record_read, id, record);
     return found < 0 ? INV_UNAVAILABLE : found ? INV_OK : INV_NOT_FOUND;
-}
-
-enum stat_id order_outcome_stat(inv_status s)
-{
-    switch (s) {
-    case INV_OK:
-        return STAT_ORDERS_CONFIRMED;
-    case INV_REPLAYED:
-        return STAT_ORDERS_REPLAYED;
-    case INV_SOLD_OUT:
-        return STAT_ORDERS_SOLD_OUT;
-    case INV_INSUFFICIENT:
-        return STAT_ORDERS_INSUFFICIENT;
-    case INV_UNKNOWN_SKU:
-        return STAT_ORDERS_UNKNOWN_SKU;
-    case INV_CONFLICT:
-        return STAT_ORDERS_CONFLICT;
-    case INV_BUSY:
-        return STAT_ORDERS_BUSY;
-    default:
-        return STAT_ORDERS_UNAVAILABLE;
-    }
 }
 
 inv_status order_get(inv_conn *c, const char *id, char **record)
@@ -95,29 +73,22 @@ static int parse_record(const char *record, struct parsed *p)
     return rc;
 }
 
-/* A store's answer to the cancel, as the blocking caller waits for it. */
 struct answer {
     bool done;
-    int code;     /* STORE_* or ADMIN_*, -1: no usable answer */
-    char *record; /* EXISTS: the cancelled record (malloc'd) */
-    bool applied; /* OK, or NOT_REPLICATED after this call cancelled it */
+    inv_status st;
 };
 
-static void answered(void *arg, int rc, struct store_reply *r)
+static void answered(void *arg, struct order_result *res)
 {
     struct answer *a = arg;
     a->done = true;
-    a->code = rc < 0 ? -1 : r->code;
-    a->applied = rc == 0 && (r->code == STORE_OK || r->value == 1);
-    if (rc == 0 && r->code == STORE_EXISTS) {
-        a->record = r->record;
-        r->record = NULL;
-    }
+    a->st = res->status;
 }
 
 /* One try at cancelling order `id` whose record reads `rec`: INV_OK with *record,
  * INV_NOT_FOUND, INV_BUSY, INV_UNAVAILABLE, or CANCEL_STALE when the order or its SKU
- * changed since `rec` was read (read it again). */
+ * changed since `rec` was read (read it again). The cancel runs on the engine's code
+ * on c's own loop (engine.h engine_cancel), as a restock does. */
 static int cancel_once(inv_conn *c, const char *id, const char *rec, char **record)
 {
     struct parsed *p = seg_malloc(sizeof *p);
@@ -135,42 +106,31 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         *record = seg_strdup(rec); /* already cancelled (or nothing we can read) */
         return INV_OK;
     }
-    struct lockset *set = NULL;
-    char placed[STORE_SKU_PLACED_MAX];
-    store_sku_placed(placed, p->sku, view.salt);
-    if (st == INV_OK)
-        set = lockset_take(c, e, placed, p->seg, p->n,
-                           inv_now_ms() + c->v->opt.lock_wait_ms, &st);
-    if (set == NULL) {
-        skutab_release(c->v->tab, e);
+    if (st != INV_OK) {
         free(p);
         return st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : st;
     }
     char *cancelled = p->cancelled ? seg_strdup(rec)
                                    : record_build(id, p->sku, p->qty, p->n, p->seg,
                                                   p->part, "cancelled");
-    const char **tok = seg_malloc(sizeof *tok * (size_t)p->n);
-    for (int j = 0; j < p->n; j++)
-        tok[j] = lockset_token(set, j);
-    const struct store_parts parts = {p->n, p->seg, p->part, tok, NULL};
-    /* Durability "replicated": 200 once a replica has the cancel too; else 503
-     * not_replicated, and the retry answers 200 once it holds (store.h cancel). */
-    int wait_ms = view.cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
+    struct engine_cancel x = {.id = id,
+                              .expected = rec,
+                              .cancelled = cancelled,
+                              .n = p->n,
+                              .seg = p->seg,
+                              .part = p->part};
     struct answer a = {0};
-    STORE_CALL(inv_conn_store(c), cancel, placed, view.epoch, id, cancelled, rec, &parts,
-               wait_ms, answered, &a);
+    engine_cancel(engine_of_conn(c), p->sku, &x, answered, &a);
     inv_conn_wait(c, &a.done);
-    int code = a.code;
-    free(tok);
+    int code = a.st == INV_OK ? x.code : -1;
     if (code == STORE_EXISTS) /* cancelled already: that record */
-        *record = a.record;
+        *record = x.record;
     else
-        free(a.record);
-    lockset_drop(c, set, code < 0);
-    if (a.applied)
+        free(x.record);
+    if (x.applied)
         skutab_count(e, STAT_ORDERS_CANCELLED);
     skutab_release(c->v->tab, e);
-    if (a.applied) {
+    if (x.applied) {
         /* The store bumped the generation: sold-out flags here go at once. */
         skutab_invalidate(c->v, p->sku);
         stat_add(c->v, STAT_ORDERS_CANCELLED, 1);
@@ -182,6 +142,8 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
     if (code == STORE_STALE) /* the next try must not trust the cached view */
         skutab_invalidate(c->v, p->sku);
     free(p);
+    if (a.st != INV_OK) /* the locks not had, the SKU gone, no answer */
+        return a.st == INV_UNKNOWN_SKU ? INV_NOT_FOUND : a.st;
     switch (code) {
     case STORE_OK:
         return INV_OK;

@@ -48,18 +48,20 @@ struct order_result {
 inv_status order_get(inv_conn *c, const char *id, char **record);
 
 /* Cancel an order: its units go back to the segments they came from, under their
- * locks; the record says "cancelled" and the sold counts go down. Idempotent: a
- * cancelled order is INV_OK again. INV_OK with *record (caller frees), INV_NOT_FOUND,
- * INV_BUSY, INV_UNAVAILABLE, INV_INVALID, or for a "replicated" SKU
- * INV_NOT_REPLICATED (no replica confirmed it; on a cluster the record is marked only
- * after the units given back are on a replica, and a retry on a cancelled record
- * checks, and redoes, the segments' part before its INV_OK: store.h cancel). */
+ * locks (taken, renewed and the store's cancel sent by the engine on c's own loop:
+ * engine.h engine_cancel; the caller blocks until it answers); the record says
+ * "cancelled" and the sold counts go down. Idempotent: a cancelled order is INV_OK again.
+ * INV_OK with *record (caller frees), INV_NOT_FOUND, INV_BUSY, INV_UNAVAILABLE,
+ * INV_INVALID, or for a "replicated" SKU INV_NOT_REPLICATED (no replica confirmed it; on
+ * a cluster the record is marked only after the units given back are on a replica, and a
+ * retry on a cancelled record checks, and redoes, the segments' part before its INV_OK:
+ * store.h cancel). */
 inv_status order_cancel(inv_conn *c, const char *id, char **record);
 /* (With a ledger, an order whose record left Redis after record_retention_s is
  * cancelled all the same: its record is written back from the ledger first, or, when
  * the ledger has it cancelled, that record is answered; ledger.h ledger_restore.) */
 
-/* The counter an order's final status is counted under (stats.h). */
+/* The counter an order's final status is counted under (stats.h; defined in ord.c). */
 enum stat_id order_outcome_stat(inv_status s);
 
 /* Free the record a result carries (safe on an empty result). */

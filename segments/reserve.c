@@ -38,13 +38,10 @@ void resv_clear(struct store_hold *h)
     h->record = h->parts = NULL;
 }
 
-/* The store keeps reservations (a standalone Redis, PostgreSQL): not a Redis Cluster
- * yet (whose index, order record, meta and holding list live in other slots than the
- * segment: docs/DESIGN.md "Reservations", Not yet). */
+/* The store keeps reservations (Redis, standalone or a cluster; PostgreSQL). */
 static bool supported(inv_conn *c)
 {
-    return c->adm->ops->hold_by_id != NULL &&
-           !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_CLUSTER);
+    return c->adm->ops->hold_by_id != NULL;
 }
 
 resv_status resv_step_status(const struct store_hold *h, int code)
@@ -54,6 +51,8 @@ resv_status resv_step_status(const struct store_hold *h, int code)
         return RESV_OK;
     case STORE_EXISTS:
         return RESV_REPLAYED;
+    case STORE_BUSY: /* a release's wait for its segment ran out: nothing done */
+        return RESV_BUSY;
     case STORE_MISSING:
         return RESV_NOT_FOUND;
     case STORE_STALE:

@@ -67,8 +67,10 @@ resv_status resv_step_status(const struct store_hold *h, int code);
  * call each, pipelined with the loop's orders; a busy walk tried again from a timer).
  * `done` runs once, on the loop, never inside the start call: the status, the id, and
  * the hold (done may take h->record, setting it NULL). Each counts in the engine's
- * in-flight work, so a stopping loop waits for it. Only where resv_loop_supported (a
- * standalone Redis, PostgreSQL). */
+ * in-flight work, so a stopping loop waits for it. A confirm that finds the id's
+ * claim held (a Redis Cluster: another confirm, an order with the id) is tried again
+ * from a timer until lock_wait_ms. Only where resv_loop_supported (Redis, standalone
+ * or a cluster; PostgreSQL). */
 typedef void (*resv_done_fn)(void *arg, resv_status s, const char *id,
                              struct store_hold *h);
 bool resv_loop_supported(engine *e);

@@ -1,6 +1,6 @@
 /* reserve_loop.c -- reservations placed and confirmed on an event loop (reserve.h): one
- * call of the loop's store each (a standalone Redis, PostgreSQL), pipelined with the
- * loop's orders; a busy walk is tried again from a timer. */
+ * call of the loop's store each (Redis, standalone or a cluster; PostgreSQL),
+ * pipelined with the loop's orders; a busy walk is tried again from a timer. */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +30,7 @@ struct rl {
 
 bool resv_loop_supported(engine *e)
 {
-    return e->st->ops->hold_place_any != NULL && e->st->ops->hold_by_id != NULL &&
-           !(store_caps(e->st) & STORE_CAP_RECORD_APART); /* not a cluster */
+    return e->st->ops->hold_place_any != NULL && e->st->ops->hold_by_id != NULL;
 }
 
 static void finish(struct rl *q, resv_status s)
@@ -46,6 +45,7 @@ static void finish(struct rl *q, resv_status s)
 }
 
 static void send_place(struct rl *q);
+static void send_confirm(struct rl *q);
 
 static void on_wait(void *arg, int rc, int replicas)
 {
@@ -115,7 +115,21 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    send_place(arg);
+    struct rl *q = arg;
+    if (q->state == RL_CONFIRM)
+        send_confirm(q);
+    else
+        send_place(q);
+}
+
+/* Again after a jittered 1-4 ms (a busy walk; a confirm whose id another step holds). */
+static void again_later(struct rl *q)
+{
+    stat_add(q->e->v, STAT_LOCK_WAITS, 1);
+    if (q->timer == NULL)
+        q->timer = evtimer_new(q->e->base, on_timer, q);
+    struct timeval tv = {0, 1000 * (1 + (int)ord_rnd(q->e, 4))};
+    evtimer_add(q->timer, &tv);
 }
 
 static void on_place(void *arg, int rc, const struct store_reply *r, struct store_hold *h)
@@ -130,7 +144,7 @@ static void on_place(void *arg, int rc, const struct store_reply *r, struct stor
     case STORE_OK:
         keep(q, h);
         stat_add(q->e->v, STAT_HOLDS_PLACED, 1);
-        settle(q, RESV_OK, NULL);
+        settle(q, RESV_OK, q->id); /* the id: the index's node too, where apart */
         return;
     case STORE_EXISTS: /* the id is a hold already: the same request, or another's */
         q->state = RL_REPLAY;
@@ -164,11 +178,7 @@ static void on_place(void *arg, int rc, const struct store_reply *r, struct stor
         }
         break;
     }
-    stat_add(q->e->v, STAT_LOCK_WAITS, 1);
-    if (q->timer == NULL)
-        q->timer = evtimer_new(q->e->base, on_timer, q);
-    struct timeval tv = {0, 1000 * (1 + (int)ord_rnd(q->e, 4))};
-    evtimer_add(q->timer, &tv);
+    again_later(q);
 }
 
 static void send_place(struct rl *q)
@@ -214,6 +224,12 @@ static void on_confirm(void *arg, int rc, const struct store_reply *r,
         return;
     }
     settled_on_the_way(q, h);
+    if (r->code == STORE_BUSY && inv_now_ms() < q->deadline) {
+        /* a Redis Cluster: another step holds the id's claim (a confirm racing this
+         * one, an order with the id): wait and claim again, as an order does */
+        again_later(q);
+        return;
+    }
     keep(q, h);
     resv_status s = resv_step_status(&q->h, r->code);
     if (s == RESV_OK)
@@ -228,5 +244,12 @@ void resv_confirm_start(engine *e, const char *id, resv_done_fn done, void *arg)
     struct rl *q = rl_new(e, done, arg);
     q->state = RL_CONFIRM;
     snprintf(q->id, sizeof q->id, "%s", id);
-    STORE_CALL(e->st, hold_by_id, q->id, STORE_HOLD_CONFIRM, q->attempt, on_confirm, q);
+    q->deadline = inv_now_ms() + e->v->opt.lock_wait_ms;
+    send_confirm(q);
+}
+
+static void send_confirm(struct rl *q)
+{
+    STORE_CALL(q->e->st, hold_by_id, q->id, STORE_HOLD_CONFIRM, q->attempt, on_confirm,
+               q);
 }

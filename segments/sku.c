@@ -146,17 +146,6 @@ inv_status sku_delete(inv_conn *c, const char *sku, const char *rid)
     return reset_current(c, sku, NULL, "", "", rid, &made);
 }
 
-/* c's engine for admin adjusts, on its own loop (internal.h inv_conn.eng). */
-static engine *conn_engine(inv_conn *c)
-{
-    store *st = inv_conn_store(c);
-    if (c->eng == NULL) {
-        c->eng = engine_create_admin(c->v, c->base, st);
-        c->eng_free = engine_free;
-    }
-    return c->eng;
-}
-
 struct answer {
     bool done;
     inv_status st;
@@ -169,11 +158,13 @@ static void answered(void *arg, struct order_result *res)
     a->st = res->status;
 }
 
-/* One ADJUST of `sku` with the store's segment locks (a standalone Redis) on the
- * engine's code (engine.h engine_adjust), on c's own loop: the code as adjust_once's,
- * or -2 with *st set when it was not answered (*view: the settings it ran under). */
+/* One ADJUST of `sku` on the engine's code (engine.h engine_adjust), on c's own loop,
+ * with the store's segment locks (a standalone Redis) or, `unlocked`, none (a store
+ * that serializes it itself: PostgreSQL): the code as adjust_once's, or -2 with *st set
+ * when it was not answered (*view: the settings it ran under). */
 static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long long add,
-                          const char *rid, struct sku_view *view, inv_status *st)
+                          const char *rid, bool unlocked, struct sku_view *view,
+                          inv_status *st)
 {
     char sig[128] = "";
     if (rid != NULL)
@@ -184,10 +175,11 @@ static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long lon
         .limit = SKU_STOCK_MAX - add,
         .rid = rid,
         .sig = sig,
+        .unlocked = unlocked,
         .view = view,
     };
     struct answer done = {0};
-    engine_adjust(conn_engine(c), sku, &a, answered, &done);
+    engine_adjust(engine_of_conn(c), sku, &a, answered, &done);
     inv_conn_wait(c, &done.done);
     if (done.st != INV_OK) {
         *st = done.st;
@@ -198,21 +190,26 @@ static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long lon
 }
 
 /* Restock (`add` units) or rebalance (add 0) every segment of `sku`, with the view of
- * the SKU re-read whenever the script finds it stale. With the store's segment locks
- * (a standalone Redis) on the engine's code, on c's loop (adjust_on_loop). On a
- * cluster, another adjust (or a reset) of the SKU under way answers BUSY: tried again
- * within lock_wait_ms, as a standalone Redis waits for the locks. `rid` NULL: no
- * request id (the automatic rebalance). */
+ * the SKU re-read whenever the store finds it stale. On the engine's code, on c's loop
+ * (adjust_on_loop), wherever the store does an adjust over every segment in one call
+ * (STORE_CAP_MULTI_ONE): under the store's segment locks where the admin table wants
+ * them (ADMIN_CAP_LOCKS: a standalone Redis), else without (PostgreSQL locks the rows
+ * in its transaction). A Redis Cluster keeps the blocking table's steps
+ * (skuadj_blocking): another adjust (or a reset) of the SKU under way answers BUSY,
+ * tried again within lock_wait_ms, as a standalone Redis waits for the locks. `rid`
+ * NULL: no request id (the automatic rebalance). */
 static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
                          const char *rid)
 {
     /* (Both asked: a standalone Redis that became a cluster is followed by the loop's
      * handle at once, by the admin table at its next command.) */
-    if ((ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS) &&
+    unsigned caps = ADMIN_CALL0(c->adm, caps);
+    if (!(caps & ADMIN_CAP_CLUSTER) &&
         (store_caps(inv_conn_store(c)) & STORE_CAP_MULTI_ONE)) {
         struct sku_view view;
         inv_status st;
-        int code = adjust_on_loop(c, sku, op, add, rid, &view, &st);
+        int code =
+            adjust_on_loop(c, sku, op, add, rid, !(caps & ADMIN_CAP_LOCKS), &view, &st);
         if (code == -2)
             return st;
         int got = skuadj_settle(c, sku, code, &view, rid);

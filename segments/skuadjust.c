@@ -1,5 +1,5 @@
 /* skuadjust.c -- restock, rebalance and spread on the blocking admin table (a Redis
- * Cluster, PostgreSQL), and what every adjust shares (see skuadjust.h). */
+ * Cluster), and what every adjust shares (see skuadjust.h). */
 #include "segments/skuadjust.h"
 
 #include <stdio.h>
@@ -62,10 +62,9 @@ void skuadj_adjusted(inv_conn *c, const char *sku, int code, long long gen, long
     }
 }
 
-/* One ADJUST (scripts.c) of `sku` as `view` has it, on a store without segment locks
- * (a Redis Cluster, PostgreSQL): on a cluster in the seam's per-slot steps (calls.h
- * rd_adjust), each on a replica before the next for a `replicated` SKU; PostgreSQL
- * locks the rows in its transaction. The script's code (ADMIN_NOT_REPLICATED: a step
+/* One ADJUST (scripts.c) of `sku` as `view` has it, on a Redis Cluster: in the seam's
+ * per-slot steps (calls.h rd_adjust), each on a replica before the next for a
+ * `replicated` SKU. The script's code (ADMIN_NOT_REPLICATED: a step
  * reached no replica), or -1 without an answer. */
 static int adjust_once(inv_conn *c, const char *sku, const struct sku_view *view,
                        const char *op, long long add, const char *rid)

@@ -1,11 +1,12 @@
 /* skuadjust.h -- an admin ADJUST (restock, rebalance, the cluster's spread) on the
  * blocking admin table (admin.h), and what sku.c's other writes share with it.
  *
- * A store with segment locks (a standalone Redis) runs restock and rebalance on the
- * engine's code instead (engine.h engine_adjust, from sku.c); a Redis Cluster (the
- * seam's per-slot steps, no locks: redis/adjust.c) and PostgreSQL (one transaction
- * that locks the rows) run them here. This file calls no engine file: the sweeper
- * calls it (sku_spread), and the engine calls the sweeper.
+ * A store that adjusts every segment in one call (a standalone Redis, under its
+ * segment locks; PostgreSQL, whose transaction locks the rows) runs restock and
+ * rebalance on the engine's code instead (engine.h engine_adjust, from sku.c); a
+ * Redis Cluster (the seam's per-slot steps, no locks: redis/adjust.c) runs them here.
+ * This file calls no engine file: the sweeper calls it (sku_spread), and the engine calls
+ * the sweeper.
  */
 #ifndef SEG_SKUADJUST_H
 #define SEG_SKUADJUST_H

@@ -25,19 +25,15 @@
 /* What the process knows of CHUNK segments of a SKU. */
 struct segs {
     _Atomic unsigned char loop_claims[CHUNK]; /* lock-free (skutab_loop_claims) */
-    /* under the entry's mu: */
-    unsigned short wanted[CHUNK];    /* skutab_claim_wait callers per segment */
-    unsigned char reserved[CHUNK];   /* released to one of them */
-    unsigned char claimed[CHUNK];    /* a worker is locking it */
-    unsigned char empty_seen[CHUNK]; /* a loop found it empty in empty_gen */
+    unsigned char empty_seen[CHUNK]; /* under the entry's mu: a loop found it empty in
+                                        empty_gen */
 };
 
 struct sku_local {
     char name[SEG_NAME_MAX + 1];
     pthread_mutex_t mu;
-    pthread_cond_t cv_wanted; /* broadcast when a wanted segment is reserved */
-    bool valid;               /* settings known */
-    bool refreshing;          /* a worker is re-reading them */
+    bool valid;      /* settings known */
+    bool refreshing; /* a worker is re-reading them */
     struct sku_view view;
     int64_t fetched_ms;
     _Atomic long long outcomes[SKU_OUTCOMES];
@@ -84,7 +80,6 @@ static void entry_free(sku_local *e)
     for (int k = 0; k < CHUNKS; k++)
         free(atomic_load_explicit(&e->segs[k], memory_order_acquire));
     pthread_mutex_destroy(&e->mu);
-    pthread_cond_destroy(&e->cv_wanted);
     free(e);
 }
 
@@ -178,7 +173,6 @@ static sku_local *hold(skutab *t, const char *sku, bool add)
         e = seg_calloc(1, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", sku);
         pthread_mutex_init(&e->mu, NULL);
-        inv_cond_init(&e->cv_wanted);
         unsigned b = seg_name_hash(sku) % BUCKETS;
         e->next = t->bucket[b];
         t->bucket[b] = e;
@@ -325,41 +319,6 @@ void skutab_invalidate(inv *v, const char *sku)
         pthread_mutex_unlock(&e->mu);
     }
     pthread_rwlock_unlock(&v->tab->lock);
-}
-
-void skutab_unclaim(sku_local *e, int i)
-{
-    pthread_mutex_lock(&e->mu);
-    struct segs *s = segs_of(e, i, true);
-    int k = i % CHUNK;
-    if (s->wanted[k] > 0) {
-        s->reserved[k] = 1; /* stays claimed: goes to whoever waits for i itself */
-        pthread_cond_broadcast(&e->cv_wanted);
-    } else {
-        s->claimed[k] = 0;
-    }
-    pthread_mutex_unlock(&e->mu);
-}
-
-bool skutab_claim_wait(sku_local *e, int i, int ms)
-{
-    struct timespec ts = inv_deadline(ms);
-    pthread_mutex_lock(&e->mu);
-    struct segs *s = segs_of(e, i, true);
-    int k = i % CHUNK;
-    bool got = !s->claimed[k];
-    if (got) {
-        s->claimed[k] = 1;
-    } else {
-        s->wanted[k]++;
-        while (!s->reserved[k] && pthread_cond_timedwait(&e->cv_wanted, &e->mu, &ts) == 0)
-            ;
-        s->wanted[k]--;
-        got = s->reserved[k];
-        s->reserved[k] = 0;
-    }
-    pthread_mutex_unlock(&e->mu);
-    return got;
 }
 
 void skutab_count(sku_local *e, enum stat_id outcome)

@@ -2,8 +2,7 @@
  *
  * Redis is the truth; this table only saves round trips:
  *  - for the blocking workers (cancels, admin writes): settings cached for
- *    meta_cache_ms, tagged with the SKU's generation, and `claimed` segments a worker
- *    is locking, each handed straight to a worker waiting for it (skutab_claim_wait);
+ *    meta_cache_ms, tagged with the SKU's generation;
  *  - for the event loops, which keep their own tables (ltab.h): the per-SKU outcome
  *    counters, the generation a loop read last and the segments the loops found
  *    empty, all read lock-free (skutab_loop_*);
@@ -69,10 +68,6 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *view);
  * the change in inv.changes: the event loops' tables (ltab.h) drop theirs. */
 void skutab_invalidate(inv *v, const char *sku);
 
-/* Give a claim back: to a skutab_claim_wait caller waiting for this segment (it now
- * holds the claim), else free. */
-void skutab_unclaim(sku_local *e, int i);
-
 /* Count an order outcome (a stat id below SKU_OUTCOMES) for the SKU. */
 void skutab_count(sku_local *e, enum stat_id outcome);
 
@@ -103,9 +98,5 @@ int skutab_loop_claims(sku_local *e, int i, int delta);
  * when no loop found one; lock-free. */
 void skutab_loop_confirm(sku_local *e, long long gen, long long total);
 long long skutab_loop_verdict(sku_local *e, long long gen);
-
-/* Claim segment i, waiting up to `ms` for it: a release of i goes to such a waiter
- * before any other. True when claimed. */
-bool skutab_claim_wait(sku_local *e, int i, int ms);
 
 #endif

@@ -1,5 +1,6 @@
 /* spread.c -- the automatic rebalance, and an admin restock or rebalance: every
- * segment of a SKU locked (the store's locks, or a lock service's holds), then ADJUST. */
+ * segment of a SKU locked (the store's locks, or a lock service's holds), then ADJUST;
+ * and an order's cancel: its segments' store locks, then CANCEL. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -119,15 +120,15 @@ static void on_adjusted(void *arg, int rc, struct store_reply *r)
     ord_finish(o, INV_OK);
 }
 
-/* Every lock held: ADJUST, fenced by their tokens. */
+/* Every lock held: ADJUST, fenced by their tokens (unlocked: none). */
 static void adjust_apply(struct ord *o)
 {
     struct engine_adjust *a = o->adj;
-    const char **tok = seg_malloc(sizeof *tok * (size_t)o->mn);
+    const char **tok = seg_malloc(sizeof *tok * (size_t)o->n);
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->mtok[k];
-    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->mn, tok, NULL, a->op,
-               a->add, a->limit, a->rid, a->sig, on_adjusted, o);
+    STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->n, a->unlocked ? NULL : tok,
+               NULL, a->op, a->add, a->limit, a->rid, a->sig, on_adjusted, o);
     free(tok);
 }
 
@@ -138,7 +139,7 @@ void adjust_begin(struct ord *o)
     multi_alloc(o);
     for (int i = 0; i < n; i++)
         o->mseg[i] = i;
-    o->mn = n;
+    o->mn = o->adj->unlocked ? 0 : n;
     ord_set(o, ORD_ADJUST);
     o->mlocked = adjust_apply;
     lease_start(o); /* renews the locks of the set as they are taken */
@@ -163,4 +164,76 @@ void engine_adjust(engine *e, const char *sku, struct engine_adjust *a, engine_d
     snprintf(o->sku, sizeof o->sku, "%s", sku);
     a->code = -2;
     o->adj = a;
+}
+
+/* ---- an order's cancel (engine_cancel) -------------------------------------------- */
+
+/* The CANCEL answered: the store released the locks whatever it said (no answer: they
+ * are given back here). */
+static void on_cancelled(void *arg, int rc, struct store_reply *r)
+{
+    struct ord *o = arg;
+    struct engine_cancel *x = o->cx;
+    lease_stop(o);
+    if (rc < 0) {
+        x->code = -1;
+        multi_give_up(o, INV_UNAVAILABLE);
+        return;
+    }
+    for (int k = 0; k < o->mk; k++)
+        ltab_unclaim(o->s, o->mseg[k]);
+    o->mk = 0;
+    x->code = r->code;
+    x->applied = r->code == STORE_OK || r->value == 1;
+    if (r->code == STORE_EXISTS) {
+        x->record = r->record;
+        r->record = NULL;
+    }
+    ord_finish(o, INV_OK);
+}
+
+/* Every lock held: CANCEL, fenced by their tokens. */
+static void cancel_apply(struct ord *o)
+{
+    struct engine_cancel *x = o->cx;
+    const char **tok = seg_malloc(sizeof *tok * (size_t)x->n);
+    for (int k = 0; k < x->n; k++)
+        tok[k] = k < o->mn ? o->mtok[k] : "";
+    const struct store_parts parts = {x->n, x->seg, x->part, tok, NULL};
+    /* Durability "replicated": 200 once a replica has the cancel too; else 503
+     * not_replicated, and the retry answers 200 once it holds (store.h cancel). */
+    int wait_ms = o->view.cfg.replicated ? o->e->v->opt.redis_timeout_ms / 2 : 0;
+    STORE_CALL(o->e->st, cancel, o->placed, o->view.epoch, x->id, x->cancelled,
+               x->expected, &parts, wait_ms, on_cancelled, o);
+    free(tok);
+}
+
+void cancel_begin(struct ord *o)
+{
+    struct engine_cancel *x = o->cx;
+    o->n = x->n;
+    multi_alloc(o);
+    o->mn = x->n;
+    for (int k = 0; k < x->n; k++) {
+        o->mseg[k] = x->seg[k];
+        /* A segment the SKU no longer has: the record is of an epoch a reset ended,
+         * which the store answers before it looks at a lock: nothing to lock. */
+        if (x->seg[k] >= o->view.cfg.segments)
+            o->mn = 0;
+    }
+    ord_set(o, ORD_CANCEL);
+    o->mlocked = cancel_apply;
+    lease_start(o); /* renews the locks of the set as they are taken */
+    multi_lock_next(o);
+}
+
+void engine_cancel(engine *e, const char *sku, struct engine_cancel *x, engine_done_fn fn,
+                   void *arg)
+{
+    struct ord *o = ord_new(e, fn, arg, on_adjust_start);
+    snprintf(o->sku, sizeof o->sku, "%s", sku);
+    x->code = -2;
+    x->applied = false;
+    x->record = NULL;
+    o->cx = x;
 }

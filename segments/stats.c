@@ -35,6 +35,7 @@ static const char *const names[STAT__COUNT] = {
     [STAT_HOLDS_CONFIRMED] = "reservations_confirmed",
     [STAT_HOLDS_RELEASED] = "reservations_released",
     [STAT_HOLDS_EXPIRED] = "reservations_expired",
+    [STAT_LOCK_HANDED_ON] = "lock_handed_on",
 };
 
 static const double bounds[HIST_BUCKETS] = {

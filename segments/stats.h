@@ -41,6 +41,8 @@ enum stat_id {
     STAT_HOLDS_CONFIRMED, /* reservations confirmed into orders */
     STAT_HOLDS_RELEASED,  /* reservations released by their client */
     STAT_HOLDS_EXPIRED,   /* expired reservations settled by this process */
+    STAT_LOCK_HANDED_ON,  /* segment locks (the store's or a lock service's) that went
+                             on to the loop's next order without an acquire */
     STAT__COUNT
 };
 

@@ -36,14 +36,16 @@
  * trusts its lock alone, neither fence nor stock checked again, as a client that
  * believes its lock does; a lock held twice then sells what is not there.
  *
- * Admin operations. The cancel of an order is here (`cancel`), and a blocking caller
- * waits on it (segments/order.c on its connection's own loop, docs/DESIGN.md
- * "Threads"), and so does the sweeper on the undo of a dead order's plan (intents_due,
- * then the order path's claim, undo, confirm, intent: segments/sweeper.c), and so
- * does a restock or rebalance on a standalone Redis (`adjust` with its request id and
- * signature, under the engine's locks: engine.h engine_adjust). Not here yet: reset,
- * and restock on a Redis Cluster or PostgreSQL: they still run on the blocking admin
- * table (segments/admin.h) and join this one as they move onto the same code.
+ * Admin operations. The cancel of an order is here (`cancel`), sent by the engine
+ * under the store's locks of the order's segments, and a blocking caller waits on it
+ * (segments/order.c on its connection's own loop, engine.h engine_cancel,
+ * docs/DESIGN.md "Threads"), and so does the sweeper on the undo of a dead order's plan
+ * (intents_due, then the order path's claim, undo, confirm, intent: segments/sweeper.c),
+ * and so does a restock or rebalance on a standalone Redis (`adjust` with its request id
+ * and signature, under the engine's locks: engine.h engine_adjust) or on PostgreSQL
+ * (`adjust` without tokens: its transaction locks the rows). Not here yet: reset, and
+ * restock on a Redis Cluster: they still run on the blocking admin table
+ * (segments/admin.h) and join this one as they move onto the same code.
  *
  * Ids. Every write is idempotent against itself: sent again after a lost reply it
  * recognises its own earlier work (lock token, attempt, order id) and answers what

@@ -568,7 +568,7 @@ static void test_cancel_in_seam(void **state)
 
     /* With both locks: OK, the units back, the record cancelled, the locks free. */
     const char *tok[] = {"mine-0", "mine-1"};
-    for (int k = 0; k < 2; k++) { /* as a worker's lockset holds them */
+    for (int k = 0; k < 2; k++) { /* as a worker's cancel holds them */
         char key[SEG_KEY_MAX];
         seg_key_lock(key, placed, seg[k]);
         assert_int_equal(node_int(f, master_of(f, key), "SET %s %s", key, tok[k]), 0);

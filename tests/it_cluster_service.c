@@ -668,28 +668,6 @@ static void expect_ok(int port, redisReply *r)
  * (MIGRATING/IMPORTING, MIGRATE, SETSLOT NODE), slowly enough that orders meet the
  * slot half moved (TRYAGAIN for the scripts whose keys are split, ASK for keys gone).
  * Orders keep being placed, every 201 is readable after, and the audit holds. */
-/* Reservations are not on a cluster yet (docs/DESIGN.md "Reservations"): a clean
- * 409, never a 503 from a script over several slots; the SKU shows nothing reserved. */
-static void test_reservations_refused(void **state)
-{
-    struct h_cluster_env *e = *state;
-    assert_int_equal(h_put_sku(e->port, NULL, "cs-resv", 10, 4, "lock", 0), 0);
-    struct h_resp r;
-    assert_int_equal(h_req(e->port, "POST", "/reservations", NULL,
-                           "{\"sku\":\"cs-resv\",\"qty\":1,\"ttl_s\":5}", &r),
-                     409);
-    assert_int_equal(h_expect_error(&r, 409, "reservations_unsupported"), 0);
-    h_resp_free(&r);
-    assert_int_equal(
-        h_http(e->port, "POST", "/reservations/x1/confirm", NULL, NULL, 0, &r), 409);
-    h_resp_free(&r);
-    json_t *j = h_get_sku(e->port, NULL, "cs-resv");
-    assert_non_null(j);
-    assert_int_equal(json_integer_value(json_object_get(j, "reserved")), 0);
-    assert_int_equal(json_integer_value(json_object_get(j, "remaining")), 10);
-    json_decref(j);
-}
-
 static void test_reshard_mid_sale(void **state)
 {
     struct h_cluster_env *f = *state;
@@ -778,7 +756,6 @@ int main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cancelled_record_checked),
         cmocka_unit_test(test_two_instances),
-        cmocka_unit_test(test_reservations_refused),
         cmocka_unit_test(test_reshard_mid_sale),
     };
     int failed = cmocka_run_group_tests_name(

@@ -75,6 +75,97 @@ static void test_replay_cancel_restock_redlock(void **state)
     assert_int_equal(h_audit(pa, NULL, sku, 15, false), 0);
 }
 
+/* ---- a hold handed on ------------------------------------------------------------ */
+
+/* A lock service's hold goes on, on its loop, to the next order waiting for the
+ * segment (the fence registered at the grant still the segment's highest): one
+ * client alone takes a hold from the service per order (nobody waits, so each hold
+ * is given back); 8 clients on one instance ordering from 1 segment at hold 20 ms
+ * sell more orders than they take holds (those handed on pay no ACQUIRE at the
+ * service nor HOLD at the store), exactly, every write fenced. */
+static void handed_on(struct lse_env *e, const char *lock)
+{
+    int pa = h_svc_port(e->a);
+    char sku[32], body[160];
+    snprintf(sku, sizeof sku, "lh-%s", lock);
+    snprintf(body, sizeof body,
+             "{\"stock\": 48, \"segments\": 1, \"hold_ms\": 20, \"lock\": \"%s\"}", lock);
+    assert_int_equal(lse_put_sku(pa, sku, body), 201);
+    long long acquired = h_stat(pa, NULL, "lock_acquired");
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(h_order(pa, sku, 1, NULL, NULL), 201);
+    assert_int_equal(h_stat(pa, NULL, "lock_acquired") - acquired, 4);
+
+    acquired = h_stat(pa, NULL, "lock_acquired");
+    struct lse_sellout s = {.sku = sku, .ports = {pa, pa}};
+    assert_int_equal(h_parallel(8, lse_sell, &s), 0);
+    long long took = h_stat(pa, NULL, "lock_acquired") - acquired;
+    fprintf(stderr,
+            "%s: 8 clients sold %d on 1 segment at hold 20 ms (%d busy) under %lld "
+            "holds taken from the service\n",
+            lock, s.sold, s.busy, took);
+    assert_int_equal(s.sold, 44);
+    assert_int_equal(s.other, 0);
+    assert_int_equal(h_audit(pa, NULL, sku, 48, false), 0);
+    if (took * 2 > s.sold)
+        fail_msg("%s: %lld holds taken for %d orders sold: none handed on", lock, took,
+                 s.sold);
+    assert_true(h_stat(pa, NULL, "lock_handed_on") > 0);
+}
+
+static void test_handed_on(void **state)
+{
+    h_deadline(60);
+    handed_on(*state, "redlock");
+    handed_on(*state, "memcached");
+    handed_on(*state, "zookeeper");
+}
+
+/* A hold handed on from order to order for longer than its lease: renewed every
+ * ttl/3 all along (one schedule per hold, kept across the hand-ons), never lost, so
+ * every write under it passes its fence. 4 clients, 1 segment, hold 300 ms, on an
+ * instance of one loop (every order waits on the holder's loop): a chain of 12
+ * orders outlives the 2 s lease. */
+static void test_handed_on_renewed_redlock(void **state)
+{
+    struct lse_env *e = *state;
+    h_deadline(60);
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", TTL_MS);
+    h_svc *c = h_svc_start_args(
+        e->store,
+        (const char *const[]){"--redlock", e->redlock, "--threads", "1", "--lock-ttl-ms",
+                              ttl, "--lock-wait-ms", "3000", NULL});
+    assert_non_null(c);
+    int pa = h_svc_port(c);
+    assert_int_equal(lse_put_sku(pa, "lh-renewed",
+                                 "{\"stock\": 12, \"segments\": 1, \"hold_ms\": 300, "
+                                 "\"lock\": \"redlock\"}"),
+                     201);
+    static const char *const names[] = {"lease_renewals", "lease_lost",
+                                        "fenced_rejections", "lock_handed_on"};
+    long long before[4], after[4];
+    for (int k = 0; k < 4; k++)
+        before[k] = h_stat(pa, NULL, names[k]);
+    struct lse_sellout s = {.sku = "lh-renewed", .ports = {pa, pa}};
+    assert_int_equal(h_parallel(4, lse_sell, &s), 0);
+    for (int k = 0; k < 4; k++)
+        after[k] = h_stat(pa, NULL, names[k]) - before[k];
+    fprintf(stderr,
+            "handed on at hold 300 ms: %d sold, %d busy; %lld renewals, %lld lost, "
+            "%lld fenced, %lld handed on\n",
+            s.sold, s.busy, after[0], after[1], after[2], after[3]);
+    assert_int_equal(s.sold, 12);
+    assert_int_equal(s.other, 0);
+    assert_int_equal(h_audit(pa, NULL, "lh-renewed", 12, false), 0);
+    assert_true(after[3] >= 4); /* handed on */
+    assert_true(after[0] >= 2); /* renewed across the hand-ons */
+    assert_int_equal(after[1], 0);
+    assert_int_equal(after[2], 0);
+    assert_int_equal(h_svc_stop_clean(c), 0);
+    h_svc_free(c);
+}
+
 /* ---- fence keys ------------------------------------------------------------------- */
 
 /* The per-segment fence counters of a lock-service SKU go with its other keys: a
@@ -283,6 +374,8 @@ int main(void)
         cmocka_unit_test(test_sellout_zookeeper),
         cmocka_unit_test(test_replay_cancel_restock_redlock),
         cmocka_unit_test(test_fence_keys_dropped),
+        cmocka_unit_test(test_handed_on),
+        cmocka_unit_test(test_handed_on_renewed_redlock),
         cmocka_unit_test(test_multi_redlock),
         cmocka_unit_test(test_multi_memcached),
         cmocka_unit_test(test_multi_zookeeper),

@@ -222,7 +222,18 @@ static void test_orders_and_admin(void **state)
     assert_int_equal(h_req(port, "POST", "/admin/skus/adm/restock", TOKEN, restock, &r),
                      200);
     h_resp_free(&r);
+    /* the id of another write: 409, nothing applied; past the stock limit: 400 */
+    assert_int_equal(h_req(port, "POST", "/admin/skus/adm/restock", TOKEN,
+                           "{\"qty\":12,\"request_id\":\"rs-1\"}", &r),
+                     409);
+    h_resp_free(&r);
     assert_int_equal(h_audit(port, TOKEN, "adm", 21, false), 0);
+    assert_int_equal(put_sku(port, "adm-max", 9007199254740991LL, 2, "atomic", NULL, 0),
+                     0);
+    assert_int_equal(
+        h_req(port, "POST", "/admin/skus/adm-max/restock", TOKEN, "{\"qty\":1}", &r),
+        400);
+    h_resp_free(&r);
     /* every unit on segment 0, as a drained SKU: the rebalance evens them out */
     assert_int_equal(h_pg_exec(pg, "UPDATE segments SET stock = CASE WHEN seg = 0"
                                    " THEN 20 ELSE 0 END WHERE sku = 'adm'"),
@@ -320,9 +331,9 @@ static void test_segment_sold_by_part(void **state)
     h_svc_free(svc);
 }
 
-/* A cancel gives back the segment leases it took (lockset.h: the store's cancel
- * releases the locks its tokens own). They were left until lock_ttl_ms, so the next
- * cancel of that segment, and a `lease` order, waited on them (it_history_pg saw
+/* A cancel gives back the segment leases it took (engine.h engine_cancel: the store's
+ * cancel releases the locks its tokens own). They were left until lock_ttl_ms, so the
+ * next cancel of that segment, and a `lease` order, waited on them (it_history_pg saw
  * cancels answer 503 busy after lock_wait_ms, and an atomic SKU with locks held). */
 static void test_cancel_releases_leases(void **state)
 {
@@ -719,7 +730,14 @@ static int setup(void **state)
 {
     (void)state;
     pg = h_pg_start();
-    return pg != NULL ? 0 : -1;
+    if (pg == NULL)
+        return -1;
+    /* Two instances at once (test_request_id_raced, test_two_instances): per instance
+     * the loops' 2 x 5 connections, the sweeper's, and per worker its admin table's
+     * and, once it ran a cancel, restock or rebalance, its own loop's store's (the
+     * engine's code: engine.h engine_of_conn) -- past the harness's default 40. */
+    h_pg_set_max_connections(pg, 80);
+    return h_pg_restart(pg) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state)

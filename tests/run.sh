@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh -- run the unit (BUILD/tests/test_*) and integration (BUILD/tests/it_*) test
 # binaries, each under a timeout, and end with one line: "N passed, N failed", counting
-# test binaries. Prints the whole output of every binary that failed.
+# test binaries. Prints the whole output of every binary that failed, and its failing
+# checks once more before that last line.
 #
 #   tests/run.sh [--unit | --integration] [BUILD_DIR]      (BUILD_DIR defaults to build)
 #
@@ -72,6 +73,7 @@ trap interrupted INT TERM HUP
 passed=0
 failed=0
 failed_names=()
+failed_why=
 
 # run_one BINARY: run it under the timeout, record and report the result.
 run_one() {
@@ -103,6 +105,10 @@ run_one() {
         echo "----- output of $name -----"
         cat "$log"
         echo "----- end of $name -----"
+        # The failing checks again, for the summary at the end: a long output may be
+        # cut by whatever shows the run (a CI page keeps its head and tail).
+        failed_why+="$name: $(grep -aE -B8 -A1 '^\[ +(ERROR|FAILED|LINE) +\]' "$log" |
+            grep -avE '^\[ +(RUN|OK) +\]' | tail -30)"$'\n'
     fi
 }
 
@@ -139,6 +145,8 @@ if [ "$mode" != unit ]; then
 fi
 
 if [ "${#failed_names[@]}" -gt 0 ]; then
+    echo "----- the failed checks -----"
+    printf '%s' "$failed_why"
     echo "failed: ${failed_names[*]}"
 fi
 if [ $((passed + failed)) -eq 0 ]; then

@@ -1,10 +1,11 @@
-/* test_lock.c -- segment locks, fenced writes and the watchdog, called directly, and
- * the order path through the event-driven engine on the test's own loop, against a
- * real redis-server (segments/redis/calls.c, watchdog.c, engine.c). */
+/* test_lock.c -- segment locks and fenced writes, called directly, and the order path
+ * through the event-driven engine on the test's own loop (its leases renewed by
+ * lease.c), against a real redis-server (segments/redis/calls.c, engine.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,6 @@
 #include "segments/order.h"
 #include "segments/sku.h"
 #include "segments/stats.h"
-#include "segments/watchdog.h"
 #include "tests/engine_sync.h"
 #include "tests/harness.h"
 
@@ -62,7 +62,7 @@ static int teardown(void **state)
 }
 
 /* A loop and an engine of its own for one order test. Not one for the group:
- * watchdog_renews_after_reconnect kills every client, and an engine whose loop did not
+ * lease_renews_after_reconnect kills every client, and an engine whose loop did not
  * turn meanwhile learns of it only at its next order, which it answers INV_UNAVAILABLE
  * (as every order until its reconnect, 50 ms later) instead of waiting for the new
  * connection. */
@@ -208,36 +208,48 @@ static void resent_deduct_is_its_own(void **state)
     assert_int_equal(st.locks_held, 0);
 }
 
-/* Hold a lock for three leases under the watchdog; `between` runs after one lease. */
-static void hold_with_watchdog(struct fixture *f, const char *sku, void (*between)(void))
+static void (*between_fn)(void);
+
+/* One lease into the hold, `between_fn` runs (beside the loop, which keeps turning). */
+static void *after_one_lease(void *arg)
 {
-    long long ep = put(f, sku, 1, 1);
-    struct lease l;
-    inv_new_token(f->c, l.token);
-    struct rd_reply r;
-    assert_int_equal(acquire(f, sku, ep, 0, "o-wd", 1, l.token, &r), 0);
-    assert_int_equal(r.code, RD_OK);
-    snprintf(l.sku, sizeof l.sku, "%s", sku);
-    l.seg = 0;
-    long long before = counter(f, STAT_LEASE_RENEWALS);
-    watchdog *wd = inv_watchdog(f->v);
-    watchdog_add(wd, &l);
+    (void)arg;
     usleep(TTL_MS * 1000);
-    if (between)
-        between();
-    usleep(2 * TTL_MS * 1000);
-    assert_false(watchdog_remove(wd, &l));
-    assert_true(counter(f, STAT_LEASE_RENEWALS) >= before + 3);
-    char other[33];
-    inv_new_token(f->c, other);
-    assert_int_equal(acquire(f, sku, ep, 0, "o-wd2", 1, other, &r), 0);
-    assert_int_equal(r.code, RD_BUSY);
-    assert_int_equal(rd_release(f->c->rd, sku, 0, l.token), 1);
+    between_fn();
+    return NULL;
 }
 
-static void watchdog_renews_past_the_ttl(void **state)
+/* An order that holds its lock for three leases (hold_ms): the engine renews the
+ * lease every ttl/3 (lease.c), so the lock stays its own and the order is sold, with
+ * no lease lost; `between` runs one lease in, beside the loop. */
+static void hold_three_leases(struct fixture *f, const char *sku, void (*between)(void))
 {
-    hold_with_watchdog(*state, "wd", NULL);
+    struct sku_config cfg = {
+        .stock = 1, .segments = 1, .mode = SKU_MODE_LOCK, .hold_ms = 3 * TTL_MS};
+    assert_int_equal(sku_put(f->c, sku, &cfg, SKU_REPLACE_ANY, NULL, NULL, NULL), INV_OK);
+    long long before = counter(f, STAT_LEASE_RENEWALS);
+    long long lost = counter(f, STAT_LEASE_LOST);
+    pthread_t t;
+    between_fn = between;
+    if (between != NULL)
+        assert_int_equal(pthread_create(&t, NULL, after_one_lease, NULL), 0);
+    struct order_request req = {.sku = sku, .qty = 1};
+    struct order_result res;
+    assert_int_equal(place_order(f->e, f->base, &req, &res), INV_OK);
+    order_result_clear(&res);
+    if (between != NULL)
+        pthread_join(t, NULL);
+    assert_true(counter(f, STAT_LEASE_RENEWALS) >= before + 3);
+    assert_int_equal(counter(f, STAT_LEASE_LOST), lost);
+    struct sku_status st;
+    assert_int_equal(sku_get(f->c, sku, &st), INV_OK);
+    assert_int_equal(st.sold, 1);
+    assert_int_equal(st.locks_held, 0);
+}
+
+static void lease_renews_past_the_ttl(void **state)
+{
+    hold_three_leases(*state, "wd", NULL);
 }
 
 static h_redis *killer_target;
@@ -253,11 +265,11 @@ static void kill_all_clients(void)
     redisFree(rc);
 }
 
-static void watchdog_renews_after_reconnect(void **state)
+static void lease_renews_after_reconnect(void **state)
 {
     struct fixture *f = *state;
     killer_target = f->redis;
-    hold_with_watchdog(f, "wdre", kill_all_clients);
+    hold_three_leases(f, "wdre", kill_all_clients);
 }
 
 static void order_falls_through_to_every_unit(void **state)
@@ -350,8 +362,8 @@ int main(void)
         cmocka_unit_test(stalled_holder_is_fenced),
         cmocka_unit_test(stale_epoch_is_refused),
         cmocka_unit_test(resent_deduct_is_its_own),
-        cmocka_unit_test(watchdog_renews_past_the_ttl),
-        cmocka_unit_test(watchdog_renews_after_reconnect),
+        cmocka_unit_test_setup_teardown(lease_renews_past_the_ttl, loop_up, loop_down),
+        cmocka_unit_test_setup_teardown(lease_renews_after_reconnect, loop_up, loop_down),
         cmocka_unit_test_setup_teardown(order_falls_through_to_every_unit, loop_up,
                                         loop_down),
         cmocka_unit_test_setup_teardown(order_replay_conflict_and_insufficient, loop_up,

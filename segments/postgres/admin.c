@@ -10,7 +10,6 @@
 
 #include "segments/postgres/fence.h"
 #include "segments/postgres/holds.h"
-#include "segments/postgres/spread.h"
 #include "segments/postgres/store.h"
 #include "base/xalloc.h"
 
@@ -18,6 +17,7 @@ struct pg_admin {
     struct admin base; /* first */
     char *conninfo;
     int timeout_ms;
+    int wait_ms; /* a release's wait for its segment's row */
     PGconn *pg;
     bool in_txn; /* a transaction of ours is open on pg */
     char errstr[200];
@@ -324,42 +324,6 @@ static int skus_list(admin *a, char ***names, size_t *n)
     return 0;
 }
 
-/* The lease of segment i (the `lease` scheme's columns), for a caller that wants it. */
-static int lock(admin *a, const char *sku, int i, const char *token, int ttl_ms)
-{
-    char s[16], t[16];
-    snprintf(s, sizeof s, "%d", i);
-    snprintf(t, sizeof t, "%d", ttl_ms);
-    const char *p[] = {sku, s, token, t};
-    PGresult *r = query(self(a),
-                        "UPDATE segments SET lease_token = $3, lease_until = now() +"
-                        " $4::int * interval '1 millisecond', fence = fence + 1"
-                        " WHERE sku = $1 AND seg = $2::int AND (lease_token IS NULL OR"
-                        " lease_until <= now() OR lease_token = $3)",
-                        4, p);
-    if (r == NULL)
-        return -1;
-    int rc = atoi(PQcmdTuples(r)) == 1;
-    PQclear(r);
-    return rc;
-}
-
-static int release(admin *a, const char *sku, int i, const char *token)
-{
-    char s[16];
-    snprintf(s, sizeof s, "%d", i);
-    const char *p[] = {sku, s, token};
-    PGresult *r = query(self(a),
-                        "UPDATE segments SET lease_token = NULL, lease_until = NULL"
-                        " WHERE sku = $1 AND seg = $2::int AND lease_token = $3",
-                        3, p);
-    if (r == NULL)
-        return -1;
-    int rc = atoi(PQcmdTuples(r)) == 1;
-    PQclear(r);
-    return rc;
-}
-
 /* A request id inside the open transaction: 0 new (recorded), ADMIN_REPLAYED (the
  * same write), ADMIN_CONFLICT (another), -1. The id's row is read by a statement of
  * its own: when the INSERT met the row of a transaction that committed while it
@@ -414,95 +378,6 @@ static bool write_open(struct pg_admin *a, const char *rid, const char *sig,
         return true;
     }
     return false;
-}
-
-/* Rebalance (spread: only when that leaves more segments with stock), the rows locked:
- * the rule of spread.h, the statement the loop's adjust runs, holding no lease. */
-static int even_out(struct pg_admin *a, const char *const *k, int segments, bool spread,
-                    struct store_reply *out)
-{
-    char *toks = pgsp_tokens(NULL, segments);
-    const char *p[] = {k[0], toks, k[1], k[2], "false", spread ? "true" : "false", NULL};
-    PGresult *r;
-    int rc = step(a, pgsp_sql, PGSP_NPARAMS, p, &r);
-    free(toks);
-    if (rc != 0)
-        return -1;
-    bool wrote = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
-    bool whole = PQntuples(r) == 1 && cell(r, 0, 3) == segments;
-    long long gen = wrote ? cell(r, 0, 0) : 0;
-    PQclear(r);
-    if (!wrote && !whole)
-        return answer(a, STORE_STALE, 0, out);
-    return answer(a, STORE_OK, gen, out); /* nothing changed: gen 0 */
-}
-
-static int adjust(admin *adm, const char *sku, long long epoch, int segments,
-                  const char *const *tok, const char *op, long long add, long long limit,
-                  const char *rid, const char *sig, int wait_ms, struct store_reply *out)
-{
-    (void)tok;
-    (void)wait_ms;
-    struct pg_admin *a = self(adm);
-    int rc;
-    if (write_open(a, rid, sig, out, &rc))
-        return rc;
-    char e[24], ns[16];
-    snprintf(e, sizeof e, "%lld", epoch);
-    snprintf(ns, sizeof ns, "%d", segments);
-    const char *k[] = {sku, e, ns};
-    PGresult *r;
-    if (step(a,
-             "SELECT initial FROM skus WHERE sku = $1 AND epoch = $2::bigint"
-             " AND segments = $3::int FOR UPDATE",
-             3, k, &r) != 0)
-        return -1;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return answer(a, STORE_STALE, 0, out);
-    }
-    long long initial = cell(r, 0, 0);
-    PQclear(r);
-    if (add > 0 && initial > limit)
-        return answer(a, ADMIN_LIMIT, 0, out);
-    if (step(a, "SELECT seg, stock FROM segments WHERE sku = $1 ORDER BY seg FOR UPDATE",
-             1, k, &r) != 0)
-        return -1;
-    if (PQntuples(r) != segments) {
-        PQclear(r);
-        return answer(a, STORE_STALE, 0, out);
-    }
-    if (strcmp(op, "restock") != 0) {
-        PQclear(r);
-        return even_out(a, k, segments, strcmp(op, "spread") == 0, out);
-    }
-    long long *stock = seg_calloc((size_t)segments, sizeof *stock);
-    for (int i = 0; i < segments; i++) /* the first add % n segments one more */
-        stock[i] = cell(r, i, 1) + add / segments + (i < add % segments ? 1 : 0);
-    PQclear(r);
-    rc = 0;
-    for (int i = 0; i < segments && rc == 0; i++) {
-        char s[16], v[24];
-        snprintf(s, sizeof s, "%d", i);
-        snprintf(v, sizeof v, "%lld", stock[i]);
-        const char *u[] = {sku, s, v};
-        rc = step(a,
-                  "UPDATE segments SET stock = $3::bigint, version = version + 1"
-                  " WHERE sku = $1 AND seg = $2::int",
-                  3, u, NULL);
-    }
-    free(stock);
-    char n[24];
-    snprintf(n, sizeof n, "%lld", add);
-    const char *g[] = {sku, n};
-    if (rc != 0 || step(a,
-                        "UPDATE skus SET gen = gen + 1, initial = initial + $2::bigint"
-                        " WHERE sku = $1 RETURNING gen",
-                        2, g, &r) != 0)
-        return -1;
-    long long gen = cell(r, 0, 0);
-    PQclear(r);
-    return answer(a, STORE_OK, gen, out);
 }
 
 /* This store's schemes, then the lock services it fences (fence.h). */
@@ -604,11 +479,48 @@ static int wait_durable(admin *a, const char *placed, int n, const int *seg,
 
 /* ---- reservations: holds.h's statements on this connection -------------------- */
 
+/* A release waits for its segment's row (FOR UPDATE: the units go back to its stock),
+ * which a `row` holder's transaction keeps for as long as its orders hold it -- one
+ * order's hold_ms, a chain handed on within lock_ttl_ms / 3 -- past timeout_ms, this
+ * connection's lock and statement bound. So it waits as an order waits for a segment,
+ * up to wait_ms (lock_timeout and statement_timeout raised for its own transaction
+ * alone), and a wait run out is BUSY, nothing done, not an unknown outcome. */
+static int release_step(struct pg_admin *a, const struct pgh_stmt *q,
+                        struct store_reply *out, struct store_hold *h)
+{
+    char set[160];
+    snprintf(set, sizeof set,
+             "SELECT set_config('lock_timeout', '%d', true),"
+             " set_config('statement_timeout', '%d', true)",
+             a->wait_ms, a->wait_ms + a->timeout_ms);
+    if (begin(a) != 0 || step(a, set, 0, NULL, NULL) != 0)
+        return -1;
+    PGresult *r = run(a, q->st.sql, q->st.nparams, q->st.params);
+    if (r == NULL)
+        return -1; /* the connection went, and the transaction with it */
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    bool busy = state != NULL && strcmp(state, "55P03") == 0; /* lock_not_available */
+    int rc = busy ? 0 : pgh_decode(r, out, h);
+    PQclear(r);
+    if (busy) {
+        memset(out, 0, sizeof *out);
+        memset(h, 0, sizeof *h);
+        out->code = STORE_BUSY;
+    }
+    if (rc != 0 || busy) {
+        finish(a, false);
+        return rc;
+    }
+    return finish(a, true);
+}
+
 static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h)
 {
     struct pgh_stmt q;
     pgh_step_stmt(&q, id, act, attempt);
+    if (act == STORE_HOLD_RELEASE)
+        return release_step(self(a), &q, out, h);
     PGresult *r = run(self(a), q.st.sql, q.st.nparams, q.st.params);
     int rc = pgh_decode(r, out, h);
     if (r != NULL)
@@ -644,21 +556,20 @@ static const struct admin_ops pg_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .lock = lock,
-    .release = release,
-    .adjust = adjust,
+    .adjust = NULL, /* a restock or rebalance runs on the engine (adjust.c) */
     .reset = reset,
     .wait = wait_durable,
     .hold_by_id = hold_by_id,
     .holds_sweep = holds_sweep,
 };
 
-admin *pga_create(const char *conninfo, int timeout_ms)
+admin *pga_create(const char *conninfo, int timeout_ms, int wait_ms)
 {
     struct pg_admin *a = seg_calloc(1, sizeof *a);
     a->base.ops = &pg_admin_ops;
     a->conninfo = seg_strdup(conninfo);
     a->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
+    a->wait_ms = wait_ms > a->timeout_ms ? wait_ms : a->timeout_ms;
     return &a->base;
 }
 

@@ -12,7 +12,10 @@
  * needed (no ADMIN_CAP_LOCKS); `wait` answers 1 at once: a COMMIT is durable on the
  * server (synchronous_commit; a standby is the server's own business). Lock schemes:
  * "row" (the default), "lease", "optimistic". Reservations (hold_by_id,
- * holds_sweep): one statement each, holds.h's.
+ * holds_sweep): one statement each, holds.h's; a release is that statement in a
+ * transaction of its own whose lock wait is wait_ms (it waits for its segment's row
+ * as an order waits for a segment: a `row` holder keeps the row past timeout_ms), a
+ * wait run out answering STORE_BUSY with nothing done.
  */
 #ifndef SEG_POSTGRES_ADMIN_H
 #define SEG_POSTGRES_ADMIN_H
@@ -22,8 +25,9 @@
 #include "segments/admin.h"
 
 /* A handle on `conninfo` (copied), connecting on first use and again after a failure;
- * each statement bounded by timeout_ms. */
-admin *pga_create(const char *conninfo, int timeout_ms);
+ * each statement bounded by timeout_ms, a release's wait for a row by wait_ms (the
+ * service's lock_wait_ms). */
+admin *pga_create(const char *conninfo, int timeout_ms, int wait_ms);
 /* The table's lock schemes (admin_ops.locks), without a handle. */
 const char *const *pga_locks(void);
 /* Create or upgrade the schema (schema.c) and wait for it: 0 (with the version in

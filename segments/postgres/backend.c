@@ -61,7 +61,8 @@ static void store_free(store *st)
     if (st == NULL)
         return;
     struct pg_store *s = self(st);
-    pgc_free(s->plain);
+    if (!s->shared)
+        pgc_free(s->plain);
     pgp_free(s->pool);
     pgb_tables_free(s);
     free(s);
@@ -76,9 +77,12 @@ static void stats(const store *st, struct store_stats *out)
 {
     const struct pg_store *s = (const struct pg_store *)st;
     struct pgc_stats p;
-    pgc_stats(s->plain, &p);
-    out->commands = p.calls;
-    out->writes = p.writes;
+    *out = (struct store_stats){0};
+    if (!s->shared) {
+        pgc_stats(s->plain, &p);
+        out->commands = p.calls;
+        out->writes = p.writes;
+    }
     for (int i = 0; i < pgp_size(s->pool); i++) {
         pgc_stats(pgp_at(s->pool, i), &p);
         out->commands += p.calls;
@@ -598,6 +602,20 @@ static void wait_durable(store *st, const char *sku, int i, const char *id,
     later_int(self(st), fn, arg, 1);
 }
 
+/* store_ops.adjust: the loop's spread or rebalance under the caller's locks, or an
+ * admin's restock or rebalance (no tokens: the transaction locks the rows). */
+static void adjust(store *st, const char *sku, long long epoch, int segments,
+                   const char *const *tok, const long long *fence, const char *op,
+                   long long add, long long limit, const char *rid, const char *sig,
+                   store_reply_fn fn, void *arg)
+{
+    if (tok == NULL && (strcmp(op, "restock") == 0 || strcmp(op, "rebalance") == 0))
+        pgb_admin_adjust(st, sku, epoch, segments, op, add, limit, rid, sig, fn, arg);
+    else
+        pgb_adjust(st, sku, epoch, segments, tok, fence, op, add, limit, rid, sig, fn,
+                   arg);
+}
+
 static const struct store_ops pg_ops = {
     .name = "postgres",
     .caps = caps,
@@ -616,7 +634,7 @@ static const struct store_ops pg_ops = {
     .deduct = deduct,
     .deduct_batch = pgb_deduct_batch,
     .deduct_multi = pgb_deduct_multi,
-    .adjust = pgb_adjust,
+    .adjust = adjust,
     .cancel = pgb_cancel,
     .id_for_segment = id_for_segment,
     .hold_place_any = pgh_place_any,
@@ -637,8 +655,12 @@ store *pgb_store_create(struct event_base *base, const struct pgb_opts *o)
         .app_name = "inventoryd loop",
         .no_prepare = o->no_prepare,
     };
-    s->plain = pgc_create(base, &co);
+    s->shared = o->shared;
+    if (!s->shared)
+        s->plain = pgc_create(base, &co);
     co.app_name = "inventoryd pool";
-    s->pool = pgp_create(base, &co, o->pool > 0 ? o->pool : 4);
+    s->pool = pgp_create(base, &co, s->shared ? 1 : o->pool > 0 ? o->pool : 4);
+    if (s->shared)
+        s->plain = pgp_at(s->pool, 0);
     return &s->base;
 }

@@ -43,6 +43,8 @@ struct pgb_opts {
     int timeout_ms;  /* each call's deadline */
     int pool;        /* connections for row holds, 1..64 (pgp_create); 0: 4 */
     bool no_prepare; /* nothing prepared (pgc_opts.no_prepare) */
+    bool shared;     /* one connection for every call and transaction (a worker's
+                        store: one operation at a time, no row holds): the pool's one */
 };
 
 store *pgb_store_create(struct event_base *base, const struct pgb_opts *o);

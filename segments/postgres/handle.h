@@ -1,7 +1,7 @@
 /* handle.h -- the PostgreSQL store's handle, shared by its files (backend.c, the ops;
  * multi.c, the deduction over several segments; batch.c, group commit; spread.c, the
- * adjust on the loop; cancel.c, the cancel of an order; handle.c, its small tables):
- * private to segments/postgres/.
+ * adjust on the loop, adjust.c, an admin's; cancel.c, the cancel of an order; handle.c,
+ * its small tables): private to segments/postgres/.
  *
  * A handle lives on one loop (store.h). It remembers each SKU's lock scheme as its
  * last meta_read said (`known`), and the locks it holds by token (`held`): a `row`
@@ -38,8 +38,10 @@ struct held { /* a lock this handle holds by token: row (its transaction), optim
 struct pg_store {
     struct store base; /* first */
     struct event_base *ev;
-    pgc_conn *plain; /* every call outside a `row` hold: one connection, in order */
-    pgp_pool *pool;  /* the transactions of `row` holds */
+    pgc_conn *plain; /* every call outside a `row` hold: one connection, in order
+                        (pgb_opts.shared: the pool's one, not owned) */
+    bool shared;
+    pgp_pool *pool; /* the transactions of `row` holds */
     struct known *known;
     struct held *held;
     struct call *ending; /* row deductions that end their transaction, unanswered */
@@ -93,11 +95,23 @@ long long pgb_cell(const PGresult *r, int row, int col);
 char *pgb_array_ll(const long long *v, const int *iv, int n);
 bool pgb_results_ok(int rc, PGresult *const *res, int n);
 
-/* store_ops.adjust: "spread" and "rebalance" on the loop (spread.c). */
+/* "spread" and "rebalance" on the loop under the caller's locks (spread.c); store_ops
+ * .adjust without tokens is an admin's restock or rebalance (adjust.c): backend.c
+ * chooses. */
 void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
                 const char *const *tok, const long long *fence, const char *op,
                 long long add, long long limit, const char *rid, const char *sig,
                 store_reply_fn fn, void *arg);
+/* An admin's "restock" (`add` units, refused ADMIN_LIMIT when the SKU's initial is
+ * past `limit`) or "rebalance" of `sku` as `epoch` and `segments` say (else STALE),
+ * under request id `rid` with signature `sig` (NULL or "": none; the same id again:
+ * ADMIN_REPLAYED, another write's: ADMIN_CONFLICT), in one transaction on a pool
+ * connection that locks the SKU's row and its segments' rows, as the admin table's
+ * adjust did; no lease or fence is checked or taken. OK's value: the new gen (0: a
+ * rebalance that moved nothing). */
+void pgb_admin_adjust(store *st, const char *sku, long long epoch, int segments,
+                      const char *op, long long add, long long limit, const char *rid,
+                      const char *sig, store_reply_fn fn, void *arg);
 /* store_ops.cancel (cancel.c). */
 void pgb_cancel(store *st, const char *placed, long long epoch, const char *id,
                 const char *cancelled, const char *expected, const struct store_parts *p,

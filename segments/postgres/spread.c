@@ -93,7 +93,8 @@ static void on_spread(void *arg, int rc, PGresult *const *res, int n)
 
 /* store_ops.adjust for "spread" (even the stock out only when that leaves more
  * segments with stock) and "rebalance" (even it out); any other op answers -1 (the
- * loops ask for spread alone; restock is the admin table's).
+ * loops ask for spread alone; backend.c sends an admin's, without tokens, to
+ * adjust.c).
  *
  * One transaction on a pool connection (it may wait for row locks): the SKU's row
  * locked against admin writes (FOR NO KEY UPDATE, before the segments, as they take

@@ -1,6 +1,6 @@
 /* spread.h -- the even-out rule of a PostgreSQL SKU's segments, written once, in SQL:
  * the loop's adjust (spread.c: the automatic spread and the rebalance) and the admin's
- * rebalance (admin.c) run this same statement.
+ * rebalance (adjust.c) run this same statement.
  *
  * pgsp_sql is one statement for a transaction that has locked the SKU's row. Its
  * parameters, PGSP_NPARAMS of them: $1 the SKU; $2 the caller's lease tokens, one per

@@ -116,16 +116,6 @@ static int skus_list(admin *a, char ***names, size_t *n)
     return rd_skus_list(conn(a), names, n);
 }
 
-static int lock(admin *a, const char *sku, int i, const char *token, int ttl_ms)
-{
-    return rd_lock(conn(a), sku, i, token, ttl_ms);
-}
-
-static int release(admin *a, const char *sku, int i, const char *token)
-{
-    return rd_release(conn(a), sku, i, token);
-}
-
 static int adjust(admin *a, const char *sku, long long epoch, int segments,
                   const char *const *tok, const char *op, long long add, long long limit,
                   const char *rid, const char *sig, int wait_ms, struct store_reply *out)
@@ -181,11 +171,15 @@ const char *const *rd_admin_locks(void)
 static int hold_by_id(admin *a, const char *id, enum store_hold_action act,
                       const char *attempt, struct store_reply *out, struct store_hold *h)
 {
+    if (rd_conn_cluster(conn(a)))
+        return rd_hold_slot_by_id_sync(conn(a), id, act, attempt, out, h);
     return rd_hold_by_id(conn(a), id, act, attempt, out, h);
 }
 
 static int holds_sweep(admin *a, int limit, int *settled)
 {
+    if (rd_conn_cluster(conn(a)))
+        return rd_holds_sweep_slots(conn(a), limit, settled);
     return rd_holds_sweep(conn(a), limit, settled);
 }
 
@@ -201,8 +195,6 @@ static const struct admin_ops redis_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .lock = lock,
-    .release = release,
     .adjust = adjust,
     .reset = reset,
     .wait = wait_replicas,

@@ -245,6 +245,10 @@ static void hold_place_any(store *s, const char *sku, const char *id, long long 
                            int ttl_ms, int start, const char *attempt, store_hold_fn fn,
                            void *arg)
 {
+    if (rda_cluster(conn(s))) {
+        rd_hold_slot_place(conn(s), sku, id, qty, ttl_ms, start, attempt, fn, arg);
+        return;
+    }
     struct hold_call *hc = seg_calloc(1, sizeof *hc);
     *hc = (struct hold_call){fn, arg, qty, true};
     struct rd_cmd cmd;
@@ -255,6 +259,10 @@ static void hold_place_any(store *s, const char *sku, const char *id, long long 
 static void hold_by_id(store *s, const char *id, enum store_hold_action act,
                        const char *attempt, store_hold_fn fn, void *arg)
 {
+    if (rda_cluster(conn(s))) {
+        rd_hold_slot_by_id(conn(s), id, act, attempt, fn, arg);
+        return;
+    }
     struct hold_call *hc = seg_calloc(1, sizeof *hc);
     *hc = (struct hold_call){fn, arg, 0, false};
     struct rd_cmd cmd;

@@ -3,6 +3,15 @@
  * the index, the holding list) and its replies decoded here.
  *
  * Standalone Redis: the index and the segment's keys are written by one script.
+ * A Redis Cluster (holds_slot.c): no script spans two slots, so a place is the id
+ * claimed in its index (lua/hold_id.lua, the id's slot: the index and the order
+ * record share its hash tag), the segments walked one script each (hold.lua in slot
+ * mode: refused past the claim's end), then the index written; a confirm claims the
+ * order record (the order path's claim fields: an order with the id waits), sells
+ * in the segment, then writes the record; read and release find the index, then
+ * step. A hold takes one segment there (several: not yet, SHORT). Gens are bumped by
+ * a step of their own when units came back, and the sweeper walks the SKUs' segments
+ * (each one's holding key) instead of one list.
  * Errors as calls.h: -1 when Redis gave no usable answer.
  */
 #ifndef SEG_REDIS_HOLDS_H
@@ -27,5 +36,19 @@ int rd_hold_decode_by_id(const struct redisReply *r, struct store_reply *out,
 int rd_hold_by_id(rd_conn *c, const char *id, enum store_hold_action act,
                   const char *attempt, struct store_reply *out, struct store_hold *h);
 int rd_holds_sweep(rd_conn *c, int limit, int *settled);
+
+/* On a Redis Cluster (holds_slot.c): store.h's hold_place_any and hold_by_id as chains
+ * of calls on a loop's connection (fn once, never inside the call; -1: no answer, the
+ * outcome unknown), and admin.h's hold_by_id (read and release) and holds_sweep. */
+struct rda_conn;
+void rd_hold_slot_place(struct rda_conn *c, const char *sku, const char *id,
+                        long long qty, int ttl_ms, int start, const char *attempt,
+                        store_hold_fn fn, void *arg);
+void rd_hold_slot_by_id(struct rda_conn *c, const char *id, enum store_hold_action act,
+                        const char *attempt, store_hold_fn fn, void *arg);
+int rd_hold_slot_by_id_sync(rd_conn *c, const char *id, enum store_hold_action act,
+                            const char *attempt, struct store_reply *out,
+                            struct store_hold *h);
+int rd_holds_sweep_slots(rd_conn *c, int limit, int *settled);
 
 #endif

@@ -103,9 +103,12 @@
  *                             lua/hold.lua. Kept a day past its expiry
  *   inv:hold:{id}             hash: where reservation `id` lives (k SKU, p placed
  *                             name, i segment, e epoch, q, x, t): the id leads to its
- *                             segment. Kept a day past its expiry
+ *                             segment. Kept a day past its expiry. On a cluster also
+ *                             c, u (a place's claim) and o (the confirm that wrote
+ *                             the order record), lua/hold_id.lua
  *   inv:holding               sorted set: "placed i E" per segment with holds, scored
- *                             by its first expiry: the hold sweeper's work list
+ *                             by its first expiry: the hold sweeper's work list (on a
+ *                             cluster kept by lua/holding.lua, apart from the steps)
  *   inv:events                pub/sub channel: SKU settings changed (name as message)
  *
  * Names are valid ids (base/names.h), so none carries a brace into a key. A SKU whose

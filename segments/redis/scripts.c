@@ -119,6 +119,8 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_RESTORE] = "restore.lua",
     [SCRIPT_DEDUCT_BATCH] = "deduct_batch.lua",
     [SCRIPT_HOLD] = "hold.lua",
+    [SCRIPT_HOLD_ID] = "hold_id.lua",
+    [SCRIPT_HOLDING] = "holding.lua",
     [SCRIPT_VIEW] = "view.lua",
     [SCRIPT_EV_ADOPT] = "ev_adopt.lua",
 };

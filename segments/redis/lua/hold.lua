@@ -35,10 +35,19 @@
 --        sweep   {OK}
 -- After the epoch check, every reply ends with one more element: the expired holds
 -- this run settled (an expired one a step meets counts).
+-- On a Redis Cluster (ARGV[16], the end of the id's claim in ms, present: "slot"
+-- mode) a step touches its segment's slot alone: KEYS 7, 8, 9 and 12 are placeholders
+-- in the slot, never touched; the index, the order record, the sweeper's list and the
+-- SKU's gen are the caller's steps in their own slots (lua/hold_id.lua,
+-- lua/holding.lua); a sweep answers {OK, settled, the first expiry left or ''}. A place
+-- after the claim's end is STALE (an attempt taken for dead places nothing), and one
+-- that finds the id held in this segment already (its own earlier run, or a dead
+-- attempt's of the same qty) takes that hold as its own.
 local DAY = 86400000
 local K, A = KEYS, ARGV
 local by_sku = #KEYS == 1 and ARGV[1] == 'place'
 local by_id = #KEYS == 1 and not by_sku
+local SLOT = ARGV[16] ~= nil
 -- The reservation id and the attempt of a by-id step (elsewhere ARGV[7], ARGV[11]).
 local ID = by_id and ARGV[2] or ARGV[7]
 local ATT = by_id and ARGV[3] or ARGV[11]
@@ -99,12 +108,12 @@ end
 local function finish()
   local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
   if first[1] then
-    redis.call('ZADD', K[8], first[2], A[5])
+    if not SLOT then redis.call('ZADD', K[8], first[2], A[5]) end
   else
-    redis.call('ZREM', K[8], A[5])
+    if not SLOT then redis.call('ZREM', K[8], A[5]) end
     if redis.call('GET', K[3]) == '0' then redis.call('DEL', K[3]) end
   end
-  if settled > 0 and redis.call('EXISTS', K[7]) == 1 then
+  if settled > 0 and not SLOT and redis.call('EXISTS', K[7]) == 1 then
     redis.call('HINCRBY', K[7], 'gen', 1)
   end
 end
@@ -144,7 +153,7 @@ local function run()
   if v[1] ~= epoch then
     if act == 'sweep' then -- reset or deleted: the holds of that epoch are void
       redis.call('UNLINK', K[3], K[4])
-      redis.call('ZREM', K[8], A[5])
+      if not SLOT then redis.call('ZREM', K[8], A[5]) end
       return {OK, 0}
     end
     return {STALE}
@@ -153,10 +162,22 @@ local function run()
   if act == 'sweep' then
     sweep('256')
     finish()
+    if SLOT then -- and the first expiry left, for the cluster's list (holding.lua)
+      local first = redis.call('ZRANGE', K[4], 0, 0, 'WITHSCORES')
+      return {OK, settled, first[2] or ''}
+    end
     return ret({OK})
   end
 
-  if act == 'place' then
+  local old_ix -- a place's index of an old sale (standalone)
+  if act == 'place' and SLOT then
+    local h = redis.call('HMGET', K[10], 's', 't', 'q', 'x')
+    if h[1] == 'held' and redis.call('ZSCORE', K[4], id) then
+      if h[2] == A[11] or h[3] == A[8] then return ret({OK, tonumber(v[3] or '0'), tonumber(h[4])}) end
+      return ret({CONFLICT})
+    end
+    if now >= tonumber(A[16]) then return ret({STALE}) end
+  elseif act == 'place' then
     local ix = redis.call('HMGET', K[9], 'k', 'e', 'i', 'q', 'x', 't', 'm')
     if ix[1] and ix[6] == A[11] then -- this attempt's earlier run
       A[4], A[15] = ix[3], ix[7]
@@ -167,6 +188,9 @@ local function run()
     end
     local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
     if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then return ret({CONFLICT}) end
+    old_ix = ix[1]
+  end
+  if act == 'place' then
     local lock = v[2]
     if A[10] == '' then
       if lock then return ret({BUSY, tonumber(v[3] or '0')}) end
@@ -182,19 +206,21 @@ local function run()
     if s < q then finish() return ret({SHORT, s}) end
     local x = now + tonumber(A[9])
     local xs, xd = tostring(x), tostring(x + DAY)
-    if ix[1] then redis.call('HDEL', K[9], 'm') end -- an old sale's index
     redis.call('DECRBY', K[1], A[8])
     redis.call('INCRBY', K[3], A[8])
     redis.call('ZADD', K[4], xs, id)
     redis.call('HSET', K[10], 'q', A[8], 'x', xs, 's', 'held', 't', A[11])
     redis.call('PEXPIREAT', K[10], xd)
-    redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
-               A[8], 'x', xs, 't', A[11], 'd', A[14] or 'async')
-    redis.call('PEXPIREAT', K[9], xd)
+    if not SLOT then
+      if old_ix then redis.call('HDEL', K[9], 'm') end -- an old sale's index
+      redis.call('HSET', K[9], 'k', A[3], 'p', A[13], 'i', A[4], 'e', epoch, 'q',
+                 A[8], 'x', xs, 't', A[11], 'd', A[14] or 'async')
+      redis.call('PEXPIREAT', K[9], xd)
+    end
     LEDGER(K[1], 'k', 'hold', 'e', epoch, 'h', id, 'ds', '-' .. A[8], 'dq', '0')
     if settled > 0 then
       finish()
-    else -- the first expiry is the earlier of the one listed and this hold's
+    elseif not SLOT then -- the first expiry: the earlier of the listed and this hold's
       redis.call('ZADD', K[8], 'LT', xs, A[5])
     end
     return ret({OK, s - q, x})
@@ -223,12 +249,12 @@ local function run()
     end
     reply = {state == 'confirmed' and CONFLICT or OK, state, tonumber(q), x, ''}
   elseif state == 'confirmed' then
-    local r = redis.call('HGET', K[12], 'r') or ''
+    local r = not SLOT and redis.call('HGET', K[12], 'r') or ''
     reply = {h[4] == A[11] and OK or EXISTS, state, tonumber(q), x, r}
   elseif state ~= 'held' then
     reply = {CONFLICT, state, tonumber(q), x, ''}
   else
-    local rec = redis.call('HMGET', K[12], 'r', 'k', 'e')
+    local rec = SLOT and {} or redis.call('HMGET', K[12], 'r', 'k', 'e')
     if rec[1] and (rec[2] ~= A[3] or rec[3] == epoch) then
       reply = {CONFLICT, 'order', tonumber(q), x, ''}
     else
@@ -236,7 +262,9 @@ local function run()
       redis.call('INCRBY', K[2], q)
       redis.call('ZREM', K[4], id)
       redis.call('HSET', K[11], id, q)
-      redis.call('HSET', K[12], 'r', A[12], 't', A[11], 'k', A[3], 'e', epoch)
+      if not SLOT then
+        redis.call('HSET', K[12], 'r', A[12], 't', A[11], 'k', A[3], 'e', epoch)
+      end
       redis.call('HSET', K[10], 's', 'confirmed', 'c', A[11])
       LEDGER(K[1], 'k', 'sale', 'e', epoch, 'o', id, 'ds', '0', 'dq', q, 'r', A[12])
       reply = {OK, 'confirmed', tonumber(q), x, A[12]}

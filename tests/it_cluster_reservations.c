@@ -1,0 +1,392 @@
+/* it_cluster_reservations.c -- reservations on a real Redis Cluster (3 masters with a
+ * replica each): place, replay, confirm, release, expiry by Redis's clock and the
+ * sweeper, confirms racing expiry, restock, rebalance, reset and delete with holds,
+ * a concurrent mix; every step audited as
+ * remaining + reserved + sold = initial, per SKU and per segment. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "tests/resv_env.h"
+
+static long long jint(json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Place, replay, conflict, confirm, replay, cancel, release, and the ids of orders
+ * and reservations kept apart, each across the slots of a cluster. */
+static void test_hold_confirm_replay(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-life", 10, 4, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(rve_reserve(a, "cr-life", 3, 60, "clife-1", &r), 201);
+    json_t *j = h_resp_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
+    assert_int_equal(jint(j, "qty"), 3);
+    long long x = jint(j, "expires_at_ms");
+    assert_true(x > wall_ms() + 50000 && x <= wall_ms() + 61000);
+    json_decref(j);
+    h_resp_free(&r);
+    /* the same id again: the same hold; another qty: 409 */
+    assert_int_equal(rve_reserve(a, "cr-life", 3, 60, "clife-1", &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "expires_at_ms"), x);
+    json_decref(j);
+    h_resp_free(&r);
+    assert_int_equal(rve_reserve(a, "cr-life", 4, 60, "clife-1", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "GET", "clife-1", "", NULL), 200);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(n.remaining, 7);
+
+    /* confirm: 201 the order, again 200; the order readable, cancelled as one */
+    assert_int_equal(rve_on_resv(a, "POST", "clife-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "POST", "clife-1", "/confirm", NULL), 200);
+    assert_int_equal(h_http(a, "GET", "/orders/clife-1", NULL, NULL, 0, &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "qty"), 3);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "confirmed");
+    json_decref(j);
+    h_resp_free(&r);
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 3);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "DELETE", "clife-1", "", code), 409);
+    assert_string_equal(code, "reservation_confirmed");
+    assert_int_equal(h_http(a, "DELETE", "/orders/clife-1", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.remaining, 10);
+
+    /* release: the units back, idempotent; a confirm after it is 409 */
+    assert_int_equal(rve_reserve(a, "cr-life", 2, 60, "clife-2", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-life").reserved, 2);
+    assert_int_equal(rve_on_resv(a, "DELETE", "clife-2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(a, "DELETE", "clife-2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(a, "POST", "clife-2", "/confirm", code), 409);
+    assert_string_equal(code, "reservation_released");
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 10);
+
+    /* an order's id is not a reservation's; an unknown id is 404 */
+    assert_int_equal(h_order(a, "cr-life", 1, "clife-o", NULL), 201);
+    assert_int_equal(rve_reserve(a, "cr-life", 1, 60, "clife-o", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "GET", "clife-none", "", NULL), 404);
+    assert_int_equal(rve_on_resv(a, "POST", "clife-none", "/confirm", NULL), 404);
+    n = rve_sku_nums(a, NULL, "cr-life");
+    assert_int_equal(n.sold, 1);
+    assert_int_equal(n.remaining, 9);
+}
+
+/* A hold nobody touches comes back by itself: the sweeper (which walks the SKUs'
+ * segments on a cluster) settles it after its expiry, and a confirm then is 410 with
+ * nothing sold. */
+static void test_expiry_returns_units(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-exp", 6, 3, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-exp", 2, 1, "cexp-1", NULL), 201);
+    assert_int_equal(rve_reserve(a, "cr-exp", 2, 1, "cexp-2", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-exp").reserved, 4);
+    struct rve_nums n = {0};
+    for (int k = 0; k < 40; k++) { /* 1 s holds, a 250 ms sweeper: 2 s is plenty */
+        usleep(100 * 1000);
+        n = rve_sku_nums(a, NULL, "cr-exp");
+        if (n.reserved == 0)
+            break;
+    }
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 6);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "POST", "cexp-1", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_expired");
+    assert_int_equal(rve_on_resv(a, "DELETE", "cexp-2", "", NULL), 200); /* expired */
+    n = rve_sku_nums(a, NULL, "cr-exp");
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.remaining, 6);
+    assert_int_equal(h_order(a, "cr-exp", 6, NULL, NULL), 201);
+}
+
+/* Confirms racing expiry: two confirms of each hold, 2 ms apart around its expiry
+ * (this host's clock is the cluster's). For each hold the answers agree: sold
+ * (one 201, one 200, an order record) or expired (410 both, no record). */
+struct racer {
+    int port;
+    const char *id;
+    long long at;
+    int status;
+};
+
+static void *race_one(void *arg)
+{
+    struct racer *r = arg;
+    long long wait = r->at - wall_ms();
+    if (wait > 0)
+        usleep((useconds_t)(wait * 1000));
+    r->status = rve_on_resv(r->port, "POST", r->id, "/confirm", NULL);
+    return NULL;
+}
+
+#define RACES 12
+
+static void test_confirm_races_expiry(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-race", 1000, 4, "lock", 0), 0);
+    char ids[RACES][32];
+    long long exp[RACES];
+    for (int k = 0; k < RACES; k++) {
+        snprintf(ids[k], sizeof ids[k], "crace-%d", k);
+        struct h_resp r;
+        assert_int_equal(rve_reserve(a, "cr-race", 2, 1, ids[k], &r), 201);
+        json_t *j = h_resp_json(&r);
+        exp[k] = jint(j, "expires_at_ms");
+        json_decref(j);
+        h_resp_free(&r);
+    }
+    struct racer rc[RACES][2];
+    pthread_t th[RACES][2];
+    for (int k = 0; k < RACES; k++) {
+        /* -5 .. +1 ms: a confirm here is three calls, so the segment's step (whose
+         * TIME decides) lands a few ms after the request is sent */
+        long long at = exp[k] - 5 + (k % 7);
+        rc[k][0] = (struct racer){a, ids[k], at - 1, 0};
+        rc[k][1] = (struct racer){a, ids[k], at + 1, 0};
+        for (int s = 0; s < 2; s++)
+            assert_int_equal(pthread_create(&th[k][s], NULL, race_one, &rc[k][s]), 0);
+    }
+    int sold = 0;
+    for (int k = 0; k < RACES; k++) {
+        for (int s = 0; s < 2; s++)
+            pthread_join(th[k][s], NULL);
+        int s0 = rc[k][0].status, s1 = rc[k][1].status;
+        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
+        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
+            fail_msg("%s: %d, %d (one sale, or expired for both)", ids[k], s0, s1);
+        char path[64];
+        snprintf(path, sizeof path, "/orders/%.31s", ids[k]);
+        struct h_resp r;
+        assert_int_equal(h_http(a, "GET", path, NULL, NULL, 0, &r), ok0 ? 200 : 404);
+        h_resp_free(&r);
+        sold += ok0;
+    }
+    print_message("confirm vs expiry: %d sold of %d\n", sold, RACES);
+    struct rve_nums n = {0};
+    for (int k = 0; k < 40; k++) { /* the expired ones settled by the sweeper */
+        n = rve_sku_nums(a, NULL, "cr-race");
+        if (n.reserved == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 2 * sold);
+    assert_int_equal(n.remaining, 1000 - 2 * sold);
+}
+
+/* Restock and rebalance (per-slot steps on a cluster) leave the holds where they
+ * are; the holds then confirm and release as before. */
+static void test_restock_with_holds(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-adm", 10, 2, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-adm", 5, 60, "cadm-1", NULL), 201);
+    assert_int_equal(rve_reserve(a, "cr-adm", 3, 60, "cadm-2", NULL), 201);
+    struct h_resp r;
+    assert_int_equal(
+        h_req(a, "POST", "/admin/skus/cr-adm/restock", NULL, "{\"qty\":10}", &r), 200);
+    h_resp_free(&r);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-adm");
+    assert_int_equal(n.initial, 20);
+    assert_int_equal(n.reserved, 8);
+    assert_int_equal(h_req(a, "POST", "/admin/skus/cr-adm/rebalance", NULL, NULL, &r),
+                     200);
+    h_resp_free(&r);
+    n = rve_sku_nums(a, NULL, "cr-adm");
+    assert_int_equal(n.reserved, 8);
+    assert_int_equal(n.remaining, 12);
+    assert_int_equal(rve_on_resv(a, "POST", "cadm-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "DELETE", "cadm-2", "", NULL), 200);
+    n = rve_sku_nums(a, NULL, "cr-adm");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 5);
+    assert_int_equal(n.remaining, 15);
+}
+
+/* A reset starts a new sale: the old one's holds are void (410), their id free again;
+ * a delete voids them too. */
+static void test_reset_and_delete_void_holds(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-reset", 10, 2, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-reset", 4, 1, "creset-1", NULL), 201);
+    assert_int_equal(h_put_sku(a, NULL, "cr-reset", 10, 2, "lock", 0), 0);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-reset");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 10);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "POST", "creset-1", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_void");
+    assert_int_equal(rve_on_resv(a, "GET", "creset-1", "", NULL), 410);
+    assert_int_equal(rve_reserve(a, "cr-reset", 1, 1, "creset-1", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-reset").reserved, 1);
+    struct h_resp r;
+    assert_int_equal(h_http(a, "DELETE", "/admin/skus/cr-reset", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "DELETE", "creset-1", "", NULL), 410);
+    assert_int_equal(h_order(a, "cr-reset", 1, NULL, NULL), 404);
+}
+
+/* A place whose process died between its segment's step and its index (made here by
+ * turning a placed hold's index back into a claim run out): the next place of that id
+ * takes the claim over and takes the hold it finds in the segment as its own, rather
+ * than holding the units twice; with another qty, 409. */
+static void test_dead_place_taken_over(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-dead", 10, 1, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-dead", 3, 60, "cdead-1", NULL), 201);
+    const char *ix = "inv:hold:{cdead-1}";
+    int node = h_cluster_master_of(f->cluster, ix);
+    assert_true(node >= 0);
+    redisReply *r =
+        h_port_command(h_cluster_port(f->cluster, node), "HDEL %s k p i e q x t d", ix);
+    assert_non_null(r);
+    assert_int_equal(r->integer, 8);
+    freeReplyObject(r);
+    r = h_port_command(h_cluster_port(f->cluster, node), "HSET %s c dead u 1", ix);
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(rve_on_resv(a, "GET", "cdead-1", "", NULL), 404); /* no index */
+    assert_int_equal(rve_reserve(a, "cr-dead", 4, 60, "cdead-1", NULL), 409);
+    assert_int_equal(rve_reserve(a, "cr-dead", 3, 60, "cdead-1", NULL), 201);
+    struct rve_nums n = rve_sku_nums(a, NULL, "cr-dead");
+    assert_int_equal(n.reserved, 3);
+    assert_int_equal(n.remaining, 7);
+    assert_int_equal(rve_on_resv(a, "POST", "cdead-1", "/confirm", NULL), 201);
+    n = rve_sku_nums(a, NULL, "cr-dead");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 3);
+    assert_int_equal(n.remaining, 7);
+}
+
+/* Holds, confirms, releases, 1 s holds left to expire, and orders, all at once from
+ * 4 clients: every answer is one the client can act on (a place or an order may be
+ * 409 or 503 busy), and once the sweeper has returned the expired holds, sold is
+ * exactly the confirmed holds' and the orders' units. */
+struct mix {
+    int port;
+    _Atomic long long placed, confirmed, released, sold_units, failed;
+};
+
+static void mixer(int idx, void *arg)
+{
+    struct mix *m = arg;
+    for (int k = 0; k < 20; k++) {
+        char id[48];
+        snprintf(id, sizeof id, "cmx-%d-%d", idx, k);
+        long long q = 1 + k % 2;
+        int st = rve_reserve(m->port, "cr-mix", q, k % 5 == 0 ? 1 : 30, id, NULL);
+        if (st == 201) {
+            atomic_fetch_add(&m->placed, 1);
+            char code[64] = "";
+            int c = k % 3 == 0   ? rve_on_resv(m->port, "DELETE", id, "", code)
+                    : k % 5 == 0 ? 0
+                                 : rve_on_resv(m->port, "POST", id, "/confirm", code);
+            if (c == 200 && k % 3 == 0) {
+                atomic_fetch_add(&m->released, 1);
+            } else if (c == 201) {
+                atomic_fetch_add(&m->confirmed, 1);
+                atomic_fetch_add(&m->sold_units, q);
+            } else if (c != 0) {
+                atomic_fetch_add(&m->failed, 1);
+                fprintf(stderr, "mix: %s of %s: %d %s\n",
+                        k % 3 == 0 ? "release" : "confirm", id, c, code);
+            }
+        } else if (st != 409 && st != 503) {
+            atomic_fetch_add(&m->failed, 1);
+            fprintf(stderr, "mix: reserve %s: %d\n", id, st);
+        }
+        st = h_order(m->port, "cr-mix", 1, NULL, NULL);
+        if (st == 201) {
+            atomic_fetch_add(&m->sold_units, 1);
+        } else if (st != 409 && st != 503) {
+            atomic_fetch_add(&m->failed, 1);
+            fprintf(stderr, "mix: order: %d\n", st);
+        }
+    }
+}
+
+static void test_concurrent_mix_audited(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-mix", 200, 4, "lock", 0), 0);
+    struct mix m = {.port = a};
+    assert_int_equal(h_parallel(4, mixer, &m), 0);
+    print_message("mix: %lld placed, %lld confirmed, %lld released, %lld failed\n",
+                  (long long)m.placed, (long long)m.confirmed, (long long)m.released,
+                  (long long)m.failed);
+    assert_int_equal(m.failed, 0);
+    assert_true(m.placed > 0 && m.confirmed > 0 && m.released > 0);
+    struct rve_nums n = {0};
+    for (int k = 0; k < 40; k++) { /* the 1 s holds returned by the sweeper */
+        n = rve_sku_nums(a, NULL, "cr-mix");
+        if (n.reserved == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.initial, 200);
+    assert_int_equal(n.sold, m.sold_units);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hold_confirm_replay),
+        cmocka_unit_test(test_expiry_returns_units),
+        cmocka_unit_test(test_confirm_races_expiry),
+        cmocka_unit_test(test_restock_with_holds),
+        cmocka_unit_test(test_reset_and_delete_void_holds),
+        cmocka_unit_test(test_dead_place_taken_over),
+        cmocka_unit_test(test_concurrent_mix_audited),
+    };
+    int failed = cmocka_run_group_tests_name(
+        "cluster_reservations", tests, h_cluster_group_setup, h_cluster_group_teardown);
+    return h_exit_status(failed);
+}
