@@ -125,6 +125,10 @@ Scenarios, in run order (--only picks groups)
             memcached and zookeeper alone (1 and 20 segments; 20 / 1 >= 19)
   pg-h20    not in the default list: the pg group's hold-20 ms points alone (row and
             lease, 1 and 20 segments; 20 / 1 >= 19), ~4 x --duration
+  batch-h0  not in the default list: the batch group's hold-0 rows alone (lock and
+            atomic, batch 1 and 64), ~4 x --duration
+  pg-h0     not in the default list: PostgreSQL at hold 0 on 20 segments, row, lease
+            and atomic, each at batch 1 then 64 (lockload.py), ~6 x --duration
   retention not in the default list (several minutes): loadtest/retention.py, the
             ledger's long run (issue 24) with its own Redis, PostgreSQL and service:
             Redis memory, keys, segment hash fields and CPU per order every 250,000
@@ -191,6 +195,7 @@ BIG_STOCK = 100000000  # never sells out in a timed run
 FLASH_STOCK = 1000
 REDIS_BENCH_STOCK = 1000000000
 EXTRA_GROUPS += ("pg-h20", "locks-h20")  # only with --only: a group's hold-20 ms rows
+EXTRA_GROUPS += ("batch-h0", "pg-h0")  # only with --only: group commit at hold 0 alone
 
 # The Redis ceiling: the same check-and-deduct Lua, straight from redis-benchmark.
 DEDUCT_LUA = ("local s=tonumber(redis.call('GET',KEYS[1]) or '0') if s>=1 then "
@@ -927,8 +932,8 @@ class Run:
             self.reb_pre_dist = None
             self.run_rebalance_variant("rebalance-off", False)
             self.run_rebalance_variant("rebalance-on", True)
-        if wants("batch"):
-            self.run_batch()
+        if wants("batch") or wants("batch-h0"):
+            self.run_batch(h20=wants("batch"))
         if wants("batch20"):
             self.run_batch20()
         if wants("reserve"):
@@ -941,7 +946,7 @@ class Run:
                 say("[cluster] skipped: the service under test was not started here")
             else:
                 self.run_cluster()
-        for group in ("locks", "locks-h20", "pg", "pg-h20"):  # each: its own servers
+        for group in ("locks", "locks-h20", "pg", "pg-h20", "pg-h0"):  # own servers each
             if wants(group):
                 lockload.run_group(sys.modules[__name__], self, group)
         if wants("retention"):  # its own servers and service, its own tables and JSON
@@ -951,11 +956,12 @@ class Run:
 
     # ---- the batch group
 
-    def run_batch(self):
+    def run_batch(self, h20=True):
         """Group commit: the same SKU settings at batch 1 (one order per hold) and
-        more, in this run; the pairs' ratios and the targets printed and saved."""
+        more, in this run; the pairs' ratios and the targets printed and saved.
+        Without `h20` (--only batch-h0) the hold-0 rows alone."""
         o = self.o
-        segs_list = (1, 20) if o.quick else an.BATCH_SEGS
+        segs_list = ((1, 20) if o.quick else an.BATCH_SEGS) if h20 else ()
         rows = {}
 
         def forget(row):

@@ -16,6 +16,8 @@ Contract
             lease (PG_EXTRA: group commit), then pgbench running atomic's
             conditional UPDATE alone (run_pgbench).
             PG_THREADS and PG_POOL: 6 and 8, or LOADTEST_PG_THREADS / LOADTEST_PG_POOL.
+            `pg-h0` (only with --only): hold 0 ms on 20 segments, `row`, `lease` and
+            `"mode": "atomic"`, each at batch 1 then 64 (group commit at hold 0).
             `pg-h20` (only with --only): the pg group's hold-20 ms points of `row`
             and `lease` alone (rows named as in `pg`), for the 20 / 1 ratio.
             `locks-h20` (only with --only): the locks group's hold-20 ms points of
@@ -54,6 +56,11 @@ BIG_STOCK = 100000000
 TARGET = 19  # 20 / 1 segments at hold 20 ms
 PG_H20 = "pg-h20"  # --only pg-h20: the pg group's hold-20 ms points of row and lease
 PG_H20_LOCKS = ("row", "lease")
+PG_H0 = "pg-h0"  # --only pg-h0: group commit at hold 0, batch 1 and 64 side by side
+PG_H0_ROWS = tuple((f"pg-{lock}-h0-b{b}", f"pg: {lock}, batch {b}",
+                    "atomic" if lock == "atomic" else "lock", 20, 0,
+                    {"batch": b, **({} if lock == "atomic" else {"lock": lock})})
+                   for lock in ("row", "lease", "atomic") for b in (1, 64))
 LOCKS_H20 = "locks-h20"  # --only locks-h20: the lock services' hold-20 ms points
 LOCKS_H20_LOCKS = ("redlock", "memcached", "zookeeper")
 # The pg group's rows after the schemes' three points: (name, strategy, mode,
@@ -89,7 +96,7 @@ def _field(text, pattern, kind=int):
 
 def _base(group):
     """The group whose servers and rows `group` has ("pg-h20": "pg")."""
-    return {PG_H20: "pg", LOCKS_H20: "locks"}.get(group, group)
+    return {PG_H20: "pg", PG_H0: "pg", LOCKS_H20: "locks"}.get(group, group)
 
 
 def missing(group):
@@ -358,6 +365,8 @@ def run_group(d, run, name):
             g.scenarios(LOCKS_H20_LOCKS, [], hold0=False)
         elif name == PG_H20:
             g.scenarios(PG_H20_LOCKS, [], hold0=False)
+        elif name == PG_H0:
+            g.scenarios((), PG_H0_ROWS)
         else:
             g.scenarios(PG_LOCKS, PG_EXTRA)
             g.run_pgbench(pg_port)

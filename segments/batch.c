@@ -8,19 +8,34 @@
 #include "segments/ring.h"
 #include "base/xalloc.h"
 
-/* The orders of one turn of the loop for one segment (hold 0). */
+/* Hold 0: the groups of a loop out at once (DEDUCT_BATCHes sent, not answered).
+ * With 100 connections on 2 loops and 20 segments a loop has ~50 orders in flight:
+ * a group per turn and segment averaged ~2.5 orders, and each script costs Redis
+ * about what 2 orders' writes do. One out at a time lets the next group gather every
+ * order that comes meanwhile, and one segment per group (batch_join) lets it hold
+ * them all; the loop parses requests while it waits, so nothing waits on it. */
+#define BATCH_FLIGHT 1
+/* ... but a group waits at most this long (ms): a slow answer (a loaded Redis, or one
+ * that never comes before the store's timeout) does not hold the next ones back. */
+#define BATCH_WAIT_MS 2
+
+/* The unsent orders of a loop for one segment (hold 0). */
 struct bgroup {
     struct bgroup *next;
     lsku *s;
     int seg;
     long long epoch;
     int n;
+    long long qty;   /* the orders' units */
+    int64_t born_ms; /* when its first order joined */
     struct ord *m[];
 };
 
-/* A batch in flight: its orders (m[0] the holder), for the answer. */
+/* A batch in flight: its orders (m[0] the holder), for the answer; `e` when it is
+ * one of e->batch_out. */
 struct batch {
     store_reply_fn each;
+    engine *e;
     int n;
     struct ord *m[];
 };
@@ -77,6 +92,8 @@ static void on_batch(void *arg, int rc, int n, struct store_reply *r)
 {
     struct batch *b = arg;
     struct store_reply none = {0};
+    if (b->e != NULL && --b->e->batch_out < BATCH_FLIGHT && b->e->groups != NULL)
+        event_active(b->e->flush, EV_TIMEOUT, 1); /* the groups that waited for it */
     for (int k = 0; k < n && k < b->n; k++)
         b->each(b->m[k], rc, rc == 0 ? &r[k] : &none);
     free(b);
@@ -103,6 +120,7 @@ void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each)
     struct batch *b = seg_malloc(sizeof *b + sizeof *b->m * (size_t)(n + 1));
     struct store_batch_order *orders = seg_malloc(sizeof *orders * (size_t)(n + 1));
     b->each = each;
+    b->e = NULL;
     b->n = n + 1;
     b->m[0] = o;
     memcpy(b->m + 1, m, sizeof *m * (size_t)n);
@@ -130,29 +148,54 @@ bool batch_gathers(const struct ord *o)
            (store_caps(o->e->st) & STORE_CAP_BATCH);
 }
 
+/* The loop's unsent group for o's SKU version at segment `seg` that o may join:
+ * not full, and, when o would come from another segment (`redirect`), at home here
+ * with room for o in the stock last seen there. */
+static struct bgroup *find_group(const struct ord *o, int seg, bool redirect)
+{
+    const engine *e = o->e;
+    for (struct bgroup *g = e->groups; g != NULL; g = g->next) {
+        if (g->s != o->s || g->epoch != o->view.epoch || g->n >= o->view.cfg.batch ||
+            (!redirect && g->seg != seg))
+            continue;
+        if (!redirect)
+            return g;
+        long long hint = ltab_hint(o->s, g->seg);
+        if (g->seg < o->n && ring_home(g->seg, o->n, e->home, e->homes) &&
+            (hint < 0 || hint >= g->qty + o->qty))
+            return g;
+    }
+    return NULL;
+}
+
 bool batch_join(struct ord *o)
 {
     engine *e = o->e;
     int max = o->view.cfg.batch;
     if (max <= 1 || o->claim_ok || !(store_caps(e->st) & STORE_CAP_BATCH))
         return false;
-    struct bgroup *g = e->groups;
-    while (g != NULL && (g->s != o->s || g->seg != o->seg || g->epoch != o->view.epoch))
-        g = g->next;
-    if (g != NULL && g->n >= max)
-        return false;
+    struct bgroup *g = find_group(o, o->seg, false);
+    if (g == NULL && o->k == 1 && (g = find_group(o, o->seg, true)) != NULL) {
+        /* its round from the group's segment, as if it had started there: a SHORT
+         * answer sends it on to the others, this one included */
+        o->seg = g->seg;
+        o->seen[g->seg] = ltab_hint(o->s, g->seg);
+        ord_round_reset(o, ring_start(g->seg, o->n, e->home, e->homes), 1);
+    }
     if (g == NULL) {
-        /* The first group of this turn: the flush runs once the callbacks active now
-         * (the orders this turn started, each joining) have run -- in this turn, not
-         * the next, so a group costs its orders no turn of the loop. */
+        /* The first group unsent: the flush runs once the callbacks active now (the
+         * orders this turn started, each joining) have run -- in this turn, not the
+         * next, so a group costs its orders no turn of the loop. While groups wait
+         * for one out to answer, that answer runs it. */
         if (e->groups == NULL)
             event_active(e->flush, EV_TIMEOUT, 1);
         g = seg_malloc(sizeof *g + sizeof *g->m * (size_t)max);
-        *g = (struct bgroup){e->groups, o->s, o->seg, o->view.epoch, 0};
+        *g = (struct bgroup){e->groups, o->s, o->seg, o->view.epoch, 0, 0, inv_now_ms()};
         e->groups = g;
     }
     ord_set(o, ORD_DEDUCT);
     g->m[g->n++] = o;
+    g->qty += o->qty;
     return true;
 }
 
@@ -175,6 +218,7 @@ static void send_group(engine *e, struct bgroup *g, store_reply_fn each,
     struct batch *b = seg_malloc(sizeof *b + sizeof *b->m * (size_t)g->n);
     struct store_batch_order *orders = seg_malloc(sizeof *orders * (size_t)g->n);
     b->each = each;
+    b->e = e;
     b->n = g->n;
     for (int k = 0; k < g->n; k++) {
         b->m[k] = g->m[k];
@@ -183,10 +227,12 @@ static void send_group(engine *e, struct bgroup *g, store_reply_fn each,
     }
     stat_add(e->v, STAT_BATCHES, 1);
     stat_add(e->v, STAT_BATCHED, b->n);
+    e->batch_out++;
     bool sent = STORE_CALL(e->st, deduct_batch, first->placed, g->epoch, g->seg, token,
                            STORE_NO_FENCE, b->n, orders, on_batch, b);
     free(orders);
     if (!sent) { /* (not expected: batch_join keeps claims out) nothing written */
+        e->batch_out--;
         if (locked)
             STORE_CALL(e->st, release, first->placed, g->seg, token, NULL, NULL);
         struct store_reply fenced = {.code = STORE_FENCED};
@@ -199,16 +245,28 @@ static void send_group(engine *e, struct bgroup *g, store_reply_fn each,
 void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
                  store_int_fn piped)
 {
-    struct bgroup *g = e->groups;
+    bool all = e->batch_out < BATCH_FLIGHT;
+    int64_t now = inv_now_ms();
+    struct bgroup *g = e->groups, **keep = &e->groups;
     e->groups = NULL;
     while (g != NULL) {
         struct bgroup *next = g->next;
-        if (g->n == 1)
-            alone(g->m[0]);
-        else
-            send_group(e, g, each, piped);
-        free(g);
+        if (!all && g->n < g->m[0]->view.cfg.batch && now - g->born_ms < BATCH_WAIT_MS) {
+            *keep = g; /* waits for one out to answer, or its time */
+            keep = &g->next;
+        } else {
+            if (g->n == 1)
+                alone(g->m[0]);
+            else
+                send_group(e, g, each, piped);
+            free(g);
+        }
         g = next;
+    }
+    *keep = NULL;
+    if (e->groups != NULL) {
+        struct timeval wait = {0, BATCH_WAIT_MS * 1000};
+        evtimer_add(e->flush, &wait);
     }
 }
 

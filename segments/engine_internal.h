@@ -55,10 +55,13 @@ struct engine {
     /* this loop's handle of each lock service configured (sku_lock; NULL: none) */
     const struct lks_ops *lks_ops[SKU_LOCK__COUNT];
     void *lks[SKU_LOCK__COUNT];
-    /* hold 0 with a batch: the orders of this turn of the loop for one segment, sent
-     * together on the next (batch.c) */
+    /* hold 0 with a batch: the orders of this loop for one segment, sent together
+     * once this turn's callbacks ran, or, while BATCH_FLIGHT groups of this loop are
+     * out already, when one of them answers or at most BATCH_WAIT_MS later
+     * (batch.c); batch_out: those out */
     struct bgroup *groups;
     struct event *flush;
+    int batch_out;
     bool borrowed; /* st is the caller's (engine_create_admin): not freed here */
 };
 
@@ -348,14 +351,19 @@ void batch_send(struct ord *o, struct ord **m, int n, store_reply_fn each);
 bool batch_gathers(const struct ord *o);
 
 /* Hold 0 (mode atomic, or lock with no work under it) and a batch: o, about to
- * deduct from segment o->seg, joins the group of this turn of the loop for that
- * segment (DEDUCT state), sent by batch_flush once this turn's active callbacks ran.
- * false: it may not (batch 1, a claim on a cluster, a full group): it goes alone. */
+ * deduct from segment o->seg, joins the loop's unsent group for that segment, or, at
+ * the first segment of its round, one for another segment of the SKU at home here
+ * whose stock seen fits it (o's round then starts there: a loop's orders of one SKU
+ * meet in one group, not one per segment), or starts one (DEDUCT state); sent by
+ * batch_flush. false: it may not (batch 1, a claim on a cluster): it goes alone. */
 bool batch_join(struct ord *o);
-/* Send every group (e->flush's callback calls it): one alone goes by `alone`; more
- * as one DEDUCT_BATCH (mode lock: behind one SET NX PX of a fresh token, its answer
- * to `piped` with the group's first order, which owes it: pending), each answer to
- * `each`. */
+/* Send the groups (e->flush's callback calls it): every one while fewer than
+ * BATCH_FLIGHT of this loop's are out, else the full ones and those BATCH_WAIT_MS
+ * old only (the others grow until one out answers, which runs the flush again, or
+ * the flush's timer). One alone goes by `alone`;
+ * more as one DEDUCT_BATCH (mode lock: behind one SET NX PX of a fresh token, its
+ * answer to `piped` with the group's first order, which owes it: pending), each
+ * answer to `each`. */
 void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
                  store_int_fn piped);
 /* The engine goes: the orders of unsent groups end unavailable. */

@@ -37,7 +37,8 @@
  *             the next segment of the ring (the loop's home segments first, ring.h)
  *             that may hold qty, claimed on no loop: claim it -> ACQUIRE (atomic: DEDUCT;
  *             hold_ms 0: SET NX PX and DEDUCT leave together -> DEDUCT; with a
- *             batch, on the next turn with the turn's other orders of the segment)
+ *             batch, in the loop's group of the SKU, batch.c: its segment may be
+ *             another at home that fits, its round then starting there)
  *             ring done: none busy, none left                -> VERDICT
  *                        none busy, stock spread thin        -> MULTI (no plan fills
  *                        it -> VERDICT)

@@ -370,7 +370,7 @@ static void test_sell_out_batch(void **state)
 {
     h_deadline(120);
     sell_out_fresh(*state, "c-batch", "\"hold_ms\": 50, \"batch\": 32");
-    /* hold 0: the orders of one loop turn for a segment, one script */
+    /* hold 0: a loop's orders of the SKU in one script (batch_join) */
     sell_out_fresh(*state, "c-batch0", "\"mode\": \"atomic\", \"batch\": 32");
     sell_out_fresh(*state, "c-batch0l", "\"hold_ms\": 0, \"batch\": 32");
 }
