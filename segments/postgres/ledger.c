@@ -91,10 +91,15 @@ static void sb_text(struct sbuf *b, const char *s, bool first)
         return;
     }
     sb_put(b, "\"", 1);
-    for (const char *c = s; *c != '\0'; c++) {
-        if (*c == '"' || *c == '\\')
+    /* A run at a time: a call per character was a sixth of the sink's instructions. */
+    while (*s != '\0') {
+        size_t run = strcspn(s, "\"\\");
+        sb_put(b, s, run);
+        s += run;
+        if (*s != '\0') {
             sb_put(b, "\\", 1);
-        sb_put(b, c, 1);
+            sb_put(b, s++, 1);
+        }
     }
     sb_put(b, "\"", 1);
 }
