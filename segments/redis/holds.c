@@ -1,4 +1,5 @@
-/* holds.c -- reservations on Redis: lua/hold.lua's calls and replies (holds.h). */
+/* holds.c -- reservations on a standalone Redis: lua/hold_local.lua's calls and replies
+ * (holds.h), whose reply shapes the cluster's hold.lua shares. */
 #include "segments/redis/holds.h"
 
 #include <stdio.h>
@@ -14,42 +15,6 @@ static const char *const actions[] = {
     [STORE_HOLD_RELEASE] = "release",
     [STORE_HOLD_READ] = "read",
 };
-
-/* The holding list's member of segment i of `placed` of `epoch`. */
-static void member(char *buf, size_t len, const char *placed, int i, long long epoch)
-{
-    snprintf(buf, len, "%s %d %lld", placed, i, epoch);
-}
-
-/* HOLD's keys and first arguments for segment i; `id` "" when none. */
-static void hold_cmd(struct rd_cmd *cmd, const char *act, const char *placed, int i,
-                     long long epoch, const char *id, const char *sku)
-{
-    char k[SEG_KEY_MAX], m[STORE_SKU_PLACED_MAX + 48];
-    cmd_script(cmd, SCRIPT_HOLD);
-    cmd_key(cmd, seg_key_stock(k, placed, i));
-    cmd_key(cmd, seg_key_sold(k, placed, i));
-    cmd_key(cmd, seg_key_reserved(k, placed, i, epoch));
-    cmd_key(cmd, seg_key_holds(k, placed, i, epoch));
-    cmd_key(cmd, seg_key_epoch(k, placed, i));
-    cmd_key(cmd, seg_key_lock(k, placed, i));
-    cmd_key(cmd, seg_key_meta(k, placed));
-    cmd_key(cmd, seg_key_holding());
-    if (id[0] != '\0') {
-        cmd_key(cmd, seg_key_hold_index(k, id));
-        cmd_key(cmd, seg_key_hold(k, placed, i, id));
-        cmd_key(cmd, seg_key_orders(k, placed, i));
-        cmd_key(cmd, seg_key_order(k, id));
-    }
-    cmd_arg(cmd, act);
-    cmd_argll(cmd, epoch);
-    cmd_arg(cmd, sku);
-    cmd_argll(cmd, i);
-    member(m, sizeof m, placed, i, epoch);
-    cmd_arg(cmd, m);
-    cmd_arg(cmd, seg_key_hold(k, placed, i, ""));
-    cmd_arg(cmd, id);
-}
 
 static long long elem_ll(const redisReply *r, size_t k)
 {
@@ -98,18 +63,14 @@ void rd_hold_cmd_place_any(struct rd_cmd *cmd, const char *sku, const char *id,
                            long long qty, int ttl_ms, int start, const char *attempt)
 {
     char k[SEG_KEY_MAX];
-    cmd_script(cmd, SCRIPT_HOLD);
+    cmd_script(cmd, SCRIPT_HOLD_LOCAL);
     cmd_key(cmd, seg_key_meta(k, sku));
     cmd_arg(cmd, "place");
-    cmd_arg(cmd, "");
     cmd_arg(cmd, sku);
     cmd_argll(cmd, start);
-    cmd_arg(cmd, "");
-    cmd_arg(cmd, "");
     cmd_arg(cmd, id);
     cmd_argll(cmd, qty);
     cmd_argll(cmd, ttl_ms);
-    cmd_arg(cmd, "");
     cmd_arg(cmd, attempt);
 }
 
@@ -155,7 +116,7 @@ void rd_hold_cmd_by_id(struct rd_cmd *cmd, const char *id, enum store_hold_actio
                        const char *attempt)
 {
     char k[SEG_KEY_MAX];
-    cmd_script(cmd, SCRIPT_HOLD);
+    cmd_script(cmd, SCRIPT_HOLD_LOCAL);
     cmd_key(cmd, seg_key_hold_index(k, id));
     cmd_arg(cmd, actions[act]);
     cmd_arg(cmd, id);
@@ -216,7 +177,13 @@ static int sweep_one(rd_conn *c, const char *m)
     char sku[SEG_NAME_MAX + 1];
     snprintf(sku, sizeof sku, "%.*s", (int)strcspn(placed, "/"), placed);
     struct rd_cmd cmd;
-    hold_cmd(&cmd, "sweep", placed, i, epoch, "", sku);
+    cmd_script(&cmd, SCRIPT_HOLD_LOCAL);
+    cmd_key(&cmd, seg_key_holding());
+    cmd_arg(&cmd, "sweep");
+    cmd_arg(&cmd, placed);
+    cmd_argll(&cmd, i);
+    cmd_argll(&cmd, epoch);
+    cmd_arg(&cmd, sku);
     redisReply *r = store_call(c, &cmd);
     int code = reply_code(r);
     int settled = code == RD_OK ? (int)elem_ll(r, 1) : -1;

@@ -1,0 +1,332 @@
+-- HOLD_LOCAL: a reservation's every step on a standalone Redis, one script each (a
+-- Redis Cluster runs hold.lua's per-slot steps instead, with its own layout).
+-- The hold is one string, inv:hold:{id}, which is both its record and its index:
+--   "s c x q e i d t k p[ m]"  state (held | confirmed | released | expired), the
+--   confirming attempt ('-' none), expiry ms, qty, epoch, segment (the first part's),
+--   durability, the placing attempt, SKU, placed name, and for a hold over several
+--   segments its parts "seg:qty,..." (by segment). Kept a day past its expiry (PXAT).
+-- A segment counts the units it holds in reserved:E and lists the holds that still
+-- hold units there in holds:E (member id, scored by expiry): a hold leaves that set
+-- in the step that returns or sells its units, so a ZREM that removed it is the one
+-- step that moves them (a part the sweeper settled is never settled again).
+-- One string read and written whole, and few calls a step: Redis's cost per call and
+-- per field read into Lua is what a reservation costs (docs/DESIGN.md "Reservations").
+-- KEYS[1]: place: the SKU's meta; confirm, release, read: the hold; sweep: inv:holding.
+-- ARGV: place    'place', sku, segment to start from, id, qty, ttl_ms, attempt
+--       by id    'confirm' | 'release' | 'read', id, attempt
+--       sweep    'sweep', placed, segment, epoch, sku
+-- The store's clock decides: now is Redis's TIME, a hold expires at now + ttl_ms and is
+-- expired from that millisecond on. Every step first settles the expired holds of the
+-- segments it meets (up to 16; the sweep 256): their units back in stock, their
+-- holds 'expired'; the holding list's entry of a segment carries its first expiry (or
+-- earlier: a confirm's ZREM only brings the sweeper's look forward), or is gone.
+-- Units: place moves qty from stock to reserved; confirm from reserved to sold (and
+-- writes the order, id = the reservation id); release and expiry from reserved back to
+-- stock and bump the SKU's gen (stock rose from outside the order path, as a cancel).
+-- Replies (the shapes holds.c decodes, as hold.lua's):
+--   place   {OK, stock left, expires, settled, sku, seg, epoch, placed, durability,
+--           parts} | {EXISTS, sku, epoch, seg, qty, expires, settled} | {CONFLICT,
+--           settled} (an order has the id) | {BUSY | SHORT, stock walked, settled} |
+--           {STALE} | {MISSING} (no SKU) | {MISMATCH} (a lock service's SKU)
+--   by id   {code, state, qty, expires, record or '', settled, sku, seg, epoch,
+--           placed, durability, parts} | {MISSING, '', 0, 0, '', 0} | {STALE}: confirm
+--           OK (sold now, or this attempt's earlier run) | EXISTS (confirmed before) |
+--           CONFLICT (released, expired; 'order': an order has the id); release OK
+--           (released or expired) | CONFLICT (confirmed); read OK
+--   sweep   {OK, settled}
+local DAY = 86400000
+local act = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nows = t[1] .. string.sub('00000' .. t[2], -6, -4) -- now, as a string
+local settled, gen = 0, false
+local HOLDING = 'inv:holding'
+
+-- Segment i (a string) of `placed` of `epoch`: its keys; led (its ledger flag) is set
+-- by the caller's MGET.
+local function segment(placed, i, epoch)
+  local tag = 'inv:{' .. placed .. ':' .. i .. '}:'
+  return {tag = tag, i = i, epoch = epoch, placed = placed, stock = tag .. 'stock',
+          res = tag .. 'reserved:' .. epoch, holds = tag .. 'holds:' .. epoch,
+          member = placed .. ' ' .. i .. ' ' .. epoch}
+end
+
+-- The hold's string as a table (nil: not one).
+local function parse(v)
+  local s, c, rest, x, q, e, i, d, at, k, p, m = string.match(v,
+    '^(%a+) (%S+) ((%d+) (%d+) (%d+) (%d+) (%a+) (%S+) (%S+) (%S+) ?(.*))$')
+  if not s then return nil end
+  return {s = s, c = c, rest = rest, x = x, q = q, e = e, i = i, d = d, t = at, k = k,
+          p = p, m = m}
+end
+
+-- The qty part of hold h holds on segment S, or nil (not one of S's).
+local function part_qty(h, S)
+  if h.p ~= S.placed or h.e ~= S.epoch then return nil end
+  if h.m == '' then return h.i == S.i and h.q or nil end
+  for i, q in string.gmatch(h.m, '(%d+):(%d+)') do
+    if i == S.i then return q end
+  end
+  return nil
+end
+
+-- Hold `id`'s q units on S back in stock, unless a step did it already (not in holds).
+local function back(S, id, q, kind)
+  if redis.call('ZREM', S.holds, id) == 0 then return end
+  redis.call('INCRBY', S.stock, q)
+  redis.call('DECRBY', S.res, q)
+  if S.led then
+    redis.call('XADD', S.tag .. 'events', '*', 'k', kind, 'e', S.epoch, 'h', id, 'ds', q,
+               'dq', '0')
+  end
+  settled = settled + 1
+  gen = true
+end
+
+-- S's holds due by now (up to limit) settled: units back, the hold 'expired'.
+local function sweep(S, limit)
+  local due = redis.call('ZRANGEBYSCORE', S.holds, '-inf', nows, 'LIMIT', '0', limit)
+  for _, hid in ipairs(due) do
+    local key = 'inv:hold:{' .. hid .. '}'
+    local v = redis.call('GET', key)
+    local h = v and parse(v)
+    local q = h and part_qty(h, S)
+    if q then
+      back(S, hid, q, 'expire')
+      if h.s == 'held' then redis.call('SET', key, 'expired ' .. h.c .. ' ' .. h.rest, 'KEEPTTL') end
+    else -- no hold of this segment's by that id (its string gone): out of the set
+      redis.call('ZREM', S.holds, hid)
+    end
+  end
+end
+
+-- The holding entry of S follows its first expiry; an empty count goes.
+local function finish(S)
+  local first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+  if first[1] then
+    redis.call('ZADD', HOLDING, first[2], S.member)
+  else
+    redis.call('ZREM', HOLDING, S.member)
+    if redis.call('GET', S.res) == '0' then redis.call('DEL', S.res) end
+  end
+end
+
+-- S's due holds settled when its first one is due; the first expiry left ('' none).
+local function look(S)
+  local first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+  if first[1] and tonumber(first[2]) <= now then
+    sweep(S, '16')
+    finish(S)
+    first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+  end
+  return first[2] or ''
+end
+
+-- Stock came back: the SKU's gen moves (sold-out verdicts go).
+local function bump(sku)
+  local meta = 'inv:sku:{' .. sku .. '}'
+  if gen and redis.call('EXISTS', meta) == 1 then redis.call('HINCRBY', meta, 'gen', 1) end
+end
+
+if act == 'sweep' then
+  local placed, sku = ARGV[2], ARGV[5]
+  local S = segment(placed, ARGV[3], ARGV[4])
+  local g = redis.call('MGET', S.tag .. 'epoch', S.tag .. 'ledger')
+  if g[1] ~= S.epoch then -- reset or deleted: the holds of that epoch are void
+    redis.call('UNLINK', S.res, S.holds)
+    redis.call('ZREM', HOLDING, S.member)
+    return {OK, 0}
+  end
+  S.led = g[2]
+  sweep(S, '256')
+  finish(S)
+  bump(sku)
+  return {OK, settled}
+end
+
+if act == 'place' then
+  local sku, id, qs, att = ARGV[2], ARGV[4], ARGV[5], ARGV[7]
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'segments', 'salt', 'lock', 'durability')
+  if not m[1] then return {MISSING} end
+  if m[4] and m[4] ~= '' then return {MISMATCH} end
+  local epoch, dur = m[1], m[5] or 'async'
+  local placed = (m[3] and m[3] ~= '' and m[3] ~= '0') and (sku .. '/' .. m[3]) or sku
+  local key = 'inv:hold:{' .. id .. '}'
+  local v = redis.call('GET', key)
+  local h = v and parse(v)
+  if h and h.t == att then -- this attempt's earlier run (its reply was lost)
+    local st = redis.call('GET', 'inv:{' .. placed .. ':' .. h.i .. '}:stock')
+    return {OK, tonumber(st or '0'), tonumber(h.x), 0, sku, h.i, epoch, placed, dur, h.m}
+  end
+  if h and not (h.k == sku and h.e ~= epoch) then -- the id is a hold (an old sale's
+    return {EXISTS, h.k, h.e, h.i, h.q, tonumber(h.x), 0} -- of this SKU: free again)
+  end
+  local o = redis.call('HMGET', 'inv:order:{' .. id .. '}', 'r', 'k', 'e')
+  if o[1] and (o[2] ~= sku or o[3] == epoch) then return {CONFLICT, 0} end
+
+  -- The walk, as an order's: a locked segment is passed (BUSY), a short one too.
+  local q = tonumber(qs)
+  local n = tonumber(m[2])
+  local start = tonumber(ARGV[3]) % n
+  local total, busy, avail, short = 0, false, 0, {}
+  local x = now + tonumber(ARGV[6])
+  local xs = tostring(x)
+  local xd = tostring(x + DAY)
+  for k = 0, n - 1 do
+    local S = segment(placed, tostring((start + k) % n), epoch)
+    local g = redis.call('MGET', S.tag .. 'epoch', S.tag .. 'lock', S.stock, S.tag .. 'ledger')
+    if g[1] ~= epoch then bump(sku) return {STALE} end
+    if not g[3] then bump(sku) return {STALE, settled} end
+    S.led = g[4]
+    if g[2] then
+      busy = true
+      total = total + tonumber(g[3])
+    else
+      local first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+      local s = g[3]
+      if first[1] and tonumber(first[2]) <= now then
+        sweep(S, '16')
+        finish(S)
+        s = redis.call('GET', S.stock)
+        first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+      end
+      s = tonumber(s)
+      if s >= q then
+        redis.call('DECRBY', S.stock, qs)
+        redis.call('INCRBY', S.res, qs)
+        redis.call('ZADD', S.holds, xs, id)
+        redis.call('SET', key, 'held - ' .. xs .. ' ' .. qs .. ' ' .. epoch .. ' ' .. S.i ..
+                   ' ' .. dur .. ' ' .. att .. ' ' .. sku .. ' ' .. placed, 'PXAT', xd)
+        if S.led then
+          redis.call('XADD', S.tag .. 'events', '*', 'k', 'hold', 'e', epoch, 'h', id, 'ds',
+                     '-' .. qs, 'dq', '0')
+        end
+        if not first[1] or x < tonumber(first[2]) then -- a new first expiry
+          redis.call('ZADD', HOLDING, 'LT', xs, S.member)
+        end
+        bump(sku)
+        return {OK, s - q, x, settled, sku, S.i, epoch, placed, dur, ''}
+      end
+      total = total + s
+      if s > 0 then
+        avail = avail + s
+        short[#short + 1] = {S, s}
+      end
+    end
+  end
+  bump(sku)
+  if avail < q then return {busy and BUSY or SHORT, total, settled} end
+  -- No one segment holds qty, the free ones together do: parts from them in the walk's
+  -- order, all in this step (each checked above: epoch, lock free, expired holds
+  -- settled), listed by segment (as an order record lists its segments).
+  local parts, left = {}, q
+  for _, p in ipairs(short) do
+    if left == 0 then break end
+    local take = math.min(left, p[2])
+    left = left - take
+    parts[#parts + 1] = {p[1], tostring(take)}
+  end
+  table.sort(parts, function(u, w) return tonumber(u[1].i) < tonumber(w[1].i) end)
+  local list = {}
+  for k, p in ipairs(parts) do
+    local S, pq = p[1], p[2]
+    redis.call('DECRBY', S.stock, pq)
+    redis.call('INCRBY', S.res, pq)
+    redis.call('ZADD', S.holds, xs, id)
+    if S.led then
+      redis.call('XADD', S.tag .. 'events', '*', 'k', 'hold', 'e', epoch, 'h', id, 'ds',
+                 '-' .. pq, 'dq', '0')
+    end
+    redis.call('ZADD', HOLDING, 'LT', xs, S.member)
+    list[k] = S.i .. ':' .. pq
+  end
+  list = table.concat(list, ',')
+  local i0 = parts[1][1].i
+  redis.call('SET', key, 'held - ' .. xs .. ' ' .. qs .. ' ' .. epoch .. ' ' .. i0 .. ' ' ..
+             dur .. ' ' .. att .. ' ' .. sku .. ' ' .. placed .. ' ' .. list, 'PXAT', xd)
+  return {OK, avail - q, x, settled, sku, i0, epoch, placed, dur, list}
+end
+
+-- confirm, release, read: the hold's string names its segments.
+local id, att = ARGV[2], ARGV[3]
+local v = redis.call('GET', KEYS[1])
+local h = v and parse(v)
+if not h then return {MISSING, '', 0, 0, '', 0} end
+local epoch = h.e
+local segs = {}
+if h.m == '' then
+  segs[1] = segment(h.p, h.i, epoch)
+  segs[1].q = h.q
+else
+  for i, q in string.gmatch(h.m, '(%d+):(%d+)') do
+    local S = segment(h.p, i, epoch)
+    S.q = q
+    segs[#segs + 1] = S
+  end
+end
+for _, S in ipairs(segs) do
+  local g = redis.call('MGET', S.tag .. 'epoch', S.tag .. 'ledger')
+  if g[1] ~= epoch then return {STALE} end
+  S.led = g[2]
+end
+local state, c, x, q = h.s, h.c, tonumber(h.x), tonumber(h.q)
+local write = false
+if state == 'held' and now >= x then
+  for _, S in ipairs(segs) do back(S, id, S.q, 'expire') end
+  state, write = 'expired', true
+end
+for _, S in ipairs(segs) do look(S) end
+local reply
+if act == 'read' then
+  reply = {OK, state, q, x, ''}
+elseif act == 'release' then
+  if state == 'held' then
+    for _, S in ipairs(segs) do back(S, id, S.q, 'release') end
+    state, write = 'released', true
+  end
+  reply = {state == 'confirmed' and CONFLICT or OK, state, q, x, ''}
+elseif state == 'confirmed' then
+  local r = redis.call('HGET', 'inv:order:{' .. id .. '}', 'r') or ''
+  reply = {c == att and OK or EXISTS, state, q, x, r}
+elseif state ~= 'held' then
+  reply = {CONFLICT, state, q, x, ''}
+else
+  local okey = 'inv:order:{' .. id .. '}'
+  local o = redis.call('HMGET', okey, 'r', 'k', 'e')
+  if o[1] and (o[2] ~= h.k or o[3] == epoch) then
+    reply = {CONFLICT, 'order', q, x, ''}
+  else
+    -- The order record as record.c writes it.
+    local list = {}
+    for k, S in ipairs(segs) do list[k] = '{"segment":' .. S.i .. ',"qty":' .. S.q .. '}' end
+    local rec = '{"order_id":"' .. id .. '","sku":"' .. h.k .. '","qty":' .. h.q ..
+                ',"segment":' .. h.i .. ',"segments":[' .. table.concat(list, ',') ..
+                '],"status":"confirmed"}'
+    for k, S in ipairs(segs) do
+      redis.call('DECRBY', S.res, S.q)
+      redis.call('INCRBY', S.tag .. 'sold', S.q)
+      redis.call('ZREM', S.holds, id)
+      redis.call('HSET', S.tag .. (k == 1 and 'orders' or 'parts'), id, S.q)
+      if S.led then
+        redis.call('XADD', S.tag .. 'events', '*', 'k', 'sale', 'e', epoch, 'o', id, 'ds',
+                   '0', 'dq', S.q, 'r', k == 1 and rec or '')
+      end
+    end
+    redis.call('HSET', okey, 'r', rec, 't', att, 'k', h.k, 'e', epoch)
+    state, c, write = 'confirmed', att, true
+    reply = {OK, state, q, x, rec}
+  end
+end
+if write then redis.call('SET', KEYS[1], state .. ' ' .. c .. ' ' .. h.rest, 'KEEPTTL') end
+if settled > 0 then
+  for _, S in ipairs(segs) do finish(S) end
+end
+bump(h.k)
+reply[6] = settled
+reply[7] = h.k
+reply[8] = h.i
+reply[9] = epoch
+reply[10] = h.p
+reply[11] = h.d
+reply[12] = h.m
+return reply
