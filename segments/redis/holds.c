@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "base/xalloc.h"
 #include "segments/redis/keys.h"
 #include "segments/redis/store.h"
@@ -44,21 +45,6 @@ static int reply_code(const redisReply *r)
     return (int)r->element[0]->integer;
 }
 
-/* The segment fields a by-SKU or by-id reply ends with, from element k on: sku,
- * segment, epoch, placed name, durability, parts ("" for a hold of one segment). */
-static void where_from(const redisReply *r, size_t k, struct store_hold *h)
-{
-    if (r->elements < k + 5)
-        return;
-    snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, k));
-    h->segment = (int)elem_ll(r, k + 1);
-    h->epoch = elem_ll(r, k + 2);
-    snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, k + 3));
-    h->replicated = strcmp(elem_str(r, k + 4), "replicated") == 0;
-    if (elem_str(r, k + 5)[0] != '\0')
-        h->parts = seg_strdup(elem_str(r, k + 5));
-}
-
 void rd_hold_cmd_place_any(struct rd_cmd *cmd, const char *sku, const char *id,
                            long long qty, int ttl_ms, int start, const char *attempt)
 {
@@ -72,6 +58,39 @@ void rd_hold_cmd_place_any(struct rd_cmd *cmd, const char *sku, const char *id,
     cmd_argll(cmd, qty);
     cmd_argll(cmd, ttl_ms);
     cmd_arg(cmd, attempt);
+    cmd_argll(cmd, ttl_ms + 86400000LL); /* the hold's string: a day past its expiry */
+}
+
+/* A hold's string (lua/hold_local.lua: "s c x q e i d t k p[ m]") into h; -1 when not
+ * one. The state is left to the caller (a reply names it apart). */
+static int hold_from(const char *v, struct store_hold *h)
+{
+    char f[11][STORE_SKU_PLACED_MAX + 16];
+    int n = 0;
+    const char *p = v;
+    while (n < 10 && *p != '\0') {
+        size_t len = strcspn(p, " ");
+        if (len >= sizeof f[0])
+            return -1;
+        memcpy(f[n], p, len);
+        f[n][len] = '\0';
+        n++;
+        p += len;
+        if (*p == ' ')
+            p++;
+    }
+    if (n < 10)
+        return -1;
+    h->expires_ms = strtoll(f[2], NULL, 10);
+    h->qty = strtoll(f[3], NULL, 10);
+    h->epoch = strtoll(f[4], NULL, 10);
+    h->segment = atoi(f[5]);
+    h->replicated = strcmp(f[6], "replicated") == 0;
+    text_copy(h->sku, sizeof h->sku, f[8]);
+    text_copy(h->placed, sizeof h->placed, f[9]);
+    if (*p != '\0')
+        h->parts = seg_strdup(p);
+    return 0;
 }
 
 int rd_hold_decode_place_any(const redisReply *r, long long qty, struct store_reply *out,
@@ -83,31 +102,14 @@ int rd_hold_decode_place_any(const redisReply *r, long long qty, struct store_re
     if (code < 0)
         return -1;
     out->code = code;
-    switch (code) {
-    case RD_OK: /* {OK, stock left, expires, settled, where...} */
-        out->value = elem_ll(r, 1);
+    /* {code, stock (walked; left), settled[, the hold's string]} */
+    out->value = elem_ll(r, 1);
+    h->settled = (int)elem_ll(r, 2);
+    if ((code == RD_OK || code == RD_EXISTS) && hold_from(elem_str(r, 3), h) < 0)
+        return -1;
+    if (code == RD_OK) {
         h->qty = qty;
-        h->expires_ms = elem_ll(r, 2);
-        h->settled = (int)elem_ll(r, 3);
         snprintf(h->state, sizeof h->state, "held");
-        where_from(r, 4, h);
-        break;
-    case RD_EXISTS: /* {EXISTS, sku, epoch, seg, qty, expires, settled, ...} */
-        snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 1));
-        h->epoch = elem_ll(r, 2);
-        h->segment = (int)elem_ll(r, 3);
-        h->qty = elem_ll(r, 4);
-        h->expires_ms = elem_ll(r, 5);
-        h->settled = (int)elem_ll(r, 6);
-        break;
-    case RD_BUSY:
-    case RD_SHORT: /* {code, stock, settled} */
-        out->value = elem_ll(r, 1);
-        h->settled = (int)elem_ll(r, 2);
-        break;
-    default: /* CONFLICT, STALE: {code, settled, ...}; MISSING, MISMATCH */
-        h->settled = r->elements > 1 ? (int)elem_ll(r, 1) : 0;
-        break;
     }
     return 0;
 }
@@ -132,15 +134,15 @@ int rd_hold_decode_by_id(const redisReply *r, struct store_reply *out,
     if (code < 0)
         return -1;
     out->code = code;
-    if (r->elements >= 6) { /* {code, state, qty, expires, record, settled, ...} */
-        snprintf(h->state, sizeof h->state, "%s", elem_str(r, 1));
-        h->qty = elem_ll(r, 2);
-        h->expires_ms = elem_ll(r, 3);
-        if (elem_str(r, 4)[0] != '\0')
-            h->record = seg_strdup(elem_str(r, 4));
-        h->settled = (int)elem_ll(r, 5);
-    }
-    where_from(r, 6, h); /* ..., sku, segment, epoch, placed, durability */
+    if (r->elements < 4) /* {MISSING, settled}, {STALE} */
+        return 0;
+    /* {code, settled, state, the hold's string, record or ''} */
+    h->settled = (int)elem_ll(r, 1);
+    snprintf(h->state, sizeof h->state, "%s", elem_str(r, 2));
+    if (hold_from(elem_str(r, 3), h) < 0)
+        return -1;
+    if (elem_str(r, 4)[0] != '\0')
+        h->record = seg_strdup(elem_str(r, 4));
     return 0;
 }
 

@@ -12,7 +12,9 @@
 -- One string read and written whole, and few calls a step: Redis's cost per call and
 -- per field read into Lua is what a reservation costs (docs/DESIGN.md "Reservations").
 -- KEYS[1]: place: the SKU's meta; confirm, release, read: the hold; sweep: inv:holding.
--- ARGV: place    'place', sku, segment to start from, id, qty, ttl_ms, attempt
+-- ARGV: place    'place', sku, segment to start from, id, qty, ttl_ms, attempt,
+--                ttl_ms + a day (the string's TTL; strings made by the caller, so no
+--                Lua number is formatted for it)
 --       by id    'confirm' | 'release' | 'read', id, attempt
 --       sweep    'sweep', placed, segment, epoch, sku
 -- The store's clock decides: now is Redis's TIME, a hold expires at now + ttl_ms and is
@@ -23,22 +25,22 @@
 -- Units: place moves qty from stock to reserved; confirm from reserved to sold (and
 -- writes the order, id = the reservation id); release and expiry from reserved back to
 -- stock and bump the SKU's gen (stock rose from outside the order path, as a cancel).
--- Replies (the shapes holds.c decodes, as hold.lua's):
---   place   {OK, stock left, expires, settled, sku, seg, epoch, placed, durability,
---           parts} | {EXISTS, sku, epoch, seg, qty, expires, settled} | {CONFLICT,
---           settled} (an order has the id) | {BUSY | SHORT, stock walked, settled} |
---           {STALE} | {MISSING} (no SKU) | {MISMATCH} (a lock service's SKU)
---   by id   {code, state, qty, expires, record or '', settled, sku, seg, epoch,
---           placed, durability, parts} | {MISSING, '', 0, 0, '', 0} | {STALE}: confirm
---           OK (sold now, or this attempt's earlier run) | EXISTS (confirmed before) |
---           CONFLICT (released, expired; 'order': an order has the id); release OK
---           (released or expired) | CONFLICT (confirmed); read OK
+-- Replies (holds.c decodes them; few elements, each costs Redis; the hold's fields
+-- travel as its string, which the service splits):
+--   place   {OK, stock left, settled, hold} | {EXISTS, 0, 0, hold} (the id is a hold
+--           already) | {CONFLICT, 0, 0} (an order has the id) | {BUSY | SHORT, stock
+--           walked, settled} | {STALE} | {MISSING} (no SKU) | {MISMATCH} (a lock
+--           service's SKU)
+--   by id   {code, settled, state, hold (as it stands after), record or ''} |
+--           {MISSING, 0} | {STALE}: confirm OK (sold now, or this attempt's earlier
+--           run) | EXISTS (confirmed before) | CONFLICT (released, expired; state
+--           'order': an order has the id); release OK (released or expired) |
+--           CONFLICT (confirmed); read OK
 --   sweep   {OK, settled}
-local DAY = 86400000
 local act = ARGV[1]
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local nows = t[1] .. string.sub('00000' .. t[2], -6, -4) -- now, as a string
+local nows = t[1] .. string.sub('00000' .. t[2], -6, -4) -- now in ms, as a string
+local now = tonumber(nows)
 local settled, gen = 0, false
 local HOLDING = 'inv:holding'
 
@@ -47,8 +49,12 @@ local HOLDING = 'inv:holding'
 local function segment(placed, i, epoch)
   local tag = 'inv:{' .. placed .. ':' .. i .. '}:'
   return {tag = tag, i = i, epoch = epoch, placed = placed, stock = tag .. 'stock',
-          res = tag .. 'reserved:' .. epoch, holds = tag .. 'holds:' .. epoch,
-          member = placed .. ' ' .. i .. ' ' .. epoch}
+          res = tag .. 'reserved:' .. epoch, holds = tag .. 'holds:' .. epoch}
+end
+
+-- S's entry in the holding list.
+local function member(S)
+  return S.placed .. ' ' .. S.i .. ' ' .. S.epoch
 end
 
 -- The hold's string as a table (nil: not one).
@@ -102,24 +108,24 @@ end
 
 -- The holding entry of S follows its first expiry; an empty count goes.
 local function finish(S)
-  local first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', S.holds, '0', '0', 'WITHSCORES')
   if first[1] then
-    redis.call('ZADD', HOLDING, first[2], S.member)
+    redis.call('ZADD', HOLDING, first[2], member(S))
   else
-    redis.call('ZREM', HOLDING, S.member)
+    redis.call('ZREM', HOLDING, member(S))
     if redis.call('GET', S.res) == '0' then redis.call('DEL', S.res) end
   end
 end
 
--- S's due holds settled when its first one is due; the first expiry left ('' none).
+-- S's due holds settled when its first one is due; S's first hold {id, expiry} or {}.
 local function look(S)
-  local first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', S.holds, '0', '0', 'WITHSCORES')
   if first[1] and tonumber(first[2]) <= now then
     sweep(S, '16')
     finish(S)
-    first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
+    first = redis.call('ZRANGE', S.holds, '0', '0', 'WITHSCORES')
   end
-  return first[2] or ''
+  return first
 end
 
 -- Stock came back: the SKU's gen moves (sold-out verdicts go).
@@ -134,7 +140,7 @@ if act == 'sweep' then
   local g = redis.call('MGET', S.tag .. 'epoch', S.tag .. 'ledger')
   if g[1] ~= S.epoch then -- reset or deleted: the holds of that epoch are void
     redis.call('UNLINK', S.res, S.holds)
-    redis.call('ZREM', HOLDING, S.member)
+    redis.call('ZREM', HOLDING, member(S))
     return {OK, 0}
   end
   S.led = g[2]
@@ -156,13 +162,13 @@ if act == 'place' then
   local h = v and parse(v)
   if h and h.t == att then -- this attempt's earlier run (its reply was lost)
     local st = redis.call('GET', 'inv:{' .. placed .. ':' .. h.i .. '}:stock')
-    return {OK, tonumber(st or '0'), tonumber(h.x), 0, sku, h.i, epoch, placed, dur, h.m}
+    return {OK, tonumber(st or '0'), 0, v}
   end
-  if h and not (h.k == sku and h.e ~= epoch) then -- the id is a hold (an old sale's
-    return {EXISTS, h.k, h.e, h.i, h.q, tonumber(h.x), 0} -- of this SKU: free again)
+  if h and not (h.k == sku and h.e ~= epoch) then -- the id is a hold (an old sale's of
+    return {EXISTS, 0, 0, v}                      -- this SKU: the id is free again)
   end
   local o = redis.call('HMGET', 'inv:order:{' .. id .. '}', 'r', 'k', 'e')
-  if o[1] and (o[2] ~= sku or o[3] == epoch) then return {CONFLICT, 0} end
+  if o[1] and (o[2] ~= sku or o[3] == epoch) then return {CONFLICT, 0, 0} end
 
   -- The walk, as an order's: a locked segment is passed (BUSY), a short one too.
   local q = tonumber(qs)
@@ -171,41 +177,37 @@ if act == 'place' then
   local total, busy, avail, short = 0, false, 0, {}
   local x = now + tonumber(ARGV[6])
   local xs = tostring(x)
-  local xd = tostring(x + DAY)
   for k = 0, n - 1 do
     local S = segment(placed, tostring((start + k) % n), epoch)
     local g = redis.call('MGET', S.tag .. 'epoch', S.tag .. 'lock', S.stock, S.tag .. 'ledger')
     if g[1] ~= epoch then bump(sku) return {STALE} end
-    if not g[3] then bump(sku) return {STALE, settled} end
+    if not g[3] then bump(sku) return {STALE, 0, settled} end
     S.led = g[4]
     if g[2] then
       busy = true
       total = total + tonumber(g[3])
     else
-      local first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
       local s = g[3]
-      if first[1] and tonumber(first[2]) <= now then
-        sweep(S, '16')
-        finish(S)
-        s = redis.call('GET', S.stock)
-        first = redis.call('ZRANGE', S.holds, 0, 0, 'WITHSCORES')
-      end
+      local before = settled
+      local first = look(S)
+      if settled > before then s = redis.call('GET', S.stock) end
       s = tonumber(s)
       if s >= q then
         redis.call('DECRBY', S.stock, qs)
         redis.call('INCRBY', S.res, qs)
         redis.call('ZADD', S.holds, xs, id)
-        redis.call('SET', key, 'held - ' .. xs .. ' ' .. qs .. ' ' .. epoch .. ' ' .. S.i ..
-                   ' ' .. dur .. ' ' .. att .. ' ' .. sku .. ' ' .. placed, 'PXAT', xd)
+        v = 'held - ' .. xs .. ' ' .. qs .. ' ' .. epoch .. ' ' .. S.i .. ' ' .. dur .. ' ' ..
+            att .. ' ' .. sku .. ' ' .. placed
+        redis.call('SET', key, v, 'PX', ARGV[8])
         if S.led then
           redis.call('XADD', S.tag .. 'events', '*', 'k', 'hold', 'e', epoch, 'h', id, 'ds',
                      '-' .. qs, 'dq', '0')
         end
         if not first[1] or x < tonumber(first[2]) then -- a new first expiry
-          redis.call('ZADD', HOLDING, 'LT', xs, S.member)
+          redis.call('ZADD', HOLDING, 'LT', xs, member(S))
         end
         bump(sku)
-        return {OK, s - q, x, settled, sku, S.i, epoch, placed, dur, ''}
+        return {OK, s - q, settled, v}
       end
       total = total + s
       if s > 0 then
@@ -237,21 +239,20 @@ if act == 'place' then
       redis.call('XADD', S.tag .. 'events', '*', 'k', 'hold', 'e', epoch, 'h', id, 'ds',
                  '-' .. pq, 'dq', '0')
     end
-    redis.call('ZADD', HOLDING, 'LT', xs, S.member)
+    redis.call('ZADD', HOLDING, 'LT', xs, member(S))
     list[k] = S.i .. ':' .. pq
   end
-  list = table.concat(list, ',')
-  local i0 = parts[1][1].i
-  redis.call('SET', key, 'held - ' .. xs .. ' ' .. qs .. ' ' .. epoch .. ' ' .. i0 .. ' ' ..
-             dur .. ' ' .. att .. ' ' .. sku .. ' ' .. placed .. ' ' .. list, 'PXAT', xd)
-  return {OK, avail - q, x, settled, sku, i0, epoch, placed, dur, list}
+  v = 'held - ' .. xs .. ' ' .. qs .. ' ' .. epoch .. ' ' .. parts[1][1].i .. ' ' .. dur ..
+      ' ' .. att .. ' ' .. sku .. ' ' .. placed .. ' ' .. table.concat(list, ',')
+  redis.call('SET', key, v, 'PX', ARGV[8])
+  return {OK, avail - q, settled, v}
 end
 
 -- confirm, release, read: the hold's string names its segments.
 local id, att = ARGV[2], ARGV[3]
 local v = redis.call('GET', KEYS[1])
 local h = v and parse(v)
-if not h then return {MISSING, '', 0, 0, '', 0} end
+if not h then return {MISSING, 0} end
 local epoch = h.e
 local segs = {}
 if h.m == '' then
@@ -269,39 +270,38 @@ for _, S in ipairs(segs) do
   if g[1] ~= epoch then return {STALE} end
   S.led = g[2]
 end
-local state, c, x, q = h.s, h.c, tonumber(h.x), tonumber(h.q)
+local state, c = h.s, h.c
 local write = false
-if state == 'held' and now >= x then
+if state == 'held' and now >= tonumber(h.x) then
   for _, S in ipairs(segs) do back(S, id, S.q, 'expire') end
   state, write = 'expired', true
 end
 for _, S in ipairs(segs) do look(S) end
-local reply
+local code, rec, shown = OK, '', nil
 if act == 'read' then
-  reply = {OK, state, q, x, ''}
+  code = OK
 elseif act == 'release' then
   if state == 'held' then
     for _, S in ipairs(segs) do back(S, id, S.q, 'release') end
     state, write = 'released', true
   end
-  reply = {state == 'confirmed' and CONFLICT or OK, state, q, x, ''}
+  code = state == 'confirmed' and CONFLICT or OK
 elseif state == 'confirmed' then
-  local r = redis.call('HGET', 'inv:order:{' .. id .. '}', 'r') or ''
-  reply = {c == att and OK or EXISTS, state, q, x, r}
+  rec = redis.call('HGET', 'inv:order:{' .. id .. '}', 'r') or ''
+  code = c == att and OK or EXISTS
 elseif state ~= 'held' then
-  reply = {CONFLICT, state, q, x, ''}
+  code = CONFLICT
 else
   local okey = 'inv:order:{' .. id .. '}'
   local o = redis.call('HMGET', okey, 'r', 'k', 'e')
   if o[1] and (o[2] ~= h.k or o[3] == epoch) then
-    reply = {CONFLICT, 'order', q, x, ''}
+    code, shown = CONFLICT, 'order'
   else
     -- The order record as record.c writes it.
     local list = {}
     for k, S in ipairs(segs) do list[k] = '{"segment":' .. S.i .. ',"qty":' .. S.q .. '}' end
-    local rec = '{"order_id":"' .. id .. '","sku":"' .. h.k .. '","qty":' .. h.q ..
-                ',"segment":' .. h.i .. ',"segments":[' .. table.concat(list, ',') ..
-                '],"status":"confirmed"}'
+    rec = '{"order_id":"' .. id .. '","sku":"' .. h.k .. '","qty":' .. h.q .. ',"segment":' ..
+          h.i .. ',"segments":[' .. table.concat(list, ',') .. '],"status":"confirmed"}'
     for k, S in ipairs(segs) do
       redis.call('DECRBY', S.res, S.q)
       redis.call('INCRBY', S.tag .. 'sold', S.q)
@@ -314,19 +314,14 @@ else
     end
     redis.call('HSET', okey, 'r', rec, 't', att, 'k', h.k, 'e', epoch)
     state, c, write = 'confirmed', att, true
-    reply = {OK, state, q, x, rec}
   end
 end
-if write then redis.call('SET', KEYS[1], state .. ' ' .. c .. ' ' .. h.rest, 'KEEPTTL') end
+if write then
+  v = state .. ' ' .. c .. ' ' .. h.rest
+  redis.call('SET', KEYS[1], v, 'KEEPTTL')
+end
 if settled > 0 then
   for _, S in ipairs(segs) do finish(S) end
 end
 bump(h.k)
-reply[6] = settled
-reply[7] = h.k
-reply[8] = h.i
-reply[9] = epoch
-reply[10] = h.p
-reply[11] = h.d
-reply[12] = h.m
-return reply
+return {code, settled, shown or state, v, rec}
