@@ -59,11 +59,11 @@ end
 
 -- The hold's string as a table (nil: not one).
 local function parse(v)
-  local s, c, rest, x, q, e, i, d, at, k, p, m = string.match(v,
-    '^(%a+) (%S+) ((%d+) (%d+) (%d+) (%d+) (%a+) (%S+) (%S+) (%S+) ?(.*))$')
+  local s, c, rest, x, q, e, i, at, k, p, m = string.match(v,
+    '^(%a+) (%S+) ((%d+) (%d+) (%d+) (%d+) %a+ (%S+) (%S+) (%S+) ?(.*))$')
   if not s then return nil end
-  return {s = s, c = c, rest = rest, x = x, q = q, e = e, i = i, d = d, t = at, k = k,
-          p = p, m = m}
+  return {s = s, c = c, rest = rest, x = x, q = q, e = e, i = i, t = at, k = k, p = p,
+          m = m}
 end
 
 -- The qty part of hold h holds on segment S, or nil (not one of S's).
@@ -117,21 +117,21 @@ local function finish(S)
   end
 end
 
--- S's due holds settled when its first one is due; S's first hold {id, expiry} or {}.
+-- S's due holds settled (up to 16); true when any was. (A look for due holds alone:
+-- the first hold and its score, formatted by Redis and parsed here, cost more.)
 local function look(S)
-  local first = redis.call('ZRANGE', S.holds, '0', '0', 'WITHSCORES')
-  if first[1] and tonumber(first[2]) <= now then
-    sweep(S, '16')
-    finish(S)
-    first = redis.call('ZRANGE', S.holds, '0', '0', 'WITHSCORES')
-  end
-  return first
+  local before = settled
+  sweep(S, '16')
+  if settled == before then return false end
+  finish(S)
+  return true
 end
 
 -- Stock came back: the SKU's gen moves (sold-out verdicts go).
 local function bump(sku)
+  if not gen then return end
   local meta = 'inv:sku:{' .. sku .. '}'
-  if gen and redis.call('EXISTS', meta) == 1 then redis.call('HINCRBY', meta, 'gen', 1) end
+  if redis.call('EXISTS', meta) == 1 then redis.call('HINCRBY', meta, 'gen', 1) end
 end
 
 if act == 'sweep' then
@@ -188,9 +188,7 @@ if act == 'place' then
       total = total + tonumber(g[3])
     else
       local s = g[3]
-      local before = settled
-      local first = look(S)
-      if settled > before then s = redis.call('GET', S.stock) end
+      if look(S) then s = redis.call('GET', S.stock) end
       s = tonumber(s)
       if s >= q then
         redis.call('DECRBY', S.stock, qs)
@@ -203,9 +201,7 @@ if act == 'place' then
           redis.call('XADD', S.tag .. 'events', '*', 'k', 'hold', 'e', epoch, 'h', id, 'ds',
                      '-' .. qs, 'dq', '0')
         end
-        if not first[1] or x < tonumber(first[2]) then -- a new first expiry
-          redis.call('ZADD', HOLDING, 'LT', xs, member(S))
-        end
+        redis.call('ZADD', HOLDING, 'LT', xs, member(S)) -- the first expiry, or earlier
         bump(sku)
         return {OK, s - q, settled, v}
       end
