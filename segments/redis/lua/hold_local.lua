@@ -94,12 +94,23 @@ local function sweep(S, limit)
   local due = redis.call('ZRANGEBYSCORE', S.holds, '-inf', nows, 'LIMIT', '0', limit)
   for _, hid in ipairs(due) do
     local key = 'inv:hold:{' .. hid .. '}'
-    local v = redis.call('GET', key)
-    local h = v and parse(v)
+    local v = redis.pcall('GET', key)
+    local h = type(v) == 'string' and parse(v)
     local q = h and part_qty(h, S)
-    if q then
+    if type(v) == 'table' then -- placed before this layout: its index a hash, its record
+      local rk = S.tag .. 'hold:' .. hid -- in the segment (returned, never migrated)
+      local r = redis.call('HMGET', rk, 'q', 's')
+      if r[1] and r[2] == 'held' then
+        back(S, hid, r[1], 'expire')
+        redis.call('HSET', rk, 's', 'expired')
+      else
+        redis.call('ZREM', S.holds, hid)
+      end
+    elseif q then
       back(S, hid, q, 'expire')
-      if h.s == 'held' then redis.call('SET', key, 'expired ' .. h.c .. ' ' .. h.rest, 'KEEPTTL') end
+      if h.s == 'held' then
+        redis.call('SET', key, 'expired ' .. h.c .. ' ' .. h.rest, 'KEEPTTL')
+      end
     else -- no hold of this segment's by that id (its string gone): out of the set
       redis.call('ZREM', S.holds, hid)
     end
@@ -179,7 +190,8 @@ if act == 'place' then
   local xs = tostring(x)
   for k = 0, n - 1 do
     local S = segment(placed, tostring((start + k) % n), epoch)
-    local g = redis.call('MGET', S.tag .. 'epoch', S.tag .. 'lock', S.stock, S.tag .. 'ledger')
+    local g = redis.call('MGET', S.tag .. 'epoch', S.tag .. 'lock', S.stock,
+                         S.tag .. 'ledger')
     if g[1] ~= epoch then bump(sku) return {STALE} end
     if not g[3] then bump(sku) return {STALE, 0, settled} end
     S.led = g[4]
