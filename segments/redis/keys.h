@@ -96,16 +96,22 @@
  *                             standalone only (a cluster's cancel needs the fields)
  *   inv:{sku:i}:reserved:E    units held by reservations in segment i of epoch E
  *   inv:{sku:i}:holds:E       sorted set: the held reservations of segment i of epoch
- *                             E, scored by when each expires (ms, Redis's TIME)
- *   inv:{sku:i}:hold:<id>     hash: reservation <id> taken from segment i (q units,
- *                             x expiry ms, s held|confirmed|released|expired, t the
- *                             attempt that placed it, c the one that confirmed it);
- *                             lua/hold.lua. Kept a day past its expiry
- *   inv:hold:{id}             hash: where reservation `id` lives (k SKU, p placed
- *                             name, i segment, e epoch, q, x, t): the id leads to its
- *                             segment. Kept a day past its expiry. On a cluster also
- *                             c, u (a place's claim) and o (the confirm that wrote
- *                             the order record), lua/hold_id.lua
+ *                             E, scored by when each expires (ms, Redis's TIME); a
+ *                             hold leaves it in the step that moves its units
+ *   inv:hold:{id}             standalone: string, reservation `id` whole, its record
+ *                             and index in one: "s c x q e i d t k p[ m]" (state
+ *                             held|confirmed|released|expired, confirming attempt or
+ *                             '-', expiry ms, qty, epoch, segment, durability, placing
+ *                             attempt, SKU, placed name, parts "seg:qty,..." of a hold
+ *                             over several segments); lua/hold_local.lua.
+ *                             Cluster: hash, where `id` lives (k SKU, p placed name, i
+ *                             segment, e epoch, q, x, t, d; c, u a place's claim, o
+ *                             the confirm that wrote the order record),
+ *                             lua/hold_id.lua. Kept a day past its expiry
+ *   inv:{sku:i}:hold:<id>     cluster only: hash, reservation <id> taken from segment
+ *                             i (q units, x expiry ms, s held|confirmed|released|
+ *                             expired, t the attempt that placed it, c the one that
+ *                             confirmed it); lua/hold.lua. Kept a day past its expiry
  *   inv:holding               sorted set: "placed i E" per segment with holds, scored
  *                             by its first expiry: the hold sweeper's work list (on a
  *                             cluster kept by lua/holding.lua, apart from the steps)
