@@ -31,26 +31,14 @@ static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
-    struct sku_view v = {0};
-    if (!found || sku_mode_parse(m->mode, &v.cfg.mode) != 0 ||
-        sku_lock_parse(m->lock, &v.cfg.lock) != 0 || m->segments < 1 ||
-        m->segments > SEG_MAX_SEGMENTS) {
+    struct sku_view v;
+    if (!found || skutab_view_of(m, &v) != 0) {
         ltab_invalidate(o->s);
         if (ltab_shared(o->s) != NULL && !skutab_dropped(ltab_shared(o->s)))
             skutab_drop(o->e->v, o->sku); /* deleted elsewhere: let go of it here too */
         ord_finish(o, INV_UNKNOWN_SKU);
         return;
     }
-    v.cfg.segments = m->segments;
-    v.cfg.hold_ms = m->hold_ms;
-    v.cfg.batch = m->batch > 1 ? m->batch : 1;
-    v.cfg.stock = m->initial;
-    v.cfg.rebalance = m->rebalance;
-    v.cfg.replicated = m->replicated;
-    v.cfg.unfenced = m->unfenced;
-    v.salt = m->salt;
-    v.epoch = m->epoch;
-    v.gen = m->gen;
     ltab_set_view(o->s, &v, inv_now_ms());
     if (ltab_shared(o->s) == NULL || skutab_dropped(ltab_shared(o->s)))
         ltab_set_shared(o->e->tab, o->s, skutab_entry(o->e->v, o->sku));

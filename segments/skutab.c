@@ -234,6 +234,27 @@ bool skutab_dropped(const sku_local *e)
     return atomic_load_explicit(&e->dropped, memory_order_acquire);
 }
 
+int skutab_view_of(const struct store_meta *m, struct sku_view *out)
+{
+    struct sku_view v = {0};
+    if (sku_mode_parse(m->mode, &v.cfg.mode) != 0 ||
+        sku_lock_parse(m->lock, &v.cfg.lock) != 0 || m->segments < 1 ||
+        m->segments > SEG_MAX_SEGMENTS)
+        return -1;
+    v.cfg.segments = m->segments;
+    v.cfg.hold_ms = m->hold_ms;
+    v.cfg.batch = m->batch > 1 ? m->batch : 1;
+    v.cfg.stock = m->initial;
+    v.cfg.rebalance = m->rebalance;
+    v.cfg.replicated = m->replicated;
+    v.cfg.unfenced = m->unfenced;
+    v.epoch = m->epoch;
+    v.gen = m->gen;
+    v.salt = m->salt;
+    *out = v;
+    return 0;
+}
+
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
 {
     struct store_meta m = {0};
@@ -241,20 +262,8 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     int found = ADMIN_CALL(c->adm, meta_read, sku, &m, lock);
     if (found < 0)
         return INV_UNAVAILABLE;
-    if (found == 0 || sku_mode_parse(m.mode, &out->cfg.mode) != 0 ||
-        sku_lock_parse(m.lock, &out->cfg.lock) != 0 || m.segments < 1 ||
-        m.segments > SEG_MAX_SEGMENTS)
+    if (found == 0 || skutab_view_of(&m, out) != 0)
         return INV_UNKNOWN_SKU;
-    out->cfg.segments = m.segments;
-    out->cfg.hold_ms = m.hold_ms;
-    out->cfg.batch = m.batch > 1 ? m.batch : 1;
-    out->cfg.stock = m.initial;
-    out->cfg.rebalance = m.rebalance;
-    out->cfg.replicated = m.replicated;
-    out->cfg.unfenced = m.unfenced;
-    out->epoch = m.epoch;
-    out->gen = m.gen;
-    out->salt = m.salt;
     memcpy(out->lock, lock, sizeof out->lock);
     return INV_OK;
 }

@@ -60,6 +60,11 @@ void skutab_release(skutab *t, sku_local *e);
 void skutab_drop(inv *v, const char *sku);
 bool skutab_dropped(const sku_local *e);
 
+/* The settings `m` of a store's meta read (store.h) as a view, its lock scheme's
+ * store name (lock) left empty: 0, or -1 when they are not a SKU's (an unknown mode
+ * or lock, a segment count out of range), *out untouched then. */
+int skutab_view_of(const struct store_meta *m, struct sku_view *out);
+
 /* Read the settings of `sku` from Redis, bypassing the cache: INV_OK,
  * INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *view);
