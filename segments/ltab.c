@@ -1,12 +1,14 @@
 /* ltab.c -- one event loop's table of SKUs (see ltab.h). */
 #include "segments/ltab.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/names.h"
 #include "base/xalloc.h"
+#include "segments/clock.h"
 #include "segments/ring.h"
 
 #define BUCKETS 1024
@@ -39,6 +41,7 @@ struct ltab {
     lsku *bucket[BUCKETS];
     lsku *oldest, *newest; /* entries no order holds, least recently used first */
     int idle;
+    long long changes; /* inv.changes when the table was last in step (ltab_sync) */
 };
 
 ltab *ltab_create(int home, int homes, skutab *shared)
@@ -149,6 +152,61 @@ void ltab_release(ltab *t, lsku *s)
         drop(t, s);
     while (t->idle > IDLE_MAX)
         drop(t, t->oldest);
+}
+
+void ltab_read(ltab *t, lsku *s, inv *v, const struct sku_view *view, int64_t now_ms)
+{
+    ltab_set_view(s, view, now_ms);
+    if (s->shared == NULL || skutab_dropped(s->shared))
+        ltab_set_shared(t, s, skutab_entry(v, s->name));
+    skutab_loop_read(v, s->shared, view->gen);
+}
+
+void ltab_gone(lsku *s, inv *v)
+{
+    ltab_invalidate(s);
+    if (s->shared != NULL && !skutab_dropped(s->shared))
+        skutab_drop(v, s->name); /* deleted elsewhere: let go of it here too */
+}
+
+void ltab_sync(ltab *t, long long changes)
+{
+    if (changes != t->changes) {
+        t->changes = changes;
+        ltab_invalidate_all(t);
+    }
+}
+
+ltab *ltab_of_conn(inv_conn *c)
+{
+    if (c->tab == NULL)
+        c->tab = ltab_create(0, 1, c->v->tab);
+    return c->tab;
+}
+
+inv_status ltab_get(inv_conn *c, const char *sku, lsku **out, struct sku_view *view)
+{
+    ltab *t = ltab_of_conn(c);
+    ltab_sync(t, atomic_load_explicit(&c->v->changes, memory_order_acquire));
+    lsku *s = ltab_hold(t, sku);
+    int64_t now = inv_now_ms();
+    inv_status st = INV_OK;
+    *out = NULL;
+    if (!ltab_fresh(s, now, c->v->opt.meta_cache_ms)) {
+        struct sku_view fetched;
+        st = skutab_read(c, sku, &fetched);
+        if (st == INV_OK)
+            ltab_read(t, s, c->v, &fetched, now);
+        else if (st == INV_UNKNOWN_SKU)
+            ltab_gone(s, c->v);
+    }
+    if (st != INV_OK) {
+        ltab_release(t, s); /* nothing kept of a SKU the store does not have */
+        return st;
+    }
+    *view = s->view;
+    *out = s;
+    return INV_OK;
 }
 
 bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms)

@@ -6,11 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/names.h"
 #include "base/xalloc.h"
-#include "segments/clock.h"
 #include "segments/skumode.h"
 #include "segments/internal.h"
 
@@ -32,10 +30,6 @@ struct segs {
 struct sku_local {
     char name[SEG_NAME_MAX + 1];
     pthread_mutex_t mu;
-    bool valid;      /* settings known */
-    bool refreshing; /* a worker is re-reading them */
-    struct sku_view view;
-    int64_t fetched_ms;
     _Atomic long long outcomes[SKU_OUTCOMES];
     _Atomic long long loop_gen; /* the generation an event loop read last */
     /* Segments the event loops found empty in generation empty_gen (under mu), and
@@ -216,13 +210,8 @@ void skutab_drop(inv *v, const char *sku)
     if (e != NULL) {
         unlink_entry(t, e);
         atomic_store_explicit(&e->dropped, true, memory_order_relaxed);
-        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 0) {
+        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 0)
             entry_free(e);
-        } else {
-            pthread_mutex_lock(&e->mu);
-            e->valid = false;
-            pthread_mutex_unlock(&e->mu);
-        }
     }
     pthread_rwlock_unlock(&t->lock);
     /* After the flag: a loop that sees the change sees the entry dropped. */
@@ -268,66 +257,10 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     return INV_OK;
 }
 
-inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
-                      struct sku_view *view)
-{
-    skutab *t = c->v->tab;
-    *out = NULL;
-    sku_local *e = hold(t, sku, false);
-
-    int64_t now = inv_now_ms();
-    if (e != NULL) {
-        pthread_mutex_lock(&e->mu);
-        bool fresh = e->valid && now - e->fetched_ms < c->v->opt.meta_cache_ms;
-        if (fresh || (e->valid && e->refreshing)) {
-            *view = e->view;
-            pthread_mutex_unlock(&e->mu);
-            *out = e;
-            return INV_OK;
-        }
-        e->refreshing = true;
-        pthread_mutex_unlock(&e->mu);
-    }
-
-    struct sku_view fetched;
-    inv_status st = skutab_read(c, sku, &fetched);
-    if (st == INV_OK && e == NULL)
-        e = hold(t, sku, true);
-    if (e == NULL)
-        return st; /* nothing kept of a SKU Redis does not have */
-
-    pthread_mutex_lock(&e->mu);
-    e->refreshing = false;
-    if (st == INV_OK) {
-        e->view = fetched;
-        e->valid = true;
-        e->fetched_ms = now;
-        *view = fetched;
-    } else if (st == INV_UNKNOWN_SKU) {
-        e->valid = false;
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (st == INV_OK) {
-        *out = e;
-        return st;
-    }
-    skutab_release(t, e);
-    if (st == INV_UNKNOWN_SKU)
-        skutab_drop(c->v, sku); /* deleted (by another instance: ours drops it) */
-    return st;
-}
-
 void skutab_invalidate(inv *v, const char *sku)
 {
+    (void)sku; /* every table drops all its settings: changes are rare next to orders */
     atomic_fetch_add_explicit(&v->changes, 1, memory_order_release);
-    pthread_rwlock_rdlock(&v->tab->lock); /* keeps the entry: held or not */
-    sku_local *e = find(v->tab, sku);
-    if (e != NULL) {
-        pthread_mutex_lock(&e->mu);
-        e->valid = false;
-        pthread_mutex_unlock(&e->mu);
-    }
-    pthread_rwlock_unlock(&v->tab->lock);
 }
 
 void skutab_count(sku_local *e, enum stat_id outcome)
