@@ -149,14 +149,21 @@ static void read_batch(ledger *l, rd_conn *rd, const struct rd_ev_segment *e,
     b->rc = 0;
 }
 
-/* b's copy failed: b->rc -1, logged once per outage, not once per batch and pass. */
-static void copy_failed(ledger *l, pgl *pg, struct batch *b)
+/* A copy of `what` failed: logged once per outage, not once per batch and pass. */
+static void copy_failing(ledger *l, const char *what, const char *why)
 {
-    b->rc = -1;
     if (!l->failing)
-        log_warn("ledger: copy of segment %d of %s failed: %s (retried until it works)",
-                 b->e->i, b->e->sku, pgl_error(pg));
+        log_warn("ledger: copy of %s failed: %s (retried until it works)", what, why);
     l->failing = true;
+}
+
+/* b's copy failed: b->rc -1 (counted as a failure by its pass, ack_batch). */
+static void batch_failed(ledger *l, pgl *pg, struct batch *b)
+{
+    char what[SEG_NAME_MAX + 32];
+    snprintf(what, sizeof what, "segment %d of %s", b->e->i, b->e->sku);
+    b->rc = -1;
+    copy_failing(l, what, pgl_error(pg));
 }
 
 /* Send b's copy to PostgreSQL (when it has events to copy). */
@@ -168,7 +175,7 @@ static void send_batch(ledger *l, pgl *pg, struct batch *b)
     rd_ev_stream(stream, b->e->placed, b->e->i);
     b->sent = pgl_copy_send(pg, stream, b->e->sku, b->e->i, b->pe, b->m) == 0;
     if (!b->sent)
-        copy_failed(l, pg, b);
+        batch_failed(l, pg, b);
 }
 
 /* Wait for b's copy (when sent): b->rc -1 when it failed. */
@@ -178,7 +185,7 @@ static void wait_batch(ledger *l, pgl *pg, struct batch *b)
         return;
     b->sent = false;
     if (pgl_copy_wait(pg) != 0)
-        copy_failed(l, pg, b);
+        batch_failed(l, pg, b);
 }
 
 /* Acknowledge b once copied (wait_batch), give its records their TTL, free it:
@@ -242,12 +249,10 @@ static bool pass(ledger *l, rd_conn *rd, pgl *pg, long long *listed)
     return more;
 }
 
-/* A copy failed (logged once per outage, not once per batch and pass). */
+/* A copy of the PostgreSQL store's events failed: logged once, counted. */
 static void copy_failed(ledger *l, const char *what, const char *why)
 {
-    if (!l->failing)
-        log_warn("ledger: copy of %s failed: %s (retried until it works)", what, why);
-    l->failing = true;
+    copy_failing(l, what, why);
     atomic_fetch_add(&l->failures, 1);
 }
 
