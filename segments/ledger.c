@@ -460,7 +460,7 @@ int ledger_restore(inv_conn *c, const char *id, char **record)
         return INV_OK; /* as a cancel of a cancelled order answers */
     char placed[RD_SKU_PLACED_MAX];
     rd_sku_placed(placed, sku, m.salt);
-    rc = rd_ev_restore(c->rd, id, placed, m.epoch, *record);
+    rc = rd_ev_restore(c->rd, id, placed, m.epoch, *record, c->v->ledger->retention_s);
     free(*record);
     *record = NULL;
     return rc < 0 ? INV_UNAVAILABLE : -1;

@@ -310,7 +310,7 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
 }
 
 int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
-                  const char *record)
+                  const char *record, int ttl_s)
 {
     char key[SEG_KEY_MAX];
     struct rd_cmd cmd;
@@ -319,6 +319,7 @@ int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoc
     cmd_arg(&cmd, record);
     cmd_arg(&cmd, placed);
     cmd_argll(&cmd, epoch);
+    cmd_argll(&cmd, rd_conn_cluster(c) ? ttl_s : 0);
     redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;

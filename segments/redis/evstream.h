@@ -86,8 +86,11 @@ int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int 
                  int ttl_s);
 
 /* RESTORE: the record of order `id` written back as the ledger has it (SKU `placed`,
- * `epoch`), unless the id has a record: 1 written, 0 one was there, -1. */
+ * `epoch`), unless the id has a record: 1 written, 0 one was there, -1. On a Redis
+ * Cluster it expires again in `ttl_s` (its cancel's events carry no record to give it
+ * a TTL by): gone before the segments forget the cancel's marks (cancel_segment.lua),
+ * a retry of a cancel that died reads the ledger, which has it cancelled by then. */
 int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
-                  const char *record);
+                  const char *record, int ttl_s);
 
 #endif
