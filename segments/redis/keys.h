@@ -26,6 +26,7 @@
  *   inv:{sku:i}:parts         hash order_id -> qty taken from segment i by a
  *                             multi-segment order whose first segment is another one
  *   inv:{sku:i}:cancelled     set of cancelled order ids whose first segment is i
+ *                             (a cluster: that took a part from segment i)
  *   inv:{sku:i}:gone:E:orders  segment i's orders hash and cancelled set as a reset of
    inv:{sku:i}:gone:E:cancelled  the SKU's epoch E left them (RENAMEd, O(1)): the
                              reset's caller reads them in steps (HSCAN, SSCAN), drops
@@ -92,8 +93,8 @@
  *   inv:{sku:i}:retire        list: orders segment i forgets once record_retention_s
  *                             passed (lua/ev_done.lua queues, lua/ev_read.lua drops
  *                             their fields from orders, parts and cancelled), one
- *                             element "due_ms id id ..." per batch the sink copied;
- *                             standalone only (a cluster's cancel needs the fields)
+ *                             element "due_ms id id ..." per batch the sink copied
+ *                             (a cluster's due min(retention, 60 s) later)
  *   inv:{sku:i}:reserved:E    units held by reservations in segment i of epoch E
  *   inv:{sku:i}:holds:E       sorted set: the held reservations of segment i of epoch
  *                             E, scored by when each expires (ms, Redis's TIME); a
