@@ -73,6 +73,9 @@ struct inv_conn {
 
 /* c's own loop and its store (made on first use, connecting then). */
 store *inv_conn_store(inv_conn *c);
+/* Free what c holds (its admin table, store, engine, loop, SKU table), not c itself:
+ * inv_conn_free's body, for a connection embedded in another struct (the sweeper's). */
+void inv_conn_clear(inv_conn *c);
 /* Turn c's loop until *done (set by the callback of an operation of its store:
  * every one answers, within its deadline). */
 void inv_conn_wait(inv_conn *c, const bool *done);

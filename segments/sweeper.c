@@ -252,11 +252,7 @@ void sweeper_free(sweeper *s)
     if (s == NULL)
         return;
     periodic_stop(s->thread);
-    if (s->c.st != NULL) { /* the thread is gone: its loop and store are ours now */
-        s->c.st->ops->free(s->c.st);
-        event_base_free(s->c.base);
-    }
-    s->c.adm->ops->free(s->c.adm);
+    inv_conn_clear(&s->c); /* the thread is gone: its loop, store and tables are ours */
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
