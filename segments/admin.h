@@ -37,10 +37,9 @@
 /* Capabilities (admin_ops.caps). */
 /* A restock or rebalance wants the caller to hold every segment's store lock and
  * pass the tokens (a standalone Redis); without it the store serializes it itself
- * (PostgreSQL: its loop's adjust without tokens; a Redis Cluster: this table's
- * adjust). Either way, where the loop's store adjusts every segment in one call
- * (store.h STORE_CAP_MULTI_ONE) it runs on the engine, on the connection's own loop
- * (engine.h engine_adjust). (A cancel always takes the store's locks of its
+ * (PostgreSQL: its loop's adjust without tokens; a Redis Cluster: its loop's adjust in
+ * steps, without locks). Either way it runs on the engine, on the connection's own
+ * loop (engine.h engine_adjust). (A cancel always takes the store's locks of its
  * segments: engine.h engine_cancel.) */
 #define ADMIN_CAP_LOCKS 0x1u
 /* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
@@ -104,11 +103,8 @@ struct admin_ops {
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);
     int (*skus_list)(admin *a, char ***names, size_t *n);
-    /* calls.h rd_adjust, rd_reset, rd_wait: the same contracts. adjust NULL: every
-     * restock or rebalance of the store runs on the engine (PostgreSQL). */
-    int (*adjust)(admin *a, const char *sku, long long epoch, int segments,
-                  const char *const *tok, const char *op, long long add, long long limit,
-                  const char *rid, const char *sig, int wait_ms, struct store_reply *out);
+    /* calls.h rd_reset, rd_wait: the same contracts. (A restock or rebalance runs on
+     * the engine: engine.h engine_adjust.) */
     int (*reset)(admin *a, const char *sku, long long old_epoch, int old_segments,
                  const struct admin_reset *to, const char *rid, const char *sig,
                  struct store_reply *out);

@@ -7,8 +7,10 @@
 
 #include "segments/engine.h"
 #include "segments/internal.h"
+#include "segments/clock.h"
 #include "segments/rand.h"
 #include "segments/reserve.h"
+#include "segments/ring.h"
 #include "segments/skuadjust.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
@@ -160,8 +162,9 @@ static void answered(void *arg, struct order_result *res)
 
 /* One ADJUST of `sku` on the engine's code (engine.h engine_adjust), on c's own loop,
  * with the store's segment locks (a standalone Redis) or, `unlocked`, none (a store
- * that serializes it itself: PostgreSQL): the code as adjust_once's, or -2 with *st set
- * when it was not answered (*view: the settings it ran under). */
+ * that serializes it itself: PostgreSQL; a Redis Cluster's steps): the store's code
+ * (-1: no answer), or -2 with *st set when it was not answered (*view: the settings it
+ * ran under). */
 static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long long add,
                           const char *rid, bool unlocked, struct sku_view *view,
                           inv_status *st)
@@ -190,32 +193,33 @@ static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long lon
 }
 
 /* Restock (`add` units) or rebalance (add 0) every segment of `sku`, with the view of
- * the SKU re-read whenever the store finds it stale. On the engine's code, on c's loop
- * (adjust_on_loop), wherever the store does an adjust over every segment in one call
- * (STORE_CAP_MULTI_ONE): under the store's segment locks where the admin table wants
- * them (ADMIN_CAP_LOCKS: a standalone Redis), else without (PostgreSQL locks the rows
- * in its transaction). A Redis Cluster keeps the blocking table's steps
- * (skuadj_blocking): another adjust (or a reset) of the SKU under way answers BUSY,
- * tried again within lock_wait_ms, as a standalone Redis waits for the locks. `rid`
- * NULL: no request id (the automatic rebalance). */
+ * the SKU re-read whenever the store finds it stale, on the engine's code on c's loop
+ * (adjust_on_loop): under the store's segment locks where the admin table wants them
+ * (ADMIN_CAP_LOCKS: a standalone Redis), else without (PostgreSQL locks the rows in
+ * its transaction; a Redis Cluster's steps take none: there another adjust (or a
+ * reset) of the SKU under way answers BUSY, tried again within lock_wait_ms, as a
+ * standalone Redis waits for the locks). */
 static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
                          const char *rid)
 {
-    /* (Both asked: a standalone Redis that became a cluster is followed by the loop's
-     * handle at once, by the admin table at its next command.) */
-    unsigned caps = ADMIN_CALL0(c->adm, caps);
-    if (!(caps & ADMIN_CAP_CLUSTER) &&
-        (store_caps(inv_conn_store(c)) & STORE_CAP_MULTI_ONE)) {
+    int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
+    for (int round = 0;; round++) {
+        bool unlocked = !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS);
         struct sku_view view;
-        inv_status st;
-        int code =
-            adjust_on_loop(c, sku, op, add, rid, !(caps & ADMIN_CAP_LOCKS), &view, &st);
+        inv_status st = INV_UNAVAILABLE;
+        int code = adjust_on_loop(c, sku, op, add, rid, unlocked, &view, &st);
         if (code == -2)
             return st;
+        if (code == STORE_BUSY) {
+            int left = (int)(deadline - inv_now_ms());
+            if (left <= 0)
+                return INV_BUSY;
+            inv_sleep_ms(ring_backoff_ms(round, inv_rand(c, UINT32_MAX), left));
+            continue;
+        }
         int got = skuadj_settle(c, sku, code, &view, rid);
         return got >= 0 ? (inv_status)got : INV_BUSY; /* STALE: the engine's retries */
     }
-    return skuadj_blocking(c, sku, op, add, rid);
 }
 
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid)

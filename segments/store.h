@@ -43,9 +43,11 @@
  * (intents_due, then the order path's claim, undo, confirm, intent: segments/sweeper.c),
  * and so does a restock or rebalance on a standalone Redis (`adjust` with its request id
  * and signature, under the engine's locks: engine.h engine_adjust) or on PostgreSQL
- * (`adjust` without tokens: its transaction locks the rows). Not here yet: reset, and
- * restock on a Redis Cluster: they still run on the blocking admin table
- * (segments/admin.h) and join this one as they move onto the same code.
+ * (`adjust` without tokens: its transaction locks the rows) or on a Redis Cluster
+ * (`adjust` without tokens: steps over the segments' slots), and the sweeper on a
+ * cluster's automatic rebalance ("spread"). Not here yet: reset, which still runs on
+ * the blocking admin table (segments/admin.h) and joins this one as it moves onto the
+ * same code.
  *
  * Ids. Every write is idempotent against itself: sent again after a lost reply it
  * recognises its own earlier work (lock token, attempt, order id) and answers what
@@ -321,11 +323,16 @@ struct store_ops {
      * whatever it answers). Under a lock service's holds (STORE_CAP_FENCE, "spread"
      * alone): tok all "", fence[i] segment i's registered fence, and any below its
      * segment's highest (-1: unchecked) refuses it FENCED, nothing moved; the caller
-     * gives the holds back. OK (value = the new gen), STALE, FENCED. */
+     * gives the holds back. OK (value = the new gen), STALE, FENCED. A store without
+     * STORE_CAP_MULTI_ONE (a Redis Cluster) adjusts in steps over the segments' nodes
+     * without locks (tok, fence unused): also REPLAYED, CONFLICT, LIMIT, BUSY (another
+     * adjust or reset under way: retry), NOT_REPLICATED (`wait_ms` > 0, durability
+     * "replicated": each step on a replica before the next; one that is not stops
+     * it, and a retry under `rid` finishes it). */
     void (*adjust)(store *s, const char *sku, long long epoch, int segments,
                    const char *const *tok, const long long *fence, const char *op,
                    long long add, long long limit, const char *rid, const char *sig,
-                   store_reply_fn fn, void *arg);
+                   int wait_ms, store_reply_fn fn, void *arg);
 
     /* CANCEL order `id` whose record the caller read as `expected`: the units the
      * store recorded for it given back to each of p's segments (p->part: the record's

@@ -558,7 +558,6 @@ static const struct admin_ops pg_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .adjust = NULL, /* a restock or rebalance runs on the engine (adjust.c) */
     .reset = reset,
     .wait = wait_durable,
     .hold_by_id = hold_by_id,

@@ -607,8 +607,9 @@ static void wait_durable(store *st, const char *sku, int i, const char *id,
 static void adjust(store *st, const char *sku, long long epoch, int segments,
                    const char *const *tok, const long long *fence, const char *op,
                    long long add, long long limit, const char *rid, const char *sig,
-                   store_reply_fn fn, void *arg)
+                   int wait_ms, store_reply_fn fn, void *arg)
 {
+    (void)wait_ms; /* one transaction on one server */
     if (tok == NULL && (strcmp(op, "restock") == 0 || strcmp(op, "rebalance") == 0))
         pgb_admin_adjust(st, sku, epoch, segments, op, add, limit, rid, sig, fn, arg);
     else

@@ -116,17 +116,6 @@ static int skus_list(admin *a, char ***names, size_t *n)
     return rd_skus_list(conn(a), names, n);
 }
 
-static int adjust(admin *a, const char *sku, long long epoch, int segments,
-                  const char *const *tok, const char *op, long long add, long long limit,
-                  const char *rid, const char *sig, int wait_ms, struct store_reply *out)
-{
-    struct rd_reply r = {0};
-    int rc = rd_adjust(conn(a), sku, epoch, segments, tok, op, add, limit, rid, sig,
-                       wait_ms, &r);
-    take(out, &r);
-    return rc;
-}
-
 static int reset(admin *a, const char *sku, long long old_epoch, int old_segments,
                  const struct admin_reset *to, const char *rid, const char *sig,
                  struct store_reply *out)
@@ -195,7 +184,6 @@ static const struct admin_ops redis_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .adjust = adjust,
     .reset = reset,
     .wait = wait_replicas,
     .hold_by_id = hold_by_id,

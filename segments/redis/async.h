@@ -144,8 +144,9 @@ void rda_renew(rda_conn *c, const char *sku, int i, const char *token, int ttl_m
 void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char *id,
                       const char *record, const char *attempt, const struct rd_parts *p,
                       rda_multi_fn fn, void *arg);
-/* ADJUST (lua/adjust.lua); `fence` NULL: fenced by the tokens, else by a lock
- * service's fences (store.h `adjust`). */
+/* ADJUST (store.h `adjust`) on a standalone Redis: one script (lua/adjust.lua),
+ * `fence` NULL: fenced by the tokens, else by a lock service's fences. (A cluster's is
+ * adjust.h rda_adjust_cluster: the store's op chooses.) */
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
                 const char *const *tok, const long long *fence, const char *op,
                 long long add, long long limit, const char *rid, const char *sig,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/redis/adjust.h"
 #include "segments/redis/cmd.h"
 #include "segments/redis/holds.h"
 
@@ -145,10 +146,14 @@ static void deduct_multi(store *s, const char *sku, long long epoch, const char 
 static void adjust(store *s, const char *sku, long long epoch, int segments,
                    const char *const *tok, const long long *fence, const char *op,
                    long long add, long long limit, const char *rid, const char *sig,
-                   store_reply_fn fn, void *arg)
+                   int wait_ms, store_reply_fn fn, void *arg)
 {
-    rda_adjust(conn(s), sku, epoch, segments, tok, fence, op, add, limit, rid, sig, fn,
-               arg);
+    if (rda_cluster(conn(s))) /* steps over the segments' slots, without locks */
+        rda_adjust_cluster(conn(s), sku, epoch, segments, op, add, limit, rid, sig,
+                           wait_ms, fn, arg);
+    else
+        rda_adjust(conn(s), sku, epoch, segments, tok, fence, op, add, limit, rid, sig,
+                   fn, arg); /* one script: its caller WAITs after it */
 }
 
 static void cancel(store *s, const char *placed, long long epoch, const char *id,

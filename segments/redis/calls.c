@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "segments/redis/adjust.h"
 #include "segments/redis/durable.h"
 #include "segments/redis/keys.h"
 #include "segments/redis/proto.h"
@@ -238,18 +237,6 @@ int rd_renew(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms)
 /* ---- durability ---------------------------------------------------------------- */
 
 /* ---- the whole SKU ------------------------------------------------------------- */
-
-int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
-              const char *const *tok, const char *op, long long add, long long limit,
-              const char *rid, const char *sig, int wait_ms, struct rd_reply *out)
-{
-    if (store_cluster(c)) /* ADJUST spans slots: per-slot steps, no locks */
-        return adjust_cluster(c, sku, epoch, segments, op, add, limit, rid, sig, wait_ms,
-                              out);
-    struct rd_cmd cmd;
-    proto_adjust(&cmd, sku, epoch, segments, tok, NULL, op, add, limit, rid, sig);
-    return store_script(c, &cmd, out);
-}
 
 /* Records dropped per DROP_RECORDS call: a reset of a SKU with a million orders
  * deletes their records in bounded steps, not in one command. */
