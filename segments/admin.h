@@ -49,26 +49,6 @@
 #define ADMIN_CAP_BATCH 0x4u
 
 /* What a reset writes (calls.h struct rd_reset, field by field). */
-struct admin_reset {
-    int segments; /* 0: delete the SKU */
-    const char *mode;
-    const char *lock; /* the SKU's lock scheme ("" : the store's default) */
-    bool unfenced;    /* "fencing": false (a lock service's SKU, the lab's) */
-    int hold_ms;
-    int batch; /* 1..SKU_BATCH_MAX */
-    long long stock;
-    bool rebalance;
-    bool replicated;
-    long long epoch;
-    int salt;
-    int wait_ms;
-    const char *expect;
-    bool ledger; /* events on for the SKU (a store that writes them: Redis) */
-    bool retake; /* an earlier attempt of this same request still marked as under way
-                    (it died: a failover) is taken over at once, its lease or not (a
-                    store whose resets take steps: a Redis Cluster) */
-};
-
 typedef struct admin admin;
 
 struct admin_ops {
@@ -103,10 +83,10 @@ struct admin_ops {
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);
     int (*skus_list)(admin *a, char ***names, size_t *n);
-    /* calls.h rd_reset, rd_wait: the same contracts. (A restock or rebalance runs on
-     * the engine: engine.h engine_adjust.) */
+    /* store.h reset (for a store without its own), calls.h rd_wait: the same contracts.
+     * (A restock or rebalance runs on the engine: engine.h engine_adjust.) */
     int (*reset)(admin *a, const char *sku, long long old_epoch, int old_segments,
-                 const struct admin_reset *to, const char *rid, const char *sig,
+                 const struct store_reset *to, const char *rid, const char *sig,
                  struct store_reply *out);
     int (*wait)(admin *a, const char *placed, int n, const int *seg, const char *id,
                 const char *sku, int timeout_ms);

@@ -25,11 +25,27 @@ static const char *request_id(const char *given, char fresh[33])
     return fresh;
 }
 
+struct reset_answer {
+    bool done;
+    int rc;
+    struct store_reply r;
+};
+
+static void on_reset(void *arg, int rc, struct store_reply *r)
+{
+    struct reset_answer *a = arg;
+    a->done = true;
+    a->rc = rc;
+    if (rc == 0)
+        a->r = (struct store_reply){.code = r->code, .value = r->value};
+}
+
 /* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
  * `cfg` (NULL: delete the SKU) under request id `rid`, if the SKU is the version
- * `expect` names (calls.h rd_reset.expect); `retake`: admin.h admin_reset.retake. Returns
- * the script's code, or -1 when Redis gave no usable answer; *created as rd_reset's
- * value. */
+ * `expect` names (store.h store_reset.expect); `retake`: store_reset.retake. On the
+ * store's asynchronous code on c's own loop (store.h reset), waited for; a store
+ * without it on the blocking admin table (admin.h). Returns the store's code, or -1
+ * when it gave no usable answer; *created as the reset's value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                  const struct sku_config *cfg, const char *lock, const char *expect,
                  const char *rid, bool retake, bool *created)
@@ -38,7 +54,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
     skuadj_signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
     if (lock[0] != '\0') /* a retry naming another scheme is another write */
         snprintf(sig + strlen(sig), sizeof sig - strlen(sig), ":%s", lock);
-    const struct admin_reset to = {
+    const struct store_reset to = {
         .segments = cfg ? cfg->segments : 0,
         .mode = sku_mode_name(cfg ? cfg->mode : SKU_MODE_LOCK),
         .lock = lock,
@@ -59,8 +75,19 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .retake = retake,
     };
     struct store_reply r = {0};
-    int rc =
-        ADMIN_CALL(c->adm, reset, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);
+    int rc;
+    store *st = inv_conn_store(c);
+    if (st->ops->reset != NULL) {
+        struct reset_answer a = {0};
+        STORE_CALL(st, reset, sku, old->epoch, old->cfg.segments, &to, rid, sig, on_reset,
+                   &a);
+        inv_conn_wait(c, &a.done);
+        rc = a.rc;
+        r = a.r;
+    } else {
+        rc = ADMIN_CALL(c->adm, reset, sku, old->epoch, old->cfg.segments, &to, rid, sig,
+                        &r);
+    }
     skutab_invalidate(c->v, sku);
     *created = rc == 0 && r.value == 1;
     admin_reply_clear(&r);

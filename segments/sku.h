@@ -100,7 +100,7 @@ struct sku_status {
  * ADMIN_CAP_BATCH), INV_REQUEST_CONFLICT, INV_BUSY
  * (raced by other resets throughout), INV_UNAVAILABLE, or on a Redis Cluster, when
  * the SKU is or becomes "replicated", INV_NOT_REPLICATED: a step reached no replica,
- * the reset stopped there and its retry finishes it (calls.h rd_reset; sku_delete
+ * the reset stopped there and its retry finishes it (store.h reset; sku_delete
  * likewise). */
 inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
                    enum sku_replace how, const struct sku_version *v, const char *rid,

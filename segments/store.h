@@ -132,6 +132,30 @@ struct store_meta {
     long long adjust_until;
 };
 
+/* What a reset writes (`reset`; admin.h's for a store without it): the new settings
+ * and epoch (segments 0: delete the SKU), its placement salt (-1: a new SKU, placed by
+ * the store), the version it replaces (`expect`: NULL or "" any, "-" none, "*" any
+ * existing one, "<epoch>.<gen>" exactly that one). Its strings are the caller's. */
+struct store_reset {
+    int segments; /* 0: delete the SKU */
+    const char *mode;
+    const char *lock; /* the SKU's lock scheme ("" : the store's default) */
+    bool unfenced;    /* "fencing": false (a lock service's SKU, the lab's) */
+    int hold_ms;
+    int batch; /* 1..SKU_BATCH_MAX */
+    long long stock;
+    bool rebalance;
+    bool replicated;
+    long long epoch;
+    int salt;
+    int wait_ms;
+    const char *expect;
+    bool ledger; /* events on for the SKU (a store that writes them: Redis) */
+    bool retake; /* an earlier attempt of this same request still marked as under way
+                    (it died: a failover) is taken over at once, its lease or not (a
+                    store whose resets take steps: a Redis Cluster) */
+};
+
 /* The parts of an order over several segments: seg[0..n-1] ascending, part[j] units
  * from seg[j] under lock token tok[j] ("" in mode atomic; tok NULL for a plan). */
 struct store_parts {
@@ -347,6 +371,18 @@ struct store_ops {
      * span nodes (a Redis Cluster) marks the record only after a replica has every
      * give-back, and on a record cancelled already runs the give-backs again (what a
      * failover lost) before EXISTS. */
+    /* RESET `sku`, found as `old_epoch` with `old_segments` (0, 0: none), to `to`
+     * under request id `rid` and signature `sig` (NULL: none): create, replace or
+     * (to->segments 0) delete it, every key or row of the old segments dropped, their
+     * orders' records with them. OK, REPLAYED (value 1 for both when the reset
+     * created the SKU), CONFLICT, EXISTS, ADMIN_MISMATCH (to->expect), STALE,
+     * MISSING (delete of no SKU), NOT_REPLICATED (to->wait_ms > 0, a store whose
+     * steps span nodes: one not on a replica stopped it; a retry under `rid` takes
+     * it over and finishes it). NULL: the store resets on its blocking admin table
+     * (admin.h). */
+    void (*reset)(store *s, const char *sku, long long old_epoch, int old_segments,
+                  const struct store_reset *to, const char *rid, const char *sig,
+                  store_reply_fn fn, void *arg);
     void (*cancel)(store *s, const char *placed, long long epoch, const char *id,
                    const char *cancelled, const char *expected,
                    const struct store_parts *p, int wait_ms, store_reply_fn fn,

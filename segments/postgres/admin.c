@@ -391,7 +391,7 @@ const char *const *pga_locks(void)
 }
 
 static int reset(admin *adm, const char *sku, long long old_epoch, int old_segments,
-                 const struct admin_reset *to, const char *rid, const char *sig,
+                 const struct store_reset *to, const char *rid, const char *sig,
                  struct store_reply *out)
 {
     (void)old_segments;
