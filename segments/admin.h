@@ -1,9 +1,9 @@
 /* admin.h -- the blocking admin seam: one table of blocking operations per worker
  * connection (`struct admin_ops`), for the calls that do not run on an event loop:
- * SKU create/reset/delete, restock and rebalance on a Redis Cluster, GET sku with
- * its segment arrays, the list of SKUs, order lookup. (A cancel, and a restock or
- * rebalance elsewhere, run on the engine's code on the connection's own loop: engine.h
- * engine_cancel, engine_adjust.)
+ * GET sku with its segment arrays, the list of SKUs, order lookup. (A cancel, a
+ * restock or rebalance run on the engine's code on the connection's own loop: engine.h
+ * engine_cancel, engine_adjust; a create, reset or delete is the store's `reset` on
+ * that loop: store.h.)
  *
  * A step, not the end (docs/DESIGN.md "Admin operations"): issue 22 wants these on
  * the asynchronous table of store.h; until then each store fills this table too
@@ -48,7 +48,6 @@
  * (store.h STORE_CAP_BATCH); without it a put with batch > 1 is refused (400). */
 #define ADMIN_CAP_BATCH 0x4u
 
-/* What a reset writes (calls.h struct rd_reset, field by field). */
 typedef struct admin admin;
 
 struct admin_ops {
@@ -83,11 +82,8 @@ struct admin_ops {
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);
     int (*skus_list)(admin *a, char ***names, size_t *n);
-    /* store.h reset (for a store without its own), calls.h rd_wait: the same contracts.
-     * (A restock or rebalance runs on the engine: engine.h engine_adjust.) */
-    int (*reset)(admin *a, const char *sku, long long old_epoch, int old_segments,
-                 const struct store_reset *to, const char *rid, const char *sig,
-                 struct store_reply *out);
+    /* calls.h rd_wait: the same contract. (A restock or rebalance runs on the engine,
+     * engine.h engine_adjust; a create, reset or delete on the store, store.h reset.) */
     int (*wait)(admin *a, const char *placed, int n, const int *seg, const char *id,
                 const char *sku, int timeout_ms);
 

@@ -43,9 +43,8 @@ static void on_reset(void *arg, int rc, struct store_reply *r)
 /* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
  * `cfg` (NULL: delete the SKU) under request id `rid`, if the SKU is the version
  * `expect` names (store.h store_reset.expect); `retake`: store_reset.retake. On the
- * store's asynchronous code on c's own loop (store.h reset), waited for; a store
- * without it on the blocking admin table (admin.h). Returns the store's code, or -1
- * when it gave no usable answer; *created as the reset's value. */
+ * store's asynchronous code on c's own loop (store.h reset), waited for. Returns the
+ * store's code, or -1 when it gave no usable answer; *created as the reset's value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                  const struct sku_config *cfg, const char *lock, const char *expect,
                  const char *rid, bool retake, bool *created)
@@ -74,24 +73,13 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .ledger = c->v->opt.ledger,
         .retake = retake,
     };
-    struct store_reply r = {0};
-    int rc;
-    store *st = inv_conn_store(c);
-    if (st->ops->reset != NULL) {
-        struct reset_answer a = {0};
-        STORE_CALL(st, reset, sku, old->epoch, old->cfg.segments, &to, rid, sig, on_reset,
-                   &a);
-        inv_conn_wait(c, &a.done);
-        rc = a.rc;
-        r = a.r;
-    } else {
-        rc = ADMIN_CALL(c->adm, reset, sku, old->epoch, old->cfg.segments, &to, rid, sig,
-                        &r);
-    }
+    struct reset_answer a = {0};
+    STORE_CALL(inv_conn_store(c), reset, sku, old->epoch, old->cfg.segments, &to, rid,
+               sig, on_reset, &a);
+    inv_conn_wait(c, &a.done);
     skutab_invalidate(c->v, sku);
-    *created = rc == 0 && r.value == 1;
-    admin_reply_clear(&r);
-    return rc < 0 ? -1 : r.code;
+    *created = a.rc == 0 && a.r.value == 1;
+    return a.rc < 0 ? -1 : a.r.code;
 }
 
 /* Create, reset (cfg) or delete (NULL) `sku` if it is the version `expect` names:

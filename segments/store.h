@@ -45,9 +45,8 @@
  * and signature, under the engine's locks: engine.h engine_adjust) or on PostgreSQL
  * (`adjust` without tokens: its transaction locks the rows) or on a Redis Cluster
  * (`adjust` without tokens: steps over the segments' slots), and the sweeper on a
- * cluster's automatic rebalance ("spread"). Not here yet: reset, which still runs on
- * the blocking admin table (segments/admin.h) and joins this one as it moves onto the
- * same code.
+ * cluster's automatic rebalance ("spread"); and a create, reset or delete (`reset`,
+ * sku.c on the connection's own loop, no lock taken).
  *
  * Ids. Every write is idempotent against itself: sent again after a lost reply it
  * recognises its own earlier work (lock token, attempt, order id) and answers what
@@ -132,7 +131,7 @@ struct store_meta {
     long long adjust_until;
 };
 
-/* What a reset writes (`reset`; admin.h's for a store without it): the new settings
+/* What a reset writes (store_ops.reset): the new settings
  * and epoch (segments 0: delete the SKU), its placement salt (-1: a new SKU, placed by
  * the store), the version it replaces (`expect`: NULL or "" any, "-" none, "*" any
  * existing one, "<epoch>.<gen>" exactly that one). Its strings are the caller's. */
@@ -378,8 +377,7 @@ struct store_ops {
      * created the SKU), CONFLICT, EXISTS, ADMIN_MISMATCH (to->expect), STALE,
      * MISSING (delete of no SKU), NOT_REPLICATED (to->wait_ms > 0, a store whose
      * steps span nodes: one not on a replica stopped it; a retry under `rid` takes
-     * it over and finishes it). NULL: the store resets on its blocking admin table
-     * (admin.h). */
+     * it over and finishes it). (The test memstore: NULL.) */
     void (*reset)(store *s, const char *sku, long long old_epoch, int old_segments,
                   const struct store_reset *to, const char *rid, const char *sig,
                   store_reply_fn fn, void *arg);

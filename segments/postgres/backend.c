@@ -636,6 +636,7 @@ static const struct store_ops pg_ops = {
     .deduct_batch = pgb_deduct_batch,
     .deduct_multi = pgb_deduct_multi,
     .adjust = adjust,
+    .reset = pgb_reset,
     .cancel = pgb_cancel,
     .id_for_segment = id_for_segment,
     .hold_place_any = pgh_place_any,
