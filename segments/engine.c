@@ -31,30 +31,13 @@ static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
         ord_finish(o, INV_UNAVAILABLE);
         return;
     }
-    struct sku_view v = {0};
-    if (!found || sku_mode_parse(m->mode, &v.cfg.mode) != 0 ||
-        sku_lock_parse(m->lock, &v.cfg.lock) != 0 || m->segments < 1 ||
-        m->segments > SEG_MAX_SEGMENTS) {
-        ltab_invalidate(o->s);
-        if (ltab_shared(o->s) != NULL && !skutab_dropped(ltab_shared(o->s)))
-            skutab_drop(o->e->v, o->sku); /* deleted elsewhere: let go of it here too */
+    struct sku_view v;
+    if (!found || skutab_view_of(m, &v) != 0) {
+        ltab_gone(o->s, o->e->v);
         ord_finish(o, INV_UNKNOWN_SKU);
         return;
     }
-    v.cfg.segments = m->segments;
-    v.cfg.hold_ms = m->hold_ms;
-    v.cfg.batch = m->batch > 1 ? m->batch : 1;
-    v.cfg.stock = m->initial;
-    v.cfg.rebalance = m->rebalance;
-    v.cfg.replicated = m->replicated;
-    v.cfg.unfenced = m->unfenced;
-    v.salt = m->salt;
-    v.epoch = m->epoch;
-    v.gen = m->gen;
-    ltab_set_view(o->s, &v, inv_now_ms());
-    if (ltab_shared(o->s) == NULL || skutab_dropped(ltab_shared(o->s)))
-        ltab_set_shared(o->e->tab, o->s, skutab_entry(o->e->v, o->sku));
-    skutab_loop_read(o->e->v, ltab_shared(o->s), v.gen);
+    ltab_read(o->e->tab, o->s, o->e->v, &v, inv_now_ms());
     o->view = v;
     proceed(o);
 }
@@ -63,11 +46,7 @@ static void on_meta(void *arg, int rc, int found, const struct store_meta *m)
  * every cached view, as the thread that did it dropped its own. */
 static void sync_changes(engine *e)
 {
-    long long now = atomic_load_explicit(&e->v->changes, memory_order_acquire);
-    if (now != e->changes) {
-        e->changes = now;
-        ltab_invalidate_all(e->tab);
-    }
+    ltab_sync(e->tab, atomic_load_explicit(&e->v->changes, memory_order_acquire));
 }
 
 static void view(struct ord *o)
@@ -696,9 +675,10 @@ engine *engine_create(inv *v, struct event_base *base, int home, int homes)
     return engine_create_on(v, base, home, homes, inv_store_create(v, base));
 }
 
-/* engine_create_on's, and with `for_admin` engine_create_admin's. */
+/* engine_create_on's, and with `for_admin` engine_create_admin's; over table `tab`,
+ * the caller's (freed by it), or a table of its own when NULL. */
 static engine *create(inv *v, struct event_base *base, int home, int homes, store *st,
-                      bool for_admin)
+                      bool for_admin, ltab *tab)
 {
     engine *e = seg_calloc(1, sizeof *e);
     e->v = v;
@@ -706,7 +686,8 @@ static engine *create(inv *v, struct event_base *base, int home, int homes, stor
     e->home = home;
     e->homes = homes;
     e->enter = engine_steps;
-    e->tab = ltab_create(home, homes, v->tab);
+    e->tab = tab != NULL ? tab : ltab_create(home, homes, v->tab);
+    e->tab_borrowed = tab != NULL;
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng ||
         getrandom(&e->token_id, sizeof e->token_id, 0) != sizeof e->token_id) {
         perror("getrandom");
@@ -722,25 +703,24 @@ static engine *create(inv *v, struct event_base *base, int home, int homes, stor
     e->borrowed = for_admin;
     for (int l = SKU_LOCK_STORE + 1; l < SKU_LOCK__COUNT && !for_admin; l++)
         e->lks[l] = inv_lock_create(v, base, l, &e->lks_ops[l]);
-    e->changes = atomic_load_explicit(&v->changes, memory_order_acquire);
     return e;
 }
 
 engine *engine_create_on(inv *v, struct event_base *base, int home, int homes, store *st)
 {
-    return create(v, base, home, homes, st, false);
+    return create(v, base, home, homes, st, false, NULL);
 }
 
 engine *engine_create_admin(inv *v, struct event_base *base, store *st)
 {
-    return create(v, base, 0, 1, st, true);
+    return create(v, base, 0, 1, st, true, NULL);
 }
 
 engine *engine_of_conn(inv_conn *c)
 {
     store *st = inv_conn_store(c); /* first: it makes c's loop */
     if (c->eng == NULL) {
-        c->eng = engine_create_admin(c->v, c->base, st);
+        c->eng = create(c->v, c->base, 0, 1, st, true, ltab_of_conn(c));
         c->eng_free = engine_free;
     }
     return c->eng;
@@ -757,7 +737,8 @@ void engine_free(engine *e)
             e->lks_ops[l]->free(e->lks[l]);
     if (!e->borrowed)
         e->st->ops->free(e->st);
-    ltab_free(e->tab);
+    if (!e->tab_borrowed)
+        ltab_free(e->tab);
     free(e);
 }
 

@@ -99,8 +99,9 @@ void engine_cancel(engine *e, const char *sku, struct engine_cancel *x, engine_d
                    void *arg);
 
 /* The engine of worker connection `c` for its admin writes (engine_adjust,
- * engine_cancel): an engine_create_admin on c's own loop over its store, made on
- * first use, freed with c (internal.h inv_conn.eng). */
+ * engine_cancel): an engine_create_admin on c's own loop over its store and c's SKU
+ * table (ltab.h ltab_of_conn: the settings its blocking callers read), made on first
+ * use, freed with c (internal.h inv_conn.eng). */
 engine *engine_of_conn(inv_conn *c);
 
 /* The last failure of the engine's Redis connection, for error details. */

@@ -50,7 +50,6 @@ struct engine {
     int home, homes; /* this loop's number, and how many (ring.h) */
     uint64_t rng, token_id, token_seq;
     int in_flight;
-    long long changes;        /* inv.changes when this loop's table was last in step */
     const ord_step_fn *enter; /* per state, the step that enters it (engine.c) */
     /* this loop's handle of each lock service configured (sku_lock; NULL: none) */
     const struct lks_ops *lks_ops[SKU_LOCK__COUNT];
@@ -62,7 +61,8 @@ struct engine {
     struct bgroup *groups;
     struct event *flush;
     int batch_out;
-    bool borrowed; /* st is the caller's (engine_create_admin): not freed here */
+    bool borrowed;     /* st is the caller's (engine_create_admin): not freed here */
+    bool tab_borrowed; /* tab is the caller's (engine_of_conn: its conn's): not freed */
 };
 
 /* The states of an order. Each is set by ord_set() alone, which checks it against

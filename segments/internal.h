@@ -67,6 +67,8 @@ struct inv_conn {
      * file calls no engine file: the engine calls it); NULL until then. */
     struct engine *eng;
     void (*eng_free)(struct engine *e);
+    /* Its SKU table (ltab.h ltab_of_conn), its engine's too; NULL until first used. */
+    struct ltab *tab;
 };
 
 /* c's own loop and its store (made on first use, connecting then). */

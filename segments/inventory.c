@@ -19,6 +19,7 @@
 #include "segments/skutab.h"
 #include "segments/sweeper.h"
 #include "segments/holdsweep.h"
+#include "segments/ltab.h"
 #include "base/xalloc.h"
 
 /* Which seed answers, and whether it is a cluster node (rd_pick_seed). When none
@@ -173,6 +174,7 @@ void inv_conn_free(inv_conn *c)
             c->eng_free(c->eng);
         event_base_free(c->base);
     }
+    ltab_free(c->tab); /* after the engine, which borrows it */
     free(c);
 }
 

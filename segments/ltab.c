@@ -1,21 +1,19 @@
 /* ltab.c -- one event loop's table of SKUs (see ltab.h). */
 #include "segments/ltab.h"
 
-#include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/names.h"
 #include "base/xalloc.h"
+#include "segments/clock.h"
 #include "segments/ring.h"
-
-#define BUCKETS 1024
-/* Entries no order holds, kept for their settings and hints: past this many, the
- * least recently used go. */
-#define IDLE_MAX 4096
+#include "segments/skuset.h"
 
 struct lsku {
-    char name[SEG_NAME_MAX + 1];
+    /* Its name and place in the table (skuset.h); idle while no order holds it.
+     * First: the set's entry. */
+    struct skuset_link link;
     bool valid, rebalancing;
     int64_t fetched_ms;
     struct sku_view view;
@@ -29,16 +27,15 @@ struct lsku {
     int nseg;                   /* the size of claimed and hint */
     unsigned char *claimed;
     long long *hint; /* least stock seen this generation, -1 */
-    lsku *next;
-    lsku *older, *newer; /* on the idle list (refs 0) */
 };
 
 struct ltab {
     int home, homes; /* ring.h */
     skutab *shared;
-    lsku *bucket[BUCKETS];
-    lsku *oldest, *newest; /* entries no order holds, least recently used first */
-    int idle;
+    /* Entries no order holds are idle, least recently used first; kept for their
+     * settings and hints, up to SKUSET_IDLE_MAX. */
+    struct skuset set;
+    long long changes; /* inv.changes when the table was last in step (ltab_sync) */
 };
 
 ltab *ltab_create(int home, int homes, skutab *shared)
@@ -58,42 +55,23 @@ static void entry_free(ltab *t, lsku *s)
     free(s);
 }
 
+static void free_one(struct skuset_link *l, void *t)
+{
+    entry_free(t, (lsku *)l);
+}
+
 void ltab_free(ltab *t)
 {
     if (t == NULL)
         return;
-    for (int b = 0; b < BUCKETS; b++)
-        for (lsku *s = t->bucket[b], *next; s != NULL; s = next) {
-            next = s->next;
-            entry_free(t, s);
-        }
+    skuset_foreach(&t->set, free_one, t);
     free(t);
-}
-
-static void unlist(ltab *t, lsku *s)
-{
-    *(s->older != NULL ? &s->older->newer : &t->oldest) = s->newer;
-    *(s->newer != NULL ? &s->newer->older : &t->newest) = s->older;
-    s->older = s->newer = NULL;
-    t->idle--;
-}
-
-static void enlist(ltab *t, lsku *s)
-{
-    s->older = t->newest;
-    *(t->newest != NULL ? &t->newest->newer : &t->oldest) = s;
-    t->newest = s;
-    t->idle++;
 }
 
 /* Take idle entry s out of the table and free it. */
 static void drop(ltab *t, lsku *s)
 {
-    lsku **p = &t->bucket[seg_name_hash(s->name) % BUCKETS];
-    while (*p != s)
-        p = &(*p)->next;
-    *p = s->next;
-    unlist(t, s);
+    skuset_remove(&t->set, &s->link);
     entry_free(t, s);
 }
 
@@ -106,19 +84,14 @@ static bool worthless(const lsku *s)
 
 static lsku *find(ltab *t, const char *sku)
 {
-    for (lsku *s = t->bucket[seg_name_hash(sku) % BUCKETS]; s != NULL; s = s->next)
-        if (strcmp(s->name, sku) == 0)
-            return s;
-    return NULL;
+    return (lsku *)skuset_find(&t->set, sku);
 }
 
 lsku *ltab_find(ltab *t, const char *sku)
 {
     lsku *s = find(t, sku);
-    if (s != NULL && s->refs == 0) { /* the most recently used now */
-        unlist(t, s);
-        enlist(t, s);
-    }
+    if (s != NULL && s->refs == 0)
+        skuset_idle(&t->set, &s->link); /* the most recently used now */
     return s;
 }
 
@@ -127,14 +100,11 @@ lsku *ltab_hold(ltab *t, const char *sku)
     lsku *s = find(t, sku);
     if (s == NULL) {
         s = seg_calloc(1, sizeof *s);
-        snprintf(s->name, sizeof s->name, "%s", sku);
         s->home = t->home;
         s->homes = t->homes;
-        unsigned b = seg_name_hash(sku) % BUCKETS;
-        s->next = t->bucket[b];
-        t->bucket[b] = s;
+        skuset_add(&t->set, &s->link, sku);
     } else if (s->refs == 0) {
-        unlist(t, s);
+        skuset_busy(&t->set, &s->link);
     }
     s->refs++;
     return s;
@@ -144,11 +114,66 @@ void ltab_release(ltab *t, lsku *s)
 {
     if (s == NULL || --s->refs > 0)
         return;
-    enlist(t, s);
+    skuset_idle(&t->set, &s->link);
     if (worthless(s))
         drop(t, s);
-    while (t->idle > IDLE_MAX)
-        drop(t, t->oldest);
+    for (struct skuset_link *l; (l = skuset_over(&t->set)) != NULL;)
+        drop(t, (lsku *)l);
+}
+
+void ltab_read(ltab *t, lsku *s, inv *v, const struct sku_view *view, int64_t now_ms)
+{
+    ltab_set_view(s, view, now_ms);
+    if (s->shared == NULL || skutab_dropped(s->shared))
+        ltab_set_shared(t, s, skutab_entry(v, s->link.name));
+    skutab_loop_read(v, s->shared, view->gen);
+}
+
+void ltab_gone(lsku *s, inv *v)
+{
+    ltab_invalidate(s);
+    if (s->shared != NULL && !skutab_dropped(s->shared))
+        skutab_drop(v, s->link.name); /* deleted elsewhere: let go of it here too */
+}
+
+void ltab_sync(ltab *t, long long changes)
+{
+    if (changes != t->changes) {
+        t->changes = changes;
+        ltab_invalidate_all(t);
+    }
+}
+
+ltab *ltab_of_conn(inv_conn *c)
+{
+    if (c->tab == NULL)
+        c->tab = ltab_create(0, 1, c->v->tab);
+    return c->tab;
+}
+
+inv_status ltab_get(inv_conn *c, const char *sku, lsku **out, struct sku_view *view)
+{
+    ltab *t = ltab_of_conn(c);
+    ltab_sync(t, atomic_load_explicit(&c->v->changes, memory_order_acquire));
+    lsku *s = ltab_hold(t, sku);
+    int64_t now = inv_now_ms();
+    inv_status st = INV_OK;
+    *out = NULL;
+    if (!ltab_fresh(s, now, c->v->opt.meta_cache_ms)) {
+        struct sku_view fetched;
+        st = skutab_read(c, sku, &fetched);
+        if (st == INV_OK)
+            ltab_read(t, s, c->v, &fetched, now);
+        else if (st == INV_UNKNOWN_SKU)
+            ltab_gone(s, c->v);
+    }
+    if (st != INV_OK) {
+        ltab_release(t, s); /* nothing kept of a SKU the store does not have */
+        return st;
+    }
+    *view = s->view;
+    *out = s;
+    return INV_OK;
 }
 
 bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms)
@@ -209,15 +234,17 @@ void ltab_invalidate(lsku *s)
     wake_all(s);
 }
 
+static void invalidate_one(struct skuset_link *l, void *t)
+{
+    lsku *s = (lsku *)l;
+    ltab_invalidate(s); /* a waiter's `handed` releases no entry: the set stays put */
+    if (s->refs == 0 && worthless(s))
+        drop(t, s); /* deleted: the change that said so brought us here */
+}
+
 void ltab_invalidate_all(ltab *t)
 {
-    for (int b = 0; b < BUCKETS; b++)
-        for (lsku *s = t->bucket[b], *next; s != NULL; s = next) {
-            next = s->next;
-            ltab_invalidate(s);
-            if (s->refs == 0 && worthless(s))
-                drop(t, s); /* deleted: the change that said so brought us here */
-        }
+    skuset_foreach(&t->set, invalidate_one, t);
 }
 
 /* claimed[i]: 0 free, 1 claimed, 2 claimed and counted in the shared entry. */

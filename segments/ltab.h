@@ -1,8 +1,10 @@
-/* ltab.h -- what one event loop knows of each SKU between Redis calls: skutab.h's
- * table for the event-driven core, owned by one loop and touched by its thread only
- * (no locks, no condition variables).
+/* ltab.h -- what one thread knows of each SKU between store calls: the one SKU
+ * cache of the process, one table per event loop (its engine's) and one per worker
+ * connection (ltab_of_conn: its blocking callers' and its private engine's,
+ * engine_of_conn), each touched by its own thread only (no locks, no condition
+ * variables). What crosses threads is skutab.h's.
  *
- * Redis is the truth; this table only saves round trips:
+ * The store is the truth; this table only saves round trips:
  *  - settings cached for meta_cache_ms, tagged with the SKU's generation (epochs are
  *    never reused, so a generation is never met twice);
  *  - `claimed`: segments an order on this loop is locking or holding; other orders
@@ -57,6 +59,26 @@ lsku *ltab_hold(ltab *t, const char *sku);
 void ltab_release(ltab *t, lsku *s);
 /* The entry of `sku` or NULL, not held: for use before control returns to the loop. */
 lsku *ltab_find(ltab *t, const char *sku);
+
+/* Settings read for s (a meta read answered `view` at `now_ms`): stored, s given the
+ * process entry (skutab_entry) when it has none or a dropped one, and the generation
+ * told to the other tables (skutab_loop_read). */
+void ltab_read(ltab *t, lsku *s, inv *v, const struct sku_view *view, int64_t now_ms);
+/* A read found no such SKU: the settings dropped (ltab_invalidate) and the process
+ * entry of s, when it has one not dropped yet, dropped (skutab_drop). */
+void ltab_gone(lsku *s, inv *v);
+/* Every entry's settings dropped (ltab_invalidate_all) when `changes` (inv.changes)
+ * moved since the last call: another thread changed some SKU. */
+void ltab_sync(ltab *t, long long changes);
+
+/* The table of worker connection c, made on first use, freed with c: its blocking
+ * callers' and its engine's (engine_of_conn). c's thread only. */
+ltab *ltab_of_conn(inv_conn *c);
+/* For a blocking caller on c's thread: the settings of `sku` from c's table, read
+ * from the store (skutab_read) when older than meta_cache_ms, the table first in step
+ * with inv.changes. INV_OK (*s held: ltab_release(ltab_of_conn(c), *s); *view set),
+ * INV_UNKNOWN_SKU (as ltab_gone) or INV_UNAVAILABLE, *s NULL then. */
+inv_status ltab_get(inv_conn *c, const char *sku, lsku **s, struct sku_view *view);
 
 /* Settings: valid and younger than `max_age_ms` at `now_ms`. */
 bool ltab_fresh(const lsku *s, int64_t now_ms, int max_age_ms);

@@ -11,7 +11,7 @@
 #include "segments/ledger.h"
 #include "segments/engine.h"
 #include "segments/record.h"
-#include "segments/skutab.h"
+#include "segments/ltab.h"
 #include "base/xalloc.h"
 
 /* How many views a cancel tries before answering busy. */
@@ -92,16 +92,17 @@ static void answered(void *arg, struct order_result *res)
 static int cancel_once(inv_conn *c, const char *id, const char *rec, char **record)
 {
     struct parsed *p = seg_malloc(sizeof *p);
-    sku_local *e;
+    lsku *s = NULL;
     struct sku_view view;
     inv_status st = INV_UNAVAILABLE;
     bool ok = parse_record(rec, p) == 0;
     if (ok && (!p->cancelled || (ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_CLUSTER)))
-        st = skutab_get(c, p->sku, &e, &view);
+        st = ltab_get(c, p->sku, &s, &view);
     /* A record cancelled already is the answer, except for a "replicated" SKU on a
      * cluster: there the segments' part is checked (and redone, if a failover lost
      * it) before the 200 (store.h cancel). */
     if (!ok || (p->cancelled && (st != INV_OK || !view.cfg.replicated))) {
+        ltab_release(ltab_of_conn(c), s);
         free(p);
         *record = seg_strdup(rec); /* already cancelled (or nothing we can read) */
         return INV_OK;
@@ -127,9 +128,9 @@ static int cancel_once(inv_conn *c, const char *id, const char *rec, char **reco
         *record = x.record;
     else
         free(x.record);
-    if (x.applied)
-        skutab_count(e, STAT_ORDERS_CANCELLED);
-    skutab_release(c->v->tab, e);
+    if (x.applied && ltab_shared(s) != NULL)
+        skutab_count(ltab_shared(s), STAT_ORDERS_CANCELLED);
+    ltab_release(ltab_of_conn(c), s);
     if (x.applied) {
         /* The store bumped the generation: sold-out flags here go at once. */
         skutab_invalidate(c->v, p->sku);

@@ -9,7 +9,7 @@
 #include "segments/clock.h"
 #include "segments/rand.h"
 #include "segments/ring.h"
-#include "segments/skutab.h"
+#include "segments/ltab.h"
 
 /* What an admin write is, for its request id: a retry under the same id must be the
  * same write. */
@@ -132,13 +132,13 @@ inv_status sku_spread(inv_conn *c, const char *sku)
         return INV_INVALID;
     int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
     for (int try = 0, round = 0; try < 4;) {
-        sku_local *e;
+        lsku *s;
         struct sku_view view;
-        inv_status st = skutab_get(c, sku, &e, &view);
+        inv_status st = ltab_get(c, sku, &s, &view);
         if (st != INV_OK)
             return st;
         int code = spread_once(c, sku, &view);
-        skutab_release(c->v->tab, e);
+        ltab_release(ltab_of_conn(c), s);
         if (code == STORE_BUSY) {
             int left = (int)(deadline - inv_now_ms());
             if (left <= 0)

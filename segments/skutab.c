@@ -3,21 +3,14 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "base/names.h"
 #include "base/xalloc.h"
-#include "segments/clock.h"
 #include "segments/skumode.h"
 #include "segments/internal.h"
+#include "segments/skuset.h"
 
-#define BUCKETS 1024
-/* Entries nobody holds, kept for their counters and settings: past this many, the
- * least recently released go. */
-#define IDLE_MAX 4096
 /* Segments per block of per-segment state, made when one of them is first used. */
 #define CHUNK 64
 #define CHUNKS ((SEG_MAX_SEGMENTS + CHUNK - 1) / CHUNK)
@@ -30,12 +23,10 @@ struct segs {
 };
 
 struct sku_local {
-    char name[SEG_NAME_MAX + 1];
+    /* Its name and place in the table (skuset.h: buckets and idle list, under the
+     * table's write lock; found under its read lock). First: the set's entry. */
+    struct skuset_link link;
     pthread_mutex_t mu;
-    bool valid;      /* settings known */
-    bool refreshing; /* a worker is re-reading them */
-    struct sku_view view;
-    int64_t fetched_ms;
     _Atomic long long outcomes[SKU_OUTCOMES];
     _Atomic long long loop_gen; /* the generation an event loop read last */
     /* Segments the event loops found empty in generation empty_gen (under mu), and
@@ -51,21 +42,18 @@ struct sku_local {
      * none), then its total; written under mu, read lock-free as pub_gen. */
     _Atomic long long verdict_gen1, verdict_total;
     /* The table's: holders (taken under its read lock, given back under its write
-     * lock), whether the entry left the table (the SKU is gone; the last holder frees
-     * it), and its place in the list of idle entries (under the write lock). */
+     * lock), and whether the entry left the table (the SKU is gone; the last holder
+     * frees it). */
     _Atomic int refs;
     _Atomic bool dropped;
-    bool idle;
-    sku_local *next, *idle_prev, *idle_next;
 };
 
+/* Entries released by their last holder are idle, least recently first. One taken
+ * again (under the read lock) stays listed until it is met here or released again:
+ * idle entries nobody holds are kept for their counters, up to SKUSET_IDLE_MAX. */
 struct skutab {
-    pthread_rwlock_t lock; /* guards the buckets and the idle list, not the entries */
-    sku_local *bucket[BUCKETS];
-    /* Entries released by their last holder, least recently first. One taken again
-     * (under the read lock) stays listed until it is met here or released again. */
-    sku_local *idle_first, *idle_last;
-    int idle_n;
+    pthread_rwlock_t lock; /* guards the set, not the entries */
+    struct skuset set;
 };
 
 skutab *skutab_create(void)
@@ -83,16 +71,17 @@ static void entry_free(sku_local *e)
     free(e);
 }
 
+static void free_one(struct skuset_link *l, void *arg)
+{
+    (void)arg;
+    entry_free((sku_local *)l);
+}
+
 void skutab_free(skutab *t)
 {
     if (t == NULL)
         return;
-    for (int b = 0; b < BUCKETS; b++) {
-        for (sku_local *e = t->bucket[b], *next; e != NULL; e = next) {
-            next = e->next;
-            entry_free(e);
-        }
-    }
+    skuset_foreach(&t->set, free_one, NULL);
     pthread_rwlock_destroy(&t->lock);
     free(t);
 }
@@ -115,76 +104,42 @@ static struct segs *segs_of(sku_local *e, int i, bool make)
 
 static sku_local *find(skutab *t, const char *sku)
 {
-    for (sku_local *e = t->bucket[seg_name_hash(sku) % BUCKETS]; e != NULL; e = e->next)
-        if (strcmp(e->name, sku) == 0)
-            return e;
-    return NULL;
+    return (sku_local *)skuset_find(&t->set, sku);
 }
 
-/* Take e off the idle list (write lock). */
-static void unlist(skutab *t, sku_local *e)
-{
-    if (!e->idle)
-        return;
-    *(e->idle_prev != NULL ? &e->idle_prev->idle_next : &t->idle_first) = e->idle_next;
-    *(e->idle_next != NULL ? &e->idle_next->idle_prev : &t->idle_last) = e->idle_prev;
-    e->idle_prev = e->idle_next = NULL;
-    e->idle = false;
-    t->idle_n--;
-}
-
-/* Take e out of the buckets (write lock). */
-static void unlink_entry(skutab *t, sku_local *e)
-{
-    sku_local **p = &t->bucket[seg_name_hash(e->name) % BUCKETS];
-    while (*p != e)
-        p = &(*p)->next;
-    *p = e->next;
-    unlist(t, e);
-}
-
-/* Past IDLE_MAX idle entries, free the least recently released (write lock). */
+/* Past SKUSET_IDLE_MAX idle entries, free the least recently released (write lock);
+ * one held again meanwhile just leaves the list. */
 static void evict(skutab *t)
 {
-    while (t->idle_n > IDLE_MAX) {
-        sku_local *e = t->idle_first;
-        unlist(t, e);
-        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 0) {
-            unlink_entry(t, e);
-            entry_free(e);
+    for (struct skuset_link *l; (l = skuset_over(&t->set)) != NULL;) {
+        skuset_busy(&t->set, l);
+        if (atomic_load_explicit(&((sku_local *)l)->refs, memory_order_relaxed) == 0) {
+            skuset_remove(&t->set, l);
+            entry_free((sku_local *)l);
         }
     }
 }
 
-/* The entry of `sku`, held (skutab_release), made when there is none and `add`; NULL
- * when there is none and not `add`. */
-static sku_local *hold(skutab *t, const char *sku, bool add)
+sku_local *skutab_entry(inv *v, const char *sku)
 {
+    skutab *t = v->tab;
     pthread_rwlock_rdlock(&t->lock);
     sku_local *e = find(t, sku);
     if (e != NULL)
         atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     pthread_rwlock_unlock(&t->lock);
-    if (e != NULL || !add)
+    if (e != NULL)
         return e;
 
     pthread_rwlock_wrlock(&t->lock);
     if ((e = find(t, sku)) == NULL) {
         e = seg_calloc(1, sizeof *e);
-        snprintf(e->name, sizeof e->name, "%s", sku);
         pthread_mutex_init(&e->mu, NULL);
-        unsigned b = seg_name_hash(sku) % BUCKETS;
-        e->next = t->bucket[b];
-        t->bucket[b] = e;
+        skuset_add(&t->set, &e->link, sku);
     }
     atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     pthread_rwlock_unlock(&t->lock);
     return e;
-}
-
-sku_local *skutab_entry(inv *v, const char *sku)
-{
-    return hold(v->tab, sku, true);
 }
 
 void skutab_release(skutab *t, sku_local *e)
@@ -196,12 +151,7 @@ void skutab_release(skutab *t, sku_local *e)
         if (atomic_load_explicit(&e->dropped, memory_order_relaxed)) {
             entry_free(e); /* out of the table already: nobody can find it */
         } else {
-            unlist(t, e);
-            e->idle_prev = t->idle_last;
-            *(t->idle_last != NULL ? &t->idle_last->idle_next : &t->idle_first) = e;
-            t->idle_last = e;
-            e->idle = true;
-            t->idle_n++;
+            skuset_idle(&t->set, &e->link);
             evict(t);
         }
     }
@@ -214,15 +164,10 @@ void skutab_drop(inv *v, const char *sku)
     pthread_rwlock_wrlock(&t->lock);
     sku_local *e = find(t, sku);
     if (e != NULL) {
-        unlink_entry(t, e);
+        skuset_remove(&t->set, &e->link);
         atomic_store_explicit(&e->dropped, true, memory_order_relaxed);
-        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 0) {
+        if (atomic_load_explicit(&e->refs, memory_order_relaxed) == 0)
             entry_free(e);
-        } else {
-            pthread_mutex_lock(&e->mu);
-            e->valid = false;
-            pthread_mutex_unlock(&e->mu);
-        }
     }
     pthread_rwlock_unlock(&t->lock);
     /* After the flag: a loop that sees the change sees the entry dropped. */
@@ -234,6 +179,27 @@ bool skutab_dropped(const sku_local *e)
     return atomic_load_explicit(&e->dropped, memory_order_acquire);
 }
 
+int skutab_view_of(const struct store_meta *m, struct sku_view *out)
+{
+    struct sku_view v = {0};
+    if (sku_mode_parse(m->mode, &v.cfg.mode) != 0 ||
+        sku_lock_parse(m->lock, &v.cfg.lock) != 0 || m->segments < 1 ||
+        m->segments > SEG_MAX_SEGMENTS)
+        return -1;
+    v.cfg.segments = m->segments;
+    v.cfg.hold_ms = m->hold_ms;
+    v.cfg.batch = m->batch > 1 ? m->batch : 1;
+    v.cfg.stock = m->initial;
+    v.cfg.rebalance = m->rebalance;
+    v.cfg.replicated = m->replicated;
+    v.cfg.unfenced = m->unfenced;
+    v.epoch = m->epoch;
+    v.gen = m->gen;
+    v.salt = m->salt;
+    *out = v;
+    return 0;
+}
+
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
 {
     struct store_meta m = {0};
@@ -241,84 +207,16 @@ inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *out)
     int found = ADMIN_CALL(c->adm, meta_read, sku, &m, lock);
     if (found < 0)
         return INV_UNAVAILABLE;
-    if (found == 0 || sku_mode_parse(m.mode, &out->cfg.mode) != 0 ||
-        sku_lock_parse(m.lock, &out->cfg.lock) != 0 || m.segments < 1 ||
-        m.segments > SEG_MAX_SEGMENTS)
+    if (found == 0 || skutab_view_of(&m, out) != 0)
         return INV_UNKNOWN_SKU;
-    out->cfg.segments = m.segments;
-    out->cfg.hold_ms = m.hold_ms;
-    out->cfg.batch = m.batch > 1 ? m.batch : 1;
-    out->cfg.stock = m.initial;
-    out->cfg.rebalance = m.rebalance;
-    out->cfg.replicated = m.replicated;
-    out->cfg.unfenced = m.unfenced;
-    out->epoch = m.epoch;
-    out->gen = m.gen;
-    out->salt = m.salt;
     memcpy(out->lock, lock, sizeof out->lock);
     return INV_OK;
 }
 
-inv_status skutab_get(inv_conn *c, const char *sku, sku_local **out,
-                      struct sku_view *view)
-{
-    skutab *t = c->v->tab;
-    *out = NULL;
-    sku_local *e = hold(t, sku, false);
-
-    int64_t now = inv_now_ms();
-    if (e != NULL) {
-        pthread_mutex_lock(&e->mu);
-        bool fresh = e->valid && now - e->fetched_ms < c->v->opt.meta_cache_ms;
-        if (fresh || (e->valid && e->refreshing)) {
-            *view = e->view;
-            pthread_mutex_unlock(&e->mu);
-            *out = e;
-            return INV_OK;
-        }
-        e->refreshing = true;
-        pthread_mutex_unlock(&e->mu);
-    }
-
-    struct sku_view fetched;
-    inv_status st = skutab_read(c, sku, &fetched);
-    if (st == INV_OK && e == NULL)
-        e = hold(t, sku, true);
-    if (e == NULL)
-        return st; /* nothing kept of a SKU Redis does not have */
-
-    pthread_mutex_lock(&e->mu);
-    e->refreshing = false;
-    if (st == INV_OK) {
-        e->view = fetched;
-        e->valid = true;
-        e->fetched_ms = now;
-        *view = fetched;
-    } else if (st == INV_UNKNOWN_SKU) {
-        e->valid = false;
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (st == INV_OK) {
-        *out = e;
-        return st;
-    }
-    skutab_release(t, e);
-    if (st == INV_UNKNOWN_SKU)
-        skutab_drop(c->v, sku); /* deleted (by another instance: ours drops it) */
-    return st;
-}
-
 void skutab_invalidate(inv *v, const char *sku)
 {
+    (void)sku; /* every table drops all its settings: changes are rare next to orders */
     atomic_fetch_add_explicit(&v->changes, 1, memory_order_release);
-    pthread_rwlock_rdlock(&v->tab->lock); /* keeps the entry: held or not */
-    sku_local *e = find(v->tab, sku);
-    if (e != NULL) {
-        pthread_mutex_lock(&e->mu);
-        e->valid = false;
-        pthread_mutex_unlock(&e->mu);
-    }
-    pthread_rwlock_unlock(&v->tab->lock);
 }
 
 void skutab_count(sku_local *e, enum stat_id outcome)
@@ -327,19 +225,28 @@ void skutab_count(sku_local *e, enum stat_id outcome)
         atomic_fetch_add_explicit(&e->outcomes[outcome], 1, memory_order_relaxed);
 }
 
+struct foreach_arg {
+    void (*fn)(const char *sku, const long long *outcomes, void *arg);
+    void *arg;
+};
+
+static void report_one(struct skuset_link *l, void *arg)
+{
+    struct foreach_arg *f = arg;
+    sku_local *e = (sku_local *)l;
+    long long out[SKU_OUTCOMES];
+    for (int i = 0; i < SKU_OUTCOMES; i++)
+        out[i] = atomic_load_explicit(&e->outcomes[i], memory_order_relaxed);
+    f->fn(l->name, out, f->arg);
+}
+
 void skutab_foreach(skutab *t,
                     void (*fn)(const char *sku, const long long *outcomes, void *arg),
                     void *arg)
 {
+    struct foreach_arg f = {fn, arg};
     pthread_rwlock_rdlock(&t->lock);
-    for (int b = 0; b < BUCKETS; b++) {
-        for (sku_local *e = t->bucket[b]; e != NULL; e = e->next) {
-            long long out[SKU_OUTCOMES];
-            for (int i = 0; i < SKU_OUTCOMES; i++)
-                out[i] = atomic_load_explicit(&e->outcomes[i], memory_order_relaxed);
-            fn(e->name, out, arg);
-        }
-    }
+    skuset_foreach(&t->set, report_one, &f);
     pthread_rwlock_unlock(&t->lock);
 }
 

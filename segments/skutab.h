@@ -1,22 +1,22 @@
-/* skutab.h -- what this process knows of each SKU, shared by its threads.
+/* skutab.h -- what this process's threads tell each other of each SKU.
  *
- * Redis is the truth; this table only saves round trips:
- *  - for the blocking workers (cancels, admin writes): settings cached for
- *    meta_cache_ms, tagged with the SKU's generation;
- *  - for the event loops, which keep their own tables (ltab.h): the per-SKU outcome
- *    counters, the generation a loop read last and the segments the loops found
- *    empty, all read lock-free (skutab_loop_*);
+ * The store is the truth. Settings are cached in one place only, the tables of
+ * ltab.h: one per event loop and one per worker connection (ltab_get), each touched
+ * by its own thread. This table holds what crosses threads:
+ *  - the per-SKU outcome counters, the generation a table read last, the segments
+ *    the loops found empty, the loops' claims and verdicts, all read lock-free
+ *    (skutab_loop_*);
  *  - `inv.changes`, bumped by every local change of a SKU (skutab_invalidate), which
- *    makes every loop drop its cached settings.
+ *    makes every table drop its cached settings.
  *
- * Bounded: an entry is made only for a SKU Redis has (a read found it), and its
+ * Bounded: an entry is made only for a SKU the store has (a read found it), and its
  * per-segment state in blocks of 64 segments, each made when one of its segments is
  * first used (a SKU of 4 segments costs one block, not 1024 segments' worth). Entries
- * are held (skutab_entry, skutab_get: each hold given back with skutab_release) by
- * the loops' tables and by workers; a SKU found gone (deleted here, or a read found
+ * are held (skutab_entry, each hold given back with skutab_release) by the entries
+ * of the tables of ltab.h; a SKU found gone (deleted here, or a read found
  * none) leaves the table at once (skutab_drop) and its entry is freed by its last
- * holder; entries nobody holds are kept, the last 4096 released, for their settings
- * and outcome counters, and the least recently released go past that (their
+ * holder; entries nobody holds are kept, the last 4096 released, for their
+ * outcome counters, and the least recently released go past that (their
  * counters with them: a counter reset on /metrics).
  */
 #ifndef SEG_SKUTAB_H
@@ -40,16 +40,11 @@ struct sku_view {
 skutab *skutab_create(void);
 void skutab_free(skutab *t);
 
-/* The entry of `sku` with its settings, re-read from Redis when older than
- * meta_cache_ms. INV_OK (*e held: skutab_release it; *view set), INV_UNKNOWN_SKU (the
- * entry dropped, as skutab_drop) or INV_UNAVAILABLE; *e NULL but for INV_OK. */
-inv_status skutab_get(inv_conn *c, const char *sku, sku_local **e, struct sku_view *view);
-
 /* The entry of `sku`, held (skutab_release), made when there is none; never touches
  * Redis. Only for a SKU that Redis has (a read just found it). */
 sku_local *skutab_entry(inv *v, const char *sku);
 
-/* Give back a hold of skutab_entry or skutab_get; `e` may be freed by it. NULL: no-op.
+/* Give back a hold of skutab_entry; `e` may be freed by it. NULL: no-op.
  * Takes the table's write lock. */
 void skutab_release(skutab *t, sku_local *e);
 
@@ -60,12 +55,17 @@ void skutab_release(skutab *t, sku_local *e);
 void skutab_drop(inv *v, const char *sku);
 bool skutab_dropped(const sku_local *e);
 
-/* Read the settings of `sku` from Redis, bypassing the cache: INV_OK,
+/* The settings `m` of a store's meta read (store.h) as a view, its lock scheme's
+ * store name (lock) left empty: 0, or -1 when they are not a SKU's (an unknown mode
+ * or lock, a segment count out of range), *out untouched then. */
+int skutab_view_of(const struct store_meta *m, struct sku_view *out);
+
+/* Read the settings of `sku` from the store (a blocking admin call, uncached): INV_OK,
  * INV_UNKNOWN_SKU or INV_UNAVAILABLE. */
 inv_status skutab_read(inv_conn *c, const char *sku, struct sku_view *view);
 
-/* Forget the cached settings of `sku` (after a local reset or delete), and count
- * the change in inv.changes: the event loops' tables (ltab.h) drop theirs. */
+/* `sku` changed here (a reset, a restock, a cancel): counted in inv.changes, so
+ * every table (ltab.h, ltab_sync) drops its cached settings, of every SKU. */
 void skutab_invalidate(inv *v, const char *sku);
 
 /* Count an order outcome (a stat id below SKU_OUTCOMES) for the SKU. */

@@ -66,6 +66,28 @@ static long long redis_ms(const struct fx *f)
     return ms;
 }
 
+/* Reservation id's expiry set to `ms` in its hold (lua/hold_local.lua's string: "s c x
+ * ...", x its third field), its TTL kept. */
+static void set_expiry(redisContext *rc, const char *id, long long ms)
+{
+    redisReply *v = redisCommand(rc, "GET inv:hold:{%s}", id);
+    assert_non_null(v);
+    assert_int_equal(v->type, REDIS_REPLY_STRING);
+    const char *p = strchr(v->str, ' ');
+    assert_non_null(p);
+    p = strchr(p + 1, ' '); /* x starts after it */
+    assert_non_null(p);
+    const char *rest = strchr(p + 1, ' ');
+    assert_non_null(rest);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*s%lld%s", (int)(p + 1 - v->str), v->str, ms, rest);
+    freeReplyObject(v);
+    redisReply *x = redisCommand(rc, "SET inv:hold:{%s} %s KEEPTTL", id, buf);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+}
+
 static long long wall_ms(void)
 {
     struct timespec ts;
@@ -246,10 +268,7 @@ static void test_expiry_is_exact_and_refuses(void **state)
     h_resp_free(&r);
     redisContext *rc = h_redis_connect(f->env->redis);
     assert_non_null(rc);
-    redisReply *x =
-        redisCommand(rc, "HSET inv:{rv-exact:0}:hold:exact-1 x %lld", redis_ms(f));
-    assert_non_null(x);
-    freeReplyObject(x);
+    set_expiry(rc, "exact-1", redis_ms(f));
     /* Sold out while held: an order is refused. */
     assert_int_equal(h_order(a, "rv-exact", 1, NULL, &r), 409);
     h_resp_free(&r);
@@ -454,6 +473,56 @@ static void test_killed_instance_holds_return(void **state)
     assert_true(h_stat(a, NULL, "reservations_expired") >= 1);
 }
 
+/* A hold the build before hold_local.lua placed (its index a hash, its record in the
+ * segment) is returned by the sweeper at its expiry: an upgrade with holds outstanding
+ * leaves no units held for ever. */
+static void test_older_layout_hold_returns(void **state)
+{
+    struct fx *f = *state;
+    int a = f->env->port;
+    assert_int_equal(h_put_sku(a, NULL, "rv-old", 4, 1, "lock", 0), 0);
+    redisContext *rc = h_redis_connect(f->env->redis);
+    assert_non_null(rc);
+    redisReply *m = redisCommand(rc, "HMGET inv:sku:{rv-old} epoch salt");
+    assert_non_null(m);
+    assert_int_equal(m->element[0]->type, REDIS_REPLY_STRING);
+    assert_true(m->element[1]->type != REDIS_REPLY_STRING ||
+                strcmp(m->element[1]->str, "0") == 0); /* placed: the SKU's name */
+    long long e = atoll(m->element[0]->str);
+    freeReplyObject(m);
+    long long x = redis_ms(f) + 300;
+    const char *cmds[] = {
+        "DECRBY inv:{rv-old:0}:stock 3",
+        "INCRBY inv:{rv-old:0}:reserved:%lld 3",
+        "ZADD inv:{rv-old:0}:holds:%lld %lld old-1",
+        "HSET inv:{rv-old:0}:hold:old-1 q 3 x %lld s held t abc",
+        "HSET inv:hold:{old-1} k rv-old p rv-old i 0 e %lld q 3 x %lld t abc d async",
+        "ZADD inv:holding %lld %s",
+    };
+    char member[64];
+    snprintf(member, sizeof member, "rv-old 0 %lld", e);
+    redisReply *w[6] = {
+        redisCommand(rc, cmds[0]),       redisCommand(rc, cmds[1], e),
+        redisCommand(rc, cmds[2], e, x), redisCommand(rc, cmds[3], x),
+        redisCommand(rc, cmds[4], e, x), redisCommand(rc, cmds[5], x, member),
+    };
+    for (int k = 0; k < 6; k++) {
+        assert_non_null(w[k]);
+        assert_true(w[k]->type != REDIS_REPLY_ERROR);
+        freeReplyObject(w[k]);
+    }
+    redisFree(rc);
+    assert_int_equal(rve_sku_nums(a, NULL, "rv-old").reserved, 3);
+    long long deadline = wall_ms() + 5000;
+    struct rve_nums n;
+    do {
+        usleep(100 * 1000);
+        n = rve_sku_nums(a, NULL, "rv-old");
+    } while (n.reserved > 0 && wall_ms() < deadline);
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 4);
+}
+
 /* ---- holds over several segments ------------------------------------------------- */
 
 /* The parts of a hold's JSON: their qty summed, their count in *n. */
@@ -610,12 +679,7 @@ static void test_multi_segment_expiry(void **state)
     redisContext *rc = h_redis_connect(f->env->redis);
     assert_non_null(rc);
     long long now = redis_ms(f);
-    for (int i = 0; i < 3; i++) { /* every part's expiry: now */
-        redisReply *x =
-            redisCommand(rc, "HSET inv:{rv-mexp:%d}:hold:mexp-1 x %lld", i, now);
-        assert_non_null(x);
-        freeReplyObject(x);
-    }
+    set_expiry(rc, "mexp-1", now); /* the hold's one expiry, every part's */
     redisFree(rc);
     assert_int_equal(h_http(a, "POST", "/reservations/mexp-1/confirm", NULL, NULL, 0, &r),
                      410);
@@ -702,6 +766,7 @@ int main(void)
         cmocka_unit_test(test_restock_rebalance_with_holds),
         cmocka_unit_test(test_reset_and_delete_void_holds),
         cmocka_unit_test(test_killed_instance_holds_return),
+        cmocka_unit_test(test_older_layout_hold_returns),
         cmocka_unit_test(test_view_consistent_under_holds),
         cmocka_unit_test(test_view_consistent_under_restocks),
         cmocka_unit_test(test_multi_segment_hold),

@@ -91,10 +91,15 @@ static void sb_text(struct sbuf *b, const char *s, bool first)
         return;
     }
     sb_put(b, "\"", 1);
-    for (const char *c = s; *c != '\0'; c++) {
-        if (*c == '"' || *c == '\\')
+    /* A run at a time: a call per character was a sixth of the sink's instructions. */
+    while (*s != '\0') {
+        size_t run = strcspn(s, "\"\\");
+        sb_put(b, s, run);
+        s += run;
+        if (*s != '\0') {
             sb_put(b, "\\", 1);
-        sb_put(b, c, 1);
+            sb_put(b, s++, 1);
+        }
     }
     sb_put(b, "\"", 1);
 }
@@ -155,11 +160,18 @@ static int ready(pgl *p)
     r = PQexec(p->conn, schema_sql); /* one implicit transaction: the lock holds */
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
-    return ok ? 0 : fail(p, "schema");
+    if (!ok)
+        return fail(p, "schema");
+    /* Prepared once per connection: parsed once, and planned once when PostgreSQL
+     * settles on the generic plan (its arrays' sizes do not change the plan). */
+    r = PQprepare(p->conn, "ledger_copy", copy_sql, 10, NULL);
+    ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    return ok ? 0 : fail(p, "prepare");
 }
 
-int pgl_copy(pgl *p, const char *stream, const char *sku, int seg,
-             const struct pgl_event *ev, int n)
+int pgl_copy_send(pgl *p, const char *stream, const char *sku, int seg,
+                  const struct pgl_event *ev, int n)
 {
     if (ready(p) != 0)
         return -1;
@@ -184,12 +196,33 @@ int pgl_copy(pgl *p, const char *stream, const char *sku, int seg,
     snprintf(sg, sizeof sg, "%d", seg);
     const char *params[10] = {stream,   sku,      sg,       col[0].p, col[1].p,
                               col[2].p, col[3].p, col[4].p, col[5].p, col[6].p};
-    PGresult *r = PQexecParams(p->conn, copy_sql, 10, NULL, params, NULL, NULL, 0);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
+    /* The parameters are in libpq's output buffer once this returns. */
+    int sent = PQsendQueryPrepared(p->conn, "ledger_copy", 10, params, NULL, NULL, 0);
     for (int c = 0; c < 7; c++)
         free(col[c].p);
+    return sent ? 0 : fail(p, "copy");
+}
+
+int pgl_copy_wait(pgl *p)
+{
+    if (p->conn == NULL)
+        return -1;
+    bool ok = false, any = false;
+    PGresult *r;
+    while ((r = PQgetResult(p->conn)) != NULL) {
+        ok = !any && PQresultStatus(r) == PGRES_COMMAND_OK;
+        any = true;
+        PQclear(r);
+    }
     return ok ? 0 : fail(p, "copy"); /* one statement: all of it or none */
+}
+
+int pgl_copy(pgl *p, const char *stream, const char *sku, int seg,
+             const struct pgl_event *ev, int n)
+{
+    if (pgl_copy_send(p, stream, sku, seg, ev, n) != 0)
+        return -1;
+    return pgl_copy_wait(p);
 }
 
 int pgl_order(pgl *p, const char *id, char **record, char *sku, size_t skulen,

@@ -45,6 +45,13 @@ const char *pgl_error(const pgl *p);
 int pgl_copy(pgl *p, const char *stream, const char *sku, int seg,
              const struct pgl_event *ev, int n);
 
+/* pgl_copy in two halves, so that the caller works while PostgreSQL does: send the
+ * batch (0, or -1: nothing sent), then, before any other call on `p`, wait for its
+ * outcome (as pgl_copy's). ev may be freed once pgl_copy_send returns. */
+int pgl_copy_send(pgl *p, const char *stream, const char *sku, int seg,
+                  const struct pgl_event *ev, int n);
+int pgl_copy_wait(pgl *p);
+
 /* The newest record of order `id`: 1 with *record (malloc'd), its SKU (into
  * sku[0..skulen)), epoch and whether it is cancelled; 0 none, -1. */
 int pgl_order(pgl *p, const char *id, char **record, char *sku, size_t skulen,

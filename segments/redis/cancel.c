@@ -37,11 +37,12 @@ struct cx {
     int *seg;
     char **tok;
     int wait_ms;
-    bool done;    /* the record was cancelled already */
-    bool given;   /* some units given back by this call */
-    int code;     /* the answer so far: RD_*, or -1 (no usable answer) */
-    int left;     /* CX_RELEASE: releases still out */
-    bool applied; /* CX_WAIT: this call cancelled the order (OK before the wait) */
+    bool done;     /* the record was cancelled already */
+    bool restored; /* the record is one RESTORE wrote back from the ledger */
+    bool given;    /* some units given back by this call */
+    int code;      /* the answer so far: RD_*, or -1 (no usable answer) */
+    int left;      /* CX_RELEASE: releases still out */
+    bool applied;  /* CX_WAIT: this call cancelled the order (OK before the wait) */
     char owner[SEG_NAME_MAX + 1]; /* the record's SKU, and */
     long long owner_epoch;        /* the epoch it was written in */
 };
@@ -119,6 +120,7 @@ static void on_record(void *arg, const struct redisReply *r)
     } else {
         x->rec = rec;
         x->code = rec != NULL ? RD_OK : RD_MISSING;
+        x->restored = proto_record_restored(r);
     }
     advance(x);
 }
@@ -165,7 +167,7 @@ static void send_segment(struct cx *x)
 {
     struct rd_cmd cmd;
     proto_cancel_segment(&cmd, x->placed, x->epoch, x->seg[x->k], x->id, x->tok[x->k],
-                         x->k == 0);
+                         x->k, x->restored && !x->done ? x->rec : NULL);
     rda_step(x->c, &cmd, on_reply, x);
 }
 
@@ -302,5 +304,6 @@ void rda_cancel(rda_conn *c, const char *placed, long long epoch, const char *id
     }
     x->state = CX_RECORD;
     proto_record_read(&cmd, id);
+    cmd_arg(&cmd, "t"); /* the attempt: 'ledger' marks a restored record */
     rda_raw(c, &cmd, on_record, x);
 }

@@ -289,11 +289,16 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
     cmd_key(&cmd, seg_key_ledger_events(key, placed, i));
     cmd_key(&cmd, seg_key_retire(key, placed, i));
     cmd_key(&cmd, seg_key_ledger_flag(key, placed, i));
-    cmd_argll(&cmd, rd_conn_cluster(c) ? 0 : retire_s);
+    /* A cluster forgets a field only after its record expired (RETAIN follows this
+     * call, by the same retention): with a record still there, a field gone is never
+     * one the segment forgot (cancel_segment.lua). */
+    if (rd_conn_cluster(c) && retire_s > 0)
+        retire_s += retire_s < 60 ? retire_s : 60;
+    cmd_argll(&cmd, retire_s);
     cmd_argll(&cmd, n);
     for (int j = 0; j < n; j++)
         cmd_arg(&cmd, ev[j].id);
-    for (int j = 0; j < n && !rd_conn_cluster(c) && retire_s > 0; j++)
+    for (int j = 0; j < n && retire_s > 0; j++)
         if (forgets(&ev[j]))
             cmd_arg(&cmd, ev[j].order);
     redisReply *r = store_call(c, &cmd);
@@ -305,7 +310,7 @@ int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev,
 }
 
 int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
-                  const char *record)
+                  const char *record, int ttl_s)
 {
     char key[SEG_KEY_MAX];
     struct rd_cmd cmd;
@@ -314,6 +319,7 @@ int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoc
     cmd_arg(&cmd, record);
     cmd_arg(&cmd, placed);
     cmd_argll(&cmd, epoch);
+    cmd_argll(&cmd, rd_conn_cluster(c) ? ttl_s : 0);
     redisReply *r = store_call(c, &cmd);
     if (r == NULL)
         return -1;

@@ -68,12 +68,13 @@ int rd_ev_read(rd_conn *c, const char *placed, int i, const char *consumer, int 
                int idle_ms, struct rd_event **out, int *n, long long *backlog);
 
 /* Acknowledge ev[0..n-1] of segment i's stream and trim it up to the oldest entry any
- * reader still has pending; and, on a standalone Redis with `retire_s` > 0, queue the
- * orders of its sales and cancels for the segment to forget in `retire_s` (keys.h
- * retire list): rd_ev_read drops their fields from the segment's orders and parts
+ * reader still has pending; and, with `retire_s` > 0, queue the orders of its sales
+ * and cancels for the segment to forget in `retire_s` (keys.h retire list; on a
+ * Redis Cluster min(retire_s, 60) s later, so a record RETAIN gives the same TTL has
+ * gone first): rd_ev_read drops their fields from the segment's orders and parts
  * hashes and cancelled set once due, and a cancel then takes the units from the
- * record (lua/cancel.lua). A Redis Cluster keeps them: its cancel's segment step
- * sees no record; so does a segment whose ledger flag is gone. 0 or -1. */
+ * record (lua/cancel.lua; on a cluster only from a record restored from the ledger,
+ * lua/cancel_segment.lua). A segment whose ledger flag is gone queues none. 0 or -1. */
 int rd_ev_done(rd_conn *c, const char *placed, int i, const struct rd_event *ev, int n,
                int retire_s);
 
@@ -85,8 +86,11 @@ int rd_ev_retain(rd_conn *c, const char *placed, const struct rd_event *ev, int 
                  int ttl_s);
 
 /* RESTORE: the record of order `id` written back as the ledger has it (SKU `placed`,
- * `epoch`), unless the id has a record: 1 written, 0 one was there, -1. */
+ * `epoch`), unless the id has a record: 1 written, 0 one was there, -1. On a Redis
+ * Cluster it expires again in `ttl_s` (its cancel's events carry no record to give it
+ * a TTL by): gone before the segments forget the cancel's marks (cancel_segment.lua),
+ * a retry of a cancel that died reads the ledger, which has it cancelled by then. */
 int rd_ev_restore(rd_conn *c, const char *id, const char *placed, long long epoch,
-                  const char *record);
+                  const char *record, int ttl_s);
 
 #endif

@@ -1,10 +1,12 @@
-/* holds.c -- reservations on Redis: lua/hold.lua's calls and replies (holds.h). */
+/* holds.c -- reservations on a standalone Redis: lua/hold_local.lua's calls and replies
+ * (holds.h), whose reply shapes the cluster's hold.lua shares. */
 #include "segments/redis/holds.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "base/xalloc.h"
 #include "segments/redis/keys.h"
 #include "segments/redis/store.h"
@@ -14,42 +16,6 @@ static const char *const actions[] = {
     [STORE_HOLD_RELEASE] = "release",
     [STORE_HOLD_READ] = "read",
 };
-
-/* The holding list's member of segment i of `placed` of `epoch`. */
-static void member(char *buf, size_t len, const char *placed, int i, long long epoch)
-{
-    snprintf(buf, len, "%s %d %lld", placed, i, epoch);
-}
-
-/* HOLD's keys and first arguments for segment i; `id` "" when none. */
-static void hold_cmd(struct rd_cmd *cmd, const char *act, const char *placed, int i,
-                     long long epoch, const char *id, const char *sku)
-{
-    char k[SEG_KEY_MAX], m[STORE_SKU_PLACED_MAX + 48];
-    cmd_script(cmd, SCRIPT_HOLD);
-    cmd_key(cmd, seg_key_stock(k, placed, i));
-    cmd_key(cmd, seg_key_sold(k, placed, i));
-    cmd_key(cmd, seg_key_reserved(k, placed, i, epoch));
-    cmd_key(cmd, seg_key_holds(k, placed, i, epoch));
-    cmd_key(cmd, seg_key_epoch(k, placed, i));
-    cmd_key(cmd, seg_key_lock(k, placed, i));
-    cmd_key(cmd, seg_key_meta(k, placed));
-    cmd_key(cmd, seg_key_holding());
-    if (id[0] != '\0') {
-        cmd_key(cmd, seg_key_hold_index(k, id));
-        cmd_key(cmd, seg_key_hold(k, placed, i, id));
-        cmd_key(cmd, seg_key_orders(k, placed, i));
-        cmd_key(cmd, seg_key_order(k, id));
-    }
-    cmd_arg(cmd, act);
-    cmd_argll(cmd, epoch);
-    cmd_arg(cmd, sku);
-    cmd_argll(cmd, i);
-    member(m, sizeof m, placed, i, epoch);
-    cmd_arg(cmd, m);
-    cmd_arg(cmd, seg_key_hold(k, placed, i, ""));
-    cmd_arg(cmd, id);
-}
 
 static long long elem_ll(const redisReply *r, size_t k)
 {
@@ -79,38 +45,52 @@ static int reply_code(const redisReply *r)
     return (int)r->element[0]->integer;
 }
 
-/* The segment fields a by-SKU or by-id reply ends with, from element k on: sku,
- * segment, epoch, placed name, durability, parts ("" for a hold of one segment). */
-static void where_from(const redisReply *r, size_t k, struct store_hold *h)
-{
-    if (r->elements < k + 5)
-        return;
-    snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, k));
-    h->segment = (int)elem_ll(r, k + 1);
-    h->epoch = elem_ll(r, k + 2);
-    snprintf(h->placed, sizeof h->placed, "%s", elem_str(r, k + 3));
-    h->replicated = strcmp(elem_str(r, k + 4), "replicated") == 0;
-    if (elem_str(r, k + 5)[0] != '\0')
-        h->parts = seg_strdup(elem_str(r, k + 5));
-}
-
 void rd_hold_cmd_place_any(struct rd_cmd *cmd, const char *sku, const char *id,
                            long long qty, int ttl_ms, int start, const char *attempt)
 {
     char k[SEG_KEY_MAX];
-    cmd_script(cmd, SCRIPT_HOLD);
+    cmd_script(cmd, SCRIPT_HOLD_LOCAL);
     cmd_key(cmd, seg_key_meta(k, sku));
     cmd_arg(cmd, "place");
-    cmd_arg(cmd, "");
     cmd_arg(cmd, sku);
     cmd_argll(cmd, start);
-    cmd_arg(cmd, "");
-    cmd_arg(cmd, "");
     cmd_arg(cmd, id);
     cmd_argll(cmd, qty);
     cmd_argll(cmd, ttl_ms);
-    cmd_arg(cmd, "");
     cmd_arg(cmd, attempt);
+    cmd_argll(cmd, ttl_ms + 86400000LL); /* the hold's string: a day past its expiry */
+}
+
+/* A hold's string (lua/hold_local.lua: "s c x q e i d t k p[ m]") into h; -1 when not
+ * one. The state is left to the caller (a reply names it apart). */
+static int hold_from(const char *v, struct store_hold *h)
+{
+    char f[11][STORE_SKU_PLACED_MAX + 16];
+    int n = 0;
+    const char *p = v;
+    while (n < 10 && *p != '\0') {
+        size_t len = strcspn(p, " ");
+        if (len >= sizeof f[0])
+            return -1;
+        memcpy(f[n], p, len);
+        f[n][len] = '\0';
+        n++;
+        p += len;
+        if (*p == ' ')
+            p++;
+    }
+    if (n < 10)
+        return -1;
+    h->expires_ms = strtoll(f[2], NULL, 10);
+    h->qty = strtoll(f[3], NULL, 10);
+    h->epoch = strtoll(f[4], NULL, 10);
+    h->segment = atoi(f[5]);
+    h->replicated = strcmp(f[6], "replicated") == 0;
+    text_copy(h->sku, sizeof h->sku, f[8]);
+    text_copy(h->placed, sizeof h->placed, f[9]);
+    if (*p != '\0')
+        h->parts = seg_strdup(p);
+    return 0;
 }
 
 int rd_hold_decode_place_any(const redisReply *r, long long qty, struct store_reply *out,
@@ -122,31 +102,14 @@ int rd_hold_decode_place_any(const redisReply *r, long long qty, struct store_re
     if (code < 0)
         return -1;
     out->code = code;
-    switch (code) {
-    case RD_OK: /* {OK, stock left, expires, settled, where...} */
-        out->value = elem_ll(r, 1);
+    /* {code, stock (walked; left), settled[, the hold's string]} */
+    out->value = elem_ll(r, 1);
+    h->settled = (int)elem_ll(r, 2);
+    if ((code == RD_OK || code == RD_EXISTS) && hold_from(elem_str(r, 3), h) < 0)
+        return -1;
+    if (code == RD_OK) {
         h->qty = qty;
-        h->expires_ms = elem_ll(r, 2);
-        h->settled = (int)elem_ll(r, 3);
         snprintf(h->state, sizeof h->state, "held");
-        where_from(r, 4, h);
-        break;
-    case RD_EXISTS: /* {EXISTS, sku, epoch, seg, qty, expires, settled, ...} */
-        snprintf(h->sku, sizeof h->sku, "%s", elem_str(r, 1));
-        h->epoch = elem_ll(r, 2);
-        h->segment = (int)elem_ll(r, 3);
-        h->qty = elem_ll(r, 4);
-        h->expires_ms = elem_ll(r, 5);
-        h->settled = (int)elem_ll(r, 6);
-        break;
-    case RD_BUSY:
-    case RD_SHORT: /* {code, stock, settled} */
-        out->value = elem_ll(r, 1);
-        h->settled = (int)elem_ll(r, 2);
-        break;
-    default: /* CONFLICT, STALE: {code, settled, ...}; MISSING, MISMATCH */
-        h->settled = r->elements > 1 ? (int)elem_ll(r, 1) : 0;
-        break;
     }
     return 0;
 }
@@ -155,7 +118,7 @@ void rd_hold_cmd_by_id(struct rd_cmd *cmd, const char *id, enum store_hold_actio
                        const char *attempt)
 {
     char k[SEG_KEY_MAX];
-    cmd_script(cmd, SCRIPT_HOLD);
+    cmd_script(cmd, SCRIPT_HOLD_LOCAL);
     cmd_key(cmd, seg_key_hold_index(k, id));
     cmd_arg(cmd, actions[act]);
     cmd_arg(cmd, id);
@@ -171,15 +134,15 @@ int rd_hold_decode_by_id(const redisReply *r, struct store_reply *out,
     if (code < 0)
         return -1;
     out->code = code;
-    if (r->elements >= 6) { /* {code, state, qty, expires, record, settled, ...} */
-        snprintf(h->state, sizeof h->state, "%s", elem_str(r, 1));
-        h->qty = elem_ll(r, 2);
-        h->expires_ms = elem_ll(r, 3);
-        if (elem_str(r, 4)[0] != '\0')
-            h->record = seg_strdup(elem_str(r, 4));
-        h->settled = (int)elem_ll(r, 5);
-    }
-    where_from(r, 6, h); /* ..., sku, segment, epoch, placed, durability */
+    if (r->elements < 4) /* {MISSING, settled}, {STALE} */
+        return 0;
+    /* {code, settled, state, the hold's string, record or ''} */
+    h->settled = (int)elem_ll(r, 1);
+    snprintf(h->state, sizeof h->state, "%s", elem_str(r, 2));
+    if (hold_from(elem_str(r, 3), h) < 0)
+        return -1;
+    if (elem_str(r, 4)[0] != '\0')
+        h->record = seg_strdup(elem_str(r, 4));
     return 0;
 }
 
@@ -216,7 +179,13 @@ static int sweep_one(rd_conn *c, const char *m)
     char sku[SEG_NAME_MAX + 1];
     snprintf(sku, sizeof sku, "%.*s", (int)strcspn(placed, "/"), placed);
     struct rd_cmd cmd;
-    hold_cmd(&cmd, "sweep", placed, i, epoch, "", sku);
+    cmd_script(&cmd, SCRIPT_HOLD_LOCAL);
+    cmd_key(&cmd, seg_key_holding());
+    cmd_arg(&cmd, "sweep");
+    cmd_arg(&cmd, placed);
+    cmd_argll(&cmd, i);
+    cmd_argll(&cmd, epoch);
+    cmd_arg(&cmd, sku);
     redisReply *r = store_call(c, &cmd);
     int code = reply_code(r);
     int settled = code == RD_OK ? (int)elem_ll(r, 1) : -1;

@@ -1,8 +1,10 @@
-/* holds.h -- Redis's reservations (admin.h hold_* ops, whose table admin.c fills):
- * lua/hold.lua on a worker's connection, its keys (keys.h: reserved, holds, hold records,
- * the index, the holding list) and its replies decoded here.
+/* holds.h -- Redis's reservations (admin.h hold_* ops, whose table admin.c fills, and
+ * the loops' by-SKU place and by-id step, backend.c): their keys (keys.h: reserved, held
+ * sets, the hold, the holding list), commands and replies decoded here.
  *
- * Standalone Redis: the index and the segment's keys are written by one script.
+ * Standalone Redis (holds.c): every step is one lua/hold_local.lua script; the hold is
+ * one string (its record and its index), read and written whole, and the segments'
+ * keys are named by the script from it. Replies carry the hold's string, split here.
  * A Redis Cluster (holds_slot.c): no script spans two slots, so a place is the id
  * claimed in its index (lua/hold_id.lua, the id's slot: the index and the order
  * record share its hash tag), the segments walked one script each (hold.lua in slot

@@ -143,6 +143,27 @@ static int where_of(const redisReply *r, struct where *w, char **record)
     return 0;
 }
 
+/* A segment's step as hold.lua answers it in slot mode: {code, state, qty, expires,
+ * record or '', settled}; 0, or -1 when r is not a reply. */
+static int step_of(const redisReply *r, struct store_reply *out, struct store_hold *h)
+{
+    memset(out, 0, sizeof *out);
+    memset(h, 0, sizeof *h);
+    int code = code_of(r);
+    if (code < 0)
+        return -1;
+    out->code = code;
+    if (r->elements >= 6) {
+        snprintf(h->state, sizeof h->state, "%s", str_at(r, 1));
+        h->qty = ll_at(r, 2);
+        h->expires_ms = ll_at(r, 3);
+        if (str_at(r, 4)[0] != '\0')
+            h->record = seg_strdup(str_at(r, 4));
+        h->settled = (int)ll_at(r, 5);
+    }
+    return 0;
+}
+
 static void hold_from(struct store_hold *h, const struct where *w)
 {
     snprintf(h->sku, sizeof h->sku, "%s", w->sku);
@@ -341,7 +362,7 @@ static void on_step(struct hs *x, const redisReply *r)
 {
     int settled_before = x->h.settled;
     struct store_hold got;
-    if (rd_hold_decode_by_id(r, &x->out, &got) != 0) {
+    if (step_of(r, &x->out, &got) != 0) {
         hs_done(x, -1);
         return;
     }
@@ -539,7 +560,7 @@ int rd_hold_slot_by_id_sync(rd_conn *c, const char *id, enum store_hold_action a
         free(rec);
         slot_cmd(&cmd, actions[act], &w, id, 0, attempt != NULL ? attempt : "", NULL, 0);
         redisReply *s = store_call(c, &cmd);
-        rc = s != NULL ? rd_hold_decode_by_id(s, out, h) : -1;
+        rc = s != NULL ? step_of(s, out, h) : -1;
         if (s != NULL)
             freeReplyObject(s);
         if (rc == 0) {

@@ -26,6 +26,7 @@
  *   inv:{sku:i}:parts         hash order_id -> qty taken from segment i by a
  *                             multi-segment order whose first segment is another one
  *   inv:{sku:i}:cancelled     set of cancelled order ids whose first segment is i
+ *                             (a cluster: that took a part from segment i)
  *   inv:{sku:i}:gone:E:orders  segment i's orders hash and cancelled set as a reset of
    inv:{sku:i}:gone:E:cancelled  the SKU's epoch E left them (RENAMEd, O(1)): the
                              reset's caller reads them in steps (HSCAN, SSCAN), drops
@@ -92,20 +93,26 @@
  *   inv:{sku:i}:retire        list: orders segment i forgets once record_retention_s
  *                             passed (lua/ev_done.lua queues, lua/ev_read.lua drops
  *                             their fields from orders, parts and cancelled), one
- *                             element "due_ms id id ..." per batch the sink copied;
- *                             standalone only (a cluster's cancel needs the fields)
+ *                             element "due_ms id id ..." per batch the sink copied
+ *                             (a cluster's due min(retention, 60 s) later)
  *   inv:{sku:i}:reserved:E    units held by reservations in segment i of epoch E
  *   inv:{sku:i}:holds:E       sorted set: the held reservations of segment i of epoch
- *                             E, scored by when each expires (ms, Redis's TIME)
- *   inv:{sku:i}:hold:<id>     hash: reservation <id> taken from segment i (q units,
- *                             x expiry ms, s held|confirmed|released|expired, t the
- *                             attempt that placed it, c the one that confirmed it);
- *                             lua/hold.lua. Kept a day past its expiry
- *   inv:hold:{id}             hash: where reservation `id` lives (k SKU, p placed
- *                             name, i segment, e epoch, q, x, t): the id leads to its
- *                             segment. Kept a day past its expiry. On a cluster also
- *                             c, u (a place's claim) and o (the confirm that wrote
- *                             the order record), lua/hold_id.lua
+ *                             E, scored by when each expires (ms, Redis's TIME); a
+ *                             hold leaves it in the step that moves its units
+ *   inv:hold:{id}             standalone: string, reservation `id` whole, its record
+ *                             and index in one: "s c x q e i d t k p[ m]" (state
+ *                             held|confirmed|released|expired, confirming attempt or
+ *                             '-', expiry ms, qty, epoch, segment, durability, placing
+ *                             attempt, SKU, placed name, parts "seg:qty,..." of a hold
+ *                             over several segments); lua/hold_local.lua.
+ *                             Cluster: hash, where `id` lives (k SKU, p placed name, i
+ *                             segment, e epoch, q, x, t, d; c, u a place's claim, o
+ *                             the confirm that wrote the order record),
+ *                             lua/hold_id.lua. Kept a day past its expiry
+ *   inv:{sku:i}:hold:<id>     cluster only: hash, reservation <id> taken from segment
+ *                             i (q units, x expiry ms, s held|confirmed|released|
+ *                             expired, t the attempt that placed it, c the one that
+ *                             confirmed it); lua/hold.lua. Kept a day past its expiry
  *   inv:holding               sorted set: "placed i E" per segment with holds, scored
  *                             by its first expiry: the hold sweeper's work list (on a
  *                             cluster kept by lua/holding.lua, apart from the steps)

@@ -129,6 +129,9 @@ int proto_meta(const redisReply *r, struct rd_meta *out, int *found);
  * written in (`sku`: SEG_NAME_MAX + 1 bytes; "" and 0 for a record older than those
  * fields). */
 int proto_record(const redisReply *r, char **record, char *sku, long long *epoch);
+/* True when that HMGET, asked a 4th field "t" (the attempt), read 'ledger': a record
+ * RESTORE wrote back from the ledger (restore.lua). */
+bool proto_record_restored(const redisReply *r);
 /* True when a record written for `owner` in `owner_epoch` was left behind by a reset
  * of `sku`, now in `epoch` (keys.h): no order any more. */
 bool proto_record_dead(const char *owner, long long owner_epoch, const char *sku,
@@ -162,9 +165,12 @@ void proto_skus_change(struct rd_cmd *c, const char *sku, bool add);
 void proto_reset_yield(struct rd_cmd *c, const char *sku, long long epoch,
                        bool untouched);
 /* A cancel on a cluster: CANCEL_SEGMENT in segment i, CANCEL_RECORD, and the SKU's gen
- * bumped (HINCRBY) so that every cache sees the stock rise. */
+ * bumped (HINCRBY) so that every cache sees the stock rise. `restored`: the record
+ * when RESTORE wrote it back from the ledger (its segments[part] gives the units of a
+ * part the segment forgot), else NULL; part 0 is the order's first segment. */
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                          const char *id, const char *token, bool first);
+                          const char *id, const char *token, int part,
+                          const char *restored);
 void proto_cancel_record(struct rd_cmd *c, const char *id, const char *expected,
                          const char *cancelled);
 void proto_gen_bump(struct rd_cmd *c, const char *sku);

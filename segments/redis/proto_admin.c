@@ -169,8 +169,10 @@ void proto_reset_yield(struct rd_cmd *c, const char *sku, long long epoch, bool 
 }
 
 void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, int i,
-                          const char *id, const char *token, bool first)
+                          const char *id, const char *token, int part,
+                          const char *restored)
 {
+    bool first = part == 0;
     char key[SEG_KEY_MAX];
     cmd_script(c, SCRIPT_CANCEL_SEGMENT);
     cmd_key(c, seg_key_lock(key, sku, i));
@@ -178,11 +180,13 @@ void proto_cancel_segment(struct rd_cmd *c, const char *sku, long long epoch, in
     cmd_key(c, seg_key_sold(key, sku, i));
     cmd_key(c, first ? seg_key_orders(key, sku, i) : seg_key_parts(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
-    if (first)
-        cmd_key(c, seg_key_cancelled(key, sku, i));
+    cmd_key(c, seg_key_cancelled(key, sku, i));
     cmd_arg(c, id);
     cmd_arg(c, token);
     cmd_argll(c, epoch);
+    cmd_arg(c, first ? "1" : "0");
+    cmd_arg(c, restored != NULL ? restored : "");
+    cmd_argll(c, part + 1);
 }
 
 void proto_cancel_record(struct rd_cmd *c, const char *id, const char *expected,

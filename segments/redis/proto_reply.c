@@ -164,6 +164,12 @@ int proto_record(const redisReply *r, char **record, char *sku, long long *epoch
     return 0;
 }
 
+bool proto_record_restored(const redisReply *r)
+{
+    const redisReply *t = is_array(r, 4) ? r->element[3] : NULL;
+    return t != NULL && t->type == REDIS_REPLY_STRING && strcmp(t->str, "ledger") == 0;
+}
+
 bool proto_record_dead(const char *owner, long long owner_epoch, const char *sku,
                        long long epoch)
 {

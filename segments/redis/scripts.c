@@ -123,6 +123,7 @@ static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_HOLDING] = "holding.lua",
     [SCRIPT_VIEW] = "view.lua",
     [SCRIPT_EV_ADOPT] = "ev_adopt.lua",
+    [SCRIPT_HOLD_LOCAL] = "hold_local.lua",
 };
 
 static char *sources[SCRIPT__COUNT];

@@ -48,11 +48,12 @@ enum script_id {
     SCRIPT_EV_DONE,       /* ... and its entries copied: acked and deleted */
     SCRIPT_RESTORE,       /* an expired order record written back from the ledger */
     SCRIPT_DEDUCT_BATCH,  /* fenced: the orders of one lock hold, one answer each */
-    SCRIPT_HOLD,          /* a reservation's step on its segment (lua/hold.lua) */
+    SCRIPT_HOLD,          /* on a cluster, a reservation's step on its segment */
     SCRIPT_HOLD_ID,       /* ... and, on a cluster, its steps in the id's slot */
     SCRIPT_HOLDING,       /* ... and the sweeper's list there (lua/holding.lua) */
     SCRIPT_VIEW,          /* the SKU view's numbers of segments in one read */
     SCRIPT_EV_ADOPT,      /* a flagged segment named in the ledger's registry */
+    SCRIPT_HOLD_LOCAL, /* a reservation's steps on a standalone Redis (hold_local.lua) */
     SCRIPT__COUNT
 };
 

@@ -6,9 +6,8 @@
 -- KEYS: the stream, the segment's retire list, its ledger flag (keys.h). With the
 --       flag gone (the segment went, or a reset turned the ledger off) nothing is
 --       queued: the reset moved the orders those entries name away already.
--- ARGV: record_retention_s ('0': nothing queued: a Redis Cluster's cancel still needs
---       the fields), n, the n entry ids, then the order ids of the sales and cancels
---       among them.
+-- ARGV: the seconds until the segment forgets them ('0': nothing queued), n, the n
+--       entry ids, then the order ids of the sales and cancels among them.
 -- XTRIM MINID drops whole nodes of the stream: XDEL of each id cost Redis about 1 us
 -- an entry, as much as the XACK. The retire list holds one element per batch, "due_ms
 -- id id ...", due by this node's clock: no per-order key, no sorted set.

@@ -8,7 +8,8 @@
 -- First the retire list's elements that are due (ev_done.lua queued them; at most two
 -- a call, so a call stays short and the list still drains, as one is queued per
 -- batch): their orders' fields leave the orders and parts hashes and the cancelled
--- set. A cancel that finds no field takes the units from the record (cancel.lua).
+-- set. A cancel that finds no field takes the units from the record (cancel.lua; on a
+-- cluster from a record restored from the ledger: cancel_segment.lua).
 -- Then makes the consumer group "ledger" when the stream has none (from its first
 -- entry), and answers the reader's own pending entries (a batch it read and did not
 -- finish), else another reader's idle ones (XAUTOCLAIM: that reader died mid-batch).
