@@ -1,9 +1,9 @@
 /* admin.h -- the blocking admin seam: one table of blocking operations per worker
  * connection (`struct admin_ops`), for the calls that do not run on an event loop:
- * SKU create/reset/delete, restock and rebalance on a Redis Cluster, GET sku with
- * its segment arrays, the list of SKUs, order lookup. (A cancel, and a restock or
- * rebalance elsewhere, run on the engine's code on the connection's own loop: engine.h
- * engine_cancel, engine_adjust.)
+ * GET sku with its segment arrays, the list of SKUs, order lookup. (A cancel, a
+ * restock or rebalance run on the engine's code on the connection's own loop: engine.h
+ * engine_cancel, engine_adjust; a create, reset or delete is the store's `reset` on
+ * that loop: store.h.)
  *
  * A step, not the end (docs/DESIGN.md "Admin operations"): issue 22 wants these on
  * the asynchronous table of store.h; until then each store fills this table too
@@ -37,10 +37,9 @@
 /* Capabilities (admin_ops.caps). */
 /* A restock or rebalance wants the caller to hold every segment's store lock and
  * pass the tokens (a standalone Redis); without it the store serializes it itself
- * (PostgreSQL: its loop's adjust without tokens; a Redis Cluster: this table's
- * adjust). Either way, where the loop's store adjusts every segment in one call
- * (store.h STORE_CAP_MULTI_ONE) it runs on the engine, on the connection's own loop
- * (engine.h engine_adjust). (A cancel always takes the store's locks of its
+ * (PostgreSQL: its loop's adjust without tokens; a Redis Cluster: its loop's adjust in
+ * steps, without locks). Either way it runs on the engine, on the connection's own
+ * loop (engine.h engine_adjust). (A cancel always takes the store's locks of its
  * segments: engine.h engine_cancel.) */
 #define ADMIN_CAP_LOCKS 0x1u
 /* The store is a Redis Cluster (steps, WAITs per node; calls.h). */
@@ -48,27 +47,6 @@
 /* The store keeps a SKU's "batch" and its order path sells in batches
  * (store.h STORE_CAP_BATCH); without it a put with batch > 1 is refused (400). */
 #define ADMIN_CAP_BATCH 0x4u
-
-/* What a reset writes (calls.h struct rd_reset, field by field). */
-struct admin_reset {
-    int segments; /* 0: delete the SKU */
-    const char *mode;
-    const char *lock; /* the SKU's lock scheme ("" : the store's default) */
-    bool unfenced;    /* "fencing": false (a lock service's SKU, the lab's) */
-    int hold_ms;
-    int batch; /* 1..SKU_BATCH_MAX */
-    long long stock;
-    bool rebalance;
-    bool replicated;
-    long long epoch;
-    int salt;
-    int wait_ms;
-    const char *expect;
-    bool ledger; /* events on for the SKU (a store that writes them: Redis) */
-    bool retake; /* an earlier attempt of this same request still marked as under way
-                    (it died: a failover) is taken over at once, its lease or not (a
-                    store whose resets take steps: a Redis Cluster) */
-};
 
 typedef struct admin admin;
 
@@ -104,14 +82,8 @@ struct admin_ops {
     int (*segment_place)(admin *a, const char *placed, int i, int *slot, char *node,
                          size_t len);
     int (*skus_list)(admin *a, char ***names, size_t *n);
-    /* calls.h rd_adjust, rd_reset, rd_wait: the same contracts. adjust NULL: every
-     * restock or rebalance of the store runs on the engine (PostgreSQL). */
-    int (*adjust)(admin *a, const char *sku, long long epoch, int segments,
-                  const char *const *tok, const char *op, long long add, long long limit,
-                  const char *rid, const char *sig, int wait_ms, struct store_reply *out);
-    int (*reset)(admin *a, const char *sku, long long old_epoch, int old_segments,
-                 const struct admin_reset *to, const char *rid, const char *sig,
-                 struct store_reply *out);
+    /* calls.h rd_wait: the same contract. (A restock or rebalance runs on the engine,
+     * engine.h engine_adjust; a create, reset or delete on the store, store.h reset.) */
     int (*wait)(admin *a, const char *placed, int n, const int *seg, const char *id,
                 const char *sku, int timeout_ms);
 

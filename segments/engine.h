@@ -54,11 +54,13 @@ void engine_order(engine *e, const struct order_request *req, engine_done_fn fn,
  * busy after 4). A lock service's SKU takes the store's locks too, as the blocking
  * path always did (the ADJUST is fenced by their tokens). `unlocked` (a store whose
  * admin table serializes an adjust itself, admin.h without ADMIN_CAP_LOCKS:
- * PostgreSQL): no lock is taken, the ADJUST goes without tokens. `fn` gets res->status
- * INV_OK once the store answered (a->code, a->gen, a->view filled), else why not
- * (INV_BUSY: the locks not had in time; INV_UNKNOWN_SKU; INV_UNAVAILABLE: no answer,
- * a->code -1 when the ADJUST itself went unanswered). `a` is the caller's, read and
- * written until fn; not counted as an order. */
+ * PostgreSQL; a store without STORE_CAP_MULTI_ONE, whose ADJUST is steps over its
+ * nodes: a Redis Cluster, set here): no lock is taken, the ADJUST goes without tokens
+ * (a cluster's: durability "replicated" waiting half the Redis timeout per step). `fn`
+ * gets res->status INV_OK once the store answered (a->code, a->gen, a->view filled), else
+ * why not (INV_BUSY: the locks not had in time; INV_UNKNOWN_SKU; INV_UNAVAILABLE: no
+ * answer, a->code -1 when the ADJUST itself went unanswered). `a` is the caller's, read
+ * and written until fn; not counted as an order. */
 struct sku_view;
 struct engine_adjust {
     const char *op; /* "restock", "rebalance" */

@@ -75,7 +75,7 @@ struct inv_options {
     const char *memcached; /* one memcached "h:p" */
     const char *zookeeper; /* a ZooKeeper ensemble "h:p,h:p,..." */
     bool ledger; /* a ledger is configured: every create or reset turns the SKU's
-                    events on (calls.h rd_reset.ledger); every instance on one Redis
+                    events on (store.h store_reset.ledger); every instance on one Redis
                     should agree */
 };
 

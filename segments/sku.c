@@ -7,8 +7,10 @@
 
 #include "segments/engine.h"
 #include "segments/internal.h"
+#include "segments/clock.h"
 #include "segments/rand.h"
 #include "segments/reserve.h"
+#include "segments/ring.h"
 #include "segments/skuadjust.h"
 #include "segments/skutab.h"
 #include "base/xalloc.h"
@@ -23,11 +25,26 @@ static const char *request_id(const char *given, char fresh[33])
     return fresh;
 }
 
+struct reset_answer {
+    bool done;
+    int rc;
+    struct store_reply r;
+};
+
+static void on_reset(void *arg, int rc, struct store_reply *r)
+{
+    struct reset_answer *a = arg;
+    a->done = true;
+    a->rc = rc;
+    if (rc == 0)
+        a->r = (struct store_reply){.code = r->code, .value = r->value};
+}
+
 /* Run RESET over the SKU as `old` found it (segments 0 when there is none), writing
  * `cfg` (NULL: delete the SKU) under request id `rid`, if the SKU is the version
- * `expect` names (calls.h rd_reset.expect); `retake`: admin.h admin_reset.retake. Returns
- * the script's code, or -1 when Redis gave no usable answer; *created as rd_reset's
- * value. */
+ * `expect` names (store.h store_reset.expect); `retake`: store_reset.retake. On the
+ * store's asynchronous code on c's own loop (store.h reset), waited for. Returns the
+ * store's code, or -1 when it gave no usable answer; *created as the reset's value. */
 static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
                  const struct sku_config *cfg, const char *lock, const char *expect,
                  const char *rid, bool retake, bool *created)
@@ -36,7 +53,7 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
     skuadj_signature(sig, sizeof sig, cfg ? "put" : "delete", 0, cfg);
     if (lock[0] != '\0') /* a retry naming another scheme is another write */
         snprintf(sig + strlen(sig), sizeof sig - strlen(sig), ":%s", lock);
-    const struct admin_reset to = {
+    const struct store_reset to = {
         .segments = cfg ? cfg->segments : 0,
         .mode = sku_mode_name(cfg ? cfg->mode : SKU_MODE_LOCK),
         .lock = lock,
@@ -56,13 +73,13 @@ static int reset(inv_conn *c, const char *sku, const struct sku_view *old,
         .ledger = c->v->opt.ledger,
         .retake = retake,
     };
-    struct store_reply r = {0};
-    int rc =
-        ADMIN_CALL(c->adm, reset, sku, old->epoch, old->cfg.segments, &to, rid, sig, &r);
+    struct reset_answer a = {0};
+    STORE_CALL(inv_conn_store(c), reset, sku, old->epoch, old->cfg.segments, &to, rid,
+               sig, on_reset, &a);
+    inv_conn_wait(c, &a.done);
     skutab_invalidate(c->v, sku);
-    *created = rc == 0 && r.value == 1;
-    admin_reply_clear(&r);
-    return rc < 0 ? -1 : r.code;
+    *created = a.rc == 0 && a.r.value == 1;
+    return a.rc < 0 ? -1 : a.r.code;
 }
 
 /* Create, reset (cfg) or delete (NULL) `sku` if it is the version `expect` names:
@@ -160,8 +177,9 @@ static void answered(void *arg, struct order_result *res)
 
 /* One ADJUST of `sku` on the engine's code (engine.h engine_adjust), on c's own loop,
  * with the store's segment locks (a standalone Redis) or, `unlocked`, none (a store
- * that serializes it itself: PostgreSQL): the code as adjust_once's, or -2 with *st set
- * when it was not answered (*view: the settings it ran under). */
+ * that serializes it itself: PostgreSQL; a Redis Cluster's steps): the store's code
+ * (-1: no answer), or -2 with *st set when it was not answered (*view: the settings it
+ * ran under). */
 static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long long add,
                           const char *rid, bool unlocked, struct sku_view *view,
                           inv_status *st)
@@ -190,32 +208,33 @@ static int adjust_on_loop(inv_conn *c, const char *sku, const char *op, long lon
 }
 
 /* Restock (`add` units) or rebalance (add 0) every segment of `sku`, with the view of
- * the SKU re-read whenever the store finds it stale. On the engine's code, on c's loop
- * (adjust_on_loop), wherever the store does an adjust over every segment in one call
- * (STORE_CAP_MULTI_ONE): under the store's segment locks where the admin table wants
- * them (ADMIN_CAP_LOCKS: a standalone Redis), else without (PostgreSQL locks the rows
- * in its transaction). A Redis Cluster keeps the blocking table's steps
- * (skuadj_blocking): another adjust (or a reset) of the SKU under way answers BUSY,
- * tried again within lock_wait_ms, as a standalone Redis waits for the locks. `rid`
- * NULL: no request id (the automatic rebalance). */
+ * the SKU re-read whenever the store finds it stale, on the engine's code on c's loop
+ * (adjust_on_loop): under the store's segment locks where the admin table wants them
+ * (ADMIN_CAP_LOCKS: a standalone Redis), else without (PostgreSQL locks the rows in
+ * its transaction; a Redis Cluster's steps take none: there another adjust (or a
+ * reset) of the SKU under way answers BUSY, tried again within lock_wait_ms, as a
+ * standalone Redis waits for the locks). */
 static inv_status adjust(inv_conn *c, const char *sku, const char *op, long long add,
                          const char *rid)
 {
-    /* (Both asked: a standalone Redis that became a cluster is followed by the loop's
-     * handle at once, by the admin table at its next command.) */
-    unsigned caps = ADMIN_CALL0(c->adm, caps);
-    if (!(caps & ADMIN_CAP_CLUSTER) &&
-        (store_caps(inv_conn_store(c)) & STORE_CAP_MULTI_ONE)) {
+    int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
+    for (int round = 0;; round++) {
+        bool unlocked = !(ADMIN_CALL0(c->adm, caps) & ADMIN_CAP_LOCKS);
         struct sku_view view;
-        inv_status st;
-        int code =
-            adjust_on_loop(c, sku, op, add, rid, !(caps & ADMIN_CAP_LOCKS), &view, &st);
+        inv_status st = INV_UNAVAILABLE;
+        int code = adjust_on_loop(c, sku, op, add, rid, unlocked, &view, &st);
         if (code == -2)
             return st;
+        if (code == STORE_BUSY) {
+            int left = (int)(deadline - inv_now_ms());
+            if (left <= 0)
+                return INV_BUSY;
+            inv_sleep_ms(ring_backoff_ms(round, inv_rand(c, UINT32_MAX), left));
+            continue;
+        }
         int got = skuadj_settle(c, sku, code, &view, rid);
         return got >= 0 ? (inv_status)got : INV_BUSY; /* STALE: the engine's retries */
     }
-    return skuadj_blocking(c, sku, op, add, rid);
 }
 
 inv_status sku_restock(inv_conn *c, const char *sku, long long qty, const char *rid)

@@ -100,7 +100,7 @@ struct sku_status {
  * ADMIN_CAP_BATCH), INV_REQUEST_CONFLICT, INV_BUSY
  * (raced by other resets throughout), INV_UNAVAILABLE, or on a Redis Cluster, when
  * the SKU is or becomes "replicated", INV_NOT_REPLICATED: a step reached no replica,
- * the reset stopped there and its retry finishes it (calls.h rd_reset; sku_delete
+ * the reset stopped there and its retry finishes it (store.h reset; sku_delete
  * likewise). */
 inv_status sku_put(inv_conn *c, const char *sku, const struct sku_config *cfg,
                    enum sku_replace how, const struct sku_version *v, const char *rid,
@@ -118,9 +118,9 @@ inv_status sku_get(inv_conn *c, const char *sku, struct sku_status *st);
 /* Add `qty` (1..SKU_RESTOCK_MAX) units, spread evenly over the segments (lower ones
  * take the remainder) under every segment's lock, raising the initial stock by as
  * much; safe while orders run. With the store's segment locks (a standalone Redis)
- * on the order engine's code, on the connection's own loop (engine.h engine_adjust);
- * elsewhere on the blocking admin table (skuadjust.h). On a Redis Cluster without segment
- * locks, as an intent and per-slot steps (segments/redis/calls.h rd_adjust): one adjust
+ * on the order engine's code, on the connection's own loop (engine.h engine_adjust), as
+ * everywhere. On a Redis Cluster without segment locks, as an intent and per-slot
+ * steps (the store's adjust: segments/redis/adjust.h): one adjust
  * of a SKU at a time, and one whose process died is finished by the next. INV_OK,
  * INV_UNKNOWN_SKU, INV_INVALID (also when the initial stock would pass SKU_STOCK_MAX:
  * checked in the script, exactly), INV_REQUEST_CONFLICT, INV_BUSY (the locks, or on a
@@ -135,7 +135,8 @@ inv_status sku_rebalance(inv_conn *c, const char *sku, const char *rid);
 
 /* The automatic rebalance: as sku_rebalance, but only when evening out would leave
  * stock in more segments than now; otherwise nothing changes (still INV_OK). The
- * sweeper's on a Redis Cluster, on the blocking admin table (skuadjust.c). */
+ * sweeper's on a Redis Cluster: the store's adjust on c's own loop and store (c->base,
+ * c->st: the caller's, made before), waited for (skuadjust.c). */
 inv_status sku_spread(inv_conn *c, const char *sku);
 
 /* Delete `sku` and all its keys and order records. INV_OK, INV_UNKNOWN_SKU,

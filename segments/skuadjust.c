@@ -1,8 +1,10 @@
-/* skuadjust.c -- restock, rebalance and spread on the blocking admin table (a Redis
- * Cluster), and what every adjust shares (see skuadjust.h). */
+/* skuadjust.c -- the cluster's spread for the sweeper, and what every adjust shares
+ * (see skuadjust.h). */
 #include "segments/skuadjust.h"
 
 #include <stdio.h>
+
+#include <event2/event.h>
 
 #include "segments/clock.h"
 #include "segments/rand.h"
@@ -62,26 +64,37 @@ void skuadj_adjusted(inv_conn *c, const char *sku, int code, long long gen, long
     }
 }
 
-/* One ADJUST (scripts.c) of `sku` as `view` has it, on a Redis Cluster: in the seam's
- * per-slot steps (calls.h rd_adjust), each on a replica before the next for a
- * `replicated` SKU. The script's code (ADMIN_NOT_REPLICATED: a step
- * reached no replica), or -1 without an answer. */
-static int adjust_once(inv_conn *c, const char *sku, const struct sku_view *view,
-                       const char *op, long long add, const char *rid)
+struct spread_answer {
+    bool done;
+    int code;
+    long long gen;
+};
+
+static void on_spread(void *arg, int rc, struct store_reply *r)
 {
-    char sig[128] = "";
-    if (rid != NULL)
-        skuadj_signature(sig, sizeof sig, op, add, NULL);
-    struct store_reply r = {0};
+    struct spread_answer *a = arg;
+    a->done = true;
+    a->code = rc < 0 ? -1 : r->code;
+    a->gen = rc == 0 && r->code == STORE_OK ? r->value : 0;
+}
+
+/* One ADJUST "spread" of `sku` as `view` has it, on a Redis Cluster: the store's
+ * per-slot steps without locks (store.h adjust), on c's own loop (made by the caller:
+ * skuadjust.h), each on a replica
+ * before the next for a `replicated` SKU. The store's code, or -1 without an
+ * answer. */
+static int spread_once(inv_conn *c, const char *sku, const struct sku_view *view)
+{
+    char placed[STORE_SKU_PLACED_MAX];
+    store_sku_placed(placed, sku, view->salt);
     int wait_ms = view->cfg.replicated ? c->v->opt.redis_timeout_ms / 2 : 0;
-    int code = ADMIN_CALL(c->adm, adjust, sku, view->epoch, view->cfg.segments, NULL, op,
-                          add, SKU_STOCK_MAX - add, rid, sig, wait_ms, &r) < 0
-                   ? -1
-                   : r.code;
-    long long gen = code == STORE_OK ? r.value : 0;
-    admin_reply_clear(&r);
-    skuadj_adjusted(c, sku, code, gen, add);
-    return code;
+    struct spread_answer a = {0};
+    STORE_CALL(c->st, adjust, placed, view->epoch, view->cfg.segments, NULL, NULL,
+               "spread", 0, SKU_STOCK_MAX, NULL, "", wait_ms, on_spread, &a);
+    while (!a.done)
+        event_base_loop(c->base, EVLOOP_ONCE);
+    skuadj_adjusted(c, sku, a.code, a.gen, 0);
+    return a.code;
 }
 
 /* Durability "replicated" on a standalone Redis: a restock or rebalance is 200 once a
@@ -110,9 +123,13 @@ int skuadj_settle(inv_conn *c, const char *sku, int code, const struct sku_view 
     return got;
 }
 
-inv_status skuadj_blocking(inv_conn *c, const char *sku, const char *op, long long add,
-                           const char *rid)
+/* (sku.h) Run here, not in sku.c: the sweeper calls it, and sku.c calls the engine,
+ * which calls the sweeper. The settings read again when stale, another adjust's BUSY
+ * tried again within lock_wait_ms. */
+inv_status sku_spread(inv_conn *c, const char *sku)
 {
+    if (!seg_valid_name(sku))
+        return INV_INVALID;
     int64_t deadline = inv_now_ms() + c->v->opt.lock_wait_ms;
     for (int try = 0, round = 0; try < 4;) {
         lsku *s;
@@ -120,7 +137,7 @@ inv_status skuadj_blocking(inv_conn *c, const char *sku, const char *op, long lo
         inv_status st = ltab_get(c, sku, &s, &view);
         if (st != INV_OK)
             return st;
-        int code = adjust_once(c, sku, &view, op, add, rid);
+        int code = spread_once(c, sku, &view);
         ltab_release(ltab_of_conn(c), s);
         if (code == STORE_BUSY) {
             int left = (int)(deadline - inv_now_ms());
@@ -129,20 +146,11 @@ inv_status skuadj_blocking(inv_conn *c, const char *sku, const char *op, long lo
             inv_sleep_ms(ring_backoff_ms(round++, inv_rand(c, UINT32_MAX), left));
             continue;
         }
-        int got = skuadj_settle(c, sku, code, &view, rid);
+        int got = skuadj_settle(c, sku, code, &view, NULL);
         if (got >= 0)
             return (inv_status)got;
         skutab_invalidate(c->v, sku);
         try++;
     }
     return INV_BUSY;
-}
-
-/* (sku.h) Run here, not in sku.c: the sweeper calls it, and sku.c calls the engine,
- * which calls the sweeper. */
-inv_status sku_spread(inv_conn *c, const char *sku)
-{
-    if (!seg_valid_name(sku))
-        return INV_INVALID;
-    return skuadj_blocking(c, sku, "spread", 0, NULL);
 }

@@ -1,10 +1,7 @@
-/* skuadjust.h -- an admin ADJUST (restock, rebalance, the cluster's spread) on the
- * blocking admin table (admin.h), and what sku.c's other writes share with it.
+/* skuadjust.h -- what an admin ADJUST (restock, rebalance: engine.h engine_adjust,
+ * from sku.c) shares with sku.c's other writes, and the cluster's spread (sku_spread:
+ * the store's adjust on the sweeper's loop, without the engine).
  *
- * A store that adjusts every segment in one call (a standalone Redis, under its
- * segment locks; PostgreSQL, whose transaction locks the rows) runs restock and
- * rebalance on the engine's code instead (engine.h engine_adjust, from sku.c); a
- * Redis Cluster (the seam's per-slot steps, no locks: redis/adjust.c) runs them here.
  * This file calls no engine file: the sweeper calls it (sku_spread), and the engine calls
  * the sweeper.
  */
@@ -30,10 +27,5 @@ void skuadj_adjusted(inv_conn *c, const char *sku, int code, long long gen,
  * request (rid) of a durability "replicated" SKU (view) asks it on a standalone store. */
 int skuadj_settle(inv_conn *c, const char *sku, int code, const struct sku_view *view,
                   const char *rid);
-/* ADJUST `op` ("restock" with `add` units, "rebalance", "spread") of `sku` on the
- * blocking admin table, the settings read again when stale, a cluster's BUSY tried
- * again within lock_wait_ms: sku_restock's statuses. */
-inv_status skuadj_blocking(inv_conn *c, const char *sku, const char *op, long long add,
-                           const char *rid);
 
 #endif

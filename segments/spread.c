@@ -49,7 +49,7 @@ static void spread_apply(struct ord *o)
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->mtok[k]; /* "" under a service's holds */
     STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->mn, tok,
-               svc ? o->mfence : NULL, "spread", 0, SKU_STOCK_MAX, NULL, "", on_spread,
+               svc ? o->mfence : NULL, "spread", 0, SKU_STOCK_MAX, NULL, "", 0, on_spread,
                o);
     free(tok);
 }
@@ -127,8 +127,11 @@ static void adjust_apply(struct ord *o)
     const char **tok = seg_malloc(sizeof *tok * (size_t)o->n);
     for (int k = 0; k < o->mn; k++)
         tok[k] = o->mtok[k];
+    /* Durability "replicated" on a store whose steps span nodes: each on a replica
+     * before the next (store.h adjust). */
+    int wait_ms = o->view.cfg.replicated ? o->e->v->opt.redis_timeout_ms / 2 : 0;
     STORE_CALL(o->e->st, adjust, o->placed, o->view.epoch, o->n, a->unlocked ? NULL : tok,
-               NULL, a->op, a->add, a->limit, a->rid, a->sig, on_adjusted, o);
+               NULL, a->op, a->add, a->limit, a->rid, a->sig, wait_ms, on_adjusted, o);
     free(tok);
 }
 
@@ -136,6 +139,9 @@ void adjust_begin(struct ord *o)
 {
     const int n = o->view.cfg.segments;
     o->n = n;
+    /* A store that adjusts in steps over its nodes takes no lock (a Redis Cluster). */
+    if (!(store_caps(o->e->st) & STORE_CAP_MULTI_ONE))
+        o->adj->unlocked = true;
     multi_alloc(o);
     for (int i = 0; i < n; i++)
         o->mseg[i] = i;

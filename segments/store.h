@@ -43,9 +43,10 @@
  * (intents_due, then the order path's claim, undo, confirm, intent: segments/sweeper.c),
  * and so does a restock or rebalance on a standalone Redis (`adjust` with its request id
  * and signature, under the engine's locks: engine.h engine_adjust) or on PostgreSQL
- * (`adjust` without tokens: its transaction locks the rows). Not here yet: reset, and
- * restock on a Redis Cluster: they still run on the blocking admin table
- * (segments/admin.h) and join this one as they move onto the same code.
+ * (`adjust` without tokens: its transaction locks the rows) or on a Redis Cluster
+ * (`adjust` without tokens: steps over the segments' slots), and the sweeper on a
+ * cluster's automatic rebalance ("spread"); and a create, reset or delete (`reset`,
+ * sku.c on the connection's own loop, no lock taken).
  *
  * Ids. Every write is idempotent against itself: sent again after a lost reply it
  * recognises its own earlier work (lock token, attempt, order id) and answers what
@@ -128,6 +129,30 @@ struct store_meta {
     bool unfenced;   /* "fencing": false */
     int salt;        /* placement of the segments (store_sku_placed); 0: none */
     long long adjust_until;
+};
+
+/* What a reset writes (store_ops.reset): the new settings
+ * and epoch (segments 0: delete the SKU), its placement salt (-1: a new SKU, placed by
+ * the store), the version it replaces (`expect`: NULL or "" any, "-" none, "*" any
+ * existing one, "<epoch>.<gen>" exactly that one). Its strings are the caller's. */
+struct store_reset {
+    int segments; /* 0: delete the SKU */
+    const char *mode;
+    const char *lock; /* the SKU's lock scheme ("" : the store's default) */
+    bool unfenced;    /* "fencing": false (a lock service's SKU, the lab's) */
+    int hold_ms;
+    int batch; /* 1..SKU_BATCH_MAX */
+    long long stock;
+    bool rebalance;
+    bool replicated;
+    long long epoch;
+    int salt;
+    int wait_ms;
+    const char *expect;
+    bool ledger; /* events on for the SKU (a store that writes them: Redis) */
+    bool retake; /* an earlier attempt of this same request still marked as under way
+                    (it died: a failover) is taken over at once, its lease or not (a
+                    store whose resets take steps: a Redis Cluster) */
 };
 
 /* The parts of an order over several segments: seg[0..n-1] ascending, part[j] units
@@ -321,11 +346,16 @@ struct store_ops {
      * whatever it answers). Under a lock service's holds (STORE_CAP_FENCE, "spread"
      * alone): tok all "", fence[i] segment i's registered fence, and any below its
      * segment's highest (-1: unchecked) refuses it FENCED, nothing moved; the caller
-     * gives the holds back. OK (value = the new gen), STALE, FENCED. */
+     * gives the holds back. OK (value = the new gen), STALE, FENCED. A store without
+     * STORE_CAP_MULTI_ONE (a Redis Cluster) adjusts in steps over the segments' nodes
+     * without locks (tok, fence unused): also REPLAYED, CONFLICT, LIMIT, BUSY (another
+     * adjust or reset under way: retry), NOT_REPLICATED (`wait_ms` > 0, durability
+     * "replicated": each step on a replica before the next; one that is not stops
+     * it, and a retry under `rid` finishes it). */
     void (*adjust)(store *s, const char *sku, long long epoch, int segments,
                    const char *const *tok, const long long *fence, const char *op,
                    long long add, long long limit, const char *rid, const char *sig,
-                   store_reply_fn fn, void *arg);
+                   int wait_ms, store_reply_fn fn, void *arg);
 
     /* CANCEL order `id` whose record the caller read as `expected`: the units the
      * store recorded for it given back to each of p's segments (p->part: the record's
@@ -340,6 +370,17 @@ struct store_ops {
      * span nodes (a Redis Cluster) marks the record only after a replica has every
      * give-back, and on a record cancelled already runs the give-backs again (what a
      * failover lost) before EXISTS. */
+    /* RESET `sku`, found as `old_epoch` with `old_segments` (0, 0: none), to `to`
+     * under request id `rid` and signature `sig` (NULL: none): create, replace or
+     * (to->segments 0) delete it, every key or row of the old segments dropped, their
+     * orders' records with them. OK, REPLAYED (value 1 for both when the reset
+     * created the SKU), CONFLICT, EXISTS, ADMIN_MISMATCH (to->expect), STALE,
+     * MISSING (delete of no SKU), NOT_REPLICATED (to->wait_ms > 0, a store whose
+     * steps span nodes: one not on a replica stopped it; a retry under `rid` takes
+     * it over and finishes it). (The test memstore: NULL.) */
+    void (*reset)(store *s, const char *sku, long long old_epoch, int old_segments,
+                  const struct store_reset *to, const char *rid, const char *sig,
+                  store_reply_fn fn, void *arg);
     void (*cancel)(store *s, const char *placed, long long epoch, const char *id,
                    const char *cancelled, const char *expected,
                    const struct store_parts *p, int wait_ms, store_reply_fn fn,

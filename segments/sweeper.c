@@ -27,10 +27,11 @@
 
 struct sweeper {
     inv *v;
-    /* The thread's alone: c.adm (blocking) runs the rebalances; c.base and c.st, a
-     * loop and a store of the sweeper's own, made on the first look at the intents
-     * (by `make`, the process's store factory), settle them with the store's
-     * asynchronous ops, the loop turned until each answers. */
+    /* The thread's alone: c.adm (blocking) reads the settings of the SKUs it
+     * rebalances; c.base and c.st, a loop and a store of the sweeper's own, made on
+     * first use (by `make`, the process's store factory), run the rebalances and
+     * settle the intents with the store's asynchronous ops, the loop turned until
+     * each answers. */
     inv_conn c;
     sweeper_store_fn make;
     int64_t next; /* the thread's: the next look at the intents */
@@ -40,10 +41,30 @@ struct sweeper {
     char spread[SWEEP_QUEUE][SEG_NAME_MAX + 1];
 };
 
-/* The rebalances asked for, run one by one with the mutex let go. */
+/* The sweeper's loop and store, made on first use; the store following the mode
+ * (nothing is under way between looks). */
+static store *own_store(sweeper *s)
+{
+    if (s->c.st == NULL) {
+        s->c.base = event_base_new();
+        if (s->c.base == NULL) {
+            fputs("inventoryd: event_base_new failed\n", stderr);
+            abort();
+        }
+        s->c.st = s->make(s->v, s->c.base);
+    }
+    if (store_mode_behind(s->c.st))
+        s->c.st->ops->mode_follow(s->c.st);
+    return s->c.st;
+}
+
+/* The rebalances asked for, run one by one with the mutex let go, on the sweeper's
+ * loop (sku_spread). */
 static void spread_all(sweeper *s, periodic *p)
 {
     pthread_mutex_lock(&s->mu);
+    if (s->nspread > 0)
+        (void)own_store(s);
     while (s->nspread > 0 && !periodic_stopping(p)) {
         char sku[SEG_NAME_MAX + 1];
         memcpy(sku, s->spread[0], sizeof sku);
@@ -178,17 +199,7 @@ static int settle(sweeper *s, const char *attempt, const struct store_intent *in
  * how many plans were undone. */
 static int settle_all(sweeper *s, periodic *p)
 {
-    if (s->c.st == NULL) {
-        s->c.base = event_base_new();
-        if (s->c.base == NULL) {
-            fputs("inventoryd: event_base_new failed\n", stderr);
-            abort();
-        }
-        s->c.st = s->make(s->v, s->c.base);
-    }
-    store *st = s->c.st;
-    if (store_mode_behind(st)) /* nothing is under way between looks */
-        st->ops->mode_follow(st);
+    store *st = own_store(s);
     if (!(store_caps(st) & STORE_CAP_RECORD_APART) || st->ops->intents_due == NULL)
         return 0;
     struct answer a = {0};

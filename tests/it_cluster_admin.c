@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
+#include "segments/redis/adjust.h"
 #include "segments/redis/calls.h"
 #include "segments/redis/keys.h"
 #include "segments/redis/proto.h"
@@ -608,6 +611,35 @@ static void test_reset_clears_intent(void **state)
         assert_int_equal(stock[i], 6);
 }
 
+struct seam_answer {
+    bool done;
+    int rc, code;
+    long long value;
+};
+
+static void on_seam_adjust(void *arg, int rc, struct store_reply *r)
+{
+    struct seam_answer *a = arg;
+    a->done = true;
+    a->rc = rc;
+    a->code = r->code;
+    a->value = r->value;
+}
+
+/* The loop's ADJUST `op` of the SKU at `placed` on a cluster handle (adjust.c),
+ * waited for: its code (rc -1: -1). */
+static int seam_adjust(struct event_base *base, rda_conn *c, const char *placed,
+                       long long epoch, const char *op, long long *value)
+{
+    struct seam_answer a = {0};
+    rda_adjust_cluster(c, placed, epoch, 4, op, 0, 1000, NULL, NULL, 0, on_seam_adjust,
+                       &a);
+    while (!a.done)
+        event_base_loop(base, EVLOOP_ONCE);
+    *value = a.value;
+    return a.rc < 0 ? -1 : a.code;
+}
+
 /* The seam's "spread" on a cluster (the automatic rebalance's op, which the sweeper
  * thread runs through sku_spread): a rebalance only when it puts stock in more
  * segments, without a request id. */
@@ -626,28 +658,26 @@ static void test_spread_in_seam(void **state)
     rd_conn *c = rd_conn_create(&seed, NULL);
     struct rd_meta meta;
     assert_int_equal(rd_meta_read(c, sku, &meta), 1);
-    struct rd_reply out;
-    assert_int_equal(
-        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, 0, &out),
-        0);
-    assert_int_equal(out.code, RD_OK);
-    assert_true(out.value > meta.gen);
+    rd_conn_free(c);
+    struct event_base *base = event_base_new();
+    rda_conn *ac = rda_create(base, &seed, NULL);
+    char placed[RD_SKU_PLACED_MAX];
+    seg_key_placed(placed, sku, meta.salt);
+    long long value = 0;
+    assert_int_equal(seam_adjust(base, ac, placed, meta.epoch, "spread", &value), RD_OK);
+    assert_true(value > meta.gen);
     long long stock[4];
     segment_stocks(f->port, sku, stock, 4);
     for (int i = 0; i < 4; i++)
         assert_int_equal(stock[i], 1);
     /* Every segment holds stock: nothing to do. */
-    assert_int_equal(
-        rd_adjust(c, sku, meta.epoch, 4, NULL, "spread", 0, 1000, NULL, NULL, 0, &out),
-        0);
-    assert_int_equal(out.code, RD_OK);
-    assert_int_equal(out.value, 0);
+    assert_int_equal(seam_adjust(base, ac, placed, meta.epoch, "spread", &value), RD_OK);
+    assert_int_equal(value, 0);
     /* A stale view is refused. */
-    assert_int_equal(rd_adjust(c, sku, meta.epoch + 1, 4, NULL, "rebalance", 0, 1000,
-                               NULL, NULL, 0, &out),
-                     0);
-    assert_int_equal(out.code, RD_STALE);
-    rd_conn_free(c);
+    assert_int_equal(seam_adjust(base, ac, placed, meta.epoch + 1, "rebalance", &value),
+                     RD_STALE);
+    rda_free(ac);
+    event_base_free(base);
     assert_int_equal(h_audit(f->port, NULL, sku, 8, false), 0);
 }
 

@@ -429,7 +429,7 @@ static int sp_adjust(struct event_base *base, store *st, const char *placed,
     const char *tok[] = {"", "", "", ""};
     struct spread_answer a = {0};
     STORE_CALL(st, adjust, placed, epoch, 4, tok, fence, "spread", 0, 1000000, NULL, "",
-               on_sp_reply, &a);
+               0, on_sp_reply, &a);
     sp_await(base, &a);
     return a.code;
 }

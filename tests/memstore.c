@@ -474,13 +474,14 @@ static void deduct_multi(store *s, const char *sku, long long epoch, const char 
 static void adjust(store *s, const char *sku, long long epoch, int segments,
                    const char *const *tok, const long long *fence, const char *op,
                    long long add, long long limit, const char *rid, const char *sig,
-                   store_reply_fn fn, void *arg)
+                   int wait_ms, store_reply_fn fn, void *arg)
 {
     (void)fence; /* no STORE_CAP_FENCE: never given one */
     (void)add;
     (void)limit;
     (void)rid;
     (void)sig;
+    (void)wait_ms;
     struct memstore *m = ms(s);
     struct answer *a = owe(m, K_REPLY, FN(fn), arg);
     if (a == NULL)

@@ -103,11 +103,14 @@ static long long put(struct fixture *f, const char *sku, long long stock, int n)
                                 .stock = stock,
                                 .rebalance = true,
                                 .epoch = 1000 + n + stock};
-    struct rd_reply r;
-    assert_int_equal(rd_reset(f->sync, sku, had ? m.epoch : 0, had ? m.segments : 0, &to,
-                              NULL, NULL, &r),
-                     0);
-    assert_int_equal(r.code, RD_OK);
+    rda_conn *c = connect_async(f, NULL);
+    struct seen s = {0};
+    rda_reset(c, sku, had ? m.epoch : 0, had ? m.segments : 0, &to, NULL, NULL, on_reply,
+              &s);
+    assert_true(run_until(f, &s.done, 1));
+    assert_int_equal(s.ok, 1);
+    assert_int_equal(s.code, RD_OK);
+    rda_free(c);
     return to.epoch;
 }
 

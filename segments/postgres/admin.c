@@ -325,62 +325,6 @@ static int skus_list(admin *a, char ***names, size_t *n)
     return 0;
 }
 
-/* A request id inside the open transaction: 0 new (recorded), ADMIN_REPLAYED (the
- * same write), ADMIN_CONFLICT (another), -1. The id's row is read by a statement of
- * its own: when the INSERT met the row of a transaction that committed while it
- * waited, only a new statement's snapshot sees it (one statement reading it back saw
- * nothing, and a write raced under its own id answered 409). */
-static int request(struct pg_admin *a, const char *rid, const char *sig)
-{
-    if (rid == NULL || rid[0] == '\0')
-        return 0;
-    const char *p[] = {rid, sig ? sig : ""};
-    PGresult *r;
-    if (step(a,
-             "INSERT INTO requests (rid, sig) VALUES ($1, $2)"
-             " ON CONFLICT (rid) DO NOTHING RETURNING 1",
-             2, p, &r) != 0)
-        return -1;
-    int added = PQntuples(r);
-    PQclear(r);
-    if (added == 1)
-        return 0;
-    if (step(a, "SELECT sig FROM requests WHERE rid = $1", 1, p, &r) != 0)
-        return -1;
-    int got = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), p[1]) == 0
-                  ? ADMIN_REPLAYED
-                  : ADMIN_CONFLICT;
-    PQclear(r);
-    return got;
-}
-
-/* Answer `code` and end the transaction (COMMIT for OK and REPLAYED). */
-static int answer(struct pg_admin *a, int code, long long value, struct store_reply *out)
-{
-    *out = (struct store_reply){.code = code, .value = value};
-    return finish(a, code == STORE_OK || code == ADMIN_REPLAYED);
-}
-
-/* Open an admin write's transaction and record its request id: false to go on;
- * true when the write is over (a replay or conflict answered, or a failure), *rc
- * then its result. */
-static bool write_open(struct pg_admin *a, const char *rid, const char *sig,
-                       struct store_reply *out, int *rc)
-{
-    *out = (struct store_reply){0};
-    *rc = -1;
-    if (begin(a) != 0)
-        return true;
-    int req = request(a, rid, sig);
-    if (req < 0)
-        return true;
-    if (req > 0) {
-        *rc = answer(a, req, 0, out);
-        return true;
-    }
-    return false;
-}
-
 /* This store's schemes, then the lock services it fences (fence.h). */
 static const char *const locks[] = {"row",       "lease",     "optimistic", "redlock",
                                     "memcached", "zookeeper", NULL};
@@ -388,88 +332,6 @@ static const char *const locks[] = {"row",       "lease",     "optimistic", "red
 const char *const *pga_locks(void)
 {
     return locks;
-}
-
-static int reset(admin *adm, const char *sku, long long old_epoch, int old_segments,
-                 const struct admin_reset *to, const char *rid, const char *sig,
-                 struct store_reply *out)
-{
-    (void)old_segments;
-    struct pg_admin *a = self(adm);
-    int rc;
-    if (write_open(a, rid, sig, out, &rc))
-        return rc;
-    const char *k[] = {sku};
-    PGresult *r;
-    if (step(a, "SELECT epoch, gen FROM skus WHERE sku = $1 FOR UPDATE", 1, k, &r) != 0)
-        return -1;
-    bool there = PQntuples(r) == 1;
-    long long epoch = there ? cell(r, 0, 0) : 0, gen = there ? cell(r, 0, 1) : 0;
-    PQclear(r);
-    const char *x = to->expect ? to->expect : "";
-    if (strcmp(x, "-") == 0 && there)
-        return answer(a, STORE_EXISTS, 0, out);
-    if (strcmp(x, "*") == 0 && !there)
-        return answer(a, ADMIN_MISMATCH, 0, out);
-    if (x[0] >= '0' && x[0] <= '9') {
-        char now[48];
-        snprintf(now, sizeof now, "%lld.%lld", epoch, gen);
-        if (!there || strcmp(now, x) != 0)
-            return answer(a, ADMIN_MISMATCH, 0, out);
-    }
-    if (there && epoch != old_epoch)
-        return answer(a, STORE_STALE, 0, out);
-    if (to->segments == 0) {
-        if (!there)
-            return answer(a, STORE_MISSING, 0, out);
-        if (step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
-            step(a, "DELETE FROM skus WHERE sku = $1", 1, k, NULL) != 0)
-            return -1;
-        return answer(a, STORE_OK, 0, out);
-    }
-    char segs[16], hold[16], stock[24], ep[24], batch[16];
-    snprintf(segs, sizeof segs, "%d", to->segments);
-    snprintf(batch, sizeof batch, "%d", to->batch > 1 ? to->batch : 1);
-    snprintf(hold, sizeof hold, "%d", to->hold_ms);
-    snprintf(stock, sizeof stock, "%lld", to->stock);
-    snprintf(ep, sizeof ep, "%lld", to->epoch);
-    const char *lk = to->lock != NULL && to->lock[0] != '\0' ? to->lock : locks[0];
-    const char *up[] = {sku,
-                        segs,
-                        stock,
-                        to->mode,
-                        lk,
-                        hold,
-                        ep,
-                        to->rebalance ? "true" : "false",
-                        to->replicated ? "true" : "false",
-                        batch,
-                        to->unfenced ? "true" : "false",
-                        to->ledger ? "true" : "false"};
-    const char *split[] = {sku, stock, segs, up[11]};
-    if (step(
-            a,
-            "INSERT INTO skus (sku, segments, initial, mode, lock, hold_ms, epoch, gen,"
-            " rebalance, replicated, batch, unfenced, ledger) VALUES ($1, $2::int,"
-            " $3::bigint, $4, $5, $6::int, $7::bigint, $7::bigint, $8::boolean,"
-            " $9::boolean, $10::int, $11::boolean, $12::boolean)"
-            " ON CONFLICT (sku) DO UPDATE SET"
-            " segments = excluded.segments, initial = excluded.initial,"
-            " mode = excluded.mode, lock = excluded.lock, hold_ms = excluded.hold_ms,"
-            " epoch = excluded.epoch, gen = excluded.gen, rebalance = excluded.rebalance,"
-            " replicated = excluded.replicated, batch = excluded.batch,"
-            " unfenced = excluded.unfenced, ledger = excluded.ledger",
-            12, up, NULL) != 0 ||
-        step(a, "DELETE FROM segments WHERE sku = $1", 1, k, NULL) != 0 ||
-        step(a, "DELETE FROM orders WHERE sku = $1", 1, k, NULL) != 0 ||
-        step(
-            a,
-            "INSERT INTO segments (sku, seg, stock, ledger) SELECT $1, g, $2::bigint /"
-            " $3::int + CASE WHEN g < $2::bigint % $3::int THEN 1 ELSE 0 END, $4::boolean"
-            " FROM generate_series(0, $3::int - 1) g",
-            4, split, NULL) != 0)
-        return -1;
-    return answer(a, STORE_OK, there ? 0 : 1, out);
 }
 
 static int wait_durable(admin *a, const char *placed, int n, const int *seg,
@@ -558,8 +420,6 @@ static const struct admin_ops pg_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .adjust = NULL, /* a restock or rebalance runs on the engine (adjust.c) */
-    .reset = reset,
     .wait = wait_durable,
     .hold_by_id = hold_by_id,
     .holds_sweep = holds_sweep,

@@ -607,8 +607,9 @@ static void wait_durable(store *st, const char *sku, int i, const char *id,
 static void adjust(store *st, const char *sku, long long epoch, int segments,
                    const char *const *tok, const long long *fence, const char *op,
                    long long add, long long limit, const char *rid, const char *sig,
-                   store_reply_fn fn, void *arg)
+                   int wait_ms, store_reply_fn fn, void *arg)
 {
+    (void)wait_ms; /* one transaction on one server */
     if (tok == NULL && (strcmp(op, "restock") == 0 || strcmp(op, "rebalance") == 0))
         pgb_admin_adjust(st, sku, epoch, segments, op, add, limit, rid, sig, fn, arg);
     else
@@ -635,6 +636,7 @@ static const struct store_ops pg_ops = {
     .deduct_batch = pgb_deduct_batch,
     .deduct_multi = pgb_deduct_multi,
     .adjust = adjust,
+    .reset = pgb_reset,
     .cancel = pgb_cancel,
     .id_for_segment = id_for_segment,
     .hold_place_any = pgh_place_any,

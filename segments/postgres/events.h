@@ -2,7 +2,7 @@
  * table every store write appends its event to, and the sink's blocking reads of it.
  *
  * Schema (pgev_schema). `skus.ledger` (the SKU's ledger flag: a create or reset by a
- * service with a ledger sets it, one without clears it, admin.h admin_reset.ledger)
+ * service with a ledger sets it, one without clears it, admin.h store_reset.ledger)
  * and `segments.ledger` (the same, copied onto each segment row the reset makes, so
  * that a SKU without a ledger costs its writes nothing: the triggers' WHEN reads it),
  * and `events`: id bigserial (the event id: the ledger's entry, unique), sku, seg,

@@ -112,6 +112,14 @@ void pgb_adjust(store *st, const char *sku, long long epoch, int segments,
 void pgb_admin_adjust(store *st, const char *sku, long long epoch, int segments,
                       const char *op, long long add, long long limit, const char *rid,
                       const char *sig, store_reply_fn fn, void *arg);
+/* store_ops.reset (reset.c): create, replace or delete `sku` as the admin table's
+ * reset did, in one transaction on a pool connection: the request id recorded
+ * (REPLAYED, CONFLICT), the SKU's row locked FOR UPDATE, to->expect and `old_epoch`
+ * checked (EXISTS, ADMIN_MISMATCH, STALE, MISSING), then the row, its segments and
+ * its orders rewritten. OK's value: 1 when it created the SKU. */
+void pgb_reset(store *st, const char *sku, long long old_epoch, int old_segments,
+               const struct store_reset *to, const char *rid, const char *sig,
+               store_reply_fn fn, void *arg);
 /* store_ops.cancel (cancel.c). */
 void pgb_cancel(store *st, const char *placed, long long epoch, const char *id,
                 const char *cancelled, const char *expected, const struct store_parts *p,

@@ -1,5 +1,6 @@
-/* adjust.c -- restock and rebalance on a Redis Cluster: an intent in the meta, then one
- * script per slot (see adjust.h; the scripts are lua/adjust_*.lua). */
+/* adjust.c -- restock and rebalance on a Redis Cluster, on the event loop: an intent in
+ * the meta, then one script per slot, a state machine (see adjust.h; the scripts are
+ * lua/adjust_*.lua). */
 #include "segments/redis/adjust.h"
 
 #include <errno.h>
@@ -11,21 +12,9 @@
 #include "base/xalloc.h"
 #include "segments/redis/keys.h"
 #include "segments/redis/proto.h"
-#include "segments/redis/store.h"
 
 /* Rounds of BEGIN: each finishes at most one dead intent before this call's own. */
 #define ADJUST_ROUNDS 4
-
-/* One call's fixed inputs: the SKU, where its segments are, and how long each step
- * waits for a replica (0: durability async, no WAIT). */
-struct run {
-    rd_conn *c;
-    const char *sku;
-    const char *placed;
-    long long epoch;
-    int n;
-    int wait_ms;
-};
 
 /* An intent as BEGIN recorded it, or answered it of a dead one. */
 struct intent {
@@ -169,249 +158,355 @@ static int dead_intent(const redisReply *r, int n, struct intent *in)
     return plan_parse(r->element[5]->str, in->delta, n);
 }
 
-/* ---- the plan and the steps ----------------------------------------------------- */
+/* ---- the state machine ---------------------------------------------------------- */
 
-/* This call's plan into delta[0..n-1]: 1 (a plan), 0 (a spread that would fill no more
- * segments: nothing to do) or -1 (the stocks could not be read). */
-static int plan(rd_conn *c, const char *placed, int n, const char *op, long long add,
-                long long *delta)
+/* Where an adjust stands. Each state names what is out; `advance` sends the next. A
+ * step of a `replicated` adjust (wait_ms > 0) is answered once its WAIT is too. */
+enum adjust_state {
+    AJ_PLAN,   /* rebalance, spread: each segment's stock read (x->left still out) */
+    AJ_BEGIN,  /* ADJUST_BEGIN: this call's intent, or a dead one now this runner's */
+    AJ_TAKE,   /* ADJUST_TAKE of segment x->k (a negative delta) */
+    AJ_GIVE,   /* ADJUST_GIVE of segment x->k (a positive delta) */
+    AJ_COMMIT, /* ADJUST_COMMIT of the intent run */
+    AJ_MARKS,  /* its marks deleted (x->left HDELs still out) */
+    AJ_YIELD,  /* NOT_REPLICATED: the lease given up (ADJUST_YIELD) */
+};
+
+struct aj;
+/* A stock read of AJ_PLAN: the segment it reads. */
+struct aj_read {
+    struct aj *x;
+    int i;
+};
+
+/* One adjust on its way (freed once answered). */
+struct aj {
+    rda_conn *c;
+    enum adjust_state state;
+    rda_reply_fn fn;
+    void *arg;
+    char sku[SEG_NAME_MAX + 1];     /* the meta's and request ids' SKU, */
+    char placed[RD_SKU_PLACED_MAX]; /* and where its segments are */
+    long long epoch, limit;
+    int n, wait_ms;
+    struct intent mine;    /* this call's intent (its delta: the plan) */
+    struct intent dead;    /* a dead intent BEGIN answered, rolled forward first */
+    struct intent *run;    /* the intent being run: &mine or &dead */
+    int round;             /* rounds of BEGIN: each finishes at most one dead intent */
+    int k;                 /* AJ_TAKE, AJ_GIVE: the segment */
+    int left;              /* AJ_PLAN, AJ_MARKS: reads, deletes still out */
+    struct aj_read *reads; /* AJ_PLAN: one per segment */
+    bool unread;           /* AJ_PLAN: a read had no answer */
+    long long taken;       /* units in transit: taken, not given yet */
+    long long units;       /* a take's answer */
+    long long gen;         /* this call's commit: the new gen */
+    int code;              /* what the state's step answered: RD_*, or -1 (none) */
+};
+
+static void advance(struct aj *x);
+
+static void aj_answer(struct aj *x, int code)
 {
-    if (strcmp(op, "restock") == 0) {
-        for (int i = 0; i < n; i++)
-            delta[i] = add / n + (i < add % n);
-        return 1;
-    }
-    struct rd_cmd *cmds = seg_calloc((size_t)n, sizeof *cmds);
-    redisReply **r = seg_calloc((size_t)n, sizeof *r);
-    for (int i = 0; i < n; i++)
-        proto_segment_reads(&cmds[i], placed, i, false);
-    int rc = store_pipeline(c, n, cmds, r);
-    for (int i = 0; i < n; i++)
-        cmd_free(&cmds[i]);
-    free(cmds);
-    long long total = 0;
-    int nonempty = 0;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        delta[i] = proto_integer(r[i], 0); /* the stock, for now */
-        total += delta[i];
-        nonempty += delta[i] > 0;
-        freeReplyObject(r[i]);
-    }
-    free(r);
-    if (rc != 0)
-        return -1;
-    if (strcmp(op, "spread") == 0 && (total < n ? total : n) <= nonempty)
-        return 0;
-    for (int i = 0; i < n; i++)
-        delta[i] = total / n + (i < total % n) - delta[i];
-    return 1;
+    /* A lease lost to another runner: it finishes the intent; retry. */
+    struct store_reply r = {.code = code < 0            ? 0
+                                    : code == RD_FENCED ? RD_BUSY
+                                                        : code,
+                            .value = code == RD_OK ? x->gen : 0};
+    if (x->fn != NULL)
+        x->fn(x->arg, code < 0 ? -1 : 0, &r);
+    free(x->mine.delta);
+    free(x->dead.delta);
+    free(x->reads);
+    free(x);
 }
 
-/* Delete the marks intent `in` left in its segments (after its commit). Best effort:
- * a mark left behind is never read again (intent ids are not reused), and goes with
- * the segment's next reset. */
-static void drop_marks(const struct run *ru, const struct intent *in)
+static void on_waited(void *arg, int rc, int replicas)
+{
+    struct aj *x = arg;
+    if (rc < 0)
+        x->code = -1;
+    else if (replicas < 1)
+        x->code = RD_NOT_REPLICATED;
+    advance(x);
+}
+
+/* WAIT 1 wait_ms on the node that ran the last step -- the meta's (seg < 0) or
+ * segment seg's -- so that no step is sent before the one before it is on a replica.
+ * A step that only answers an earlier run writes all the same (the scripts say so),
+ * so this WAIT covers that run too. */
+static void wait_step(struct aj *x, int seg)
 {
     char key[SEG_KEY_MAX];
-    for (int i = 0; i < ru->n; i++) {
+    char *keys[1] = {key};
+    if (seg < 0)
+        seg_key_meta(key, x->sku);
+    else
+        seg_key_stock(key, x->placed, seg);
+    rda_wait_keys(x->c, 1, keys, x->wait_ms, on_waited, x);
+}
+
+/* A step answered: its code (and what the state reads of it), then its WAIT where the
+ * adjust is `replicated` and the step wrote. */
+static void on_step(void *arg, const struct redisReply *r)
+{
+    struct aj *x = arg;
+    struct rd_reply out;
+    x->code = r != NULL && proto_scripted(r, &out) == 0 ? out.code : -1;
+    if (x->code >= 0)
+        rd_reply_clear(&out);
+    if (x->state == AJ_BEGIN && x->code == RD_OK) {
+        x->mine.until = r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
+        x->run = &x->mine;
+        if (x->mine.until < 0)
+            x->code = -1;
+    } else if (x->state == AJ_BEGIN && x->code == RD_EXISTS) {
+        memcpy(x->dead.owner, x->mine.owner, sizeof x->dead.owner);
+        x->run = &x->dead;
+        x->code = dead_intent(r, x->n, &x->dead) == 0 ? RD_OK : -1;
+    } else if (x->state == AJ_TAKE || x->state == AJ_GIVE) {
+        x->units =
+            x->code == RD_OK && r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
+    } else if (x->state == AJ_COMMIT && x->code == RD_OK) {
+        x->gen = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;
+    }
+    /* BEGIN's REPLAYED: committed, 200 once a replica has it; the commit's too. */
+    bool wrote = x->code == RD_OK || (x->code == RD_REPLAYED &&
+                                      (x->state == AJ_BEGIN || x->state == AJ_COMMIT));
+    if (wrote && x->wait_ms > 0 && x->state != AJ_YIELD) {
+        wait_step(x, x->state == AJ_TAKE || x->state == AJ_GIVE ? x->k : -1);
+        return;
+    }
+    advance(x);
+}
+
+static void on_read(void *arg, const struct redisReply *r)
+{
+    struct aj_read *rd = arg;
+    struct aj *x = rd->x;
+    if (r == NULL)
+        x->unread = true;
+    else
+        x->mine.delta[rd->i] = proto_integer(r, 0); /* the stock, for now */
+    if (--x->left == 0)
+        advance(x);
+}
+
+static void on_dropped(void *arg, const struct redisReply *r)
+{
+    struct aj *x = arg;
+    if (r == NULL)
+        rd_log(true, "adjust marks", rda_error(x->c));
+    if (--x->left == 0)
+        advance(x);
+}
+
+/* Delete the marks intent `in` left in its segments (after its commit on a replica:
+ * a commit lost in a failover leaves the intent, whose roll-forward needs them): how
+ * many deletes went out. Best effort: a mark left behind is never read again (intent
+ * ids are not reused), and goes with the segment's next reset. */
+static int drop_marks(struct aj *x, const struct intent *in)
+{
+    char key[SEG_KEY_MAX];
+    int sent = 0;
+    for (int i = 0; i < x->n; i++) {
         if (in->delta[i] == 0)
             continue;
         struct rd_cmd cmd;
         cmd_plain(&cmd, "HDEL");
-        cmd_key(&cmd, seg_key_adjust(key, ru->placed, i));
+        cmd_key(&cmd, seg_key_adjust(key, x->placed, i));
         cmd_arg(&cmd, in->id);
-        redisReply *r = store_call(ru->c, &cmd);
-        if (r == NULL) {
-            rd_log(true, "adjust marks", rd_conn_error(ru->c));
+        rda_raw(x->c, &cmd, on_dropped, x);
+        sent++;
+    }
+    return sent;
+}
+
+/* A new round: a fresh intent, its plan (a rebalance's from the stocks read), BEGIN. */
+static void begin_round(struct aj *x)
+{
+    random_hex(x->mine.id);
+    random_hex(x->mine.owner);
+    x->run = NULL;
+    x->gen = 0;
+    if (strcmp(x->mine.op, "restock") == 0 || x->n < 1) { /* (n < 1: STALE) */
+        for (int i = 0; i < x->n; i++)
+            x->mine.delta[i] = x->mine.add / x->n + (i < x->mine.add % x->n);
+        x->state = AJ_BEGIN;
+        struct rd_cmd cmd;
+        cmd_begin(&cmd, x->sku, x->epoch, x->n, x->limit, &x->mine);
+        rda_raw(x->c, &cmd, on_step, x);
+        return;
+    }
+    x->state = AJ_PLAN;
+    x->left = x->n;
+    x->unread = false;
+    for (int i = 0; i < x->n; i++) { /* answered in any order: one link per node */
+        struct rd_cmd cmd;
+        x->reads[i] = (struct aj_read){x, i};
+        proto_segment_reads(&cmd, x->placed, i, false);
+        rda_raw(x->c, &cmd, on_read, &x->reads[i]);
+    }
+}
+
+/* The next take (from segment x->k on) of the intent run, else its gives, else its
+ * commit. */
+static void next_step(struct aj *x)
+{
+    struct intent *in = x->run;
+    struct rd_cmd cmd;
+    if (x->state == AJ_TAKE) {
+        while (x->k < x->n && in->delta[x->k] >= 0)
+            x->k++;
+        if (x->k < x->n) {
+            cmd_segment(&cmd, SCRIPT_ADJUST_TAKE, x->placed, x->k, x->epoch, in,
+                        -in->delta[x->k]);
+            rda_raw(x->c, &cmd, on_step, x);
             return;
         }
-        freeReplyObject(r);
+        x->state = AJ_GIVE;
+        x->k = 0;
     }
-}
-
-/* After a step of a `replicated` adjust (wait_ms > 0): WAIT 1 wait_ms on the node that
- * ran it -- the meta's (seg < 0) or segment seg's -- so that no step is sent before the
- * one before it is on a replica. A step that only answers an earlier run writes all the
- * same (the scripts say so), so this connection's WAIT covers that run too. RD_OK (on
- * a replica, or wait_ms 0), RD_NOT_REPLICATED, or -1 (no answer). */
-static int on_replica(const struct run *ru, int seg)
-{
-    if (seg < 0)
-        return rd_wait_step(ru->c, ru->wait_ms, ru->placed, 0, NULL, ru->sku);
-    return rd_wait_step(ru->c, ru->wait_ms, ru->placed, 1, &seg, NULL);
-}
-
-/* Step `cmd` (ADJUST_TAKE or ADJUST_GIVE of segment i), then its WAIT: RD_OK with
- * *units (what the step answers it moved), or the step's code, RD_NOT_REPLICATED or
- * -1. */
-static int segment_step(const struct run *ru, struct rd_cmd *cmd, int i, long long *units)
-{
-    redisReply *r = NULL;
-    int code = store_step(ru->c, cmd, 1u << RD_OK, &r);
-    if (code != RD_OK)
-        return code;
-    *units = r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
-    freeReplyObject(r);
-    return on_replica(ru, i);
-}
-
-/* Run the takes and gives of intent `in` and commit it, each step on a replica before
- * the next when ru->wait_ms > 0: the code (OK with *gen, REPLAYED, STALE, FENCED,
- * NOT_REPLICATED: stopped after the step that reached no replica), or -1 when Redis
- * gave no usable answer. The marks are deleted only after a commit on a replica: a
- * commit lost in a failover leaves the intent, whose roll-forward needs them. */
-static int finish(const struct run *ru, const struct intent *in, long long *gen)
-{
-    struct rd_cmd cmd;
-    redisReply *r = NULL;
-    int code;
-    long long taken = 0; /* units in transit: taken, not given yet */
-    for (int i = 0; i < ru->n; i++) {
-        if (in->delta[i] >= 0)
-            continue;
-        long long took = -1;
-        cmd_segment(&cmd, SCRIPT_ADJUST_TAKE, ru->placed, i, ru->epoch, in,
-                    -in->delta[i]);
-        if ((code = segment_step(ru, &cmd, i, &took)) != RD_OK)
-            return code;
-        if (took < 0 || took > -in->delta[i])
-            return -1; /* not what ADJUST_TAKE answers */
-        taken += took;
-    }
-    bool restock = strcmp(in->op, "restock") == 0;
-    for (int i = 0; i < ru->n; i++) {
-        long long give = in->delta[i], gave;
-        if (!restock && give > taken)
-            give = taken;
-        if (give <= 0)
-            continue;
-        taken -= restock ? 0 : give;
-        cmd_segment(&cmd, SCRIPT_ADJUST_GIVE, ru->placed, i, ru->epoch, in, give);
-        if ((code = segment_step(ru, &cmd, i, &gave)) != RD_OK)
-            return code;
-    }
-    cmd_commit(&cmd, ru->sku, in);
-    code = store_step(ru->c, &cmd, 1u << RD_OK, &r);
-    if (code != RD_OK && code != RD_REPLAYED)
-        return code;
-    if (code == RD_OK) {
-        *gen = r->elements > 1 ? proto_integer(r->element[1], 0) : 0;
-        freeReplyObject(r);
-    }
-    int held = on_replica(ru, -1);
-    if (held != RD_OK)
-        return held;
-    if (code == RD_OK)
-        drop_marks(ru, in);
-    return code;
-}
-
-/* The runner of intent `in` gives its lease up at once (ADJUST_YIELD): for a runner
- * that stopped with every step it sent answered, so that nothing of it can land after
- * another takes the intent over. Best effort: without it the lease runs out. */
-static void give_up_lease(const struct run *ru, const struct intent *in)
-{
-    char key[SEG_KEY_MAX];
-    struct rd_cmd cmd;
-    cmd_script(&cmd, SCRIPT_ADJUST_YIELD);
-    cmd_key(&cmd, seg_key_meta(key, ru->sku));
-    cmd_arg(&cmd, in->id);
-    cmd_arg(&cmd, in->owner);
-    if (store_step(ru->c, &cmd, 0, NULL) < 0)
-        rd_log(true, "adjust yield", rd_conn_error(ru->c));
-}
-
-/* BEGIN answered intent `in` (this call's, or a dead one now this runner's): WAIT for
- * it on a replica, then finish it; a step that reached no replica gives the lease up.
- * finish's codes. */
-static int run_intent(const struct run *ru, const struct intent *in, long long *gen)
-{
-    int code = on_replica(ru, -1);
-    if (code == RD_OK)
-        code = finish(ru, in, gen);
-    if (code == RD_NOT_REPLICATED)
-        give_up_lease(ru, in);
-    return code;
-}
-
-/* The meta's placement salt, when the SKU is still `epoch` with `segments`: 1 (found
- * so), 0 (not so: STALE) or -1. */
-static int current_salt(rd_conn *c, const char *sku, long long epoch, int segments,
-                        int *salt)
-{
-    struct rd_cmd cmd;
-    proto_meta_read(&cmd, sku);
-    redisReply *r = store_call(c, &cmd);
-    struct rd_meta meta = {.segments = 0};
-    int found = 0;
-    int rc = r != NULL ? proto_meta(r, &meta, &found) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    if (rc < 0)
-        return -1;
-    *salt = meta.salt;
-    return found && meta.epoch == epoch && meta.segments == segments;
-}
-
-int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
-                   const char *op, long long add, long long limit, const char *rid,
-                   const char *sig, int wait_ms, struct rd_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    int n = segments, salt = 0;
-    int found = n > 0 ? current_salt(c, sku, epoch, n, &salt) : 0;
-    if (found <= 0) {
-        out->code = RD_STALE;
-        return found < 0 ? -1 : 0;
-    }
-    char placed[RD_SKU_PLACED_MAX];
-    seg_key_placed(placed, sku, salt);
-    const struct run ru = {
-        .c = c, .sku = sku, .placed = placed, .epoch = epoch, .n = n, .wait_ms = wait_ms};
-    long long *mine = seg_calloc((size_t)n, sizeof *mine);
-    long long *dead = seg_calloc((size_t)n, sizeof *dead);
-    int rc = 0;
-    out->code = RD_BUSY; /* dead intents in every round */
-    for (int round = 0; round < ADJUST_ROUNDS; round++) {
-        struct intent in = {.add = add, .delta = mine};
-        snprintf(in.op, sizeof in.op, "%s", op);
-        snprintf(in.rid, sizeof in.rid, "%s", rid != NULL ? rid : "");
-        snprintf(in.sig, sizeof in.sig, "%s", rid != NULL ? sig : "");
-        random_hex(in.id);
-        random_hex(in.owner);
-        int planned = plan(c, placed, n, op, add, mine);
-        if (planned <= 0) { /* 0: a spread with nothing to do (OK, value 0) */
-            out->code = RD_OK;
-            rc = planned;
-            break;
-        }
-        struct rd_cmd cmd;
-        redisReply *r = NULL;
-        cmd_begin(&cmd, sku, epoch, n, limit, &in);
-        int code = store_step(c, &cmd, 1u << RD_OK | 1u << RD_EXISTS, &r);
-        if (code == RD_EXISTS) { /* a dead intent, ours now: roll it forward first */
-            struct intent was = {.delta = dead};
-            memcpy(was.owner, in.owner, sizeof was.owner);
-            int ok = dead_intent(r, n, &was);
-            freeReplyObject(r);
-            long long gen = 0;
-            code = ok == 0 ? run_intent(&ru, &was, &gen) : -1;
-            if (code == RD_OK || code == RD_REPLAYED)
+    if (x->state == AJ_GIVE) {
+        bool restock = strcmp(in->op, "restock") == 0;
+        for (; x->k < x->n; x->k++) {
+            long long give = in->delta[x->k];
+            if (!restock && give > x->taken)
+                give = x->taken;
+            if (give <= 0)
                 continue;
-        } else if (code == RD_OK) {
-            in.until = r->elements > 1 ? proto_integer(r->element[1], -1) : -1;
-            freeReplyObject(r);
-            code = in.until < 0 ? -1 : run_intent(&ru, &in, &out->value);
-        } else if (code == RD_REPLAYED) { /* committed: 200 once a replica has it */
-            int held = on_replica(&ru, -1);
-            code = held == RD_OK ? code : held;
+            x->taken -= restock ? 0 : give;
+            cmd_segment(&cmd, SCRIPT_ADJUST_GIVE, x->placed, x->k, x->epoch, in, give);
+            rda_raw(x->c, &cmd, on_step, x);
+            return;
         }
-        rc = code < 0 ? -1 : 0;
-        /* A lease lost to another runner: it finishes the intent; retry. */
-        out->code = code < 0 ? 0 : code == RD_FENCED ? RD_BUSY : code;
-        break;
     }
-    free(mine);
-    free(dead);
-    return rc;
+    x->state = AJ_COMMIT;
+    cmd_commit(&cmd, x->sku, in);
+    rda_raw(x->c, &cmd, on_step, x);
+}
+
+/* The intent run ended with `code`: NOT_REPLICATED gives its lease up at once (every
+ * step it sent was answered, so none can land after another takes it over); a dead
+ * one finished leads to the next round; else the answer. */
+static void run_ended(struct aj *x, int code)
+{
+    if (code == RD_NOT_REPLICATED) {
+        struct rd_cmd cmd;
+        char key[SEG_KEY_MAX];
+        x->state = AJ_YIELD;
+        cmd_script(&cmd, SCRIPT_ADJUST_YIELD);
+        cmd_key(&cmd, seg_key_meta(key, x->sku));
+        cmd_arg(&cmd, x->run->id);
+        cmd_arg(&cmd, x->run->owner);
+        rda_raw(x->c, &cmd, on_step, x);
+        return;
+    }
+    if (x->run == &x->dead && (code == RD_OK || code == RD_REPLAYED)) {
+        if (++x->round < ADJUST_ROUNDS) {
+            begin_round(x);
+            return;
+        }
+        code = RD_BUSY; /* dead intents in every round */
+    }
+    aj_answer(x, code);
+}
+
+/* The transitions, in one place: x->code holds what the state's step answered. */
+static void advance(struct aj *x)
+{
+    switch (x->state) {
+    case AJ_PLAN: {
+        if (x->unread) {
+            aj_answer(x, -1);
+            return;
+        }
+        long long total = 0, *delta = x->mine.delta;
+        int nonempty = 0;
+        for (int i = 0; i < x->n; i++) {
+            total += delta[i];
+            nonempty += delta[i] > 0;
+        }
+        if (strcmp(x->mine.op, "spread") == 0 &&
+            (total < x->n ? total : x->n) <= nonempty) {
+            aj_answer(x, RD_OK); /* a spread that would fill no more segments: gen 0 */
+            return;
+        }
+        for (int i = 0; i < x->n; i++)
+            delta[i] = total / x->n + (i < total % x->n) - delta[i];
+        x->state = AJ_BEGIN;
+        struct rd_cmd cmd;
+        cmd_begin(&cmd, x->sku, x->epoch, x->n, x->limit, &x->mine);
+        rda_raw(x->c, &cmd, on_step, x);
+        return;
+    }
+    case AJ_BEGIN:
+        if (x->run == NULL) { /* no intent: REPLAYED (on a replica), or refused */
+            aj_answer(x, x->code);
+            return;
+        }
+        if (x->code != RD_OK) { /* an intent not on a replica: its lease given up */
+            run_ended(x, x->code);
+            return;
+        }
+        x->taken = 0;
+        x->state = AJ_TAKE;
+        x->k = 0;
+        next_step(x);
+        return;
+    case AJ_TAKE:
+        if (x->code == RD_OK && (x->units < 0 || x->units > -x->run->delta[x->k]))
+            x->code = -1; /* not what ADJUST_TAKE answers */
+        /* fall through */
+    case AJ_GIVE:
+        if (x->code != RD_OK) {
+            run_ended(x, x->code);
+            return;
+        }
+        if (x->state == AJ_TAKE)
+            x->taken += x->units;
+        x->k++;
+        next_step(x);
+        return;
+    case AJ_COMMIT:
+        if (x->code == RD_OK) {
+            x->state = AJ_MARKS;
+            if ((x->left = drop_marks(x, x->run)) > 0)
+                return;
+        }
+        run_ended(x, x->code);
+        return;
+    case AJ_MARKS:
+        run_ended(x, RD_OK);
+        return;
+    case AJ_YIELD:
+        if (x->code < 0)
+            rd_log(true, "adjust yield", rda_error(x->c));
+        aj_answer(x, RD_NOT_REPLICATED);
+        return;
+    }
+}
+
+void rda_adjust_cluster(rda_conn *c, const char *placed, long long epoch, int segments,
+                        const char *op, long long add, long long limit, const char *rid,
+                        const char *sig, int wait_ms, rda_reply_fn fn, void *arg)
+{
+    struct aj *x = seg_calloc(1, sizeof *x);
+    x->c = c;
+    x->fn = fn;
+    x->arg = arg;
+    snprintf(x->placed, sizeof x->placed, "%s", placed);
+    snprintf(x->sku, sizeof x->sku, "%.*s", (int)strcspn(placed, "/"), placed);
+    x->epoch = epoch;
+    x->limit = limit;
+    x->n = segments;
+    x->wait_ms = wait_ms;
+    x->mine.add = add;
+    snprintf(x->mine.op, sizeof x->mine.op, "%s", op);
+    snprintf(x->mine.rid, sizeof x->mine.rid, "%s", rid != NULL ? rid : "");
+    snprintf(x->mine.sig, sizeof x->mine.sig, "%s", rid != NULL ? sig : "");
+    size_t n = segments > 0 ? (size_t)segments : 1;
+    x->mine.delta = seg_calloc(n, sizeof *x->mine.delta);
+    x->dead.delta = seg_calloc(n, sizeof *x->dead.delta);
+    x->reads = seg_calloc(n, sizeof *x->reads);
+    begin_round(x);
 }

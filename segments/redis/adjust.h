@@ -1,6 +1,7 @@
 /* adjust.h -- restock and rebalance on a Redis Cluster: an intent recorded first, then
- * one script per slot. Private to segments/redis/: calls.c's rd_adjust comes here when
- * its connection routes over a cluster; a standalone Redis runs the single ADJUST.
+ * one script per slot, on the event loop (a state machine, as cancel.c). Private to
+ * segments/redis/: backend.c's adjust comes here when its handle routes over a
+ * cluster; a standalone Redis runs the single ADJUST (async.h rda_adjust).
  *
  * On a cluster the meta (inv:sku:{sku}) and each segment's keys ({sku/salt:i}) are
  * different slots, so no script may touch them all. An adjust runs as:
@@ -60,23 +61,24 @@
 #ifndef SEG_REDIS_ADJUST_H
 #define SEG_REDIS_ADJUST_H
 
-#include "segments/redis/calls.h"
+#include "segments/redis/async.h"
 
 /* How long an adjust may run before another takes it over (its process is taken for
  * dead). */
 #define ADJUST_LEASE_MS 15000
 
-/* rd_adjust on a cluster (its contract, calls.h), without segment locks. `op`
+/* rda_adjust on a cluster (store.h adjust), without segment locks, of the SKU whose
+ * segments are at `placed` (store_sku_placed) in `epoch` with `segments`. `op`
  * "restock", "rebalance" or "spread"; `wait_ms` > 0: durability replicated (above).
  * Codes: OK (value = the new gen; 0 when a spread changed nothing), REPLAYED, CONFLICT,
  * STALE, BUSY (another adjust or a reset of the SKU is under way, or this call's lease
  * ran out and another runner may be finishing its intent: retry), LIMIT,
  * NOT_REPLICATED (a step reached no replica: stopped after it, lease ended; a retry
- * under the same request id finishes it). 0, or -1 when Redis gave no usable answer (a
+ * under the same request id finishes it). rc -1 when Redis gave no usable answer (a
  * step's outcome unknown: a retry under the same request id finishes it, once the
- * lease ran out). */
-int adjust_cluster(rd_conn *c, const char *sku, long long epoch, int segments,
-                   const char *op, long long add, long long limit, const char *rid,
-                   const char *sig, int wait_ms, struct rd_reply *out);
+ * lease ran out). `fn` is called once, on the loop, never from inside this call. */
+void rda_adjust_cluster(rda_conn *c, const char *placed, long long epoch, int segments,
+                        const char *op, long long add, long long limit, const char *rid,
+                        const char *sig, int wait_ms, rda_reply_fn fn, void *arg);
 
 #endif

@@ -22,16 +22,6 @@ static rd_conn *conn(const admin *a)
     return ((const struct rd_admin *)a)->c;
 }
 
-/* Move a reply over: the same fields. */
-static void take(struct store_reply *out, struct rd_reply *r)
-{
-    out->code = r->code;
-    out->value = r->value;
-    out->record = r->record;
-    out->plan = r->plan;
-    r->record = r->plan = NULL;
-}
-
 static unsigned caps(admin *a)
 {
     return ADMIN_CAP_BATCH |
@@ -116,44 +106,6 @@ static int skus_list(admin *a, char ***names, size_t *n)
     return rd_skus_list(conn(a), names, n);
 }
 
-static int adjust(admin *a, const char *sku, long long epoch, int segments,
-                  const char *const *tok, const char *op, long long add, long long limit,
-                  const char *rid, const char *sig, int wait_ms, struct store_reply *out)
-{
-    struct rd_reply r = {0};
-    int rc = rd_adjust(conn(a), sku, epoch, segments, tok, op, add, limit, rid, sig,
-                       wait_ms, &r);
-    take(out, &r);
-    return rc;
-}
-
-static int reset(admin *a, const char *sku, long long old_epoch, int old_segments,
-                 const struct admin_reset *to, const char *rid, const char *sig,
-                 struct store_reply *out)
-{
-    const struct rd_reset rt = {
-        .segments = to->segments,
-        .mode = to->mode,
-        .hold_ms = to->hold_ms,
-        .batch = to->batch,
-        .stock = to->stock,
-        .rebalance = to->rebalance,
-        .replicated = to->replicated,
-        .lock = to->lock != NULL && strcmp(to->lock, "redis") != 0 ? to->lock : "",
-        .unfenced = to->unfenced,
-        .epoch = to->epoch,
-        .salt = to->salt,
-        .wait_ms = to->wait_ms,
-        .expect = to->expect,
-        .ledger = to->ledger,
-        .retake = to->retake,
-    };
-    struct rd_reply r = {0};
-    int rc = rd_reset(conn(a), sku, old_epoch, old_segments, &rt, rid, sig, &r);
-    take(out, &r);
-    return rc;
-}
-
 static int wait_replicas(admin *a, const char *placed, int n, const int *seg,
                          const char *id, const char *sku, int timeout_ms)
 {
@@ -195,8 +147,6 @@ static const struct admin_ops redis_admin_ops = {
     .segments_read = segments_read,
     .segment_place = segment_place,
     .skus_list = skus_list,
-    .adjust = adjust,
-    .reset = reset,
     .wait = wait_replicas,
     .hold_by_id = hold_by_id,
     .holds_sweep = holds_sweep,

@@ -144,8 +144,9 @@ void rda_renew(rda_conn *c, const char *sku, int i, const char *token, int ttl_m
 void rda_deduct_multi(rda_conn *c, const char *sku, long long epoch, const char *id,
                       const char *record, const char *attempt, const struct rd_parts *p,
                       rda_multi_fn fn, void *arg);
-/* ADJUST (lua/adjust.lua); `fence` NULL: fenced by the tokens, else by a lock
- * service's fences (store.h `adjust`). */
+/* ADJUST (store.h `adjust`) on a standalone Redis: one script (lua/adjust.lua),
+ * `fence` NULL: fenced by the tokens, else by a lock service's fences. (A cluster's is
+ * adjust.h rda_adjust_cluster: the store's op chooses.) */
 void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
                 const char *const *tok, const long long *fence, const char *op,
                 long long add, long long limit, const char *rid, const char *sig,
@@ -217,6 +218,15 @@ void rda_wait(rda_conn *c, const char *sku, int i, const char *id, int timeout_m
  * fewest replicas any of them reached. */
 void rda_wait_keys(rda_conn *c, int n, char *const *keys, int timeout_ms, rda_int_fn fn,
                    void *arg);
+/* RESET (store.h reset, the same arguments and codes; calls.h struct rd_reset, `to`
+ * and its strings the caller's until fn): on a standalone Redis one script
+ * (lua/reset.lua); on a cluster the steps of reset.c (BEGIN, one per segment, COMMIT,
+ * the SKU set), each on a replica first with to->wait_ms; then the records of the old
+ * segments' orders dropped a page at a time (best effort) before the answer. A new
+ * SKU's salt (to->salt < 0) is chosen from the handle's slot map. */
+void rda_reset(rda_conn *c, const char *sku, long long old_epoch, int old_segments,
+               const struct rd_reset *to, const char *rid, const char *sig,
+               rda_reply_fn fn, void *arg);
 /* CANCEL (store.h cancel, the same arguments and codes): on a standalone Redis one
  * script (lua/cancel.lua); on a cluster the steps of cancel.c, one slot at a time. */
 void rda_cancel(rda_conn *c, const char *placed, long long epoch, const char *id,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/redis/adjust.h"
 #include "segments/redis/cmd.h"
 #include "segments/redis/holds.h"
 
@@ -145,10 +146,39 @@ static void deduct_multi(store *s, const char *sku, long long epoch, const char 
 static void adjust(store *s, const char *sku, long long epoch, int segments,
                    const char *const *tok, const long long *fence, const char *op,
                    long long add, long long limit, const char *rid, const char *sig,
-                   store_reply_fn fn, void *arg)
+                   int wait_ms, store_reply_fn fn, void *arg)
 {
-    rda_adjust(conn(s), sku, epoch, segments, tok, fence, op, add, limit, rid, sig, fn,
-               arg);
+    if (rda_cluster(conn(s))) /* steps over the segments' slots, without locks */
+        rda_adjust_cluster(conn(s), sku, epoch, segments, op, add, limit, rid, sig,
+                           wait_ms, fn, arg);
+    else
+        rda_adjust(conn(s), sku, epoch, segments, tok, fence, op, add, limit, rid, sig,
+                   fn, arg); /* one script: its caller WAITs after it */
+}
+
+/* (The caller waits for the answer: `rt` borrows to's strings.) */
+static void reset(store *s, const char *sku, long long old_epoch, int old_segments,
+                  const struct store_reset *to, const char *rid, const char *sig,
+                  store_reply_fn fn, void *arg)
+{
+    const struct rd_reset rt = {
+        .segments = to->segments,
+        .mode = to->mode,
+        .hold_ms = to->hold_ms,
+        .batch = to->batch,
+        .stock = to->stock,
+        .rebalance = to->rebalance,
+        .replicated = to->replicated,
+        .lock = to->lock != NULL && strcmp(to->lock, "redis") != 0 ? to->lock : "",
+        .unfenced = to->unfenced,
+        .epoch = to->epoch,
+        .salt = to->salt,
+        .wait_ms = to->wait_ms,
+        .expect = to->expect,
+        .ledger = to->ledger,
+        .retake = to->retake,
+    };
+    rda_reset(conn(s), sku, old_epoch, old_segments, &rt, rid, sig, fn, arg);
 }
 
 static void cancel(store *s, const char *placed, long long epoch, const char *id,
@@ -291,6 +321,7 @@ static const struct store_ops redis_ops = {
     .deduct_batch = deduct_batch,
     .deduct_multi = deduct_multi,
     .adjust = adjust,
+    .reset = reset,
     .cancel = cancel,
     .claim = claim,
     .confirm = confirm,

@@ -43,8 +43,9 @@
  *   RD_NOT_REPLICATED  (the seam's own, no script answers it) durability "replicated"
  *                on a cluster: a step of a multi-step call (adjust, reset; a cancel,
  *                async.h rda_cancel) reached no replica in time (WAIT), so the call
- *                stopped before its next step (see rd_adjust, rd_reset)
- *   RD_MISMATCH  RESET: the SKU is not the version the caller names (rd_reset.expect)
+ *                stopped before its next step (see adjust.h, reset.c)
+ *   RD_MISMATCH  RESET: the SKU is not the version the caller names (struct
+ * rd_reset.expect)
  */
 #define RD_OK 0
 #define RD_BUSY 1
@@ -282,27 +283,6 @@ int rd_wait_step(rd_conn *c, int wait_ms, const char *placed, int n, const int *
 
 /* ---- the whole SKU ------------------------------------------------------------- */
 
-/* ADJUST: `op` "restock" (add units, raising initial; refused past `limit` as
- * initial), "rebalance" (even the stock out) or "spread" (rebalance only when that
- * fills more segments), under tok[0..segments-1], while the SKU is `epoch` with
- * `segments`. `rid`/`sig`: request id and what the write is (NULL: none). Codes: OK
- * (value = new gen, 0 when nothing changed), REPLAYED, CONFLICT, STALE, FENCED,
- * LIMIT. 0 or -1. `wait_ms` is for a cluster only (a standalone Redis runs one script:
- * its caller WAITs after it, once the locks are dropped).
- * On a Redis Cluster (the connection routes over one) the script would span slots, so
- * it runs as an intent recorded in the meta and one step per slot (adjust.h), with no
- * segment locks: `tok` is ignored (may be NULL), a restock's units reach the segments
- * before `initial` rises at the commit, and the codes are OK, REPLAYED, CONFLICT,
- * STALE, LIMIT, BUSY (another adjust or a reset of the SKU is under way: retry) and,
- * with `wait_ms` > 0 (durability replicated: every step WAITs `wait_ms` for a replica
- * before the next is sent), NOT_REPLICATED (a step reached no replica: stopped there;
- * the retry under the same request id, or the next adjust, finishes it exactly once).
- * An adjust whose process died is finished by the next one of the SKU (or its retry
- * under the same request id) before that one's own. */
-int rd_adjust(rd_conn *c, const char *sku, long long epoch, int segments,
-              const char *const *tok, const char *op, long long add, long long limit,
-              const char *rid, const char *sig, int wait_ms, struct rd_reply *out);
-
 /* What a reset writes: the new settings and epoch (segments 0: delete the SKU). */
 struct rd_reset {
     int segments;
@@ -318,7 +298,7 @@ struct rd_reset {
     int salt;           /* the placement salt the SKU has now (a cluster keeps it across
                            resets; a create picks one) */
     int wait_ms;        /* > 0: the SKU is (or becomes) "replicated": on a cluster each
-                           step WAITs 1 wait_ms for a replica before the next (rd_reset) */
+                           step WAITs 1 wait_ms for a replica before the next (reset.c) */
     const char *expect; /* the version it replaces, compared in the script that starts
                            the reset: NULL or "" any, "-" none (create only: EXISTS),
                            "*" any existing one, "<epoch>.<gen>" exactly that one
@@ -330,22 +310,5 @@ struct rd_reset {
                            signature: its earlier attempt, dead) is taken over at once,
                            its lease or not (lua/reset_begin.lua) */
 };
-
-/* RESET: replace (or delete) `sku`, found as `old_epoch` with `old_segments` (0, 0:
- * none), dropping every key of the old segments, then (after OK) the records of their
- * orders, in batches; a record not dropped (Redis went away meanwhile) is dead and
- * ignored by every read (keys.h). `rid`/`sig` as for rd_adjust. Codes: OK, REPLAYED,
- * CONFLICT, EXISTS, MISMATCH (to->expect), STALE, MISSING (delete of no SKU),
- * NOT_REPLICATED; with OK and REPLAYED out->value is 1 when the reset created the SKU
- * (a replay: when the first run did), else 0. 0 or -1.
- * On a Redis Cluster it runs as steps (BEGIN in the meta, one per segment, COMMIT);
- * with `to->wait_ms` each step is on a replica of every node it wrote before the
- * next is sent (the SKU set's and the meta's after the commit; a replay waits for
- * the meta), else NOT_REPLICATED: the reset stopped there, its lease given up, and
- * its retry (or any reset of the SKU) takes it over at once and finishes it. A
- * standalone Redis runs one script and does not WAIT. */
-int rd_reset(rd_conn *c, const char *sku, long long old_epoch, int old_segments,
-             const struct rd_reset *to, const char *rid, const char *sig,
-             struct rd_reply *out);
 
 #endif

@@ -148,7 +148,7 @@ int proto_scan_page(const redisReply *r, bool hash, char *cursor, size_t cursor_
  * segment goes), RESET_COMMIT, and the SADD (or SREM) of the SKU's name; RESET_YIELD:
  * the reset in `epoch` stopped part way and gives up its lease (`untouched`: it reset
  * no segment and took over no dead reset, so its mark goes). `expect`: the version
- * the reset replaces (calls.h rd_reset.expect); `retake`: calls.h rd_reset.retake. */
+ * the reset replaces (calls.h struct rd_reset's expect); `retake`: its retake. */
 void proto_reset_begin(struct rd_cmd *c, const char *sku, long long old_epoch,
                        int old_segments, long long epoch, int segments, int lease_ms,
                        const char *expect, const char *rid, const char *sig, bool retake);
