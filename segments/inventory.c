@@ -163,18 +163,6 @@ inv_conn *inv_conn_create(inv *v)
     return c;
 }
 
-void inv_conn_clear(inv_conn *c)
-{
-    c->adm->ops->free(c->adm);
-    if (c->st != NULL) {
-        c->st->ops->free(c->st); /* answers what the engine's orders are owed first */
-        if (c->eng != NULL)
-            c->eng_free(c->eng);
-        event_base_free(c->base);
-    }
-    ltab_free(c->tab); /* after the engine, which borrows it */
-}
-
 void inv_conn_free(inv_conn *c)
 {
     if (c == NULL)
