@@ -1190,8 +1190,12 @@ int main(void)
         cmocka_unit_test(test_failover_replicated_loses_nothing),
         cmocka_unit_test(test_failover_async_counts_losses),
         cmocka_unit_test(test_replicated_retry_after_failover),
-        cmocka_unit_test(test_replicated_multi_retry_after_failover),
+        /* Right after a failover the service's loop made no call about: its next
+         * order must route by the process's newer map (async_conn.c
+         * follow_process_map), not to the old master, frozen here as the new one's
+         * replica (before: 503 backend_unavailable, "no reply within 1000 ms"). */
         cmocka_unit_test(test_replicated_record_follows_sale),
+        cmocka_unit_test(test_replicated_multi_retry_after_failover),
         cmocka_unit_test(test_replicated_record_follows_parts),
         cmocka_unit_test(test_replicated_reset_across_failover),
         cmocka_unit_test(test_replicated_delete_waits),

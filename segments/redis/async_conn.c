@@ -8,6 +8,7 @@
 #include "base/xalloc.h"
 #include "segments/redis/async_internal.h"
 #include "segments/redis/proto.h"
+#include "segments/redis/smap.h"
 
 /* A cluster's map request: CLUSTER SHARDS, or CLUSTER SLOTS where SHARDS is unknown. */
 struct map_req {
@@ -58,6 +59,25 @@ static struct link *link_for(const rda_conn *c, int slot)
     return c->links[0];
 }
 
+static void apply_map(rda_conn *c, const struct rd_slot_map *m);
+
+/* Route by the process's slot map (smap.h) once it has a newer snapshot than the one
+ * applied last: one map per process, refreshed every RD_SMAP_TICK_MS by its thread,
+ * so a promotion another connection (or the tick) learned is known here too, not only
+ * after this handle's own refresh (MOVED, a failed link, REFRESH_EVERY_MS) -- a
+ * frozen old master would otherwise cost a command its whole timeout. */
+static void follow_process_map(rda_conn *c)
+{
+    if (c->mode == NULL || !is_cluster(c) || rd_smap_gen(c->mode) <= c->smap_gen)
+        return;
+    const struct rd_smap_snap *s = rd_smap_get(c->mode);
+    if (s == NULL)
+        return;
+    c->smap_gen = s->gen;
+    apply_map(c, &s->map);
+    rd_smap_put(s);
+}
+
 void rda_route(struct req *q)
 {
     rda_conn *c = q->c;
@@ -66,6 +86,7 @@ void rda_route(struct req *q)
         c->delayed = q;
         return;
     }
+    follow_process_map(c);
     link_send(link_for(c, q->lq.cmd.slot), &q->lq);
 }
 

@@ -86,6 +86,7 @@ struct rda_conn {
     int nlinks, cap;
     /* A cluster only: */
     int16_t route[RD_SLOTS];     /* slot -> index in links of its master; -1 unknown */
+    long long smap_gen;          /* the process's map (mode) last applied: its gen */
     bool refreshing;             /* a map request is out */
     long long refreshed_ms;      /* when the last one was sent */
     struct event *refresh_soon;  /* a refresh held back by the throttle */
