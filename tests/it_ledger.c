@@ -78,26 +78,12 @@ static int group_teardown(void **state)
 
 static long long scalar(struct env *e, const char *fmt, const char *sku)
 {
-    char sql[512];
-    snprintf(sql, sizeof sql, fmt, sku);
-    return h_pg_scalar(e->pg, sql);
+    return h_ledger_scalar(e->pg, fmt, sku);
 }
 
-/* The ledger holds each of `sales` sales of `sku` once, and nothing else sold. */
 static void assert_once(struct env *e, const char *sku, long long sales)
 {
-    assert_int_equal(scalar(e,
-                            "SELECT count(*) FROM ledger.order_events"
-                            " WHERE sku = '%s' AND kind = 'sale'",
-                            sku),
-                     sales);
-    assert_int_equal(scalar(e,
-                            "SELECT count(DISTINCT order_id) FROM ledger.order_events"
-                            " WHERE sku = '%s' AND kind = 'sale'",
-                            sku),
-                     sales);
-    assert_int_equal(
-        scalar(e, "SELECT count(*) FROM ledger.orders WHERE sku = '%s'", sku), sales);
+    h_ledger_assert_once(e->pg, sku, sales);
 }
 
 /* Sales, cancels, a restock and a rebalance: each an event, copied once; the
@@ -235,31 +221,6 @@ static void test_retention(void **state)
     h_resp_free(&r);
 }
 
-/* The fields the segments of `sku` hold per order (orders and parts hashes,
- * cancelled sets), summed; -1 when Redis does not answer. */
-static long long segment_fields(redisContext *rc, const char *sku)
-{
-    redisReply *k = redisCommand(rc, "KEYS inv:{%s:*}:*", sku);
-    if (k == NULL || k->type != REDIS_REPLY_ARRAY) {
-        freeReplyObject(k);
-        return -1;
-    }
-    long long n = 0;
-    for (size_t j = 0; j < k->elements && n >= 0; j++) {
-        const char *key = k->element[j]->str;
-        const char *cmd = strstr(key, ":orders") || strstr(key, ":parts") ? "HLEN"
-                          : strstr(key, ":cancelled")                     ? "SCARD"
-                                                                          : NULL;
-        if (cmd == NULL)
-            continue;
-        redisReply *x = redisCommand(rc, "%s %s", cmd, key);
-        n = x != NULL && x->type == REDIS_REPLY_INTEGER ? n + x->integer : -1;
-        freeReplyObject(x);
-    }
-    freeReplyObject(k);
-    return n;
-}
-
 /* Redis memory per SKU reaches a steady state (issue 24): once the ledger has an
  * order and its record is past record_retention_s, the segments forget it too (its
  * field in the orders hash, its id in the cancelled set). Its cancel still works,
@@ -279,14 +240,11 @@ static void test_retention_forgets_segment_fields(void **state)
     struct h_resp r;
     assert_int_equal(h_req(port, "DELETE", "/orders/le9-o0", NULL, NULL, &r), 200);
     h_resp_free(&r);
-    redisContext *rc = h_redis_connect(e->redis);
-    assert_non_null(rc);
     long long fields = -1;
     for (int waited = 0; waited < 10000 && fields != 0; waited += 200) {
-        fields = segment_fields(rc, "le9");
+        fields = h_ledger_fields(h_redis_port(e->redis), "le9");
         usleep(200 * 1000);
     }
-    redisFree(rc);
     assert_int_equal(fields, 0);
     json_t *sku = h_get_sku(port, NULL, "le9");
     assert_int_equal(h_jint(sku, "remaining"), 1000 - 19 - 3);

@@ -163,24 +163,8 @@ static long long cluster_fields(struct cenv *e, const char *sku)
         freeReplyObject(role);
         if (!master)
             continue; /* a replica answers MOVED */
-        redisReply *k = h_port_command(p, "KEYS inv:{%s:*}:*", placed);
-        if (k == NULL || k->type != REDIS_REPLY_ARRAY) {
-            freeReplyObject(k);
-            n = -1;
-            break;
-        }
-        for (size_t j = 0; j < k->elements && n >= 0; j++) {
-            const char *key = k->element[j]->str;
-            const char *cmd = strstr(key, ":orders") || strstr(key, ":parts") ? "HLEN"
-                              : strstr(key, ":cancelled")                     ? "SCARD"
-                                                                              : NULL;
-            if (cmd == NULL)
-                continue;
-            redisReply *x = h_port_command(p, "%s %s", cmd, key);
-            n = x != NULL && x->type == REDIS_REPLY_INTEGER ? n + x->integer : -1;
-            freeReplyObject(x);
-        }
-        freeReplyObject(k);
+        long long f = h_ledger_fields(p, placed);
+        n = f < 0 ? -1 : n + f;
     }
     json_decref(view);
     return n;

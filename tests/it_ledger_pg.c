@@ -91,26 +91,12 @@ static int group_teardown(void **state)
 
 static long long scalar(struct env *e, const char *fmt, const char *sku)
 {
-    char sql[512];
-    snprintf(sql, sizeof sql, fmt, sku);
-    return h_pg_scalar(e->pg, sql);
+    return h_ledger_scalar(e->pg, fmt, sku);
 }
 
-/* The ledger holds each of `sales` sales of `sku` once, and nothing else sold. */
 static void assert_once(struct env *e, const char *sku, long long sales)
 {
-    assert_int_equal(scalar(e,
-                            "SELECT count(*) FROM ledger.order_events"
-                            " WHERE sku = '%s' AND kind = 'sale'",
-                            sku),
-                     sales);
-    assert_int_equal(scalar(e,
-                            "SELECT count(DISTINCT order_id) FROM ledger.order_events"
-                            " WHERE sku = '%s' AND kind = 'sale'",
-                            sku),
-                     sales);
-    assert_int_equal(
-        scalar(e, "SELECT count(*) FROM ledger.orders WHERE sku = '%s'", sku), sales);
+    h_ledger_assert_once(e->pg, sku, sales);
 }
 
 /* The store's events of `sku` not yet copied (and deleted) by a sink. */

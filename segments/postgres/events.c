@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/postgres/bconn.h"
 
 /* The triggers look the SKU up only for a segment row whose flag is set, and for an
  * order row written by a session of a service with a ledger (inv.ledger on: conn.h
@@ -67,15 +68,13 @@ const char *const pgev_schema[] = {
 };
 
 struct pgev {
-    char *conninfo;
-    PGconn *conn; /* NULL: made at the next call */
-    char errstr[256];
+    struct pgbc b; /* bconn.h */
 };
 
 pgev *pgev_create(const char *conninfo)
 {
     pgev *p = seg_calloc(1, sizeof *p);
-    p->conninfo = seg_strdup(conninfo);
+    pgbc_init(&p->b, conninfo);
     return p;
 }
 
@@ -83,31 +82,24 @@ void pgev_free(pgev *p)
 {
     if (p == NULL)
         return;
-    if (p->conn != NULL)
-        PQfinish(p->conn);
-    free(p->conninfo);
+    pgbc_clear(&p->b);
     free(p);
 }
 
 const char *pgev_error(const pgev *p)
 {
-    return p->errstr;
+    return p->b.errstr;
 }
 
 static int fail(pgev *p, const char *what)
 {
-    const char *msg = p->conn != NULL ? PQerrorMessage(p->conn) : "";
-    snprintf(p->errstr, sizeof p->errstr, "%s: %.*s", what, (int)strcspn(msg, "\n"), msg);
-    if (p->conn != NULL)
-        PQfinish(p->conn); /* rolls back what it held */
-    p->conn = NULL;
-    return -1;
+    return pgbc_fail(&p->b, what);
 }
 
 /* Run `sql` (no result rows wanted): 0 or -1. */
 static int exec(pgev *p, const char *sql, const char *what)
 {
-    PGresult *r = PQexec(p->conn, sql);
+    PGresult *r = PQexec(p->b.conn, sql);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     return ok ? 0 : fail(p, what);
@@ -115,16 +107,7 @@ static int exec(pgev *p, const char *sql, const char *what)
 
 static int ready(pgev *p)
 {
-    if (p->conn != NULL && PQstatus(p->conn) == CONNECTION_OK)
-        return 0;
-    if (p->conn != NULL)
-        PQfinish(p->conn);
-    const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-    const char *vals[] = {p->conninfo, "3", "inventoryd ledger", NULL};
-    p->conn = PQconnectdbParams(keys, vals, 1);
-    if (p->conn == NULL || PQstatus(p->conn) != CONNECTION_OK)
-        return fail(p, "connect");
-    return exec(p, "SET statement_timeout = 10000", "settings");
+    return pgbc_ready(&p->b) < 0 ? -1 : 0;
 }
 
 /* The batch locked in the subquery (SKIP LOCKED: another sink's rows are left to it),
@@ -143,7 +126,7 @@ int pgev_take(pgev *p, int max, struct pgev_row **out, int *n)
     char lim[16];
     snprintf(lim, sizeof lim, "%d", max);
     const char *params[1] = {lim};
-    PGresult *r = PQexecParams(p->conn, take_sql, 1, NULL, params, NULL, NULL, 0);
+    PGresult *r = PQexecParams(p->b.conn, take_sql, 1, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         PQclear(r);
         return fail(p, "take");
@@ -174,13 +157,13 @@ int pgev_take(pgev *p, int max, struct pgev_row **out, int *n)
 
 long long pgev_count(pgev *p, long long cap)
 {
-    if (p->conn == NULL)
+    if (p->b.conn == NULL)
         return -1;
     char c[24];
     snprintf(c, sizeof c, "%lld", cap);
     const char *params[1] = {c};
     PGresult *r = PQexecParams(
-        p->conn, "SELECT count(*) FROM (SELECT 1 FROM events LIMIT $1::bigint) t", 1,
+        p->b.conn, "SELECT count(*) FROM (SELECT 1 FROM events LIMIT $1::bigint) t", 1,
         NULL, params, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         PQclear(r);
@@ -193,7 +176,7 @@ long long pgev_count(pgev *p, long long cap)
 
 int pgev_done(pgev *p, const struct pgev_row *rows, int n)
 {
-    if (p->conn == NULL)
+    if (p->b.conn == NULL)
         return -1; /* the transaction was lost: the rows are still there */
     size_t cap = (size_t)n * 24 + 3, len = 0;
     char *ids = seg_malloc(cap);
@@ -203,8 +186,9 @@ int pgev_done(pgev *p, const struct pgev_row *rows, int n)
             (size_t)snprintf(ids + len, cap - len, "%s%s", k ? "," : "", rows[k].entry);
     snprintf(ids + len, cap - len, "}");
     const char *params[1] = {ids};
-    PGresult *r = PQexecParams(p->conn, "DELETE FROM events WHERE id = ANY($1::bigint[])",
-                               1, NULL, params, NULL, NULL, 0);
+    PGresult *r =
+        PQexecParams(p->b.conn, "DELETE FROM events WHERE id = ANY($1::bigint[])", 1,
+                     NULL, params, NULL, NULL, 0);
     free(ids);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
@@ -212,7 +196,7 @@ int pgev_done(pgev *p, const struct pgev_row *rows, int n)
         return fail(p, "delete");
     /* A COMMIT the server answers with ROLLBACK (the session lost meanwhile) is not one.
      */
-    r = PQexec(p->conn, "COMMIT");
+    r = PQexec(p->b.conn, "COMMIT");
     ok = PQresultStatus(r) == PGRES_COMMAND_OK && strcmp(PQcmdStatus(r), "COMMIT") == 0;
     PQclear(r);
     return ok ? 0 : fail(p, "commit");
@@ -220,7 +204,7 @@ int pgev_done(pgev *p, const struct pgev_row *rows, int n)
 
 void pgev_abandon(pgev *p)
 {
-    if (p->conn != NULL)
+    if (p->b.conn != NULL)
         exec(p, "ROLLBACK", "rollback");
 }
 

@@ -8,11 +8,10 @@
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/postgres/bconn.h"
 
 struct pgl {
-    char *conninfo;
-    PGconn *conn; /* NULL: made at the next call */
-    char errstr[256];
+    struct pgbc b; /* bconn.h */
 };
 
 static const char schema_sql[] =
@@ -114,7 +113,7 @@ static void sb_ll(struct sbuf *b, long long v, bool first)
 pgl *pgl_create(const char *conninfo)
 {
     pgl *p = seg_calloc(1, sizeof *p);
-    p->conninfo = seg_strdup(conninfo);
+    pgbc_init(&p->b, conninfo);
     return p;
 }
 
@@ -122,49 +121,35 @@ void pgl_free(pgl *p)
 {
     if (p == NULL)
         return;
-    if (p->conn != NULL)
-        PQfinish(p->conn);
-    free(p->conninfo);
+    pgbc_clear(&p->b);
     free(p);
 }
 
 const char *pgl_error(const pgl *p)
 {
-    return p->errstr;
+    return p->b.errstr;
 }
 
 static int fail(pgl *p, const char *what)
 {
-    const char *msg = p->conn != NULL ? PQerrorMessage(p->conn) : "";
-    snprintf(p->errstr, sizeof p->errstr, "%s: %.*s", what, (int)strcspn(msg, "\n"), msg);
-    if (p->conn != NULL)
-        PQfinish(p->conn);
-    p->conn = NULL;
-    return -1;
+    return pgbc_fail(&p->b, what);
 }
 
 /* Connected, the schema made: 0 or -1. */
 static int ready(pgl *p)
 {
-    if (p->conn != NULL && PQstatus(p->conn) == CONNECTION_OK)
-        return 0;
-    if (p->conn != NULL)
-        PQfinish(p->conn);
-    const char *keys[] = {"dbname", "connect_timeout", NULL};
-    const char *vals[] = {p->conninfo, "3", NULL};
-    p->conn = PQconnectdbParams(keys, vals, 1);
-    if (p->conn == NULL || PQstatus(p->conn) != CONNECTION_OK)
-        return fail(p, "connect");
-    PGresult *r = PQexec(p->conn, "SET statement_timeout = 10000");
-    PQclear(r);
-    r = PQexec(p->conn, schema_sql); /* one implicit transaction: the lock holds */
+    int made = pgbc_ready(&p->b);
+    if (made <= 0)
+        return made;
+    PGresult *r =
+        PQexec(p->b.conn, schema_sql); /* one implicit transaction: the lock holds */
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     if (!ok)
         return fail(p, "schema");
     /* Prepared once per connection: parsed once, and planned once when PostgreSQL
      * settles on the generic plan (its arrays' sizes do not change the plan). */
-    r = PQprepare(p->conn, "ledger_copy", copy_sql, 10, NULL);
+    r = PQprepare(p->b.conn, "ledger_copy", copy_sql, 10, NULL);
     ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     return ok ? 0 : fail(p, "prepare");
@@ -197,7 +182,7 @@ int pgl_copy_send(pgl *p, const char *stream, const char *sku, int seg,
     const char *params[10] = {stream,   sku,      sg,       col[0].p, col[1].p,
                               col[2].p, col[3].p, col[4].p, col[5].p, col[6].p};
     /* The parameters are in libpq's output buffer once this returns. */
-    int sent = PQsendQueryPrepared(p->conn, "ledger_copy", 10, params, NULL, NULL, 0);
+    int sent = PQsendQueryPrepared(p->b.conn, "ledger_copy", 10, params, NULL, NULL, 0);
     for (int c = 0; c < 7; c++)
         free(col[c].p);
     return sent ? 0 : fail(p, "copy");
@@ -205,11 +190,11 @@ int pgl_copy_send(pgl *p, const char *stream, const char *sku, int seg,
 
 int pgl_copy_wait(pgl *p)
 {
-    if (p->conn == NULL)
+    if (p->b.conn == NULL)
         return -1;
     bool ok = false, any = false;
     PGresult *r;
-    while ((r = PQgetResult(p->conn)) != NULL) {
+    while ((r = PQgetResult(p->b.conn)) != NULL) {
         ok = !any && PQresultStatus(r) == PGRES_COMMAND_OK;
         any = true;
         PQclear(r);
@@ -232,7 +217,7 @@ int pgl_order(pgl *p, const char *id, char **record, char *sku, size_t skulen,
     if (ready(p) != 0)
         return -1;
     const char *params[1] = {id};
-    PGresult *r = PQexecParams(p->conn,
+    PGresult *r = PQexecParams(p->b.conn,
                                "SELECT record, sku, epoch, status = 'cancelled'"
                                " FROM ledger.orders WHERE order_id = $1"
                                " AND record IS NOT NULL ORDER BY updated_at DESC LIMIT 1",
@@ -261,7 +246,7 @@ int pgl_counts(pgl *p, const char *sku, long long epoch, long long *stock,
     char e[24];
     snprintf(e, sizeof e, "%lld", epoch);
     const char *params[2] = {sku, e};
-    PGresult *r = PQexecParams(p->conn,
+    PGresult *r = PQexecParams(p->b.conn,
                                "SELECT stock, sold, events FROM ledger.movements"
                                " WHERE sku = $1 AND epoch = $2::bigint",
                                2, NULL, params, NULL, NULL, 0);

@@ -194,9 +194,8 @@ static int sweep_one(rd_conn *c, const char *m)
     return settled;
 }
 
-int rd_holds_sweep(rd_conn *c, int limit, int *settled)
+redisReply *rd_holds_due(rd_conn *c, int limit, bool scores)
 {
-    *settled = 0;
     /* The store's clock decides what is due (TIME), never this process's. */
     struct rd_cmd cmd;
     cmd_plain(&cmd, "TIME");
@@ -206,7 +205,7 @@ int rd_holds_sweep(rd_conn *c, int limit, int *settled)
         t->element[0]->type != REDIS_REPLY_STRING) {
         if (t != NULL)
             freeReplyObject(t);
-        return -1;
+        return NULL;
     }
     long long now = strtoll(t->element[0]->str, NULL, 10) * 1000 +
                     strtoll(t->element[1]->str, NULL, 10) / 1000;
@@ -215,6 +214,8 @@ int rd_holds_sweep(rd_conn *c, int limit, int *settled)
     cmd_key(&cmd, seg_key_holding());
     cmd_arg(&cmd, "-inf");
     cmd_argll(&cmd, now);
+    if (scores)
+        cmd_arg(&cmd, "WITHSCORES");
     cmd_arg(&cmd, "LIMIT");
     cmd_arg(&cmd, "0");
     cmd_argll(&cmd, limit);
@@ -222,8 +223,17 @@ int rd_holds_sweep(rd_conn *c, int limit, int *settled)
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         if (r != NULL)
             freeReplyObject(r);
-        return -1;
+        return NULL;
     }
+    return r;
+}
+
+int rd_holds_sweep(rd_conn *c, int limit, int *settled)
+{
+    *settled = 0;
+    redisReply *r = rd_holds_due(c, limit, false);
+    if (r == NULL)
+        return -1;
     int rc = 0;
     for (size_t k = 0; k < r->elements; k++) {
         if (r->element[k]->type != REDIS_REPLY_STRING)

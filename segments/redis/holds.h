@@ -38,6 +38,10 @@ int rd_hold_decode_by_id(const struct redisReply *r, struct store_reply *out,
 int rd_hold_by_id(rd_conn *c, const char *id, enum store_hold_action act,
                   const char *attempt, struct store_reply *out, struct store_hold *h);
 int rd_holds_sweep(rd_conn *c, int limit, int *settled);
+/* Up to `limit` holds due by Redis's clock (TIME) from the list of holdings, oldest
+ * first (`scores`: each with its due time after it), or NULL when Redis gave no
+ * usable answer: both sweeps' first read. */
+struct redisReply *rd_holds_due(rd_conn *c, int limit, bool scores);
 
 /* On a Redis Cluster (holds_slot.c): store.h's hold_place_any and hold_by_id as chains
  * of calls on a loop's connection (fn once, never inside the call; -1: no answer, the

@@ -629,33 +629,9 @@ static int sweep_one(rd_conn *c, const char *member, const char *score)
 int rd_holds_sweep_slots(rd_conn *c, int limit, int *settled)
 {
     *settled = 0;
-    struct rd_cmd cmd;
-    cmd_plain(&cmd, "TIME"); /* Redis's clock picks what to look at, never ours */
-    cmd_route_as(&cmd, seg_key_holding());
-    redisReply *t = store_call(c, &cmd);
-    if (t == NULL || t->type != REDIS_REPLY_ARRAY || t->elements != 2 ||
-        t->element[0]->type != REDIS_REPLY_STRING) {
-        if (t != NULL)
-            freeReplyObject(t);
+    redisReply *r = rd_holds_due(c, limit, true);
+    if (r == NULL)
         return -1;
-    }
-    long long now = strtoll(t->element[0]->str, NULL, 10) * 1000 +
-                    strtoll(t->element[1]->str, NULL, 10) / 1000;
-    freeReplyObject(t);
-    cmd_plain(&cmd, "ZRANGEBYSCORE");
-    cmd_key(&cmd, seg_key_holding());
-    cmd_arg(&cmd, "-inf");
-    cmd_argll(&cmd, now);
-    cmd_arg(&cmd, "WITHSCORES");
-    cmd_arg(&cmd, "LIMIT");
-    cmd_arg(&cmd, "0");
-    cmd_argll(&cmd, limit);
-    redisReply *r = store_call(c, &cmd);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        if (r != NULL)
-            freeReplyObject(r);
-        return -1;
-    }
     int rc = 0;
     for (size_t k = 0; k + 1 < r->elements; k += 2) {
         if (r->element[k]->type != REDIS_REPLY_STRING ||
