@@ -3,11 +3,8 @@
 #include "api/access.h"
 #include "api/server.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -23,6 +20,7 @@
 
 #include "api/events.h"
 #include "api/gauges.h"
+#include "api/listen.h"
 #include "api/loop.h"
 #include "api/metrics.h"
 #include "api/pool.h"
@@ -32,7 +30,6 @@
 #include "base/log.h"
 #include "base/names.h"
 
-#define LISTEN_BACKLOG 4096
 /* Workers for the quick Redis calls (health, admin reads, order lookups). */
 #define CONTROL_THREADS 4
 /* Workers for the admin calls that may wait for segment locks (cancel, restock,
@@ -663,44 +660,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", line);
 }
 
-/* The listening socket, bound once and shared by every loop's daemon. No
- * SO_REUSEPORT: a second process on the same port is refused, not handed half the
- * connections. -1 with `err` filled when it cannot be had. */
-static int listen_on(const struct api_options *opt, bool *v6, char *err, size_t errlen)
-{
-    struct sockaddr_storage addr;
-    memset(&addr, 0, sizeof(addr));
-    socklen_t len;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
-    if (inet_pton(AF_INET, opt->bind, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)opt->port);
-        len = sizeof *a4;
-        *v6 = false;
-    } else if (inet_pton(AF_INET6, opt->bind, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)opt->port);
-        len = sizeof *a6;
-        *v6 = true;
-    } else {
-        snprintf(err, errlen, "bind: not a numeric address: %s", opt->bind);
-        return -1;
-    }
-    int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        (*v6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
-        bind(fd, (struct sockaddr *)&addr, len) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
-        snprintf(err, errlen, "cannot listen on %s port %d (%s)", opt->bind, opt->port,
-                 strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* A loop's daemon: no thread of its own, driven through its epoll fd (api/loop.h);
  * MHD_USE_ITC so that a pool worker's resume wakes that fd. */
 static struct MHD_Daemon *make_daemon(struct api_loop *l, void *arg)
@@ -753,7 +712,7 @@ struct api_server *api_server_start(const struct api_options *opt, inv *v, char 
     s->nloops = opt->threads;
     clock_gettime(CLOCK_MONOTONIC, &s->started);
     bool v6;
-    if ((s->listen_fd = listen_on(opt, &v6, err, errlen)) < 0 ||
+    if ((s->listen_fd = api_listen(opt->bind, opt->port, &v6, err, errlen)) < 0 ||
         (s->slow = pool_create(SLOW_THREADS, worker_init, worker_fini, v, err, errlen)) ==
             NULL ||
         (s->control = pool_create(CONTROL_THREADS, worker_init, worker_fini, v, err,
