@@ -304,6 +304,210 @@ static void test_dead_place_taken_over(void **state)
     assert_int_equal(n.remaining, 7);
 }
 
+/* ---- holds over several segments ------------------------------------------------- */
+
+/* The parts of a hold's (an order's) JSON: their qty summed, their count in *n. */
+static long long parts_sum(json_t *j, size_t *n)
+{
+    json_t *ps = json_object_get(j, "segments");
+    assert_true(json_is_array(ps));
+    long long sum = 0;
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        long long q = jint(json_array_get(ps, i), "qty");
+        assert_true(q > 0);
+        sum += q;
+    }
+    *n = json_array_size(ps);
+    return sum;
+}
+
+/* GET /reservations/{id}: its status into `st` (16 bytes) and its parts' sum. */
+static long long resv_parts(int port, const char *id, char *st, size_t *n)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/reservations/%s", id);
+    struct h_resp r;
+    assert_int_equal(h_http(port, "GET", path, NULL, NULL, 0, &r), 200);
+    json_t *j = h_resp_json(&r);
+    snprintf(st, 16, "%s", json_string_value(json_object_get(j, "status")));
+    long long sum = parts_sum(j, n);
+    json_decref(j);
+    h_resp_free(&r);
+    return sum;
+}
+
+/* A hold no one segment can give takes parts of several, whose keys live in other
+ * slots, all or nothing (as a multi-segment order): placed, replayed, confirmed as
+ * one order over its segments (cancelled as one), released, voided by a reset,
+ * refused whole when the SKU holds too little; every step audited. */
+static void test_multi_segment_hold(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-multi", 10, 2, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(rve_reserve(a, "cr-multi", 7, 60, "cmulti-1", &r), 201);
+    json_t *j = h_resp_json(&r);
+    size_t n;
+    assert_int_equal(jint(j, "qty"), 7);
+    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(n, 2);
+    long long x = jint(j, "expires_at_ms");
+    json_decref(j);
+    h_resp_free(&r);
+    struct rve_nums s = rve_sku_nums(a, NULL, "cr-multi");
+    assert_int_equal(s.reserved, 7);
+    assert_int_equal(s.remaining, 3);
+    /* Replays: the same hold; another qty: 409. */
+    assert_int_equal(rve_reserve(a, "cr-multi", 7, 60, "cmulti-1", &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "expires_at_ms"), x);
+    assert_int_equal(parts_sum(j, &n), 7);
+    json_decref(j);
+    h_resp_free(&r);
+    assert_int_equal(rve_reserve(a, "cr-multi", 3, 60, "cmulti-1", &r), 409);
+    h_resp_free(&r);
+    char st[16];
+    assert_int_equal(resv_parts(a, "cmulti-1", st, &n), 7);
+    assert_int_equal(n, 2);
+    assert_string_equal(st, "held");
+    /* Confirm: one order of 7 over both segments; its replay 200. */
+    assert_int_equal(rve_on_resv(a, "POST", "cmulti-1", "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "POST", "cmulti-1", "/confirm", NULL), 200);
+    assert_int_equal(h_http(a, "GET", "/orders/cmulti-1", NULL, NULL, 0, &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(jint(j, "qty"), 7);
+    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(n, 2);
+    json_decref(j);
+    h_resp_free(&r);
+    s = rve_sku_nums(a, NULL, "cr-multi");
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.sold, 7);
+    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-1", "", NULL), 409);
+    /* Cancelling the order returns every part. */
+    assert_int_equal(h_http(a, "DELETE", "/orders/cmulti-1", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    s = rve_sku_nums(a, NULL, "cr-multi");
+    assert_int_equal(s.sold, 0);
+    assert_int_equal(s.remaining, 10);
+
+    /* Restock and rebalance with a multi-part hold outstanding, then release. */
+    assert_int_equal(rve_reserve(a, "cr-multi", 9, 60, "cmulti-2", NULL), 201);
+    assert_int_equal(
+        h_req(a, "POST", "/admin/skus/cr-multi/restock", NULL, "{\"qty\":4}", &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(h_req(a, "POST", "/admin/skus/cr-multi/rebalance", NULL, NULL, &r),
+                     200);
+    h_resp_free(&r);
+    s = rve_sku_nums(a, NULL, "cr-multi");
+    assert_int_equal(s.reserved, 9);
+    assert_int_equal(s.remaining, 5);
+    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-2", "", NULL), 200);
+    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-2", "", NULL), 200);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "POST", "cmulti-2", "/confirm", code), 409);
+    assert_string_equal(code, "reservation_released");
+    s = rve_sku_nums(a, NULL, "cr-multi");
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.remaining, 14);
+    /* All or nothing: more than the SKU holds takes nothing. */
+    assert_int_equal(rve_reserve(a, "cr-multi", 15, 60, "cmulti-3", &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "GET", "cmulti-3", "", NULL), 404);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-multi").remaining, 14);
+    /* A reset voids every part; a delete too. */
+    assert_int_equal(rve_reserve(a, "cr-multi", 12, 60, "cmulti-4", NULL), 201);
+    assert_int_equal(h_put_sku(a, NULL, "cr-multi", 10, 2, "lock", 0), 0);
+    assert_int_equal(rve_on_resv(a, "POST", "cmulti-4", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_void");
+    s = rve_sku_nums(a, NULL, "cr-multi");
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.remaining, 10);
+    assert_int_equal(rve_reserve(a, "cr-multi", 8, 60, "cmulti-5", NULL), 201);
+    assert_int_equal(h_http(a, "DELETE", "/admin/skus/cr-multi", NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-5", "", NULL), 410);
+}
+
+/* A multi-part hold expires as one: nobody touches it and the sweeper returns every
+ * part (410 then, nothing sold); confirms racing its expiry sell every part or none. */
+static void test_multi_segment_expiry(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    assert_int_equal(h_put_sku(a, NULL, "cr-mexp", 6, 3, "lock", 0), 0);
+    assert_int_equal(rve_reserve(a, "cr-mexp", 6, 1, "cmexp-1", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-mexp").remaining, 0);
+    struct rve_nums n = {0};
+    for (int k = 0; k < 40; k++) { /* 1 s holds, a 250 ms sweeper: 2 s is plenty */
+        usleep(100 * 1000);
+        n = rve_sku_nums(a, NULL, "cr-mexp");
+        if (n.reserved == 0)
+            break;
+    }
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 6);
+    char st[16];
+    size_t parts;
+    assert_int_equal(resv_parts(a, "cmexp-1", st, &parts), 6);
+    assert_string_equal(st, "expired");
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "POST", "cmexp-1", "/confirm", code), 410);
+    assert_string_equal(code, "reservation_expired");
+    n = rve_sku_nums(a, NULL, "cr-mexp");
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.remaining, 6);
+
+    /* Two confirms of each multi-part hold 2 ms apart around its expiry: one sale of
+     * every part, or nothing sold (410 both) and every part back. */
+    assert_int_equal(h_put_sku(a, NULL, "cr-mrace", 40, 8, "lock", 0), 0);
+    enum { MR = 4 };
+    char ids[MR][32];
+    long long exp[MR];
+    for (int k = 0; k < MR; k++) {
+        snprintf(ids[k], sizeof ids[k], "cmrace-%d", k);
+        struct h_resp r;
+        assert_int_equal(rve_reserve(a, "cr-mrace", 8, 1, ids[k], &r), 201);
+        json_t *j = h_resp_json(&r);
+        exp[k] = jint(j, "expires_at_ms");
+        assert_int_equal(parts_sum(j, &parts), 8);
+        assert_true(parts >= 2);
+        json_decref(j);
+        h_resp_free(&r);
+    }
+    struct racer rc[MR][2];
+    pthread_t th[MR][2];
+    for (int k = 0; k < MR; k++) {
+        long long at = exp[k] - 3 + 2 * k;
+        rc[k][0] = (struct racer){a, ids[k], at - 1, 0};
+        rc[k][1] = (struct racer){a, ids[k], at + 1, 0};
+        for (int s = 0; s < 2; s++)
+            assert_int_equal(pthread_create(&th[k][s], NULL, race_one, &rc[k][s]), 0);
+    }
+    int sold = 0;
+    for (int k = 0; k < MR; k++) {
+        for (int s = 0; s < 2; s++)
+            pthread_join(th[k][s], NULL);
+        int s0 = rc[k][0].status, s1 = rc[k][1].status;
+        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
+        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
+            fail_msg("%s: %d, %d (one sale, or expired for both)", ids[k], s0, s1);
+        sold += ok0;
+    }
+    print_message("multi-part confirm vs expiry: %d sold of %d\n", sold, MR);
+    for (int k = 0; k < 40; k++) {
+        n = rve_sku_nums(a, NULL, "cr-mrace");
+        if (n.reserved == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 8 * sold);
+    assert_int_equal(n.remaining, 40 - 8 * sold);
+}
+
 /* Holds, confirms, releases, 1 s holds left to expire, and orders, all at once from
  * 4 clients: every answer is one the client can act on (a place or an order may be
  * 409 or 503 busy), and once the sweeper has returned the expired holds, sold is
@@ -384,6 +588,8 @@ int main(void)
         cmocka_unit_test(test_restock_with_holds),
         cmocka_unit_test(test_reset_and_delete_void_holds),
         cmocka_unit_test(test_dead_place_taken_over),
+        cmocka_unit_test(test_multi_segment_hold),
+        cmocka_unit_test(test_multi_segment_expiry),
         cmocka_unit_test(test_concurrent_mix_audited),
     };
     int failed = cmocka_run_group_tests_name(
