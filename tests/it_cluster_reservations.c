@@ -508,6 +508,162 @@ static void test_multi_segment_expiry(void **state)
     assert_int_equal(n.remaining, 40 - 8 * sold);
 }
 
+/* A command on the master of `key`: the reply's integer, 0 for a status, -1 else. */
+static long long on_master(struct h_cluster_env *f, const char *key, const char *cmd)
+{
+    int node = h_cluster_master_of(f->cluster, key);
+    assert_true(node >= 0);
+    redisReply *r = h_port_command(h_cluster_port(f->cluster, node), cmd, key);
+    long long v = r == NULL                        ? -1
+                  : r->type == REDIS_REPLY_INTEGER ? r->integer
+                  : r->type == REDIS_REPLY_STATUS  ? 0
+                                                   : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return v;
+}
+
+/* Polled until nothing is held or sold (the intent sweeper's tick: 1 s, intents 2 s
+ * old, a claim's 5 s lease), every look audited. */
+static struct rve_nums settled_back(int port, const char *sku)
+{
+    struct rve_nums n = {0};
+    for (long long until = wall_ms() + 20000; wall_ms() < until; usleep(200 * 1000)) {
+        n = rve_sku_nums(port, NULL, sku);
+        if (n.reserved == 0 && n.sold == 0)
+            break;
+    }
+    return n;
+}
+
+struct confirming {
+    int port;
+    const char *id;
+    int status;
+};
+
+static void *confirm_one(void *arg)
+{
+    struct confirming *c = arg;
+    c->status = rve_on_resv(c->port, "POST", c->id, "/confirm", NULL);
+    return NULL;
+}
+
+/* A service dies in the middle of a multi-part hold's step. A place that died with
+ * every part landed and no index (planted here: the index's claim and the plan's run
+ * out, the id in the intents set) is undone by the intent sweeper and the id placed
+ * afresh; a confirm SIGKILLed with one part sold (the other part's master paused)
+ * leaves its plan to the sweeper, which gives every part back: nothing sold, no
+ * record, 409 released. The invariant holds at every look. */
+static void test_multi_segment_dead(void **state)
+{
+    struct h_cluster_env *f = *state;
+    int a = f->port;
+    h_deadline(90);
+    assert_int_equal(h_put_sku(a, NULL, "cr-mdead", 4, 2, "lock", 0), 0);
+    json_t *j = h_get_sku(a, NULL, "cr-mdead");
+    assert_non_null(j);
+    char placed[96], key[2][160], cmd[512];
+    snprintf(placed, sizeof placed, "%s",
+             json_string_value(json_object_get(j, "placed_as")));
+    json_decref(j);
+    for (int i = 0; i < 2; i++)
+        snprintf(key[i], sizeof key[i], "inv:{%s:%d}:%s", placed, i,
+                 i == 0 ? "orders" : "parts");
+    int node[2] = {h_cluster_master_of(f->cluster, key[0]),
+                   h_cluster_master_of(f->cluster, key[1])};
+    assert_int_not_equal(node[0], node[1]); /* placement spread them */
+    char ek[160];
+    snprintf(ek, sizeof ek, "inv:{%s:0}:epoch", placed);
+    redisReply *e = h_port_command(h_cluster_port(f->cluster, node[0]), "GET %s", ek);
+    assert_non_null(e);
+    assert_int_equal(e->type, REDIS_REPLY_STRING);
+    long long epoch = strtoll(e->str, NULL, 10);
+    freeReplyObject(e);
+
+    /* The place: 3 of 2 + 2, both parts landed, then its index and plan planted back
+     * as a process that died before COMMIT leaves them. */
+    struct h_resp r;
+    assert_int_equal(rve_reserve(a, "cr-mdead", 3, 60, "cmdead-p", &r), 201);
+    j = h_resp_json(&r);
+    json_t *ps = json_object_get(j, "segments");
+    assert_int_equal(json_array_size(ps), 2);
+    long long q0 = jint(json_array_get(ps, 0), "qty"),
+              q1 = jint(json_array_get(ps, 1), "qty");
+    json_decref(j);
+    h_resp_free(&r);
+    assert_true(on_master(f, "inv:hold:{cmdead-p}", "HDEL %s k p i e q x t d m") >= 8);
+    assert_int_equal(on_master(f, "inv:hold:{cmdead-p}", "HSET %s c dead u 1"), 2);
+    snprintf(cmd, sizeof cmd, "HSET %%s c dead u 1 k cr-mdead e %lld p %%s", epoch);
+    char plan[160];
+    snprintf(plan, sizeof plan, "%s %lld 0:%lld 1:%lld", placed, epoch, q0, q1);
+    int rn = h_cluster_master_of(f->cluster, "inv:order:{cmdead-p}");
+    redisReply *pr =
+        h_port_command(h_cluster_port(f->cluster, rn), cmd, "inv:order:{cmdead-p}", plan);
+    assert_non_null(pr);
+    freeReplyObject(pr);
+    assert_int_equal(on_master(f, "inv:intents", "ZADD %s 1 cmdead-p"), 1);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-mdead").reserved, 3);
+    assert_int_equal(rve_on_resv(a, "GET", "cmdead-p", "", NULL), 404); /* no index */
+    struct rve_nums n = settled_back(a, "cr-mdead");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.remaining, 4);
+    assert_int_equal(rve_reserve(a, "cr-mdead", 3, 60, "cmdead-p", NULL), 201);
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-mdead").reserved, 3);
+    assert_int_equal(rve_on_resv(a, "DELETE", "cmdead-p", "", NULL), 200);
+
+    /* The confirm: an id whose index and record live on neither the paused master
+     * nor the intents set's, so the chain reaches its parts. */
+    int intents = h_cluster_master_of(f->cluster, "inv:intents");
+    int paused = node[1] != intents ? 1 : 0, landed = 1 - paused;
+    assert_int_not_equal(node[paused], intents);
+    char id[64];
+    for (int k = 0;; k++) {
+        char rec[96];
+        snprintf(id, sizeof id, "cmdead-c%d", k);
+        snprintf(rec, sizeof rec, "inv:order:{%s}", id);
+        if (h_cluster_master_of(f->cluster, rec) != node[paused])
+            break;
+    }
+    assert_int_equal(rve_reserve(a, "cr-mdead", 3, 60, id, NULL), 201);
+    const char *const one_loop[] = {"--threads", "1", NULL};
+    h_svc *second = h_svc_start_args(h_cluster_node(f->cluster, 1), one_loop);
+    assert_non_null(second);
+    int pp = h_cluster_port(f->cluster, node[paused]);
+    redisReply *pz = h_port_command(pp, "CLIENT PAUSE 4000 WRITE");
+    assert_non_null(pz);
+    freeReplyObject(pz);
+    struct confirming c = {h_svc_port(second), id, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, confirm_one, &c), 0);
+    bool seen = false;
+    snprintf(cmd, sizeof cmd, "HEXISTS %%s %s", id);
+    for (long long until = wall_ms() + 3000; !seen && wall_ms() < until;) {
+        seen = on_master(f, key[landed], cmd) == 1;
+        if (!seen)
+            usleep(2000);
+    }
+    assert_true(h_svc_kill(second) >= 0);
+    pthread_join(t, NULL);
+    h_svc_free(second);
+    pz = h_port_command(pp, "CLIENT UNPAUSE");
+    if (pz != NULL)
+        freeReplyObject(pz);
+    assert_true(seen); /* one part sold, the other held up, the service gone */
+    n = settled_back(a, "cr-mdead");
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 0);
+    assert_int_equal(n.remaining, 4);
+    char path[96];
+    snprintf(path, sizeof path, "/orders/%s", id);
+    assert_int_equal(h_http(a, "GET", path, NULL, NULL, 0, &r), 404); /* no record */
+    h_resp_free(&r);
+    char code[64];
+    assert_int_equal(rve_on_resv(a, "POST", id, "/confirm", code), 409);
+    assert_string_equal(code, "reservation_released");
+    assert_int_equal(rve_sku_nums(a, NULL, "cr-mdead").remaining, 4);
+}
+
 /* Holds, confirms, releases, 1 s holds left to expire, and orders, all at once from
  * 4 clients: every answer is one the client can act on (a place or an order may be
  * 409 or 503 busy), and once the sweeper has returned the expired holds, sold is
@@ -590,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_dead_place_taken_over),
         cmocka_unit_test(test_multi_segment_hold),
         cmocka_unit_test(test_multi_segment_expiry),
+        cmocka_unit_test(test_multi_segment_dead),
         cmocka_unit_test(test_concurrent_mix_audited),
     };
     int failed = cmocka_run_group_tests_name(
