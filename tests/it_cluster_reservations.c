@@ -429,6 +429,18 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(h_http(a, "DELETE", "/admin/skus/cr-multi", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
     assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-5", "", NULL), 410);
+    /* Durability "replicated": the place and the confirm WAIT on every part's node. */
+    assert_int_equal(h_req(a, "PUT", "/admin/skus/cr-mrepl", NULL,
+                           "{\"stock\": 4, \"segments\": 2, \"durability\": "
+                           "\"replicated\"}",
+                           &r),
+                     201);
+    h_resp_free(&r);
+    assert_int_equal(rve_reserve(a, "cr-mrepl", 3, 60, "cmulti-r", NULL), 201);
+    assert_int_equal(rve_on_resv(a, "POST", "cmulti-r", "/confirm", NULL), 201);
+    s = rve_sku_nums(a, NULL, "cr-mrepl");
+    assert_int_equal(s.sold, 3);
+    assert_int_equal(s.remaining, 1);
 }
 
 /* A multi-part hold expires as one: nobody touches it and the sweeper returns every
