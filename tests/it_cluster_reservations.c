@@ -27,13 +27,6 @@ static long long jint(json_t *o, const char *k)
     return json_integer_value(json_object_get(o, k));
 }
 
-static long long wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Place, replay, conflict, confirm, replay, cancel, release, and the ids of orders
  * and reservations kept apart, each across the slots of a cluster. */
 static void test_hold_confirm_replay(void **state)
@@ -47,26 +40,19 @@ static void test_hold_confirm_replay(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
     assert_int_equal(jint(j, "qty"), 3);
     long long x = jint(j, "expires_at_ms");
-    assert_true(x > wall_ms() + 50000 && x <= wall_ms() + 61000);
+    assert_true(x > rve_wall_ms() + 50000 && x <= rve_wall_ms() + 61000);
     json_decref(j);
     h_resp_free(&r);
     /* the same id again: the same hold; another qty: 409 */
-    assert_int_equal(rve_reserve(a, "cr-life", 3, 60, "clife-1", &r), 200);
-    j = h_resp_json(&r);
-    assert_int_equal(jint(j, "expires_at_ms"), x);
-    json_decref(j);
-    h_resp_free(&r);
-    assert_int_equal(rve_reserve(a, "cr-life", 4, 60, "clife-1", &r), 409);
-    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
-    h_resp_free(&r);
+    rve_replayed(a, "cr-life", "clife-1", 3, x, 4);
     assert_int_equal(rve_on_resv(a, "GET", "clife-1", "", NULL), 200);
     struct rve_nums n = rve_sku_nums(a, NULL, "cr-life");
     assert_int_equal(n.reserved, 3);
     assert_int_equal(n.remaining, 7);
 
-    /* confirm: 201 the order, again 200; the order readable, cancelled as one */
-    assert_int_equal(rve_on_resv(a, "POST", "clife-1", "/confirm", NULL), 201);
-    assert_int_equal(rve_on_resv(a, "POST", "clife-1", "/confirm", NULL), 200);
+    /* confirm: 201 the order, again 200, not released; the order readable, cancelled
+     * as one */
+    rve_confirmed(a, a, "clife-1");
     assert_int_equal(h_http(a, "GET", "/orders/clife-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "qty"), 3);
@@ -76,9 +62,6 @@ static void test_hold_confirm_replay(void **state)
     n = rve_sku_nums(a, NULL, "cr-life");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.sold, 3);
-    char code[64];
-    assert_int_equal(rve_on_resv(a, "DELETE", "clife-1", "", code), 409);
-    assert_string_equal(code, "reservation_confirmed");
     assert_int_equal(h_http(a, "DELETE", "/orders/clife-1", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
     n = rve_sku_nums(a, NULL, "cr-life");
@@ -88,13 +71,7 @@ static void test_hold_confirm_replay(void **state)
     /* release: the units back, idempotent; a confirm after it is 409 */
     assert_int_equal(rve_reserve(a, "cr-life", 2, 60, "clife-2", NULL), 201);
     assert_int_equal(rve_sku_nums(a, NULL, "cr-life").reserved, 2);
-    assert_int_equal(rve_on_resv(a, "DELETE", "clife-2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(a, "DELETE", "clife-2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(a, "POST", "clife-2", "/confirm", code), 409);
-    assert_string_equal(code, "reservation_released");
-    n = rve_sku_nums(a, NULL, "cr-life");
-    assert_int_equal(n.reserved, 0);
-    assert_int_equal(n.remaining, 10);
+    assert_int_equal(rve_released(a, a, NULL, "cr-life", "clife-2").remaining, 10);
 
     /* an order's id is not a reservation's; an unknown id is 404 */
     assert_int_equal(h_order(a, "cr-life", 1, "clife-o", NULL), 201);
@@ -119,13 +96,8 @@ static void test_expiry_returns_units(void **state)
     assert_int_equal(rve_reserve(a, "cr-exp", 2, 1, "cexp-1", NULL), 201);
     assert_int_equal(rve_reserve(a, "cr-exp", 2, 1, "cexp-2", NULL), 201);
     assert_int_equal(rve_sku_nums(a, NULL, "cr-exp").reserved, 4);
-    struct rve_nums n = {0};
-    for (int k = 0; k < 40; k++) { /* 1 s holds, a 250 ms sweeper: 2 s is plenty */
-        usleep(100 * 1000);
-        n = rve_sku_nums(a, NULL, "cr-exp");
-        if (n.reserved == 0)
-            break;
-    }
+    /* 1 s holds, a 250 ms sweeper: 2 s is plenty */
+    struct rve_nums n = rve_until_unreserved(a, NULL, "cr-exp", 4000);
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 6);
     char code[64];
@@ -138,81 +110,52 @@ static void test_expiry_returns_units(void **state)
     assert_int_equal(h_order(a, "cr-exp", 6, NULL, NULL), 201);
 }
 
-/* Confirms racing expiry: two confirms of each hold, 2 ms apart around its expiry
- * (this host's clock is the cluster's). For each hold the answers agree: sold
- * (one 201, one 200, an order record) or expired (410 both, no record). */
-struct racer {
-    int port;
-    const char *id;
-    long long at;
-    int status;
-};
-
-static void *race_one(void *arg)
+/* Confirms racing expiry: n holds of qty units (1 s) on `sku` (of `initial`), each
+ * confirmed twice, 2 ms apart, around expiry + first_ms + step_ms * (k % span) (this
+ * host's clock is the cluster's); each judged (rve_race_confirms: sold once, or
+ * expired for both) and, once the sweeper returned the expired ones, the SKU audited
+ * against the sales. Each hold takes at least min_parts segments. How many sold. */
+static int race_holds(int a, const char *sku, long long initial, long long qty,
+                      int min_parts, int n, int first_ms, int step_ms, int span)
 {
-    struct racer *r = arg;
-    long long wait = r->at - wall_ms();
-    if (wait > 0)
-        usleep((useconds_t)(wait * 1000));
-    r->status = rve_on_resv(r->port, "POST", r->id, "/confirm", NULL);
-    return NULL;
+    char(*ids)[32] = calloc((size_t)n, sizeof *ids);
+    struct rve_race *race = calloc((size_t)n, sizeof *race);
+    assert_non_null(ids);
+    assert_non_null(race);
+    for (int k = 0; k < n; k++) {
+        snprintf(ids[k], sizeof ids[k], "%.16s-%d", sku, k);
+        struct h_resp r;
+        assert_int_equal(rve_reserve(a, sku, qty, 1, ids[k], &r), 201);
+        json_t *j = h_resp_json(&r);
+        size_t parts;
+        assert_int_equal(rve_parts_sum(j, &parts), qty);
+        assert_true((int)parts >= min_parts);
+        race[k] =
+            (struct rve_race){{a, a},
+                              ids[k],
+                              jint(j, "expires_at_ms") + first_ms + step_ms * (k % span),
+                              {0, 0}};
+        json_decref(j);
+        h_resp_free(&r);
+    }
+    int sold = rve_race_confirms(race, n);
+    print_message("%s: confirm vs expiry: %d sold of %d\n", sku, sold, n);
+    free(race);
+    free(ids);
+    struct rve_nums m = rve_until_unreserved(a, NULL, sku, 4000);
+    assert_int_equal(m.reserved, 0);
+    assert_int_equal(m.sold, qty * sold);
+    assert_int_equal(m.remaining, initial - qty * sold);
+    return sold;
 }
-
-#define RACES 12
 
 static void test_confirm_races_expiry(void **state)
 {
     struct h_cluster_env *f = *state;
-    int a = f->port;
-    assert_int_equal(h_put_sku(a, NULL, "cr-race", 1000, 4, "lock", 0), 0);
-    char ids[RACES][32];
-    long long exp[RACES];
-    for (int k = 0; k < RACES; k++) {
-        snprintf(ids[k], sizeof ids[k], "crace-%d", k);
-        struct h_resp r;
-        assert_int_equal(rve_reserve(a, "cr-race", 2, 1, ids[k], &r), 201);
-        json_t *j = h_resp_json(&r);
-        exp[k] = jint(j, "expires_at_ms");
-        json_decref(j);
-        h_resp_free(&r);
-    }
-    struct racer rc[RACES][2];
-    pthread_t th[RACES][2];
-    for (int k = 0; k < RACES; k++) {
-        /* -5 .. +1 ms: a confirm here is three calls, so the segment's step (whose
-         * TIME decides) lands a few ms after the request is sent */
-        long long at = exp[k] - 5 + (k % 7);
-        rc[k][0] = (struct racer){a, ids[k], at - 1, 0};
-        rc[k][1] = (struct racer){a, ids[k], at + 1, 0};
-        for (int s = 0; s < 2; s++)
-            assert_int_equal(pthread_create(&th[k][s], NULL, race_one, &rc[k][s]), 0);
-    }
-    int sold = 0;
-    for (int k = 0; k < RACES; k++) {
-        for (int s = 0; s < 2; s++)
-            pthread_join(th[k][s], NULL);
-        int s0 = rc[k][0].status, s1 = rc[k][1].status;
-        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
-        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
-            fail_msg("%s: %d, %d (one sale, or expired for both)", ids[k], s0, s1);
-        char path[64];
-        snprintf(path, sizeof path, "/orders/%.31s", ids[k]);
-        struct h_resp r;
-        assert_int_equal(h_http(a, "GET", path, NULL, NULL, 0, &r), ok0 ? 200 : 404);
-        h_resp_free(&r);
-        sold += ok0;
-    }
-    print_message("confirm vs expiry: %d sold of %d\n", sold, RACES);
-    struct rve_nums n = {0};
-    for (int k = 0; k < 40; k++) { /* the expired ones settled by the sweeper */
-        n = rve_sku_nums(a, NULL, "cr-race");
-        if (n.reserved == 0)
-            break;
-        usleep(100 * 1000);
-    }
-    assert_int_equal(n.reserved, 0);
-    assert_int_equal(n.sold, 2 * sold);
-    assert_int_equal(n.remaining, 1000 - 2 * sold);
+    assert_int_equal(h_put_sku(f->port, NULL, "cr-race", 1000, 4, "lock", 0), 0);
+    /* -5 .. +1 ms: a confirm here is three calls, so the segment's step (whose TIME
+     * decides) lands a few ms after the request is sent */
+    race_holds(f->port, "cr-race", 1000, 2, 1, 12, -5, 1, 7);
 }
 
 /* Restock and rebalance (per-slot steps on a cluster) leave the holds where they
@@ -306,21 +249,6 @@ static void test_dead_place_taken_over(void **state)
 
 /* ---- holds over several segments ------------------------------------------------- */
 
-/* The parts of a hold's (an order's) JSON: their qty summed, their count in *n. */
-static long long parts_sum(json_t *j, size_t *n)
-{
-    json_t *ps = json_object_get(j, "segments");
-    assert_true(json_is_array(ps));
-    long long sum = 0;
-    for (size_t i = 0; i < json_array_size(ps); i++) {
-        long long q = jint(json_array_get(ps, i), "qty");
-        assert_true(q > 0);
-        sum += q;
-    }
-    *n = json_array_size(ps);
-    return sum;
-}
-
 /* GET /reservations/{id}: its status into `st` (16 bytes) and its parts' sum. */
 static long long resv_parts(int port, const char *id, char *st, size_t *n)
 {
@@ -330,7 +258,7 @@ static long long resv_parts(int port, const char *id, char *st, size_t *n)
     assert_int_equal(h_http(port, "GET", path, NULL, NULL, 0, &r), 200);
     json_t *j = h_resp_json(&r);
     snprintf(st, 16, "%s", json_string_value(json_object_get(j, "status")));
-    long long sum = parts_sum(j, n);
+    long long sum = rve_parts_sum(j, n);
     json_decref(j);
     h_resp_free(&r);
     return sum;
@@ -350,7 +278,7 @@ static void test_multi_segment_hold(void **state)
     json_t *j = h_resp_json(&r);
     size_t n;
     assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
     assert_int_equal(n, 2);
     long long x = jint(j, "expires_at_ms");
     json_decref(j);
@@ -359,32 +287,23 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(s.reserved, 7);
     assert_int_equal(s.remaining, 3);
     /* Replays: the same hold; another qty: 409. */
-    assert_int_equal(rve_reserve(a, "cr-multi", 7, 60, "cmulti-1", &r), 200);
-    j = h_resp_json(&r);
-    assert_int_equal(jint(j, "expires_at_ms"), x);
-    assert_int_equal(parts_sum(j, &n), 7);
-    json_decref(j);
-    h_resp_free(&r);
-    assert_int_equal(rve_reserve(a, "cr-multi", 3, 60, "cmulti-1", &r), 409);
-    h_resp_free(&r);
+    rve_replayed(a, "cr-multi", "cmulti-1", 7, x, 3);
     char st[16];
     assert_int_equal(resv_parts(a, "cmulti-1", st, &n), 7);
     assert_int_equal(n, 2);
     assert_string_equal(st, "held");
     /* Confirm: one order of 7 over both segments; its replay 200. */
-    assert_int_equal(rve_on_resv(a, "POST", "cmulti-1", "/confirm", NULL), 201);
-    assert_int_equal(rve_on_resv(a, "POST", "cmulti-1", "/confirm", NULL), 200);
+    rve_confirmed(a, a, "cmulti-1");
     assert_int_equal(h_http(a, "GET", "/orders/cmulti-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
     assert_int_equal(n, 2);
     json_decref(j);
     h_resp_free(&r);
     s = rve_sku_nums(a, NULL, "cr-multi");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.sold, 7);
-    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-1", "", NULL), 409);
     /* Cancelling the order returns every part. */
     assert_int_equal(h_http(a, "DELETE", "/orders/cmulti-1", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
@@ -403,14 +322,8 @@ static void test_multi_segment_hold(void **state)
     s = rve_sku_nums(a, NULL, "cr-multi");
     assert_int_equal(s.reserved, 9);
     assert_int_equal(s.remaining, 5);
-    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-2", "", NULL), 200);
+    assert_int_equal(rve_released(a, a, NULL, "cr-multi", "cmulti-2").remaining, 14);
     char code[64];
-    assert_int_equal(rve_on_resv(a, "POST", "cmulti-2", "/confirm", code), 409);
-    assert_string_equal(code, "reservation_released");
-    s = rve_sku_nums(a, NULL, "cr-multi");
-    assert_int_equal(s.reserved, 0);
-    assert_int_equal(s.remaining, 14);
     /* All or nothing: more than the SKU holds takes nothing. */
     assert_int_equal(rve_reserve(a, "cr-multi", 15, 60, "cmulti-3", &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
@@ -452,13 +365,8 @@ static void test_multi_segment_expiry(void **state)
     assert_int_equal(h_put_sku(a, NULL, "cr-mexp", 6, 3, "lock", 0), 0);
     assert_int_equal(rve_reserve(a, "cr-mexp", 6, 1, "cmexp-1", NULL), 201);
     assert_int_equal(rve_sku_nums(a, NULL, "cr-mexp").remaining, 0);
-    struct rve_nums n = {0};
-    for (int k = 0; k < 40; k++) { /* 1 s holds, a 250 ms sweeper: 2 s is plenty */
-        usleep(100 * 1000);
-        n = rve_sku_nums(a, NULL, "cr-mexp");
-        if (n.reserved == 0)
-            break;
-    }
+    /* 1 s holds, a 250 ms sweeper: 2 s is plenty */
+    struct rve_nums n = rve_until_unreserved(a, NULL, "cr-mexp", 4000);
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 6);
     char st[16];
@@ -475,49 +383,7 @@ static void test_multi_segment_expiry(void **state)
     /* Two confirms of each multi-part hold 2 ms apart around its expiry: one sale of
      * every part, or nothing sold (410 both) and every part back. */
     assert_int_equal(h_put_sku(a, NULL, "cr-mrace", 40, 8, "lock", 0), 0);
-    enum { MR = 4 };
-    char ids[MR][32];
-    long long exp[MR];
-    for (int k = 0; k < MR; k++) {
-        snprintf(ids[k], sizeof ids[k], "cmrace-%d", k);
-        struct h_resp r;
-        assert_int_equal(rve_reserve(a, "cr-mrace", 8, 1, ids[k], &r), 201);
-        json_t *j = h_resp_json(&r);
-        exp[k] = jint(j, "expires_at_ms");
-        assert_int_equal(parts_sum(j, &parts), 8);
-        assert_true(parts >= 2);
-        json_decref(j);
-        h_resp_free(&r);
-    }
-    struct racer rc[MR][2];
-    pthread_t th[MR][2];
-    for (int k = 0; k < MR; k++) {
-        long long at = exp[k] - 3 + 2 * k;
-        rc[k][0] = (struct racer){a, ids[k], at - 1, 0};
-        rc[k][1] = (struct racer){a, ids[k], at + 1, 0};
-        for (int s = 0; s < 2; s++)
-            assert_int_equal(pthread_create(&th[k][s], NULL, race_one, &rc[k][s]), 0);
-    }
-    int sold = 0;
-    for (int k = 0; k < MR; k++) {
-        for (int s = 0; s < 2; s++)
-            pthread_join(th[k][s], NULL);
-        int s0 = rc[k][0].status, s1 = rc[k][1].status;
-        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
-        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
-            fail_msg("%s: %d, %d (one sale, or expired for both)", ids[k], s0, s1);
-        sold += ok0;
-    }
-    print_message("multi-part confirm vs expiry: %d sold of %d\n", sold, MR);
-    for (int k = 0; k < 40; k++) {
-        n = rve_sku_nums(a, NULL, "cr-mrace");
-        if (n.reserved == 0)
-            break;
-        usleep(100 * 1000);
-    }
-    assert_int_equal(n.reserved, 0);
-    assert_int_equal(n.sold, 8 * sold);
-    assert_int_equal(n.remaining, 40 - 8 * sold);
+    race_holds(a, "cr-mrace", 40, 8, 2, 4, -3, 2, 4);
 }
 
 /* A command on the master of `key`: the reply's integer, 0 for a status, -1 else. */
@@ -540,7 +406,8 @@ static long long on_master(struct h_cluster_env *f, const char *key, const char 
 static struct rve_nums settled_back(int port, const char *sku)
 {
     struct rve_nums n = {0};
-    for (long long until = wall_ms() + 20000; wall_ms() < until; usleep(200 * 1000)) {
+    for (long long until = rve_wall_ms() + 20000; rve_wall_ms() < until;
+         usleep(200 * 1000)) {
         n = rve_sku_nums(port, NULL, sku);
         if (n.reserved == 0 && n.sold == 0)
             break;
@@ -650,7 +517,7 @@ static void test_multi_segment_dead(void **state)
     assert_int_equal(pthread_create(&t, NULL, confirm_one, &c), 0);
     bool seen = false;
     snprintf(cmd, sizeof cmd, "HEXISTS %%s %s", id);
-    for (long long until = wall_ms() + 3000; !seen && wall_ms() < until;) {
+    for (long long until = rve_wall_ms() + 3000; !seen && rve_wall_ms() < until;) {
         seen = on_master(f, key[landed], cmd) == 1;
         if (!seen)
             usleep(2000);
@@ -735,13 +602,8 @@ static void test_concurrent_mix_audited(void **state)
                   (long long)m.failed);
     assert_int_equal(m.failed, 0);
     assert_true(m.placed > 0 && m.confirmed > 0 && m.released > 0);
-    struct rve_nums n = {0};
-    for (int k = 0; k < 40; k++) { /* the 1 s holds returned by the sweeper */
-        n = rve_sku_nums(a, NULL, "cr-mix");
-        if (n.reserved == 0)
-            break;
-        usleep(100 * 1000);
-    }
+    /* the 1 s holds returned by the sweeper */
+    struct rve_nums n = rve_until_unreserved(a, NULL, "cr-mix", 4000);
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.initial, 200);
     assert_int_equal(n.sold, m.sold_units);
