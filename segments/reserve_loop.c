@@ -22,6 +22,7 @@ struct rl {
     char attempt[33];
     long long qty, ttl_s;
     int start, stale;
+    int waits, least; /* RL_WAIT: WAITs out, the fewest replicas answered */
     int64_t deadline;
     struct event *timer;
     struct store_hold h; /* the answer so far (h.record, h.parts owned here) */
@@ -50,17 +51,36 @@ static void send_confirm(struct rl *q);
 static void on_wait(void *arg, int rc, int replicas)
 {
     struct rl *q = arg;
-    finish(q, rc < 0 ? RESV_UNAVAILABLE : replicas < 1 ? RESV_NOT_REPLICATED : q->result);
+    if (rc < 0)
+        q->least = -1;
+    else if (q->least >= 0 && replicas < q->least)
+        q->least = replicas;
+    if (--q->waits > 0)
+        return;
+    finish(q, q->least < 0   ? RESV_UNAVAILABLE
+              : q->least < 1 ? RESV_NOT_REPLICATED
+                             : q->result);
 }
 
-/* s for q's hold, after a WAIT when its SKU is "replicated". */
+/* s for q's hold, after a WAIT when its SKU is "replicated": on the node of every
+ * segment it holds units on (each part's, on a Redis Cluster's other nodes) and the
+ * id's. */
 static void settle(struct rl *q, resv_status s, const char *order_id)
 {
     if ((s == RESV_OK || s == RESV_REPLAYED) && q->h.replicated) {
         q->result = s;
         q->state = RL_WAIT;
-        STORE_CALL(q->e->st, wait, q->h.placed, q->h.segment, order_id,
-                   q->e->v->opt.redis_timeout_ms / 2, on_wait, q);
+        q->least = 1 << 30;
+        int seg[SEG_MAX_SEGMENTS], n = 0;
+        for (const char *p = q->h.parts; p != NULL && *p != '\0' && n < SEG_MAX_SEGMENTS;
+             p += strcspn(p, ","), p += *p == ',')
+            seg[n++] = atoi(p);
+        if (n == 0)
+            seg[n++] = q->h.segment;
+        q->waits = n;
+        for (int k = 0; k < n; k++)
+            STORE_CALL(q->e->st, wait, q->h.placed, seg[k], k == 0 ? order_id : NULL,
+                       q->e->v->opt.redis_timeout_ms / 2, on_wait, q);
         return;
     }
     finish(q, s);

@@ -104,22 +104,15 @@ static void test_place_confirm_replay_release(void **state)
                      1);
 
     /* a replay is the same hold; the id with another qty or SKU is refused */
-    assert_int_equal(rve_reserve(port, "r1", 3, 60, "h1", NULL), 200);
-    assert_int_equal(rve_reserve(port, "r1", 2, 60, "h1", &r), 409);
-    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
-    h_resp_free(&r);
+    rve_replayed(port, "r1", "h1", 3, -1, 2);
     struct rve_nums n = rve_sku_nums(port, TOKEN, "r1");
     assert_int_equal(n.remaining, 7);
     assert_int_equal(n.reserved, 3);
     assert_int_equal(rve_on_resv(port, "GET", "h1", "", NULL), 200);
 
     /* confirm: the order (201), again 200, the order readable; release refused */
-    char code[64];
-    assert_int_equal(rve_on_resv(port, "POST", "h1", "/confirm", NULL), 201);
-    assert_int_equal(rve_on_resv(port, "POST", "h1", "/confirm", NULL), 200);
+    rve_confirmed(port, port, "h1");
     assert_int_equal(h_order_status(port, "h1"), 200);
-    assert_int_equal(rve_on_resv(port, "DELETE", "h1", "", code), 409);
-    assert_string_equal(code, "reservation_confirmed");
     assert_int_equal(db("SELECT count(*) FROM orders WHERE order_id = '%s'", "h1"), 1);
     n = rve_sku_nums(port, TOKEN, "r1");
     assert_int_equal(n.reserved, 0);
@@ -128,13 +121,7 @@ static void test_place_confirm_replay_release(void **state)
 
     /* release: the units back, idempotent; a confirm after it refused */
     assert_int_equal(rve_reserve(port, "r1", 2, 60, "h2", NULL), 201);
-    assert_int_equal(rve_on_resv(port, "DELETE", "h2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(port, "DELETE", "h2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(port, "POST", "h2", "/confirm", code), 409);
-    assert_string_equal(code, "reservation_released");
-    n = rve_sku_nums(port, TOKEN, "r1");
-    assert_int_equal(n.remaining, 7);
-    assert_int_equal(n.reserved, 0);
+    assert_int_equal(rve_released(port, port, TOKEN, "r1", "h2").remaining, 7);
 
     /* an order's id cannot be a reservation's; a confirmed hold cancels as an order */
     assert_int_equal(h_order(port, "r1", 1, "ord-x", NULL), 201);
@@ -501,15 +488,8 @@ static void test_concurrent_mix_audited(void **state)
  * in *n. */
 static long long parts_sum(const struct h_resp *r, size_t *n)
 {
-    json_t *j = json_loads(r->body, 0, NULL), *ps = json_object_get(j, "segments");
-    assert_true(json_is_array(ps));
-    long long sum = 0;
-    for (size_t i = 0; i < json_array_size(ps); i++) {
-        long long q = h_jint(json_array_get(ps, i), "qty");
-        assert_true(q > 0);
-        sum += q;
-    }
-    *n = json_array_size(ps);
+    json_t *j = json_loads(r->body, 0, NULL);
+    long long sum = rve_parts_sum(j, n);
     json_decref(j);
     return sum;
 }
@@ -541,8 +521,7 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(n, 2);
     h_resp_free(&r);
     /* confirm: one order of 7 over both segments; again 200 */
-    assert_int_equal(rve_on_resv(port, "POST", "mp1", "/confirm", NULL), 201);
-    assert_int_equal(rve_on_resv(port, "POST", "mp1", "/confirm", NULL), 200);
+    rve_confirmed(port, port, "mp1");
     assert_int_equal(h_req(port, "GET", "/orders/mp1", NULL, NULL, &r), 200);
     assert_int_equal(parts_sum(&r, &n), 7);
     assert_int_equal(n, 2);
@@ -551,9 +530,6 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.sold, 7);
     assert_int_equal(db_audit("mp"), 0);
-    char code[64];
-    assert_int_equal(rve_on_resv(port, "DELETE", "mp1", "", code), 409);
-    assert_string_equal(code, "reservation_confirmed");
     assert_int_equal(h_req(port, "DELETE", "/orders/mp1", NULL, NULL, &r), 200);
     h_resp_free(&r);
     s = rve_sku_nums(port, TOKEN, "mp");
@@ -572,13 +548,7 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(s.reserved, 9);
     assert_int_equal(s.remaining, 5);
     assert_int_equal(db_audit("mp"), 0);
-    assert_int_equal(rve_on_resv(port, "DELETE", "mp2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(port, "DELETE", "mp2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(port, "POST", "mp2", "/confirm", code), 409);
-    assert_string_equal(code, "reservation_released");
-    s = rve_sku_nums(port, TOKEN, "mp");
-    assert_int_equal(s.reserved, 0);
-    assert_int_equal(s.remaining, 14);
+    assert_int_equal(rve_released(port, port, TOKEN, "mp", "mp2").remaining, 14);
     /* all or nothing: more than the SKU holds takes nothing */
     assert_int_equal(rve_reserve(port, "mp", 15, 60, "mp3", NULL), 409);
     assert_int_equal(rve_on_resv(port, "GET", "mp3", "", NULL), 404);

@@ -88,13 +88,6 @@ static void set_expiry(redisContext *rc, const char *id, long long ms)
     freeReplyObject(x);
 }
 
-static long long wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the life of a hold ---------------------------------------------------------- */
 
 static void test_hold_confirm_replay(void **state)
@@ -114,21 +107,14 @@ static void test_hold_confirm_replay(void **state)
     json_decref(j);
     h_resp_free(&r);
     /* The same id again, on the other instance: the same hold; for another qty: 409. */
-    assert_int_equal(rve_reserve(b, "rv-life", 3, 60, "life-1", &r), 200);
-    j = h_resp_json(&r);
-    assert_int_equal(jint(j, "expires_at_ms"), x);
-    json_decref(j);
-    h_resp_free(&r);
-    assert_int_equal(rve_reserve(b, "rv-life", 4, 60, "life-1", &r), 409);
-    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
-    h_resp_free(&r);
+    rve_replayed(b, "rv-life", "life-1", 3, x, 4);
     struct rve_nums n = rve_sku_nums(a, NULL, "rv-life");
     assert_int_equal(n.reserved, 3);
     assert_int_equal(n.remaining, 7);
 
-    /* Confirm: 201 the order, then 200 (either instance); the order is GETtable. */
-    assert_int_equal(rve_on_resv(b, "POST", "life-1", "/confirm", NULL), 201);
-    assert_int_equal(rve_on_resv(a, "POST", "life-1", "/confirm", NULL), 200);
+    /* Confirm: 201 the order, then 200 (either instance); the order is GETtable. A
+     * confirmed hold is an order: released only by cancelling the order. */
+    rve_confirmed(b, a, "life-1");
     assert_int_equal(h_http(a, "GET", "/orders/life-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "qty"), 3);
@@ -138,10 +124,6 @@ static void test_hold_confirm_replay(void **state)
     n = rve_sku_nums(a, NULL, "rv-life");
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.sold, 3);
-    /* A confirmed hold is an order: released only by cancelling the order. */
-    assert_int_equal(h_http(a, "DELETE", "/reservations/life-1", NULL, NULL, 0, &r), 409);
-    assert_int_equal(h_expect_error(&r, 409, "reservation_confirmed"), 0);
-    h_resp_free(&r);
     assert_int_equal(rve_on_resv(a, "GET", "life-1", "", NULL), 200);
     assert_int_equal(h_http(a, "DELETE", "/orders/life-1", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
@@ -153,15 +135,7 @@ static void test_hold_confirm_replay(void **state)
     assert_int_equal(rve_reserve(a, "rv-life", 2, 60, "life-2", &r), 201);
     h_resp_free(&r);
     assert_int_equal(rve_sku_nums(a, NULL, "rv-life").reserved, 2);
-    assert_int_equal(rve_on_resv(b, "DELETE", "life-2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(a, "DELETE", "life-2", "", NULL), 200);
-    assert_int_equal(h_http(a, "POST", "/reservations/life-2/confirm", NULL, NULL, 0, &r),
-                     409);
-    assert_int_equal(h_expect_error(&r, 409, "reservation_released"), 0);
-    h_resp_free(&r);
-    n = rve_sku_nums(a, NULL, "rv-life");
-    assert_int_equal(n.reserved, 0);
-    assert_int_equal(n.remaining, 10);
+    assert_int_equal(rve_released(b, a, NULL, "rv-life", "life-2").remaining, 10);
 
     /* An order's id is not a reservation's. */
     assert_int_equal(h_order(a, "rv-life", 1, "life-o", &r), 201);
@@ -292,23 +266,6 @@ static void test_expiry_is_exact_and_refuses(void **state)
  * Redis ran first decides, and for each hold the answers agree: sold (201 and/or 200,
  * an order record, its units in `sold`) or expired (410 only, no record, its units back
  * in stock). Never a sale after the units went back. */
-struct racer {
-    int port;
-    const char *id;
-    long long at_wall; /* when to send, this process's wall clock */
-    int status;
-};
-
-static void *race_one(void *arg)
-{
-    struct racer *r = arg;
-    long long wait = r->at_wall - wall_ms();
-    if (wait > 0)
-        usleep((useconds_t)(wait * 1000));
-    r->status = rve_on_resv(r->port, "POST", r->id, "/confirm", NULL);
-    return NULL;
-}
-
 #define RACES 24
 
 static void test_confirm_races_expiry(void **state)
@@ -327,34 +284,12 @@ static void test_confirm_races_expiry(void **state)
         json_decref(j);
         h_resp_free(&r);
     }
-    long long offset = redis_ms(f) - wall_ms(); /* Redis minus here, ~0 on one host */
-    struct racer rc[RACES][2];
-    pthread_t th[RACES][2];
-    for (int k = 0; k < RACES; k++) {
-        long long at = exp[k] - offset + (k % 3) - 1; /* -1, 0, +1 ms */
-        rc[k][0] = (struct racer){a, ids[k], at - 1, 0};
-        rc[k][1] = (struct racer){b, ids[k], at + 1, 0};
-        for (int s = 0; s < 2; s++)
-            assert_int_equal(pthread_create(&th[k][s], NULL, race_one, &rc[k][s]), 0);
-    }
-    int sold = 0, expired = 0;
-    for (int k = 0; k < RACES; k++) {
-        for (int s = 0; s < 2; s++)
-            pthread_join(th[k][s], NULL);
-        int s0 = rc[k][0].status, s1 = rc[k][1].status;
-        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
-        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
-            fail_msg("%s: A %d, B %d (one sale, or expired for both)", ids[k], s0, s1);
-        struct h_resp r;
-        char path[64];
-        snprintf(path, sizeof path, "/orders/%.31s", ids[k]);
-        assert_int_equal(h_http(a, "GET", path, NULL, NULL, 0, &r), ok0 ? 200 : 404);
-        h_resp_free(&r);
-        if (ok0)
-            sold++;
-        else
-            expired++;
-    }
+    long long offset = redis_ms(f) - rve_wall_ms(); /* Redis minus here, ~0 on one host */
+    struct rve_race race[RACES];
+    for (int k = 0; k < RACES; k++) /* -1, 0, +1 ms */
+        race[k] =
+            (struct rve_race){{a, b}, ids[k], exp[k] - offset + (k % 3) - 1, {0, 0}};
+    int sold = rve_race_confirms(race, RACES), expired = RACES - sold;
     print_message("confirm vs expiry: %d sold, %d expired of %d\n", sold, expired, RACES);
     struct rve_nums n = rve_sku_nums(a, NULL, "rv-race");
     assert_int_equal(n.reserved, 0);
@@ -459,12 +394,7 @@ static void test_killed_instance_holds_return(void **state)
     assert_true(h_svc_kill(c) >= 0); /* SIGKILL: no shutdown of its own */
     h_svc_free(c);
     /* Redis's TIME past the expiry plus a sweeper tick or two. */
-    long long deadline = wall_ms() + 5000;
-    struct rve_nums n;
-    do {
-        usleep(100 * 1000);
-        n = rve_sku_nums(a, NULL, "rv-kill");
-    } while (n.reserved > 0 && wall_ms() < deadline);
+    struct rve_nums n = rve_until_unreserved(a, NULL, "rv-kill", 5000);
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 6);
     assert_int_equal(h_http(a, "POST", "/reservations/kill-1/confirm", NULL, NULL, 0, &r),
@@ -513,32 +443,12 @@ static void test_older_layout_hold_returns(void **state)
     }
     redisFree(rc);
     assert_int_equal(rve_sku_nums(a, NULL, "rv-old").reserved, 3);
-    long long deadline = wall_ms() + 5000;
-    struct rve_nums n;
-    do {
-        usleep(100 * 1000);
-        n = rve_sku_nums(a, NULL, "rv-old");
-    } while (n.reserved > 0 && wall_ms() < deadline);
+    struct rve_nums n = rve_until_unreserved(a, NULL, "rv-old", 5000);
     assert_int_equal(n.reserved, 0);
     assert_int_equal(n.remaining, 4);
 }
 
 /* ---- holds over several segments ------------------------------------------------- */
-
-/* The parts of a hold's JSON: their qty summed, their count in *n. */
-static long long parts_sum(json_t *j, size_t *n)
-{
-    json_t *ps = json_object_get(j, "segments");
-    assert_true(json_is_array(ps));
-    long long sum = 0;
-    for (size_t i = 0; i < json_array_size(ps); i++) {
-        long long q = jint(json_array_get(ps, i), "qty");
-        assert_true(q > 0);
-        sum += q;
-    }
-    *n = json_array_size(ps);
-    return sum;
-}
 
 /* A hold no one segment can give takes parts of several, all or nothing: confirm
  * sells every part in one step (an order over those segments), release returns them,
@@ -553,7 +463,7 @@ static void test_multi_segment_hold(void **state)
     json_t *j = h_resp_json(&r);
     size_t n;
     assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
     assert_int_equal(n, 2);
     long long x = jint(j, "expires_at_ms");
     json_decref(j);
@@ -562,33 +472,25 @@ static void test_multi_segment_hold(void **state)
     assert_int_equal(s.reserved, 7);
     assert_int_equal(s.remaining, 3);
     /* Replays: the same hold (either instance); another qty: 409. */
-    assert_int_equal(rve_reserve(b, "rv-multi", 7, 60, "multi-1", &r), 200);
-    j = h_resp_json(&r);
-    assert_int_equal(jint(j, "expires_at_ms"), x);
-    json_decref(j);
-    h_resp_free(&r);
-    assert_int_equal(rve_reserve(b, "rv-multi", 3, 60, "multi-1", &r), 409);
-    h_resp_free(&r);
+    rve_replayed(b, "rv-multi", "multi-1", 7, x, 3);
     assert_int_equal(h_http(b, "GET", "/reservations/multi-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
-    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
     json_decref(j);
     h_resp_free(&r);
     /* Confirm: one order of 7 over both segments; its replay 200. */
-    assert_int_equal(rve_on_resv(b, "POST", "multi-1", "/confirm", NULL), 201);
-    assert_int_equal(rve_on_resv(a, "POST", "multi-1", "/confirm", NULL), 200);
+    rve_confirmed(b, a, "multi-1");
     assert_int_equal(h_http(a, "GET", "/orders/multi-1", NULL, NULL, 0, &r), 200);
     j = h_resp_json(&r);
     assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
     assert_int_equal(n, 2);
     json_decref(j);
     h_resp_free(&r);
     s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.sold, 7);
-    assert_int_equal(rve_on_resv(a, "DELETE", "multi-1", "", NULL), 409);
     /* Cancelling the order returns every part. */
     assert_int_equal(h_http(a, "DELETE", "/orders/multi-1", NULL, NULL, 0, &r), 200);
     h_resp_free(&r);
@@ -608,15 +510,7 @@ static void test_multi_segment_hold(void **state)
     s = rve_sku_nums(a, NULL, "rv-multi");
     assert_int_equal(s.reserved, 9);
     assert_int_equal(s.remaining, 5);
-    assert_int_equal(rve_on_resv(b, "DELETE", "multi-2", "", NULL), 200);
-    assert_int_equal(rve_on_resv(a, "DELETE", "multi-2", "", NULL), 200);
-    assert_int_equal(
-        h_http(a, "POST", "/reservations/multi-2/confirm", NULL, NULL, 0, &r), 409);
-    assert_int_equal(h_expect_error(&r, 409, "reservation_released"), 0);
-    h_resp_free(&r);
-    s = rve_sku_nums(a, NULL, "rv-multi");
-    assert_int_equal(s.reserved, 0);
-    assert_int_equal(s.remaining, 14);
+    assert_int_equal(rve_released(b, a, NULL, "rv-multi", "multi-2").remaining, 14);
     /* All or nothing: more than the SKU holds takes nothing. */
     assert_int_equal(rve_reserve(a, "rv-multi", 15, 60, "multi-3", &r), 409);
     assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
@@ -652,7 +546,7 @@ static void test_multi_segment_locks(void **state)
     assert_int_equal(rve_reserve(a, "rv-mlock", 7, 60, "mlock-2", &r), 201);
     json_t *j = h_resp_json(&r), *ps = json_object_get(j, "segments");
     size_t n;
-    assert_int_equal(parts_sum(j, &n), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
     assert_int_equal(n, 2);
     for (size_t i = 0; i < n; i++)
         assert_int_not_equal(jint(json_array_get(ps, i), "segment"), 1);
@@ -696,14 +590,14 @@ static void test_multi_segment_expiry(void **state)
     assert_int_equal(rve_sku_nums(a, NULL, "rv-mexp").remaining, 0);
     /* Polled on `reserved` alone: the SKU view reads stock and reserved in two round
      * trips, so a sweep between them may show a sum off by the part it returned. */
-    long long deadline = wall_ms() + 5000, held;
+    long long deadline = rve_wall_ms() + 5000, held;
     do {
         usleep(100 * 1000);
         json_t *v = h_get_sku(a, NULL, "rv-mexp");
         assert_non_null(v);
         held = jint(v, "reserved");
         json_decref(v);
-    } while (held > 0 && wall_ms() < deadline);
+    } while (held > 0 && rve_wall_ms() < deadline);
     s = rve_sku_nums(a, NULL, "rv-mexp");
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.remaining, 6);

@@ -6,7 +6,12 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "tests/resv_env.h"
 
@@ -66,4 +71,124 @@ struct rve_nums rve_sku_nums(int port, const char *token, const char *sku)
     assert_int_equal(sum, n.initial);
     assert_int_equal(n.remaining + n.reserved + n.sold, n.initial);
     return n;
+}
+
+void rve_replayed(int port, const char *sku, const char *id, long long qty, long long x,
+                  long long other)
+{
+    struct h_resp r;
+    assert_int_equal(rve_reserve(port, sku, qty, 60, id, &r), 200);
+    if (x >= 0) {
+        json_t *j = h_resp_json(&r);
+        assert_non_null(j);
+        assert_int_equal(h_jint(j, "expires_at_ms"), x);
+        json_decref(j);
+    }
+    h_resp_free(&r);
+    assert_int_equal(rve_reserve(port, sku, other, 60, id, &r), 409);
+    assert_int_equal(h_expect_error(&r, 409, "reservation_conflict"), 0);
+    h_resp_free(&r);
+}
+
+void rve_confirmed(int p0, int p1, const char *id)
+{
+    assert_int_equal(rve_on_resv(p0, "POST", id, "/confirm", NULL), 201);
+    assert_int_equal(rve_on_resv(p1, "POST", id, "/confirm", NULL), 200);
+    char code[64];
+    assert_int_equal(rve_on_resv(p0, "DELETE", id, "", code), 409);
+    assert_string_equal(code, "reservation_confirmed");
+}
+
+struct rve_nums rve_released(int p0, int p1, const char *token, const char *sku,
+                             const char *id)
+{
+    assert_int_equal(rve_on_resv(p0, "DELETE", id, "", NULL), 200);
+    assert_int_equal(rve_on_resv(p1, "DELETE", id, "", NULL), 200);
+    char code[64];
+    assert_int_equal(rve_on_resv(p0, "POST", id, "/confirm", code), 409);
+    assert_string_equal(code, "reservation_released");
+    struct rve_nums n = rve_sku_nums(p0, token, sku);
+    assert_int_equal(n.reserved, 0);
+    return n;
+}
+
+struct rve_nums rve_until_unreserved(int port, const char *token, const char *sku,
+                                     int timeout_ms)
+{
+    long long until = rve_wall_ms() + timeout_ms;
+    struct rve_nums n = rve_sku_nums(port, token, sku);
+    while (n.reserved > 0 && rve_wall_ms() < until) {
+        usleep(100 * 1000);
+        n = rve_sku_nums(port, token, sku);
+    }
+    return n;
+}
+
+long long rve_parts_sum(json_t *j, size_t *n)
+{
+    json_t *ps = json_object_get(j, "segments");
+    assert_true(json_is_array(ps));
+    long long sum = 0;
+    for (size_t i = 0; i < json_array_size(ps); i++) {
+        long long q = h_jint(json_array_get(ps, i), "qty");
+        assert_true(q > 0);
+        sum += q;
+    }
+    *n = json_array_size(ps);
+    return sum;
+}
+
+long long rve_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One confirm of a race: which race, which side. */
+struct racer {
+    struct rve_race *race;
+    int side;
+};
+
+static void *race_one(void *arg)
+{
+    struct racer *r = arg;
+    struct rve_race *x = r->race;
+    long long wait = x->at + (r->side ? 1 : -1) - rve_wall_ms();
+    if (wait > 0)
+        usleep((useconds_t)(wait * 1000));
+    x->status[r->side] = rve_on_resv(x->port[r->side], "POST", x->id, "/confirm", NULL);
+    return NULL;
+}
+
+int rve_race_confirms(struct rve_race *race, int n)
+{
+    struct racer *rc = calloc((size_t)n * 2, sizeof *rc);
+    pthread_t *th = calloc((size_t)n * 2, sizeof *th);
+    assert_non_null(rc);
+    assert_non_null(th);
+    for (int k = 0; k < 2 * n; k++) {
+        rc[k] = (struct racer){&race[k / 2], k % 2};
+        assert_int_equal(pthread_create(&th[k], NULL, race_one, &rc[k]), 0);
+    }
+    for (int k = 0; k < 2 * n; k++)
+        pthread_join(th[k], NULL);
+    free(rc);
+    free(th);
+    int sold = 0;
+    for (int k = 0; k < n; k++) {
+        int s0 = race[k].status[0], s1 = race[k].status[1];
+        bool ok0 = s0 == 201 || s0 == 200, ok1 = s1 == 201 || s1 == 200;
+        if (!((ok0 && ok1 && (s0 == 201) != (s1 == 201)) || (s0 == 410 && s1 == 410)))
+            fail_msg("%s: %d, %d (one sale, or expired for both)", race[k].id, s0, s1);
+        char path[96];
+        snprintf(path, sizeof path, "/orders/%.63s", race[k].id);
+        struct h_resp r;
+        assert_int_equal(h_http(race[k].port[0], "GET", path, NULL, NULL, 0, &r),
+                         ok0 ? 200 : 404);
+        h_resp_free(&r);
+        sold += ok0;
+    }
+    return sold;
 }

@@ -1,7 +1,9 @@
 /* resv_env.h -- what the reservation suites (it_reservations on Redis,
- * it_pg_reservations on PostgreSQL) share: the HTTP calls of a hold's life and the
- * SKU view's numbers checked against the invariant. rve_sku_nums asserts: call it
- * from the running cmocka test's thread.
+ * it_cluster_reservations on a Redis Cluster, it_pg_reservations on PostgreSQL) share:
+ * the HTTP calls of a hold's life, the SKU view's numbers checked against the
+ * invariant, the wait for held units to come back, a hold's parts, and confirms
+ * racing a hold's expiry. Every rve_ function but rve_reserve, rve_on_resv and
+ * rve_wall_ms asserts: call them from the running cmocka test's thread.
  */
 #ifndef TESTS_RESV_ENV_H
 #define TESTS_RESV_ENV_H
@@ -27,5 +29,47 @@ struct rve_nums {
  * stock + reserved + sold summed over the segments is initial; segment_reserved
  * non-negative and summing to reserved). */
 struct rve_nums rve_sku_nums(int port, const char *token, const char *sku);
+
+/* Hold `id` placed again ({sku, qty, 60 s}) on `port`: 200 with expires_at_ms `x` (-1:
+ * not compared); then with `other` units: 409 reservation_conflict. */
+void rve_replayed(int port, const char *sku, const char *id, long long qty, long long x,
+                  long long other);
+
+/* Hold `id` confirmed on p0 (201: the order), again on p1 (200); a release then is
+ * 409 reservation_confirmed. */
+void rve_confirmed(int p0, int p1, const char *id);
+
+/* Hold `id` released on p0, again on p1 (200 both: idempotent), a confirm then 409
+ * reservation_released, and nothing of the SKU reserved (`token` for its view): its
+ * numbers. */
+struct rve_nums rve_released(int p0, int p1, const char *token, const char *sku,
+                             const char *id);
+
+/* Polled every 100 ms, for at most timeout_ms, until the SKU holds nothing reserved
+ * (the sweeper returned what expired), every look rve_sku_nums: the last numbers. */
+struct rve_nums rve_until_unreserved(int port, const char *token, const char *sku,
+                                     int timeout_ms);
+
+/* The "segments" of a hold's or an order's JSON: their qty summed (each asserted
+ * > 0), their count in *n. */
+long long rve_parts_sum(json_t *j, size_t *n);
+
+/* This process's wall clock in ms (a hold's expires_at_ms is the store's, on this
+ * host). */
+long long rve_wall_ms(void);
+
+/* Two confirms of hold `id`: on port[0] at `at` - 1 ms and on port[1] at `at` + 1 ms
+ * (rve_wall_ms), their statuses filled in by rve_race_confirms. */
+struct rve_race {
+    int port[2];
+    const char *id;
+    long long at;
+    int status[2];
+};
+
+/* Every race of race[0..n) at once, each confirm on a thread of its own; then each
+ * judged: one sale (a 201 and a 200; the order record on port[0]: 200) or expired for
+ * both (410 twice; no record: 404). How many sold. */
+int rve_race_confirms(struct rve_race *race, int n);
 
 #endif

@@ -11,7 +11,10 @@
  * mode: refused past the claim's end), then the index written; a confirm claims the
  * order record (the order path's claim fields: an order with the id waits), sells
  * in the segment, then writes the record; read and release find the index, then
- * step. A hold takes one segment there (several: not yet, SHORT). Gens are bumped by
+ * step. A hold no one segment can give takes parts of several (holds_parts.c), all
+ * or nothing across slots as a multi-segment order is: intent, plan in the order
+ * record's claim, every part, then the index (a confirm: the record), a part refused
+ * undoing the plan, a dead chain's plan undone by the intent sweeper. Gens are bumped by
  * a step of their own when units came back, and the sweeper walks the SKUs' segments
  * (each one's holding key) instead of one list.
  * Errors as calls.h: -1 when Redis gave no usable answer.

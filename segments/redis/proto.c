@@ -203,6 +203,9 @@ void proto_undo_part(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_key(c, seg_key_sold(key, sku, i));
     cmd_key(c, first ? seg_key_orders(key, sku, i) : seg_key_parts(key, sku, i));
     cmd_key(c, seg_key_epoch(key, sku, i));
+    cmd_key(c, seg_key_reserved(key, sku, i, epoch));
+    cmd_key(c, seg_key_holds(key, sku, i, epoch));
+    cmd_key(c, seg_key_hold(key, sku, i, id));
     cmd_arg(c, id);
     cmd_argll(c, epoch);
 }

@@ -59,7 +59,8 @@ void proto_deduct_slot(struct rd_cmd *c, const char *sku, long long epoch, int i
 void proto_claim(struct rd_cmd *c, const char *id, const char *attempt, const char *sku,
                  long long epoch, int lease_ms, const char *dead, const char *plan,
                  long long dead_epoch);
-/* Multi-segment orders on a cluster: UNDO_PART of a part in segment i; the ZADD and
+/* Multi-segment orders and holds on a cluster: UNDO_PART of a part in segment i (what
+ * the id holds or bought there given back: lua/undo_part.lua); the ZADD and
  * ZREM of an id in the intents set, the ids in it older than before_ms (at most
  * `limit`); HMGET of an id's claim: c (attempt), p (plan), k (sku), e (epoch). */
 void proto_undo_part(struct rd_cmd *c, const char *sku, long long epoch, int i,

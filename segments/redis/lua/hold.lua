@@ -9,8 +9,10 @@
 -- ARGV: action ('place' | 'confirm' | 'release' | 'read' | 'sweep'), epoch, sku,
 --       segment, member (this segment's entry in the holding list), prefix of the
 --       segment's hold records, id, qty, ttl_ms, token ('' = the lock must be free),
---       attempt, order record JSON (confirm), placed name, durability, '', the end of
---       the id's claim in ms.
+--       attempt, order record JSON (confirm), placed name, durability, the expiry in
+--       ms ('' = now + ttl_ms: a part of a hold over several segments is given the one
+--       expiry of every part), the end of the id's claim in ms (a confirm: '0' = none;
+--       a part of a multi-segment confirm is refused FENCED past it).
 -- The store's clock decides: now is Redis's TIME, a hold expires at now + ttl_ms and is
 -- expired from that millisecond on. Every step first settles the expired holds of the
 -- segment it meets (their units back in stock, their records 'expired').
@@ -27,7 +29,8 @@
 --        confirm {OK, state, qty, expires, ''} (state 'confirmed': done, or this
 --                attempt's earlier run) | {EXISTS, 'confirmed', qty, expires, ''}
 --                (confirmed before) | {CONFLICT, state, qty, expires} (released,
---                expired) | {MISSING} | {STALE}
+--                expired) | {FENCED, state, ...} (past the claim's end) | {MISSING} |
+--                {STALE}
 --        release {OK, state, qty, expires} (released or expired: its units are back)
 --                | {CONFLICT, 'confirmed', ...} | {MISSING} | {STALE}
 --        read    {OK, state, qty, expires} | {MISSING} | {STALE}
@@ -120,7 +123,7 @@ local function run()
     s = tonumber(s)
     local q = tonumber(A[8])
     if s < q then finish() return ret({SHORT, s}) end
-    local x = now + tonumber(A[9])
+    local x = A[15] ~= '' and tonumber(A[15]) or now + tonumber(A[9])
     local xs, xd = tostring(x), tostring(x + DAY)
     redis.call('DECRBY', K[1], A[8])
     redis.call('INCRBY', K[3], A[8])
@@ -158,6 +161,8 @@ local function run()
     reply = {h[4] == A[11] and OK or EXISTS, state, tonumber(q), x, ''}
   elseif state ~= 'held' then
     reply = {CONFLICT, state, tonumber(q), x, ''}
+  elseif A[16] ~= '0' and now >= tonumber(A[16]) then
+    reply = {FENCED, state, tonumber(q), x, ''} -- the claim ran out: its undo may run
   else
     -- (an order with the id is the caller's check: its claim on the record)
     redis.call('DECRBY', K[3], q)
