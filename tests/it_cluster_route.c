@@ -17,7 +17,9 @@
 
 #include "segments/redis/async.h"
 #include "segments/redis/keys.h"
+#include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
+#include "segments/redis/store.h"
 #include "tests/harness.h"
 
 #define MASTERS 3
@@ -180,9 +182,46 @@ static void test_calls_reach_the_slot_master(void **state)
     rd_slot_map_clear(&m);
 }
 
-/* The blocking seam (store.c) routes the same way: each segment's lock, renewal and
- * release on its slot's master, and the segment reads of GET /admin/skus (one command
- * per key) from all three. */
+/* A blocking call (store.h: the router above, waited for): segment i's lock taken
+ * (1), renewed or released (1 done, 0 not ours), or -1. */
+static int blocking_lock(rd_conn *rd, const char *sku, int i, const char *token, int ttl)
+{
+    struct rd_cmd cmd;
+    proto_lock(&cmd, sku, i, token, ttl);
+    redisReply *r = store_call(rd, &cmd);
+    int taken = 0;
+    int rc = r != NULL ? proto_taken(r, token, &taken) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc < 0 ? -1 : taken;
+}
+
+static int blocking_done(rd_conn *rd, struct rd_cmd *cmd)
+{
+    redisReply *r = store_call(rd, cmd);
+    int done = 0;
+    int rc = r != NULL ? proto_done(r, &done) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc < 0 ? -1 : done;
+}
+
+static int blocking_renew(rd_conn *rd, const char *sku, int i, const char *token, int ttl)
+{
+    struct rd_cmd cmd;
+    proto_renew(&cmd, sku, i, token, ttl);
+    return blocking_done(rd, &cmd);
+}
+
+static int blocking_release(rd_conn *rd, const char *sku, int i, const char *token)
+{
+    struct rd_cmd cmd;
+    proto_release(&cmd, sku, i, token);
+    return blocking_done(rd, &cmd);
+}
+
+/* The blocking seam (store.h) routes the same way: each segment's lock, renewal and
+ * release on its slot's master, over all three. */
 static void test_blocking_calls_route(void **state)
 {
     struct fixture *f = *state;
@@ -199,23 +238,20 @@ static void test_blocking_calls_route(void **state)
         seg_key_lock(key, "blocking", seg);
         const struct rd_node *owner =
             rd_slot_map_master(&m, rd_key_slot(key, strlen(key)));
-        assert_int_equal(rd_lock(rd, "blocking", seg, "tok-b", 60000), 1);
+        assert_int_equal(blocking_lock(rd, "blocking", seg, "tok-b", 60000), 1);
         value_on(owner->port, key, got, sizeof got);
         assert_string_equal(got, "tok-b");
-        assert_int_equal(rd_renew(rd, "blocking", seg, "tok-b", 60000), 1);
+        assert_int_equal(blocking_renew(rd, "blocking", seg, "tok-b", 60000), 1);
     }
-    long long stock[60], sold[60], orders[60];
-    bool locked[60];
-    assert_int_equal(rd_segments_read(rd, "blocking", 60, stock, sold, orders, locked),
-                     0);
     for (int seg = 0; seg < 60; seg++) {
-        assert_true(locked[seg]);
-        assert_int_equal(rd_release(rd, "blocking", seg, "tok-b"), 1);
+        char key[SEG_KEY_MAX], got[64];
+        seg_key_lock(key, "blocking", seg);
+        const struct rd_node *owner =
+            rd_slot_map_master(&m, rd_key_slot(key, strlen(key)));
+        assert_int_equal(blocking_release(rd, "blocking", seg, "tok-b"), 1);
+        value_on(owner->port, key, got, sizeof got);
+        assert_string_equal(got, ""); /* gone from its master */
     }
-    assert_int_equal(rd_segments_read(rd, "blocking", 60, stock, sold, orders, locked),
-                     0);
-    for (int seg = 0; seg < 60; seg++)
-        assert_false(locked[seg]);
     rd_conn_free(rd);
     rd_slot_map_clear(&m);
 }
@@ -284,16 +320,18 @@ static void test_moved_when_a_slot_moved(void **state)
                                    .timeout_ms = 1000,
                                    .cluster = true};
     rd_conn *rd = rd_conn_create(&seed, NULL);
-    assert_int_equal(rd_lock(rd, "moved", 1, "warm", 1000), 1); /* fetches the map */
+    assert_int_equal(blocking_lock(rd, "moved", 1, "warm", 1000),
+                     1); /* fetches the map */
     expect_status(mv.a->port, "CLUSTER SETSLOT %d IMPORTING %s", mv.slot, mv.b->id);
     expect_status(mv.b->port, "CLUSTER SETSLOT %d MIGRATING %s", mv.slot, mv.a->id);
     for (int i = 0; i < m.nmasters; i++)
         expect_status(m.masters[i].master.port, "CLUSTER SETSLOT %d NODE %s", mv.slot,
                       mv.a->id);
-    assert_int_equal(rd_lock(rd, "moved", 0, "t3", 60000), 1); /* b's map: MOVED to a */
+    assert_int_equal(blocking_lock(rd, "moved", 0, "t3", 60000),
+                     1); /* b's map: MOVED to a */
     value_on(mv.a->port, mv.key, got, sizeof got);
     assert_string_equal(got, "t3");
-    assert_int_equal(rd_release(rd, "moved", 0, "t3"), 1);
+    assert_int_equal(blocking_release(rd, "moved", 0, "t3"), 1);
     rd_conn_free(rd);
     rd_slot_map_clear(&m);
 }
