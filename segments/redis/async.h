@@ -30,7 +30,8 @@
  * A standalone handle with the process's map in its target follows the mode when it
  * becomes a cluster, at the caller's say (rda_mode_follow).
  * At most 5 MOVED/ASK per call. A command whose link failed is answered -1, never
- * sent to another node: its outcome is unknown. NOSCRIPT is answered per node, which
+ * sent to another node: its outcome is unknown (rda_raw_blocking routes one that
+ * never went out again). NOSCRIPT is answered per node, which
  * has its own script cache (link.h).
  *
  * Connection. Each link connects at once and again after failures, with a backoff;

@@ -1,5 +1,6 @@
 /* calls.c -- the blocking calls of the Redis seam: encode (proto.c, proto_admin.c),
- * send on the connection (store.c), decode (proto_reply.c). See calls.h. */
+ * send on the blocking connection (store.c, over async.h), decode (proto_reply.c). See
+ * calls.h. */
 #include "segments/redis/calls.h"
 
 #include <stdio.h>
