@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,9 +372,30 @@ static void test_ask_during_migration(void **state)
     rd_slot_map_clear(&m);
 }
 
+/* A blocking call made right after the kill (struct blocked_call): its command cannot
+ * reach the dead master, so it never goes out, and the router sends it again by the
+ * newest map until that names the promoted replica (async.h rda_raw_blocking). */
+struct blocked_call {
+    rd_conn *rd;
+    const char *sku;
+    int seg;
+    int taken;      /* blocking_lock's answer */
+    long long took; /* ms */
+};
+
+static void *blocked_call_main(void *arg)
+{
+    struct blocked_call *b = arg;
+    long long start = h_now_ms();
+    b->taken = blocking_lock(b->rd, b->sku, b->seg, "tb", 60000);
+    b->took = h_now_ms() - start;
+    return NULL;
+}
+
 /* The master of a segment's slot is killed: calls fail while the cluster notices,
  * then reach the promoted replica (the map refreshed after the connection errors),
- * on the same handle. */
+ * on the same handle. A blocking call made meanwhile (its timeout longer than the
+ * failover) waits for the promotion instead of failing. */
 static void test_failover_reroutes(void **state)
 {
     struct fixture *f = *state;
@@ -393,9 +415,27 @@ static void test_failover_reroutes(void **state)
     seg--;
     assert_int_equal(lock(f, "failover", seg, "t0").value, 1);
     assert_int_equal(release(f, "failover", seg, "t0").value, 1);
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 0),
+                                   .timeout_ms = 20000,
+                                   .cluster = true};
+    /* Its own lock (of another SKU) on the same master, so as not to hold the one the
+     * calls below take. */
+    struct blocked_call b = {.rd = rd_conn_create(&seed, NULL), .sku = "failover-b"};
+    for (;; b.seg++) {
+        char other[SEG_KEY_MAX];
+        seg_key_lock(other, b.sku, b.seg);
+        if (rd_slot_map_master(&m, rd_key_slot(other, strlen(other)))->port ==
+            h_cluster_port(f->cluster, victim))
+            break;
+    }
+    assert_int_equal(blocking_lock(b.rd, b.sku, b.seg, "tb", 60000), 1); /* routed */
+    assert_int_equal(blocking_release(b.rd, b.sku, b.seg, "tb"), 1);
 
     assert_int_not_equal(h_redis_kill(h_cluster_node(f->cluster, victim)), -1);
     long long killed = h_now_ms(), back = 0;
+    pthread_t blocked;
+    assert_int_equal(pthread_create(&blocked, NULL, blocked_call_main, &b), 0);
     int failed = 0;
     for (int i = 0; back == 0 && h_now_ms() - killed < 30000; i++) {
         char token[32];
@@ -413,6 +453,12 @@ static void test_failover_reroutes(void **state)
         fail_msg("no call succeeded within 30 s of the kill (%d failed)", failed);
     fprintf(stderr, "failover: calls succeed again %lld ms after the kill (%d failed)\n",
             back - killed, failed);
+    pthread_join(blocked, NULL);
+    fprintf(stderr, "failover: the blocking call answered %d after %lld ms (%s)\n",
+            b.taken, b.took, rd_conn_error(b.rd));
+    assert_int_equal(b.taken, 1); /* on the promoted replica, not -1 at the kill */
+    assert_int_equal(blocking_release(b.rd, b.sku, b.seg, "tb"), 1);
+    rd_conn_free(b.rd);
     struct rd_slot_map now;
     fetch(f, 0, &now);
     const struct rd_node *n = rd_slot_map_master(&now, rd_key_slot(key, strlen(key)));
