@@ -204,7 +204,9 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     if (stop) { /* every call still owed an answer is answered NULL first */
         rda_free(c->rda);
         c->rda = NULL;
-        event_del(c->wake); /* the loop ends once the answers are out */
+        /* Now, not after the events still pending: a link's answer deferred to the
+         * next turn (link.c fail_later) would reach the freed handle. */
+        event_base_loopbreak(c->base);
     }
 }
 
