@@ -11,13 +11,16 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "segments/redis/async.h"
 #include "segments/redis/keys.h"
+#include "segments/redis/proto.h"
 #include "segments/redis/slots.h"
+#include "segments/redis/store.h"
 #include "tests/harness.h"
 
 #define MASTERS 3
@@ -180,9 +183,46 @@ static void test_calls_reach_the_slot_master(void **state)
     rd_slot_map_clear(&m);
 }
 
-/* The blocking seam (store.c) routes the same way: each segment's lock, renewal and
- * release on its slot's master, and the segment reads of GET /admin/skus (one command
- * per key) from all three. */
+/* A blocking call (store.h: the router above, waited for): segment i's lock taken
+ * (1), renewed or released (1 done, 0 not ours), or -1. */
+static int blocking_lock(rd_conn *rd, const char *sku, int i, const char *token, int ttl)
+{
+    struct rd_cmd cmd;
+    proto_lock(&cmd, sku, i, token, ttl);
+    redisReply *r = store_call(rd, &cmd);
+    int taken = 0;
+    int rc = r != NULL ? proto_taken(r, token, &taken) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc < 0 ? -1 : taken;
+}
+
+static int blocking_done(rd_conn *rd, struct rd_cmd *cmd)
+{
+    redisReply *r = store_call(rd, cmd);
+    int done = 0;
+    int rc = r != NULL ? proto_done(r, &done) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc < 0 ? -1 : done;
+}
+
+static int blocking_renew(rd_conn *rd, const char *sku, int i, const char *token, int ttl)
+{
+    struct rd_cmd cmd;
+    proto_renew(&cmd, sku, i, token, ttl);
+    return blocking_done(rd, &cmd);
+}
+
+static int blocking_release(rd_conn *rd, const char *sku, int i, const char *token)
+{
+    struct rd_cmd cmd;
+    proto_release(&cmd, sku, i, token);
+    return blocking_done(rd, &cmd);
+}
+
+/* The blocking seam (store.h) routes the same way: each segment's lock, renewal and
+ * release on its slot's master, over all three. */
 static void test_blocking_calls_route(void **state)
 {
     struct fixture *f = *state;
@@ -199,23 +239,20 @@ static void test_blocking_calls_route(void **state)
         seg_key_lock(key, "blocking", seg);
         const struct rd_node *owner =
             rd_slot_map_master(&m, rd_key_slot(key, strlen(key)));
-        assert_int_equal(rd_lock(rd, "blocking", seg, "tok-b", 60000), 1);
+        assert_int_equal(blocking_lock(rd, "blocking", seg, "tok-b", 60000), 1);
         value_on(owner->port, key, got, sizeof got);
         assert_string_equal(got, "tok-b");
-        assert_int_equal(rd_renew(rd, "blocking", seg, "tok-b", 60000), 1);
+        assert_int_equal(blocking_renew(rd, "blocking", seg, "tok-b", 60000), 1);
     }
-    long long stock[60], sold[60], orders[60];
-    bool locked[60];
-    assert_int_equal(rd_segments_read(rd, "blocking", 60, stock, sold, orders, locked),
-                     0);
     for (int seg = 0; seg < 60; seg++) {
-        assert_true(locked[seg]);
-        assert_int_equal(rd_release(rd, "blocking", seg, "tok-b"), 1);
+        char key[SEG_KEY_MAX], got[64];
+        seg_key_lock(key, "blocking", seg);
+        const struct rd_node *owner =
+            rd_slot_map_master(&m, rd_key_slot(key, strlen(key)));
+        assert_int_equal(blocking_release(rd, "blocking", seg, "tok-b"), 1);
+        value_on(owner->port, key, got, sizeof got);
+        assert_string_equal(got, ""); /* gone from its master */
     }
-    assert_int_equal(rd_segments_read(rd, "blocking", 60, stock, sold, orders, locked),
-                     0);
-    for (int seg = 0; seg < 60; seg++)
-        assert_false(locked[seg]);
     rd_conn_free(rd);
     rd_slot_map_clear(&m);
 }
@@ -284,16 +321,18 @@ static void test_moved_when_a_slot_moved(void **state)
                                    .timeout_ms = 1000,
                                    .cluster = true};
     rd_conn *rd = rd_conn_create(&seed, NULL);
-    assert_int_equal(rd_lock(rd, "moved", 1, "warm", 1000), 1); /* fetches the map */
+    assert_int_equal(blocking_lock(rd, "moved", 1, "warm", 1000),
+                     1); /* fetches the map */
     expect_status(mv.a->port, "CLUSTER SETSLOT %d IMPORTING %s", mv.slot, mv.b->id);
     expect_status(mv.b->port, "CLUSTER SETSLOT %d MIGRATING %s", mv.slot, mv.a->id);
     for (int i = 0; i < m.nmasters; i++)
         expect_status(m.masters[i].master.port, "CLUSTER SETSLOT %d NODE %s", mv.slot,
                       mv.a->id);
-    assert_int_equal(rd_lock(rd, "moved", 0, "t3", 60000), 1); /* b's map: MOVED to a */
+    assert_int_equal(blocking_lock(rd, "moved", 0, "t3", 60000),
+                     1); /* b's map: MOVED to a */
     value_on(mv.a->port, mv.key, got, sizeof got);
     assert_string_equal(got, "t3");
-    assert_int_equal(rd_release(rd, "moved", 0, "t3"), 1);
+    assert_int_equal(blocking_release(rd, "moved", 0, "t3"), 1);
     rd_conn_free(rd);
     rd_slot_map_clear(&m);
 }
@@ -333,9 +372,30 @@ static void test_ask_during_migration(void **state)
     rd_slot_map_clear(&m);
 }
 
+/* A blocking call made right after the kill (struct blocked_call): its command cannot
+ * reach the dead master, so it never goes out, and the router sends it again by the
+ * newest map until that names the promoted replica (async.h rda_raw_blocking). */
+struct blocked_call {
+    rd_conn *rd;
+    const char *sku;
+    int seg;
+    int taken;      /* blocking_lock's answer */
+    long long took; /* ms */
+};
+
+static void *blocked_call_main(void *arg)
+{
+    struct blocked_call *b = arg;
+    long long start = h_now_ms();
+    b->taken = blocking_lock(b->rd, b->sku, b->seg, "tb", 60000);
+    b->took = h_now_ms() - start;
+    return NULL;
+}
+
 /* The master of a segment's slot is killed: calls fail while the cluster notices,
  * then reach the promoted replica (the map refreshed after the connection errors),
- * on the same handle. */
+ * on the same handle. A blocking call made meanwhile (its timeout longer than the
+ * failover) waits for the promotion instead of failing. */
 static void test_failover_reroutes(void **state)
 {
     struct fixture *f = *state;
@@ -355,9 +415,27 @@ static void test_failover_reroutes(void **state)
     seg--;
     assert_int_equal(lock(f, "failover", seg, "t0").value, 1);
     assert_int_equal(release(f, "failover", seg, "t0").value, 1);
+    const struct rd_target seed = {.host = "127.0.0.1",
+                                   .port = h_cluster_port(f->cluster, 0),
+                                   .timeout_ms = 20000,
+                                   .cluster = true};
+    /* Its own lock (of another SKU) on the same master, so as not to hold the one the
+     * calls below take. */
+    struct blocked_call b = {.rd = rd_conn_create(&seed, NULL), .sku = "failover-b"};
+    for (;; b.seg++) {
+        char other[SEG_KEY_MAX];
+        seg_key_lock(other, b.sku, b.seg);
+        if (rd_slot_map_master(&m, rd_key_slot(other, strlen(other)))->port ==
+            h_cluster_port(f->cluster, victim))
+            break;
+    }
+    assert_int_equal(blocking_lock(b.rd, b.sku, b.seg, "tb", 60000), 1); /* routed */
+    assert_int_equal(blocking_release(b.rd, b.sku, b.seg, "tb"), 1);
 
     assert_int_not_equal(h_redis_kill(h_cluster_node(f->cluster, victim)), -1);
     long long killed = h_now_ms(), back = 0;
+    pthread_t blocked;
+    assert_int_equal(pthread_create(&blocked, NULL, blocked_call_main, &b), 0);
     int failed = 0;
     for (int i = 0; back == 0 && h_now_ms() - killed < 30000; i++) {
         char token[32];
@@ -375,6 +453,12 @@ static void test_failover_reroutes(void **state)
         fail_msg("no call succeeded within 30 s of the kill (%d failed)", failed);
     fprintf(stderr, "failover: calls succeed again %lld ms after the kill (%d failed)\n",
             back - killed, failed);
+    pthread_join(blocked, NULL);
+    fprintf(stderr, "failover: the blocking call answered %d after %lld ms (%s)\n",
+            b.taken, b.took, rd_conn_error(b.rd));
+    assert_int_equal(b.taken, 1); /* on the promoted replica, not -1 at the kill */
+    assert_int_equal(blocking_release(b.rd, b.sku, b.seg, "tb"), 1);
+    rd_conn_free(b.rd);
     struct rd_slot_map now;
     fetch(f, 0, &now);
     const struct rd_node *n = rd_slot_map_master(&now, rd_key_slot(key, strlen(key)));

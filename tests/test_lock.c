@@ -1,6 +1,7 @@
-/* test_lock.c -- segment locks and fenced writes, called directly, and the order path
- * through the event-driven engine on the test's own loop (its leases renewed by
- * lease.c), against a real redis-server (segments/redis/calls.c, engine.c). */
+/* test_lock.c -- segment locks and fenced writes, their scripts sent on the seam's
+ * blocking connection (store.h), and the order path through the event-driven engine
+ * on the test's own loop (its leases renewed by lease.c), against a real redis-server.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,8 @@
 #include "segments/engine.h"
 #include "segments/inventory.h"
 #include "segments/redis/calls.h"
+#include "segments/redis/proto.h"
+#include "segments/redis/store.h"
 #include "segments/skutab.h"
 #include "segments/order.h"
 #include "segments/sku.h"
@@ -96,11 +99,37 @@ static long long put(struct fixture *f, const char *sku, long long stock, int se
     return view.epoch;
 }
 
-/* ACQUIRE with the fixture's lease. */
+/* ACQUIRE with the fixture's lease, on the connection's router (store.h). */
 static int acquire(struct fixture *f, const char *sku, long long epoch, int i,
                    const char *id, long long qty, const char *token, struct rd_reply *out)
 {
-    return rd_acquire(f->c->rd, sku, epoch, i, id, qty, token, TTL_MS, out);
+    struct rd_cmd cmd;
+    proto_acquire(&cmd, sku, epoch, i, id, qty, token, TTL_MS, 0);
+    return store_script(f->c->rd, &cmd, out);
+}
+
+/* RELEASE segment i's lock if `token` owns it: 1 released, 0 not ours, -1. */
+static int release(struct fixture *f, const char *sku, int i, const char *token)
+{
+    struct rd_cmd cmd;
+    proto_release(&cmd, sku, i, token);
+    redisReply *r = store_call(f->c->rd, &cmd);
+    int done = 0;
+    int rc = r != NULL ? proto_done(r, &done) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc < 0 ? -1 : done;
+}
+
+/* DEDUCT (lua/deduct.lua) of `qty` from segment i, fenced by `token` ("": none),
+ * recording `record` for order `id` as `attempt`, the lock released. */
+static int deduct(struct fixture *f, const char *sku, long long epoch, int i,
+                  const char *token, const char *attempt, const char *id, long long qty,
+                  struct rd_reply *out)
+{
+    struct rd_cmd cmd;
+    proto_deduct(&cmd, sku, epoch, i, token, attempt, id, qty, "{}", false, 0);
+    return store_script(f->c->rd, &cmd, out);
 }
 
 static long long counter(struct fixture *f, enum stat_id id)
@@ -124,11 +153,11 @@ static void lock_is_exclusive_and_released_by_owner_only(void **state)
     assert_int_equal(r.value, 10);
     assert_int_equal(acquire(f, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
     assert_int_equal(r.code, RD_BUSY);
-    assert_int_equal(rd_release(f->c->rd, "ex", 0, t2), 0);
-    assert_int_equal(rd_release(f->c->rd, "ex", 0, t1), 1);
+    assert_int_equal(release(f, "ex", 0, t2), 0);
+    assert_int_equal(release(f, "ex", 0, t1), 1);
     assert_int_equal(acquire(f, "ex", ep, 0, "o-ex", 1, t2, &r), 0);
     assert_int_equal(r.code, RD_OK);
-    assert_int_equal(rd_release(f->c->rd, "ex", 0, t2), 1);
+    assert_int_equal(release(f, "ex", 0, t2), 1);
 }
 
 static void stalled_holder_is_fenced(void **state)
@@ -144,11 +173,9 @@ static void stalled_holder_is_fenced(void **state)
     usleep((TTL_MS + 100) * 1000); /* stalled past the lease, no watchdog */
     assert_int_equal(acquire(f, "fence", ep, 0, "o-fresh", 1, fresh, &r), 0);
     assert_int_equal(r.code, RD_OK);
-    assert_int_equal(
-        rd_deduct(f->c->rd, "fence", ep, 0, stale, stale, "o-stale", 1, "{}", &r), 0);
+    assert_int_equal(deduct(f, "fence", ep, 0, stale, stale, "o-stale", 1, &r), 0);
     assert_int_equal(r.code, RD_FENCED);
-    assert_int_equal(
-        rd_deduct(f->c->rd, "fence", ep, 0, fresh, fresh, "o-fresh", 1, "{}", &r), 0);
+    assert_int_equal(deduct(f, "fence", ep, 0, fresh, fresh, "o-fresh", 1, &r), 0);
     assert_int_equal(r.code, RD_OK);
     assert_int_equal(r.value, 0);
 
@@ -174,9 +201,9 @@ static void stale_epoch_is_refused(void **state)
     struct rd_reply r;
     assert_int_equal(acquire(f, "epo", old, 0, "o-epo", 1, t, &r), 0);
     assert_int_equal(r.code, RD_STALE);
-    assert_int_equal(rd_deduct(f->c->rd, "epo", old, 1, "", t, "o-epo", 1, "{}", &r), 0);
+    assert_int_equal(deduct(f, "epo", old, 1, "", t, "o-epo", 1, &r), 0);
     assert_int_equal(r.code, RD_STALE);
-    assert_int_equal(rd_deduct(f->c->rd, "epo", now, 1, "", t, "o-epo", 1, "{}", &r), 0);
+    assert_int_equal(deduct(f, "epo", now, 1, "", t, "o-epo", 1, &r), 0);
     assert_int_equal(r.code, RD_OK);
 }
 
@@ -192,13 +219,11 @@ static void resent_deduct_is_its_own(void **state)
     assert_int_equal(acquire(f, "again", ep, 0, "o-again", 2, t, &r), 0);
     assert_int_equal(r.code, RD_OK);
     for (int k = 0; k < 2; k++) {
-        assert_int_equal(
-            rd_deduct(f->c->rd, "again", ep, 0, t, t, "o-again", 2, "{}", &r), 0);
+        assert_int_equal(deduct(f, "again", ep, 0, t, t, "o-again", 2, &r), 0);
         assert_int_equal(r.code, RD_OK);
     }
     /* Another attempt at the same order id is a replay, not a second sale. */
-    assert_int_equal(
-        rd_deduct(f->c->rd, "again", ep, 0, "", other, "o-again", 2, "{}", &r), 0);
+    assert_int_equal(deduct(f, "again", ep, 0, "", other, "o-again", 2, &r), 0);
     assert_int_equal(r.code, RD_EXISTS);
     rd_reply_clear(&r);
     struct sku_status st;

@@ -22,6 +22,14 @@ void rda_raw(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg)
     rda_route(q);
 }
 
+void rda_raw_blocking(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg)
+{
+    struct req *q = rda_req_new(c, K_RAW, FN(fn), arg);
+    q->lq.cmd = *cmd;
+    q->reroute = true;
+    rda_route(q);
+}
+
 void rda_step(rda_conn *c, struct rd_cmd *cmd, rda_reply_fn fn, void *arg)
 {
     struct req *q = rda_req_new(c, K_REPLY, FN(fn), arg);

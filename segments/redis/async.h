@@ -30,7 +30,8 @@
  * A standalone handle with the process's map in its target follows the mode when it
  * becomes a cluster, at the caller's say (rda_mode_follow).
  * At most 5 MOVED/ASK per call. A command whose link failed is answered -1, never
- * sent to another node: its outcome is unknown. NOSCRIPT is answered per node, which
+ * sent to another node: its outcome is unknown (rda_raw_blocking routes one that
+ * never went out again). NOSCRIPT is answered per node, which
  * has its own script cache (link.h).
  *
  * Connection. Each link connects at once and again after failures, with a backoff;
@@ -100,6 +101,12 @@ struct redisReply;
 struct rd_cmd;
 typedef void (*rda_raw_fn)(void *arg, const struct redisReply *r);
 void rda_raw(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg);
+/* As rda_raw, for a caller that waits for the answer (store.h's blocking connection):
+ * on a cluster, a command that never went out (no connection to its node could be
+ * made: a master gone) is routed again every 5..25 ms by the newest map, within
+ * timeout_ms, instead of answered NULL at once -- so it reaches the promoted replica
+ * once the map names it. One that went out and got no reply is answered NULL. */
+void rda_raw_blocking(rda_conn *c, struct rd_cmd *cmd, rda_raw_fn fn, void *arg);
 /* Send `cmd` (a script's, taken over) and decode its {code, value-or-record} as the
  * typed calls do: a step of a multi-step call (cancel.c). */
 void rda_step(rda_conn *c, struct rd_cmd *cmd, rda_reply_fn fn, void *arg);
@@ -160,6 +167,10 @@ void rda_adjust(rda_conn *c, const char *sku, long long epoch, int segments,
 
 /* True when the handle routes over a cluster. */
 bool rda_cluster(const rda_conn *c);
+/* A cluster: the master that serves `slot` by the newest map (the process's, when the
+ * target has one): a number that names it among this handle's nodes (>= 0) with
+ * "host:port" into name[0..len); -1 ("") when no map has named one yet, or standalone. */
+int rda_slot_master(rda_conn *c, int slot, char *name, size_t len);
 /* The process's mode (the target's map, calls.h) became a cluster and this handle
  * still routes as standalone: rda_mode_behind. rda_mode_follow makes it route over
  * the cluster from its next call on (the map asked for at once); the caller does so

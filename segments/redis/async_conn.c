@@ -281,6 +281,14 @@ static void req_done(struct lreq *lq, redisReply *r)
     rda_conn *c = q->c;
     if (r == NULL) {
         rda_want_refresh(c); /* a node gone may be a failover */
+        if (q->reroute && q->lq.unsent && is_cluster(c) && !c->closing &&
+            base_now_ms() + 25 - q->born_ms <= c->to.timeout_ms) {
+            /* It cannot have run: sent again by the newest map, which moves the slot
+             * to the new master once the failover is known. */
+            c->own.stats.retried++;
+            delay(q);
+            return;
+        }
         rda_answer(q, NULL);
         return;
     }
@@ -390,4 +398,17 @@ void rda_stats(const rda_conn *c, struct rda_stats *out)
 bool rda_cluster(const rda_conn *c)
 {
     return is_cluster(c);
+}
+
+int rda_slot_master(rda_conn *c, int slot, char *name, size_t len)
+{
+    name[0] = '\0';
+    if (!is_cluster(c) || slot < 0 || slot >= RD_SLOTS)
+        return -1;
+    follow_process_map(c);
+    int i = c->route[slot];
+    if (i < 0)
+        return -1;
+    snprintf(name, len, "%s:%d", link_host(c->links[i]), link_port(c->links[i]));
+    return i;
 }

@@ -51,6 +51,8 @@ struct req {
     void *arg;
     long long born_ms; /* TRYAGAIN and CLUSTERDOWN are retried within timeout_ms */
     int hops;          /* MOVED and ASK followed */
+    bool reroute;      /* a cluster: routed again (not answered -1) when it never went
+                          out, within timeout_ms (rda_raw_blocking) */
     long long due_ms;  /* in `delayed`: when to send it again */
     struct req *later; /* next in `delayed` */
     struct fan *fan;   /* K_PART: the fan-out it is part of, and */

@@ -1,5 +1,6 @@
 /* calls.c -- the blocking calls of the Redis seam: encode (proto.c, proto_admin.c),
- * send on the connection (store.c), decode (proto_reply.c). See calls.h. */
+ * send on the blocking connection (store.c, over async.h), decode (proto_reply.c). See
+ * calls.h. */
 #include "segments/redis/calls.h"
 
 #include <stdio.h>
@@ -27,11 +28,7 @@ int rd_segment_place(rd_conn *c, const char *placed, int i, int *slot, char *nod
     node[0] = '\0';
     if (!store_cluster(c))
         return 0;
-    int at = store_slot_node(c, *slot);
-    if (at < 0)
-        return -1;
-    store_node_name(c, at, node, len);
-    return 0;
+    return store_slot_node(c, *slot, node, len) < 0 ? -1 : 0;
 }
 
 /* ---- reads ------------------------------------------------------------------- */
@@ -79,37 +76,6 @@ int rd_record_read(rd_conn *c, const char *id, char **record)
     free(*record);
     *record = NULL;
     return found < 0 ? -1 : 0;
-}
-
-int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
-                     long long *sold, long long *orders, bool *locked)
-{
-    bool full = sold != NULL; /* also sold, orders and the lock */
-    int per = full ? 4 : 1;
-    struct rd_cmd *cmds = seg_calloc((size_t)(per * n), sizeof *cmds);
-    for (int i = 0; i < n; i++)
-        proto_segment_reads(&cmds[per * i], sku, i, full);
-    redisReply **r = seg_malloc(sizeof *r * (size_t)(per * n));
-    int rc = store_pipeline(c, per * n, cmds, r);
-    for (int i = 0; i < per * n; i++)
-        cmd_free(&cmds[i]);
-    free(cmds);
-    if (rc != 0) {
-        free(r);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        stock[i] = proto_integer(r[per * i], 0);
-        if (full) {
-            sold[i] = proto_integer(r[4 * i + 1], 0);
-            orders[i] = proto_integer(r[4 * i + 2], 0);
-            locked[i] = proto_integer(r[4 * i + 3], 0) > 0;
-        }
-    }
-    for (int i = 0; i < per * n; i++)
-        freeReplyObject(r[i]);
-    free(r);
-    return 0;
 }
 
 /* A VIEW reply of segments from..from+count-1 into the arrays (its meta, when asked,
@@ -176,60 +142,4 @@ int rd_skus_list(rd_conn *c, char ***names, size_t *n)
     *names = out;
     *n = k;
     return 0;
-}
-
-/* ---- one segment's lock -------------------------------------------------------- */
-
-int rd_acquire(rd_conn *c, const char *sku, long long epoch, int i, const char *id,
-               long long qty, const char *token, int ttl_ms, struct rd_reply *out)
-{
-    struct rd_cmd cmd;
-    proto_acquire(&cmd, sku, epoch, i, id, qty, token, ttl_ms, 0);
-    return store_script(c, &cmd, out);
-}
-
-int rd_deduct(rd_conn *c, const char *sku, long long epoch, int i, const char *token,
-              const char *attempt, const char *id, long long qty, const char *record,
-              struct rd_reply *out)
-{
-    struct rd_cmd cmd;
-    proto_deduct(&cmd, sku, epoch, i, token, attempt, id, qty, record, false, 0);
-    return store_script(c, &cmd, out);
-}
-
-int rd_lock(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms)
-{
-    struct rd_cmd cmd;
-    proto_lock(&cmd, sku, i, token, ttl_ms);
-    redisReply *r = store_call(c, &cmd);
-    int taken = 0;
-    int rc = r != NULL ? proto_taken(r, token, &taken) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc < 0 ? -1 : taken;
-}
-
-/* RELEASE or RENEW: 1 done, 0 not ours, -1. */
-static int compare_and(rd_conn *c, struct rd_cmd *cmd)
-{
-    redisReply *r = store_call(c, cmd);
-    int done = 0;
-    int rc = r != NULL ? proto_done(r, &done) : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    return rc < 0 ? -1 : done;
-}
-
-int rd_release(rd_conn *c, const char *sku, int i, const char *token)
-{
-    struct rd_cmd cmd;
-    proto_release(&cmd, sku, i, token);
-    return compare_and(c, &cmd);
-}
-
-int rd_renew(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms)
-{
-    struct rd_cmd cmd;
-    proto_renew(&cmd, sku, i, token, ttl_ms);
-    return compare_and(c, &cmd);
 }

@@ -1,10 +1,10 @@
 /* calls.h -- the Redis seam: a connection, and one typed call per script or read.
  *
  * Everything that knows Redis lives in segments/redis/: key names (keys.h), Lua
- * (the lua/ files, scripts.c), the connection (store.c) and the reply shapes
- * (proto_reply.c). The rest of the program passes C values in and gets C values back; no
- * redisReply, key or Lua crosses this header. Each call is blocking on its connection (a
- * worker's own).
+ * (the lua/ files, scripts.c), the connections (async.h on an event loop; store.h, the
+ * blocking one, waits on that same code) and the reply shapes (proto_reply.c). The rest
+ * of the program passes C values in and gets C values back; no redisReply, key or Lua
+ * crosses this header. Each call here is blocking on its connection (a thread's own).
  *
  * Results. Every call returns -1 when Redis gave no usable answer (refused, reset
  * twice, timed out, an error reply; rd_conn_error says which, the connection's error
@@ -191,11 +191,6 @@ int rd_meta_read(rd_conn *c, const char *sku, struct rd_meta *out);
 /* The record of order `id`: 1 with *record (malloc'd), 0 (none, or one a reset of its
  * SKU left behind) or -1. */
 int rd_record_read(rd_conn *c, const char *id, char **record);
-/* Segments 0..n-1 of `sku`, in one round trip: stock[i] (absent: 0) and, when
- * `sold` is not NULL, also sold[i], orders[i] (orders recorded first in segment i)
- * and locked[i]. 0 or -1. */
-int rd_segments_read(rd_conn *c, const char *sku, int n, long long *stock,
-                     long long *sold, long long *orders, bool *locked);
 /* The SKU view's numbers of segments 0..n-1 of `placed` of `epoch`: stock[i], sold[i],
  * orders[i], locked[i] and reserved[i] (units held by the epoch's reservations), all
  * read at one instant (lua/view.lua): one script over every segment on a standalone
@@ -211,31 +206,6 @@ int rd_segments_view(rd_conn *c, const char *sku, const char *placed, int n,
                      struct rd_meta *meta);
 /* Every SKU name: 0 with *names (malloc'd array of *n malloc'd strings) or -1. */
 int rd_skus_list(rd_conn *c, char ***names, size_t *n);
-
-/* ---- one segment's lock -------------------------------------------------------- */
-
-/* ACQUIRE: check order `id`, read segment i's stock and, when it holds `qty`, take
- * its lock with `token` for ttl_ms -- all only while the segment belongs to `epoch`.
- * Codes: OK (taken; value = stock), BUSY (value = stock), SHORT, EXISTS, MISSING,
- * STALE. Taking a lock the same token holds is OK. 0 or -1. */
-int rd_acquire(rd_conn *c, const char *sku, long long epoch, int i, const char *id,
-               long long qty, const char *token, int ttl_ms, struct rd_reply *out);
-
-/* DEDUCT: fenced by `token` ("" = no lock: mode atomic), take `qty` from segment i
- * of `epoch`, write `record` for order `id` as attempt `attempt`, release the lock.
- * A resend of the same attempt answers OK. Codes: OK (value = stock left), FENCED,
- * STALE, EXISTS, SHORT, MISSING. 0 or -1. */
-int rd_deduct(rd_conn *c, const char *sku, long long epoch, int i, const char *token,
-              const char *attempt, const char *id, long long qty, const char *record,
-              struct rd_reply *out);
-
-/* Take segment i's lock with `token` (SET NX PX; a resend finds its own token and
- * has it): 1 taken, 0 held by another, -1. */
-int rd_lock(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms);
-/* Delete segment i's lock if `token` owns it: 1 released, 0 not ours, -1. */
-int rd_release(rd_conn *c, const char *sku, int i, const char *token);
-/* Extend segment i's lock to ttl_ms if `token` owns it: 1 renewed, 0 not ours, -1. */
-int rd_renew(rd_conn *c, const char *sku, int i, const char *token, int ttl_ms);
 
 /* ---- several segments ---------------------------------------------------------- */
 

@@ -1,5 +1,6 @@
 /* cmd.h -- one Redis command as an argument vector, built once and sent by either
- * connection (store.c blocking, async.c on an event loop). Private to segments/redis/.
+ * connection (async.c's links; store.c's blocking calls go through them). Private to
+ * segments/redis/.
  *
  * A command is a plain one ("SET", key, ...) or a script call: the script's id, its
  * keys and its arguments, sent as EVALSHA <sha> <nkeys> keys... args... when the

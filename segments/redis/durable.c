@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "segments/redis/proto.h"
+#include "segments/redis/slots.h"
 #include "segments/redis/store.h"
 #include "base/xalloc.h"
 
@@ -15,7 +16,9 @@ int durable_wait_nodes(rd_conn *c, struct rd_cmd *cmds, int n)
     int *waited = seg_malloc(sizeof *waited * (size_t)(n + 1));
     for (int k = 0; k < n; k++) {
         /* One connection per node: its WAIT covers every write made on it. */
-        int node = store_cluster(c) ? store_slot_node(c, cmds[k].slot) : 0;
+        char name[RD_HOST_MAX + 8];
+        int node =
+            store_cluster(c) ? store_slot_node(c, cmds[k].slot, name, sizeof name) : 0;
         bool seen = false;
         for (int j = 0; j < nodes && node >= 0; j++)
             seen |= waited[j] == node;

@@ -12,7 +12,7 @@
 #include "base/xalloc.h"
 #include "segments/redis/sentinel.h"
 #include "segments/redis/target.h"
-#include "segments/redis/store.h"
+#include "segments/redis/scripts.h"
 
 struct link {
     struct event_base *base;
@@ -91,6 +91,7 @@ static void fail_later_cb(evutil_socket_t fd, short what, void *arg)
 
 static void fail_later(struct link *l, struct lreq *q)
 {
+    q->unsent = !q->resent; /* never written, unless on a connection closed since */
     static const struct timeval zero = {0, 0};
     if (event_base_once(l->base, -1, EV_TIMEOUT, fail_later_cb, q, &zero) != 0)
         q->done(q, NULL); /* cannot happen short of out of memory */
@@ -115,6 +116,7 @@ void link_send(struct link *l, struct lreq *q)
 {
     q->l = l;
     q->prev = q->next = q;
+    q->unsent = false;
     leave_old_master(l);
     if (l->ac == NULL) {
         if (!l->reconnecting) {
@@ -223,6 +225,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         link_tail(&l->resend, q);
         return;
     }
+    if (r == NULL && !(ac->c.flags & REDIS_CONNECTED) && !q->resent)
+        q->unsent = true; /* its connection never came up: it never went out */
     if (r != NULL && r->type == REDIS_REPLY_ERROR && q->cmd.script >= 0 &&
         strncmp(r->str, "NOSCRIPT", 8) == 0) {
         l->sha[q->cmd.script][0] = '\0'; /* EVAL sends the source and caches it */

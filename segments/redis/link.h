@@ -64,6 +64,8 @@ struct lreq {
     bool setup;  /* the link's own (AUTH, SELECT, SCRIPT LOAD, ASKING) */
     bool once;   /* never sent again on a new connection: it means something on this
                     one only (a WAIT counts from its connection's last write) */
+    bool unsent; /* answered NULL without having gone out: no connection to its node
+                    could be made, so it cannot have run (set by the link) */
     struct link *l;
     struct lreq *prev, *next;
 };

@@ -1,6 +1,6 @@
 /* slots.h -- Redis Cluster routing pieces: key slots, redirect errors, the slot map.
  *
- * The pieces of cluster routing that async.c and store.c share (a standalone Redis
+ * The pieces of cluster routing that async_conn.c and smap.c share (a standalone Redis
  * never needs them):
  *
  *   Key slots.  A key belongs to slot CRC16(key) mod 16384 (CRC16-CCITT, XMODEM, as

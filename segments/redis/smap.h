@@ -1,6 +1,7 @@
 /* smap.h -- one slot map per process: a Redis Cluster's slot map as immutable
- * snapshots, shared by every blocking connection (store.c) and refreshed by one
- * thread. Private to segments/redis/ (calls.h declares create and free).
+ * snapshots, shared by every handle made with it (async_conn.c; store.c's
+ * connections through theirs) and refreshed by one thread. Private to segments/redis/
+ * (calls.h declares create and free).
  *
  * Snapshots. A snapshot never changes once published. Each carries a generation
  * that grows by one whenever a fetch finds a map that differs from the newest one
