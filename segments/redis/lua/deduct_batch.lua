@@ -29,8 +29,7 @@ end
 local stale = v[2] ~= ARGV[2]
 local s = v[3] and tonumber(v[3])
 local n = tonumber(ARGV[5])
-local tag = string.match(KEYS[2], '^inv:{[^}]*}')
-local ledger = redis.call('EXISTS', tag .. ':ledger') == 1
+local tag = LEDGER_TAG(KEYS[2])
 local out, sold, ids = {}, 0, {}
 for k = 1, n do
   local a = 5 + (k - 1) * 4
@@ -46,7 +45,7 @@ for k = 1, n do
   elseif stale then
     out[k] = {STALE}
   elseif rec[1] and (rec[3] ~= ARGV[3] or rec[4] == ARGV[2]) then
-    out[k] = {EXISTS, rec[1]}
+    out[k] = {EXISTS, RECORD(rec[1], key, rec[3])}
   elseif not s then
     out[k] = {MISSING}
   elseif s < q and fence ~= -1 then
@@ -57,9 +56,9 @@ for k = 1, n do
     ids[#ids + 1] = id
     ids[#ids + 1] = qs
     redis.call('HSET', key, 'r', record, 't', attempt, 'k', ARGV[3], 'e', ARGV[2])
-    if ledger then
+    if tag then
       redis.call('XADD', tag .. ':events', '*', 'k', 'sale', 'e', ARGV[2], 'o', id,
-                 'ds', '-' .. qs, 'dq', qs, 'r', record)
+                 'ds', '-' .. qs, 'dq', qs, 'r', RECORD(record, key, ARGV[3]))
     end
     out[k] = {OK, s}
   end

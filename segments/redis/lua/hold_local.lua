@@ -295,7 +295,9 @@ elseif act == 'release' then
   end
   code = state == 'confirmed' and CONFLICT or OK
 elseif state == 'confirmed' then
-  rec = redis.call('HGET', 'inv:order:{' .. id .. '}', 'r') or ''
+  local okey = 'inv:order:{' .. id .. '}'
+  local o = redis.call('HMGET', okey, 'r', 'k')
+  rec = RECORD(o[1], okey, o[2]) or ''
   code = c == att and OK or EXISTS
 elseif state ~= 'held' then
   code = CONFLICT
