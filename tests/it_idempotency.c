@@ -530,6 +530,42 @@ static void test_record_of_older_build(void **state)
     redisFree(rc);
 }
 
+/* A confirmed reservation's record (hold_local.lua writes it) is small too, a single
+ * and a multi-segment one: its hash a listpack (before: "hashtable" != "listpack"),
+ * and the GET, the confirm's replay and the cancel see the confirm's 201 bytes. */
+static void test_confirmed_hold_record_fits_listpack(void **state)
+{
+    struct h_env *e = *state;
+    h_deadline(60);
+    redisContext *rc = h_redis_connect(e->redis);
+    assert_non_null(rc);
+    assert_int_equal(h_put_sku(e->port, NULL, "lp-hold", 10, 2, "lock", 0), 0);
+    const long long qty[] = {2, 7}; /* 7: more than a segment holds, two parts */
+    for (int k = 0; k < 2; k++) {
+        char id[32], body[160], path[96], enc[32];
+        snprintf(id, sizeof id, "lp-hold-%d", k);
+        snprintf(
+            body, sizeof body,
+            "{\"sku\":\"lp-hold\",\"qty\":%lld,\"ttl_s\":60,\"reservation_id\":\"%s\"}",
+            qty[k], id);
+        struct h_resp r, first;
+        assert_int_equal(h_req(e->port, "POST", "/reservations", NULL, body, &r), 201);
+        h_resp_free(&r);
+        snprintf(path, sizeof path, "/reservations/%s/confirm", id);
+        assert_int_equal(h_http(e->port, "POST", path, NULL, NULL, 0, &first), 201);
+        assert_string_equal(record_encoding(rc, id, enc, sizeof enc), "listpack");
+        expect_get_body(e->port, id, &first);
+        assert_int_equal(h_http(e->port, "POST", path, NULL, NULL, 0, &r), 200);
+        assert_string_equal(r.body, first.body);
+        h_resp_free(&r);
+        expect_cancel(e->port, id);
+        h_resp_free(&first);
+    }
+    assert_int_equal(sold_of(e->port, "lp-hold"), 0);
+    assert_int_equal(h_audit(e->port, NULL, "lp-hold", 10, true), 0);
+    redisFree(rc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -545,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_reset_of_a_big_sale),
         cmocka_unit_test(test_record_fits_listpack),
         cmocka_unit_test(test_record_of_older_build),
+        cmocka_unit_test(test_confirmed_hold_record_fits_listpack),
     };
     int failed =
         cmocka_run_group_tests_name("idempotency", tests, group_setup, group_teardown);

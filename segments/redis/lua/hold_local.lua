@@ -322,7 +322,11 @@ else
                    '0', 'dq', S.q, 'r', k == 1 and rec or '')
       end
     end
-    redis.call('HSET', okey, 'r', rec, 't', att, 'k', h.k, 'e', epoch)
+    -- Stored packed (prelude.lua RECORD) when it unpacks to rec: a listpack hash.
+    local packed = {'#' .. h.q}
+    for k, S in ipairs(segs) do packed[k + 1] = S.i .. ' ' .. S.q end
+    redis.call('HSET', okey, 'r', segs[1].i == h.i and table.concat(packed, ' ') or rec, 't',
+               att, 'k', h.k, 'e', epoch)
     state, c, write = 'confirmed', att, true
   end
 end
