@@ -57,6 +57,7 @@ void rda_record_read(rda_conn *c, const char *id, const char *sku, long long epo
     struct req *q = rda_req_new(c, K_RECORD, FN(fn), arg);
     snprintf(q->sku, sizeof q->sku, "%s", sku);
     q->epoch = epoch;
+    snprintf(q->id, sizeof q->id, "%s", id);
     proto_record_read(&q->lq.cmd, id);
     rda_route(q);
 }

@@ -46,7 +46,7 @@ void rda_answer(struct req *q, redisReply *r)
         case K_RECORD: {
             char owner[SEG_NAME_MAX + 1];
             long long epoch;
-            rc = proto_record(r, &record, owner, &epoch);
+            rc = proto_record(r, q->id, &record, owner, &epoch);
             if (rc == 0 && record != NULL &&
                 proto_record_dead(owner, epoch, q->sku, q->epoch)) {
                 free(record);

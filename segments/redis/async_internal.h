@@ -45,8 +45,9 @@ struct req {
     enum kind kind;
     int n;          /* K_MULTI, K_STOCKS: how many segments; K_BATCH: orders */
     char token[33]; /* K_INT_TAKEN: ours */
-    char sku[SEG_NAME_MAX + 1]; /* K_RECORD: the SKU the caller expects, and */
-    long long epoch;            /* its epoch */
+    char sku[SEG_NAME_MAX + 1]; /* K_RECORD: the SKU the caller expects, */
+    long long epoch;            /* its epoch, and */
+    char id[SEG_NAME_MAX + 1];  /* the order's id (a packed record names none) */
     void (*fn)(void);
     void *arg;
     long long born_ms; /* TRYAGAIN and CLUSTERDOWN are retried within timeout_ms */

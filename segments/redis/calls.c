@@ -63,7 +63,7 @@ int rd_record_read(rd_conn *c, const char *id, char **record)
     long long epoch;
     proto_record_read(&cmd, id);
     redisReply *r = store_call(c, &cmd);
-    int rc = r != NULL ? proto_record(r, record, owner, &epoch) : -1;
+    int rc = r != NULL ? proto_record(r, id, record, owner, &epoch) : -1;
     if (r != NULL)
         freeReplyObject(r);
     if (rc < 0 || *record == NULL || owner[0] == '\0')

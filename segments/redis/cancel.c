@@ -115,7 +115,7 @@ static void on_record(void *arg, const struct redisReply *r)
 {
     struct cx *x = arg;
     char *rec = NULL;
-    if (r == NULL || proto_record(r, &rec, x->owner, &x->owner_epoch) < 0) {
+    if (r == NULL || proto_record(r, x->id, &rec, x->owner, &x->owner_epoch) < 0) {
         x->code = -1;
     } else {
         x->rec = rec;

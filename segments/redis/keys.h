@@ -37,7 +37,8 @@
  *                             (adjust.h), so that a step run again answers what it
  *                             did; the runner that commits the intent deletes its
  *                             fields, a reset of the segment the whole hash
- *   inv:order:{id}            hash: r = the order record (JSON), t = the attempt that
+ *   inv:order:{id}            hash: r = the order record (packed, recpack.h, so the
+ *                             hash stays a listpack; or its JSON), t = the attempt that
  *                             wrote it (so a script resent after a lost reply knows its
  *                             own work), k = its SKU, e = that SKU's epoch then.
  *                             c = the epoch it was cancelled in (lua/cancel.lua; the

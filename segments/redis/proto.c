@@ -4,6 +4,7 @@
 #include "segments/redis/proto.h"
 
 #include "segments/redis/keys.h"
+#include "segments/redis/recpack.h"
 
 /* ---- encoders ------------------------------------------------------------------ */
 
@@ -123,7 +124,8 @@ void proto_deduct(struct rd_cmd *c, const char *sku, long long epoch, int i,
     cmd_arg(c, token);
     cmd_argll(c, qty);
     cmd_arg(c, id);
-    cmd_arg(c, record);
+    char packed[RD_RECORD_PACKED_MAX];
+    cmd_arg(c, rd_record_stored(record, id, sku, packed, sizeof packed));
     cmd_arg(c, attempt);
     cmd_argll(c, epoch);
     cmd_arg(c, sku);
@@ -153,7 +155,8 @@ void proto_deduct_batch(struct rd_cmd *c, const char *sku, long long epoch, int 
     for (int k = 0; k < n; k++) {
         cmd_arg(c, b[k].id);
         cmd_argll(c, b[k].qty);
-        cmd_arg(c, b[k].record);
+        char packed[RD_RECORD_PACKED_MAX];
+        cmd_arg(c, rd_record_stored(b[k].record, b[k].id, sku, packed, sizeof packed));
         cmd_arg(c, b[k].attempt);
     }
 }
@@ -273,7 +276,9 @@ void proto_confirm(struct rd_cmd *c, const char *id, const char *attempt,
     cmd_script(c, SCRIPT_CONFIRM);
     cmd_key(c, seg_key_order(key, id));
     cmd_arg(c, attempt);
-    cmd_arg(c, record != NULL ? record : "");
+    char packed[RD_RECORD_PACKED_MAX];
+    cmd_arg(c, record != NULL ? rd_record_stored(record, id, sku, packed, sizeof packed)
+                              : "");
     cmd_arg(c, sku);
     cmd_argll(c, epoch);
 }
@@ -403,7 +408,9 @@ static void parts(struct rd_cmd *c, enum script_id script, const char *sku,
     for (int j = 0; !cancel && j < p->n; j++)
         cmd_key(c, seg_key_fence(key, sku, p->seg[j]));
     cmd_arg(c, id);
-    cmd_arg(c, record);
+    char packed[RD_RECORD_PACKED_MAX]; /* a sale's record packed; a cancel's as it is */
+    cmd_arg(c,
+            cancel ? record : rd_record_stored(record, id, sku, packed, sizeof packed));
     cmd_arg(c, extra);
     cmd_argll(c, epoch);
     cmd_arg(c, sku);

@@ -126,10 +126,11 @@ int proto_done(const redisReply *r, int *done);
 int proto_taken(const redisReply *r, const char *token, int *taken);
 /* HMGET of the meta: *found 1 with `out` filled, or 0. */
 int proto_meta(const redisReply *r, struct rd_meta *out, int *found);
-/* HMGET of a record: *record (malloc'd) or NULL, and the SKU and epoch it was
- * written in (`sku`: SEG_NAME_MAX + 1 bytes; "" and 0 for a record older than those
- * fields). */
-int proto_record(const redisReply *r, char **record, char *sku, long long *epoch);
+/* HMGET of order `id`'s record: *record (malloc'd; its JSON, unpacked: recpack.h) or
+ * NULL, and the SKU and epoch it was written in (`sku`: SEG_NAME_MAX + 1 bytes; "" and
+ * 0 for a record older than those fields). */
+int proto_record(const redisReply *r, const char *id, char **record, char *sku,
+                 long long *epoch);
 /* True when that HMGET, asked a 4th field "t" (the attempt), read 'ledger': a record
  * RESTORE wrote back from the ledger (restore.lua). */
 bool proto_record_restored(const redisReply *r);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/xalloc.h"
+#include "segments/redis/recpack.h"
 
 /* ---- decoders ------------------------------------------------------------------ */
 
@@ -145,7 +146,8 @@ static bool is_string_or_nil(const redisReply *r)
     return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL);
 }
 
-int proto_record(const redisReply *r, char **record, char *sku, long long *epoch)
+int proto_record(const redisReply *r, const char *id, char **record, char *sku,
+                 long long *epoch)
 {
     *record = NULL;
     sku[0] = '\0';
@@ -160,8 +162,8 @@ int proto_record(const redisReply *r, char **record, char *sku, long long *epoch
     if (k->type == REDIS_REPLY_STRING)
         snprintf(sku, SEG_NAME_MAX + 1, "%s", k->str);
     *epoch = proto_integer(e, 0);
-    *record = seg_strdup(json->str);
-    return 0;
+    *record = rd_record_unpack(json->str, id, sku);
+    return *record != NULL ? 0 : -1;
 }
 
 bool proto_record_restored(const redisReply *r)

@@ -1,8 +1,9 @@
 /* scripts.c -- the Lua of every script the domain runs (ids in scripts.h).
  *
  * The sources are segments/redis/lua/<name>.lua, compiled in by base/embed.sh. Each
- * is sent behind a prelude that binds the reply codes of calls.h to Lua locals (OK,
- * BUSY, ...), so the numbers are defined once, in C.
+ * is sent behind a line that binds the reply codes of calls.h to Lua locals (OK,
+ * BUSY, ...), so the numbers are defined once, in C, and lua/prelude.lua (the
+ * functions every script may call: LEDGER, RECORD).
  *
  * Numbers travel as strings: Lua formats numbers with 14 significant digits, so a
  * stock near 2^53 must never pass through a Lua number on its way into a key.
@@ -24,68 +25,11 @@ extern const struct embed_file rd_lua_files[];
 #define S_(x) #x
 #define S(x) S_(x)
 
-static const char prelude[] =
+/* The reply codes as Lua locals; lua/prelude.lua (LEDGER, RECORD) follows them. */
+static const char codes[] =
     "local OK, BUSY, SHORT, EXISTS, MISSING, FENCED, STALE, CONFLICT, LIMIT, REPLAYED, "
-    "MISMATCH = " S(RD_OK) ", " S(RD_BUSY) ", " S(RD_SHORT) ", " S(RD_EXISTS) ", " S(RD_MISSING) ", " S(RD_FENCED) ", " S(RD_STALE) ", " S(
-        RD_CONFLICT) ", " S(RD_LIMIT) ", " S(RD_REPLAYED) ", " S(RD_MISMATCH) "\n"
-                                                                              /* LEDGER(key,
-                                                                               * field,
-                                                                               * value,
-                                                                               * ...):
-                                                                               * append an
-                                                                               * event to
-                                                                               * the
-                                                                               * stream of
-                                                                               * the
-                                                                               * segment
-                                                                               * `key`
-                                                                               * belongs
-                                                                               * to
-                                                                               * (keys.h
-                                                                               * inv:{sku:i}:events),
-                                                                               * in its
-                                                                               * slot,
-                                                                               * when the
-                                                                               * segment's
-                                                                               * ledger
-                                                                               * flag
-                                                                               * (inv:{sku:i}:ledger,
-                                                                               * written
-                                                                               * by the
-                                                                               * resets)
-                                                                               * is set;
-                                                                               * else
-                                                                               * nothing.
-                                                                               */
-                                                                              "local "
-                                                                              "function "
-                                                                              "LEDGER("
-                                                                              "key, "
-                                                                              "...)\n"
-                                                                              "  local "
-                                                                              "tag = "
-                                                                              "string."
-                                                                              "match(key,"
-                                                                              " '^inv:{[^"
-                                                                              "}]*}')\n"
-                                                                              "  if "
-                                                                              "redis."
-                                                                              "call('"
-                                                                              "EXISTS', "
-                                                                              "tag .. "
-                                                                              "':ledger')"
-                                                                              " == 1 "
-                                                                              "then\n"
-                                                                              "    "
-                                                                              "redis."
-                                                                              "call('"
-                                                                              "XADD', "
-                                                                              "tag .. "
-                                                                              "':events',"
-                                                                              " '*', "
-                                                                              "...)\n"
-                                                                              "  end\n"
-                                                                              "end\n";
+    "MISMATCH = " S(RD_OK) ", " S(RD_BUSY) ", " S(RD_SHORT) ", " S(RD_EXISTS) ", " S(RD_MISSING) ", " S(
+        RD_FENCED) ", " S(RD_STALE) ", " S(RD_CONFLICT) ", " S(RD_LIMIT) ", " S(RD_REPLAYED) ", " S(RD_MISMATCH) "\n";
 
 static const char *const files[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] = "acquire.lua",
@@ -129,19 +73,28 @@ static const char *const files[SCRIPT__COUNT] = {
 static char *sources[SCRIPT__COUNT];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* Prelude + file, for every script; a missing file is a build error surfaced at once. */
+/* Codes + prelude + file, for every script; a missing file is a build error surfaced
+ * at once. */
+static const struct embed_file *must_find(const char *name)
+{
+    const struct embed_file *f = embed_find(rd_lua_files, name);
+    if (f == NULL) {
+        fprintf(stderr, "inventoryd: script %s is not compiled in\n", name);
+        abort();
+    }
+    return f;
+}
+
 static void build(void)
 {
+    const struct embed_file *pre = must_find("prelude.lua");
+    size_t n = sizeof codes - 1;
     for (int i = 0; i < SCRIPT__COUNT; i++) {
-        const struct embed_file *f = embed_find(rd_lua_files, files[i]);
-        if (f == NULL) {
-            fprintf(stderr, "inventoryd: script %s is not compiled in\n", files[i]);
-            abort();
-        }
-        size_t n = sizeof prelude - 1;
-        sources[i] = seg_malloc(n + f->len + 1);
-        memcpy(sources[i], prelude, n);
-        memcpy(sources[i] + n, f->data, f->len + 1);
+        const struct embed_file *f = must_find(files[i]);
+        sources[i] = seg_malloc(n + pre->len + f->len + 1);
+        memcpy(sources[i], codes, n);
+        memcpy(sources[i] + n, pre->data, pre->len);
+        memcpy(sources[i] + n + pre->len, f->data, f->len + 1);
     }
 }
 

@@ -14,7 +14,7 @@
 -- its epoch (e) is not (keys.h); such a record is ignored and later overwritten.
 if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {STALE} end
 local rec = redis.call('HMGET', KEYS[1], 'r', 'k', 'e')
-if rec[1] and (rec[2] ~= ARGV[5] or rec[3] == ARGV[4]) then return {EXISTS, rec[1]} end
+if rec[1] and (rec[2] ~= ARGV[5] or rec[3] == ARGV[4]) then return {EXISTS, RECORD(rec[1], KEYS[1], rec[2])} end
 local s = redis.call('GET', KEYS[2])
 if not s then return {MISSING} end
 s = tonumber(s)

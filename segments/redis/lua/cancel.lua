@@ -23,7 +23,7 @@ local function done(r)
   return r
 end
 local r = redis.call('HMGET', KEYS[1], 'r', 'k', 'e')
-local rec = r[1]
+local rec = RECORD(r[1], KEYS[1], r[2])
 if not rec or (r[2] == ARGV[5] and r[3] ~= redis.call('HGET', KEYS[2], 'epoch')) then
   return done({MISSING})
 end

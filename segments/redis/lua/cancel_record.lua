@@ -3,7 +3,8 @@
 -- KEYS: order record.
 -- ARGV: the record as the caller read it, the cancelled record.
 -- Reply: {STALE} (the record is neither: another order has the id now) | {OK}.
-local r = redis.call('HGET', KEYS[1], 'r')
+local v = redis.call('HMGET', KEYS[1], 'r', 'k')
+local r = RECORD(v[1], KEYS[1], v[2])
 if r ~= ARGV[1] and r ~= ARGV[2] then return {STALE} end
 redis.call('HSET', KEYS[1], 'r', ARGV[2])
 return {OK}

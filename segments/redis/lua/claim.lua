@@ -24,7 +24,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = redis.call('HMGET', KEYS[1], 'r', 'k', 'e', 'c', 'u', 'p')
-if v[1] and (v[2] ~= ARGV[2] or v[3] == ARGV[3]) then return {EXISTS, v[1]} end
+if v[1] and (v[2] ~= ARGV[2] or v[3] == ARGV[3]) then return {EXISTS, RECORD(v[1], KEYS[1], v[2])} end
 if v[1] and v[3] ~= ARGV[7] then return {STALE, tonumber(v[3] or '0')} end
 if v[4] and v[4] ~= ARGV[1] then
   if tonumber(v[5] or '0') > now then return {BUSY} end

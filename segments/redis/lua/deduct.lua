@@ -29,7 +29,7 @@ local fence = tonumber(ARGV[9] or '0')
 if fence > 0 and fence < tonumber(redis.call('GET', KEYS[7]) or '0') then return {FENCED} end
 if v[2] ~= ARGV[6] then return done({STALE}) end
 if rec[1] and (rec[3] ~= ARGV[7] or rec[4] == ARGV[6]) then
-  return done({EXISTS, rec[1]})
+  return done({EXISTS, RECORD(rec[1], KEYS[5], rec[3])})
 end
 if not v[3] then return done({MISSING}) end
 local s = tonumber(v[3])
@@ -39,6 +39,9 @@ redis.call('DECRBY', KEYS[2], ARGV[2])
 redis.call('INCRBY', KEYS[3], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[5], 'r', ARGV[4], 't', ARGV[5], 'k', ARGV[7], 'e', ARGV[6])
-LEDGER(KEYS[2], 'k', 'sale', 'e', ARGV[6], 'o', ARGV[3], 'ds', '-' .. ARGV[2], 'dq', ARGV[2],
-       'r', ARGV[4])
+local tag = LEDGER_TAG(KEYS[2])
+if tag then
+  redis.call('XADD', tag .. ':events', '*', 'k', 'sale', 'e', ARGV[6], 'o', ARGV[3], 'ds',
+             '-' .. ARGV[2], 'dq', ARGV[2], 'r', RECORD(ARGV[4], KEYS[5], ARGV[7]))
+end
 return done({OK, s - q})

@@ -11,9 +11,10 @@
 -- it in this very batch: the same id twice is one sale) is EXISTS with that record;
 -- an order more than the stock left is SHORT with what is left, and the orders after
 -- it still sell if they fit. The stock and sold counts move once for the whole batch,
--- and the orders hash takes every sale in one HSET: per order the script makes two
--- calls, EXISTS on its record (a HMGET only when there is one) and the record's HSET
--- (Redis CPU per order is what group commit is for).
+-- and the orders hash takes every sale in one HSET: per order the script makes one
+-- call, the record's HSET (Redis CPU per order is what group commit is for): one EXISTS
+-- asks for all the records at once, and an order reads its record (HMGET) only when
+-- some record was there or its id came before in the batch.
 -- A sale appends its event to the segment's ledger stream (as scripts.c LEDGER does,
 -- its flag looked up once for the batch).
 -- Reply: one element per order: {FENCED} | {STALE} | {EXISTS, record} | {MISSING}
@@ -29,16 +30,19 @@ end
 local stale = v[2] ~= ARGV[2]
 local s = v[3] and tonumber(v[3])
 local n = tonumber(ARGV[5])
-local tag = string.match(KEYS[2], '^inv:{[^}]*}')
-local ledger = redis.call('EXISTS', tag .. ':ledger') == 1
-local out, sold, ids = {}, 0, {}
+local tag = LEDGER_TAG(KEYS[2])
+-- Whether any order's record is there, asked once for the batch: almost always none,
+-- and then an order looks its record up only when its id came before in this batch.
+local any = n > 0 and redis.call('EXISTS', unpack(KEYS, 7, 6 + n)) > 0
+local out, sold, ids, seen = {}, 0, {}, {}
 for k = 1, n do
   local a = 5 + (k - 1) * 4
   local id, qs, record, attempt = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local q = tonumber(qs)
   local key = KEYS[6 + k]
   local rec = {}
-  if redis.call('EXISTS', key) == 1 then rec = redis.call('HMGET', key, 'r', 't', 'k', 'e') end
+  if any or seen[key] then rec = redis.call('HMGET', key, 'r', 't', 'k', 'e') end
+  seen[key] = true
   if rec[1] and rec[2] == attempt then
     out[k] = {OK, s or 0}
   elseif fenced then
@@ -46,7 +50,7 @@ for k = 1, n do
   elseif stale then
     out[k] = {STALE}
   elseif rec[1] and (rec[3] ~= ARGV[3] or rec[4] == ARGV[2]) then
-    out[k] = {EXISTS, rec[1]}
+    out[k] = {EXISTS, RECORD(rec[1], key, rec[3])}
   elseif not s then
     out[k] = {MISSING}
   elseif s < q and fence ~= -1 then
@@ -57,9 +61,9 @@ for k = 1, n do
     ids[#ids + 1] = id
     ids[#ids + 1] = qs
     redis.call('HSET', key, 'r', record, 't', attempt, 'k', ARGV[3], 'e', ARGV[2])
-    if ledger then
+    if tag then
       redis.call('XADD', tag .. ':events', '*', 'k', 'sale', 'e', ARGV[2], 'o', id,
-                 'ds', '-' .. qs, 'dq', qs, 'r', record)
+                 'ds', '-' .. qs, 'dq', qs, 'r', RECORD(record, key, ARGV[3]))
     end
     out[k] = {OK, s}
   end

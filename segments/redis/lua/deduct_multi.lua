@@ -43,7 +43,7 @@ for i = 0, n - 1 do
   if redis.call('GET', KEYS[6 + 5 * i]) ~= ARGV[4] then return done({STALE}) end
 end
 if rec[1] and (rec[3] ~= ARGV[5] or rec[4] == ARGV[4]) then
-  return done({EXISTS, rec[1]})
+  return done({EXISTS, RECORD(rec[1], KEYS[1], rec[3])})
 end
 local st = stocks(OK)
 for i = 0, n - 1 do
@@ -57,7 +57,7 @@ for i = 0, n - 1 do
   redis.call('INCRBY', KEYS[4 + 5 * i], q)
   redis.call('HSET', KEYS[5 + 5 * i], ARGV[1], q)
   LEDGER(KEYS[3 + 5 * i], 'k', 'sale', 'e', ARGV[4], 'o', ARGV[1], 'ds', '-' .. q, 'dq', q,
-         'r', i == 0 and ARGV[2] or '')
+         'r', i == 0 and RECORD(ARGV[2], KEYS[1], ARGV[5]) or '')
 end
 redis.call('HSET', KEYS[1], 'r', ARGV[2], 't', ARGV[3], 'k', ARGV[5], 'e', ARGV[4])
 return done(left)

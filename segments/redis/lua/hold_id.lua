@@ -110,12 +110,18 @@ local function where(code, rec)
           ix[9] or '', rec or ''}
 end
 
+-- The order record's JSON (prelude.lua RECORD), or nil.
+local function record()
+  local o = redis.call('HMGET', K[2], 'r', 'k')
+  return RECORD(o[1], K[2], o[2])
+end
+
 if act == 'find' then
-  return where(OK, ix[9] and redis.call('HGET', K[2], 'r') or '')
+  return where(OK, ix[9] and record() or '')
 end
 
 if act == 'confirm' then
-  if ix[9] then return where(ix[9] == att and REPLAYED or EXISTS, redis.call('HGET', K[2], 'r')) end
+  if ix[9] then return where(ix[9] == att and REPLAYED or EXISTS, record()) end
   local o = redis.call('HMGET', K[2], 'r', 'k', 'e', 'c', 'u', 'p')
   if o[1] and (o[2] ~= ix[1] or o[3] == ix[4]) then return where(CONFLICT) end
   -- an order's claim in flight, or a dead multi-segment order's (its plan is the

@@ -295,7 +295,9 @@ elseif act == 'release' then
   end
   code = state == 'confirmed' and CONFLICT or OK
 elseif state == 'confirmed' then
-  rec = redis.call('HGET', 'inv:order:{' .. id .. '}', 'r') or ''
+  local okey = 'inv:order:{' .. id .. '}'
+  local o = redis.call('HMGET', okey, 'r', 'k')
+  rec = RECORD(o[1], okey, o[2]) or ''
   code = c == att and OK or EXISTS
 elseif state ~= 'held' then
   code = CONFLICT
@@ -320,7 +322,11 @@ else
                    '0', 'dq', S.q, 'r', k == 1 and rec or '')
       end
     end
-    redis.call('HSET', okey, 'r', rec, 't', att, 'k', h.k, 'e', epoch)
+    -- Stored packed (prelude.lua RECORD) when it unpacks to rec: a listpack hash.
+    local packed = {'#' .. h.q}
+    for k, S in ipairs(segs) do packed[k + 1] = S.i .. ' ' .. S.q end
+    redis.call('HSET', okey, 'r', segs[1].i == h.i and table.concat(packed, ' ') or rec, 't',
+               att, 'k', h.k, 'e', epoch)
     state, c, write = 'confirmed', att, true
   end
 end
