@@ -609,10 +609,23 @@ static void test_concurrent_mix_audited(void **state)
     assert_int_equal(n.sold, m.sold_units);
 }
 
+/* An order under a live hold's id (the order path does not look at holds): the order
+ * is an order, the hold a hold that cannot be confirmed (409), GET and release true. */
+static void test_order_under_hold_id(void **state)
+{
+    struct h_cluster_env *f = *state;
+    assert_int_equal(h_put_sku(f->port, NULL, "cr-oid", 10, 2, "lock", 0), 0);
+    rve_order_under_hold(f->port, NULL, "cr-oid", "coid-1", 2);
+    /* a hold over both segments */
+    assert_int_equal(h_put_sku(f->port, NULL, "cr-oidm", 10, 2, "lock", 0), 0);
+    rve_order_under_hold(f->port, NULL, "cr-oidm", "coidm-1", 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hold_confirm_replay),
+        cmocka_unit_test(test_order_under_hold_id),
         cmocka_unit_test(test_expiry_returns_units),
         cmocka_unit_test(test_confirm_races_expiry),
         cmocka_unit_test(test_restock_with_holds),

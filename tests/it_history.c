@@ -846,6 +846,24 @@ static void op_settle_hold(struct client *c, enum kind kind)
     }
 }
 
+/* An order under a remembered hold's id (its SKU and qty): the order path does not
+ * look at holds, so it may sell under a live hold's id; that hold then cannot be
+ * confirmed (409 reservation_conflict) and must not be sold (docs/DESIGN.md
+ * "Reservations"). Not remembered as an order: no cancel of it. The hold's confirm
+ * follows, to another instance. */
+static void op_order_under_hold(struct client *c)
+{
+    struct req q;
+    if (!recall(c, c->holds, RESV_MEMORY, c->nholds, K_ORDER, &q)) {
+        op_new_order(c);
+        return;
+    }
+    send_one(c->run, &q);
+    q.kind = K_CONFIRM;
+    q.inst = (q.inst + 1) % N_INST;
+    send_one(c->run, &q);
+}
+
 static void op_confirm(struct client *c)
 {
     op_settle_hold(c, K_CONFIRM);
@@ -863,11 +881,12 @@ static const struct {
     enum kind kind; /* the op runs when run->ops has it; else a new order */
     void (*op)(struct client *);
 } mix[] = {
-    {800, K_ORDER, op_retry_order},    {2000, K_CANCEL, op_cancel},
-    {2900, K_RESTOCK, op_restock},     {3100, K_RESTOCK, op_restock_again},
-    {3500, K_REBALANCE, op_rebalance}, {3508, K_RESET, op_reset},
-    {3511, K_DELETE, op_recreate},     {4300, K_RESERVE, op_reserve},
-    {4900, K_CONFIRM, op_confirm},     {5100, K_RELEASE, op_release},
+    {800, K_ORDER, op_retry_order},         {2000, K_CANCEL, op_cancel},
+    {2900, K_RESTOCK, op_restock},          {3100, K_RESTOCK, op_restock_again},
+    {3500, K_REBALANCE, op_rebalance},      {3508, K_RESET, op_reset},
+    {3511, K_DELETE, op_recreate},          {4300, K_RESERVE, op_reserve},
+    {4900, K_CONFIRM, op_confirm},          {5100, K_RELEASE, op_release},
+    {5200, K_RESERVE, op_order_under_hold},
 };
 
 /* One op drawn from the mix; no reset or delete after resets_until. */
@@ -1265,7 +1284,8 @@ static bool answer_allowed(const struct entry *e)
     case K_CONFIRM:
         return st == 201 || st == 200 ||
                (st == 410 && code_is(e, "reservation_expired", "reservation_void")) ||
-               (st == 409 && code_is(e, "reservation_released", NULL)) ||
+               (st == 409 &&
+                code_is(e, "reservation_released", "reservation_conflict")) ||
                (st == 404 && code_is(e, "not_found", NULL));
     case K_RELEASE:
         return st == 200 || (st == 409 && code_is(e, "reservation_confirmed", NULL)) ||
@@ -1636,7 +1656,17 @@ static void check_records_vs_skus(struct checker *k)
 static bool sent_before_answer(const struct group *g, const struct entry *e)
 {
     for (int i = 0; i < g->n; i++)
-        if (g->op[i] != e && g->op[i]->q.kind == K_ORDER && g->op[i]->sent < e->recv)
+        if (g->op[i] != e && g->op[i]->sent < e->recv &&
+            (g->op[i]->q.kind == K_ORDER || g->op[i]->q.kind == K_CONFIRM))
+            return true; /* a confirm of a hold of the id makes its order too */
+    return false;
+}
+
+/* An order of g's id sent before `e` was answered. */
+static bool ordered_before(const struct group *g, const struct entry *e)
+{
+    for (int i = 0; i < g->n; i++)
+        if (g->op[i]->q.kind == K_ORDER && g->op[i]->sent < e->recv)
             return true;
     return false;
 }
@@ -1783,6 +1813,11 @@ static void check_holds_of(struct checker *k, struct group *g,
         }
         if (e->status == 410 && code_is(e, "reservation_expired", NULL))
             expired = e;
+        /* The id's record an order's: only an order of the id can have made it. */
+        if (e->status == 409 && code_is(e, "reservation_conflict", NULL) &&
+            !ordered_before(g, e))
+            report(k, "resv-conflict-no-order", &e, 1,
+                   "409 reservation_conflict though no order of %s was sent", g->id);
         /* Expiry is exact by Redis's clock, this host's: a confirm sent past it cannot
          * sell, and one answered before it cannot be refused as expired. */
         long long sent_ms = k->run->wall0_ms + e->sent / 1000,
@@ -1819,7 +1854,22 @@ static void check_holds_of(struct checker *k, struct group *g,
         struct entry *both[2] = {sold, released};
         report(k, "resv-released-sold", both, 2, "%s sold and released", g->id);
     }
-    if (rec != NULL && !may_sell && hold)
+    bool ordered = false; /* an order under the hold's id may make the record */
+    struct entry *order201 = NULL;
+    for (int i = 0; i < g->n; i++) {
+        struct entry *e = g->op[i];
+        ordered |= e->q.kind == K_ORDER;
+        if (e->q.kind == K_ORDER && e->status == 201 && surely_after_reset(k, e))
+            order201 = e;
+    }
+    /* An order that made the id's record (201) and a confirm that sold (2xx): the
+     * confirm replayed an order it never made, or sold a second time under the id. */
+    if (sold != NULL && order201 != NULL) {
+        struct entry *both[2] = {order201, sold};
+        report(k, "resv-sold-under-order", both, 2,
+               "%s: an order's 201 and a confirm's %d", g->id, sold->status);
+    }
+    if (rec != NULL && !may_sell && hold && !ordered)
         report(k, "resv-phantom-sale", g->op, g->n,
                "record %.300s, but no confirm could make it", g->rec);
 }

@@ -702,10 +702,31 @@ static void test_view_consistent_under_restocks(void **state)
     rve_sku_nums(port, TOKEN, "view2");
 }
 
+/* An order under a live hold's id (the order path does not look at holds): the order
+ * is an order, the hold a hold that cannot be confirmed (409), GET and release true;
+ * the tables agree. */
+static void test_order_under_hold_id(void **state)
+{
+    (void)state;
+    int port = h_svc_port(svc);
+    assert_int_equal(put_sku(port, "r-oid", 10, 2, "lock", "row"), 0);
+    rve_order_under_hold(port, TOKEN, "r-oid", "poid-1", 2);
+    assert_int_equal(db_audit("r-oid"), 0);
+    assert_int_equal(db("SELECT count(*) FROM holds WHERE hold_id = '%s' AND"
+                        " state = 'released'",
+                        "poid-1"),
+                     1);
+    /* a hold over both segments */
+    assert_int_equal(put_sku(port, "r-oidm", 10, 2, "lock", "row"), 0);
+    rve_order_under_hold(port, TOKEN, "r-oidm", "poidm-1", 7);
+    assert_int_equal(db_audit("r-oidm"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_place_confirm_replay_release),
+        cmocka_unit_test(test_order_under_hold_id),
         cmocka_unit_test(test_confirm_after_expiry),
         cmocka_unit_test(test_sweep_returns_expired),
         cmocka_unit_test(test_reserved_gauge),

@@ -648,11 +648,24 @@ static void test_view_consistent_under_restocks(void **state)
     rve_sku_nums(ports[0], NULL, "rv-view2");
 }
 
+/* An order under a live hold's id (the order path does not look at holds): the order
+ * is an order, the hold a hold that cannot be confirmed (409), GET and release true. */
+static void test_order_under_hold_id(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(h_put_sku(f->env->port, NULL, "rv-oid", 10, 2, "lock", 0), 0);
+    rve_order_under_hold(f->env->port, NULL, "rv-oid", "oid-1", 2);
+    /* a hold over both segments */
+    assert_int_equal(h_put_sku(f->env->port, NULL, "rv-oidm", 10, 2, "lock", 0), 0);
+    rve_order_under_hold(f->env->port, NULL, "rv-oidm", "oidm-1", 7);
+}
+
 int main(void)
 {
     h_deadline(240);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hold_confirm_replay),
+        cmocka_unit_test(test_order_under_hold_id),
         cmocka_unit_test(test_locked_segments_passed),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_expiry_is_exact_and_refuses),

@@ -112,6 +112,81 @@ struct rve_nums rve_released(int p0, int p1, const char *token, const char *sku,
     return n;
 }
 
+void rve_order_under_hold(int port, const char *token, const char *sku, const char *id,
+                          long long qty)
+{
+    struct h_resp r;
+    char code[64];
+    assert_int_equal(rve_reserve(port, sku, qty, 60, id, NULL), 201);
+    /* The order path does not look at holds: the order sells under the hold's id. */
+    int st = h_order(port, sku, 1, id, &r);
+    print_message("order under hold %s: %d %.200s\n", id, st, r.body ? r.body : "");
+    assert_int_equal(st, 201);
+    h_resp_free(&r);
+    struct rve_nums n = rve_sku_nums(port, token, sku);
+    assert_int_equal(n.reserved, qty);
+    assert_int_equal(n.sold, 1);
+    /* The hold's confirm finds the id's record an order's, not its own: 409, and the
+     * hold stays held, nothing sold. */
+    st = rve_on_resv(port, "POST", id, "/confirm", code);
+    print_message("confirm of hold %s after the order: %d %s\n", id, st, code);
+    assert_int_equal(st, 409);
+    assert_string_equal(code, "reservation_conflict");
+    n = rve_sku_nums(port, token, sku);
+    assert_int_equal(n.reserved, qty);
+    assert_int_equal(n.sold, 1);
+    char path[160];
+    snprintf(path, sizeof path, "/reservations/%s", id);
+    assert_int_equal(h_req(port, "GET", path, NULL, NULL, &r), 200);
+    json_t *j = h_resp_json(&r);
+    print_message("GET of hold %s: %.300s\n", id, r.body ? r.body : "");
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
+    assert_int_equal(h_jint(j, "qty"), qty);
+    json_decref(j);
+    h_resp_free(&r);
+    /* The order's replay is the order's: its record, its qty. */
+    assert_int_equal(h_order(port, sku, 1, id, &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(h_jint(j, "qty"), 1);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "confirmed");
+    json_decref(j);
+    h_resp_free(&r);
+    /* The release returns the hold's units; the order stays sold. */
+    assert_int_equal(rve_on_resv(port, "DELETE", id, "", NULL), 200);
+    st = rve_on_resv(port, "POST", id, "/confirm", code);
+    assert_int_equal(st, 409);
+    assert_string_equal(code, "reservation_released");
+    n = rve_sku_nums(port, token, sku);
+    assert_int_equal(n.reserved, 0);
+    assert_int_equal(n.sold, 1);
+    assert_int_equal(n.remaining, 9);
+    snprintf(path, sizeof path, "/orders/%s", id);
+    assert_int_equal(h_req(port, "GET", path, NULL, NULL, &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(h_jint(j, "qty"), 1);
+    json_decref(j);
+    h_resp_free(&r);
+
+    /* A hold that expires under an order's id: its confirm says so (410), not 409. */
+    char id2[80];
+    snprintf(id2, sizeof id2, "%s-x", id);
+    assert_int_equal(rve_reserve(port, sku, 1, 1, id2, &r), 201);
+    j = h_resp_json(&r);
+    long long x = h_jint(j, "expires_at_ms");
+    json_decref(j);
+    h_resp_free(&r);
+    assert_int_equal(h_order(port, sku, 1, id2, NULL), 201);
+    while (rve_wall_ms() < x + 20)
+        usleep(10 * 1000);
+    st = rve_on_resv(port, "POST", id2, "/confirm", code);
+    print_message("confirm of expired hold %s after the order: %d %s\n", id2, st, code);
+    assert_int_equal(st, 410);
+    assert_string_equal(code, "reservation_expired");
+    n = rve_until_unreserved(port, token, sku, 5000);
+    assert_int_equal(n.sold, 2);
+    assert_int_equal(n.remaining, 8);
+}
+
 struct rve_nums rve_until_unreserved(int port, const char *token, const char *sku,
                                      int timeout_ms)
 {

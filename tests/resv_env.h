@@ -45,6 +45,16 @@ void rve_confirmed(int p0, int p1, const char *id);
 struct rve_nums rve_released(int p0, int p1, const char *token, const char *sku,
                              const char *id);
 
+/* An order under live hold `id`'s id (POST /orders {order_id: id}, on `port`; the
+ * hold of `qty` units, `sku` with 10 units over segments of 5, none held or sold): the
+ * order is the order's (201, its replay 200 with its own record), the hold stays a hold
+ * (GET: held), its confirm is 409 reservation_conflict with nothing sold, its release
+ * returns its units and a confirm then is 409 reservation_released; a hold `id`-x that
+ * expires under an order's id: its confirm 410 reservation_expired. Every step checked
+ * with rve_sku_nums (`token` for the view). */
+void rve_order_under_hold(int port, const char *token, const char *sku, const char *id,
+                          long long qty);
+
 /* Polled every 100 ms, for at most timeout_ms, until the SKU holds nothing reserved
  * (the sweeper returned what expired), every look rve_sku_nums: the last numbers. */
 struct rve_nums rve_until_unreserved(int port, const char *token, const char *sku,

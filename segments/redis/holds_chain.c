@@ -134,6 +134,15 @@ void hs_send(struct hs *x, struct rd_cmd *cmd)
 
 void hs_done(struct hs *x, int rc)
 {
+    if (rc == 0 && x->ordered && x->out.code == RD_OK) {
+        /* the hold as read: still held, it is refused for the order's id; released or
+         * expired, the refusal says so (as on one Redis and on PostgreSQL) */
+        x->out.code = RD_CONFLICT;
+        if (strcmp(x->h.state, "held") == 0)
+            snprintf(x->h.state, sizeof x->h.state, "order");
+        free(x->h.record);
+        x->h.record = NULL;
+    }
     if (rc < 0) {
         free(x->h.record);
         free(x->h.parts);

@@ -221,13 +221,21 @@ static void on_find(struct hs *x, const redisReply *r, int code)
         hs_done(x, -1);
         return;
     }
+    if (code == RD_CONFLICT) {
+        /* A confirm: the id's record is an order's (the order path does not look at
+         * holds), so nothing can be sold under it. The hold read as it stands answers
+         * (hs_done: held -> 409 conflict; released, expired -> as such), never a
+         * replay of that order. */
+        free(rec);
+        x->ordered = true;
+        x->act = STORE_HOLD_READ;
+        code = RD_OK;
+        rec = NULL;
+    }
     if (code != RD_OK) { /* a confirm: confirmed already (REPLAYED: by this attempt) */
         x->out.code = code == RD_REPLAYED ? RD_OK : code;
-        snprintf(x->h.state, sizeof x->h.state, "%s",
-                 code == RD_CONFLICT ? "order" : "confirmed");
-        x->h.record = code == RD_CONFLICT ? NULL : rec;
-        if (code == RD_CONFLICT)
-            free(rec);
+        snprintf(x->h.state, sizeof x->h.state, "confirmed");
+        x->h.record = rec;
         hs_hold_from(&x->h, &x->w);
         hs_done(x, 0);
         return;

@@ -99,6 +99,8 @@ struct hs {
     int ttl_ms, start, n, k;
     long long until, total;
     bool busy, back, intent;
+    bool ordered; /* a confirm that found the id an order's: a read, answered as a
+                     refusal (hs_done) */
     char *record;
     struct store_reply out;
     struct store_hold h;
