@@ -13,7 +13,8 @@
 -- Reply: how many got the TTL.
 -- A record is cancelled when its c (cancel.lua) is its epoch: a record of an older epoch
 -- overwritten by a new order keeps the old c. Small fields only: RETAIN runs per
--- record copied, and the record JSON is ~150 bytes.
+-- record copied, and the record ('r': a packed "#qty seg part ..." or, for a cancelled or
+-- older record, its JSON of ~150 bytes) is not read here.
 -- A Redis Cluster's CONFIRM writes the SKU's name, not its salted 'placed' (keys.h),
 -- as 'k': either is the SKU's (before, no record on a cluster ever got its TTL).
 local n = 0
