@@ -20,7 +20,7 @@ static void round_trip(const char *id, const char *sku, long long qty, int n,
 {
     char *json = record_build(id, sku, qty, n, seg, part, "confirmed");
     char buf[RD_RECORD_PACKED_MAX];
-    const char *packed = rd_record_pack(json, id, sku, buf, sizeof buf);
+    const char *packed = rd_record_pack(json, id, sku, strlen(sku), buf, sizeof buf);
     assert_non_null(packed);
     assert_int_equal(packed[0], '#');
     if (n <= 4) /* what an order's parts usually are: within hash-max-listpack-value */
@@ -67,25 +67,25 @@ static void test_kept_as_json(void **state)
     long long part[40] = {2};
     char buf[RD_RECORD_PACKED_MAX];
     char *cancelled = record_build("o", "s", 2, 1, seg, part, "cancelled");
-    assert_null(rd_record_pack(cancelled, "o", "s", buf, sizeof buf));
+    assert_null(rd_record_pack(cancelled, "o", "s", 1, buf, sizeof buf));
     assert_ptr_equal(rd_record_stored(cancelled, "o", "s", buf, sizeof buf), cancelled);
     char *json = record_build("o", "s", 2, 1, seg, part, "confirmed");
-    assert_null(rd_record_pack(json, "other", "s", buf, sizeof buf));
-    assert_null(rd_record_pack(json, "o", "t", buf, sizeof buf));
-    assert_null(rd_record_pack(json, "o", "s", buf, 4)); /* cut off */
-    assert_non_null(rd_record_pack(json, "o", "s", buf, sizeof buf));
+    assert_null(rd_record_pack(json, "other", "s", 1, buf, sizeof buf));
+    assert_null(rd_record_pack(json, "o", "t", 1, buf, sizeof buf));
+    assert_null(rd_record_pack(json, "o", "s", 1, buf, 4)); /* cut off */
+    assert_non_null(rd_record_pack(json, "o", "s", 1, buf, sizeof buf));
     /* "segment" not the first part's: record_build never writes that; kept. */
     const char *odd =
         "{\"order_id\":\"o\",\"sku\":\"s\",\"qty\":2,\"segment\":4,"
         "\"segments\":[{\"segment\":3,\"qty\":2}],\"status\":\"confirmed\"}";
-    assert_null(rd_record_pack(odd, "o", "s", buf, sizeof buf));
+    assert_null(rd_record_pack(odd, "o", "s", 1, buf, sizeof buf));
     char tail[200];
     snprintf(tail, sizeof tail, "%s ", json);
-    assert_null(rd_record_pack(tail, "o", "s", buf, sizeof buf));
+    assert_null(rd_record_pack(tail, "o", "s", 1, buf, sizeof buf));
     for (int k = 0; k < 40; k++)
         seg[k] = 1000000 + k, part[k] = 1000000000 + k;
     char *huge = record_build("o", "s", 2, 40, seg, part, "confirmed");
-    assert_null(rd_record_pack(huge, "o", "s", buf, sizeof buf));
+    assert_null(rd_record_pack(huge, "o", "s", 1, buf, sizeof buf));
     /* JSON as it is read back: unchanged. */
     char *same = rd_record_unpack(cancelled, "o", "s");
     assert_string_equal(same, cancelled);

@@ -9,82 +9,90 @@
 #include "base/text.h"
 #include "base/xalloc.h"
 
-/* The literal `lit` at *p: advance past it. */
-static bool skip(const char **p, const char *lit)
+/* The JSON being packed, read from `p` up to `end` (its NUL), and the packed text. */
+struct scan {
+    const char *p, *end;
+    char *out, *out_end; /* out_end: one past the last byte the NUL may take */
+};
+
+/* The n bytes of `lit` at the scan's place: advance past them. */
+static bool skip(struct scan *s, const char *lit, size_t n)
 {
-    size_t n = strlen(lit);
-    if (strncmp(*p, lit, n) != 0)
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0)
         return false;
-    *p += n;
+    s->p += n;
     return true;
 }
 
-/* An integer as text_ll writes it at *p: advance past it and, with `t`, append it
- * there after `sep`. */
-static bool number(const char **p, struct text *t, const char *sep)
+#define SKIP(s, lit) skip((s), (lit), sizeof(lit) - 1)
+
+/* Append n bytes to the packed text; false when they do not fit. */
+static bool put(struct scan *s, const char *src, size_t n)
 {
-    const char *s = *p;
-    if (*s == '-')
-        s++;
-    if (*s < '0' || *s > '9')
+    if ((size_t)(s->out_end - s->out) <= n)
         return false;
-    while (*s >= '0' && *s <= '9')
-        s++;
-    char digits[24];
-    size_t n = (size_t)(s - *p);
-    if (n >= sizeof digits)
-        return false;
-    memcpy(digits, *p, n);
-    digits[n] = '\0';
-    if (t != NULL) {
-        text_str(t, sep);
-        text_str(t, digits);
-    }
-    *p = s;
+    memcpy(s->out, src, n);
+    s->out += n;
     return true;
 }
 
-char *rd_record_pack(const char *json, const char *id, const char *sku, char *buf,
-                     size_t cap)
+/* An integer as text_ll writes it at the scan's place: advance past it and, when
+ * `sep` is not 0, append `sep` and it (sep ' ': a word; '#': the first). */
+static bool number(struct scan *s, char sep)
 {
-    struct text t = text_at(buf, cap);
-    const char *p = json;
-    text_str(&t, "#");
-    if (!skip(&p, "{\"order_id\":\"") || !skip(&p, id) || !skip(&p, "\",\"sku\":\"") ||
-        !skip(&p, sku) || !skip(&p, "\",\"qty\":") || !number(&p, &t, "") ||
-        !skip(&p, ",\"segment\":"))
+    const char *q = s->p;
+    if (q < s->end && *q == '-')
+        q++;
+    if (q == s->end || *q < '0' || *q > '9')
+        return false;
+    while (q < s->end && *q >= '0' && *q <= '9')
+        q++;
+    size_t n = (size_t)(q - s->p);
+    if (n >= 24 || (sep != 0 && (!put(s, &sep, 1) || !put(s, s->p, n))))
+        return false;
+    s->p = q;
+    return true;
+}
+
+char *rd_record_pack(const char *json, const char *id, const char *sku, size_t sku_len,
+                     char *buf, size_t cap)
+{
+    struct scan s = {json, json + strlen(json), buf, buf + cap};
+    if (cap == 0 || !SKIP(&s, "{\"order_id\":\"") || !skip(&s, id, strlen(id)) ||
+        !SKIP(&s, "\",\"sku\":\"") || !skip(&s, sku, sku_len) ||
+        !SKIP(&s, "\",\"qty\":") || !number(&s, '#') || !SKIP(&s, ",\"segment\":"))
         return NULL;
-    const char *first = p;
-    if (!number(&p, NULL, ""))
+    const char *first = s.p;
+    if (!number(&s, 0))
         return NULL;
-    size_t first_len = (size_t)(p - first);
-    if (!skip(&p, ",\"segments\":["))
+    size_t first_len = (size_t)(s.p - first);
+    if (!SKIP(&s, ",\"segments\":[{\"segment\":"))
         return NULL;
-    for (int k = 0;; k++) {
-        if (!skip(&p, k ? ",{\"segment\":" : "{\"segment\":"))
+    /* "segment" is the first part's: unpacked from it */
+    if ((size_t)(s.end - s.p) <= first_len || memcmp(s.p, first, first_len) != 0 ||
+        s.p[first_len] != ',')
+        return NULL;
+    for (;;) {
+        if (!number(&s, ' ') || !SKIP(&s, ",\"qty\":") || !number(&s, ' ') ||
+            !SKIP(&s, "}"))
             return NULL;
-        /* "segment" is the first part's: unpacked from it */
-        if (k == 0 && (strncmp(p, first, first_len) != 0 || p[first_len] != ','))
-            return NULL;
-        if (!number(&p, &t, " ") || !skip(&p, ",\"qty\":") || !number(&p, &t, " ") ||
-            !skip(&p, "}"))
-            return NULL;
-        if (skip(&p, "],\"status\":\"confirmed\"}"))
+        if (SKIP(&s, "],\"status\":\"confirmed\"}"))
             break;
+        if (!SKIP(&s, ",{\"segment\":"))
+            return NULL;
     }
-    /* Not the whole text, or cut off (cap too small): keep the JSON. */
-    if (*p != '\0' || t.p >= t.end)
+    /* Not the whole text: keep the JSON. */
+    if (s.p != s.end)
         return NULL;
+    *s.out = '\0';
     return buf;
 }
 
 const char *rd_record_stored(const char *record, const char *id, const char *placed,
                              char *buf, size_t cap)
 {
-    char name[SEG_NAME_MAX + 1];
-    text_copy(name, sizeof name, placed);
-    name[strcspn(name, "/")] = '\0';
-    const char *packed = rd_record_pack(record, id, name, buf, cap);
+    const char *packed =
+        rd_record_pack(record, id, placed, strcspn(placed, "/"), buf, cap);
     return packed != NULL ? packed : record;
 }
 

@@ -21,10 +21,10 @@
 #define RD_RECORD_PACKED_MAX 256
 
 /* The packed form of `json` into buf[0..cap) (returned) when `json` is exactly
- * record_build's confirmed record of order `id` of `sku` (a SKU's name, no salt), so
- * that rd_record_unpack gives it back; else NULL (store the JSON). */
-char *rd_record_pack(const char *json, const char *id, const char *sku, char *buf,
-                     size_t cap);
+ * record_build's confirmed record of order `id` of the SKU named by sku[0..sku_len)
+ * (no salt), so that rd_record_unpack gives it back; else NULL (store the JSON). */
+char *rd_record_pack(const char *json, const char *id, const char *sku, size_t sku_len,
+                     char *buf, size_t cap);
 
 /* `record` as stored for order `id` of the SKU keyed `placed` ("sku" or "sku/salt"):
  * packed when it can be, else `record` itself. buf: cap bytes of the caller's. */
