@@ -370,17 +370,18 @@ static void test_lost_replies_tell_the_truth(void **state)
     assert_int_equal(h_put_sku(port, NULL, "lost", 10, 1, "lock", 0), 0);
     struct h_resp r;
 
-    /* DEDUCT ran, its reply was lost, it was sent again: a first placement is 201. */
-    arm(p, "\"status\":\"confirmed\"", &drops);
+    /* DEDUCT ran, its reply was lost, it was sent again: a first placement is 201.
+     * The command is found by its record, packed (recpack.h: "#qty seg part ..."). */
+    arm(p, "\r\n#1 0 1\r\n", &drops);
     assert_int_equal(h_order(port, "lost", 1, "L-1", NULL), 201);
     assert_int_equal(h_proxy_drops(p), drops);
 
     /* The same for an order over two segments, and for mode atomic. */
     assert_int_equal(h_put_sku(port, NULL, "lost2", 2, 2, "lock", 0), 0);
-    arm(p, "\"status\":\"confirmed\"", &drops);
+    arm(p, "\r\n#2 ", &drops);
     assert_int_equal(h_order(port, "lost2", 2, "L-2", NULL), 201);
     assert_int_equal(h_put_sku(port, NULL, "lost3", 5, 2, "atomic", 0), 0);
-    arm(p, "\"status\":\"confirmed\"", &drops);
+    arm(p, "\r\n#1 ", &drops);
     assert_int_equal(h_order(port, "lost3", 1, "L-3", NULL), 201);
     assert_int_equal(h_proxy_drops(p), drops);
 
