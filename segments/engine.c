@@ -317,15 +317,24 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         }
         free(m);
     }
+    /* Away from home, a waiter for any segment takes the lock over only as it goes
+     * on held (ltab_next_keeper): released, the segment goes back free. */
+    bool home = ring_home(o->seg, o->n, o->e->home, o->e->homes);
     if (w == NULL)
-        w = ltab_next_holder(o->s, o->seg);
+        w = home ? ltab_next_holder(o->s, o->seg) : ltab_next_keeper(o->s, o->seg);
     struct ord *next = w != NULL && w->handed == on_handed ? ord_of_wait(w) : NULL;
     if (next != NULL && !handover_may_keep(o, next))
         next = NULL;
     send_deduct(o, o->token, next != NULL);
-    if (next != NULL)
+    if (next != NULL) {
         handover_pass(o, next, on_hold_done);
-    else if (w != NULL)
+        return;
+    }
+    if (w != NULL && !home && w->seg != o->seg) {
+        ltab_wait_front(o->s, w); /* not handed on: back in line, the claim freed */
+        w = NULL;
+    }
+    if (w != NULL)
         w->handed(w, o->seg);
     else
         ltab_free_claim(o->s, o->seg); /* nobody waits: no need to look again */

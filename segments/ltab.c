@@ -294,6 +294,18 @@ struct lwait *ltab_next_holder(lsku *s, int i)
     return NULL;
 }
 
+struct lwait *ltab_next_keeper(lsku *s, int i)
+{
+    struct lwait *w = ltab_next_holder(s, i);
+    if (w != NULL || s->hint[i] == 0 || !s->valid || i >= s->view.cfg.segments)
+        return w;
+    for (w = s->first; w != NULL && w->seg >= 0; w = w->next)
+        ;
+    if (w != NULL)
+        ltab_unwait(s, w);
+    return w;
+}
+
 void ltab_free_claim(lsku *s, int i)
 {
     if (s->claimed[i] == 2)

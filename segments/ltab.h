@@ -107,6 +107,11 @@ void ltab_unclaim(lsku *s, int i);
 /* The waiter ltab_unclaim would hand segment i's claim to, out of the queue (its
  * `handed` not called: the caller hands the claim over itself), or NULL. */
 struct lwait *ltab_next_holder(lsku *s, int i);
+/* The same for a lock that goes on held (the store keeps it: no ACQUIRE, so no BUSY
+ * to meet): also the oldest waiter for any segment when segment i is away from home,
+ * as long as it is not known empty and the SKU has it. The caller puts the waiter
+ * back (ltab_wait_front) when it does not hand the lock on after all. */
+struct lwait *ltab_next_keeper(lsku *s, int i);
 /* Free segment i's claim, waiters or not (ltab_next_holder found none). With the view
  * dropped (ltab_invalidate), the waiters are sent to look again (`handed` -1). */
 void ltab_free_claim(lsku *s, int i);

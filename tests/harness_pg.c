@@ -19,6 +19,7 @@ struct h_pg {
     int port;
     int pid;
     int max_connections; /* 0: 40 */
+    bool durable;        /* synchronous_commit on (h_pg_set_durable) */
     char conninfo[256];
 };
 
@@ -109,7 +110,7 @@ static int launch(h_pg *p, bool root)
                           "-c",
                           "fsync=off",
                           "-c",
-                          "synchronous_commit=off",
+                          p->durable ? "synchronous_commit=on" : "synchronous_commit=off",
                           "-c",
                           "full_page_writes=off",
                           "-c",
@@ -226,10 +227,29 @@ void h_pg_set_max_connections(h_pg *p, int n)
     p->max_connections = n;
 }
 
+void h_pg_set_durable(h_pg *p, bool on)
+{
+    p->durable = on;
+}
+
+static int relaunch(h_pg *p);
+
 int h_pg_restart(h_pg *p)
 {
     if (p->pid > 0)
         h_pg_stop(p);
+    return relaunch(p);
+}
+
+int h_pg_restart_immediate(h_pg *p)
+{
+    if (p->pid > 0)
+        h_pid_end(&p->pid, SIGQUIT, 10000);
+    return relaunch(p);
+}
+
+static int relaunch(h_pg *p)
+{
     /* The old port may linger a moment after the stop. */
     for (int attempt = 0; attempt < 5; attempt++) {
         if (launch(p, geteuid() == 0) == 0)

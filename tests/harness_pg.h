@@ -10,15 +10,20 @@
  * can reach it. Trust authentication, user `postgres`, database `postgres`.
  *
  * For speed the server runs with fsync=off, synchronous_commit=off and
- * full_page_writes=off: a test's data does not need to survive a crash of the machine,
- * only of the server process (a SIGKILL still loses nothing the server acknowledged
- * within the OS page cache).
+ * full_page_writes=off: a test's data does not need to survive a crash of the machine.
+ * With synchronous_commit=off a crash of the server's processes (SIGKILL, an immediate
+ * shutdown) may lose the last commits it acknowledged (PostgreSQL documents up to three
+ * times wal_writer_delay); a test that crashes the server and audits every
+ * acknowledged commit asks for h_pg_set_durable: synchronous_commit=on, so a COMMIT
+ * answers once its WAL is written to the OS (fsync stays off: the OS does not crash).
  *
  * The postmaster is a registry child (harness.h): killed and its dir removed at exit
  * or on a fatal signal. Errors print a "harness:" line and return -1 / NULL.
  */
 #ifndef TESTS_HARNESS_PG_H
 #define TESTS_HARNESS_PG_H
+
+#include <stdbool.h>
 
 typedef struct h_pg h_pg;
 
@@ -33,6 +38,11 @@ int h_pg_stop(h_pg *p);
 /* Stop if running, then start again on the same port and data: 0 once it accepts
  * connections, -1 otherwise. */
 int h_pg_restart(h_pg *p);
+/* The same after an immediate shutdown (SIGQUIT: no checkpoint, the next start
+ * recovers from the WAL, as after a crash of the server's processes). */
+int h_pg_restart_immediate(h_pg *p);
+/* synchronous_commit on (durable) or off (default) from the next start on. */
+void h_pg_set_durable(h_pg *p, bool on);
 /* max_connections (default 40) from the next start on (h_pg_restart). */
 void h_pg_set_max_connections(h_pg *p, int n);
 /* Stop if running, remove the dir, free. NULL is fine. */

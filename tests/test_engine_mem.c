@@ -27,10 +27,10 @@ struct fixture {
     engine *e;
 };
 
-/* An engine over a memstore offering `caps`, whose orders wait `wait_ms` for a lock.
- * The inv's Redis is a unix socket nobody listens on: the engine never asks it (its
- * store is the memstore). */
-static struct fixture *make_waiting(unsigned caps, int wait_ms)
+/* An engine over a memstore offering `caps`, whose orders wait `wait_ms` for a lock,
+ * as loop 0 of `homes`. The inv's Redis is a unix socket nobody listens on: the engine
+ * never asks it (its store is the memstore). */
+static struct fixture *make_loop(unsigned caps, int wait_ms, int homes)
 {
     struct fixture *f = calloc(1, sizeof *f);
     struct inv_options opt = {.redis_unix = "/nonexistent/memstore.sock",
@@ -43,8 +43,13 @@ static struct fixture *make_waiting(unsigned caps, int wait_ms)
     assert_non_null(f->v);
     f->base = event_base_new();
     f->st = mem_create(f->base, caps);
-    f->e = engine_create_on(f->v, f->base, 0, 1, f->st);
+    f->e = engine_create_on(f->v, f->base, 0, homes, f->st);
     return f;
+}
+
+static struct fixture *make_waiting(unsigned caps, int wait_ms)
+{
+    return make_loop(caps, wait_ms, 1);
 }
 
 static struct fixture *make(unsigned caps)
@@ -147,6 +152,32 @@ static void hold_passes_the_lock_on_where_the_store_keeps(void **state)
     assert_true(mem_count(g->st, MEM_ACQUIRES) >= 20);
     audit(g, "kept", 100, 1, 20);
     destroy(g);
+}
+
+/* The engine as loop 0 of 2 (segment 0 at home, segment 1 away), its orders waiting:
+ * the lock of the segment away from home goes on to the loop's next waiting order as
+ * well (a few in a row, then it goes back free for the loop it is at home on). Before,
+ * a hold away from home ended in a release with the claim freed, and the orders
+ * waiting here (for a claim handed on) left the segment idle until a round of theirs
+ * found it. */
+static void kept_away_from_home(void **state)
+{
+    (void)state;
+    struct fixture *f = make_loop(STORE_CAP_KEEP | STORE_CAP_FENCE, 3000, 2);
+    put(f, "away", 100, 2, "lock", 5);
+    struct es_tally t;
+    es_run(f->e, f->base, "away", 1, 40, NULL, &t);
+    assert_int_equal(t.by[INV_OK], 40);
+    long long acquires = mem_count(f->st, MEM_ACQUIRES);
+    long long away = 50 - mem_stock(f->st, "away", 1);
+    fprintf(stderr,
+            "loop 0 of 2, 2 segments: 40 orders, %lld sold away from home, %lld ACQUIREs,"
+            " %lld handed on\n",
+            away, acquires, stat(f, STAT_LOCK_HANDED_ON));
+    assert_true(away >= 3);      /* kept there 3 in a row (KEEP_AWAY_MAX); before: 1 */
+    assert_true(acquires <= 10); /* at home kept up to 16 orders in a row */
+    audit(f, "away", 100, 2, 40);
+    destroy(f);
 }
 
 static void lease_renewed_past_the_ttl(void **state)
@@ -349,6 +380,7 @@ int main(void)
         cmocka_unit_test(exact_sell_out),
         cmocka_unit_test(hold_hands_claims_over_fifo),
         cmocka_unit_test(hold_passes_the_lock_on_where_the_store_keeps),
+        cmocka_unit_test(kept_away_from_home),
         cmocka_unit_test(lease_renewed_past_the_ttl),
         cmocka_unit_test(fenced_deduct_after_a_lost_lease),
         cmocka_unit_test(busy_segment_falls_through),
