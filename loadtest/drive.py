@@ -258,11 +258,12 @@ class Children:
     def __init__(self):
         self.live = []  # (Popen, grace seconds), in start order
 
-    def start(self, argv, log, grace=5):
-        """Starts `argv` with stdout and stderr appended to the file `log`."""
+    def start(self, argv, log, grace=5, env=None):
+        """Starts `argv` with stdout and stderr appended to the file `log` (and `env`,
+        when given, as its environment)."""
         with open(log, "ab") as out:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT)
+                                 stderr=subprocess.STDOUT, env=env)
         self.live.append((p, grace))
         return p
 

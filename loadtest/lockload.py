@@ -258,7 +258,8 @@ class Group:
     def run_pgbench(self, port):
         """The database's ceiling: pgbench (as many clients as wrk has connections, for
         the run's duration) running atomic mode's conditional UPDATE of one of 20
-        segment rows of a fresh SKU, without the order row; audited: the stock moved by
+        segment rows of a fresh SKU, without the order row, with synchronous_commit on
+        as the service's sessions (segments/postgres/conn.h); audited: the stock moved by
         exactly one unit per transaction pgbench counted, none failed."""
         run, o, name = self.run, self.run.o, "pg-pgbench"
         gone = [t for t in ("pgbench", "psql") if not os.access(os.path.join(PG_BIN, t),
@@ -291,7 +292,10 @@ class Group:
                                     "127.0.0.1", "-p", str(port), "-U", "postgres", "-c",
                                     str(o.connections), "-j", str(o.wrk_threads), "-T",
                                     str(o.duration), "-M", "prepared", "-D", f"key={key}",
-                                    "-f", script, "postgres"], out, grace=5)
+                                    "-f", script, "postgres"], out, grace=5,
+                                   # commits as the service's sessions make them
+                                   env=dict(os.environ,
+                                            PGOPTIONS="-c synchronous_commit=on"))
             run.children.wait(p, o.duration + 60)
             with open(out, errors="replace") as f:
                 text = f.read()

@@ -19,7 +19,6 @@ struct h_pg {
     int port;
     int pid;
     int max_connections; /* 0: 40 */
-    bool durable;        /* synchronous_commit on (h_pg_set_durable) */
     char conninfo[256];
 };
 
@@ -110,7 +109,7 @@ static int launch(h_pg *p, bool root)
                           "-c",
                           "fsync=off",
                           "-c",
-                          p->durable ? "synchronous_commit=on" : "synchronous_commit=off",
+                          "synchronous_commit=off",
                           "-c",
                           "full_page_writes=off",
                           "-c",
@@ -225,11 +224,6 @@ int h_pg_stop(h_pg *p)
 void h_pg_set_max_connections(h_pg *p, int n)
 {
     p->max_connections = n;
-}
-
-void h_pg_set_durable(h_pg *p, bool on)
-{
-    p->durable = on;
 }
 
 static int relaunch(h_pg *p);

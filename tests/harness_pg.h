@@ -13,9 +13,9 @@
  * full_page_writes=off: a test's data does not need to survive a crash of the machine.
  * With synchronous_commit=off a crash of the server's processes (SIGKILL, an immediate
  * shutdown) may lose the last commits it acknowledged (PostgreSQL documents up to three
- * times wal_writer_delay); a test that crashes the server and audits every
- * acknowledged commit asks for h_pg_set_durable: synchronous_commit=on, so a COMMIT
- * answers once its WAL is written to the OS (fsync stays off: the OS does not crash).
+ * times wal_writer_delay) -- of sessions that keep that default: the service's own
+ * set synchronous_commit=on (segments/postgres/conn.h), so its COMMITs answer once
+ * their WAL is written to the OS (fsync stays off: the OS does not crash).
  *
  * The postmaster is a registry child (harness.h): killed and its dir removed at exit
  * or on a fatal signal. Errors print a "harness:" line and return -1 / NULL.
@@ -41,8 +41,6 @@ int h_pg_restart(h_pg *p);
 /* The same after an immediate shutdown (SIGQUIT: no checkpoint, the next start
  * recovers from the WAL, as after a crash of the server's processes). */
 int h_pg_restart_immediate(h_pg *p);
-/* synchronous_commit on (durable) or off (default) from the next start on. */
-void h_pg_set_durable(h_pg *p, bool on);
 /* max_connections (default 40) from the next start on (h_pg_restart). */
 void h_pg_set_max_connections(h_pg *p, int n);
 /* Stop if running, remove the dir, free. NULL is fine. */

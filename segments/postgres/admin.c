@@ -44,7 +44,8 @@ static PGconn *connect_now(struct pg_admin *a)
     if (a->pg != NULL)
         PQfinish(a->pg);
     char options[128], timeout[16];
-    snprintf(options, sizeof options, "-c statement_timeout=%d -c lock_timeout=%d%s",
+    snprintf(options, sizeof options,
+             "-c statement_timeout=%d -c lock_timeout=%d -c synchronous_commit=on%s",
              a->timeout_ms, a->timeout_ms, a->ledger ? " -c inv.ledger=on" : "");
     snprintf(timeout, sizeof timeout, "%d", (a->timeout_ms + 999) / 1000);
     const char *keys[] = {"dbname", "options", "connect_timeout", NULL};

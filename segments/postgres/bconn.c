@@ -41,7 +41,8 @@ int pgbc_ready(struct pgbc *b)
     b->conn = PQconnectdbParams(keys, vals, 1);
     if (b->conn == NULL || PQstatus(b->conn) != CONNECTION_OK)
         return pgbc_fail(b, "connect");
-    PGresult *r = PQexec(b->conn, "SET statement_timeout = 10000");
+    PGresult *r =
+        PQexec(b->conn, "SET statement_timeout = 10000; SET synchronous_commit = on");
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     return ok ? 1 : pgbc_fail(b, "settings");

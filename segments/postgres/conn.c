@@ -604,7 +604,8 @@ pgc_conn *pgc_create(struct event_base *base, const struct pgc_opts *o)
     snprintf(c->options, sizeof c->options,
              "-c idle_in_transaction_session_timeout=%d -c statement_timeout=%d "
              "-c tcp_keepalives_idle=%d -c tcp_keepalives_interval=%d "
-             "-c tcp_keepalives_count=3 -c client_connection_check_interval=%d%s",
+             "-c tcp_keepalives_count=3 -c client_connection_check_interval=%d "
+             "-c synchronous_commit=on%s",
              ttl, stmt, ka, ka, ka * 1000, o->ledger ? " -c inv.ledger=on" : "");
     snprintf(c->ka_idle, sizeof c->ka_idle, "%d", ka);
     snprintf(c->app_name, sizeof c->app_name, "%s",

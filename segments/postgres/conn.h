@@ -50,7 +50,9 @@
  * and frees its row locks; statement_timeout; TCP keepalives on both ends (idle and
  * interval lock_ttl_ms/3, 3 probes) and tcp_user_timeout = lock_ttl_ms on ours;
  * client_connection_check_interval (lock_ttl_ms/3), so that a statement whose client
- * is gone (a call dropped at its deadline) stops instead of running on. The
+ * is gone (a call dropped at its deadline) stops instead of running on;
+ * synchronous_commit = on, so that a COMMIT answered (an order acknowledged) survives a
+ * crash of the server even where its default is off. The
  * application_name is the caller's app_name unless the string names one.
  * Notices (a ROLLBACK with no transaction) are dropped.
  */
