@@ -249,21 +249,6 @@ static void test_dead_place_taken_over(void **state)
 
 /* ---- holds over several segments ------------------------------------------------- */
 
-/* GET /reservations/{id}: its status into `st` (16 bytes) and its parts' sum. */
-static long long resv_parts(int port, const char *id, char *st, size_t *n)
-{
-    char path[96];
-    snprintf(path, sizeof path, "/reservations/%s", id);
-    struct h_resp r;
-    assert_int_equal(h_http(port, "GET", path, NULL, NULL, 0, &r), 200);
-    json_t *j = h_resp_json(&r);
-    snprintf(st, 16, "%s", json_string_value(json_object_get(j, "status")));
-    long long sum = rve_parts_sum(j, n);
-    json_decref(j);
-    h_resp_free(&r);
-    return sum;
-}
-
 /* A hold no one segment can give takes parts of several, whose keys live in other
  * slots, all or nothing (as a multi-segment order): placed, replayed, confirmed as
  * one order over its segments (cancelled as one), released, voided by a reset,
@@ -272,76 +257,8 @@ static void test_multi_segment_hold(void **state)
 {
     struct h_cluster_env *f = *state;
     int a = f->port;
-    assert_int_equal(h_put_sku(a, NULL, "cr-multi", 10, 2, "lock", 0), 0);
+    rve_multi_segment_hold(a, a, "cr-multi", "cmulti");
     struct h_resp r;
-    assert_int_equal(rve_reserve(a, "cr-multi", 7, 60, "cmulti-1", &r), 201);
-    json_t *j = h_resp_json(&r);
-    size_t n;
-    assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(rve_parts_sum(j, &n), 7);
-    assert_int_equal(n, 2);
-    long long x = jint(j, "expires_at_ms");
-    json_decref(j);
-    h_resp_free(&r);
-    struct rve_nums s = rve_sku_nums(a, NULL, "cr-multi");
-    assert_int_equal(s.reserved, 7);
-    assert_int_equal(s.remaining, 3);
-    /* Replays: the same hold; another qty: 409. */
-    rve_replayed(a, "cr-multi", "cmulti-1", 7, x, 3);
-    char st[16];
-    assert_int_equal(resv_parts(a, "cmulti-1", st, &n), 7);
-    assert_int_equal(n, 2);
-    assert_string_equal(st, "held");
-    /* Confirm: one order of 7 over both segments; its replay 200. */
-    rve_confirmed(a, a, "cmulti-1");
-    assert_int_equal(h_http(a, "GET", "/orders/cmulti-1", NULL, NULL, 0, &r), 200);
-    j = h_resp_json(&r);
-    assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(rve_parts_sum(j, &n), 7);
-    assert_int_equal(n, 2);
-    json_decref(j);
-    h_resp_free(&r);
-    s = rve_sku_nums(a, NULL, "cr-multi");
-    assert_int_equal(s.reserved, 0);
-    assert_int_equal(s.sold, 7);
-    /* Cancelling the order returns every part. */
-    assert_int_equal(h_http(a, "DELETE", "/orders/cmulti-1", NULL, NULL, 0, &r), 200);
-    h_resp_free(&r);
-    s = rve_sku_nums(a, NULL, "cr-multi");
-    assert_int_equal(s.sold, 0);
-    assert_int_equal(s.remaining, 10);
-
-    /* Restock and rebalance with a multi-part hold outstanding, then release. */
-    assert_int_equal(rve_reserve(a, "cr-multi", 9, 60, "cmulti-2", NULL), 201);
-    assert_int_equal(
-        h_req(a, "POST", "/admin/skus/cr-multi/restock", NULL, "{\"qty\":4}", &r), 200);
-    h_resp_free(&r);
-    assert_int_equal(h_req(a, "POST", "/admin/skus/cr-multi/rebalance", NULL, NULL, &r),
-                     200);
-    h_resp_free(&r);
-    s = rve_sku_nums(a, NULL, "cr-multi");
-    assert_int_equal(s.reserved, 9);
-    assert_int_equal(s.remaining, 5);
-    assert_int_equal(rve_released(a, a, NULL, "cr-multi", "cmulti-2").remaining, 14);
-    char code[64];
-    /* All or nothing: more than the SKU holds takes nothing. */
-    assert_int_equal(rve_reserve(a, "cr-multi", 15, 60, "cmulti-3", &r), 409);
-    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
-    h_resp_free(&r);
-    assert_int_equal(rve_on_resv(a, "GET", "cmulti-3", "", NULL), 404);
-    assert_int_equal(rve_sku_nums(a, NULL, "cr-multi").remaining, 14);
-    /* A reset voids every part; a delete too. */
-    assert_int_equal(rve_reserve(a, "cr-multi", 12, 60, "cmulti-4", NULL), 201);
-    assert_int_equal(h_put_sku(a, NULL, "cr-multi", 10, 2, "lock", 0), 0);
-    assert_int_equal(rve_on_resv(a, "POST", "cmulti-4", "/confirm", code), 410);
-    assert_string_equal(code, "reservation_void");
-    s = rve_sku_nums(a, NULL, "cr-multi");
-    assert_int_equal(s.reserved, 0);
-    assert_int_equal(s.remaining, 10);
-    assert_int_equal(rve_reserve(a, "cr-multi", 8, 60, "cmulti-5", NULL), 201);
-    assert_int_equal(h_http(a, "DELETE", "/admin/skus/cr-multi", NULL, NULL, 0, &r), 200);
-    h_resp_free(&r);
-    assert_int_equal(rve_on_resv(a, "DELETE", "cmulti-5", "", NULL), 410);
     /* Durability "replicated": the place and the confirm WAIT on every part's node. */
     assert_int_equal(h_req(a, "PUT", "/admin/skus/cr-mrepl", NULL,
                            "{\"stock\": 4, \"segments\": 2, \"durability\": "
@@ -351,7 +268,7 @@ static void test_multi_segment_hold(void **state)
     h_resp_free(&r);
     assert_int_equal(rve_reserve(a, "cr-mrepl", 3, 60, "cmulti-r", NULL), 201);
     assert_int_equal(rve_on_resv(a, "POST", "cmulti-r", "/confirm", NULL), 201);
-    s = rve_sku_nums(a, NULL, "cr-mrepl");
+    struct rve_nums s = rve_sku_nums(a, NULL, "cr-mrepl");
     assert_int_equal(s.sold, 3);
     assert_int_equal(s.remaining, 1);
 }
@@ -371,7 +288,7 @@ static void test_multi_segment_expiry(void **state)
     assert_int_equal(n.remaining, 6);
     char st[16];
     size_t parts;
-    assert_int_equal(resv_parts(a, "cmexp-1", st, &parts), 6);
+    assert_int_equal(rve_resv_parts(a, "cmexp-1", st, &parts), 6);
     assert_string_equal(st, "expired");
     char code[64];
     assert_int_equal(rve_on_resv(a, "POST", "cmexp-1", "/confirm", code), 410);

@@ -456,74 +456,7 @@ static void test_older_layout_hold_returns(void **state)
 static void test_multi_segment_hold(void **state)
 {
     struct fx *f = *state;
-    int a = f->env->port, b = h_svc_port(f->b);
-    assert_int_equal(h_put_sku(a, NULL, "rv-multi", 10, 2, "lock", 0), 0);
-    struct h_resp r;
-    assert_int_equal(rve_reserve(a, "rv-multi", 7, 60, "multi-1", &r), 201);
-    json_t *j = h_resp_json(&r);
-    size_t n;
-    assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(rve_parts_sum(j, &n), 7);
-    assert_int_equal(n, 2);
-    long long x = jint(j, "expires_at_ms");
-    json_decref(j);
-    h_resp_free(&r);
-    struct rve_nums s = rve_sku_nums(a, NULL, "rv-multi");
-    assert_int_equal(s.reserved, 7);
-    assert_int_equal(s.remaining, 3);
-    /* Replays: the same hold (either instance); another qty: 409. */
-    rve_replayed(b, "rv-multi", "multi-1", 7, x, 3);
-    assert_int_equal(h_http(b, "GET", "/reservations/multi-1", NULL, NULL, 0, &r), 200);
-    j = h_resp_json(&r);
-    assert_int_equal(rve_parts_sum(j, &n), 7);
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "held");
-    json_decref(j);
-    h_resp_free(&r);
-    /* Confirm: one order of 7 over both segments; its replay 200. */
-    rve_confirmed(b, a, "multi-1");
-    assert_int_equal(h_http(a, "GET", "/orders/multi-1", NULL, NULL, 0, &r), 200);
-    j = h_resp_json(&r);
-    assert_int_equal(jint(j, "qty"), 7);
-    assert_int_equal(rve_parts_sum(j, &n), 7);
-    assert_int_equal(n, 2);
-    json_decref(j);
-    h_resp_free(&r);
-    s = rve_sku_nums(a, NULL, "rv-multi");
-    assert_int_equal(s.reserved, 0);
-    assert_int_equal(s.sold, 7);
-    /* Cancelling the order returns every part. */
-    assert_int_equal(h_http(a, "DELETE", "/orders/multi-1", NULL, NULL, 0, &r), 200);
-    h_resp_free(&r);
-    s = rve_sku_nums(a, NULL, "rv-multi");
-    assert_int_equal(s.sold, 0);
-    assert_int_equal(s.remaining, 10);
-
-    /* Restock and rebalance with a multi-part hold outstanding, then release. */
-    assert_int_equal(rve_reserve(a, "rv-multi", 9, 60, "multi-2", &r), 201);
-    h_resp_free(&r);
-    assert_int_equal(
-        h_req(a, "POST", "/admin/skus/rv-multi/restock", NULL, "{\"qty\":4}", &r), 200);
-    h_resp_free(&r);
-    assert_int_equal(h_req(a, "POST", "/admin/skus/rv-multi/rebalance", NULL, NULL, &r),
-                     200);
-    h_resp_free(&r);
-    s = rve_sku_nums(a, NULL, "rv-multi");
-    assert_int_equal(s.reserved, 9);
-    assert_int_equal(s.remaining, 5);
-    assert_int_equal(rve_released(b, a, NULL, "rv-multi", "multi-2").remaining, 14);
-    /* All or nothing: more than the SKU holds takes nothing. */
-    assert_int_equal(rve_reserve(a, "rv-multi", 15, 60, "multi-3", &r), 409);
-    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
-    h_resp_free(&r);
-    assert_int_equal(rve_on_resv(a, "GET", "multi-3", "", NULL), 404);
-    /* A reset voids every part. */
-    assert_int_equal(rve_reserve(a, "rv-multi", 12, 60, "multi-4", &r), 201);
-    h_resp_free(&r);
-    assert_int_equal(h_put_sku(a, NULL, "rv-multi", 10, 2, "lock", 0), 0);
-    assert_int_equal(rve_on_resv(b, "POST", "multi-4", "/confirm", NULL), 410);
-    s = rve_sku_nums(a, NULL, "rv-multi");
-    assert_int_equal(s.reserved, 0);
-    assert_int_equal(s.remaining, 10);
+    rve_multi_segment_hold(f->env->port, h_svc_port(f->b), "rv-multi", "multi");
 }
 
 /* A multi-part hold takes nothing from a segment whose lock another holder has: with

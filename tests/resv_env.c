@@ -267,3 +267,104 @@ int rve_race_confirms(struct rve_race *race, int n)
     }
     return sold;
 }
+
+long long rve_resv_parts(int port, const char *id, char *st, size_t *n)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/reservations/%s", id);
+    struct h_resp r;
+    assert_int_equal(h_http(port, "GET", path, NULL, NULL, 0, &r), 200);
+    json_t *j = h_resp_json(&r);
+    snprintf(st, 16, "%s", json_string_value(json_object_get(j, "status")));
+    long long sum = rve_parts_sum(j, n);
+    json_decref(j);
+    h_resp_free(&r);
+    return sum;
+}
+
+/* id `pre`-k for the k-th hold of rve_multi_segment_hold. */
+static const char *multi_id(char *buf, size_t len, const char *pre, int k)
+{
+    snprintf(buf, len, "%s-%d", pre, k);
+    return buf;
+}
+
+void rve_multi_segment_hold(int a, int b, const char *sku, const char *pre)
+{
+    char id[64], st[16], code[64], path[128];
+    assert_int_equal(h_put_sku(a, NULL, sku, 10, 2, "lock", 0), 0);
+    struct h_resp r;
+    assert_int_equal(rve_reserve(a, sku, 7, 60, multi_id(id, sizeof id, pre, 1), &r),
+                     201);
+    json_t *j = h_resp_json(&r);
+    size_t n;
+    assert_int_equal(h_jint(j, "qty"), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
+    assert_int_equal(n, 2);
+    long long x = h_jint(j, "expires_at_ms");
+    json_decref(j);
+    h_resp_free(&r);
+    struct rve_nums s = rve_sku_nums(a, NULL, sku);
+    assert_int_equal(s.reserved, 7);
+    assert_int_equal(s.remaining, 3);
+    /* Replays: the same hold (either instance); another qty: 409. */
+    rve_replayed(b, sku, id, 7, x, 3);
+    assert_int_equal(rve_resv_parts(b, id, st, &n), 7);
+    assert_int_equal(n, 2);
+    assert_string_equal(st, "held");
+    /* Confirm: one order of 7 over both segments; its replay 200. */
+    rve_confirmed(b, a, id);
+    snprintf(path, sizeof path, "/orders/%s", id);
+    assert_int_equal(h_http(a, "GET", path, NULL, NULL, 0, &r), 200);
+    j = h_resp_json(&r);
+    assert_int_equal(h_jint(j, "qty"), 7);
+    assert_int_equal(rve_parts_sum(j, &n), 7);
+    assert_int_equal(n, 2);
+    json_decref(j);
+    h_resp_free(&r);
+    s = rve_sku_nums(a, NULL, sku);
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.sold, 7);
+    /* Cancelling the order returns every part. */
+    assert_int_equal(h_http(a, "DELETE", path, NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    s = rve_sku_nums(a, NULL, sku);
+    assert_int_equal(s.sold, 0);
+    assert_int_equal(s.remaining, 10);
+
+    /* Restock and rebalance with a multi-part hold outstanding, then release. */
+    assert_int_equal(rve_reserve(a, sku, 9, 60, multi_id(id, sizeof id, pre, 2), NULL),
+                     201);
+    snprintf(path, sizeof path, "/admin/skus/%s/restock", sku);
+    assert_int_equal(h_req(a, "POST", path, NULL, "{\"qty\":4}", &r), 200);
+    h_resp_free(&r);
+    snprintf(path, sizeof path, "/admin/skus/%s/rebalance", sku);
+    assert_int_equal(h_req(a, "POST", path, NULL, NULL, &r), 200);
+    h_resp_free(&r);
+    s = rve_sku_nums(a, NULL, sku);
+    assert_int_equal(s.reserved, 9);
+    assert_int_equal(s.remaining, 5);
+    assert_int_equal(rve_released(b, a, NULL, sku, id).remaining, 14);
+    /* All or nothing: more than the SKU holds takes nothing. */
+    assert_int_equal(rve_reserve(a, sku, 15, 60, multi_id(id, sizeof id, pre, 3), &r),
+                     409);
+    assert_int_equal(h_expect_error(&r, 409, "insufficient_stock"), 0);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "GET", id, "", NULL), 404);
+    assert_int_equal(rve_sku_nums(a, NULL, sku).remaining, 14);
+    /* A reset voids every part; a delete too. */
+    assert_int_equal(rve_reserve(a, sku, 12, 60, multi_id(id, sizeof id, pre, 4), NULL),
+                     201);
+    assert_int_equal(h_put_sku(a, NULL, sku, 10, 2, "lock", 0), 0);
+    assert_int_equal(rve_on_resv(b, "POST", id, "/confirm", code), 410);
+    assert_string_equal(code, "reservation_void");
+    s = rve_sku_nums(a, NULL, sku);
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.remaining, 10);
+    assert_int_equal(rve_reserve(a, sku, 8, 60, multi_id(id, sizeof id, pre, 5), NULL),
+                     201);
+    snprintf(path, sizeof path, "/admin/skus/%s", sku);
+    assert_int_equal(h_http(a, "DELETE", path, NULL, NULL, 0, &r), 200);
+    h_resp_free(&r);
+    assert_int_equal(rve_on_resv(a, "DELETE", id, "", NULL), 410);
+}

@@ -82,4 +82,16 @@ struct rve_race {
  * both (410 twice; no record: 404). How many sold. */
 int rve_race_confirms(struct rve_race *race, int n);
 
+/* GET /reservations/{id} on `port` (200 asserted): its status into `st` (16 bytes),
+ * its parts' count into *n; answers their qty summed. */
+long long rve_resv_parts(int port, const char *id, char *st, size_t *n);
+
+/* A hold over both segments of `sku` (10 units, 2 segments, made here on `a`), ids
+ * `pre`-1..5: placed on `a` (7: parts 2), replayed and read on `b`, confirmed (on `b`,
+ * again on `a`) as one order over both that a cancel returns whole; a hold of 9 kept
+ * through a restock and a rebalance, then released; 15 refused whole (409
+ * insufficient_stock, nothing held); a hold voided by a reset (its confirm 410
+ * reservation_void) and one by a delete. The SKU's numbers audited at each step. */
+void rve_multi_segment_hold(int a, int b, const char *sku, const char *pre);
+
 #endif

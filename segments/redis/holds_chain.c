@@ -132,6 +132,22 @@ void hs_send(struct hs *x, struct rd_cmd *cmd)
     rda_raw(x->c, cmd, hs_reply, x);
 }
 
+void hs_commit(struct hs *x, const char *parts)
+{
+    struct rd_cmd cmd;
+    x->state = HS_COMMIT;
+    hs_id_cmd(&cmd, "commit", x->id, x->attempt);
+    cmd_arg(&cmd, x->w.sku);
+    cmd_argll(&cmd, x->w.epoch);
+    cmd_arg(&cmd, x->w.placed);
+    cmd_argll(&cmd, x->w.seg);
+    cmd_argll(&cmd, x->w.qty);
+    cmd_argll(&cmd, x->h.expires_ms);
+    cmd_arg(&cmd, x->w.replicated ? "replicated" : "async");
+    cmd_arg(&cmd, parts);
+    hs_send(x, &cmd);
+}
+
 void hs_done(struct hs *x, int rc)
 {
     if (rc == 0 && x->ordered && x->out.code == RD_OK) {

@@ -87,20 +87,10 @@ static void parts_done(struct hs *x)
         return;
     }
     if (placing(x) && x->fail == RD_OK) {
-        x->state = HS_COMMIT;
         char *parts = hs_parts_str(&x->w);
         x->w.seg = x->w.pseg[0];
-        hs_id_cmd(&cmd, "commit", x->id, x->attempt);
-        cmd_arg(&cmd, x->w.sku);
-        cmd_argll(&cmd, x->w.epoch);
-        cmd_arg(&cmd, x->w.placed);
-        cmd_argll(&cmd, x->w.seg);
-        cmd_argll(&cmd, x->w.qty);
-        cmd_argll(&cmd, x->h.expires_ms);
-        cmd_arg(&cmd, x->w.replicated ? "replicated" : "async");
-        cmd_arg(&cmd, parts);
+        hs_commit(x, parts);
         free(parts);
-        hs_send(x, &cmd);
         return;
     }
     if (placing(x)) {

@@ -97,18 +97,7 @@ static void on_walk(struct hs *x, const redisReply *r, int code)
         x->out.value = hs_ll(r, 1);
         x->h.expires_ms = hs_ll(r, 2);
         x->h.settled += (int)hs_ll(r, 3);
-        x->state = HS_COMMIT;
-        struct rd_cmd cmd;
-        hs_id_cmd(&cmd, "commit", x->id, x->attempt);
-        cmd_arg(&cmd, x->w.sku);
-        cmd_argll(&cmd, x->w.epoch);
-        cmd_arg(&cmd, x->w.placed);
-        cmd_argll(&cmd, x->w.seg);
-        cmd_argll(&cmd, x->w.qty);
-        cmd_argll(&cmd, x->h.expires_ms);
-        cmd_arg(&cmd, x->w.replicated ? "replicated" : "async");
-        cmd_arg(&cmd, "");
-        hs_send(x, &cmd);
+        hs_commit(x, "");
         return;
     }
     case RD_BUSY:

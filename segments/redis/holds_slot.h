@@ -123,6 +123,9 @@ struct hs_part {
 };
 
 void hs_send(struct hs *x, struct rd_cmd *cmd);
+/* The place's last step (state HS_COMMIT): hold_id.lua's commit of the index for the
+ * hold found in x->w (parts: "seg:qty,..." of a hold over several segments, else ""). */
+void hs_commit(struct hs *x, const char *parts);
 /* Answer the caller (rc -1: the outcome unknown) and free x. */
 void hs_done(struct hs *x, int rc);
 /* Done, after bumping the SKU's gen when units came back. */
