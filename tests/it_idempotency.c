@@ -458,6 +458,22 @@ static const struct layout_case layout_cases[] = {
     {"atomic", 64, 2, 10, 2}, {"atomic", 1, 2, 4, 3},
 };
 
+/* Case c's SKU `pre`-k made and its order `pre`-order-k placed (201 into *first). */
+static void place_case(struct h_env *e, const struct layout_case *c, const char *pre,
+                       char sku[32], char id[32], struct h_resp *first)
+{
+    char body[160];
+    size_t k = (size_t)(c - layout_cases);
+    snprintf(sku, 32, "%s-%zu", pre, k);
+    snprintf(id, 32, "%s-order-%zu", pre, k);
+    snprintf(body, sizeof body,
+             "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": 0, "
+             "\"batch\": %d}",
+             c->stock, c->segments, c->mode, c->batch);
+    assert_int_equal(h_put_sku_body(e->port, NULL, sku, body), 0);
+    assert_int_equal(h_order(e->port, sku, c->qty, id, first), 201);
+}
+
 /* Issue 26: every field of an order's record fits Redis's default listpack limit
  * (hash-max-listpack-value 64), so the record's hash is a listpack: before, its `r`
  * held the record's JSON (~130 bytes), which made every record a full hash table
@@ -473,16 +489,9 @@ static void test_record_fits_listpack(void **state)
     assert_non_null(rc);
     for (size_t k = 0; k < sizeof layout_cases / sizeof *layout_cases; k++) {
         const struct layout_case *c = &layout_cases[k];
-        char sku[32], id[32], body[160], enc[32];
-        snprintf(sku, sizeof sku, "lp-%zu", k);
-        snprintf(id, sizeof id, "lp-order-%zu", k);
-        snprintf(body, sizeof body,
-                 "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": 0, "
-                 "\"batch\": %d}",
-                 c->stock, c->segments, c->mode, c->batch);
-        assert_int_equal(h_put_sku_body(e->port, NULL, sku, body), 0);
+        char sku[32], id[32], enc[32];
         struct h_resp first;
-        assert_int_equal(h_order(e->port, sku, c->qty, id, &first), 201);
+        place_case(e, c, "lp", sku, id, &first);
         assert_string_equal(record_encoding(rc, id, enc, sizeof enc), "listpack");
         expect_get_body(e->port, id, &first);
         expect_replay(e->port, sku, c->qty, id, &first);
@@ -506,16 +515,9 @@ static void test_record_of_older_build(void **state)
     assert_non_null(rc);
     for (size_t k = 0; k < sizeof layout_cases / sizeof *layout_cases; k++) {
         const struct layout_case *c = &layout_cases[k];
-        char sku[32], id[32], body[160], enc[32];
-        snprintf(sku, sizeof sku, "old-%zu", k);
-        snprintf(id, sizeof id, "old-order-%zu", k);
-        snprintf(body, sizeof body,
-                 "{\"stock\": %lld, \"segments\": %d, \"mode\": \"%s\", \"hold_ms\": 0, "
-                 "\"batch\": %d}",
-                 c->stock, c->segments, c->mode, c->batch);
-        assert_int_equal(h_put_sku_body(e->port, NULL, sku, body), 0);
+        char sku[32], id[32], enc[32];
         struct h_resp first;
-        assert_int_equal(h_order(e->port, sku, c->qty, id, &first), 201);
+        place_case(e, c, "old", sku, id, &first);
         redisReply *r = redisCommand(rc, "HSET inv:order:{%s} r %s", id, first.body);
         assert_non_null(r);
         freeReplyObject(r);
