@@ -260,6 +260,25 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     batch_flush(arg, send_alone, on_deduct, on_piped_lock);
 }
 
+/* One more hold of o's SKU ended: the count of them after it (-1: unknown). */
+static long long hold_ended(const struct ord *o)
+{
+    sku_local *sh = ltab_shared(o->s);
+    return sh != NULL ? skutab_holds(sh, 1) : -1;
+}
+
+/* x sells in the hold that ended as the SKU's `ended`-th: the holds it waited
+ * through before that one, counted (a cheap measure of fairness, off Redis). */
+static void waited_holds(const struct ord *x, long long ended)
+{
+    if (ended < 0 || x->holds0 < 0 || ended <= x->holds0)
+        return;
+    long long waited = ended - 1 - x->holds0;
+    stat_add(x->e->v, STAT_HOLDS_WAITED, waited);
+    if (waited > x->n)
+        stat_add(x->e->v, STAT_ORDERS_WAITED_PAST, 1);
+}
+
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -301,12 +320,16 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
             ltab_wait_front(o->s, w);
         return;
     }
+    long long ended = hold_ended(o);
+    waited_holds(o, ended);
     struct lwait *w = NULL;
     if (o->view.cfg.batch > 1 && !o->claim_ok &&
         (store_caps(o->e->st) & STORE_CAP_BATCH)) {
         /* Group commit: the orders queued here for the segment ride on this hold. */
         struct ord **m;
         int n = batch_gather(o, on_handed, &m, &w);
+        for (int k = 0; k < n; k++)
+            waited_holds(m[k], ended);
         if (n > 0) {
             batch_send(o, m, n, on_deduct);
             if (w != NULL)
@@ -620,6 +643,8 @@ static void round_begin(struct ord *o)
         ltab_unclaim(o->s, o->handed);
         o->handed = -1;
     }
+    if (o->holds0 < 0 && ltab_shared(o->s) != NULL)
+        o->holds0 = skutab_holds(ltab_shared(o->s), 0);
     if (o->handed < 0 && spread_begin(o))
         return;
     ord_round_reset(o,

@@ -135,6 +135,7 @@ struct ord {
      * on (at home here); away: those another loop holds, or that will go back free;
      * busy: those Redis found locked elsewhere */
     int n, start, k, handed, claimed, away, busy, remote_rounds;
+    long long holds0; /* the SKU's holds ended (skutab_holds) at its first round, -1 */
     bool stock_left;  /* a segment passed by holds some stock, too little */
     long long *seen;  /* stock last seen per segment, -1 unknown; n entries */
     long long vtotal; /* VERDICT: the total of the stocks just read */

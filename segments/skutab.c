@@ -29,6 +29,7 @@ struct sku_local {
     pthread_mutex_t mu;
     _Atomic long long outcomes[SKU_OUTCOMES];
     _Atomic long long loop_gen; /* the generation an event loop read last */
+    _Atomic long long holds;    /* lock holds of its segments ended (skutab_holds) */
     /* Segments the event loops found empty in generation empty_gen (under mu), and
      * their count published for lock-free readers: pub_gen, then pub_count. */
     long long empty_gen;
@@ -289,6 +290,11 @@ int skutab_loop_claims(sku_local *e, int i, int delta)
     return atomic_fetch_add_explicit(&s->loop_claims[i % CHUNK], (unsigned char)delta,
                                      memory_order_relaxed) +
            delta;
+}
+
+long long skutab_holds(sku_local *e, int delta)
+{
+    return atomic_fetch_add_explicit(&e->holds, delta, memory_order_relaxed) + delta;
 }
 
 int skutab_loop_empties(sku_local *e, long long gen)

@@ -91,6 +91,10 @@ int skutab_loop_empties(sku_local *e, long long gen);
  * returned, lock-free: advisory, so that a loop passes by the segments another
  * loop is holding instead of asking Redis to find them BUSY. */
 int skutab_loop_claims(sku_local *e, int i, int delta);
+/* Lock holds of the SKU's segments ended on every loop, changed by `delta` (0 or 1)
+ * and returned, lock-free: an order's count of the holds it waited through
+ * (engine.c, the holds_waited stats). */
+long long skutab_holds(sku_local *e, int delta);
 /* A loop's verdict from fresh counts (engine.c VERDICT): in generation `gen` the SKU
  * held `total` units with no adjust under way, so it holds at most that until the
  * next generation (within one the total only falls; an adjust's units count from its

@@ -36,6 +36,8 @@ static const char *const names[STAT__COUNT] = {
     [STAT_HOLDS_RELEASED] = "reservations_released",
     [STAT_HOLDS_EXPIRED] = "reservations_expired",
     [STAT_LOCK_HANDED_ON] = "lock_handed_on",
+    [STAT_HOLDS_WAITED] = "holds_waited",
+    [STAT_ORDERS_WAITED_PAST] = "orders_waited_past_batch",
 };
 
 static const double bounds[HIST_BUCKETS] = {
@@ -138,6 +140,10 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_HOLDS_CONFIRMED] = "Reservations confirmed into orders.",
     [STAT_HOLDS_RELEASED] = "Reservations released by their client.",
     [STAT_HOLDS_EXPIRED] = "Expired reservations settled (their units back in stock).",
+    [STAT_HOLDS_WAITED] = "Lock holds of an order's SKU (any segment, any event loop) "
+                          "that ended while it waited, before the hold it sold in.",
+    [STAT_ORDERS_WAITED_PAST] = "Orders sold under a hold that waited through more "
+                                "holds of their SKU than it has segments.",
 };
 
 const char *stat_help(enum stat_id id)
