@@ -260,25 +260,6 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     batch_flush(arg, send_alone, on_deduct, on_piped_lock);
 }
 
-/* One more hold of o's SKU ended: the count of them after it (-1: unknown). */
-static long long hold_ended(const struct ord *o)
-{
-    sku_local *sh = ltab_shared(o->s);
-    return sh != NULL ? skutab_holds(sh, 1) : -1;
-}
-
-/* x sells in the hold that ended as the SKU's `ended`-th: the holds it waited
- * through before that one, counted (a cheap measure of fairness, off Redis). */
-static void waited_holds(const struct ord *x, long long ended)
-{
-    if (ended < 0 || x->holds0 < 0 || ended <= x->holds0)
-        return;
-    long long waited = ended - 1 - x->holds0;
-    stat_add(x->e->v, STAT_HOLDS_WAITED, waited);
-    if (waited > x->n)
-        stat_add(x->e->v, STAT_ORDERS_WAITED_PAST, 1);
-}
-
 static void on_hold_done(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -320,8 +301,8 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
             ltab_wait_front(o->s, w);
         return;
     }
-    long long ended = hold_ended(o);
-    waited_holds(o, ended);
+    long long ended = turns_hold_ended(o);
+    turns_waited(o, ended);
     struct lwait *w = NULL;
     if (o->view.cfg.batch > 1 && !o->claim_ok &&
         (store_caps(o->e->st) & STORE_CAP_BATCH)) {
@@ -329,7 +310,7 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
         struct ord **m;
         int n = batch_gather(o, on_handed, &m, &w);
         for (int k = 0; k < n; k++)
-            waited_holds(m[k], ended);
+            turns_waited(m[k], ended);
         if (n > 0) {
             batch_send(o, m, n, on_deduct);
             if (w != NULL)
@@ -436,6 +417,8 @@ static void on_acquire(void *arg, int rc, struct store_reply *r)
         ord_note_stock(o, i, r->value);
         stat_add(e->v, STAT_BUSY_SKIPS, 1);
         o->busy++;
+        if (turns_apply(o, i)) /* the other loop's hold, let go a moment later */
+            o->turns++;
         break;
     case STORE_EXISTS:
         ord_unclaim(o, i);
@@ -515,8 +498,10 @@ static void round_end(struct ord *o)
         /* a lock held elsewhere sends no signal (nor does another loop's claim, nor
          * one away from home here): back off */
         ord_set(o, ORD_BACKOFF);
-        ord_arm(o, ring_backoff_ms(o->remote_rounds++, ord_rnd(e, UINT32_MAX), remaining),
-                on_round_timer);
+        ord_arm(
+            o, ring_backoff_ms(turns_backoff_round(o), ord_rnd(e, UINT32_MAX), remaining),
+            on_round_timer);
+        o->remote_rounds++;
         return;
     }
     /* Only orders of this loop were in the way: wait for one to hand its claim over,
@@ -585,6 +570,10 @@ static void visit_next(struct ord *o)
             o->away++;
             continue;
         }
+        if (!mine && turns_yield(o, i)) { /* another loop's turn */
+            o->away++;
+            continue;
+        }
         if (!mine && (ltab_claimed_elsewhere(o->s, i) || !ltab_claim(o->s, i))) {
             stat_add(e->v, STAT_BUSY_SKIPS, 1);
             if (ltab_claimed(o->s, i) && ring_home(i, o->n, e->home, e->homes))
@@ -593,6 +582,7 @@ static void visit_next(struct ord *o)
                 o->away++;
             continue;
         }
+        turns_took(o, i);
         ord_token(e, o->token);
         o->lock_ms = inv_now_ms();
         o->keeps = 0;

@@ -38,6 +38,7 @@ static const char *const names[STAT__COUNT] = {
     [STAT_LOCK_HANDED_ON] = "lock_handed_on",
     [STAT_HOLDS_WAITED] = "holds_waited",
     [STAT_ORDERS_WAITED_PAST] = "orders_waited_past_batch",
+    [STAT_LOOP_YIELDS] = "loop_yields",
 };
 
 static const double bounds[HIST_BUCKETS] = {
@@ -144,6 +145,8 @@ static const char *const helps[STAT__COUNT] = {
                           "that ended while it waited, before the hold it sold in.",
     [STAT_ORDERS_WAITED_PAST] = "Orders sold under a hold that waited through more "
                                 "holds of their SKU than it has segments.",
+    [STAT_LOOP_YIELDS] = "Free segments an order passed by for another event loop's "
+                         "turn (group commit on fewer segments than loops).",
 };
 
 const char *stat_help(enum stat_id id)

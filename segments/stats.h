@@ -47,6 +47,8 @@ enum stat_id {
                                 under a hold waited through before the one it sold in */
     STAT_ORDERS_WAITED_PAST, /* such orders that waited through more holds than the SKU
                                 has segments: more than a batch ahead of them */
+    STAT_LOOP_YIELDS,        /* a free segment passed by for another loop's turn (group
+                                commit on fewer segments than loops) */
     STAT__COUNT
 };
 
