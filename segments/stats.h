@@ -47,6 +47,7 @@ enum stat_id {
                                 under a hold waited through before the one it sold in */
     STAT_ORDERS_WAITED_PAST, /* such orders that waited through more holds than the SKU
                                 has segments: more than a batch ahead of them */
+    STAT_HOLDS_WAITED_MAX,   /* the most holds_waited of one order (a maximum) */
     STAT_LOOP_YIELDS,        /* a free segment passed by for another loop's turn (group
                                 commit on fewer segments than loops) */
     STAT__COUNT
@@ -73,6 +74,9 @@ const char *stat_name(enum stat_id id);
 
 /* Add `n` to counter `id` of the process's handle. */
 void stat_add(inv *v, enum stat_id id, long long n);
+
+/* Raise counter `id` to `n` when below (a maximum: it only grows too). */
+void stat_max(inv *v, enum stat_id id, long long n);
 
 /* Copy every counter into out[STAT__COUNT]. */
 void stat_snapshot(inv *v, long long out[STAT__COUNT]);

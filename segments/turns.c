@@ -66,6 +66,7 @@ void turns_waited(const struct ord *x, long long ended)
         return;
     long long waited = ended - 1 - x->holds0;
     stat_add(x->e->v, STAT_HOLDS_WAITED, waited);
+    stat_max(x->e->v, STAT_HOLDS_WAITED_MAX, waited);
     if (waited > x->n)
         stat_add(x->e->v, STAT_ORDERS_WAITED_PAST, 1);
 }
