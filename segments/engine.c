@@ -313,6 +313,8 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
             turns_waited(m[k], ended);
         if (n > 0) {
             batch_send(o, m, n, on_deduct);
+            if (turns_give_way(o, w))
+                return;
             if (w != NULL)
                 w->handed(w, o->seg);
             else /* the next in line (the batch may have stopped at the stock) */

@@ -380,6 +380,13 @@ bool turns_apply(const struct ord *o, int i);
  * another loop's turn (counted away by the caller); an order that finds it claimed
  * by another loop notes its loop's want (false: the caller's check skips it). */
 bool turns_yield(struct ord *o, int i);
+/* o's hold of its segment ended, its batch sent, `w` (or NULL) next in line: when
+ * another loop waits for its turn there, the claim goes free, w back first in line,
+ * and the first in line looks again now (it yields, backs off and takes the loop's
+ * next turn, whose batch takes the rest still in line): true. Otherwise false: the
+ * caller hands the claim on. (A loop with more orders in line than a batch takes
+ * kept the segment from hold to hold while the other loop's orders waited.) */
+bool turns_give_way(struct ord *o, struct lwait *w);
 /* o claimed segment i: its loop's turn. */
 void turns_took(struct ord *o, int i);
 /* The round to give ring_backoff_ms: under half a hold when o met another loop's

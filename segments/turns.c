@@ -39,6 +39,21 @@ bool turns_yield(struct ord *o, int i)
     return true;
 }
 
+bool turns_give_way(struct ord *o, struct lwait *w)
+{
+    int i = o->seg;
+    if (!turns_apply(o, i) || !skutab_loop_yields(ltab_shared(o->s), i, o->e->home,
+                                                  inv_now_ms(), o->view.cfg.hold_ms))
+        return false;
+    if (w != NULL)
+        ltab_wait_front(o->s, w);
+    ltab_free_claim(o->s, i);
+    stat_add(o->e->v, STAT_LOOP_YIELDS, 1);
+    if ((w = ltab_next_holder(o->s, i)) != NULL)
+        w->handed(w, -1);
+    return true;
+}
+
 void turns_took(struct ord *o, int i)
 {
     if (turns_apply(o, i))
