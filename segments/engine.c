@@ -301,14 +301,20 @@ static void on_hold_done(evutil_socket_t fd, short what, void *arg)
             ltab_wait_front(o->s, w);
         return;
     }
+    long long ended = turns_hold_ended(o);
+    turns_waited(o, ended);
     struct lwait *w = NULL;
     if (o->view.cfg.batch > 1 && !o->claim_ok &&
         (store_caps(o->e->st) & STORE_CAP_BATCH)) {
         /* Group commit: the orders queued here for the segment ride on this hold. */
         struct ord **m;
         int n = batch_gather(o, on_handed, &m, &w);
+        for (int k = 0; k < n; k++)
+            turns_waited(m[k], ended);
         if (n > 0) {
             batch_send(o, m, n, on_deduct);
+            if (turns_give_way(o, w))
+                return;
             if (w != NULL)
                 w->handed(w, o->seg);
             else /* the next in line (the batch may have stopped at the stock) */
@@ -422,6 +428,8 @@ static void on_acquire(void *arg, int rc, struct store_reply *r)
         ord_note_stock(o, i, r->value);
         stat_add(e->v, STAT_BUSY_SKIPS, 1);
         o->busy++;
+        if (turns_apply(o, i)) /* the other loop's hold, let go a moment later */
+            o->turns++;
         break;
     case STORE_EXISTS:
         ord_unclaim(o, i);
@@ -501,8 +509,10 @@ static void round_end(struct ord *o)
         /* a lock held elsewhere sends no signal (nor does another loop's claim, nor
          * one away from home here): back off */
         ord_set(o, ORD_BACKOFF);
-        ord_arm(o, ring_backoff_ms(o->remote_rounds++, ord_rnd(e, UINT32_MAX), remaining),
-                on_round_timer);
+        ord_arm(
+            o, ring_backoff_ms(turns_backoff_round(o), ord_rnd(e, UINT32_MAX), remaining),
+            on_round_timer);
+        o->remote_rounds++;
         return;
     }
     /* Only orders of this loop were in the way: wait for one to hand its claim over,
@@ -571,6 +581,10 @@ static void visit_next(struct ord *o)
             o->away++;
             continue;
         }
+        if (!mine && turns_yield(o, i)) { /* another loop's turn */
+            o->away++;
+            continue;
+        }
         if (!mine && (ltab_claimed_elsewhere(o->s, i) || !ltab_claim(o->s, i))) {
             stat_add(e->v, STAT_BUSY_SKIPS, 1);
             if (ltab_claimed(o->s, i) && ring_home(i, o->n, e->home, e->homes))
@@ -579,6 +593,7 @@ static void visit_next(struct ord *o)
                 o->away++;
             continue;
         }
+        turns_took(o, i);
         ord_token(e, o->token);
         o->lock_ms = inv_now_ms();
         o->keeps = 0;
@@ -629,6 +644,8 @@ static void round_begin(struct ord *o)
         ltab_unclaim(o->s, o->handed);
         o->handed = -1;
     }
+    if (o->holds0 < 0 && ltab_shared(o->s) != NULL)
+        o->holds0 = skutab_holds(ltab_shared(o->s), 0);
     if (o->handed < 0 && spread_begin(o))
         return;
     ord_round_reset(o,

@@ -135,6 +135,8 @@ struct ord {
      * on (at home here); away: those another loop holds, or that will go back free;
      * busy: those Redis found locked elsewhere */
     int n, start, k, handed, claimed, away, busy, remote_rounds;
+    int turns; /* segments passed by this round as another loop's turn (takes_turns) */
+    long long holds0; /* the SKU's holds ended (skutab_holds) at its first round, -1 */
     bool stock_left;  /* a segment passed by holds some stock, too little */
     long long *seen;  /* stock last seen per segment, -1 unknown; n entries */
     long long vtotal; /* VERDICT: the total of the stocks just read */
@@ -262,7 +264,7 @@ static inline void ord_round_reset(struct ord *o, int start, int k)
 {
     o->start = start;
     o->k = k;
-    o->claimed = o->away = o->busy = 0;
+    o->claimed = o->away = o->busy = o->turns = 0;
     o->stock_left = false;
 }
 
@@ -368,6 +370,33 @@ void batch_flush(engine *e, void (*alone)(struct ord *o), store_reply_fn each,
                  store_int_fn piped);
 /* The engine goes: the orders of unsent groups end unavailable. */
 void batch_drop(engine *e);
+
+/* ---- turns.c: loops taking turns on a segment; holds an order waited through ----- */
+
+/* Group commit on segment i, at home on this loop and on another (fewer segments
+ * than loops): the loops take turns on it (a loop's orders ride its own holds). */
+bool turns_apply(const struct ord *o, int i);
+/* Before o claims segment i, free or not, this round: true when o passes it by for
+ * another loop's turn (counted away by the caller); an order that finds it claimed
+ * by another loop notes its loop's want (false: the caller's check skips it). */
+bool turns_yield(struct ord *o, int i);
+/* o's hold of its segment ended, its batch sent, `w` (or NULL) next in line: when
+ * another loop waits for its turn there, the claim goes free, w back first in line,
+ * and the first in line looks again now (it yields, backs off and takes the loop's
+ * next turn, whose batch takes the rest still in line): true. Otherwise false: the
+ * caller hands the claim on. (A loop with more orders in line than a batch takes
+ * kept the segment from hold to hold while the other loop's orders waited.) */
+bool turns_give_way(struct ord *o, struct lwait *w);
+/* o claimed segment i: its loop's turn. */
+void turns_took(struct ord *o, int i);
+/* The round to give ring_backoff_ms: under half a hold when o met another loop's
+ * turn this round, so it looks again while its own loop's next hold is under way. */
+int turns_backoff_round(const struct ord *o);
+/* A hold of o's SKU ended: the count of them after it (-1: unknown). */
+long long turns_hold_ended(const struct ord *o);
+/* x sells in the hold that ended as the SKU's `ended`-th: the holds it waited
+ * through before it, counted (stats holds_waited, orders_waited_past_batch). */
+void turns_waited(const struct ord *x, long long ended);
 
 /* ---- claims.c: a cluster, the order id's claim ----------------------------------- */
 

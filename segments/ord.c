@@ -136,6 +136,7 @@ struct ord *ord_new(engine *e, engine_done_fn fn, void *arg,
     o->handed = -1;
     o->res.segment = -1;
     o->found_seg = -1;
+    o->holds0 = -1;
     o->started_ms = inv_now_ms();
     o->deadline_ms = o->started_ms + e->v->opt.lock_wait_ms;
     ord_token(e, o->attempt);

@@ -18,6 +18,10 @@
 /* What the process knows of CHUNK segments of a SKU. */
 struct segs {
     _Atomic unsigned char loop_claims[CHUNK]; /* lock-free (skutab_loop_claims) */
+    /* turns of the loops (skutab_loop_took, _want, _yields): the loop that claimed
+     * it last (+1, 0 none); the last want of another loop, (ms << 8) | loop */
+    _Atomic unsigned char took[CHUNK];
+    _Atomic long long wanted[CHUNK];
     unsigned char empty_seen[CHUNK]; /* under the entry's mu: a loop found it empty in
                                         empty_gen */
 };
@@ -29,6 +33,7 @@ struct sku_local {
     pthread_mutex_t mu;
     _Atomic long long outcomes[SKU_OUTCOMES];
     _Atomic long long loop_gen; /* the generation an event loop read last */
+    _Atomic long long holds;    /* lock holds of its segments ended (skutab_holds) */
     /* Segments the event loops found empty in generation empty_gen (under mu), and
      * their count published for lock-free readers: pub_gen, then pub_count. */
     long long empty_gen;
@@ -289,6 +294,35 @@ int skutab_loop_claims(sku_local *e, int i, int delta)
     return atomic_fetch_add_explicit(&s->loop_claims[i % CHUNK], (unsigned char)delta,
                                      memory_order_relaxed) +
            delta;
+}
+
+void skutab_loop_took(sku_local *e, int i, int loop)
+{
+    struct segs *s = segs_of(e, i, true);
+    atomic_store_explicit(&s->took[i % CHUNK], (unsigned char)(loop + 1),
+                          memory_order_relaxed);
+}
+
+void skutab_loop_want(sku_local *e, int i, int loop, int64_t now_ms)
+{
+    struct segs *s = segs_of(e, i, true);
+    atomic_store_explicit(&s->wanted[i % CHUNK], (long long)(now_ms << 8) | (loop & 0xff),
+                          memory_order_relaxed);
+}
+
+bool skutab_loop_yields(sku_local *e, int i, int loop, int64_t now_ms, int fresh_ms)
+{
+    struct segs *s = segs_of(e, i, false);
+    if (s == NULL ||
+        atomic_load_explicit(&s->took[i % CHUNK], memory_order_relaxed) != loop + 1)
+        return false;
+    long long w = atomic_load_explicit(&s->wanted[i % CHUNK], memory_order_relaxed);
+    return w != 0 && (w & 0xff) != (loop & 0xff) && now_ms - (w >> 8) <= fresh_ms;
+}
+
+long long skutab_holds(sku_local *e, int delta)
+{
+    return atomic_fetch_add_explicit(&e->holds, delta, memory_order_relaxed) + delta;
 }
 
 int skutab_loop_empties(sku_local *e, long long gen)

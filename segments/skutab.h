@@ -23,6 +23,7 @@
 #define SEG_SKUTAB_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "segments/internal.h"
 #include "segments/sku.h"
@@ -91,6 +92,19 @@ int skutab_loop_empties(sku_local *e, long long gen);
  * returned, lock-free: advisory, so that a loop passes by the segments another
  * loop is holding instead of asking Redis to find them BUSY. */
 int skutab_loop_claims(sku_local *e, int i, int delta);
+/* Turns of the event loops on a segment at home on several (group commit: a loop's
+ * orders ride its own holds only). skutab_loop_took: `loop` claimed segment i.
+ * skutab_loop_want: an order of `loop` found segment i taken by another loop and
+ * backs off. skutab_loop_yields: `loop` claimed i last and another loop wanted it
+ * within `fresh_ms` of `now_ms`: its orders leave it to that loop for a turn.
+ * Lock-free and advisory, as the claims. */
+void skutab_loop_took(sku_local *e, int i, int loop);
+void skutab_loop_want(sku_local *e, int i, int loop, int64_t now_ms);
+bool skutab_loop_yields(sku_local *e, int i, int loop, int64_t now_ms, int fresh_ms);
+/* Lock holds of the SKU's segments ended on every loop, changed by `delta` (0 or 1)
+ * and returned, lock-free: an order's count of the holds it waited through
+ * (engine.c, the holds_waited stats). */
+long long skutab_holds(sku_local *e, int delta);
 /* A loop's verdict from fresh counts (engine.c VERDICT): in generation `gen` the SKU
  * held `total` units with no adjust under way, so it holds at most that until the
  * next generation (within one the total only falls; an adjust's units count from its

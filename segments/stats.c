@@ -36,6 +36,10 @@ static const char *const names[STAT__COUNT] = {
     [STAT_HOLDS_RELEASED] = "reservations_released",
     [STAT_HOLDS_EXPIRED] = "reservations_expired",
     [STAT_LOCK_HANDED_ON] = "lock_handed_on",
+    [STAT_HOLDS_WAITED] = "holds_waited",
+    [STAT_ORDERS_WAITED_PAST] = "orders_waited_past_batch",
+    [STAT_HOLDS_WAITED_MAX] = "holds_waited_max",
+    [STAT_LOOP_YIELDS] = "loop_yields",
 };
 
 static const double bounds[HIST_BUCKETS] = {
@@ -49,6 +53,15 @@ const char *stat_name(enum stat_id id)
 void stat_add(inv *v, enum stat_id id, long long n)
 {
     atomic_fetch_add_explicit(&v->stats[id], n, memory_order_relaxed);
+}
+
+void stat_max(inv *v, enum stat_id id, long long n)
+{
+    long long cur = atomic_load_explicit(&v->stats[id], memory_order_relaxed);
+    while (cur < n && !atomic_compare_exchange_weak_explicit(&v->stats[id], &cur, n,
+                                                             memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
 }
 
 void stat_snapshot(inv *v, long long out[STAT__COUNT])
@@ -138,6 +151,13 @@ static const char *const helps[STAT__COUNT] = {
     [STAT_HOLDS_CONFIRMED] = "Reservations confirmed into orders.",
     [STAT_HOLDS_RELEASED] = "Reservations released by their client.",
     [STAT_HOLDS_EXPIRED] = "Expired reservations settled (their units back in stock).",
+    [STAT_HOLDS_WAITED] = "Lock holds of an order's SKU (any segment, any event loop) "
+                          "that ended while it waited, before the hold it sold in.",
+    [STAT_ORDERS_WAITED_PAST] = "Orders sold under a hold that waited through more "
+                                "holds of their SKU than it has segments.",
+    [STAT_HOLDS_WAITED_MAX] = "The most holds one order waited through (holds_waited).",
+    [STAT_LOOP_YIELDS] = "Free segments an order passed by for another event loop's "
+                         "turn (group commit on fewer segments than loops).",
 };
 
 const char *stat_help(enum stat_id id)

@@ -33,16 +33,23 @@ enum stat_id {
     STAT_INTENTS_UNDONE, /* multi-segment orders of dead processes undone (a cluster) */
     STAT_REBALANCES,     /* rebalances done (by hand or automatically) */
     STAT_RESTOCKS,
-    STAT_REDIS_COMMANDS,  /* commands the event loops sent to Redis */
-    STAT_REDIS_WRITES,    /* writes they took: commands / writes is the mean batch */
-    STAT_BATCHES,         /* group commits: DEDUCT_BATCH sent (batch.c) */
-    STAT_BATCHED,         /* orders sent in them, their holders included */
-    STAT_HOLDS_PLACED,    /* reservations placed (reserve.h) */
-    STAT_HOLDS_CONFIRMED, /* reservations confirmed into orders */
-    STAT_HOLDS_RELEASED,  /* reservations released by their client */
-    STAT_HOLDS_EXPIRED,   /* expired reservations settled by this process */
-    STAT_LOCK_HANDED_ON,  /* segment locks (the store's or a lock service's) that went
-                             on to the loop's next order without an acquire */
+    STAT_REDIS_COMMANDS,     /* commands the event loops sent to Redis */
+    STAT_REDIS_WRITES,       /* writes they took: commands / writes is the mean batch */
+    STAT_BATCHES,            /* group commits: DEDUCT_BATCH sent (batch.c) */
+    STAT_BATCHED,            /* orders sent in them, their holders included */
+    STAT_HOLDS_PLACED,       /* reservations placed (reserve.h) */
+    STAT_HOLDS_CONFIRMED,    /* reservations confirmed into orders */
+    STAT_HOLDS_RELEASED,     /* reservations released by their client */
+    STAT_HOLDS_EXPIRED,      /* expired reservations settled by this process */
+    STAT_LOCK_HANDED_ON,     /* segment locks (the store's or a lock service's) that went
+                                on to the loop's next order without an acquire */
+    STAT_HOLDS_WAITED,       /* holds of its SKU's segments (any loop's) an order sold
+                                under a hold waited through before the one it sold in */
+    STAT_ORDERS_WAITED_PAST, /* such orders that waited through more holds than the SKU
+                                has segments: more than a batch ahead of them */
+    STAT_HOLDS_WAITED_MAX,   /* the most holds_waited of one order (a maximum) */
+    STAT_LOOP_YIELDS,        /* a free segment passed by for another loop's turn (group
+                                commit on fewer segments than loops) */
     STAT__COUNT
 };
 
@@ -67,6 +74,9 @@ const char *stat_name(enum stat_id id);
 
 /* Add `n` to counter `id` of the process's handle. */
 void stat_add(inv *v, enum stat_id id, long long n);
+
+/* Raise counter `id` to `n` when below (a maximum: it only grows too). */
+void stat_max(inv *v, enum stat_id id, long long n);
 
 /* Copy every counter into out[STAT__COUNT]. */
 void stat_snapshot(inv *v, long long out[STAT__COUNT]);
