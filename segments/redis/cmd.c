@@ -35,6 +35,10 @@ static void push(struct rd_cmd *c, const char *s, size_t n)
     t.p += n;
     memcpy(t.p, "\r\n", 2);
     c->used = (size_t)(t.p + 2 - c->buf);
+    /* hiredis 0.14.1 (__redisAsyncCommand) reads the byte after a command's first
+     * element to see whether more follow: for a command of one word (TIME) that is
+     * past the end, so it must be written (valgrind: "depends on uninitialised"). */
+    c->buf[c->used] = '\0';
     c->argc++;
 }
 
