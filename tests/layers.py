@@ -26,7 +26,7 @@ FOLDERS += ["segments/redlock", "segments/memcached", "segments/zookeeper", "seg
 SEAMS = ["segments/store.h", "segments/admin.h", "segments/locksvc.h"]
 ENGINE = ["segments/" + f for f in (
     "engine.c", "ord.c", "lease.c", "handover.c", "claims.c", "multi.c", "spread.c",
-    "verdict.c", "engine.h", "engine_internal.h")]
+    "verdict.c", "batch.c", "turns.c", "engine.h", "engine_internal.h")]
 BACKENDS = ["segments/redis", "segments/postgres", "segments/redlock", "segments/memcached",
             "segments/zookeeper"]
 BACKENDS += ["segments/lockcall"]
